@@ -1,0 +1,131 @@
+"""Developer sessions for the shardrec monorepo. `nox -l` lists them; `nox -s tests` is what CI runs."""
+
+from __future__ import annotations
+
+import pathlib
+import tomllib
+
+import nox
+
+ROOT = pathlib.Path(__file__).parent
+PACKAGES_DIR = ROOT / "packages"
+# torch is pinned: on CPU machines the 2.13.0 CPU wheel is local, while an unpinned request
+# resolves to a multi-GB CUDA build. fbgemm-gpu-cpu 1.8.0 is the build that loads with it.
+TORCH = "torch==2.13.0"
+FBGEMM = "fbgemm-gpu-cpu==1.8.0"
+TORCHREC = "torchrec==1.8.0"
+TORCHREC_DEPS = ["tensordict", "torchmetrics==1.0.3", "pyre-extensions", "tqdm", "iopath"]
+
+nox.options.sessions = ["tests"]
+nox.options.reuse_existing_virtualenvs = True
+
+
+def _meta(dist: str) -> dict[str, object]:
+    return tomllib.loads((PACKAGES_DIR / dist / "pyproject.toml").read_text())
+
+
+def _local_deps(dist: str) -> list[str]:
+    """Sibling distributions `dist` declares (runtime and test extras), not transitively."""
+    project = _meta(dist)["project"]
+    assert isinstance(project, dict)
+    reqs = list(project.get("dependencies", [])) + list(
+        project.get("optional-dependencies", {}).get("test", [])
+    )
+    names = [r.split(">")[0].split("=")[0].split("<")[0].strip() for r in reqs]
+    return [n for n in names if (PACKAGES_DIR / n).is_dir()]
+
+
+def _closure(dist: str) -> list[str]:
+    seen: list[str] = []
+    todo = [dist]
+    while todo:
+        d = todo.pop()
+        if d not in seen:
+            seen.append(d)
+            todo.extend(_local_deps(d))
+    return seen
+
+
+PACKAGES = sorted(p.name for p in PACKAGES_DIR.iterdir() if (p / "pyproject.toml").is_file())
+
+
+def _install_packages(session: nox.Session, dists: list[str], extra: str = "[test]") -> None:
+    session.install(TORCH)
+    args: list[str] = []
+    for d in dists:
+        args += ["-e", f"{PACKAGES_DIR / d}{extra}"]
+    session.install(*args)
+
+
+@nox.session
+@nox.parametrize("pkg", PACKAGES, ids=PACKAGES)
+def unit(session: nox.Session, pkg: str) -> None:
+    """Unit tests of one package, in a venv holding only it and its declared dependencies."""
+    _install_packages(session, _closure(pkg))
+    session.run("pytest", "-q", str(PACKAGES_DIR / pkg / "tests"), *session.posargs)
+
+
+@nox.session
+def fbgemm(session: nox.Session) -> None:
+    """Backend-parity tests (marked `fbgemm`) with fbgemm-gpu-cpu installed beside torch."""
+    _install_packages(session, PACKAGES)
+    session.install(FBGEMM)
+    session.run("pytest", "-q", "-m", "fbgemm", str(PACKAGES_DIR), *session.posargs)
+
+
+@nox.session
+def integration(session: nox.Session) -> None:
+    """Multi-process scenarios over real gloo process groups (integration_tests/)."""
+    _install_packages(session, PACKAGES)
+    session.run("pytest", "-q", str(ROOT / "integration_tests"), *session.posargs)
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict over every package's source."""
+    _install_packages(session, PACKAGES)
+    session.install("mypy>=1.10")
+    mods = [f"shardrec_{p.removeprefix('shardrec-')}" for p in PACKAGES]
+    session.run("mypy", "--config-file", str(ROOT / "mypy.ini"), *[a for m in mods for a in ("-p", m)])
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check over the whole repository."""
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", str(ROOT))
+    session.run("ruff", "format", "--check", str(ROOT))
+
+
+@nox.session(python=False)
+def layers(session: nox.Session) -> None:
+    """Fail when a package imports a same-or-higher layer or an undeclared sibling."""
+    session.run("python", str(ROOT / "tools" / "check_layers.py"))
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Run benchmarks/ side by side with TorchRec 1.8 (optional; not part of `tests`)."""
+    _install_packages(session, PACKAGES, extra="")
+    session.install(FBGEMM, *TORCHREC_DEPS)
+    # torchrec declares the CUDA fbgemm-gpu, which breaks its import here: install it alone.
+    session.install("--no-deps", TORCHREC)
+    scripts = session.posargs or sorted(str(p) for p in (ROOT / "benchmarks").glob("*.py"))
+    for script in scripts:
+        session.run("python", script)
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """The main job: for now, build and print KeyedJaggedTensors from a Criteo-shaped batch."""
+    _install_packages(session, PACKAGES, extra="")
+    session.run("python", str(ROOT / "examples" / "criteo_kjt_demo.py"))
+
+
+@nox.session(python=False)
+def tests(session: nox.Session) -> None:
+    """Everything CI checks: lint, layers, typecheck, every package's unit tests, integration."""
+    for name in ["lint", "layers", "typecheck", *[f"unit({p})" for p in PACKAGES]]:
+        session.notify(name)
+    session.notify("fbgemm")
+    session.notify("integration")

@@ -1,0 +1,3 @@
+"""Awaitables, ShardingEnv and differentiable collectives for sharded embeddings."""
+
+__all__: list[str] = []
