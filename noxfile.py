@@ -1,4 +1,4 @@
-"""Developer sessions for the shardrec monorepo. `nox -l` lists them; `nox -s tests` is what CI runs."""
+"""Developer sessions for the shardrec monorepo; `nox -s tests` is what CI runs."""
 
 from __future__ import annotations
 
@@ -86,7 +86,9 @@ def typecheck(session: nox.Session) -> None:
     _install_packages(session, PACKAGES)
     session.install("mypy>=1.10")
     mods = [f"shardrec_{p.removeprefix('shardrec-')}" for p in PACKAGES]
-    session.run("mypy", "--config-file", str(ROOT / "mypy.ini"), *[a for m in mods for a in ("-p", m)])
+    session.run(
+        "mypy", "--config-file", str(ROOT / "mypy.ini"), *[a for m in mods for a in ("-p", m)]
+    )
 
 
 @nox.session
@@ -97,9 +99,11 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "format", "--check", str(ROOT))
 
 
-@nox.session(python=False)
+@nox.session
 def layers(session: nox.Session) -> None:
     """Fail when a package imports a same-or-higher layer or an undeclared sibling."""
+    session.install("pytest>=8")
+    session.run("pytest", "-q", "-p", "no:cacheprovider", str(ROOT / "tools" / "tests"))
     session.run("python", str(ROOT / "tools" / "check_layers.py"))
 
 

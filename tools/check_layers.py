@@ -37,15 +37,15 @@ def _imported_roots(path: pathlib.Path) -> list[tuple[int, str]]:
     return found
 
 
-def main() -> int:
+def check(root: pathlib.Path) -> list[str]:
+    """Every layer-rule violation under `root`/packages, one readable line each."""
     meta = {}
-    for pyproject in sorted(PACKAGES.glob("*/pyproject.toml")):
+    for pyproject in sorted((root / "packages").glob("*/pyproject.toml")):
         data = tomllib.loads(pyproject.read_text())
         project = data["project"]
         layer = data.get("tool", {}).get("shardrec", {}).get("layer")
         if not isinstance(layer, int):
-            print(f"{pyproject}: [tool.shardrec] layer must be an integer, got {layer!r}")
-            return 1
+            return [f"{pyproject}: [tool.shardrec] layer must be an integer, got {layer!r}"]
         runtime = {_dist_name(r) for r in project.get("dependencies", [])}
         test = {_dist_name(r) for r in project.get("optional-dependencies", {}).get("test", [])}
         meta[project["name"]] = (layer, runtime, test, pyproject.parent)
@@ -65,22 +65,29 @@ def main() -> int:
                     if not mod.startswith("shardrec") or mod == _import_name(dist):
                         continue
                     other = ours.get(mod)
-                    rel = path.relative_to(ROOT)
+                    rel = path.relative_to(root)
                     if other is None:
                         errors.append(f"{rel}:{lineno}: imports {mod}, which no package provides")
                     elif other not in allowed:
+                        where = "dependencies" if kind == "src" else "dependencies or test extra"
                         errors.append(
                             f"{rel}:{lineno}: imports {mod} but {dist} does not declare {other} "
-                            f"in its {'dependencies' if kind == 'src' else 'dependencies or test extra'}"
+                            f"in its {where}"
                         )
                     elif kind == "src" and meta[other][0] >= layer:
                         errors.append(
                             f"{rel}:{lineno}: {dist} (layer {layer}) imports {mod} "
                             f"(layer {meta[other][0]}): only strictly lower layers are allowed"
                         )
+    return errors
+
+
+def main() -> int:
+    errors = check(ROOT)
     for e in errors:
         print(e)
-    print(f"layers: {len(meta)} packages checked, {len(errors)} violation(s)")
+    count = len(list(PACKAGES.glob("*/pyproject.toml")))
+    print(f"layers: {count} packages checked, {len(errors)} violation(s)")
     return 1 if errors else 0
 
 
