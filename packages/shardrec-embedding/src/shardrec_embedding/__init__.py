@@ -1,3 +1,49 @@
-"""Embedding table configs, EmbeddingBagCollection, EmbeddingCollection and table-batched lookups."""
+"""Embedding table configs, EmbeddingBagCollection, EmbeddingCollection, table-batched lookups."""
 
-__all__: list[str] = []
+from shardrec_embedding.batched_lookup import (
+    GradWorkspace,
+    allocate_packed,
+    batched_embedding,
+    batched_embedding_bag,
+    packed_weight,
+    repack_,
+    shift_ids,
+)
+from shardrec_embedding.configs import (
+    BaseEmbeddingConfig,
+    DataType,
+    EmbeddingBagConfig,
+    EmbeddingConfig,
+    PoolingType,
+    data_type_to_dtype,
+    dtype_to_data_type,
+)
+from shardrec_embedding.embedding_bag_collection import EmbeddingBagCollection
+from shardrec_embedding.embedding_collection import EmbeddingCollection
+from shardrec_embedding.feature_processors import (
+    FeatureProcessedEmbeddingBagCollection,
+    PositionWeightedModule,
+    PositionWeightedModuleCollection,
+)
+
+__all__ = [
+    "BaseEmbeddingConfig",
+    "DataType",
+    "EmbeddingBagCollection",
+    "EmbeddingBagConfig",
+    "EmbeddingCollection",
+    "EmbeddingConfig",
+    "FeatureProcessedEmbeddingBagCollection",
+    "GradWorkspace",
+    "PoolingType",
+    "PositionWeightedModule",
+    "PositionWeightedModuleCollection",
+    "allocate_packed",
+    "batched_embedding",
+    "batched_embedding_bag",
+    "data_type_to_dtype",
+    "dtype_to_data_type",
+    "packed_weight",
+    "repack_",
+    "shift_ids",
+]

@@ -1,0 +1,132 @@
+"""Helpers both collections share: config validation, packed table modules, input checks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import nn
+
+from shardrec_embedding._grouping import TablePlan
+from shardrec_embedding.batched_lookup import allocate_packed, packed_weight, repack_
+from shardrec_embedding.configs import TRAINABLE_DATA_TYPES, BaseEmbeddingConfig
+from shardrec_jagged import KeyedJaggedTensor
+
+__all__ = [
+    "build_packed_modules",
+    "check_features",
+    "group_weights",
+    "materialize_and_init",
+    "repack_all",
+    "validate_tables",
+]
+
+
+def validate_tables(
+    tables: Sequence[BaseEmbeddingConfig], config_type: type[BaseEmbeddingConfig], owner: str
+) -> list[BaseEmbeddingConfig]:
+    """Type, name and data-type checks shared by the collections; returns `list(tables)`."""
+    if isinstance(tables, BaseEmbeddingConfig) or not isinstance(tables, Sequence):
+        raise TypeError(f"{owner} takes a list of {config_type.__name__}, got {tables!r}")
+    seen: set[str] = set()
+    for t in tables:
+        if not isinstance(t, config_type):
+            raise TypeError(f"{owner} takes {config_type.__name__}s, got {type(t).__name__}: {t!r}")
+        if not t.name or "." in t.name:
+            raise ValueError(
+                f"{owner}: table name {t.name!r} must be non-empty and contain no '.' "
+                "(it keys the state_dict)"
+            )
+        if t.name in seen:
+            raise ValueError(f"{owner}: duplicate table name {t.name!r}; names must be unique")
+        seen.add(t.name)
+        if t.data_type not in TRAINABLE_DATA_TYPES:
+            valid = ", ".join(d.value for d in TRAINABLE_DATA_TYPES)
+            raise ValueError(
+                f"{owner}: table {t.name!r} has data_type {t.data_type.value}; "
+                f"trainable tables are {valid} (integer types are for quantized inference)"
+            )
+    return list(tables)
+
+
+def build_packed_modules(
+    tables: Sequence[BaseEmbeddingConfig],
+    plan: TablePlan,
+    device: torch.device | str | None,
+    make: Callable[[BaseEmbeddingConfig, torch.Tensor], nn.Module],
+) -> nn.ModuleDict:
+    """One module per table (table order) whose `weight` views its group's packed buffer."""
+    views: dict[int, torch.Tensor] = {}
+    for group in plan.groups:
+        rows = [tables[i].num_embeddings for i in group.tables]
+        parts = allocate_packed(rows, group.dim, dtype=group.dtype, device=device)
+        views.update(zip(group.tables, parts, strict=True))
+    return nn.ModuleDict({t.name: make(t, views[i]) for i, t in enumerate(tables)})
+
+
+def group_weights(modules: Sequence[nn.Module]) -> list[torch.Tensor]:
+    """The `weight` of each module of a group, re-packed first if something split them
+    (`load_state_dict(assign=True)`, `deepcopy`, assigning a new Parameter)."""
+    weights = [_weight(m) for m in modules]
+    if packed_weight(weights) is None and weights[0].device.type != "meta":
+        repack_(weights)
+    return weights
+
+
+def repack_all(grouped: Sequence[Sequence[nn.Module]]) -> None:
+    for modules in grouped:
+        weights = [_weight(m) for m in modules]
+        if weights and weights[0].device.type != "meta":
+            repack_(weights)
+
+
+def _weight(module: nn.Module) -> torch.Tensor:
+    weight = module.weight
+    assert isinstance(weight, torch.Tensor)
+    return weight
+
+
+def materialize_and_init(
+    owner: nn.Module,
+    tables: Sequence[BaseEmbeddingConfig],
+    modules: nn.ModuleDict,
+    device: torch.device | str | None,
+) -> None:
+    """Allocate meta weights on `device` (default CPU), then run each table's init."""
+    if any(p.device.type == "meta" for p in modules.parameters()):
+        owner.to_empty(device=device if device is not None else "cpu")
+    for t in tables:
+        weight = modules[t.name].weight
+        assert isinstance(weight, torch.Tensor)
+        t.init_weight_(weight)
+
+
+def check_features(
+    features: KeyedJaggedTensor, *, weighted: bool, owner: str
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Bad-input checks of a lookup's KJT; returns `(values, weights)`."""
+    if not isinstance(features, KeyedJaggedTensor):
+        raise TypeError(f"{owner}.forward takes a KeyedJaggedTensor, got {type(features).__name__}")
+    values = features.values()
+    if values.is_floating_point() or values.is_complex() or values.dtype == torch.bool:
+        raise TypeError(
+            f"{owner}: ids must be an integer tensor, got values of dtype {values.dtype}; "
+            "cast them with .long() if they are whole numbers"
+        )
+    weights = features.weights_or_none()
+    if weighted and weights is None:
+        raise ValueError(
+            f"{owner} is weighted (is_weighted=True) but the KeyedJaggedTensor has no weights; "
+            "pass weights=... or build the module with is_weighted=False"
+        )
+    if not weighted and weights is not None:
+        raise ValueError(
+            f"{owner} is unweighted but the KeyedJaggedTensor carries weights; "
+            "build the module with is_weighted=True or drop the weights"
+        )
+    if features.variable_stride_per_key():
+        raise ValueError(
+            f"{owner}: variable batch size per feature (stride_per_key "
+            f"{features.stride_per_key()}) is not supported by unsharded modules"
+        )
+    return values, weights

@@ -1,0 +1,173 @@
+"""`EmbeddingBagCollection`: pooled embeddings of many tables, one lookup per table group."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import nn
+
+from shardrec_embedding._grouping import TablePlan
+from shardrec_embedding._tables import (
+    build_packed_modules,
+    check_features,
+    group_weights,
+    materialize_and_init,
+    repack_all,
+    validate_tables,
+)
+from shardrec_embedding.batched_lookup import GradWorkspace, batched_embedding_bag
+from shardrec_embedding.configs import (
+    BaseEmbeddingConfig,
+    EmbeddingBagConfig,
+    PoolingType,
+    data_type_to_dtype,
+)
+from shardrec_jagged import KeyedJaggedTensor, KeyedTensor
+
+__all__ = ["EmbeddingBagCollection"]
+
+_OWNER = "EmbeddingBagCollection"
+
+
+class EmbeddingBagCollection(nn.Module):
+    """Pooled embeddings of a list of tables (TorchRec's `EmbeddingBagCollection`).
+
+    Args:
+        tables: one `EmbeddingBagConfig` per table; names unique.
+        is_weighted: multiply each id's row by the KJT's per-id weight before SUM pooling.
+        device: where the weights live; `"meta"` allocates nothing (see `reset_parameters`).
+        check_ids: raise `IndexError` for an id outside `[0, num_embeddings)` (default). Costs
+            one `aminmax` over the ids per forward (one per segment when some ids exceed the
+            smallest table). Turn off only for pipelines whose ids are known to be in range:
+            an out-of-range id then silently reads a row of another table of its group.
+
+    `forward(features)` returns a `KeyedTensor` of shape `(B, sum of dims)`: one block per
+    (table, feature) in table order then feature order, keyed by the feature name, or
+    `feature@table` when several tables read that feature. Empty bags give zeros; fp16/bf16
+    tables return fp32 (as TorchRec). Features of the KJT no table reads are ignored.
+
+    Tables sharing (embedding_dim, data_type, pooling) are stored in one packed buffer and
+    looked up by one kernel call (docs/design/embedding-table-batching.md); each table's
+    `embedding_bags[name].weight` is still its own Parameter and receives its own gradient.
+    `state_dict()` keys are TorchRec's: `embedding_bags.<table>.weight`.
+    """
+
+    def __init__(
+        self,
+        tables: Sequence[EmbeddingBagConfig],
+        is_weighted: bool = False,
+        device: torch.device | str | None = None,
+        *,
+        check_ids: bool = True,
+    ) -> None:
+        super().__init__()
+        configs = validate_tables(tables, EmbeddingBagConfig, _OWNER)
+        bag_configs = [t for t in configs if isinstance(t, EmbeddingBagConfig)]
+        for t in bag_configs:
+            if t.pooling is PoolingType.NONE:
+                raise ValueError(
+                    f"{_OWNER}: table {t.name!r} has pooling NONE; bags need SUM or MEAN "
+                    "(use EmbeddingCollection for unpooled embeddings)"
+                )
+            if is_weighted and t.pooling is PoolingType.MEAN:
+                raise ValueError(
+                    f"{_OWNER}: table {t.name!r} has MEAN pooling but is_weighted=True; per-id "
+                    "weights need SUM pooling"
+                )
+        self._embedding_bag_configs = bag_configs
+        self._is_weighted = is_weighted
+        self._check_ids = check_ids
+        self._plan = TablePlan(bag_configs, [t.pooling for t in bag_configs])
+        self.embedding_bags: nn.ModuleDict = build_packed_modules(
+            bag_configs, self._plan, device, _make_bag
+        )
+        self._grouped: list[list[nn.Module]] = [
+            [self.embedding_bags[bag_configs[i].name] for i in g.tables] for g in self._plan.groups
+        ]
+        self._workspaces = [GradWorkspace() for _ in self._plan.groups]
+        self._embedding_names = [s.embedding_name for s in self._plan.segments]
+        self._lengths_per_embedding = [s.dim for s in self._plan.segments]
+        if torch.device(device if device is not None else "cpu").type != "meta":
+            self.reset_parameters()
+
+    def forward(self, features: KeyedJaggedTensor) -> KeyedTensor:
+        """features: KJT with (at least) every feature the tables read; `(F * B,)` lengths.
+        Returns `KeyedTensor` `(B, sum of dims)`, fp32."""
+        values, weights = check_features(features, weighted=self._is_weighted, owner=_OWNER)
+        keys = features.keys()
+        feature_index = self._plan.feature_indices(keys)
+        offset_per_key = features.offset_per_key()
+        if self._check_ids:
+            self._plan.check_ids(values, offset_per_key, feature_index)
+        batch = features.stride()
+        lengths = features.lengths()
+        pooled_per_group: list[torch.Tensor] = []
+        for g, group in enumerate(self._plan.groups):
+            inp = self._plan.group_input(
+                group, values, lengths, weights, offset_per_key, feature_index, len(keys), batch
+            )
+            pooled = batched_embedding_bag(
+                group_weights(self._grouped[g]),
+                inp.ids,
+                inp.offsets,
+                pooling=group.pooling,
+                per_sample_weights=inp.weights,
+                workspace=self._workspaces[g],
+            )
+            pooled_per_group.append(pooled.float())
+        out = self._plan.assemble_pooled(pooled_per_group, batch, values.device)
+        return KeyedTensor(
+            keys=self._embedding_names, length_per_key=self._lengths_per_embedding, values=out
+        )
+
+    def is_weighted(self) -> bool:
+        return self._is_weighted
+
+    def embedding_bag_configs(self) -> list[EmbeddingBagConfig]:
+        return list(self._embedding_bag_configs)
+
+    def embedding_names(self) -> list[str]:
+        """Output keys, in output order."""
+        return list(self._embedding_names)
+
+    @property
+    def device(self) -> torch.device:
+        for p in self.parameters():
+            return p.device
+        return torch.device("cpu")
+
+    def reset_parameters(self, device: torch.device | str | None = None) -> None:
+        """(Re)initialize every table with its config's init.
+
+        On a module built with `device="meta"`, first allocates the weights on `device`
+        (default CPU): `EmbeddingBagCollection(tables, device="meta").reset_parameters()`
+        materializes it. `to_empty(device=...)` followed by `reset_parameters()` works too.
+        """
+        materialize_and_init(self, self._embedding_bag_configs, self.embedding_bags, device)
+
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> nn.Module:
+        # `.to()`, `.half()`, `to_empty()` give each weight its own storage: re-pack the groups
+        # so the next forward is one lookup per group again.
+        result: nn.Module = super()._apply(fn, recurse)  # type: ignore[no-untyped-call]  # untyped in torch
+        repack_all(self._grouped)
+        return result
+
+    def extra_repr(self) -> str:
+        groups = ", ".join(
+            f"{len(g.tables)}x(dim={g.dim}, {g.dtype}, {g.pooling.value})"
+            for g in self._plan.groups
+        )
+        return f"is_weighted={self._is_weighted}, lookup groups: [{groups}]"
+
+
+def _make_bag(config: BaseEmbeddingConfig, weight: torch.Tensor) -> nn.Module:
+    assert isinstance(config, EmbeddingBagConfig)
+    return nn.EmbeddingBag(
+        config.num_embeddings,
+        config.embedding_dim,
+        mode=config.pooling.value.lower(),
+        include_last_offset=True,
+        _weight=weight,
+        dtype=data_type_to_dtype(config.data_type),
+    )

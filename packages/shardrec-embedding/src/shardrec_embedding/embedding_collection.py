@@ -1,0 +1,153 @@
+"""`EmbeddingCollection`: per-id (sequence) embeddings of many tables, one lookup per dtype."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import nn
+
+from shardrec_embedding._grouping import TablePlan
+from shardrec_embedding._tables import (
+    build_packed_modules,
+    check_features,
+    group_weights,
+    materialize_and_init,
+    repack_all,
+    validate_tables,
+)
+from shardrec_embedding.batched_lookup import GradWorkspace, batched_embedding
+from shardrec_embedding.configs import (
+    BaseEmbeddingConfig,
+    EmbeddingConfig,
+    PoolingType,
+    data_type_to_dtype,
+)
+from shardrec_jagged import JaggedTensor, KeyedJaggedTensor
+
+__all__ = ["EmbeddingCollection"]
+
+_OWNER = "EmbeddingCollection"
+
+
+class EmbeddingCollection(nn.Module):
+    """Unpooled embeddings of a list of tables (TorchRec's `EmbeddingCollection`).
+
+    Args:
+        tables: one `EmbeddingConfig` per table; names unique; all the same `embedding_dim`.
+        device: where the weights live; `"meta"` allocates nothing (see `reset_parameters`).
+        need_indices: put each feature's ids in the output JaggedTensor's `weights`.
+        check_ids: as for `EmbeddingBagCollection`: `IndexError` for an out-of-range id.
+
+    `forward(features)` returns `{name: JaggedTensor}` with `values()` `(N_f, D)` fp32 and the
+    feature's lengths, named like `EmbeddingBagCollection`'s keys (`feature` or
+    `feature@table`). `state_dict()` keys: `embeddings.<table>.weight`.
+    """
+
+    def __init__(
+        self,
+        tables: Sequence[EmbeddingConfig],
+        device: torch.device | str | None = None,
+        need_indices: bool = False,
+        *,
+        check_ids: bool = True,
+    ) -> None:
+        super().__init__()
+        configs = [t for t in validate_tables(tables, EmbeddingConfig, _OWNER)]
+        dims = {t.embedding_dim for t in configs}
+        if len(dims) > 1:
+            by_table = {t.name: t.embedding_dim for t in configs}
+            raise ValueError(
+                f"{_OWNER} needs one embedding_dim for all tables, got {by_table}; "
+                "split them into one collection per dim"
+            )
+        self._embedding_configs = configs
+        self._embedding_dim = dims.pop() if dims else -1
+        self._need_indices = need_indices
+        self._check_ids = check_ids
+        self._plan = TablePlan(configs, [PoolingType.NONE] * len(configs))
+        self.embeddings: nn.ModuleDict = build_packed_modules(
+            configs, self._plan, device, _make_embedding
+        )
+        self._grouped: list[list[nn.Module]] = [
+            [self.embeddings[configs[i].name] for i in g.tables] for g in self._plan.groups
+        ]
+        self._workspaces = [GradWorkspace() for _ in self._plan.groups]
+        if torch.device(device if device is not None else "cpu").type != "meta":
+            self.reset_parameters()
+
+    def forward(self, features: KeyedJaggedTensor) -> dict[str, JaggedTensor]:
+        """features: KJT with every feature the tables read. Returns name -> JaggedTensor of
+        `(N_f, D)` fp32 rows, one per id, with the feature's `(B,)` lengths."""
+        values, _ = check_features(features, weighted=False, owner=_OWNER)
+        keys = features.keys()
+        feature_index = self._plan.feature_indices(keys)
+        offset_per_key = features.offset_per_key()
+        if self._check_ids:
+            self._plan.check_ids(values, offset_per_key, feature_index)
+        batch = features.stride()
+        lengths = features.lengths()
+        pieces: dict[int, JaggedTensor] = {}
+        for g, group in enumerate(self._plan.groups):
+            inp = self._plan.group_input(
+                group, values, lengths, None, offset_per_key, feature_index, len(keys), batch
+            )
+            rows = batched_embedding(
+                group_weights(self._grouped[g]), inp.ids, workspace=self._workspaces[g]
+            ).float()
+            sizes = [
+                offset_per_key[feature_index[s] + 1] - offset_per_key[feature_index[s]]
+                for s in group.segments
+            ]
+            # one split (one backward node), not a narrow per segment
+            parts = torch.split_with_sizes(rows, sizes)
+            for j, (s, part) in enumerate(zip(group.segments, parts, strict=True)):
+                k = feature_index[s]
+                ids = values[offset_per_key[k] : offset_per_key[k + 1]]
+                pieces[s] = JaggedTensor(
+                    values=part,
+                    lengths=inp.lengths[j],
+                    weights=ids if self._need_indices else None,
+                )
+        return {self._plan.segments[s].embedding_name: pieces[s] for s in sorted(pieces)}
+
+    def need_indices(self) -> bool:
+        return self._need_indices
+
+    def embedding_dim(self) -> int:
+        return self._embedding_dim
+
+    def embedding_configs(self) -> list[EmbeddingConfig]:
+        return list(self._embedding_configs)  # type: ignore[arg-type]  # checked by validate_tables
+
+    def embedding_names_by_table(self) -> list[list[str]]:
+        names: list[list[str]] = [[] for _ in self._embedding_configs]
+        for s in self._plan.segments:
+            names[s.table_index].append(s.embedding_name)
+        return names
+
+    @property
+    def device(self) -> torch.device:
+        for p in self.parameters():
+            return p.device
+        return torch.device("cpu")
+
+    def reset_parameters(self, device: torch.device | str | None = None) -> None:
+        """(Re)initialize every table; on a meta module first allocate on `device` (default
+        CPU). See `EmbeddingBagCollection.reset_parameters`."""
+        materialize_and_init(self, self._embedding_configs, self.embeddings, device)
+
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> nn.Module:
+        # Conversions give each weight its own storage: re-pack (see EmbeddingBagCollection).
+        result: nn.Module = super()._apply(fn, recurse)  # type: ignore[no-untyped-call]  # untyped in torch
+        repack_all(self._grouped)
+        return result
+
+
+def _make_embedding(config: BaseEmbeddingConfig, weight: torch.Tensor) -> nn.Module:
+    return nn.Embedding(
+        config.num_embeddings,
+        config.embedding_dim,
+        _weight=weight,
+        dtype=data_type_to_dtype(config.data_type),
+    )

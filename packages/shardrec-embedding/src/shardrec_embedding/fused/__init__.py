@@ -1,0 +1,24 @@
+"""Fused (optimizer-in-backward) embedding-bag lookups."""
+
+from shardrec_embedding.fused.batched import BatchedFusedEmbeddingBag, FusedTable, OptimizerArg
+from shardrec_embedding.fused.collection import (
+    FusedEmbeddingBagCollection,
+    OptimizerType,
+    resolve_optimizer,
+)
+from shardrec_embedding.fused.lookup import FusedLookupFunction, fused_update
+from shardrec_embedding.fused.optimizer import FusedEmbeddingOptimizer
+from shardrec_embedding.fused.tables import FusedTableSpec
+
+__all__ = [
+    "BatchedFusedEmbeddingBag",
+    "FusedEmbeddingBagCollection",
+    "FusedEmbeddingOptimizer",
+    "FusedLookupFunction",
+    "FusedTable",
+    "FusedTableSpec",
+    "OptimizerArg",
+    "OptimizerType",
+    "fused_update",
+    "resolve_optimizer",
+]

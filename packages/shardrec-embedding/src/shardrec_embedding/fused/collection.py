@@ -1,0 +1,177 @@
+"""`FusedEmbeddingBagCollection`: an EmbeddingBagCollection whose tables train in backward."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from shardrec_embedding._grouping import TablePlan
+from shardrec_embedding._tables import check_features, validate_tables
+from shardrec_embedding.configs import EmbeddingBagConfig, PoolingType
+from shardrec_embedding.fused.batched import BatchedFusedEmbeddingBag
+from shardrec_embedding.fused.tables import FusedTableSpec
+from shardrec_jagged import KeyedJaggedTensor, KeyedTensor
+from shardrec_optim import (
+    CombinedOptimizer,
+    EmbOptimType,
+    FusedOptimSpec,
+    fused_spec_from_optimizer,
+)
+
+_OWNER = "FusedEmbeddingBagCollection"
+
+OptimizerType = (
+    type[torch.optim.Optimizer] | EmbOptimType | str | FusedOptimSpec | Mapping[str, object]
+)
+"""A torch optimizer class (SGD, Adagrad, Adam, AdamW), an `EmbOptimType` / its string, a
+`FusedOptimSpec`, or TorchRec `fused_params`."""
+
+
+def resolve_optimizer(
+    optimizer_type: OptimizerType, optimizer_kwargs: Mapping[str, object] | None = None
+) -> FusedOptimSpec:
+    """The `FusedOptimSpec` meant by `(optimizer_type, optimizer_kwargs)` (see `OptimizerType`).
+
+    With a torch optimizer class, kwargs are its constructor's (`lr`, `betas`, ...); with an
+    `EmbOptimType`, kwargs are `fused_params` options (`learning_rate`/`lr`, `eps`, ...).
+    """
+    kwargs = dict(optimizer_kwargs or {})
+    if isinstance(optimizer_type, FusedOptimSpec):
+        if kwargs:
+            raise ValueError(
+                f"optimizer_kwargs {kwargs} given with a FusedOptimSpec; put them in it"
+            )
+        return optimizer_type
+    if isinstance(optimizer_type, type) and issubclass(optimizer_type, torch.optim.Optimizer):
+        return fused_spec_from_optimizer(optimizer_type, kwargs)
+    if isinstance(optimizer_type, Mapping):
+        return FusedOptimSpec.from_fused_params({**optimizer_type, **kwargs})
+    return FusedOptimSpec.from_fused_params({"optimizer": optimizer_type, **kwargs})
+
+
+class FusedEmbeddingBagCollection(nn.Module):
+    """Pooled embeddings like `EmbeddingBagCollection`, trained by an optimizer in backward.
+
+    Args:
+        tables: FP32 `EmbeddingBagConfig`s; names unique.
+        optimizer_type: see `OptimizerType` (TorchRec passes a torch optimizer class).
+        optimizer_kwargs: its options.
+        is_weighted: per-id weights of the KJT multiply rows before SUM pooling.
+        device: where weights and optimizer state live.
+        check_ids: raise IndexError for an id outside its table (one `aminmax` per forward).
+
+    Same forward contract and `state_dict()` keys (`embedding_bags.<table>.weight`) as
+    `EmbeddingBagCollection`. `backward()` updates the touched rows; there is nothing to
+    `step()`. `fused_optimizer` is a KeyedOptimizer over `embedding_bags.<table>.weight` with
+    state `<table>.momentum1` / `<table>.momentum2` (TorchRec's names) for checkpoints and
+    learning-rate changes (`fused_optimizer.param_groups[i]["lr"]`, or a WarmupOptimizer).
+    """
+
+    def __init__(
+        self,
+        tables: Sequence[EmbeddingBagConfig],
+        optimizer_type: OptimizerType,
+        optimizer_kwargs: Mapping[str, object] | None = None,
+        is_weighted: bool = False,
+        device: torch.device | str | None = None,
+        *,
+        check_ids: bool = True,
+    ) -> None:
+        super().__init__()
+        configs = [
+            t
+            for t in validate_tables(tables, EmbeddingBagConfig, _OWNER)
+            if isinstance(t, EmbeddingBagConfig)
+        ]
+        for t in configs:
+            if t.pooling is PoolingType.NONE:
+                raise ValueError(
+                    f"{_OWNER}: table {t.name!r} has pooling NONE; bags need SUM or MEAN"
+                )
+            if is_weighted and t.pooling is PoolingType.MEAN:
+                raise ValueError(
+                    f"{_OWNER}: table {t.name!r} has MEAN pooling but is_weighted=True; per-id "
+                    "weights need SUM pooling"
+                )
+        self.spec = resolve_optimizer(optimizer_type, optimizer_kwargs)
+        self._configs = configs
+        self._is_weighted = is_weighted
+        self._check_ids = check_ids
+        self._plan = TablePlan(configs, [t.pooling for t in configs])
+        # Not registered as submodules: the tables are (below, as `embedding_bags`), which keeps
+        # the state_dict keys those of EmbeddingBagCollection.
+        self._lookups = [
+            BatchedFusedEmbeddingBag(
+                [FusedTableSpec.from_config(configs[i]) for i in g.tables], self.spec, device=device
+            )
+            for g in self._plan.groups
+        ]
+        by_name = {name: m for lk in self._lookups for name, m in lk.tables.items()}
+        self.embedding_bags = nn.ModuleDict({t.name: by_name[t.name] for t in configs})
+        self._optim = CombinedOptimizer(
+            [("embedding_bags", lk.fused_optimizer) for lk in self._lookups]
+        )
+        self._embedding_names = [s.embedding_name for s in self._plan.segments]
+        self._lengths_per_embedding = [s.dim for s in self._plan.segments]
+
+    @property
+    def fused_optimizer(self) -> CombinedOptimizer:
+        """KeyedOptimizer over `embedding_bags.<table>.weight` (state: `<table>.momentum1`, ...)."""
+        return self._optim
+
+    def forward(self, features: KeyedJaggedTensor) -> KeyedTensor:
+        """features: KJT with every feature the tables read. Returns `KeyedTensor (B, sum dims)`."""
+        values, weights = check_features(features, weighted=self._is_weighted, owner=_OWNER)
+        keys = features.keys()
+        feature_index = self._plan.feature_indices(keys)
+        offset_per_key = features.offset_per_key()
+        if self._check_ids:
+            self._plan.check_ids(values, offset_per_key, feature_index)
+        batch = features.stride()
+        lengths = features.lengths()
+        blocks: list[Tensor] = [values.new_empty(0)] * len(self._plan.segments)
+        for lookup, group in zip(self._lookups, self._plan.groups, strict=True):
+            inp = self._plan.group_input(
+                group, values, lengths, weights, offset_per_key, feature_index, len(keys), batch
+            )
+            pooled = lookup(inp.ids, inp.offsets, inp.weights)
+            # unbind: one backward node that stacks the block gradients once, where indexing
+            # per segment would allocate and sum one zero-filled (S, B, D) tensor per segment.
+            per_segment = pooled.view(len(group.segments), batch, group.dim).unbind(0)
+            for j, s in enumerate(group.segments):
+                blocks[s] = per_segment[j]
+        out = torch.cat(blocks, dim=1) if blocks else torch.zeros(batch, 0, device=values.device)
+        return KeyedTensor(
+            keys=self._embedding_names, length_per_key=self._lengths_per_embedding, values=out
+        )
+
+    def is_weighted(self) -> bool:
+        return self._is_weighted
+
+    def embedding_bag_configs(self) -> list[EmbeddingBagConfig]:
+        return list(self._configs)
+
+    def embedding_names(self) -> list[str]:
+        return list(self._embedding_names)
+
+    def optimizer_spec(self) -> FusedOptimSpec:
+        return self.spec
+
+    @property
+    def device(self) -> torch.device:
+        for p in self.parameters():
+            return p.device
+        return torch.device("cpu")
+
+    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> nn.Module:
+        # The table weights move through `embedding_bags`; the state buffers of each lookup here.
+        result: nn.Module = super()._apply(fn, recurse)  # type: ignore[no-untyped-call]  # torch leaves _apply untyped
+        for lookup in self._lookups:
+            lookup._apply(fn, recurse=False)
+            lookup.packed_weight()  # re-pack the moved weights
+        return result
+
+    def extra_repr(self) -> str:
+        return f"is_weighted={self._is_weighted}, optimizer={self.spec}"

@@ -1,0 +1,158 @@
+"""The fused pooled lookup: forward is the batched lookup, backward updates rows in place.
+
+Backward never builds a dense `(total_rows, D)` gradient. For the `N` ids of a batch:
+
+```
+ids    (N,)  --sort-->  sorted ids, perm            (one int64 sort)
+                        segment starts (U,)          (first position of each unique row)
+bag of each id, permuted  --embedding_bag(grad_out)--> (U, D) summed row gradients, per chunk
+                                                        --> shardrec_optim.sparse_update
+```
+
+The segment sum *is* an `embedding_bag` over the output gradient (`grad_out` rows indexed by
+the bag of each id, bags = segments of equal ids), which reuses ATen's fast pooled kernel.
+Rows are processed in chunks of ~4 MiB of gradient so that the temporaries stay in cache and
+are recycled by the allocator (a fresh 70 MB temporary costs ~20 ms of page faults on our CPU,
+more than the update itself). docs/design/optim-fused-backward.md records the measurements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from shardrec_embedding.batched_lookup import batched_embedding_bag
+from shardrec_embedding.configs import PoolingType
+from shardrec_optim import FusedOptimSpec, sparse_update
+
+# Bytes of (rows, D) gradient handled per chunk in backward.
+CHUNK_BYTES = 4 << 20
+
+UpdateContext = Callable[[], tuple[Tensor, Mapping[str, Tensor], FusedOptimSpec, float, int]]
+"""Called once per backward: `(weight (R, D), state, spec, learning rate, step)`; it advances
+the step counter, so the optimizer settings in force at backward time are used."""
+
+
+class FusedLookupFunction(torch.autograd.Function):
+    """Pooled lookup whose backward applies the optimizer to the touched rows.
+
+    Inputs: `ids (N,)` group rows, `offsets (num_bags + 1,)`, `per_sample_weights (N,) | None`,
+    the pooling, the update context, then the table weights (autograd inputs so that backward
+    runs; they never receive a `.grad`).
+    """
+
+    @staticmethod
+    def forward(
+        ctx: torch.autograd.function.FunctionCtx,
+        ids: Tensor,
+        offsets: Tensor,
+        per_sample_weights: Tensor | None,
+        pooling: PoolingType,
+        update: UpdateContext,
+        *weights: Tensor,
+    ) -> Tensor:
+        out = batched_embedding_bag(
+            weights, ids, offsets, pooling=pooling, per_sample_weights=per_sample_weights
+        )
+        ctx.save_for_backward(ids, offsets, per_sample_weights)  # type: ignore[arg-type]  # None is allowed at runtime
+        ctx.pooling = pooling  # type: ignore[attr-defined]  # FunctionCtx allows attributes
+        ctx.update = update  # type: ignore[attr-defined]  # FunctionCtx allows attributes
+        return out
+
+    @staticmethod
+    def backward(
+        ctx: torch.autograd.function.FunctionCtx, grad_out: Tensor
+    ) -> tuple[Tensor | None, ...]:
+        ids, offsets, psw = ctx.saved_tensors  # type: ignore[attr-defined]
+        pooling: PoolingType = ctx.pooling  # type: ignore[attr-defined]
+        update: UpdateContext = ctx.update  # type: ignore[attr-defined]
+        num_weights = len(ctx.needs_input_grad) - 5  # type: ignore[attr-defined]
+        weight, state, spec, lr, step = update()
+        grad_out = grad_out.contiguous().to(weight.dtype)
+        grad_psw = None
+        if psw is not None and ctx.needs_input_grad[2]:  # type: ignore[attr-defined]
+            # Uses the rows *before* this step's update.
+            grad_psw = per_sample_weight_grad(weight, ids, offsets, grad_out).to(psw.dtype)
+        with torch.no_grad():
+            fused_update(weight, state, spec, ids, offsets, psw, pooling, grad_out, lr, step)
+        return (None, None, grad_psw, None, None, *([None] * num_weights))
+
+
+def bag_of_id(offsets: Tensor, num_ids: int) -> Tensor:
+    """`(N,)` bag index of each id from `(num_bags + 1,)` offsets."""
+    lengths = offsets[1:] - offsets[:-1]
+    bags = torch.arange(lengths.numel(), device=offsets.device)
+    return torch.repeat_interleave(bags, lengths, output_size=num_ids)
+
+
+def per_sample_weight_grad(
+    weight: Tensor, ids: Tensor, offsets: Tensor, grad_out: Tensor
+) -> Tensor:
+    """`(N,)` d loss / d weight_i = <row of id i, output gradient of its bag> (SUM pooling)."""
+    bag = bag_of_id(offsets, ids.numel())
+    out = torch.empty(ids.numel(), dtype=weight.dtype, device=weight.device)
+    chunk = max(1, CHUNK_BYTES // (weight.shape[1] * weight.element_size()))
+    for lo in range(0, ids.numel(), chunk):
+        hi = lo + chunk
+        rows = weight.index_select(0, ids[lo:hi])
+        torch.linalg.vecdot(rows, grad_out.index_select(0, bag[lo:hi]), out=out[lo:hi])
+    return out
+
+
+def fused_update(
+    weight: Tensor,
+    state: Mapping[str, Tensor],
+    spec: FusedOptimSpec,
+    ids: Tensor,
+    offsets: Tensor,
+    per_sample_weights: Tensor | None,
+    pooling: PoolingType,
+    grad_out: Tensor,
+    learning_rate: float,
+    step: int,
+) -> None:
+    """Apply one optimizer step to the rows `ids` touched, given the pooled output gradient.
+
+    weight: `(R, D)` group weight (updated in place). ids: `(N,)` int64 rows.
+    offsets: `(num_bags + 1,)`. per_sample_weights: `(N,)` or None. grad_out: `(num_bags, D)`.
+    """
+    n = ids.numel()
+    if n == 0:
+        return
+    # record_function marks the phases for benchmarks/fused_training.py --profile (~1 us each).
+    with torch.profiler.record_function("fused.sort_unique"):
+        bag = bag_of_id(offsets, n)
+        scale = per_sample_weights
+        if pooling is PoolingType.MEAN:
+            lengths = offsets[1:] - offsets[:-1]
+            inverse = 1.0 / lengths.clamp(min=1).to(weight.dtype)
+            scale = torch.repeat_interleave(inverse, lengths, output_size=n)
+        sorted_ids, perm = torch.sort(ids)
+        is_start = torch.ones(n, dtype=torch.bool, device=ids.device)
+        torch.ne(sorted_ids[1:], sorted_ids[:-1], out=is_start[1:])
+        starts = is_start.nonzero().squeeze(1)
+        rows = sorted_ids.index_select(0, starts)
+        src_bag = bag.index_select(0, perm)
+        src_scale = None if scale is None else scale.to(weight.dtype).index_select(0, perm)
+        num_unique = rows.numel()
+        chunk = max(1, CHUNK_BYTES // (weight.shape[1] * weight.element_size()))
+        # Only the chunk boundaries go to the host (a full `.tolist()` costs ~10 ms at 300k rows).
+        bounds = torch.cat([starts[::chunk], starts.new_tensor([n])]).tolist()
+    for k, c0 in enumerate(range(0, num_unique, chunk)):
+        c1 = min(num_unique, c0 + chunk)
+        lo, hi = bounds[k], bounds[k + 1]
+        with torch.profiler.record_function("fused.segment_sum"):
+            grads = F.embedding_bag(
+                src_bag[lo:hi],
+                grad_out,
+                starts[c0:c1] - lo,
+                mode="sum",
+                per_sample_weights=None if src_scale is None else src_scale[lo:hi],
+            )
+        with torch.profiler.record_function("fused.optimizer_update"):
+            sparse_update(
+                spec, weight, state, rows[c0:c1], grads, step=step, learning_rate=learning_rate
+            )

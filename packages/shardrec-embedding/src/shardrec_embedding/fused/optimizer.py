@@ -1,0 +1,95 @@
+"""`FusedEmbeddingOptimizer`: the KeyedOptimizer view of a fused lookup's optimizer.
+
+The update already happened inside backward, so `step()` and `zero_grad()` do nothing; the
+object exists for checkpoints and learning-rate control:
+
+```
+params:       "<table>.weight"  -> the table's weight Parameter
+state:        weight -> {"<table>.momentum1": (rows, D) or (rows,), "<table>.momentum2": ...,
+                         "<table>.step": (1,) int64 for the optimizers with bias correction}
+param_groups: [{"params": [...], "lr": ...}]  -- the lr backward reads, so schedules apply
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, MutableMapping
+from typing import Any
+
+from torch import Tensor
+
+from shardrec_optim import EmbOptimType, FusedOptimSpec, KeyedOptimizer
+
+# Optimizers whose update depends on the step count (bias correction).
+STEP_OPTIMIZERS = frozenset(
+    {
+        EmbOptimType.ADAM,
+        EmbOptimType.PARTIAL_ROWWISE_ADAM,
+        EmbOptimType.LAMB,
+        EmbOptimType.PARTIAL_ROWWISE_LAMB,
+    }
+)
+
+
+class FusedEmbeddingOptimizer(KeyedOptimizer):
+    """Keyed view of the optimizer state of one fused lookup (see module docstring).
+
+    Args:
+        spec: the optimizer applied in backward (`learning_rate` seeds `param_groups`).
+        weights: table name -> weight Parameter.
+        state_of: returns table name -> {state name -> tensor view of that table's rows};
+            called on every access, so state moved by `.to()` is still seen.
+        step: the shared `(1,)` int64 step counter.
+    """
+
+    def __init__(
+        self,
+        spec: FusedOptimSpec,
+        weights: Mapping[str, Tensor],
+        state_of: Callable[[], Mapping[str, Mapping[str, Tensor]]],
+        step: Callable[[], Tensor],
+    ) -> None:
+        params = {f"{name}.weight": w for name, w in weights.items()}
+        group: dict[str, Any] = {"params": list(weights.values()), "lr": spec.learning_rate}
+        super().__init__(params, {}, [group])
+        self.spec = spec
+        self._weights = dict(weights)
+        self._state_of = state_of
+        self._step = step
+
+    @property  # type: ignore[override]  # torch declares a plain attribute; ours is a live view
+    def state(self) -> MutableMapping[Tensor, Any]:
+        per_table = self._state_of()
+        out: dict[Tensor, Any] = {}
+        for name, w in self._weights.items():
+            entry = {f"{name}.{k}": v for k, v in per_table[name].items()}
+            if self.spec.optimizer in STEP_OPTIMIZERS:
+                entry[f"{name}.step"] = self._step()
+            out[w] = entry
+        return out
+
+    @state.setter
+    def state(self, value: MutableMapping[Tensor, Any]) -> None:
+        if value:
+            raise AttributeError("fused optimizer state is owned by its lookup; load_state_dict")
+
+    @property
+    def learning_rate(self) -> float:
+        """The learning rate the next backward applies (`param_groups[0]["lr"]`)."""
+        lr = float(self.param_groups[0]["lr"])
+        if not lr >= 0:
+            raise ValueError(f"learning rate must be >= 0, got {lr}")
+        return lr
+
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]  # torch overloads on closure; one signature here
+        """No-op: rows were updated during backward. Runs `closure` if given."""
+        return None if closure is None else closure()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """No-op: fused tables never hold a `.grad`."""
+
+    def __repr__(self) -> str:
+        return (
+            f"FusedEmbeddingOptimizer({self.spec.optimizer.name}, lr={self.param_groups[0]['lr']}, "
+            f"tables={list(self._weights)})"
+        )
