@@ -1,3 +1,19 @@
-"""JaggedTensor, KeyedJaggedTensor and KeyedTensor: the value types every shardrec package speaks."""
+"""The value types every shardrec package speaks: JaggedTensor, KeyedJaggedTensor, KeyedTensor."""
 
-__all__: list[str] = []
+from shardrec_jagged._backend import FbgemmUnavailableWarning, fbgemm_available
+from shardrec_jagged._equality import jt_is_equal, kjt_is_equal
+from shardrec_jagged._validation import UnknownKeyError
+from shardrec_jagged.jagged_tensor import JaggedTensor
+from shardrec_jagged.keyed_jagged_tensor import KeyedJaggedTensor
+from shardrec_jagged.keyed_tensor import KeyedTensor
+
+__all__ = [
+    "FbgemmUnavailableWarning",
+    "JaggedTensor",
+    "KeyedJaggedTensor",
+    "KeyedTensor",
+    "UnknownKeyError",
+    "fbgemm_available",
+    "jt_is_equal",
+    "kjt_is_equal",
+]

@@ -1,0 +1,29 @@
+"""torch.fx support: constructing a value type from fx Proxies records one graph node.
+
+The three value types use ``ProxyableMeta``: during ``torch.fx.symbolic_trace`` a constructor
+call that receives a Proxy becomes a ``call_function`` node instead of running ``__init__`` on
+Proxies. Outside symbolic tracing (eager and ``torch.compile``) it is a plain constructor call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch.fx._symbolic_trace import ProxyableClassMeta, is_fx_symbolic_tracing
+
+
+class ProxyableMeta(ProxyableClassMeta):
+    """``ProxyableClassMeta`` with a plain fast path.
+
+    torch's own ``__call__`` asks ``is_fx_tracing()``, which logs a warning on first use and
+    is also true under ``torch.export``; we only need the Proxy handling in symbolic tracing.
+    """
+
+    # Returns Any like the base class: mypy then keeps each class's own __init__ signature.
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        if is_fx_symbolic_tracing():
+            return super().__call__(*args, **kwargs)
+        # our value types define no __new__; mypy sees cls as the metaclass, not a class
+        instance: Any = object.__new__(cls)  # type: ignore[arg-type]
+        instance.__init__(*args, **kwargs)
+        return instance

@@ -1,0 +1,108 @@
+"""KeyedJaggedTensor operations over several values: ``concat`` and ``from_jt_dict``.
+
+Both are ``torch.fx.wrap``-ed, so a symbolically traced module records one leaf call instead of
+iterating over Proxies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+import torch.fx
+
+from shardrec_jagged.jagged_tensor import JaggedTensor
+from shardrec_jagged.keyed_jagged_tensor import KeyedJaggedTensor
+
+__all__ = ["from_jt_dict", "kjt_concat"]
+
+
+@torch.fx.wrap
+def kjt_concat(kjt_list: Sequence[KeyedJaggedTensor]) -> KeyedJaggedTensor:
+    if len(kjt_list) == 0:
+        raise ValueError("concat needs at least one KeyedJaggedTensor, got an empty list")
+    first = kjt_list[0]
+    weighted = first._weights is not None
+    variable = first.variable_stride_per_key()
+    stride: int | None = None
+    keys: list[str] = []
+    owner: dict[str, int] = {}
+    for i, kjt in enumerate(kjt_list):
+        if (kjt._weights is not None) != weighted:
+            raise ValueError(
+                f"cannot concat weighted with unweighted KeyedJaggedTensors: kjt_list[0] is "
+                f"{'weighted' if weighted else 'unweighted'}, kjt_list[{i}] is not"
+            )
+        if kjt.variable_stride_per_key() != variable:
+            raise ValueError(
+                f"cannot concat variable-batch with fixed-batch KeyedJaggedTensors "
+                f"(kjt_list[{i}] differs from kjt_list[0])"
+            )
+        if not variable and kjt._keys:
+            if stride is None:
+                stride = kjt._stride
+            elif kjt._stride != stride:
+                raise ValueError(
+                    f"cannot concat KeyedJaggedTensors of different batch sizes: {stride} and "
+                    f"{kjt._stride} (kjt_list[{i}], keys {kjt._keys})"
+                )
+        for k in dict.fromkeys(kjt._keys):  # a key repeated inside one input (permute): kept
+            if k in owner:
+                raise ValueError(
+                    f"duplicate key {k!r} in concat: kjt_list[{owner[k]}] and kjt_list[{i}] "
+                    "both hold it; keys of the concatenated KJTs must be disjoint"
+                )
+            owner[k] = i
+        keys += kjt._keys
+    have_lpk = all(k._length_per_key is not None for k in kjt_list)
+    lpk = [n for k in kjt_list for n in (k._length_per_key or [])] if have_lpk else None
+    spkpr = [r for k in kjt_list for r in k.stride_per_key_per_rank()] if variable else None
+    if spkpr and any(len(r) != len(spkpr[0]) for r in spkpr):
+        raise ValueError("cannot concat variable-batch KeyedJaggedTensors of different rank counts")
+    invs = [k._inverse_indices for k in kjt_list]
+    inverse: tuple[list[str], torch.Tensor] | None = None
+    if all(v is not None for v in invs):
+        inverse = (
+            [key for v in invs if v is not None for key in v[0]],
+            torch.cat([v[1] for v in invs if v is not None]),
+        )
+    elif any(v is not None for v in invs):
+        raise ValueError("cannot concat KeyedJaggedTensors where only some have inverse_indices")
+    if variable:
+        stride = max(k._stride for k in kjt_list)
+    return KeyedJaggedTensor._unchecked(
+        keys=keys,
+        values=torch.cat([k._values for k in kjt_list]),
+        weights=torch.cat([k.weights() for k in kjt_list]) if weighted else None,
+        lengths=torch.cat([k.lengths() for k in kjt_list]),
+        offsets=None,
+        stride=first._stride if stride is None else stride,
+        stride_per_key_per_rank=spkpr,
+        length_per_key=lpk,
+        inverse_indices=inverse,
+    )
+
+
+@torch.fx.wrap
+def from_jt_dict(jt_dict: Mapping[str, JaggedTensor]) -> KeyedJaggedTensor:
+    keys = list(jt_dict.keys())
+    jts = list(jt_dict.values())
+    if not jts:
+        return KeyedJaggedTensor.empty().sync()
+    weighted = [jt.weights_or_none() is not None for jt in jts]
+    if any(weighted) and not all(weighted):
+        bad = keys[weighted.index(not weighted[0])]
+        raise ValueError(
+            f"from_jt_dict got weighted and unweighted JaggedTensors (key {bad!r} differs "
+            f"from {keys[0]!r}); all must be weighted or none"
+        )
+    strides = [jt.lengths().numel() for jt in jts]
+    same = all(s == strides[0] for s in strides)
+    return KeyedJaggedTensor(
+        keys=keys,
+        values=torch.cat([jt.values() for jt in jts]),
+        weights=torch.cat([jt.weights() for jt in jts]) if weighted[0] else None,
+        lengths=torch.cat([jt.lengths() for jt in jts]),
+        stride=strides[0] if same else None,
+        stride_per_key_per_rank=None if same else [[s] for s in strides],
+    ).sync()

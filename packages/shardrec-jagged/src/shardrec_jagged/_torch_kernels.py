@@ -1,0 +1,88 @@
+"""Torch-native jagged kernels: vectorized, no loop over bags or ids (a loop over keys is fine).
+
+These are the reference implementation every backend must match, and the path used when fbgemm
+is missing or measures slower (see ``_kernels.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+
+def lengths_to_offsets(lengths: torch.Tensor) -> torch.Tensor:
+    """``lengths: (N,)`` -> ``offsets: (N + 1,)`` starting at 0, same dtype as ``lengths``."""
+    return torch.nn.functional.pad(torch.cumsum(lengths, 0, dtype=lengths.dtype), (1, 0))
+
+
+def batched_lengths_to_offsets(lengths_2d: torch.Tensor) -> torch.Tensor:
+    """``lengths_2d: (F, B)`` -> per-row offsets ``(F, B + 1)``, each row starting at 0."""
+    return torch.nn.functional.pad(torch.cumsum(lengths_2d, 1, dtype=lengths_2d.dtype), (1, 0))
+
+
+def offsets_to_lengths(offsets: torch.Tensor) -> torch.Tensor:
+    """``offsets: (N + 1,)`` -> ``lengths: (N,)``; empty offsets give empty lengths."""
+    if offsets.numel() == 0:
+        return offsets
+    return offsets[1:] - offsets[:-1]
+
+
+def permute_segments(
+    tensor: torch.Tensor, segment_sizes: Sequence[int], order: Sequence[int]
+) -> torch.Tensor:
+    """Reorder the consecutive segments of ``tensor`` (sizes ``segment_sizes``) into ``order``.
+
+    ``order`` may repeat or drop segments. One ``split`` into views plus one ``cat`` copy.
+    """
+    if len(order) == 0:
+        return tensor[:0]
+    parts = tensor.split_with_sizes(list(segment_sizes))
+    return torch.cat([parts[i] for i in order])
+
+
+def length_per_key(lengths: torch.Tensor, num_keys: int, stride: int) -> list[int]:
+    """Ids per key of a fixed-batch ``lengths: (F * B,)``. One device-to-host copy."""
+    out: list[int] = lengths.reshape(num_keys, stride).sum(1).tolist()
+    return out
+
+
+def permute_kjt(
+    values: torch.Tensor,
+    weights: torch.Tensor | None,
+    lengths: torch.Tensor,
+    length_per_key: Sequence[int],
+    order: Sequence[int],
+    stride: int,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """Fixed-batch KJT tensors with keys reordered to ``order`` (repeats allowed).
+
+    ``values``/``weights`` ``(N,)``, ``lengths`` ``(F * B,)`` -> the same three, permuted.
+    """
+    new_values = permute_segments(values, length_per_key, order)
+    new_weights = None if weights is None else permute_segments(weights, length_per_key, order)
+    if stride == 0 or len(order) == 0:
+        return new_values, new_weights, lengths[:0]
+    index = torch.tensor(order, device=lengths.device)
+    new_lengths = lengths.reshape(-1, stride).index_select(0, index).view(-1)
+    return new_values, new_weights, new_lengths
+
+
+def padded_dense(
+    values: torch.Tensor,
+    offsets: torch.Tensor,
+    lengths: torch.Tensor,
+    max_length: int,
+    padding_value: float,
+) -> torch.Tensor:
+    """Jagged ``values`` (N, *D) -> dense ``(B, max_length, *D)``; longer bags are truncated."""
+    b = lengths.numel()
+    tail = tuple(values.shape[1:])
+    if b == 0 or max_length == 0 or values.size(0) == 0:
+        return values.new_full((b, max_length, *tail), padding_value)
+    pos = torch.arange(max_length, device=values.device)
+    mask = pos.unsqueeze(0) < lengths.unsqueeze(1)  # (B, L)
+    idx = (offsets[:-1].unsqueeze(1) + pos.unsqueeze(0)).clamp_(max=values.size(0) - 1)
+    gathered = values[idx]
+    mask = mask.view(b, max_length, *([1] * len(tail)))
+    return torch.where(mask, gathered, torch.full_like(gathered, padding_value))

@@ -1,0 +1,213 @@
+"""Input checks shared by the three value types.
+
+Two tiers, so that the hot path never waits on the device:
+
+* ``check_*`` functions look only at Python values, dtypes and shapes. They cost no
+  device-to-host copy and run in every constructor (under ``torch.compile`` they become guards).
+* ``validate_*`` functions read tensor contents (one small device-to-host copy each). They run
+  only when asked: ``validate=True`` at construction or an explicit ``.validate()`` call.
+
+Every error names the offending value and, where one exists, the fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+_INDEX_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+
+
+class UnknownKeyError(KeyError, ValueError):
+    """A key that the keyed value does not hold.
+
+    A ``KeyError`` (so ``except KeyError`` written against TorchRec still works) and a
+    ``ValueError`` (so it reads as the user mistake it is); prints its message unquoted.
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+def check_keys(keys: Sequence[str], what: str = "keys") -> list[str]:
+    """Return ``keys`` as a list; reject non-strings and duplicates."""
+    if isinstance(keys, str) or not isinstance(keys, Sequence):
+        raise TypeError(f"{what} must be a list of str, got {type(keys).__name__}: {keys!r}")
+    out = list(keys)
+    if len(set(out)) != len(out):
+        seen: set[str] = set()
+        for k in out:
+            if k in seen:
+                raise ValueError(f"duplicate key {k!r} in {what} {out}; every key must be unique")
+            seen.add(k)
+    for k in out:
+        if not isinstance(k, str):
+            raise TypeError(f"{what} must be str, got {type(k).__name__} {k!r} in {out}")
+    return out
+
+
+def check_tensor(t: object, name: str) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    return t
+
+
+def check_index_tensor(t: torch.Tensor, name: str) -> None:
+    """``lengths``/``offsets`` must be 1-D integer tensors."""
+    check_tensor(t, name)
+    if t.dtype not in _INDEX_DTYPES:
+        raise TypeError(
+            f"{name} must be an integer tensor (int32 or int64), got dtype {t.dtype}; "
+            f"convert with {name}.to(torch.int32)"
+        )
+    if t.dim() != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {tuple(t.shape)}")
+
+
+def check_values_weights(values: torch.Tensor, weights: torch.Tensor | None) -> None:
+    check_tensor(values, "values")
+    if values.dim() == 0:
+        raise ValueError("values must have at least one dimension, got a 0-d tensor")
+    if weights is not None:
+        check_tensor(weights, "weights")
+        if weights.dim() == 0 or weights.size(0) != values.size(0):
+            raise ValueError(
+                f"weights has {weights.size(0) if weights.dim() else 0} entries but values has "
+                f"{values.size(0)}; weights must hold one entry per value"
+            )
+
+
+def check_lengths_offsets_sizes(lengths: torch.Tensor | None, offsets: torch.Tensor | None) -> None:
+    """When both are given, ``offsets`` has one more entry than ``lengths`` (or both are empty)."""
+    if lengths is None and offsets is None:
+        raise ValueError("pass lengths or offsets (or both); got neither")
+    if lengths is not None:
+        check_index_tensor(lengths, "lengths")
+    if offsets is not None:
+        check_index_tensor(offsets, "offsets")
+    if lengths is not None and offsets is not None:
+        n, m = lengths.numel(), offsets.numel()
+        if m != n + 1 and not (n == 0 and m == 0):
+            raise ValueError(
+                f"lengths and offsets disagree: lengths has {n} entries, offsets has {m}; "
+                f"offsets must have len(lengths) + 1 = {n + 1}"
+            )
+
+
+def check_length_per_key(length_per_key: Sequence[int], keys: Sequence[str], n_values: int) -> None:
+    if torch.compiler.is_compiling():
+        # Under torch.compile the per-key lengths are data-dependent symbols: a Python `if` on
+        # them cannot be traced, so state the same facts as runtime asserts instead.
+        # (torch._check is untyped in torch 2.13's annotations.)
+        for n in length_per_key:
+            torch._check(n >= 0, lambda: "negative length_per_key")  # type: ignore[no-untyped-call]
+        total = sum(length_per_key)
+        torch._check(total == n_values, lambda: "bad lengths sum")  # type: ignore[no-untyped-call]
+        return
+    if len(length_per_key) != len(keys):
+        raise ValueError(
+            f"length_per_key has {len(length_per_key)} entries for {len(keys)} keys {list(keys)}"
+        )
+    if length_per_key and min(length_per_key) < 0:
+        for k, n in zip(keys, length_per_key, strict=True):
+            if n < 0:
+                raise ValueError(f"length_per_key for key {k!r} is {n}; it must be >= 0")
+    total = sum(length_per_key)
+    if total != n_values:
+        raise ValueError(
+            f"lengths sum to {total} (length_per_key={list(length_per_key)}) but values has "
+            f"{n_values} entries; they must be equal"
+        )
+
+
+def check_segments(segments: Sequence[int], n_keys: int) -> list[int]:
+    out = [int(s) for s in segments]
+    for s in out:
+        if s < 0:
+            raise ValueError(f"split segments must be >= 0, got {s} in {out}")
+    if sum(out) != n_keys:
+        raise ValueError(f"split segments {out} sum to {sum(out)}; they must sum to {n_keys} keys")
+    return out
+
+
+def check_permute_indices(indices: Sequence[int], keys: Sequence[str]) -> list[int]:
+    n = len(keys)
+    out = list(indices)
+    for i in out:
+        if not isinstance(i, int) or isinstance(i, bool):
+            raise TypeError(f"permute indices must be int, got {type(i).__name__} {i!r}")
+        if i < 0 or i >= n:
+            raise IndexError(
+                f"permute index {i} is out of range for {n} keys {list(keys)}; "
+                f"valid indices are 0..{n - 1}"
+            )
+    return out
+
+
+# --- content checks (read tensor contents: a device-to-host copy) ---------------------------
+
+
+def validate_lengths(lengths: torch.Tensor, n_values: int, name: str = "lengths") -> None:
+    if lengths.numel() == 0:
+        if n_values != 0:
+            raise ValueError(
+                f"{name} is empty (sum 0) but values has {n_values} entries; they must be equal"
+            )
+        return
+    neg = (lengths < 0).nonzero()
+    if neg.numel() > 0:
+        i = int(neg[0, 0])
+        raise ValueError(f"{name}[{i}] = {int(lengths[i])} is negative; lengths must be >= 0")
+    total = int(lengths.sum())
+    if total != n_values:
+        raise ValueError(
+            f"{name} sum to {total} but values has {n_values} entries; they must be equal"
+        )
+
+
+def validate_offsets(offsets: torch.Tensor, n_values: int) -> None:
+    if offsets.numel() == 0:
+        if n_values != 0:
+            raise ValueError(f"offsets is empty but values has {n_values} entries")
+        return
+    first, last = int(offsets[0]), int(offsets[-1])
+    if first != 0:
+        raise ValueError(f"offsets[0] = {first}; offsets must start at 0")
+    drop = (offsets[1:] < offsets[:-1]).nonzero()
+    if drop.numel() > 0:
+        i = int(drop[0, 0]) + 1
+        raise ValueError(
+            f"offsets decrease at index {i} ({int(offsets[i - 1])} -> {int(offsets[i])}); "
+            "offsets must be non-decreasing (that is, lengths must be >= 0)"
+        )
+    if last != n_values:
+        raise ValueError(
+            f"offsets[-1] = {last} but values has {n_values} entries; they must be equal"
+        )
+
+
+def validate_agree(lengths: torch.Tensor, offsets: torch.Tensor) -> None:
+    if offsets.numel() == 0:
+        return
+    diff = offsets[1:] - offsets[:-1]
+    bad = (diff != lengths).nonzero()
+    if bad.numel() > 0:
+        i = int(bad[0, 0])
+        raise ValueError(
+            f"lengths and offsets disagree at bag {i}: lengths[{i}] = {int(lengths[i])} but "
+            f"offsets[{i + 1}] - offsets[{i}] = {int(diff[i])}"
+        )
+
+
+def validate_jagged(
+    values: torch.Tensor, lengths: torch.Tensor | None, offsets: torch.Tensor | None
+) -> None:
+    """Full content check of a jagged layout (syncs)."""
+    n = values.size(0)
+    if lengths is not None:
+        validate_lengths(lengths, n)
+    if offsets is not None:
+        validate_offsets(offsets, n)
+    if lengths is not None and offsets is not None:
+        validate_agree(lengths, offsets)

@@ -1,0 +1,676 @@
+"""KeyedJaggedTensor: F features' jagged bags for a batch, in one key-major layout.
+
+Layout (keys ``["f0", "f1"]``, stride B = 3)::
+
+    sample:        0          1       2
+    "f0"          [V0, V1]   []      [V2]
+    "f1"          [V3]       [V4]    [V5, V6, V7]
+
+    values  = [V0, V1, V2, V3, V4, V5, V6, V7]    (N,)
+    lengths = [2, 0, 1,   1, 1, 3]                 (F * B,)   f0's B bags, then f1's
+    offsets = [0, 2, 2, 3, 4, 5, 8]                (F * B + 1,)
+    length_per_key = [3, 5]    offset_per_key = [0, 3, 8]
+
+Variable batch per feature (VBE): ``stride_per_key_per_rank[f][r]`` bags of feature f came from
+rank r, so feature f has ``sum(stride_per_key_per_rank[f])`` bags and ``lengths`` has
+``sum`` over features of those. ``inverse_indices = (keys, (F, B) tensor)`` maps each of the B
+samples back to its (deduplicated) bag.
+
+Host-side metadata (``length_per_key``, ``offset_per_key``) needs one small device-to-host copy;
+it is computed on first use and cached (``sync()`` computes it eagerly, ``unsync()`` drops it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+import torch.fx
+
+from shardrec_jagged import _kernels
+from shardrec_jagged._format import jagged_rows
+from shardrec_jagged._fx import ProxyableMeta
+from shardrec_jagged._kjt_layout import cumsum, resolve_batch_layout
+from shardrec_jagged._validation import (
+    UnknownKeyError,
+    check_keys,
+    check_length_per_key,
+    check_lengths_offsets_sizes,
+    check_permute_indices,
+    check_segments,
+    check_values_weights,
+    validate_jagged,
+)
+from shardrec_jagged.jagged_tensor import JaggedTensor
+
+__all__ = ["KeyedJaggedTensor"]
+
+
+class KeyedJaggedTensor(metaclass=ProxyableMeta):
+    """An optionally weighted jagged tensor per key, for a batch (TorchRec's KJT).
+
+    Args:
+        keys: feature names, unique.
+        values: ``(N,)`` ids of all features, key-major.
+        weights: ``(N,)`` optional per-id weights.
+        lengths: ``(F * B,)`` integer, ids per bag; or give ``offsets``.
+        offsets: ``(F * B + 1,)`` integer, cumulative lengths starting at 0.
+        stride: batch size B; inferred from ``lengths``/``offsets`` when left out.
+        stride_per_key_per_rank: ``[F][R]`` bags per key per rank (variable batch per key).
+        stride_per_key, length_per_key, lengths_offset_per_key, offset_per_key, jt_dict:
+            precomputed caches (as in TorchRec), checked against the shapes where cheap.
+        index_per_key: accepted for TorchRec compatibility; always rebuilt from ``keys``.
+        inverse_indices: ``(keys, (F, B) integer tensor)`` for variable batch per key.
+        validate: check tensor contents now (one device-to-host copy). ``validate()`` later.
+
+    Construction checks only Python values, dtypes and shapes: never a device-to-host copy.
+    """
+
+    _fields = ("_values", "_weights", "_lengths", "_offsets", "_inverse_indices")
+
+    def __init__(
+        self,
+        keys: Sequence[str],
+        values: torch.Tensor,
+        weights: torch.Tensor | None = None,
+        lengths: torch.Tensor | None = None,
+        offsets: torch.Tensor | None = None,
+        stride: int | None = None,
+        stride_per_key_per_rank: torch.Tensor | Sequence[Sequence[int]] | None = None,
+        stride_per_key: Sequence[int] | None = None,
+        length_per_key: Sequence[int] | None = None,
+        lengths_offset_per_key: Sequence[int] | None = None,
+        offset_per_key: Sequence[int] | None = None,
+        index_per_key: Mapping[str, int] | None = None,
+        jt_dict: dict[str, JaggedTensor] | None = None,
+        inverse_indices: tuple[Sequence[str], torch.Tensor] | None = None,
+        *,
+        validate: bool = False,
+    ) -> None:
+        keys_ = check_keys(keys)
+        check_values_weights(values, weights)
+        check_lengths_offsets_sizes(lengths, offsets)
+        stride, spkpr, spk = resolve_batch_layout(
+            keys_,
+            values,
+            lengths,
+            offsets,
+            stride,
+            stride_per_key_per_rank,
+            stride_per_key,
+            inverse_indices,
+        )
+        n_keys = len(keys_)
+        if length_per_key is not None:
+            check_length_per_key(length_per_key, keys_, values.size(0))
+        if offset_per_key is not None and (
+            len(offset_per_key) != n_keys + 1 or offset_per_key[-1] != values.size(0)
+        ):
+            raise ValueError(
+                f"offset_per_key {list(offset_per_key)} must have {n_keys + 1} entries ending "
+                f"at values.size(0) = {values.size(0)}"
+            )
+        if (
+            spkpr is None
+            and stride_per_key is not None
+            and list(stride_per_key) != ([stride] * n_keys)
+        ):
+            raise ValueError(
+                f"stride_per_key {list(stride_per_key)} disagrees with stride {stride} for "
+                f"{n_keys} keys; pass stride_per_key_per_rank for a variable batch per key"
+            )
+        if lengths_offset_per_key is not None and (
+            len(lengths_offset_per_key) != n_keys + 1
+            or lengths_offset_per_key[-1] != sum(spk if spk is not None else [stride] * n_keys)
+        ):
+            raise ValueError(
+                f"lengths_offset_per_key {list(lengths_offset_per_key)} must have {n_keys + 1} "
+                "entries ending at the number of bags"
+            )
+        if inverse_indices is not None:
+            check_keys(inverse_indices[0], "inverse_indices keys")
+            if inverse_indices[1].is_floating_point():
+                raise TypeError(
+                    f"inverse_indices tensor must be integer, got {inverse_indices[1].dtype}"
+                )
+
+        self._keys = keys_
+        self._values = values
+        self._weights = weights
+        self._lengths = lengths
+        self._offsets = offsets
+        self._stride: int = stride
+        self._stride_per_key_per_rank = spkpr
+        self._stride_per_key = (
+            spk
+            if spk is not None
+            else (list(stride_per_key) if stride_per_key is not None else None)
+        )
+        self._length_per_key = None if length_per_key is None else list(length_per_key)
+        self._offset_per_key = None if offset_per_key is None else list(offset_per_key)
+        self._lengths_offset_per_key = (
+            None if lengths_offset_per_key is None else list(lengths_offset_per_key)
+        )
+        self._index_per_key: dict[str, int] | None = None  # index_per_key: rebuilt from keys
+        self._jt_dict = jt_dict
+        self._inverse_indices: tuple[list[str], torch.Tensor] | None = (
+            None if inverse_indices is None else (list(inverse_indices[0]), inverse_indices[1])
+        )
+        if validate:
+            self.validate()
+
+    @classmethod
+    def _unchecked(
+        cls,
+        keys: list[str],
+        values: torch.Tensor,
+        weights: torch.Tensor | None,
+        lengths: torch.Tensor | None,
+        offsets: torch.Tensor | None,
+        stride: int,
+        stride_per_key_per_rank: list[list[int]] | None = None,
+        length_per_key: list[int] | None = None,
+        offset_per_key: list[int] | None = None,
+        inverse_indices: tuple[list[str], torch.Tensor] | None = None,
+    ) -> KeyedJaggedTensor:
+        """Internal constructor for results derived from a valid KJT: no checks at all.
+
+        Also the only way to build a KJT with a repeated key (``permute`` may repeat one).
+        """
+        kjt = cls.__new__(cls)
+        kjt._keys = keys
+        kjt._values = values
+        kjt._weights = weights
+        kjt._lengths = lengths
+        kjt._offsets = offsets
+        kjt._stride = stride
+        kjt._stride_per_key_per_rank = stride_per_key_per_rank
+        kjt._stride_per_key = (
+            None if stride_per_key_per_rank is None else [sum(r) for r in stride_per_key_per_rank]
+        )
+        kjt._length_per_key = length_per_key
+        kjt._offset_per_key = offset_per_key
+        kjt._lengths_offset_per_key = None
+        kjt._index_per_key = None
+        kjt._jt_dict = None
+        kjt._inverse_indices = inverse_indices
+        return kjt
+
+    def validate(self) -> KeyedJaggedTensor:
+        """Check contents (lengths >= 0, sums match values, offsets agree). Syncs once."""
+        validate_jagged(self._values, self._lengths, self._offsets)
+        if self._length_per_key is not None:
+            actual = self._compute_length_per_key()
+            if actual != self._length_per_key:
+                raise ValueError(
+                    f"length_per_key {self._length_per_key} disagrees with lengths, which give "
+                    f"{actual}"
+                )
+        return self
+
+    # --- constructors -----------------------------------------------------------------------
+
+    @staticmethod
+    def from_offsets_sync(
+        keys: Sequence[str],
+        values: torch.Tensor,
+        offsets: torch.Tensor,
+        weights: torch.Tensor | None = None,
+        stride: int | None = None,
+        stride_per_key_per_rank: Sequence[Sequence[int]] | None = None,
+        inverse_indices: tuple[Sequence[str], torch.Tensor] | None = None,
+    ) -> KeyedJaggedTensor:
+        """Build from offsets and compute the per-key metadata now (one device-to-host copy)."""
+        return KeyedJaggedTensor(
+            keys=keys,
+            values=values,
+            weights=weights,
+            offsets=offsets,
+            stride=stride,
+            stride_per_key_per_rank=stride_per_key_per_rank,
+            inverse_indices=inverse_indices,
+        ).sync()
+
+    @staticmethod
+    def from_lengths_sync(
+        keys: Sequence[str],
+        values: torch.Tensor,
+        lengths: torch.Tensor,
+        weights: torch.Tensor | None = None,
+        stride: int | None = None,
+        stride_per_key_per_rank: Sequence[Sequence[int]] | None = None,
+        inverse_indices: tuple[Sequence[str], torch.Tensor] | None = None,
+    ) -> KeyedJaggedTensor:
+        """Build from lengths and compute the per-key metadata now (one device-to-host copy)."""
+        return KeyedJaggedTensor(
+            keys=keys,
+            values=values,
+            weights=weights,
+            lengths=lengths,
+            stride=stride,
+            stride_per_key_per_rank=stride_per_key_per_rank,
+            inverse_indices=inverse_indices,
+        ).sync()
+
+    @staticmethod
+    def from_jt_dict(jt_dict: Mapping[str, JaggedTensor]) -> KeyedJaggedTensor:
+        """One JaggedTensor per key -> KJT; differing bag counts give variable batch per key."""
+        from shardrec_jagged import _kjt_ops  # imports this module: import on first use
+
+        return _kjt_ops.from_jt_dict(jt_dict)
+
+    @staticmethod
+    def concat(kjt_list: Sequence[KeyedJaggedTensor]) -> KeyedJaggedTensor:
+        """Keys of every KJT, in order; all must share the batch size and weightedness."""
+        from shardrec_jagged import _kjt_ops  # imports this module: import on first use
+
+        return _kjt_ops.kjt_concat(kjt_list)
+
+    @staticmethod
+    def empty(
+        is_weighted: bool = False,
+        device: torch.device | None = None,
+        values_dtype: torch.dtype | None = None,
+        weights_dtype: torch.dtype | None = None,
+        lengths_dtype: torch.dtype = torch.int32,
+    ) -> KeyedJaggedTensor:
+        """No keys, no bags."""
+        return KeyedJaggedTensor(
+            keys=[],
+            values=torch.empty(0, dtype=values_dtype, device=device),
+            weights=torch.empty(0, dtype=weights_dtype, device=device) if is_weighted else None,
+            lengths=torch.empty(0, dtype=lengths_dtype, device=device),
+            stride=0,
+        )
+
+    @staticmethod
+    def empty_like(kjt: KeyedJaggedTensor, device: torch.device | None = None) -> KeyedJaggedTensor:
+        """Without ``device``: no keys, same dtypes, stride and variable-batch layout.
+
+        With ``device``: same keys and shapes, uninitialized tensors on ``device``.
+        """
+        if device is None:
+            dev = kjt.device()
+            w = kjt.weights_or_none()
+            spkpr = kjt._stride_per_key_per_rank
+            return KeyedJaggedTensor._unchecked(
+                keys=[],
+                values=torch.empty(0, dtype=kjt._values.dtype, device=dev),
+                weights=None if w is None else torch.empty(0, dtype=w.dtype, device=dev),
+                lengths=torch.empty(0, dtype=kjt.lengths().dtype, device=dev),
+                offsets=None,
+                stride=kjt.stride(),
+                stride_per_key_per_rank=None if spkpr is None else [],
+            )
+        inv = kjt._inverse_indices
+        return KeyedJaggedTensor._unchecked(
+            keys=kjt._keys,
+            values=torch.empty_like(kjt._values, device=device),
+            weights=_empty_like(kjt._weights, device),
+            lengths=_empty_like(kjt._lengths, device),
+            offsets=_empty_like(kjt._offsets, device),
+            stride=kjt._stride,
+            stride_per_key_per_rank=kjt._stride_per_key_per_rank,
+            length_per_key=kjt._length_per_key,
+            offset_per_key=kjt._offset_per_key,
+            inverse_indices=None
+            if inv is None
+            else (inv[0], torch.empty_like(inv[1], device=device)),
+        )
+
+    # --- accessors --------------------------------------------------------------------------
+
+    def keys(self) -> list[str]:
+        return self._keys
+
+    def values(self) -> torch.Tensor:
+        """``(N,)``."""
+        return self._values
+
+    def weights(self) -> torch.Tensor:
+        """``(N,)``; raises ``ValueError`` on an unweighted KJT."""
+        if self._weights is None:
+            raise ValueError("this KeyedJaggedTensor has no weights; use weights_or_none()")
+        return self._weights
+
+    def weights_or_none(self) -> torch.Tensor | None:
+        return self._weights
+
+    def lengths(self) -> torch.Tensor:
+        """``(F * B,)``, derived from offsets on first use."""
+        if self._lengths is None:
+            assert self._offsets is not None
+            self._lengths = _kernels.offsets_to_lengths(self._offsets)
+        return self._lengths
+
+    def lengths_or_none(self) -> torch.Tensor | None:
+        return self._lengths
+
+    def offsets(self) -> torch.Tensor:
+        """``(F * B + 1,)``, derived from lengths on first use."""
+        if self._offsets is None:
+            assert self._lengths is not None
+            self._offsets = _kernels.lengths_to_offsets(self._lengths)
+        return self._offsets
+
+    def offsets_or_none(self) -> torch.Tensor | None:
+        return self._offsets
+
+    def device(self) -> torch.device:
+        return self._values.device
+
+    def stride(self) -> int:
+        """Batch size B (with variable batch: the largest per-key batch, or the inverse
+        indices' batch)."""
+        return self._stride
+
+    def stride_per_key(self) -> list[int]:
+        if self._stride_per_key is None:
+            self._stride_per_key = [self._stride] * len(self._keys)
+        return self._stride_per_key
+
+    def stride_per_key_per_rank(self) -> list[list[int]]:
+        """``[F][R]``; ``[]`` unless the KJT has variable batch per key."""
+        spkpr = self._stride_per_key_per_rank
+        return [] if spkpr is None else spkpr
+
+    def variable_stride_per_key(self) -> bool:
+        return self._stride_per_key_per_rank is not None
+
+    def inverse_indices(self) -> tuple[list[str], torch.Tensor]:
+        if self._inverse_indices is None:
+            raise ValueError("this KeyedJaggedTensor has no inverse_indices")
+        return self._inverse_indices
+
+    def inverse_indices_or_none(self) -> tuple[list[str], torch.Tensor] | None:
+        return self._inverse_indices
+
+    def index_per_key(self) -> dict[str, int]:
+        return self._key_indices()
+
+    def _key_indices(self) -> dict[str, int]:
+        if self._index_per_key is None:
+            self._index_per_key = {k: i for i, k in enumerate(self._keys)}
+        return self._index_per_key
+
+    def lengths_offset_per_key(self) -> list[int]:
+        """Where each key's bags start in ``lengths``, then ``F * B``: ``(F + 1)`` ints."""
+        if self._lengths_offset_per_key is None:
+            self._lengths_offset_per_key = cumsum(self.stride_per_key())
+        return self._lengths_offset_per_key
+
+    def length_per_key(self) -> list[int]:
+        """Ids per key (one device-to-host copy on first call, then cached)."""
+        if self._length_per_key is None:
+            self._length_per_key = self._compute_length_per_key()
+        return self._length_per_key
+
+    def length_per_key_or_none(self) -> list[int] | None:
+        return self._length_per_key
+
+    def offset_per_key(self) -> list[int]:
+        """Where each key's ids start in ``values``, then N: ``(F + 1)`` ints."""
+        if self._offset_per_key is None:
+            self._offset_per_key = cumsum(self.length_per_key())
+        return self._offset_per_key
+
+    def offset_per_key_or_none(self) -> list[int] | None:
+        return self._offset_per_key
+
+    def _compute_length_per_key(self) -> list[int]:
+        n_keys = len(self._keys)
+        if n_keys == 0:
+            return []
+        lengths = self._lengths
+        if lengths is not None and self._stride_per_key_per_rank is None:
+            out = _kernels.length_per_key(lengths, n_keys, self._stride)
+        else:
+            # Per-key boundaries of the offsets: one gather of F + 1 entries.
+            bounds = torch.tensor(self.lengths_offset_per_key(), device=self._values.device)
+            ends = self.offsets()
+            if ends.numel() == 0:
+                ends = ends.new_zeros(1)
+            picked = ends[bounds]
+            out = (picked[1:] - picked[:-1]).tolist()
+        check_length_per_key(out, self._keys, self._values.size(0))
+        return out
+
+    def sync(self) -> KeyedJaggedTensor:
+        """Compute ``length_per_key``/``offset_per_key`` now (one device-to-host copy)."""
+        self.length_per_key()
+        self.offset_per_key()
+        return self
+
+    def unsync(self) -> KeyedJaggedTensor:
+        """Drop the cached host-side metadata."""
+        self._length_per_key = None
+        self._offset_per_key = None
+        return self
+
+    def size_in_bytes(self) -> int:
+        ts = (self._values, self._weights, self._lengths, self._offsets)
+        return sum(t.element_size() * t.numel() for t in ts if t is not None)
+
+    # --- per-key views ---------------------------------------------------------------------
+
+    def __getitem__(self, key: str) -> JaggedTensor:
+        """Key ``key``'s bags as a JaggedTensor (views, no copy)."""
+        index = self._key_indices().get(key)
+        if index is None:
+            raise UnknownKeyError(f"unknown key {key!r}; this KeyedJaggedTensor has {self._keys}")
+        opk = self.offset_per_key()
+        lopk = self.lengths_offset_per_key()
+        start, end = opk[index], opk[index + 1]
+        w = self._weights
+        return JaggedTensor._unchecked(
+            self._values[start:end],
+            None if w is None else w[start:end],
+            self.lengths()[lopk[index] : lopk[index + 1]],
+            None,
+        )
+
+    def to_dict(self, compute_offsets: bool = True) -> dict[str, JaggedTensor]:
+        """Key -> JaggedTensor (views into this KJT), cached. Works for a batch of 0 samples."""
+        if self._jt_dict is not None:
+            return self._jt_dict
+        keys = self._keys
+        n_keys = len(keys)
+        if n_keys == 0:
+            self._jt_dict = {}
+            return self._jt_dict
+        lpk = self.length_per_key()
+        values = self._values.split_with_sizes(lpk)
+        w = self._weights
+        weights: Sequence[torch.Tensor | None] = (
+            [None] * n_keys if w is None else w.split_with_sizes(lpk)
+        )
+        lengths = self.lengths()
+        offsets: Sequence[torch.Tensor | None]
+        if self._stride_per_key_per_rank is None:
+            lengths_2d = lengths.reshape(n_keys, self._stride)
+            per_key_lengths: Sequence[torch.Tensor] = lengths_2d.unbind(0)
+            offsets = (
+                _kernels.batched_lengths_to_offsets(lengths_2d).unbind(0)
+                if compute_offsets
+                else [None] * n_keys
+            )
+        else:
+            per_key_lengths = lengths.split_with_sizes(self.stride_per_key())
+            offsets = (
+                [_kernels.lengths_to_offsets(x) for x in per_key_lengths]
+                if compute_offsets
+                else [None] * n_keys
+            )
+        self._jt_dict = {
+            k: JaggedTensor._unchecked(values[i], weights[i], per_key_lengths[i], offsets[i])
+            for i, k in enumerate(keys)
+        }
+        return self._jt_dict
+
+    def split(self, segments: Sequence[int]) -> list[KeyedJaggedTensor]:
+        """Consecutive groups of ``segments[i]`` keys each (0 allowed; they must sum to F)."""
+        segs = check_segments(segments, len(self._keys))
+        out: list[KeyedJaggedTensor] = []
+        opk = self.offset_per_key()
+        lpk = self.length_per_key()
+        lopk = self.lengths_offset_per_key()
+        spkpr = self._stride_per_key_per_rank
+        w = self._weights
+        lengths = self.lengths()
+        start = 0
+        for seg in segs:
+            end = start + seg
+            if seg == len(self._keys):
+                out.append(self)
+            else:
+                v0, v1 = opk[start], opk[end]
+                out.append(
+                    KeyedJaggedTensor._unchecked(
+                        keys=self._keys[start:end],
+                        values=self._values[v0:v1],
+                        weights=None if w is None else w[v0:v1],
+                        lengths=lengths[lopk[start] : lopk[end]],
+                        offsets=None,
+                        stride=self._stride,
+                        stride_per_key_per_rank=None if spkpr is None else spkpr[start:end],
+                        length_per_key=lpk[start:end],
+                    )
+                )
+            start = end
+        return out
+
+    def permute(
+        self, indices: Sequence[int], indices_tensor: torch.Tensor | None = None
+    ) -> KeyedJaggedTensor:
+        """Keys reordered to ``[keys[i] for i in indices]``; an index may repeat or be left out.
+
+        ``indices_tensor`` is accepted for TorchRec compatibility and not needed.
+        """
+        order = check_permute_indices(indices, self._keys)
+        lpk = self.length_per_key()
+        spkpr = self._stride_per_key_per_rank
+        lengths = self.lengths()
+        w = self._weights
+        if spkpr is None:
+            values, weights, new_lengths = _kernels.permute_kjt(
+                self._values, w, lengths, lpk, order, self._stride
+            )
+        else:
+            values = _kernels.permute_segments(self._values, lpk, order)
+            weights = None if w is None else _kernels.permute_segments(w, lpk, order)
+            new_lengths = _kernels.permute_segments(lengths, self.stride_per_key(), order)
+        return KeyedJaggedTensor._unchecked(
+            keys=[self._keys[i] for i in order],
+            values=values,
+            weights=weights,
+            lengths=new_lengths,
+            offsets=None,
+            stride=self._stride,
+            stride_per_key_per_rank=None if spkpr is None else [spkpr[i] for i in order],
+            length_per_key=[lpk[i] for i in order],
+        )
+
+    def flatten_lengths(self) -> KeyedJaggedTensor:
+        """The same KJT with 1-D lengths (TorchRec compatibility; ours are always 1-D)."""
+        return self
+
+    # --- devices and memory ----------------------------------------------------------------
+
+    def to(
+        self,
+        device: torch.device | str,
+        non_blocking: bool = False,
+        dtype: torch.dtype | None = None,
+    ) -> KeyedJaggedTensor:
+        """A copy on ``device``; ``dtype`` (if given) converts the weights only, as TorchRec."""
+        w = self._weights
+        if w is not None:
+            w = w.to(device=device, dtype=dtype, non_blocking=non_blocking)
+        inv = self._inverse_indices
+        kjt = KeyedJaggedTensor._unchecked(
+            keys=self._keys,
+            values=self._values.to(device, non_blocking=non_blocking),
+            weights=w,
+            lengths=_to(self._lengths, device, non_blocking),
+            offsets=_to(self._offsets, device, non_blocking),
+            stride=self._stride,
+            stride_per_key_per_rank=self._stride_per_key_per_rank,
+            length_per_key=self._length_per_key,
+            offset_per_key=self._offset_per_key,
+            inverse_indices=None
+            if inv is None
+            else (inv[0], inv[1].to(device, non_blocking=non_blocking)),
+        )
+        return kjt
+
+    def pin_memory(self) -> KeyedJaggedTensor:
+        """A copy in pinned host memory (for asynchronous host-to-device copies)."""
+        w, inv = self._weights, self._inverse_indices
+        return KeyedJaggedTensor._unchecked(
+            keys=self._keys,
+            values=self._values.pin_memory(),
+            weights=None if w is None else w.pin_memory(),
+            lengths=None if self._lengths is None else self._lengths.pin_memory(),
+            offsets=None if self._offsets is None else self._offsets.pin_memory(),
+            stride=self._stride,
+            stride_per_key_per_rank=self._stride_per_key_per_rank,
+            length_per_key=self._length_per_key,
+            offset_per_key=self._offset_per_key,
+            inverse_indices=None if inv is None else (inv[0], inv[1].pin_memory()),
+        )
+
+    def copy_(self, kjt: KeyedJaggedTensor, non_blocking: bool = False) -> KeyedJaggedTensor:
+        """Copy ``kjt``'s tensors into this KJT's (same shapes) and adopt its host metadata."""
+        self._values.copy_(kjt._values, non_blocking=non_blocking)
+        for mine, theirs in (
+            (self._weights, kjt._weights),
+            (self._lengths, kjt._lengths),
+            (self._offsets, kjt._offsets),
+        ):
+            if mine is not None and theirs is not None:
+                mine.copy_(theirs, non_blocking=non_blocking)
+        if self._inverse_indices is not None and kjt._inverse_indices is not None:
+            self._inverse_indices[1].copy_(kjt._inverse_indices[1], non_blocking=non_blocking)
+        self._stride = kjt._stride
+        self._stride_per_key_per_rank = kjt._stride_per_key_per_rank
+        self._stride_per_key = kjt._stride_per_key
+        self._length_per_key = kjt._length_per_key
+        self._offset_per_key = kjt._offset_per_key
+        self._lengths_offset_per_key = kjt._lengths_offset_per_key
+        self._jt_dict = None
+        return self
+
+    def record_stream(self, stream: torch.Stream) -> None:
+        for t in (self._values, self._weights, self._lengths, self._offsets):
+            if t is not None:
+                t.record_stream(stream)
+
+    def __repr__(self) -> str:
+        if not self._keys:
+            return f"KeyedJaggedTensor(keys=[], stride={self._stride})"
+        lopk = self.lengths_offset_per_key()
+        opk = self.offset_per_key()
+        lengths = self.lengths()
+        lines = [f"KeyedJaggedTensor(stride={self._stride}, keys={len(self._keys)}) {{"]
+        for i, k in enumerate(self._keys):
+            seg = lengths[lopk[i] : lopk[i + 1]]
+            text = jagged_rows(self._values[opk[i] : opk[i + 1]], seg)
+            if self._weights is not None:
+                text += "  weights=" + jagged_rows(self._weights[opk[i] : opk[i + 1]], seg)
+            lines.append(f"  {k!r}: {text}")
+        lines.append("}")
+        return "\n".join(lines)
+
+
+def _to(
+    t: torch.Tensor | None, device: torch.device | str, non_blocking: bool
+) -> torch.Tensor | None:
+    return None if t is None else t.to(device, non_blocking=non_blocking)
+
+
+def _empty_like(t: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
+    return None if t is None else torch.empty_like(t, device=device)
+
+
+# Registers KeyedJaggedTensor as a pytree node; that module needs the class defined above.
+from shardrec_jagged import _kjt_pytree  # noqa: E402, F401

@@ -1,0 +1,276 @@
+"""Every bad input of the issue: the exception type, and a message naming the offending value."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from shardrec_jagged import JaggedTensor, KeyedJaggedTensor, KeyedTensor, UnknownKeyError
+
+
+def kjt(**kw: object) -> KeyedJaggedTensor:
+    args: dict[str, object] = {
+        "keys": ["a", "b"],
+        "values": torch.arange(4),
+        "lengths": torch.tensor([1, 1, 2, 0]),
+    }
+    args.update(kw)
+    return KeyedJaggedTensor(**args)  # type: ignore[arg-type]
+
+
+# --- lengths and offsets that disagree --------------------------------------------------------
+
+
+def test_lengths_offsets_disagree_in_size_at_construction() -> None:
+    with pytest.raises(ValueError, match=r"lengths has 4 entries, offsets has 4"):
+        kjt(offsets=torch.tensor([0, 1, 2, 4]))
+
+
+def test_lengths_offsets_disagree_in_content_on_validate() -> None:
+    with pytest.raises(ValueError, match=r"disagree at bag 1: lengths\[1\] = 1 .* = 2"):
+        kjt(offsets=torch.tensor([0, 1, 3, 4, 4]), validate=True)
+    jt = JaggedTensor(
+        torch.arange(3), lengths=torch.tensor([1, 2]), offsets=torch.tensor([0, 2, 3])
+    )
+    with pytest.raises(ValueError, match=r"lengths\[0\] = 1 but offsets\[1\] - offsets\[0\] = 2"):
+        jt.validate()
+
+
+# --- lengths that do not sum to values.numel() -------------------------------------------------
+
+
+def test_lengths_not_summing_to_values_fails_at_first_method_that_sees_it() -> None:
+    bad = kjt(values=torch.arange(5))  # lengths sum to 4
+    with pytest.raises(ValueError, match=r"lengths sum to 4 .* values has 5 entries"):
+        bad.length_per_key()
+    with pytest.raises(ValueError, match=r"lengths sum to 4 .* values has 5 entries"):
+        bad.to_dict()
+    with pytest.raises(ValueError, match=r"sum to 4 but values has 5"):
+        kjt(values=torch.arange(5), validate=True)
+
+
+def test_offsets_not_ending_at_values_numel() -> None:
+    bad = kjt(lengths=None, offsets=torch.tensor([0, 1, 2, 4, 4]), values=torch.arange(6))
+    with pytest.raises(ValueError, match=r"lengths sum to 4 .* values has 6 entries"):
+        bad.length_per_key()
+    with pytest.raises(ValueError, match=r"offsets\[-1\] = 4 but values has 6"):
+        bad.validate()
+
+
+def test_values_without_bags() -> None:
+    with pytest.raises(ValueError, match=r"lengths is empty \(sum 0\) but values has 3 entries"):
+        kjt(lengths=torch.empty(0, dtype=torch.int64), values=torch.arange(3))
+
+
+def test_given_length_per_key_checked_against_values() -> None:
+    with pytest.raises(ValueError, match=r"lengths sum to 3 \(length_per_key=\[1, 2\]\)"):
+        kjt(length_per_key=[1, 2])
+    with pytest.raises(ValueError, match=r"length_per_key has 1 entries for 2 keys"):
+        kjt(length_per_key=[4])
+
+
+# --- negative lengths --------------------------------------------------------------------------
+
+
+def test_negative_lengths() -> None:
+    with pytest.raises(ValueError, match=r"lengths\[2\] = -1 is negative"):
+        kjt(lengths=torch.tensor([1, 2, -1, 2]), validate=True)
+    with pytest.raises(ValueError, match=r"lengths\[0\] = -2 is negative"):
+        JaggedTensor(torch.arange(1), lengths=torch.tensor([-2, 3]), validate=True)
+    # A key whose lengths sum negative is caught without validate, by length_per_key.
+    bad = kjt(lengths=torch.tensor([-1, 0, 3, 2]))
+    with pytest.raises(ValueError, match=r"length_per_key for key 'a' is -1"):
+        bad.length_per_key()
+
+
+def test_decreasing_offsets() -> None:
+    with pytest.raises(ValueError, match=r"offsets decrease at index 2 \(3 -> 1\)"):
+        kjt(lengths=None, offsets=torch.tensor([0, 3, 1, 4, 4]), validate=True)
+    with pytest.raises(ValueError, match=r"offsets\[0\] = 1; offsets must start at 0"):
+        JaggedTensor(torch.arange(3), offsets=torch.tensor([1, 3]), validate=True)
+
+
+# --- non-integer lengths / offsets ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["lengths", "offsets"])
+def test_non_integer_lengths_or_offsets(name: str) -> None:
+    floats = torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0])
+    kw = {"lengths": None, name: floats[:4] if name == "lengths" else floats}
+    with pytest.raises(TypeError, match=rf"{name} must be an integer tensor .* torch.float32"):
+        kjt(**kw)
+    with pytest.raises(TypeError, match=rf"{name} must be an integer tensor"):
+        JaggedTensor(torch.arange(4), **{name: floats})  # type: ignore[arg-type]
+
+
+def test_lengths_not_1d() -> None:
+    with pytest.raises(ValueError, match=r"lengths must be 1-D, got shape \(2, 2\)"):
+        kjt(lengths=torch.tensor([[1, 1], [2, 0]]))
+
+
+def test_neither_lengths_nor_offsets() -> None:
+    with pytest.raises(ValueError, match="pass lengths or offsets"):
+        kjt(lengths=None)
+    with pytest.raises(ValueError, match="pass lengths or offsets"):
+        JaggedTensor(torch.arange(3))
+
+
+# --- lengths.numel() not a multiple of the key count -------------------------------------------
+
+
+def test_lengths_not_multiple_of_keys() -> None:
+    with pytest.raises(ValueError, match=r"lengths has 3 entries, not a multiple of the 2 keys"):
+        kjt(lengths=torch.tensor([1, 1, 2]))
+    with pytest.raises(ValueError, match=r"lengths has 4 entries but stride 3 x 2 keys = 6"):
+        kjt(stride=3)
+    with pytest.raises(ValueError, match=r"no keys cannot have 4 bags"):
+        kjt(keys=[])
+
+
+def test_given_caches_that_disagree_with_shapes() -> None:
+    with pytest.raises(ValueError, match=r"stride_per_key \[2, 3\] disagrees with stride 2"):
+        kjt(stride_per_key=[2, 3])
+    with pytest.raises(ValueError, match=r"lengths_offset_per_key \[0, 2, 5\] must have 3"):
+        kjt(lengths_offset_per_key=[0, 2, 5])
+    with pytest.raises(ValueError, match=r"offset_per_key \[0, 1, 5\] must have 3 entries"):
+        kjt(offset_per_key=[0, 1, 5])
+
+
+def test_variable_batch_strides_that_do_not_match_lengths() -> None:
+    with pytest.raises(ValueError, match=r"gives 3 bags \(per key \[1, 2\]\) but lengths has 4"):
+        kjt(stride_per_key_per_rank=[[1], [2]])
+    with pytest.raises(ValueError, match=r"stride_per_key_per_rank has 1 rows for 2 keys"):
+        kjt(stride_per_key_per_rank=[[4]])
+    with pytest.raises(ValueError, match=r"different rank counts: \[\[1, 1\], \[2\]\]"):
+        kjt(stride_per_key_per_rank=[[1, 1], [2]])
+
+
+# --- weights of a different length than values -------------------------------------------------
+
+
+def test_weights_length_differs_from_values() -> None:
+    with pytest.raises(ValueError, match=r"weights has 3 entries but values has 4"):
+        kjt(weights=torch.ones(3))
+    with pytest.raises(ValueError, match=r"weights has 5 entries but values has 4"):
+        JaggedTensor(torch.arange(4), weights=torch.ones(5), lengths=torch.tensor([4]))
+
+
+# --- duplicate keys ------------------------------------------------------------------------------
+
+
+def test_duplicate_keys() -> None:
+    with pytest.raises(ValueError, match=r"duplicate key 'a' in keys \['a', 'a'\]"):
+        kjt(keys=["a", "a"])
+    with pytest.raises(ValueError, match=r"duplicate key 'x'"):
+        KeyedTensor(["x", "x"], [1, 1], torch.zeros(2, 2))
+
+
+def test_keys_must_be_a_list_of_str() -> None:
+    with pytest.raises(TypeError, match=r"keys must be a list of str, got str: 'ab'"):
+        kjt(keys="ab")
+    with pytest.raises(TypeError, match=r"keys must be str, got int 3"):
+        kjt(keys=["a", 3])
+
+
+# --- unknown keys in __getitem__ / permute -----------------------------------------------------
+
+
+def test_unknown_key_in_getitem() -> None:
+    with pytest.raises(UnknownKeyError, match=r"unknown key 'zz'; this KeyedJaggedTensor has"):
+        kjt()["zz"]
+    with pytest.raises(KeyError):  # still a KeyError, as in TorchRec
+        kjt()["zz"]
+    kt = KeyedTensor(["x"], [2], torch.zeros(3, 2))
+    with pytest.raises(UnknownKeyError, match=r"unknown key 'y'; this KeyedTensor has \['x'\]"):
+        kt["y"]
+    assert str(UnknownKeyError("plain")) == "plain"
+
+
+def test_unknown_index_in_permute() -> None:
+    with pytest.raises(IndexError, match=r"permute index 2 is out of range for 2 keys"):
+        kjt().permute([0, 2])
+    with pytest.raises(IndexError, match=r"permute index -1 is out of range"):
+        kjt().permute([-1])
+    with pytest.raises(TypeError, match=r"permute indices must be int, got str 'a'"):
+        kjt().permute(["a"])  # type: ignore[list-item]
+
+
+def test_bad_split_segments() -> None:
+    with pytest.raises(ValueError, match=r"split segments \[1\] sum to 1; they must sum to 2"):
+        kjt().split([1])
+    with pytest.raises(ValueError, match=r"split segments must be >= 0, got -1"):
+        kjt().split([3, -1])
+
+
+# --- concat of different batch sizes / of weighted with unweighted ------------------------------
+
+
+def test_concat_different_batch_sizes() -> None:
+    other = KeyedJaggedTensor(["c"], torch.arange(3), lengths=torch.tensor([1, 1, 1]))
+    with pytest.raises(ValueError, match=r"different batch sizes: 2 and 3"):
+        KeyedJaggedTensor.concat([kjt(), other])
+
+
+def test_concat_weighted_with_unweighted() -> None:
+    weighted = KeyedJaggedTensor(
+        ["c"], torch.arange(2), weights=torch.ones(2), lengths=torch.tensor([1, 1])
+    )
+    with pytest.raises(ValueError, match=r"weighted with unweighted.*kjt_list\[1\]"):
+        KeyedJaggedTensor.concat([kjt(), weighted])
+
+
+def test_concat_other_mistakes() -> None:
+    with pytest.raises(ValueError, match="empty list"):
+        KeyedJaggedTensor.concat([])
+    with pytest.raises(
+        ValueError, match=r"duplicate key 'a' in concat: kjt_list\[0\] and kjt_list\[1\]"
+    ):
+        KeyedJaggedTensor.concat([kjt(), kjt()])
+    # A key repeated by permute inside one input is carried through.
+    assert KeyedJaggedTensor.concat([kjt().permute([0, 0])]).keys() == ["a", "a"]
+    vbe = kjt(keys=["c", "d"], stride_per_key_per_rank=[[2], [2]])
+    with pytest.raises(ValueError, match=r"variable-batch with fixed-batch"):
+        KeyedJaggedTensor.concat([kjt(), vbe])
+
+
+# --- KeyedTensor ---------------------------------------------------------------------------------
+
+
+def test_keyed_tensor_bad_widths() -> None:
+    with pytest.raises(
+        ValueError, match=r"length_per_key \[2, 2\] sums to 4 but values has size 5"
+    ):
+        KeyedTensor(["a", "b"], [2, 2], torch.zeros(3, 5))
+    with pytest.raises(ValueError, match=r"length_per_key has 1 entries for 2 keys"):
+        KeyedTensor(["a", "b"], [5], torch.zeros(3, 5))
+    with pytest.raises(ValueError, match=r"length_per_key for key 'b' is -1"):
+        KeyedTensor(["a", "b"], [6, -1], torch.zeros(3, 5))
+    with pytest.raises(ValueError, match=r"key_dim 2 is out of range"):
+        KeyedTensor(["a"], [5], torch.zeros(3, 5), key_dim=2)
+
+
+def test_regroup_mistakes() -> None:
+    a = KeyedTensor(["a", "b"], [1, 2], torch.zeros(2, 3))
+    b = KeyedTensor(["b"], [1], torch.zeros(2, 1))
+    with pytest.raises(UnknownKeyError, match=r"unknown key 'q' in group \['a', 'q'\]"):
+        KeyedTensor.regroup([a], [["a", "q"]])
+    with pytest.raises(
+        ValueError, match=r"key 'b' is in keyed_tensors\[0\] and keyed_tensors\[1\]"
+    ):
+        KeyedTensor.regroup([a, b], [["a"]])
+    with pytest.raises(ValueError, match=r"2 groups but 1 names"):
+        KeyedTensor.regroup_as_dict([a], [["a"], ["b"]], ["x"])
+    with pytest.raises(ValueError, match="at least one KeyedTensor"):
+        KeyedTensor.regroup([], [["a"]])
+
+
+def test_jagged_tensor_other_mistakes() -> None:
+    jt = JaggedTensor(torch.arange(3), lengths=torch.tensor([3]))
+    with pytest.raises(ValueError, match="has no weights"):
+        jt.weights()
+    with pytest.raises(ValueError, match="desired_length must be >= 0, got -1"):
+        jt.to_padded_dense(desired_length=-1)
+    with pytest.raises(ValueError, match=r"lengths has shape \(3,\) but values has 2 rows"):
+        JaggedTensor.from_dense_lengths(torch.zeros(2, 4), torch.tensor([1, 2, 3]))
+    with pytest.raises(TypeError, match=r"values must be a torch\.Tensor, got list"):
+        JaggedTensor([1, 2], lengths=torch.tensor([2]))  # type: ignore[arg-type]
