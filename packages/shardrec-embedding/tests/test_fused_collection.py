@@ -362,3 +362,17 @@ def test_to_same_device_keeps_training() -> None:
     _train(a, seed=9, steps=2)
     _train(b, seed=9, steps=2)
     _assert_same_weights(a, b)
+
+
+def test_batch_of_only_empty_bags_changes_nothing() -> None:
+    m = FusedEmbeddingBagCollection(_tables(), "exact_row_wise_adagrad", {"lr": 0.1})
+    before = copy.deepcopy(m.state_dict())
+    kjt = KeyedJaggedTensor(
+        keys=["f1", "f2", "f3", "f4"],
+        values=torch.empty(0, dtype=torch.long),
+        lengths=torch.zeros(8, dtype=torch.long),
+    )
+    out = m(kjt).values()
+    assert out.shape == (2, 20) and not bool(out.any())
+    _loss(out).backward()
+    _assert_same_weights(m, _Loaded(before))

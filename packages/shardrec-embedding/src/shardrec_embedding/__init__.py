@@ -25,15 +25,25 @@ from shardrec_embedding.feature_processors import (
     PositionWeightedModule,
     PositionWeightedModuleCollection,
 )
+from shardrec_embedding.fused import (
+    BatchedFusedEmbeddingBag,
+    FusedEmbeddingBagCollection,
+    FusedEmbeddingOptimizer,
+    FusedTableSpec,
+)
 
 __all__ = [
     "BaseEmbeddingConfig",
+    "BatchedFusedEmbeddingBag",
     "DataType",
     "EmbeddingBagCollection",
     "EmbeddingBagConfig",
     "EmbeddingCollection",
     "EmbeddingConfig",
     "FeatureProcessedEmbeddingBagCollection",
+    "FusedEmbeddingBagCollection",
+    "FusedEmbeddingOptimizer",
+    "FusedTableSpec",
     "GradWorkspace",
     "PoolingType",
     "PositionWeightedModule",
