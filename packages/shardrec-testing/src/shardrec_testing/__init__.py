@@ -1,3 +1,31 @@
-"""Test helpers for shardrec: spawned rank pools, free ports, reference models, tolerances."""
+"""Test helpers for shardrec: spawned rank pools, free ports, seeded inputs, tolerances."""
 
-__all__: list[str] = []
+from shardrec_testing._ports import free_port
+from shardrec_testing.context import RankContext
+from shardrec_testing.pool import (
+    RankError,
+    RankPool,
+    RankTimeoutError,
+    RemoteTraceback,
+    close_shared_pools,
+    shared_pool,
+)
+from shardrec_testing.seeding import random_lengths, seed_everything, seed_from, seeded_generator
+from shardrec_testing.tolerance import assert_close, tolerance
+
+__all__ = [
+    "RankContext",
+    "RankError",
+    "RankPool",
+    "RankTimeoutError",
+    "RemoteTraceback",
+    "assert_close",
+    "close_shared_pools",
+    "free_port",
+    "random_lengths",
+    "seed_everything",
+    "seed_from",
+    "seeded_generator",
+    "shared_pool",
+    "tolerance",
+]

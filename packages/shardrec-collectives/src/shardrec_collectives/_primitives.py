@@ -1,0 +1,266 @@
+"""Raw collectives behind the public ones: start now, finish on wait, reverse in backward.
+
+Every public collective follows one pattern:
+
+1. At call time, launch the communication asynchronously on the *detached* input. All ranks must
+   issue collectives on a process group in the same order; launching at call time (never lazily
+   inside `wait()`) makes that order the program order of the calls, which is the same on every
+   rank.
+2. At `wait()`, wait for the work and connect the received tensor to the input in the autograd
+   graph with `link`, whose backward runs the reverse collective on the gradient (synchronously:
+   backward of one collective is one blocking call; the autograd engine visits them in the same
+   order on every rank because every rank builds the same graph).
+
+With one rank nothing is communicated: the input is its own output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.distributed as dist
+
+from shardrec_collectives.env import ShardingEnv
+
+# torch 2.13 renamed reduce_scatter_tensor / all_gather_into_tensor to *_single (the old names
+# warn); older torch has only the old names.
+_REDUCE_SCATTER: Callable[..., dist.Work | None] = getattr(
+    dist, "reduce_scatter_single", dist.reduce_scatter_tensor
+)
+_ALL_GATHER: Callable[..., dist.Work | None] = getattr(
+    dist, "all_gather_single", dist.all_gather_into_tensor
+)
+
+
+class Pending:
+    """A launched collective: `output` is valid once `work` (if any) has completed."""
+
+    def __init__(self, output: torch.Tensor, work: dist.Work | None) -> None:
+        self.output = output
+        self.work = work
+
+    def wait(self) -> torch.Tensor:
+        if self.work is not None:
+            self.work.wait()
+            self.work = None
+        return self.output
+
+
+def all_to_all(
+    env: ShardingEnv, input: torch.Tensor, in_splits: Sequence[int], out_splits: Sequence[int]
+) -> Pending:
+    """Rank r sends rows `input[sum(in_splits[:d]) : ...]` to each rank d; receives
+    `out_splits[s]` rows from each rank s, concatenated in rank order.
+
+    input: (sum(in_splits), *rest) -> output: (sum(out_splits), *rest)
+    """
+    if env.world_size == 1:
+        return Pending(input, None)
+    out = input.new_empty((sum(out_splits), *input.shape[1:]))
+    work = dist.all_to_all_single(
+        out,
+        input.contiguous(),
+        output_split_sizes=list(out_splits),
+        input_split_sizes=list(in_splits),
+        group=env.require_pg(),
+        async_op=True,
+    )
+    return Pending(out, work)
+
+
+def reduce_scatter_v(env: ShardingEnv, input: torch.Tensor, counts: Sequence[int]) -> Pending:
+    """Sum `input` over ranks and give rank r the chunk of `counts[r]` elements at offset
+    `sum(counts[:r])`. input: (sum(counts),) -> output: (counts[rank],) once waited.
+
+    Uneven chunks are padded to the largest so that `reduce_scatter_single` (equal chunks, the
+    form gloo implements) applies; `Pending.output` is then a view of the padded result.
+    """
+    if env.world_size == 1:
+        return Pending(input, None)
+    pg = env.require_pg()
+    biggest = max(counts)
+    if all(c == biggest for c in counts):
+        padded = input.contiguous()
+    else:
+        padded = input.new_zeros((env.world_size, biggest))
+        mask = torch.arange(biggest, device=input.device) < torch.tensor(
+            list(counts), device=input.device
+        ).unsqueeze(1)
+        padded[mask] = input
+        padded = padded.view(-1)
+    out = input.new_empty((biggest,))
+    work = _REDUCE_SCATTER(out, padded, group=pg, async_op=True)
+    mine = counts[env.rank]
+    return Pending(out if mine == biggest else out[:mine], work)
+
+
+def all_gather_v(env: ShardingEnv, input: torch.Tensor, counts: Sequence[int]) -> Pending:
+    """Rank r contributes `input` of `counts[r]` elements; every rank receives all contributions
+    concatenated in rank order. input: (counts[rank],) -> output: (sum(counts),) once waited.
+    """
+    if env.world_size == 1:
+        return Pending(input, None)
+    pg = env.require_pg()
+    biggest = max(counts)
+    even = all(c == biggest for c in counts)
+    src = (
+        input.contiguous() if even else torch.nn.functional.pad(input, (0, biggest - input.numel()))
+    )
+    out = input.new_empty((env.world_size * biggest,))
+    work = _ALL_GATHER(out, src, group=pg, async_op=True)
+    if even:
+        return Pending(out, work)
+    return _Unpadded(out, work, counts, biggest)
+
+
+class _Unpadded(Pending):
+    def __init__(
+        self, padded: torch.Tensor, work: dist.Work | None, counts: Sequence[int], biggest: int
+    ) -> None:
+        super().__init__(padded, work)
+        self._counts = list(counts)
+        self._biggest = biggest
+
+    def wait(self) -> torch.Tensor:
+        padded = super().wait()
+        mask = torch.arange(self._biggest, device=padded.device) < torch.tensor(
+            self._counts, device=padded.device
+        ).unsqueeze(1)
+        return padded.view(len(self._counts), self._biggest)[mask]
+
+
+def all_to_all_sync(
+    env: ShardingEnv, input: torch.Tensor, in_splits: Sequence[int], out_splits: Sequence[int]
+) -> torch.Tensor:
+    return all_to_all(env, input, in_splits, out_splits).wait()
+
+
+class _Link(torch.autograd.Function):
+    """Identity from `received` in forward; `reverse(grad)` as the gradient of `source`.
+
+    When `source` does not require grad, a zero-size dummy stands in for it, so that the
+    reverse collective still runs in backward: every rank must take part in it, including a rank
+    whose own input is a constant (e.g. a rank that owns no tables).
+    """
+
+    @staticmethod
+    def forward(
+        ctx: torch.autograd.function.FunctionCtx,
+        source: torch.Tensor,
+        received: list[torch.Tensor],
+        reverse: Callable[[torch.Tensor], torch.Tensor],
+        dummy: bool,
+    ) -> torch.Tensor:
+        ctx.reverse = reverse  # type: ignore[attr-defined]  # ctx is a free-form namespace
+        ctx.dummy = dummy  # type: ignore[attr-defined]  # same
+        # `received` arrives inside a list, not as a tensor argument: an output that is an input
+        # (or a view of one) may not be modified in place, and callers do modify collective
+        # outputs in place (e.g. dividing pooled sums for MEAN).
+        return received[0]
+
+    @staticmethod
+    def backward(
+        ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor
+    ) -> tuple[torch.Tensor, None, None, None]:
+        reverse: Callable[[torch.Tensor], torch.Tensor] = ctx.reverse  # type: ignore[attr-defined]  # set in forward
+        source_grad = reverse(grad.contiguous())
+        if ctx.dummy:  # type: ignore[attr-defined]  # set in forward
+            source_grad = source_grad.new_zeros((0,))
+        return source_grad, None, None, None
+
+
+def needs_grad(env: ShardingEnv, t: torch.Tensor | None) -> bool:
+    """Whether a collective on `t` joins the autograd graph (decided at launch).
+
+    With several ranks this must be the same decision on every rank (backward runs the reverse
+    collective), so it depends only on grad mode, never on whether this rank's own input
+    requires grad. Without communication it follows `t`.
+    """
+    if not torch.is_grad_enabled() or t is None or not t.is_floating_point():
+        return False
+    return env.world_size > 1 or t.requires_grad
+
+
+def link(
+    source: torch.Tensor,
+    received: torch.Tensor,
+    reverse: Callable[[torch.Tensor], torch.Tensor],
+    grad: bool,
+) -> torch.Tensor:
+    """`received`, with `reverse` as the backward from it to `source` when `grad`.
+
+    The result never aliases `source` and, when linked, is not a view, so callers may modify it
+    in place (e.g. divide pooled sums for MEAN).
+    """
+    if received.numel() and (
+        received.untyped_storage().data_ptr() == source.untyped_storage().data_ptr()
+    ):
+        received = received.clone()  # one rank: the "received" tensor is the input itself
+    if not grad:
+        return received
+    if received._base is not None:
+        # The unpadded part of an uneven reduce-scatter: autograd forbids in-place changes to
+        # a custom Function's output that is a view.
+        received = received.clone()
+    dummy = not source.requires_grad
+    if dummy:
+        source = torch.empty((0,), dtype=received.dtype, device=received.device, requires_grad=True)
+    with torch.enable_grad():
+        # torch.autograd.Function.apply is untyped in torch's stubs.
+        out: torch.Tensor = _Link.apply(source, [received], reverse, dummy)  # type: ignore[no-untyped-call]
+    return out
+
+
+def exclusive_cumsum(xs: Sequence[int]) -> list[int]:
+    out = [0] * len(xs)
+    total = 0
+    for i, x in enumerate(xs):
+        out[i] = total
+        total += x
+    return out
+
+
+def transpose_segments_index(
+    sizes: Sequence[Sequence[int]], device: torch.device
+) -> torch.Tensor | None:
+    """Gather index that reorders segments from row-major to column-major order.
+
+    `sizes[i][j]` is the length of segment (i, j); the input holds the segments in order
+    (0,0), (0,1), ..., (1,0), ...; `x[index]` holds them in order (0,0), (1,0), ..., (0,1), ...
+    Returns `None` when the order does not change (one row or one column).
+
+    Example: sizes [[2, 1], [1, 0]] on x = [a a b | c] -> [a a c b].
+    """
+    rows = len(sizes)
+    cols = len(sizes[0]) if rows else 0
+    if rows <= 1 or cols <= 1:
+        return None
+    flat = torch.tensor([s for row in sizes for s in row], dtype=torch.int64)
+    total = int(flat.sum())
+    src_starts = (torch.cumsum(flat, 0) - flat).view(rows, cols).t().reshape(-1)
+    new_sizes = flat.view(rows, cols).t().reshape(-1)
+    dst_starts = torch.cumsum(new_sizes, 0) - new_sizes
+    shift = torch.repeat_interleave((src_starts - dst_starts).to(device), new_sizes.to(device))
+    index: torch.Tensor = shift + torch.arange(total, device=device)
+    return index
+
+
+# Above this many segments one gather through an index beats splitting into views (measured: the
+# per-view Python cost of split + cat overtakes the index's extra passes over the data).
+_MAX_SPLIT_SEGMENTS = 2048
+
+
+def transpose_segments(x: torch.Tensor, sizes: Sequence[Sequence[int]]) -> torch.Tensor:
+    """Reorder the dim-0 segments of `x` from row-major to column-major (see
+    `transpose_segments_index`); differentiable. One copy of `x` at most."""
+    rows = len(sizes)
+    cols = len(sizes[0]) if rows else 0
+    if rows <= 1 or cols <= 1:
+        return x
+    if rows * cols > _MAX_SPLIT_SEGMENTS:
+        index = transpose_segments_index(sizes, x.device)
+        assert index is not None
+        return x[index]
+    pieces = torch.split(x, [s for row in sizes for s in row])
+    return torch.cat([pieces[i * cols + j] for j in range(cols) for i in range(rows)])

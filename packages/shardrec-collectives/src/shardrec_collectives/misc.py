@@ -1,0 +1,133 @@
+"""Small collectives the sharding and training layers need besides the embedding exchanges:
+dense all-reduce, broadcast of initial weights, barriers, object exchange, per-host groups."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.distributed as dist
+
+from shardrec_collectives import _primitives as prim
+from shardrec_collectives.awaitable import Awaitable, NoWait
+from shardrec_collectives.env import ShardingEnv
+
+__all__ = [
+    "HostGroups",
+    "all_gather_object",
+    "all_reduce_sum",
+    "barrier",
+    "broadcast_",
+    "split_by_host",
+]
+
+
+def all_reduce_sum(env: ShardingEnv, tensor: torch.Tensor) -> Awaitable[torch.Tensor]:
+    """Sum `tensor` over ranks (out of place).
+
+    Sends and receives: a tensor of `tensor`'s shape; the result is the element-wise sum of
+    every rank's. Backward: all-reduce of the gradient.
+    """
+    if env.world_size == 1:
+        return NoWait(tensor)
+    out = tensor.detach().clone()
+    work = dist.all_reduce(out, group=env.require_pg(), async_op=True)
+    pending = prim.Pending(out, work)
+    grad = prim.needs_grad(env, tensor)
+
+    def reverse(g: torch.Tensor) -> torch.Tensor:
+        g = g.clone()
+        dist.all_reduce(g, group=env.require_pg())
+        return g
+
+    return Awaitable(lambda: prim.link(tensor, pending.wait(), reverse, grad))
+
+
+def broadcast_(env: ShardingEnv, tensor: torch.Tensor, src: int) -> torch.Tensor:
+    """Overwrite `tensor` on every rank with rank `src`'s (in place, not differentiable).
+
+    Sends (rank `src`): `tensor`. Receives (others): into `tensor`, same shape and dtype.
+    Used to make replicated (data-parallel) parameters start identical.
+    """
+    if not 0 <= src < env.world_size:
+        raise ValueError(f"src rank {src} is outside the world of {env.world_size} ranks")
+    if env.world_size > 1:
+        with torch.no_grad():
+            dist.broadcast(tensor, src=_global_rank(env, src), group=env.require_pg())
+    return tensor
+
+
+def barrier(env: ShardingEnv) -> None:
+    """Return once every rank has called `barrier` (nothing is exchanged)."""
+    if env.world_size > 1:
+        dist.barrier(group=env.require_pg())
+
+
+def all_gather_object(env: ShardingEnv, obj: object) -> list[object]:
+    """Every rank's picklable `obj`, in rank order (for small metadata such as shard sizes)."""
+    if env.world_size == 1:
+        return [obj]
+    out: list[object] = [None] * env.world_size
+    dist.all_gather_object(out, obj, group=env.require_pg())
+    return out
+
+
+def _global_rank(env: ShardingEnv, group_rank: int) -> int:
+    pg = env.require_pg()
+    return dist.get_global_rank(pg, group_rank)
+
+
+@dataclasses.dataclass(frozen=True)
+class HostGroups:
+    """This rank's two sub-environments for two-level (table_row_wise) sharding.
+
+    intra: the ranks of this host (`local_world_size` of them), rank = local rank.
+    cross: the ranks with this rank's local rank on every host, rank = host index.
+    """
+
+    intra: ShardingEnv
+    cross: ShardingEnv
+    local_world_size: int
+
+    @property
+    def host(self) -> int:
+        return self.cross.rank
+
+
+def split_by_host(env: ShardingEnv, local_world_size: int) -> HostGroups:
+    """Create the per-host and cross-host process groups (a collective: every rank calls it).
+
+    Ranks `h * local_world_size .. (h + 1) * local_world_size - 1` form host h. With
+    `local_world_size == world_size` (one host), `cross` has one rank.
+    """
+    if local_world_size < 1 or env.world_size % local_world_size != 0:
+        raise ValueError(
+            f"local_world_size {local_world_size} must be >= 1 and divide world_size "
+            f"{env.world_size}"
+        )
+    hosts = env.world_size // local_world_size
+    host, local = divmod(env.rank, local_world_size)
+    if env.world_size == 1:
+        one = ShardingEnv(1, 0, None, env.device)
+        return HostGroups(intra=one, cross=one, local_world_size=1)
+    pg = env.require_pg()
+    ranks = [dist.get_global_rank(pg, r) for r in range(env.world_size)]
+    # new_group is collective over the whole world and must be called for every group, in
+    # the same order, on every rank, including groups this rank is not part of.
+    intra_pg = cross_pg = None
+    for h in range(hosts):
+        members = ranks[h * local_world_size : (h + 1) * local_world_size]
+        group = dist.new_group(members, use_local_synchronization=False)
+        if h == host:
+            intra_pg = group
+    for lr in range(local_world_size):
+        members = ranks[lr::local_world_size]
+        group = dist.new_group(members, use_local_synchronization=False)
+        if lr == local:
+            cross_pg = group
+    assert intra_pg is not None and cross_pg is not None
+    return HostGroups(
+        intra=ShardingEnv(local_world_size, local, intra_pg, env.device),
+        cross=ShardingEnv(hosts, host, cross_pg, env.device),
+        local_world_size=local_world_size,
+    )

@@ -1,0 +1,57 @@
+"""Sequence-embedding all-to-all: one embedding per id goes back to the rank that sent the id
+(output distribution of EmbeddingCollection sharding)."""
+
+from __future__ import annotations
+
+import torch
+
+from shardrec_collectives import _primitives as prim
+from shardrec_collectives.awaitable import Awaitable
+from shardrec_collectives.env import ShardingEnv
+from shardrec_collectives.kjt_all_to_all import KJTAllToAllLayout
+
+__all__ = ["sequence_all_to_all"]
+
+
+def sequence_all_to_all(
+    env: ShardingEnv, embeddings: torch.Tensor, layout: KJTAllToAllLayout
+) -> Awaitable[torch.Tensor]:
+    """Send each id's embedding back to the rank the id came from, in that rank's order.
+
+    embeddings: `(N_recv, D)`, one row per value of the KJT received by the `kjt_all_to_all`
+        whose `layout` is given, in its (feature-major) order.
+    Sends: to rank s, the rows of the ids s sent, in the order s sent them.
+    Receives: `(N_sent, D)`: one row per id of this rank's `per_rank[0]`, `per_rank[1]`, ...
+        values, in that order. Works unchanged for variable batch per feature.
+    Backward: the reverse all-to-all (and reordering) of the gradient.
+    """
+    if embeddings.dim() != 2:
+        raise ValueError(f"embeddings must be (N, D), got shape {tuple(embeddings.shape)}")
+    recv_per_rank = layout.recv_values_per_rank
+    if embeddings.shape[0] != sum(recv_per_rank):
+        raise ValueError(
+            f"embeddings has {embeddings.shape[0]} rows but the all-to-all delivered "
+            f"{sum(recv_per_rank)} ids {recv_per_rank} (per rank)"
+        )
+    if len(layout.sent_values_per_rank) != env.world_size:
+        raise ValueError(
+            f"layout is for {len(layout.sent_values_per_rank)} ranks, env has {env.world_size}"
+        )
+    # feature-major rows -> source-major rows, the order each source sent its ids in.
+    send = prim.transpose_segments(
+        embeddings, [list(r) for r in layout.recv_values_per_key_per_rank]
+    )
+    in_splits = recv_per_rank
+    out_splits = list(layout.sent_values_per_rank)
+    pending = prim.all_to_all(env, send.detach(), in_splits, out_splits)
+    grad = prim.needs_grad(env, send)
+
+    def finish() -> torch.Tensor:
+        return prim.link(
+            send,
+            pending.wait(),
+            lambda g: prim.all_to_all_sync(env, g, out_splits, in_splits),
+            grad,
+        )
+
+    return Awaitable(finish)

@@ -1,0 +1,102 @@
+"""Awaitable, NoWait and LazyAwaitable (no communication involved)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from shardrec_collectives import Awaitable, LazyAwaitable, NoWait
+
+
+class Counter:
+    def __init__(self, value: torch.Tensor) -> None:
+        self.calls = 0
+        self.value = value
+
+    def __call__(self) -> torch.Tensor:
+        self.calls += 1
+        return self.value
+
+
+def test_wait_runs_once_and_caches() -> None:
+    fn = Counter(torch.tensor([1.0, 2.0]))
+    a = Awaitable(fn)
+    assert not a.done
+    assert a.wait() is a.wait()
+    assert fn.calls == 1 and a.done
+
+
+def test_callbacks_run_in_order_on_first_wait() -> None:
+    a = Awaitable(lambda: 2)
+    a.callbacks.append(lambda x: x + 1)
+    a.add_callback(lambda x: x * 10)
+    assert a.wait() == 30
+    assert a.wait() == 30
+
+
+def test_then_chains_without_nesting() -> None:
+    fn = Counter(torch.tensor(3.0))
+    chained = Awaitable(fn).then(lambda t: t * 2)
+    assert fn.calls == 0
+    assert float(chained.wait()) == 6.0 and fn.calls == 1
+
+
+def test_awaitable_of_awaitable_is_rejected() -> None:
+    with pytest.raises(TypeError, match="NoWait of an awaitable"):
+        NoWait(NoWait(1))
+    nested: Awaitable[object] = Awaitable(lambda: NoWait(1))
+    with pytest.raises(TypeError, match="produced another awaitable \\(NoWait\\)"):
+        nested.wait()
+
+
+def test_subclass_overrides_wait_impl_and_base_needs_a_function() -> None:
+    class Five(Awaitable[int]):
+        def _wait_impl(self) -> int:
+            return 5
+
+    assert Five().wait() == 5
+    with pytest.raises(TypeError, match="Awaitable has no wait function"):
+        Awaitable[int]().wait()
+
+
+def test_no_wait_returns_value() -> None:
+    t = torch.ones(2)
+    assert NoWait(t).wait() is t
+
+
+def test_lazy_awaitable_waits_on_torch_function() -> None:
+    fn = Counter(torch.tensor([1.0, 2.0]))
+    lazy = LazyAwaitable(fn)
+    assert fn.calls == 0
+    out = torch.cat([lazy, torch.tensor([3.0])])  # type: ignore[list-item]  # lazy stands in for a tensor
+    assert out.tolist() == [1.0, 2.0, 3.0] and fn.calls == 1
+    assert torch.sum(lazy).item() == 3.0  # type: ignore[call-overload]  # same
+    assert fn.calls == 1
+
+
+def test_lazy_awaitable_forwards_attributes_operators_and_indexing() -> None:
+    lazy = LazyAwaitable(Awaitable(lambda: torch.tensor([1.0, 2.0])))
+    assert lazy.shape == torch.Size([2])
+    assert (lazy + 1).tolist() == [2.0, 3.0]  # type: ignore[operator]  # installed dynamically
+    assert (1 - lazy).tolist() == [0.0, -1.0]  # type: ignore[operator]  # installed dynamically
+    assert (lazy * lazy).tolist() == [1.0, 4.0]  # type: ignore[operator]  # installed dynamically
+    assert (-lazy).tolist() == [-1.0, -2.0]  # type: ignore[operator]  # installed dynamically
+    assert float(lazy[1]) == 2.0  # type: ignore[arg-type]  # the element is a tensor
+    assert len(lazy) == 2
+    assert [float(x) for x in lazy] == [1.0, 2.0]  # type: ignore[arg-type]  # same
+
+
+def test_lazy_awaitable_does_not_wait_for_private_probes() -> None:
+    fn = Counter(torch.zeros(1))
+    lazy = LazyAwaitable(fn)
+    assert not hasattr(lazy, "_not_there")
+    assert fn.calls == 0
+    assert isinstance(lazy, Awaitable)
+    lazy.add_callback(lambda t: t + 1)
+    assert lazy.wait().tolist() == [1.0]
+
+
+def test_lazy_awaitable_of_dict_like_result() -> None:
+    lazy = LazyAwaitable(lambda: {"a": torch.tensor([1.0])})
+    assert lazy["a"].tolist() == [1.0]  # type: ignore[attr-defined]  # a tensor at runtime
+    assert list(lazy.keys()) == ["a"]  # type: ignore[operator]  # forwarded attribute
