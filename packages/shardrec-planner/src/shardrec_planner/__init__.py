@@ -1,3 +1,63 @@
 """The sharding plan data model and the planner that chooses it."""
 
-__all__: list[str] = []
+from shardrec_planner.calibration import Calibration, calibrate
+from shardrec_planner.chart import save_plan_chart
+from shardrec_planner.constraints import ParameterConstraints
+from shardrec_planner.enums import EmbeddingComputeKernel, ShardingType
+from shardrec_planner.errors import PlannerError
+from shardrec_planner.geometry import MIN_CW_DIM, column_block_size, row_block_sizes, shard_geometry
+from shardrec_planner.manual import (
+    ParameterShardingGenerator,
+    column_wise,
+    construct_module_sharding_plan,
+    data_parallel,
+    grid_shard,
+    row_wise,
+    table_column_wise,
+    table_row_wise,
+    table_wise,
+)
+from shardrec_planner.parameter_sharding import ParameterSharding
+from shardrec_planner.planner import EmbeddingShardingPlanner
+from shardrec_planner.shard_metadata import EnumerableShardingSpec, ShardMetadata, placement
+from shardrec_planner.sharder import EmbeddingTableSharder, PlannerSharder, TableInfo
+from shardrec_planner.sharding_plan import EmbeddingModuleShardingPlan, ShardingPlan
+from shardrec_planner.stats import PlanStats, RankStats, TableDecision
+from shardrec_planner.topology import Topology
+
+__all__ = [
+    "MIN_CW_DIM",
+    "Calibration",
+    "EmbeddingComputeKernel",
+    "EmbeddingModuleShardingPlan",
+    "EmbeddingShardingPlanner",
+    "EmbeddingTableSharder",
+    "EnumerableShardingSpec",
+    "ParameterConstraints",
+    "ParameterSharding",
+    "ParameterShardingGenerator",
+    "PlanStats",
+    "PlannerError",
+    "PlannerSharder",
+    "RankStats",
+    "ShardMetadata",
+    "ShardingPlan",
+    "ShardingType",
+    "TableDecision",
+    "TableInfo",
+    "Topology",
+    "calibrate",
+    "column_block_size",
+    "column_wise",
+    "construct_module_sharding_plan",
+    "data_parallel",
+    "grid_shard",
+    "placement",
+    "row_block_sizes",
+    "row_wise",
+    "save_plan_chart",
+    "shard_geometry",
+    "table_column_wise",
+    "table_row_wise",
+    "table_wise",
+]

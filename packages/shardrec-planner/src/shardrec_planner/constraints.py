@@ -1,0 +1,63 @@
+"""Per-table hints and limits for the planner (TorchRec's ParameterConstraints)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from shardrec_planner.enums import EmbeddingComputeKernel, ShardingType
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ParameterConstraints:
+    """What the planner may do with one table, and what its input looks like.
+
+    - `sharding_types` / `compute_kernels`: allowed choices (plain strings accepted); None = any
+      the sharder offers.
+    - `min_partition`: narrowest column block for column-split types (default 128).
+    - `pooling_factors`: average ids per sample for each feature of the table (default 1.0 each).
+    - `num_poolings`: poolings per sample for each feature (default 1.0 each).
+    - `batch_sizes`: per-rank batch size for each feature (default: the planner's batch_size).
+    - `is_weighted`: ids carry per-id weights (more input bytes, slower backward).
+    """
+
+    sharding_types: Sequence[str] | None = None
+    compute_kernels: Sequence[str] | None = None
+    min_partition: int | None = None
+    pooling_factors: Sequence[float] | None = None
+    num_poolings: Sequence[float] | None = None
+    batch_sizes: Sequence[int] | None = None
+    is_weighted: bool = False
+
+    def __post_init__(self) -> None:
+        if self.sharding_types is not None:
+            types = tuple(ShardingType(t) for t in self.sharding_types)
+            if not types:
+                raise ValueError("sharding_types must not be empty (use None for any)")
+            object.__setattr__(self, "sharding_types", types)
+        if self.compute_kernels is not None:
+            kernels = tuple(EmbeddingComputeKernel(k) for k in self.compute_kernels)
+            if not kernels:
+                raise ValueError("compute_kernels must not be empty (use None for any)")
+            object.__setattr__(self, "compute_kernels", kernels)
+        if self.min_partition is not None and self.min_partition < 1:
+            raise ValueError(f"min_partition must be >= 1, got {self.min_partition}")
+        for field in ("pooling_factors", "num_poolings", "batch_sizes"):
+            values = getattr(self, field)
+            if values is None:
+                continue
+            if isinstance(values, str | bytes) or not values:
+                raise ValueError(f"{field} must be a non-empty list of numbers, got {values!r}")
+            if any(not v >= 0 for v in values):
+                raise ValueError(f"{field} must be >= 0, got {list(values)}")
+            object.__setattr__(self, field, tuple(values))
+        lengths = {
+            f: len(getattr(self, f))
+            for f in ("pooling_factors", "num_poolings", "batch_sizes")
+            if getattr(self, f) is not None
+        }
+        if len(set(lengths.values())) > 1:
+            raise ValueError(
+                f"pooling_factors, num_poolings and batch_sizes describe the same features and "
+                f"must have equal lengths, got {lengths}"
+            )

@@ -1,0 +1,59 @@
+"""The names users type in plans and constraints: sharding types and compute kernels.
+
+Both are string enums, so `ShardingType("row_wise") is ShardingType.ROW_WISE` and a plan's JSON
+holds plain strings.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ShardingType(enum.StrEnum):
+    """How one embedding table is split across ranks (TorchRec's names and geometry)."""
+
+    DATA_PARALLEL = "data_parallel"
+    """Every rank holds the whole table; gradients are all-reduced."""
+    TABLE_WISE = "table_wise"
+    """The whole table lives on one rank."""
+    COLUMN_WISE = "column_wise"
+    """Column blocks (at least 128 wide, dividing the dim) each live on one rank."""
+    ROW_WISE = "row_wise"
+    """Row blocks of ceil(rows / world_size), one per rank."""
+    TABLE_ROW_WISE = "table_row_wise"
+    """Row blocks of ceil(rows / local_world_size) on the ranks of one host."""
+    TABLE_COLUMN_WISE = "table_column_wise"
+    """Column blocks placed on ranks of one host."""
+    GRID_SHARD = "grid_shard"
+    """Column blocks, each split row-wise over the ranks of one host."""
+
+    @classmethod
+    def _missing_(cls, value: object) -> ShardingType:
+        valid = ", ".join(repr(m.value) for m in cls)
+        raise ValueError(f"unknown sharding type {value!r}; valid: {valid}")
+
+
+class EmbeddingComputeKernel(enum.StrEnum):
+    """Which lookup implementation a shard uses.
+
+    `fused` applies the optimizer inside the backward pass (no gradient tensor is materialized);
+    `dense` produces a gradient that a separate optimizer consumes. On GPUs, `fused_uvm` keeps the
+    rows in host memory (unified virtual memory) and `fused_uvm_caching` adds a device cache of a
+    fraction of them: slower lookups, little device memory. `batched_fused` and `batched_dense`
+    are older TorchRec spellings and mean the same kernels.
+    """
+
+    DENSE = "dense"
+    FUSED = "fused"
+    FUSED_UVM = "fused_uvm"
+    FUSED_UVM_CACHING = "fused_uvm_caching"
+    BATCHED_DENSE = "dense"  # alias: TorchRec tutorials still use this name
+    BATCHED_FUSED = "fused"  # alias: TorchRec tutorials still use this name
+
+    @classmethod
+    def _missing_(cls, value: object) -> EmbeddingComputeKernel:
+        legacy = {"batched_dense": cls.DENSE, "batched_fused": cls.FUSED}
+        if isinstance(value, str) and value in legacy:
+            return legacy[value]
+        valid = ", ".join(repr(m.value) for m in cls)
+        raise ValueError(f"unknown compute kernel {value!r}; valid: {valid}")

@@ -1,0 +1,254 @@
+"""Hand-written plans: `construct_module_sharding_plan(ebc, {"t0": table_wise(rank=0), ...})`.
+
+Each helper returns a generator that, given a table's weight and the world, builds its
+ParameterSharding with TorchRec's geometry (see `geometry`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import torch
+from torch import nn
+
+from shardrec_planner.enums import EmbeddingComputeKernel, ShardingType
+from shardrec_planner.geometry import column_block_size, shard_geometry
+from shardrec_planner.parameter_sharding import ParameterSharding
+from shardrec_planner.shard_metadata import EnumerableShardingSpec, ShardMetadata, placement
+from shardrec_planner.sharder import PlannerSharder, find_table_weights
+
+ParameterShardingGenerator = Callable[
+    [torch.Tensor, int, int, str, PlannerSharder | None], ParameterSharding
+]
+"""(weight, local_world_size, world_size, device_type, sharder) -> ParameterSharding."""
+
+
+def _kernel(
+    st: ShardingType, requested: str | None, device_type: str, sharder: PlannerSharder | None
+) -> EmbeddingComputeKernel:
+    if requested is not None:
+        return EmbeddingComputeKernel(requested)
+    if st is ShardingType.DATA_PARALLEL:
+        return EmbeddingComputeKernel.DENSE
+    allowed = ["fused"] if sharder is None else sharder.compute_kernels(st.value, device_type)
+    if "fused" in allowed or not allowed:
+        return EmbeddingComputeKernel.FUSED
+    return EmbeddingComputeKernel(allowed[0])
+
+
+def _build(
+    st: ShardingType,
+    shards: Sequence[tuple[tuple[int, int], tuple[int, int]]],
+    ranks: Sequence[int],
+    world_size: int,
+    local_size: int,
+    device_type: str,
+    kernel: EmbeddingComputeKernel,
+) -> ParameterSharding:
+    for r in ranks:
+        if not 0 <= r < world_size:
+            raise ValueError(f"rank {r} is out of range for world size {world_size}")
+    if st is ShardingType.DATA_PARALLEL:
+        return ParameterSharding(sharding_type=st, compute_kernel=kernel, ranks=tuple(ranks))
+    metas = tuple(
+        ShardMetadata(
+            shard_offsets=offsets,
+            shard_sizes=sizes,
+            placement=placement(device_type, rank, local_size),
+        )
+        for (sizes, offsets), rank in zip(shards, ranks, strict=True)
+    )
+    return ParameterSharding(
+        sharding_type=st,
+        compute_kernel=kernel,
+        ranks=tuple(ranks),
+        sharding_spec=EnumerableShardingSpec(shards=metas),
+    )
+
+
+def _shape(param: torch.Tensor) -> tuple[int, int]:
+    if param.dim() != 2:
+        raise ValueError(f"expected a 2-d table weight, got shape {tuple(param.shape)}")
+    return int(param.shape[0]), int(param.shape[1])
+
+
+def data_parallel() -> ParameterShardingGenerator:
+    """Replicate the table on every rank (kernel `dense`)."""
+
+    def gen(
+        param: torch.Tensor, local: int, world: int, device: str, sharder: PlannerSharder | None
+    ) -> ParameterSharding:
+        _shape(param)
+        kernel = _kernel(ShardingType.DATA_PARALLEL, None, device, sharder)
+        return _build(ShardingType.DATA_PARALLEL, [], range(world), world, local, device, kernel)
+
+    return gen
+
+
+def table_wise(rank: int, compute_kernel: str | None = None) -> ParameterShardingGenerator:
+    """Place the whole table on `rank`."""
+
+    def gen(
+        param: torch.Tensor, local: int, world: int, device: str, sharder: PlannerSharder | None
+    ) -> ParameterSharding:
+        rows, dim = _shape(param)
+        st = ShardingType.TABLE_WISE
+        shards = shard_geometry(st, rows, dim, world_size=world, local_world_size=local)
+        kernel = _kernel(st, compute_kernel, device, sharder)
+        return _build(st, shards, [rank], world, local, device, kernel)
+
+    return gen
+
+
+def row_wise(compute_kernel: str | None = None) -> ParameterShardingGenerator:
+    """Split rows into blocks of ceil(rows / world_size), block i on rank i."""
+
+    def gen(
+        param: torch.Tensor, local: int, world: int, device: str, sharder: PlannerSharder | None
+    ) -> ParameterSharding:
+        rows, dim = _shape(param)
+        st = ShardingType.ROW_WISE
+        shards = shard_geometry(st, rows, dim, world_size=world, local_world_size=local)
+        kernel = _kernel(st, compute_kernel, device, sharder)
+        return _build(st, shards, range(world), world, local, device, kernel)
+
+    return gen
+
+
+def _column_ranks(
+    st: ShardingType,
+    ranks: Sequence[int] | None,
+    compute_kernel: str | None,
+) -> ParameterShardingGenerator:
+    def gen(
+        param: torch.Tensor, local: int, world: int, device: str, sharder: PlannerSharder | None
+    ) -> ParameterSharding:
+        rows, dim = _shape(param)
+        if ranks is None:
+            width = column_block_size(dim)
+            chosen = [i % world for i in range(dim // width)]
+        else:
+            chosen = list(ranks)
+            if not chosen or dim % len(chosen) != 0:
+                raise ValueError(
+                    f"embedding dim {dim} cannot be split evenly across ranks {chosen}"
+                )
+            width = dim // len(chosen)
+        if st is ShardingType.TABLE_COLUMN_WISE:
+            hosts = sorted({r // local for r in chosen})
+            if len(hosts) != 1:
+                raise ValueError(
+                    f"table_column_wise ranks {chosen} span hosts {hosts} "
+                    f"(local world size {local}); use column_wise to span hosts"
+                )
+        shards = shard_geometry(
+            st, rows, dim, world_size=world, local_world_size=local, column_block=width
+        )
+        kernel = _kernel(st, compute_kernel, device, sharder)
+        return _build(st, shards, chosen, world, local, device, kernel)
+
+    return gen
+
+
+def column_wise(
+    ranks: Sequence[int] | None = None, compute_kernel: str | None = None
+) -> ParameterShardingGenerator:
+    """Split the columns evenly over `ranks` (one block per listed rank, repeats allowed).
+
+    Without `ranks`, blocks of at least 128 columns go to ranks 0, 1, ... in turn.
+    """
+    return _column_ranks(ShardingType.COLUMN_WISE, ranks, compute_kernel)
+
+
+def table_column_wise(
+    ranks: Sequence[int] | None = None, compute_kernel: str | None = None
+) -> ParameterShardingGenerator:
+    """Like column_wise, but all `ranks` must be on one host."""
+    return _column_ranks(ShardingType.TABLE_COLUMN_WISE, ranks, compute_kernel)
+
+
+def table_row_wise(
+    host_index: int, compute_kernel: str | None = None
+) -> ParameterShardingGenerator:
+    """Row blocks of ceil(rows / local_world_size) on the ranks of host `host_index`."""
+
+    def gen(
+        param: torch.Tensor, local: int, world: int, device: str, sharder: PlannerSharder | None
+    ) -> ParameterSharding:
+        rows, dim = _shape(param)
+        st = ShardingType.TABLE_ROW_WISE
+        if not 0 <= host_index < world // local:
+            raise ValueError(
+                f"host_index {host_index} is out of range: {world // local} host(s) of "
+                f"{local} ranks"
+            )
+        shards = shard_geometry(st, rows, dim, world_size=world, local_world_size=local)
+        ranks = [host_index * local + i for i in range(local)]
+        kernel = _kernel(st, compute_kernel, device, sharder)
+        return _build(st, shards, ranks, world, local, device, kernel)
+
+    return gen
+
+
+def grid_shard(
+    host_indexes: Sequence[int], compute_kernel: str | None = None
+) -> ParameterShardingGenerator:
+    """Column blocks (at least 128 wide); block j is split row-wise over host `host_indexes[j]`."""
+
+    def gen(
+        param: torch.Tensor, local: int, world: int, device: str, sharder: PlannerSharder | None
+    ) -> ParameterSharding:
+        rows, dim = _shape(param)
+        st = ShardingType.GRID_SHARD
+        blocks = dim // column_block_size(dim)
+        if len(host_indexes) != blocks:
+            raise ValueError(
+                f"grid_shard of dim {dim} has {blocks} column block(s); "
+                f"got {len(host_indexes)} host index(es) {list(host_indexes)}"
+            )
+        for h in host_indexes:
+            if not 0 <= h < world // local:
+                raise ValueError(
+                    f"host index {h} is out of range: {world // local} host(s) of {local} ranks"
+                )
+        shards = shard_geometry(st, rows, dim, world_size=world, local_world_size=local)
+        ranks = [h * local + i for h in host_indexes for i in range(local)]
+        kernel = _kernel(st, compute_kernel, device, sharder)
+        return _build(st, shards, ranks, world, local, device, kernel)
+
+    return gen
+
+
+def construct_module_sharding_plan(
+    module: nn.Module,
+    per_param_sharding: Mapping[str, ParameterShardingGenerator],
+    *,
+    world_size: int,
+    local_world_size: int | None = None,
+    device_type: str = "cpu",
+    sharder: PlannerSharder | None = None,
+) -> dict[str, ParameterSharding]:
+    """One module's plan from a generator per table; every table must be named exactly once.
+
+    Tables are the sharder's shardable parameters, or, without a sharder, the module's
+    `embedding_bag_configs()` / `embedding_configs()` tables.
+    """
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    local = world_size if local_world_size is None else local_world_size
+    if local < 1 or world_size % local != 0:
+        raise ValueError(
+            f"local_world_size {local} must be >= 1 and divide world_size {world_size}"
+        )
+    params = find_table_weights(module) if sharder is None else sharder.shardable_parameters(module)
+    missing = sorted(set(params) - set(per_param_sharding))
+    extra = sorted(set(per_param_sharding) - set(params))
+    if missing or extra:
+        raise ValueError(
+            f"per_param_sharding must name every table of the module exactly: "
+            f"missing {missing}, unknown {extra}; tables are {sorted(params)}"
+        )
+    return {
+        name: per_param_sharding[name](params[name], local, world_size, device_type, sharder)
+        for name in params
+    }

@@ -1,0 +1,195 @@
+"""The candidate ways to shard each table: every allowed (sharding type, kernel) with its shards.
+
+An option also says how its shards may be placed:
+
+    fixed      shard i on rank i (row_wise, data_parallel)
+    free       each shard on any rank (table_wise, column_wise)
+    host       shard i on rank host*L + i, the host is chosen (table_row_wise)
+    host_free  all shards on one host, each on any rank there (table_column_wise)
+    grid       column block j occupies a whole host, hosts chosen per block (grid_shard)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from shardrec_planner.constraints import ParameterConstraints
+from shardrec_planner.enums import EmbeddingComputeKernel, ShardingType
+from shardrec_planner.errors import PlannerError
+from shardrec_planner.estimator import UVM_KERNELS, Workload, estimate_shards
+from shardrec_planner.geometry import MIN_CW_DIM, ShardArrays, column_block_size, shard_arrays
+from shardrec_planner.sharder import TableInfo
+from shardrec_planner.topology import Topology
+
+PLACEMENT_KIND: dict[ShardingType, str] = {
+    ShardingType.DATA_PARALLEL: "fixed",
+    ShardingType.ROW_WISE: "fixed",
+    ShardingType.TABLE_WISE: "free",
+    ShardingType.COLUMN_WISE: "free",
+    ShardingType.TABLE_ROW_WISE: "host",
+    ShardingType.TABLE_COLUMN_WISE: "host_free",
+    ShardingType.GRID_SHARD: "grid",
+}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Option:
+    """One way to shard one table, with per-shard estimates."""
+
+    sharding_type: ShardingType
+    kernel: EmbeddingComputeKernel
+    shards: ShardArrays
+    cost: npt.NDArray[np.float64]
+    compute: npt.NDArray[np.float64]
+    comm: npt.NDArray[np.float64]
+    memory: npt.NDArray[np.float64]
+    host_memory: npt.NDArray[np.float64]
+    kind: str
+    block: int  # shards per placement block: local size for host/grid, else 1
+
+    @functools.cached_property
+    def total_cost(self) -> float:
+        return float(self.cost.sum())
+
+    @functools.cached_property
+    def max_cost(self) -> float:
+        return float(self.cost.max()) if len(self.cost) else 0.0
+
+    @functools.cached_property
+    def max_memory(self) -> float:
+        return float(self.memory.max()) if len(self.memory) else 0.0
+
+    @functools.cached_property
+    def max_host_memory(self) -> float:
+        return float(self.host_memory.max()) if len(self.host_memory) else 0.0
+
+    @functools.cached_property
+    def total_memory(self) -> float:
+        return float(self.memory.sum())
+
+    @property
+    def label(self) -> str:
+        return f"{self.sharding_type.value}/{self.kernel.value}"
+
+
+def _kernels_for(
+    allowed: Sequence[EmbeddingComputeKernel], compute_device: str
+) -> list[EmbeddingComputeKernel]:
+    """The kernels worth trying: the best on-device one, plus the UVM ones on GPUs.
+
+    fused is never slower and never larger than dense in the model, so it wins when allowed; UVM
+    kernels trade lookup speed for device memory, so the search keeps them as separate options.
+    """
+    out = (
+        [
+            next(
+                k
+                for k in (EmbeddingComputeKernel.FUSED, EmbeddingComputeKernel.DENSE)
+                if k in allowed
+            )
+        ]
+        if any(k in allowed for k in (EmbeddingComputeKernel.FUSED, EmbeddingComputeKernel.DENSE))
+        else []
+    )
+    if compute_device != "cpu":
+        out += [k for k in UVM_KERNELS if k in allowed]
+    return out
+
+
+def table_options(
+    table: TableInfo,
+    sharder_types: Sequence[str],
+    sharder_kernels: Mapping[str, Sequence[str]],
+    constraints: ParameterConstraints | None,
+    topology: Topology,
+    batch_size: int,
+    optimizer: tuple[float, float],
+) -> list[Option]:
+    """Every option for `table` that the sharder offers and the constraints allow.
+
+    Raises PlannerError naming the table and the constraint when nothing is left.
+    """
+    offered = [ShardingType(t) for t in sharder_types]
+    wanted = (
+        list(constraints.sharding_types) if constraints and constraints.sharding_types else None
+    )
+    types = [t for t in offered if wanted is None or t in wanted]
+    where = f"table {table.name!r}" + (
+        f" of module {table.module_path!r}" if table.module_path else ""
+    )
+    if not types:
+        raise PlannerError(
+            f"{where}: constraint sharding_types={[str(t) for t in wanted or []]} has nothing in "
+            f"common with what its sharder offers {[t.value for t in offered]}; "
+            "widen the constraint or use a sharder that supports those types"
+        )
+    kernel_wanted = (
+        list(constraints.compute_kernels) if constraints and constraints.compute_kernels else None
+    )
+    min_block = (constraints.min_partition if constraints else None) or MIN_CW_DIM
+    workload = Workload.of(table, constraints, batch_size)
+    world, local = topology.world_size, topology.local_size
+    width = column_block_size(table.dim, min_block)
+    candidates: list[tuple[ShardingType, EmbeddingComputeKernel, bool]] = []
+    kernel_conflicts: list[str] = []
+    for st in types:
+        # kernels this planner does not model (e.g. TorchRec's key_value) are ignored
+        known = {k.value for k in EmbeddingComputeKernel}
+        kernels = [
+            EmbeddingComputeKernel(k) for k in sharder_kernels.get(st.value, []) if k in known
+        ]
+        if kernel_wanted is not None:
+            kernels = [k for k in kernels if k in kernel_wanted]
+        kernels = _kernels_for(kernels, topology.compute_device)
+        if not kernels:
+            kernel_conflicts.append(f"{st.value} offers {list(sharder_kernels.get(st.value, []))}")
+            continue
+        # Options with the same shards as table_wise / column_wise (one rank per host, or one
+        # column block) only add work to the search; they are dropped unless nothing else is left.
+        duplicate = (
+            st in (ShardingType.TABLE_ROW_WISE, ShardingType.GRID_SHARD) and local == 1
+        ) or (
+            st in (ShardingType.COLUMN_WISE, ShardingType.TABLE_COLUMN_WISE) and width == table.dim
+        )
+        candidates += [(st, k, duplicate) for k in kernels]
+    kept = [c for c in candidates if not c[2]] or candidates
+    out: list[Option] = []
+    geometry: dict[ShardingType, ShardArrays] = {}
+    for st, kernel, _ in kept:
+        if st not in geometry:
+            geometry[st] = shard_arrays(
+                st,
+                table.rows,
+                table.dim,
+                world_size=world,
+                local_world_size=local,
+                column_block=width,
+            )
+        shards = geometry[st]
+        est = estimate_shards(table, workload, st, kernel, shards, topology, optimizer)
+        out.append(
+            Option(
+                sharding_type=st,
+                kernel=kernel,
+                shards=shards,
+                cost=est.cost_s,
+                compute=est.compute_s,
+                comm=est.comm_s,
+                memory=est.memory_bytes,
+                host_memory=est.host_memory_bytes,
+                kind=PLACEMENT_KIND[st],
+                block=local if st in (ShardingType.TABLE_ROW_WISE, ShardingType.GRID_SHARD) else 1,
+            )
+        )
+    if not out:
+        raise PlannerError(
+            f"{where}: constraint compute_kernels={[str(k) for k in kernel_wanted or []]} leaves "
+            f"no kernel for sharding types {[t.value for t in types]} (the sharder offers: "
+            f"{'; '.join(kernel_conflicts)}); widen the constraint"
+        )
+    return out

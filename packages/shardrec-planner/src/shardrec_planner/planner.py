@@ -1,0 +1,387 @@
+"""EmbeddingShardingPlanner: from a model, a topology and constraints to a ShardingPlan.
+
+plan(module, sharders)
+  1. find the sharded modules and their tables     (sharder.shardable_parameters)
+  2. list each table's options with estimates      (options.table_options, estimator)
+  3. choose option and ranks for every table       (search.search)
+  4. build the ShardingPlan and its stats          (ParameterSharding per table, PlanStats)
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import numpy.typing as npt
+import torch.distributed as dist
+from torch import nn
+
+from shardrec_planner.constraints import ParameterConstraints
+from shardrec_planner.distributed import broadcast_plan_text
+from shardrec_planner.enums import ShardingType
+from shardrec_planner.errors import PlannerError
+from shardrec_planner.estimator import Workload, estimate_shards, optimizer_state
+from shardrec_planner.geometry import ShardArrays
+from shardrec_planner.options import PLACEMENT_KIND, Option, table_options
+from shardrec_planner.parameter_sharding import ParameterSharding
+from shardrec_planner.report import format_bytes
+from shardrec_planner.search import SearchResult, lower_bound, search
+from shardrec_planner.shard_metadata import EnumerableShardingSpec, ShardMetadata, placement
+from shardrec_planner.sharder import PlannerSharder, TableInfo, table_infos
+from shardrec_planner.sharding_plan import ShardingPlan
+from shardrec_planner.stats import PlanStats, RankStats, TableDecision
+from shardrec_planner.topology import Topology
+
+DEFAULT_BATCH_SIZE = 512
+_ERROR_PREFIX = "PlannerError:"
+
+
+def _sharded_modules(
+    module: nn.Module, sharders: Sequence[PlannerSharder]
+) -> list[tuple[str, nn.Module, PlannerSharder]]:
+    """(path, module, sharder) for each module some sharder handles; their children are skipped."""
+    found: list[tuple[str, nn.Module, PlannerSharder]] = []
+
+    def visit(path: str, mod: nn.Module) -> None:
+        exact = [s for s in sharders if type(mod) is s.module_type]
+        sub = [s for s in sharders if isinstance(mod, s.module_type)]
+        if exact or sub:
+            found.append((path, mod, (exact or sub)[0]))
+            return
+        for name, child in mod.named_children():
+            visit(f"{path}.{name}" if path else name, child)
+
+    visit("", module)
+    return found
+
+
+class EmbeddingShardingPlanner:
+    """Plans how every table of a model is sharded (TorchRec's name and call signature).
+
+    - `topology`: the cluster; `batch_size`: per-rank batch size the costs are estimated for.
+    - `constraints`: table name -> ParameterConstraints (every name must be a table of the model).
+    - `memory_reserve_fraction`: share of each rank's memory kept free for the dense model,
+      activations and allocator slack (TorchRec reserves 15% too).
+    - `time_budget_s`: the local search stops after this long (it usually converges sooner).
+    """
+
+    def __init__(
+        self,
+        topology: Topology,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        constraints: Mapping[str, ParameterConstraints] | None = None,
+        *,
+        memory_reserve_fraction: float = 0.15,
+        time_budget_s: float = 30.0,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if not 0.0 <= memory_reserve_fraction < 1.0:
+            raise ValueError(
+                f"memory_reserve_fraction must be in [0, 1), got {memory_reserve_fraction}"
+            )
+        if time_budget_s <= 0:
+            raise ValueError(f"time_budget_s must be > 0, got {time_budget_s}")
+        for name, c in (constraints or {}).items():
+            if not isinstance(c, ParameterConstraints):
+                raise TypeError(
+                    f"constraints[{name!r}] must be a ParameterConstraints, got {type(c).__name__}"
+                )
+        self.topology = topology
+        self.batch_size = batch_size
+        self.constraints = dict(constraints or {})
+        self.memory_reserve_fraction = memory_reserve_fraction
+        self.time_budget_s = time_budget_s
+        self._optimizers: dict[str, tuple[float, float]] = {}
+
+    @property
+    def memory_cap(self) -> float:
+        """Bytes of device memory per rank the tables may use."""
+        return self.topology.device_memory * (1.0 - self.memory_reserve_fraction)
+
+    @property
+    def host_memory_cap(self) -> float:
+        """Bytes of host memory per rank UVM kernels may use (0 on cpu)."""
+        return self.topology.host_memory * (1.0 - self.memory_reserve_fraction)
+
+    def plan(self, module: nn.Module, sharders: Sequence[PlannerSharder]) -> ShardingPlan:
+        """The best plan found for `module`; raises PlannerError when none fits."""
+        start = time.perf_counter()
+        tables, options = self._options(module, sharders)
+        cap = self.memory_cap
+        self._check_each_fits(tables, options)
+        result = search(
+            options,
+            world_size=self.topology.world_size,
+            local_world_size=self.topology.local_size,
+            memory_cap=cap,
+            host_memory_cap=self.host_memory_cap,
+            time_budget_s=self.time_budget_s,
+        )
+        if result.failed:
+            self._raise_unplaceable(tables, options, [tables[t] for t in result.failed])
+        return self._build(tables, options, result, time.perf_counter() - start)
+
+    def collective_plan(
+        self,
+        module: nn.Module,
+        sharders: Sequence[PlannerSharder],
+        pg: dist.ProcessGroup | None = None,
+    ) -> ShardingPlan:
+        """Rank 0 of `pg` plans and broadcasts the plan's JSON; every rank returns the same plan.
+
+        A PlannerError on rank 0 is raised on every rank (with rank 0's message).
+        """
+        text: str | None = None
+        if dist.get_rank(pg) == 0:
+            try:
+                text = self.plan(module, sharders).to_json(indent=None)
+            except PlannerError as err:
+                text = _ERROR_PREFIX + str(err)
+        received = broadcast_plan_text(text, pg)
+        if received.startswith(_ERROR_PREFIX):
+            raise PlannerError(received.removeprefix(_ERROR_PREFIX))
+        return ShardingPlan.from_json(received)
+
+    def estimate(
+        self, module: nn.Module, sharders: Sequence[PlannerSharder], plan: ShardingPlan
+    ) -> ShardingPlan:
+        """`plan` (e.g. hand-written, or from another planner) with this cost model's stats.
+
+        Each table's shards are costed as in planning; reasons read "given plan".
+        """
+        start = time.perf_counter()
+        tables, options = self._options(module, sharders)
+        topo = self.topology
+        loads = np.zeros(topo.world_size)
+        memory = np.zeros(topo.world_size)
+        host_memory = np.zeros(topo.world_size)
+        choice: list[int] = []
+        ranks: list[npt.NDArray[np.int64]] = []
+        given: list[list[Option]] = []
+        for table, opts in zip(tables, options, strict=True):
+            module_plan = plan.get_plan_for_module(table.module_path) or {}
+            ps = module_plan.get(table.name)
+            if ps is None:
+                raise ValueError(
+                    f"plan has no entry for table {table.name!r} of module {table.module_path!r}"
+                )
+            opt = self._option_for(table, ps, opts)
+            r = np.array(ps.ranks, dtype=np.int64)
+            if len(r) != len(opt.cost) or (len(r) and r.max() >= topo.world_size):
+                raise ValueError(
+                    f"table {table.name!r}: plan ranks {list(ps.ranks)} do not fit "
+                    f"{len(opt.cost)} shard(s) on world size {topo.world_size}"
+                )
+            np.add.at(loads, r, opt.cost)
+            np.add.at(memory, r, opt.memory)
+            np.add.at(host_memory, r, opt.host_memory)
+            given.append([opt])
+            choice.append(0)
+            ranks.append(r)
+        result = SearchResult(
+            choice=choice,
+            ranks=ranks,
+            reasons=["given plan"] * len(tables),
+            loads=loads,
+            memory=memory,
+            host_memory=host_memory,
+            lower_bound=lower_bound(
+                options, topo.world_size, self.memory_cap, self.host_memory_cap
+            ),
+            failed=[],
+        )
+        built = self._build(tables, given, result, time.perf_counter() - start)
+        return ShardingPlan(plan=plan.plan, stats=built.stats)
+
+    def _option_for(self, table: TableInfo, ps: ParameterSharding, opts: list[Option]) -> Option:
+        if ps.sharding_type is ShardingType.DATA_PARALLEL:
+            n = len(ps.ranks)
+            zeros = np.zeros(n, dtype=np.int64)
+            shards = ShardArrays(
+                np.full(n, table.rows, dtype=np.int64),
+                np.full(n, table.dim, dtype=np.int64),
+                zeros,
+                zeros,
+            )
+        else:
+            shards = ShardArrays(
+                *(np.array([s.shard_sizes[i] for s in ps.shards], dtype=np.int64) for i in (0, 1)),
+                *(
+                    np.array([s.shard_offsets[i] for s in ps.shards], dtype=np.int64)
+                    for i in (0, 1)
+                ),
+            )
+        sharder_optimizer = self._optimizers.get(table.module_path, (0.0, 0.0))
+        est = estimate_shards(
+            table,
+            Workload.of(table, self.constraints.get(table.name), self.batch_size),
+            ps.sharding_type,
+            ps.compute_kernel,
+            shards,
+            self.topology,
+            sharder_optimizer,
+        )
+        return Option(
+            sharding_type=ps.sharding_type,
+            kernel=ps.compute_kernel,
+            shards=shards,
+            cost=est.cost_s,
+            compute=est.compute_s,
+            comm=est.comm_s,
+            memory=est.memory_bytes,
+            host_memory=est.host_memory_bytes,
+            kind=PLACEMENT_KIND[ps.sharding_type],
+            block=1,
+        )
+
+    # -- steps ---------------------------------------------------------------------------------
+    def _options(
+        self, module: nn.Module, sharders: Sequence[PlannerSharder]
+    ) -> tuple[list[TableInfo], list[list[Option]]]:
+        device = self.topology.compute_device
+        tables: list[TableInfo] = []
+        options: list[list[Option]] = []
+        for path, mod, sharder in _sharded_modules(module, sharders):
+            types = sharder.sharding_types(device)
+            kernels = {t: sharder.compute_kernels(t, device) for t in types}
+            optimizer = optimizer_state(sharder.fused_params)
+            self._optimizers[path] = optimizer
+            for table in table_infos(path, mod, sharder):
+                tables.append(table)
+                options.append(
+                    table_options(
+                        table,
+                        types,
+                        kernels,
+                        self.constraints.get(table.name),
+                        self.topology,
+                        self.batch_size,
+                        optimizer,
+                    )
+                )
+        unknown = sorted(set(self.constraints) - {t.name for t in tables})
+        if unknown:
+            raise PlannerError(
+                f"constraints name tables that are not in the model: {unknown}; "
+                f"the model's tables are {sorted({t.name for t in tables})}"
+            )
+        return tables, options
+
+    def _check_each_fits(self, tables: list[TableInfo], options: list[list[Option]]) -> None:
+        cap, host_cap = self.memory_cap, self.host_memory_cap
+        too_big = [
+            t
+            for t, opts in zip(tables, options, strict=True)
+            if not any(o.max_memory <= cap and o.max_host_memory <= host_cap for o in opts)
+        ]
+        if too_big:
+            self._raise_unplaceable(tables, options, too_big)
+
+    def _raise_unplaceable(
+        self, tables: list[TableInfo], options: list[list[Option]], bad: list[TableInfo]
+    ) -> None:
+        cap = self.memory_cap
+        world = self.topology.world_size
+        index = {id(t): i for i, t in enumerate(tables)}
+        need_total = sum(min(o.total_memory for o in opts) for opts in options)
+        lines = []
+        for table in bad[:10]:
+            opts = options[index[id(table)]]
+            best = min(opts, key=lambda o: o.max_memory)
+            types = sorted({o.sharding_type.value for o in opts})
+            hint = []
+            if "row_wise" not in types:
+                hint.append("allow row_wise")
+            elif best.max_memory > cap:
+                hint.append(f"use at least {math.ceil(world * best.max_memory / cap)} ranks")
+            hint.append(f"a smaller embedding_dim than {table.dim}")
+            lines.append(
+                f"  {table.name!r} ({table.rows:,} x {table.dim}): its smallest option "
+                f"{best.label} needs {format_bytes(best.max_memory)} on one rank; "
+                f"allowed types {types}; to fix: {', or '.join(hint)}"
+            )
+        if len(bad) > 10:
+            lines.append(f"  ... and {len(bad) - 10} more")
+        names = [t.name for t in bad[:20]] + (["..."] if len(bad) > 20 else [])
+        raise PlannerError(
+            f"cannot place {len(bad)} table(s) {names}: each rank has "
+            f"{format_bytes(cap)} for tables ({format_bytes(self.topology.device_memory)} minus "
+            f"{self.memory_reserve_fraction:.0%} reserved); the model needs at least "
+            f"{format_bytes(need_total)} of the {format_bytes(cap * world)} on {world} rank(s).\n"
+            + "\n".join(lines)
+            + "\nOr add ranks, give devices more memory (Topology hbm_cap/ddr_cap), or lower "
+            "memory_reserve_fraction."
+        )
+
+    def _build(
+        self,
+        tables: list[TableInfo],
+        options: list[list[Option]],
+        result: SearchResult,
+        seconds: float,
+    ) -> ShardingPlan:
+        topo = self.topology
+        plan: dict[str, dict[str, ParameterSharding]] = {}
+        decisions: list[TableDecision] = []
+        for t, table in enumerate(tables):
+            opt = options[t][result.choice[t]]
+            ranks = tuple(int(r) for r in result.ranks[t])
+            if opt.sharding_type is ShardingType.DATA_PARALLEL:
+                ps = ParameterSharding(
+                    sharding_type=opt.sharding_type, compute_kernel=opt.kernel, ranks=ranks
+                )
+            else:
+                metas = tuple(
+                    ShardMetadata(
+                        shard_offsets=offsets,
+                        shard_sizes=sizes,
+                        placement=placement(topo.compute_device, r, topo.local_size),
+                    )
+                    for (sizes, offsets), r in zip(opt.shards.to_list(), ranks, strict=True)
+                )
+                ps = ParameterSharding(
+                    sharding_type=opt.sharding_type,
+                    compute_kernel=opt.kernel,
+                    ranks=ranks,
+                    sharding_spec=EnumerableShardingSpec(shards=metas),
+                )
+            plan.setdefault(table.module_path, {})[table.name] = ps
+            decisions.append(
+                TableDecision(
+                    module_path=table.module_path,
+                    table=table.name,
+                    sharding_type=opt.sharding_type.value,
+                    compute_kernel=opt.kernel.value,
+                    ranks=ranks,
+                    memory_bytes=int(opt.memory.sum()),
+                    cost_s=opt.total_cost,
+                    max_shard_cost_s=opt.max_cost,
+                    reason=result.reasons[t],
+                )
+            )
+        loads = result.loads if len(tables) else np.zeros(topo.world_size)
+        mean = float(loads.mean())
+        top = float(loads.max())
+        stats = PlanStats(
+            ranks=tuple(
+                RankStats(
+                    rank=r,
+                    memory_bytes=int(max(result.memory[r], 0.0)) if len(tables) else 0,
+                    memory_cap_bytes=int(self.memory_cap),
+                    host_memory_bytes=int(max(result.host_memory[r], 0.0)) if len(tables) else 0,
+                    cost_s=float(loads[r]),
+                )
+                for r in range(topo.world_size)
+            ),
+            tables=tuple(decisions),
+            max_cost_s=top,
+            lower_bound_s=result.lower_bound,
+            imbalance=top / mean if mean > 0 else 1.0,
+            batch_size=self.batch_size,
+            compute_device=topo.compute_device,
+            search_seconds=seconds,
+        )
+        return ShardingPlan(plan=plan, stats=stats)

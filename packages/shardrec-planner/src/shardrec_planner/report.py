@@ -1,0 +1,115 @@
+"""Plain-text rendering of plans and planner stats."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from shardrec_planner.sharding_plan import ShardingPlan
+
+
+def format_bytes(n: float) -> str:
+    """`1536` -> `1.5 KiB`."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024.0 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024.0
+    raise AssertionError("unreachable")
+
+
+def format_seconds(s: float) -> str:
+    """Step-time estimates read best in milliseconds."""
+    return f"{s * 1e3:.3f} ms"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
+    ]
+    line = "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))
+    out = [line, "  ".join("-" * w for w in widths)]
+    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(out)
+
+
+def _ranks_text(ranks: Sequence[int]) -> str:
+    if len(ranks) > 6:
+        return f"[{ranks[0]}..{ranks[-1]}] ({len(ranks)} shards)"
+    return "[" + ",".join(str(r) for r in ranks) + "]"
+
+
+def format_plan(plan: ShardingPlan) -> str:
+    """One table per module: table, type, kernel, ranks and each shard's rows x cols @ placement."""
+    parts: list[str] = []
+    for path, tables in plan.plan.items():
+        rows: list[list[str]] = []
+        for name, ps in tables.items():
+            if ps.sharding_spec is None:
+                shards = "replicated"
+            else:
+                items = [
+                    f"({s.shard_offsets[0]},{s.shard_offsets[1]})+"
+                    f"{s.shard_sizes[0]}x{s.shard_sizes[1]}@{s.placement}"
+                    for s in ps.sharding_spec.shards
+                ]
+                more = len(items) - 4
+                shards = " ".join(items[:4]) + (f" ... (+{more})" if more > 0 else "")
+            rows.append(
+                [
+                    name,
+                    ps.sharding_type.value,
+                    ps.compute_kernel.value,
+                    _ranks_text(ps.ranks),
+                    shards,
+                ]
+            )
+        title = f"module {path!r}" if path else "module '' (root)"
+        parts.append(title + "\n" + _table(["table", "type", "kernel", "ranks", "shards"], rows))
+    return "\n\n".join(parts) if parts else "empty sharding plan"
+
+
+def format_report(plan: ShardingPlan) -> str:
+    """The plan plus, when the planner made it, per-rank load and per-table reasons."""
+    stats = plan.stats
+    if stats is None:
+        return format_plan(plan) + "\n\n(no planner stats: this plan was written by hand)"
+    rank_rows = [
+        [
+            str(r.rank),
+            format_bytes(r.memory_bytes),
+            format_bytes(r.memory_cap_bytes),
+            f"{100.0 * r.memory_bytes / max(r.memory_cap_bytes, 1):.1f}%",
+            format_seconds(r.cost_s),
+        ]
+        for r in stats.ranks
+    ]
+    table_rows = [
+        [
+            (t.module_path + "." if t.module_path else "") + t.table,
+            t.sharding_type,
+            t.compute_kernel,
+            _ranks_text(t.ranks),
+            format_bytes(t.memory_bytes),
+            format_seconds(t.cost_s),
+            t.reason,
+        ]
+        for t in stats.tables
+    ]
+    summary = [
+        f"batch size per rank: {stats.batch_size}; compute device: {stats.compute_device}",
+        f"slowest rank (estimated step time): {format_seconds(stats.max_cost_s)}",
+        f"lower bound: {format_seconds(stats.lower_bound_s)} "
+        f"(gap {100.0 * stats.gap_to_lower_bound:.1f}%)",
+        f"imbalance (max / mean rank cost): {stats.imbalance:.3f}",
+        f"search time: {stats.search_seconds:.3f} s",
+    ]
+    return "\n\n".join(
+        [
+            "per-rank estimates\n"
+            + _table(["rank", "memory", "cap", "used", "est. cost"], rank_rows),
+            "per-table decisions\n"
+            + _table(["table", "type", "kernel", "ranks", "memory", "cost", "why"], table_rows),
+            "\n".join(summary),
+        ]
+    )

@@ -1,0 +1,108 @@
+"""construct_module_sharding_plan and the per-type helpers."""
+
+from __future__ import annotations
+
+import pytest
+from _planner_models import make_ebc, sharder
+
+from shardrec_planner import (
+    EmbeddingComputeKernel,
+    ShardingType,
+    column_wise,
+    construct_module_sharding_plan,
+    data_parallel,
+    grid_shard,
+    row_wise,
+    table_column_wise,
+    table_row_wise,
+    table_wise,
+)
+
+SPEC = [("t0", 100, 64), ("t1", 10, 64), ("t2", 50, 64), ("t3", 9, 32), ("t4", 20, 16)]
+
+
+def test_issue_example() -> None:
+    ebc = make_ebc(SPEC)
+    plan = construct_module_sharding_plan(
+        ebc,
+        {
+            "t0": table_wise(rank=0),
+            "t1": row_wise(),
+            "t2": column_wise(ranks=[0, 1]),
+            "t3": table_row_wise(host_index=0),
+            "t4": data_parallel(),
+        },
+        world_size=4,
+        local_world_size=2,
+        device_type="cuda",
+    )
+    assert plan["t0"].ranks == (0,)
+    assert plan["t0"].shards[0].placement == "rank:0/cuda:0"
+    assert plan["t0"].compute_kernel is EmbeddingComputeKernel.FUSED
+    assert [s.shard_sizes for s in plan["t1"].shards] == [(3, 64), (3, 64), (3, 64), (1, 64)]
+    assert [s.shard_offsets for s in plan["t1"].shards] == [(0, 0), (3, 0), (6, 0), (9, 0)]
+    assert [s.shard_sizes for s in plan["t2"].shards] == [(50, 32), (50, 32)]
+    assert [s.shard_offsets for s in plan["t2"].shards] == [(0, 0), (0, 32)]
+    assert plan["t3"].ranks == (0, 1)
+    assert [s.shard_sizes for s in plan["t3"].shards] == [(5, 32), (4, 32)]
+    assert plan["t4"].sharding_type is ShardingType.DATA_PARALLEL
+    assert plan["t4"].compute_kernel is EmbeddingComputeKernel.DENSE
+    assert plan["t4"].ranks == (0, 1, 2, 3) and plan["t4"].sharding_spec is None
+
+
+def test_grid_and_table_column_wise() -> None:
+    ebc = make_ebc([("g", 10, 256), ("c", 4, 512)])
+    plan = construct_module_sharding_plan(
+        ebc,
+        {"g": grid_shard(host_indexes=[1, 0]), "c": table_column_wise(ranks=[2, 3, 2, 3])},
+        world_size=4,
+        local_world_size=2,
+        sharder=sharder(),
+    )
+    g = plan["g"]
+    assert g.ranks == (2, 3, 0, 1)
+    assert [(s.shard_offsets, s.shard_sizes) for s in g.shards] == [
+        ((0, 0), (5, 128)),
+        ((5, 0), (5, 128)),
+        ((0, 128), (5, 128)),
+        ((5, 128), (5, 128)),
+    ]
+    assert [s.shard_sizes for s in plan["c"].shards] == [(4, 128)] * 4
+
+
+def test_column_wise_without_ranks_uses_blocks_of_128() -> None:
+    ebc = make_ebc([("c", 4, 384), ("s", 4, 64)])
+    plan = construct_module_sharding_plan(
+        ebc, {"c": column_wise(), "s": column_wise()}, world_size=2
+    )
+    assert plan["c"].ranks == (0, 1, 0)
+    assert [s.shard_sizes for s in plan["c"].shards] == [(4, 128)] * 3
+    assert plan["s"].ranks == (0,)
+
+
+@pytest.mark.parametrize(
+    ("gen", "message"),
+    [
+        (table_wise(rank=4), "rank 4 is out of range for world size 4"),
+        (column_wise(ranks=[0, 1, 2]), r"dim 64 cannot be split evenly across ranks \[0, 1, 2\]"),
+        (table_row_wise(host_index=2), "host_index 2 is out of range"),
+        (grid_shard(host_indexes=[0, 1]), r"1 column block.*2 host index"),
+        (table_column_wise(ranks=[1, 2]), r"ranks \[1, 2\] span hosts \[0, 1\]"),
+    ],
+)
+def test_bad_helper_arguments(gen: object, message: str) -> None:
+    ebc = make_ebc([("t", 8, 64)])
+    with pytest.raises(ValueError, match=message):
+        construct_module_sharding_plan(ebc, {"t": gen}, world_size=4, local_world_size=2)  # type: ignore[dict-item]
+
+
+def test_every_table_must_be_named() -> None:
+    ebc = make_ebc([("a", 8, 8), ("b", 8, 8)])
+    with pytest.raises(ValueError, match=r"missing \['b'\], unknown \['z'\]"):
+        construct_module_sharding_plan(ebc, {"a": row_wise(), "z": row_wise()}, world_size=2)
+
+
+def test_bad_world() -> None:
+    ebc = make_ebc([("a", 8, 8)])
+    with pytest.raises(ValueError, match="local_world_size 3 must be >= 1 and divide world_size 4"):
+        construct_module_sharding_plan(ebc, {"a": row_wise()}, world_size=4, local_world_size=3)
