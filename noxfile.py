@@ -85,7 +85,7 @@ def typecheck(session: nox.Session) -> None:
     """mypy --strict over every package's source."""
     _install_packages(session, PACKAGES)
     session.install("mypy>=1.10")
-    mods = [f"shardrec_{p.removeprefix('shardrec-')}" for p in PACKAGES]
+    mods = [p.replace("-", "_") for p in PACKAGES]
     session.run(
         "mypy", "--config-file", str(ROOT / "mypy.ini"), *[a for m in mods for a in ("-p", m)]
     )

@@ -1,0 +1,207 @@
+"""Sharded EmbeddingBagCollection training step vs TorchRec 1.8, on 2 gloo ranks (CPU).
+
+Run: ``.venv/bin/python benchmarks/sharded.py`` (``--quick`` for a smoke run). Two spawned ranks
+(shardrec_testing.RankPool) each shard 26 tables x 100k rows x dim 64 with one sharding type and
+time a training step: forward (input dist, lookup, output dist, wait) + backward with the fused
+row-wise Adagrad (data_parallel: dense gradients, all-reduced; TorchRec wraps those in DDP). Batch
+1024 per rank, ~10 ids per bag. Median over repeats, ours and TorchRec's timed in alternation,
+as seen by rank 0. TorchRec runs only table_wise, column_wise and data_parallel on CPU; row_wise
+and table_row_wise are reported on their own. Reports only; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+
+from shardrec_collectives import ShardingEnv
+from shardrec_embedding import EmbeddingBagCollection, EmbeddingBagConfig
+from shardrec_jagged import KeyedJaggedTensor
+from shardrec_planner import (
+    ParameterShardingGenerator,
+    column_wise,
+    construct_module_sharding_plan,
+    data_parallel,
+    row_wise,
+    table_row_wise,
+    table_wise,
+)
+from shardrec_sharding import EmbeddingBagCollectionSharder
+from shardrec_testing import RankContext, RankPool
+
+MEAN_IDS, DIM = 10, 64
+TYPES = ["table_wise", "column_wise", "data_parallel", "row_wise", "table_row_wise"]
+TORCHREC_TYPES = {"table_wise", "column_wise", "data_parallel"}
+FUSED = {"optimizer": "exact_row_wise_adagrad", "learning_rate": 0.01}
+
+
+def _ours_plan(kind: str, i: int) -> ParameterShardingGenerator:
+    if kind == "table_wise":
+        return table_wise(rank=i % 2)
+    if kind == "column_wise":
+        return column_wise(ranks=[0, 1])
+    if kind == "data_parallel":
+        return data_parallel()
+    if kind == "row_wise":
+        return row_wise()
+    return table_row_wise(host_index=0)
+
+
+def _batch(rank: int, tables: int, batch: int) -> tuple[list[str], torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(rank)
+    lengths = torch.randint(0, 2 * MEAN_IDS + 1, (tables * batch,), generator=g)
+    values = torch.randint(0, 1 << 62, (int(lengths.sum()),), generator=g)
+    return [f"f{t}" for t in range(tables)], values, lengths
+
+
+def _ours(ctx: RankContext, kind: str, tables: int, rows: int, batch: int) -> Callable[[], object]:
+    configs = [
+        EmbeddingBagConfig(
+            name=f"t{t}", num_embeddings=rows, embedding_dim=DIM, feature_names=[f"f{t}"]
+        )
+        for t in range(tables)
+    ]
+    ebc = EmbeddingBagCollection(configs, device="meta")
+    plan = construct_module_sharding_plan(
+        ebc, {f"t{t}": _ours_plan(kind, t) for t in range(tables)}, world_size=2
+    )
+    env = ShardingEnv.from_process_group(ctx.pg)
+    sharded = EmbeddingBagCollectionSharder(fused_params=FUSED).shard(ebc, plan, env)
+    keys, values, lengths = _batch(ctx.rank, tables, batch)
+    kjt = KeyedJaggedTensor(keys, values % rows, lengths=lengths, stride=batch)
+
+    def step() -> object:
+        out = sharded(kjt).wait()
+        out.values().sum().backward()
+        if kind == "data_parallel":
+            for p in sharded.parameters():
+                p.grad = None
+        return out
+
+    return step
+
+
+def _torchrec(
+    ctx: RankContext, kind: str, tables: int, rows: int, batch: int
+) -> Callable[[], object] | str:
+    try:
+        import torchrec
+        from torchrec.distributed.embeddingbag import (
+            EmbeddingBagCollectionSharder as TrcSharder,
+        )
+        from torchrec.distributed.sharding_plan import (
+            column_wise as trc_cw,
+        )
+        from torchrec.distributed.sharding_plan import (
+            construct_module_sharding_plan as trc_plan,
+        )
+        from torchrec.distributed.sharding_plan import (
+            data_parallel as trc_dp,
+        )
+        from torchrec.distributed.sharding_plan import (
+            table_wise as trc_tw,
+        )
+        from torchrec.distributed.types import ShardingEnv as TrcEnv
+        from torchrec.sparse.jagged_tensor import KeyedJaggedTensor as TrcKJT
+    except Exception as exc:  # torchrec missing, or its fbgemm does not load
+        return f"TorchRec unavailable: {type(exc).__name__}: {exc}"
+
+    configs = [
+        torchrec.EmbeddingBagConfig(
+            name=f"t{t}", num_embeddings=rows, embedding_dim=DIM, feature_names=[f"f{t}"]
+        )
+        for t in range(tables)
+    ]
+    ebc = torchrec.EmbeddingBagCollection(tables=configs, device=torch.device("meta"))
+    gen = {
+        "table_wise": lambda t: trc_tw(rank=t % 2),
+        "column_wise": lambda t: trc_cw(ranks=[0, 1]),
+        "data_parallel": lambda t: trc_dp(),
+    }[kind]
+    from fbgemm_gpu.split_embedding_configs import EmbOptimType
+
+    fused = {"optimizer": EmbOptimType.EXACT_ROWWISE_ADAGRAD, "learning_rate": 0.01}
+    sharder = TrcSharder(fused_params=fused)
+    plan = trc_plan(
+        ebc,
+        {f"t{t}": gen(t) for t in range(tables)},  # type: ignore[no-untyped-call]  # torchrec is untyped
+        local_size=2,
+        world_size=2,
+        device_type="cpu",
+        sharder=sharder,
+    )
+    env = TrcEnv.from_process_group(ctx.pg)
+    sharded = sharder.shard(ebc, plan, env, torch.device("cpu"))
+    keys, values, lengths = _batch(ctx.rank, tables, batch)
+    kjt = TrcKJT(keys=keys, values=values % rows, lengths=lengths, stride=batch)
+
+    def step() -> object:
+        out = sharded(kjt).wait()
+        out.values().sum().backward()
+        if kind == "data_parallel":  # TorchRec wraps replicated lookups in DDP: grads all-reduced
+            for p in sharded.parameters():
+                p.grad = None
+        return out
+
+    return step
+
+
+def bench_rank(
+    ctx: RankContext, tables: int, rows: int, batch: int, repeats: int
+) -> list[tuple[str, float, float | None, str]]:
+    torch.set_num_threads(1)
+    out: list[tuple[str, float, float | None, str]] = []
+    for kind in TYPES:
+        ours = _ours(ctx, kind, tables, rows, batch)
+        ref: Callable[[], object] | str = "TorchRec has no CPU implementation"
+        if kind in TORCHREC_TYPES:
+            ref = _torchrec(ctx, kind, tables, rows, batch)
+        fns: list[Callable[[], object]] = [ours] + ([ref] if callable(ref) else [])
+        for fn in fns:
+            fn()  # warm up
+        samples: list[list[float]] = [[] for _ in fns]
+        for _ in range(repeats):
+            for i, fn in enumerate(fns):
+                dist.barrier(group=ctx.pg)
+                start = time.perf_counter()
+                fn()
+                samples[i].append((time.perf_counter() - start) * 1e3)
+        times = [statistics.median(s) for s in samples]
+        note = "" if callable(ref) else ref
+        out.append((kind, times[0], times[1] if len(times) > 1 else None, note))
+        del ours, ref, fns
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small shapes, few repeats")
+    args = parser.parse_args()
+    tables, rows, batch, repeats = (4, 10_000, 128, 3) if args.quick else (26, 100_000, 1024, 7)
+    print(f"machine: {platform.platform()}, 1 intra-op thread per rank, ", end="")
+    print(f"{os.cpu_count()} cpus, torch {torch.__version__}, python {sys.version.split()[0]}")
+    print(
+        f"shapes: {tables} tables x {rows} rows x dim {DIM}, batch {batch} per rank, "
+        f"~{MEAN_IDS} ids per bag, 2 gloo ranks, fused {FUSED['optimizer']}"
+    )
+    with RankPool(2, timeout_s=1800) as pool:
+        results = pool.run(bench_rank, tables, rows, batch, repeats)[0]
+    print("| sharding type | ours (ms) | TorchRec 1.8 (ms) | TorchRec / ours |")
+    print("|---|---|---|---|")
+    for kind, ours, ref, note in results:
+        if ref is None:
+            print(f"| {kind} | {ours:.1f} | - ({note}) | - |")
+        else:
+            print(f"| {kind} | {ours:.1f} | {ref:.1f} | {ref / ours:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()

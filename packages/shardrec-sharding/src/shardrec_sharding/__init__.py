@@ -1,0 +1,48 @@
+"""Sharders and sharded embedding modules: one strategy per sharding type."""
+
+from shardrec_sharding.embedding import (
+    EmbeddingCollectionSharder,
+    ShardedEmbeddingCollection,
+    ShardedSequenceInput,
+)
+from shardrec_sharding.embeddingbag import (
+    DEFAULT_FUSED_OPTIMIZER,
+    EmbeddingBagCollectionSharder,
+    ShardedEmbeddingBagCollection,
+    ShardedInput,
+)
+from shardrec_sharding.layout import LocalTable, Segment, Shard, TableSharding, check_plan
+from shardrec_sharding.registry import POOLED_STRATEGIES, SEQUENCE_STRATEGIES, strategy_for
+from shardrec_sharding.state_dict import ShardedFusedOptimizer, ShardedStateDict
+from shardrec_sharding.types import (
+    DistInput,
+    PooledStrategy,
+    SequenceInput,
+    SequenceStrategy,
+    TableMaker,
+)
+
+__all__ = [
+    "DEFAULT_FUSED_OPTIMIZER",
+    "POOLED_STRATEGIES",
+    "SEQUENCE_STRATEGIES",
+    "DistInput",
+    "EmbeddingBagCollectionSharder",
+    "EmbeddingCollectionSharder",
+    "LocalTable",
+    "PooledStrategy",
+    "Segment",
+    "SequenceInput",
+    "SequenceStrategy",
+    "Shard",
+    "ShardedEmbeddingBagCollection",
+    "ShardedEmbeddingCollection",
+    "ShardedFusedOptimizer",
+    "ShardedInput",
+    "ShardedSequenceInput",
+    "ShardedStateDict",
+    "TableMaker",
+    "TableSharding",
+    "check_plan",
+    "strategy_for",
+]

@@ -1,0 +1,1 @@
+"""One module per sharding type; `shardrec_sharding.registry` maps types to them."""

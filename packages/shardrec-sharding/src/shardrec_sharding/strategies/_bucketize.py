@@ -1,0 +1,103 @@
+"""Row bucketization: every id goes to the rank whose row block holds it (vectorized).
+
+Segment j's ids are shifted into `[base_j, base_j + rows_j)` of one virtual id space, so one
+`bucketize` over the sorted shard starts of every segment finds every id's shard at once:
+
+```
+segments  a (rows 10: blocks [0,5) r0, [5,10) r1)   b (rows 4: one block on r1)
+starts    [0, 5, 10]      dest [0, 1, 1]
+ids a: 7 -> 7 -> shard 1 (rank 1, local 2)     ids b: 3 -> 13 -> shard 2 (rank 1, local 3)
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+from torch import Tensor
+
+from shardrec_collectives import ShardingEnv
+from shardrec_embedding import shift_ids
+from shardrec_jagged import KeyedJaggedTensor
+from shardrec_sharding.layout import Segment, TableSharding
+
+
+class RowBucketizer:
+    """Splits a KJT's ids of `segments` by row block (see module docstring).
+
+    Sends every rank every segment's key (named by the segment), with empty bags where the
+    rank holds none of the segment's ids, so that every rank learns every rank's batch size.
+    """
+
+    def __init__(
+        self, segments: Sequence[Segment], tables: Sequence[TableSharding], env: ShardingEnv
+    ) -> None:
+        self.segments = list(segments)
+        self.keys = [s.name for s in segments]
+        self.world = env.world_size
+        table_of = {t.name: t for t in tables}
+        starts: list[int] = []
+        dest: list[int] = []
+        bases: list[int] = []
+        base = 0
+        for s in segments:
+            t = table_of[s.table]
+            bases.append(base)
+            for shard in sorted((x for x in t.shards if x.rows > 0), key=lambda x: x.row_offset):
+                starts.append(base + shard.row_offset)
+                dest.append(shard.rank)
+            base += t.config.num_embeddings
+        self._bases = bases
+        self._starts = torch.tensor(starts, dtype=torch.int64, device=env.device)
+        self._dest = torch.tensor(dest, dtype=torch.int64, device=env.device)
+
+    def __call__(
+        self, features: KeyedJaggedTensor, feature_pos: Mapping[str, int]
+    ) -> tuple[list[KeyedJaggedTensor], Tensor]:
+        """Per destination rank, the KJT of its ids (shifted to its block); and `order`, the
+        permutation of the segment-major ids (`cat` of each segment's ids) into sent order."""
+        world = self.world
+        batch = features.stride()
+        num_segments = len(self.segments)
+        keys = [feature_pos[s.feature] for s in self.segments]
+        values = features.values()
+        offset_per_key = features.offset_per_key()
+        segs = [values[offset_per_key[k] : offset_per_key[k + 1]] for k in keys]
+        lengths = features.lengths().view(len(features.keys()), batch)
+        lengths = lengths[torch.tensor(keys, device=values.device)]
+        ids = shift_ids(segs, self._bases)
+        shard = torch.bucketize(ids, self._starts, right=True) - 1
+        dest = self._dest[shard]
+        local_ids = (ids - self._starts[shard]).to(values.dtype)
+        bag = torch.repeat_interleave(
+            torch.arange(num_segments * batch, device=ids.device),
+            lengths.reshape(-1).long(),
+            output_size=ids.numel(),
+        )
+        # Sorting by destination only keeps each destination's ids in (segment, bag) order.
+        counts = torch.bincount(
+            dest * (num_segments * batch) + bag, minlength=world * num_segments * batch
+        ).view(world, num_segments * batch)
+        order = torch.sort(dest, stable=True).indices
+        sizes = counts.sum(1).tolist()
+        sent_values = torch.split(local_ids[order], sizes)
+        weights = features.weights_or_none()
+        sent_weights: Sequence[Tensor | None] = [None] * world
+        if weights is not None:
+            seg_weights = torch.cat(
+                [weights[offset_per_key[k] : offset_per_key[k + 1]] for k in keys]
+            )
+            sent_weights = torch.split(seg_weights[order], sizes)
+        lengths_dtype = features.lengths().dtype
+        per_rank = [
+            KeyedJaggedTensor(
+                self.keys,
+                sent_values[d],
+                weights=sent_weights[d],
+                lengths=counts[d].to(lengths_dtype),
+                stride=batch,
+            )
+            for d in range(world)
+        ]
+        return per_rank, order

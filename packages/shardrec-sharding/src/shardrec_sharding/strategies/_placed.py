@@ -1,0 +1,119 @@
+"""The engine of table_wise, column_wise and table_column_wise: whole rows on one rank.
+
+Every shard holds all rows of some columns of a table, so a rank needs, for each of its local
+tables, every id of the features the table reads. Input: each rank sends rank d the features
+d's tables read (`kjt_all_to_all`). Output: rank d's pooled rows for every sample go back to the
+sample's rank (`pooled_all_to_all`), arriving rank-major; the collection gathers the columns
+back into the unsharded module's order (`segment_columns`).
+
+```
+rank 0 holds t0, t1[:, :4]     rank 1 holds t1[:, 4:]        received on every rank:
+lookup (sum_s B_s, D0 + D1a)   lookup (sum_s B_s, D1b)       (B, D0 | D1a | D1b)
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from torch import Tensor
+
+from shardrec_collectives import Awaitable, ShardingEnv, kjt_all_to_all, pooled_all_to_all
+from shardrec_jagged import KeyedJaggedTensor
+from shardrec_planner import ShardingType
+from shardrec_sharding.layout import LocalTable, Segment, TableSharding
+from shardrec_sharding.lookup import LocalLookup, LookupSegment
+from shardrec_sharding.strategies._kjt import empty_kjt, select_keys, unique
+from shardrec_sharding.types import DistInput, TableMaker
+
+
+class PlacedSharding:
+    """Tables whose shards each hold all rows (see module docstring)."""
+
+    carries_errors = True
+
+    def __init__(
+        self,
+        sharding_type: ShardingType,
+        tables: Sequence[TableSharding],
+        env: ShardingEnv,
+        make_table: TableMaker,
+    ) -> None:
+        self.sharding_type = sharding_type
+        self.env = env
+        self._features_per_rank: list[list[str]] = []
+        self.dim_per_rank: list[int] = []
+        columns: dict[tuple[int, int], int] = {}
+        mine: list[tuple[TableSharding, LocalTable]] = []
+        position = 0
+        for r in range(env.world_size):
+            held: list[tuple[TableSharding, LocalTable]] = []
+            for t in tables:
+                local = t.local(r)
+                if local is not None:
+                    held.append((t, local))
+            segs: list[tuple[Segment, LocalTable]] = [(s, lt) for t, lt in held for s in t.segments]
+            self._features_per_rank.append(unique([s.feature for s, _ in segs]))
+            self.dim_per_rank.append(sum(lt.dim for _, lt in segs))
+            for s, lt in segs:
+                for c0, n in lt.column_blocks:
+                    for c in range(n):
+                        columns[(s.index, c0 + c)] = position
+                        position += 1
+            if r == env.rank:
+                mine = held
+        self.output_dim = position
+        self.segment_columns: Mapping[int, Sequence[int]] = {
+            s.index: [columns[(s.index, c)] for c in range(s.dim)]
+            for t in tables
+            for s in t.segments
+        }
+        own_features = self._features_per_rank[env.rank]
+        lookup_tables = [make_table(t, lt) for t, lt in mine]
+        segments = [LookupSegment(i, lt.dim) for i, (t, lt) in enumerate(mine) for _ in t.segments]
+        self._key_index = tuple(own_features.index(s.feature) for t, _ in mine for s in t.segments)
+        self.lookup = LocalLookup(lookup_tables, segments, env.device)
+
+    def input_dist(
+        self,
+        features: KeyedJaggedTensor,
+        feature_pos: Mapping[str, int],
+        error: BaseException | None,
+    ) -> Awaitable[DistInput]:
+        if error is None:
+            per_rank = [
+                select_keys(features, [feature_pos[f] for f in feats])
+                for feats in self._features_per_rank
+            ]
+        else:
+            # The input is unusable: send nothing; the header carries the error to every rank.
+            per_rank = [empty_kjt(feats, features) for feats in self._features_per_rank]
+        pending = kjt_all_to_all(self.env, per_rank, error=error)
+        layout = pending.layout
+        if layout.keys:
+            batch_sizes = tuple(layout.recv_stride_per_key_per_rank[0])
+        else:
+            # No key arrives here: only this rank's own batch size matters (dim 0 elsewhere).
+            sizes = [0] * self.env.world_size
+            sizes[self.env.rank] = features.stride()
+            batch_sizes = tuple(sizes)
+        key_index = self._key_index
+        return pending.then(
+            lambda kjt: DistInput(
+                features=kjt, key_index=key_index, batch_size_per_rank=batch_sizes
+            )
+        )
+
+    def compute(self, dist_input: DistInput) -> Tensor:
+        kjt = dist_input.features
+        return self.lookup(
+            kjt.values(),
+            kjt.lengths(),
+            kjt.weights_or_none(),
+            kjt.offset_per_key(),
+            sum(dist_input.batch_size_per_rank),
+            dist_input.key_index,
+        )
+
+    def output_dist(self, local: Tensor, dist_input: DistInput) -> Awaitable[Tensor]:
+        return pooled_all_to_all(self.env, local, dist_input.batch_size_per_rank, self.dim_per_rank)

@@ -1,0 +1,129 @@
+"""The engine of row_wise and table_row_wise: each rank holds a block of rows of a table.
+
+Input: every id goes to the rank whose row block holds it, shifted to that block's local row
+(bucketization, vectorized over all segments at once); every rank receives every segment's key,
+with empty bags where it holds no rows. Each rank pools the rows it holds into a *partial* sum
+for every sample of every rank; `reduce_scatter_pooled` sums the partials over ranks and gives
+each rank its own samples. MEAN divides after that sum, by the bag sizes of the sample's rank
+(the rank that knows them), so partial sums are never averaged twice.
+
+```
+table t (10 rows) on ranks 0, 1 (blocks of 5)     bag [2, 7, 9] of rank 0's sample
+rank 0 gets bag [2]        -> partial row 2        reduce-scatter: row2 + row7 + row9
+rank 1 gets bag [2, 4]     -> partial row 7 + 9    (MEAN: / 3 on rank 0)
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+from torch import Tensor
+
+from shardrec_collectives import Awaitable, ShardingEnv, kjt_all_to_all, reduce_scatter_pooled
+from shardrec_embedding import PoolingType
+from shardrec_jagged import KeyedJaggedTensor
+from shardrec_planner import ShardingType
+from shardrec_sharding.layout import TableSharding
+from shardrec_sharding.lookup import LocalLookup, LookupSegment, LookupTable
+from shardrec_sharding.strategies._bucketize import RowBucketizer
+from shardrec_sharding.strategies._kjt import empty_kjt
+from shardrec_sharding.types import DistInput, TableMaker
+
+
+class RowBlockSharding:
+    """Tables split into row blocks over some ranks (see module docstring)."""
+
+    carries_errors = True
+
+    def __init__(
+        self,
+        sharding_type: ShardingType,
+        tables: Sequence[TableSharding],
+        env: ShardingEnv,
+        make_table: TableMaker,
+    ) -> None:
+        self.sharding_type = sharding_type
+        self.env = env
+        self._segments = [s for t in tables for s in t.segments]
+        self._keys = [s.name for s in self._segments]
+        self._bucketize = RowBucketizer(self._segments, tables, env)
+        table_of = {t.name: t for t in tables}
+        device = env.device
+        local_tables: list[LookupTable] = []
+        index: dict[str, int] = {}
+        for t in tables:
+            local = t.local(env.rank, pooling=PoolingType.SUM)  # partial sums; MEAN divides later
+            if local is not None:
+                index[t.name] = len(local_tables)
+                local_tables.append(make_table(t, local))
+        lookup_segments = [LookupSegment(index.get(s.table, -1), s.dim) for s in self._segments]
+        self.lookup = LocalLookup(local_tables, lookup_segments, device)
+        self._key_index = tuple(range(len(self._segments)))
+        self._mean = [table_of[s.table].pooling is PoolingType.MEAN for s in self._segments]
+        self.output_dim = sum(s.dim for s in self._segments)
+        columns: dict[int, list[int]] = {}
+        start = 0
+        for s in self._segments:
+            columns[s.index] = list(range(start, start + s.dim))
+            start += s.dim
+        self.segment_columns: Mapping[int, Sequence[int]] = columns
+
+    def input_dist(
+        self,
+        features: KeyedJaggedTensor,
+        feature_pos: Mapping[str, int],
+        error: BaseException | None,
+    ) -> Awaitable[DistInput]:
+        batch = features.stride()
+        if error is None:
+            per_rank, _ = self._bucketize(features, feature_pos)
+        else:
+            # Ids may be out of range: send nothing; the header carries the error to every rank.
+            per_rank = [empty_kjt(self._keys, features)] * self.env.world_size
+        pending = kjt_all_to_all(self.env, per_rank, error=error)
+        batch_sizes = tuple(pending.layout.recv_stride_per_key_per_rank[0])
+        own_lengths = None
+        if any(self._mean):
+            keys = [feature_pos[s.feature] for s in self._segments]
+            lengths = features.lengths().view(len(features.keys()), batch)
+            own_lengths = lengths[torch.tensor(keys, device=lengths.device)]
+        key_index = self._key_index
+        return pending.then(
+            lambda kjt: DistInput(
+                features=kjt,
+                key_index=key_index,
+                batch_size_per_rank=batch_sizes,
+                lengths=own_lengths,
+            )
+        )
+
+    def compute(self, dist_input: DistInput) -> Tensor:
+        kjt = dist_input.features
+        return self.lookup(
+            kjt.values(),
+            kjt.lengths(),
+            kjt.weights_or_none(),
+            kjt.offset_per_key(),
+            sum(dist_input.batch_size_per_rank),
+            dist_input.key_index,
+        )
+
+    def output_dist(self, local: Tensor, dist_input: DistInput) -> Awaitable[Tensor]:
+        pending = reduce_scatter_pooled(self.env, local, dist_input.batch_size_per_rank)
+        lengths = dist_input.lengths
+        if lengths is None:
+            return pending
+        return pending.then(lambda pooled: self._divide_means(pooled, lengths))
+
+    def _divide_means(self, pooled: Tensor, lengths: Tensor) -> Tensor:
+        """MEAN segments of `pooled` `(B, D)` divided by their bag sizes `(S, B)`."""
+        inverse = 1.0 / lengths.clamp(min=1).to(pooled.dtype)
+        scales = [
+            inverse[j].unsqueeze(1).expand(-1, s.dim)
+            if mean
+            else pooled.new_ones(()).expand(pooled.shape[0], s.dim)
+            for j, (s, mean) in enumerate(zip(self._segments, self._mean, strict=True))
+        ]
+        return pooled * torch.cat(scales, dim=1)

@@ -1,0 +1,230 @@
+"""The engines of a sharded EmbeddingCollection: one row per id, sent back to the id's rank.
+
+Every id's row must return to the rank that sent the id, in the order it was sent
+(`sequence_all_to_all`), so each engine sends uniquely named keys and remembers, on the
+sender, where each segment's rows land in what comes back:
+
+- placed (table_wise, column_wise, table_column_wise): key `<segment>#<shard>` goes to the
+  shard's rank, which returns the shard's columns of every id; column blocks are put side by
+  side on arrival. All column blocks of one strategy must have one width (one all-to-all).
+- row blocks (row_wise, table_row_wise): ids bucketized by row block; rows come back in sent
+  (destination-major) order and are put back in id order by the inverse permutation.
+- data_parallel (in `data_parallel`): a local lookup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+from torch import Tensor
+
+from shardrec_collectives import (
+    Awaitable,
+    ShardingEnv,
+    kjt_all_to_all,
+    sequence_all_to_all,
+)
+from shardrec_embedding import PoolingType
+from shardrec_jagged import KeyedJaggedTensor
+from shardrec_planner import ShardingType
+from shardrec_sharding.layout import Segment, TableSharding
+from shardrec_sharding.lookup import LocalLookup, LookupSegment, LookupTable
+from shardrec_sharding.strategies._bucketize import RowBucketizer
+from shardrec_sharding.strategies._kjt import empty_kjt
+from shardrec_sharding.types import SequenceInput, TableMaker
+
+__all__ = ["PlacedSequence", "RowSequence"]
+
+
+def _rename(
+    features: KeyedJaggedTensor, keys: Sequence[str], indices: Sequence[int]
+) -> KeyedJaggedTensor:
+    """The keys at `indices` of `features` (repeats allowed) under the new names `keys`."""
+    if not indices:
+        return empty_kjt([], features)
+    picked = features.permute(list(indices))
+    return KeyedJaggedTensor(
+        list(keys),
+        picked.values(),
+        weights=picked.weights_or_none(),
+        lengths=picked.lengths(),
+        stride=features.stride(),
+    )
+
+
+class PlacedSequence:
+    """Shards holding all rows; one key per (segment, shard) (see module docstring)."""
+
+    carries_errors = True
+
+    def __init__(
+        self,
+        sharding_type: ShardingType,
+        tables: Sequence[TableSharding],
+        env: ShardingEnv,
+        make_table: TableMaker,
+    ) -> None:
+        self.sharding_type = sharding_type
+        self.env = env
+        self.segments: list[Segment] = [s for t in tables for s in t.segments]
+        widths = {sh.cols for t in tables for sh in t.shards if sh.rows and sh.cols}
+        if len(widths) > 1:
+            raise ValueError(
+                f"{sharding_type.value} tables {[t.name for t in tables]} of an "
+                f"EmbeddingCollection have shards of widths {sorted(widths)}; use one width"
+            )
+        self.width = widths.pop() if widths else 0
+        # per rank: (segment position, shard column offset) of each key it receives
+        self._keys_per_rank: list[list[tuple[int, int]]] = [[] for _ in range(env.world_size)]
+        for j, s in enumerate(self.segments):
+            t = next(x for x in tables if x.name == s.table)
+            for sh in t.shards:
+                if sh.rows and sh.cols:
+                    self._keys_per_rank[sh.rank].append((j, sh.col_offset))
+        local_tables: list[LookupTable] = []
+        index: dict[str, int] = {}
+        for t in tables:
+            local = t.local(env.rank, pooling=PoolingType.SUM)
+            if local is not None:
+                index[t.name] = len(local_tables)
+                local_tables.append(make_table(t, local))
+        own = self._keys_per_rank[env.rank]
+        self._column_start: list[int] = []
+        lookup_segments = []
+        for j, c0 in own:
+            lt = local_tables[index[self.segments[j].table]].local
+            start, pos = 0, 0
+            for b0, n in lt.column_blocks:
+                if b0 == c0:
+                    start = pos
+                pos += n
+            self._column_start.append(start)
+            lookup_segments.append(LookupSegment(index[self.segments[j].table], lt.dim))
+        self.lookup = LocalLookup(local_tables, lookup_segments, env.device)
+
+    def _name(self, j: int, c0: int) -> str:
+        return f"{self.segments[j].name}#{c0}"
+
+    def input_dist(
+        self,
+        features: KeyedJaggedTensor,
+        feature_pos: Mapping[str, int],
+        error: BaseException | None,
+    ) -> Awaitable[SequenceInput]:
+        per_rank = []
+        for keys in self._keys_per_rank:
+            names = [self._name(j, c0) for j, c0 in keys]
+            if error is None:
+                idx = [feature_pos[self.segments[j].feature] for j, _ in keys]
+                per_rank.append(_rename(features, names, idx))
+            else:
+                per_rank.append(empty_kjt(names, features))
+        pending = kjt_all_to_all(self.env, per_rank, error=error)
+        lengths = features.length_per_key()
+        counts = tuple(lengths[feature_pos[s.feature]] for s in self.segments)
+        key_index = tuple(range(len(self._keys_per_rank[self.env.rank])))
+        layout = pending.layout
+        return pending.then(
+            lambda kjt: SequenceInput(
+                features=kjt, key_index=key_index, layout=layout, counts=counts
+            )
+        )
+
+    def compute(self, dist_input: SequenceInput) -> Tensor:
+        kjt = dist_input.features
+        rows = self.lookup.rows(kjt.values(), kjt.offset_per_key(), dist_input.key_index)
+        blocks = [r[:, c : c + self.width] for r, c in zip(rows, self._column_start, strict=True)]
+        if not blocks:
+            return torch.zeros(0, self.width, device=kjt.values().device)
+        return torch.cat(blocks)
+
+    def output_dist(self, local: Tensor, dist_input: SequenceInput) -> Awaitable[dict[int, Tensor]]:
+        assert dist_input.layout is not None
+        pending = sequence_all_to_all(self.env, local, dist_input.layout)
+        counts = dist_input.counts
+
+        def assemble(received: Tensor) -> dict[int, Tensor]:
+            sizes = [counts[j] for keys in self._keys_per_rank for j, _ in keys]
+            parts = torch.split(received, sizes)
+            blocks: dict[int, list[tuple[int, Tensor]]] = {}
+            k = 0
+            for keys in self._keys_per_rank:
+                for j, c0 in keys:
+                    blocks.setdefault(j, []).append((c0, parts[k]))
+                    k += 1
+            return {
+                self.segments[j].index: torch.cat([b for _, b in sorted(v, key=lambda x: x[0])], 1)
+                for j, v in blocks.items()
+            }
+
+        return pending.then(assemble)
+
+
+class RowSequence:
+    """Row blocks; ids bucketized, rows returned in id order (see module docstring)."""
+
+    carries_errors = True
+
+    def __init__(
+        self,
+        sharding_type: ShardingType,
+        tables: Sequence[TableSharding],
+        env: ShardingEnv,
+        make_table: TableMaker,
+    ) -> None:
+        self.sharding_type = sharding_type
+        self.env = env
+        self.segments: list[Segment] = [s for t in tables for s in t.segments]
+        self._bucketize = RowBucketizer(self.segments, tables, env)
+        local_tables: list[LookupTable] = []
+        index: dict[str, int] = {}
+        for t in tables:
+            local = t.local(env.rank, pooling=PoolingType.SUM)
+            if local is not None:
+                index[t.name] = len(local_tables)
+                local_tables.append(make_table(t, local))
+        segs = [LookupSegment(index.get(s.table, -1), s.dim) for s in self.segments]
+        self.lookup = LocalLookup(local_tables, segs, env.device)
+
+    def input_dist(
+        self,
+        features: KeyedJaggedTensor,
+        feature_pos: Mapping[str, int],
+        error: BaseException | None,
+    ) -> Awaitable[SequenceInput]:
+        order: Tensor | None = None
+        if error is None:
+            per_rank, order = self._bucketize(features, feature_pos)
+        else:
+            per_rank = [empty_kjt(self._bucketize.keys, features)] * self.env.world_size
+        pending = kjt_all_to_all(self.env, per_rank, error=error)
+        lengths = features.length_per_key()
+        counts = tuple(lengths[feature_pos[s.feature]] for s in self.segments)
+        key_index = tuple(range(len(self.segments)))
+        layout = pending.layout
+        return pending.then(
+            lambda kjt: SequenceInput(
+                features=kjt, key_index=key_index, layout=layout, counts=counts, order=order
+            )
+        )
+
+    def compute(self, dist_input: SequenceInput) -> Tensor:
+        kjt = dist_input.features
+        rows = self.lookup.rows(kjt.values(), kjt.offset_per_key(), dist_input.key_index)
+        return torch.cat(rows)
+
+    def output_dist(self, local: Tensor, dist_input: SequenceInput) -> Awaitable[dict[int, Tensor]]:
+        assert dist_input.layout is not None and dist_input.order is not None
+        pending = sequence_all_to_all(self.env, local, dist_input.layout)
+        order = dist_input.order
+        counts = dist_input.counts
+
+        def assemble(received: Tensor) -> dict[int, Tensor]:
+            inverse = torch.empty_like(order)
+            inverse[order] = torch.arange(order.numel(), device=order.device)
+            in_id_order = received.index_select(0, inverse)
+            parts = torch.split(in_id_order, list(counts))
+            return {s.index: p for s, p in zip(self.segments, parts, strict=True)}
+
+        return pending.then(assemble)

@@ -1,0 +1,126 @@
+"""The contract between a sharded collection and its sharding strategies.
+
+A strategy owns the tables of one sharding type and runs the three phases for them:
+
+```
+input_dist(features)  -> Awaitable[DistInput]   ids to the ranks that hold their rows
+compute(dist_input)   -> Tensor                 local lookup, (sum_s B_s or B, D_local)
+output_dist(local, dist_input) -> Awaitable[Tensor]   (B, output_dim) on the batch's rank
+```
+
+`segment_columns[i]` lists, for the collection's output segment `i`, which columns of the
+strategy's output hold it (in the segment's column order), so the collection can put every
+block back where the unsharded module has it with one gather.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
+
+from torch import Tensor
+
+from shardrec_collectives import Awaitable, KJTAllToAllLayout, ShardingEnv
+from shardrec_jagged import KeyedJaggedTensor
+from shardrec_planner import ShardingType
+from shardrec_sharding.layout import LocalTable, TableSharding
+from shardrec_sharding.lookup import LocalLookup, LookupTable
+
+__all__ = [
+    "DistInput",
+    "PooledStrategy",
+    "SequenceFactory",
+    "SequenceInput",
+    "SequenceStrategy",
+    "StrategyFactory",
+    "TableMaker",
+]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
+class DistInput:
+    """What one strategy looks up on this rank after input distribution.
+
+    features: the KJT this rank looks up; key_index: per lookup segment, its key in features.
+    batch_size_per_rank: `[B_s]` samples of each rank in `features` (rank-major rows).
+    lengths: `(S, B)` this rank's own bag sizes per segment, kept when a MEAN must be divided
+        after the output distribution (row-wise); else None.
+    """
+
+    features: KeyedJaggedTensor
+    key_index: tuple[int, ...]
+    batch_size_per_rank: tuple[int, ...]
+    lengths: Tensor | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
+class SequenceInput:
+    """What a sequence strategy looks up here, and what it needs to route the rows back.
+
+    features: the KJT looked up here; key_index: per lookup segment, its key in it.
+    layout: the all-to-all's layout (None without communication).
+    counts: per output segment, the number of ids of this rank's batch.
+    order: row-block engines: the permutation from id order to sent order.
+    """
+
+    features: KeyedJaggedTensor
+    key_index: tuple[int, ...]
+    layout: KJTAllToAllLayout | None
+    counts: tuple[int, ...]
+    order: Tensor | None = None
+
+
+TableMaker = Callable[[TableSharding, LocalTable], LookupTable]
+"""Builds the lookup table of a local table (its initial weight and optimizer)."""
+
+
+class PooledStrategy(Protocol):
+    """One sharding type's tables of a sharded EmbeddingBagCollection (module docstring)."""
+
+    sharding_type: ShardingType
+    lookup: LocalLookup
+    output_dim: int
+    segment_columns: Mapping[int, Sequence[int]]
+    carries_errors: bool
+    """Whether input_dist exchanges an error flag (kjt_all_to_all's header) on every rank."""
+
+    def input_dist(
+        self,
+        features: KeyedJaggedTensor,
+        feature_pos: Mapping[str, int],
+        error: BaseException | None,
+    ) -> Awaitable[DistInput]: ...
+
+    def compute(self, dist_input: DistInput) -> Tensor: ...
+
+    def output_dist(self, local: Tensor, dist_input: DistInput) -> Awaitable[Tensor]: ...
+
+
+StrategyFactory = Callable[[Sequence[TableSharding], ShardingEnv, TableMaker], PooledStrategy]
+
+
+class SequenceStrategy(Protocol):
+    """One sharding type's tables of a sharded EmbeddingCollection: `compute` returns one row
+    per received id `(N_recv, D)`; `output_dist` the rows of this rank's ids per output
+    segment index, `(ids of the segment's feature, dim)`."""
+
+    sharding_type: ShardingType
+    lookup: LocalLookup
+    carries_errors: bool
+
+    def input_dist(
+        self,
+        features: KeyedJaggedTensor,
+        feature_pos: Mapping[str, int],
+        error: BaseException | None,
+    ) -> Awaitable[SequenceInput]: ...
+
+    def compute(self, dist_input: SequenceInput) -> Tensor: ...
+
+    def output_dist(
+        self, local: Tensor, dist_input: SequenceInput
+    ) -> Awaitable[dict[int, Tensor]]: ...
+
+
+SequenceFactory = Callable[[Sequence[TableSharding], ShardingEnv, TableMaker], SequenceStrategy]

@@ -1,0 +1,5 @@
+"""Sharding (TorchRec path `torchrec.distributed`)."""
+
+from shardrec_sharding import EmbeddingBagCollectionSharder, EmbeddingCollectionSharder
+
+__all__ = ["EmbeddingBagCollectionSharder", "EmbeddingCollectionSharder"]

@@ -1,0 +1,5 @@
+"""Sharded EmbeddingCollection (TorchRec path `torchrec.distributed.embedding`)."""
+
+from shardrec_sharding import EmbeddingCollectionSharder, ShardedEmbeddingCollection
+
+__all__ = ["EmbeddingCollectionSharder", "ShardedEmbeddingCollection"]

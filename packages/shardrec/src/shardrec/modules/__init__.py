@@ -1,0 +1,3 @@
+"""Embedding modules (TorchRec path `torchrec.modules`)."""
+
+__all__ = []

@@ -1,0 +1,5 @@
+"""Gradient clipping (TorchRec path `torchrec.optim.clipping`)."""
+
+from shardrec_optim import GradientClipping, GradientClippingOptimizer
+
+__all__ = ["GradientClipping", "GradientClippingOptimizer"]

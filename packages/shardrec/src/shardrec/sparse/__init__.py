@@ -1,0 +1,3 @@
+"""Jagged value types (TorchRec path `torchrec.sparse`)."""
+
+__all__ = []

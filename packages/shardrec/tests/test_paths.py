@@ -1,0 +1,149 @@
+"""Every TorchRec-familiar path re-exports the component's own object, not a copy."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+# (umbrella module, name, component module that defines it)
+PATHS = [
+    ("shardrec", "JaggedTensor", "shardrec_jagged"),
+    ("shardrec", "KeyedJaggedTensor", "shardrec_jagged"),
+    ("shardrec", "KeyedTensor", "shardrec_jagged"),
+    ("shardrec", "DataType", "shardrec_embedding"),
+    ("shardrec", "EmbeddingBagCollection", "shardrec_embedding"),
+    ("shardrec", "EmbeddingBagConfig", "shardrec_embedding"),
+    ("shardrec", "EmbeddingCollection", "shardrec_embedding"),
+    ("shardrec", "EmbeddingConfig", "shardrec_embedding"),
+    ("shardrec", "PoolingType", "shardrec_embedding"),
+    ("shardrec.sparse.jagged_tensor", "JaggedTensor", "shardrec_jagged"),
+    ("shardrec.sparse.jagged_tensor", "KeyedJaggedTensor", "shardrec_jagged"),
+    ("shardrec.sparse.jagged_tensor", "KeyedTensor", "shardrec_jagged"),
+    ("shardrec.modules.embedding_configs", "BaseEmbeddingConfig", "shardrec_embedding"),
+    ("shardrec.modules.embedding_configs", "DataType", "shardrec_embedding"),
+    ("shardrec.modules.embedding_configs", "EmbeddingBagConfig", "shardrec_embedding"),
+    ("shardrec.modules.embedding_configs", "EmbeddingConfig", "shardrec_embedding"),
+    ("shardrec.modules.embedding_configs", "PoolingType", "shardrec_embedding"),
+    ("shardrec.modules.embedding_configs", "data_type_to_dtype", "shardrec_embedding"),
+    ("shardrec.modules.embedding_configs", "dtype_to_data_type", "shardrec_embedding"),
+    ("shardrec.modules.embedding_modules", "EmbeddingBagCollection", "shardrec_embedding"),
+    ("shardrec.modules.embedding_modules", "EmbeddingCollection", "shardrec_embedding"),
+    (
+        "shardrec.modules.fused_embedding_modules",
+        "FusedEmbeddingBagCollection",
+        "shardrec_embedding",
+    ),
+    ("shardrec.modules.feature_processor_", "PositionWeightedModule", "shardrec_embedding"),
+    (
+        "shardrec.modules.feature_processor_",
+        "PositionWeightedModuleCollection",
+        "shardrec_embedding",
+    ),
+    (
+        "shardrec.modules.fp_embedding_modules",
+        "FeatureProcessedEmbeddingBagCollection",
+        "shardrec_embedding",
+    ),
+    ("shardrec.optim", "CombinedOptimizer", "shardrec_optim"),
+    ("shardrec.optim", "KeyedOptimizer", "shardrec_optim"),
+    ("shardrec.optim", "KeyedOptimizerWrapper", "shardrec_optim"),
+    ("shardrec.optim", "OptimizerWrapper", "shardrec_optim"),
+    ("shardrec.optim", "WarmupOptimizer", "shardrec_optim"),
+    ("shardrec.optim", "WarmupPolicy", "shardrec_optim"),
+    ("shardrec.optim", "WarmupStage", "shardrec_optim"),
+    ("shardrec.optim.keyed", "CombinedOptimizer", "shardrec_optim"),
+    ("shardrec.optim.keyed", "KeyedOptimizer", "shardrec_optim"),
+    ("shardrec.optim.keyed", "KeyedOptimizerWrapper", "shardrec_optim"),
+    ("shardrec.optim.keyed", "OptimizerWrapper", "shardrec_optim"),
+    ("shardrec.optim.optimizers", "in_backward_optimizer_filter", "shardrec_optim"),
+    ("shardrec.optim.apply_optimizer_in_backward", "apply_optimizer_in_backward", "shardrec_optim"),
+    ("shardrec.optim.warmup", "WarmupOptimizer", "shardrec_optim"),
+    ("shardrec.optim.warmup", "WarmupPolicy", "shardrec_optim"),
+    ("shardrec.optim.warmup", "WarmupStage", "shardrec_optim"),
+    ("shardrec.optim.clipping", "GradientClipping", "shardrec_optim"),
+    ("shardrec.optim.clipping", "GradientClippingOptimizer", "shardrec_optim"),
+    ("shardrec.distributed", "EmbeddingBagCollectionSharder", "shardrec_sharding"),
+    ("shardrec.distributed", "EmbeddingCollectionSharder", "shardrec_sharding"),
+    ("shardrec.distributed.types", "Awaitable", "shardrec_collectives"),
+    ("shardrec.distributed.types", "LazyAwaitable", "shardrec_collectives"),
+    ("shardrec.distributed.types", "NoWait", "shardrec_collectives"),
+    ("shardrec.distributed.types", "ShardingEnv", "shardrec_collectives"),
+    ("shardrec.distributed.types", "ParameterSharding", "shardrec_planner"),
+    ("shardrec.distributed.types", "ShardingPlan", "shardrec_planner"),
+    ("shardrec.distributed.types", "ShardingType", "shardrec_planner"),
+    ("shardrec.distributed.types", "EnumerableShardingSpec", "shardrec_planner"),
+    ("shardrec.distributed.types", "ShardMetadata", "shardrec_planner"),
+    ("shardrec.distributed.embedding_types", "EmbeddingComputeKernel", "shardrec_planner"),
+    ("shardrec.distributed.embeddingbag", "EmbeddingBagCollectionSharder", "shardrec_sharding"),
+    ("shardrec.distributed.embeddingbag", "ShardedEmbeddingBagCollection", "shardrec_sharding"),
+    ("shardrec.distributed.embedding", "EmbeddingCollectionSharder", "shardrec_sharding"),
+    ("shardrec.distributed.embedding", "ShardedEmbeddingCollection", "shardrec_sharding"),
+    ("shardrec.distributed.sharding_plan", "construct_module_sharding_plan", "shardrec_planner"),
+    ("shardrec.distributed.sharding_plan", "column_wise", "shardrec_planner"),
+    ("shardrec.distributed.sharding_plan", "data_parallel", "shardrec_planner"),
+    ("shardrec.distributed.sharding_plan", "grid_shard", "shardrec_planner"),
+    ("shardrec.distributed.sharding_plan", "row_wise", "shardrec_planner"),
+    ("shardrec.distributed.sharding_plan", "table_column_wise", "shardrec_planner"),
+    ("shardrec.distributed.sharding_plan", "table_row_wise", "shardrec_planner"),
+    ("shardrec.distributed.sharding_plan", "table_wise", "shardrec_planner"),
+    ("shardrec.distributed.planner", "EmbeddingShardingPlanner", "shardrec_planner"),
+    ("shardrec.distributed.planner", "ParameterConstraints", "shardrec_planner"),
+    ("shardrec.distributed.planner", "Topology", "shardrec_planner"),
+    ("shardrec.distributed.planner.types", "ParameterConstraints", "shardrec_planner"),
+    ("shardrec.distributed.planner.types", "PlannerError", "shardrec_planner"),
+    ("shardrec.distributed.planner.types", "Topology", "shardrec_planner"),
+]
+
+
+@pytest.mark.parametrize(("path", "name", "component"), PATHS)
+def test_path_reexports_component_object(path: str, name: str, component: str) -> None:
+    umbrella = importlib.import_module(path)
+    assert getattr(umbrella, name) is getattr(importlib.import_module(component), name)
+    assert name in umbrella.__all__
+
+
+def test_every_listed_module_is_walked() -> None:
+    listed = {p for p, _, _ in PATHS}
+    for required in [
+        "shardrec",
+        "shardrec.sparse.jagged_tensor",
+        "shardrec.modules.embedding_configs",
+        "shardrec.modules.embedding_modules",
+        "shardrec.distributed.types",
+        "shardrec.distributed.embedding_types",
+        "shardrec.distributed.embeddingbag",
+        "shardrec.distributed.embedding",
+        "shardrec.distributed.planner",
+        "shardrec.distributed.planner.types",
+        "shardrec.optim.keyed",
+        "shardrec.optim.optimizers",
+    ]:
+        assert required in listed, required
+
+
+def test_import_as_torchrec_reads_like_the_tutorials() -> None:
+    import shardrec as torchrec
+    import torch
+
+    ebc = torchrec.EmbeddingBagCollection(
+        tables=[
+            torchrec.EmbeddingBagConfig(
+                name="product_table",
+                embedding_dim=16,
+                num_embeddings=4096,
+                feature_names=["product"],
+                pooling=torchrec.PoolingType.SUM,
+            )
+        ],
+        device=torch.device("cpu"),
+    )
+    kjt = torchrec.KeyedJaggedTensor(
+        keys=["product"],
+        values=torch.tensor([101, 202, 303]),
+        lengths=torch.tensor([2, 0, 1]),
+    )
+    pooled = ebc(kjt)
+    weight = ebc.embedding_bags["product_table"].weight
+    expected = torch.stack([weight[101] + weight[202], torch.zeros(16), weight[303]])
+    torch.testing.assert_close(pooled.to_dict()["product"], expected)
