@@ -320,6 +320,12 @@ def test_duplicate_table_names() -> None:
         EmbeddingBagCollection([_table("t", 4, 2, ["f"]), _table("t", 5, 2, ["g"])])
 
 
+@pytest.mark.parametrize("name", ["items", "keys", "values", "update"])
+def test_table_name_reserved_by_module_dict(name: str) -> None:
+    with pytest.raises(ValueError, match=f"table name '{name}' is reserved by nn.ModuleDict"):
+        EmbeddingBagCollection([_table(name, 4, 2, ["f"])])
+
+
 def test_float_ids() -> None:
     ebc = EmbeddingBagCollection([_table("t", 4, 2, ["f"])])
     kjt = KeyedJaggedTensor(keys=["f"], values=torch.tensor([1.0, 2.0]), lengths=torch.tensor([2]))

@@ -83,11 +83,11 @@ def reduce_scatter_v(env: ShardingEnv, input: torch.Tensor, counts: Sequence[int
     if all(c == biggest for c in counts):
         padded = input.contiguous()
     else:
+        # Copy rank by rank with slices: a boolean-mask scatter cost a third of a large
+        # data_parallel gradient exchange (measured by the sharding benchmark).
         padded = input.new_zeros((env.world_size, biggest))
-        mask = torch.arange(biggest, device=input.device) < torch.tensor(
-            list(counts), device=input.device
-        ).unsqueeze(1)
-        padded[mask] = input
+        for row, chunk in zip(padded, torch.split(input, list(counts)), strict=True):
+            row[: chunk.numel()].copy_(chunk)
         padded = padded.view(-1)
     out = input.new_empty((biggest,))
     work = _REDUCE_SCATTER(out, padded, group=pg, async_op=True)
@@ -123,11 +123,8 @@ class _Unpadded(Pending):
         self._biggest = biggest
 
     def wait(self) -> torch.Tensor:
-        padded = super().wait()
-        mask = torch.arange(self._biggest, device=padded.device) < torch.tensor(
-            self._counts, device=padded.device
-        ).unsqueeze(1)
-        return padded.view(len(self._counts), self._biggest)[mask]
+        rows = super().wait().view(len(self._counts), self._biggest)
+        return torch.cat([row[:count] for row, count in zip(rows, self._counts, strict=True)])
 
 
 def all_to_all_sync(

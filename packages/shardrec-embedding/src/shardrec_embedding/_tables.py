@@ -37,6 +37,12 @@ def validate_tables(
                 f"{owner}: table name {t.name!r} must be non-empty and contain no '.' "
                 "(it keys the state_dict)"
             )
+        if hasattr(nn.ModuleDict, t.name):
+            # Table names key an nn.ModuleDict, whose own attributes (items, keys, ...) they
+            # would shadow; torch raises an opaque KeyError there.
+            raise ValueError(
+                f"{owner}: table name {t.name!r} is reserved by nn.ModuleDict; rename the table"
+            )
         if t.name in seen:
             raise ValueError(f"{owner}: duplicate table name {t.name!r}; names must be unique")
         seen.add(t.name)
