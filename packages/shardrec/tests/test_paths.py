@@ -123,8 +123,9 @@ def test_every_listed_module_is_walked() -> None:
 
 
 def test_import_as_torchrec_reads_like_the_tutorials() -> None:
-    import shardrec as torchrec
     import torch
+
+    import shardrec as torchrec
 
     ebc = torchrec.EmbeddingBagCollection(
         tables=[
