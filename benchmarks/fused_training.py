@@ -11,16 +11,18 @@ bandwidth. Reports only; asserts nothing.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import platform
 import statistics
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 
 from shardrec_embedding.configs import EmbeddingBagConfig
-from shardrec_embedding.fused import FusedEmbeddingBagCollection
+from shardrec_embedding.fused import FusedEmbeddingBagCollection, fbgemm_backward
 from shardrec_jagged import KeyedJaggedTensor
 from shardrec_optim import EmbOptimType, FusedOptimSpec, state_shapes
 
@@ -53,33 +55,49 @@ def tables(num_tables: int, rows: int, dim: int) -> list[EmbeddingBagConfig]:
     ]
 
 
-def batches(
-    num_tables: int, rows: int, batch: int, ids_per_bag: int, count: int
-) -> list[dict[str, torch.Tensor | list[str]]]:
+class Batch(NamedTuple):
+    """One KJT's fields (keys, values, lengths), shared by our module and TorchRec's."""
+
+    keys: list[str]
+    values: torch.Tensor
+    lengths: torch.Tensor
+
+
+def batches(num_tables: int, rows: int, batch: int, ids_per_bag: int, count: int) -> list[Batch]:
     gen = torch.Generator().manual_seed(0)
-    out = []
+    out: list[Batch] = []
     for _ in range(count):
         lengths = torch.full((num_tables * batch,), ids_per_bag, dtype=torch.int64)
         values = torch.randint(0, rows, (num_tables * batch * ids_per_bag,), generator=gen)
-        out.append(
-            {"keys": [f"f{i}" for i in range(num_tables)], "values": values, "lengths": lengths}
-        )
+        out.append(Batch([f"f{i}" for i in range(num_tables)], values, lengths))
     return out
 
 
-def median_ms(step: Callable[[int], None], warmup: int, repeats: int) -> tuple[float, float]:
-    """Median wall-clock ms and *minimum* process-CPU ms per step. On a machine shared with
-    other jobs the minimum CPU time is the steadiest number (it excludes time spent
-    descheduled and most interference); the wall time is what a quiet machine would see."""
+def interleaved_ms(
+    steps: dict[str, Callable[[int], None]], warmup: int, repeats: int
+) -> dict[str, tuple[float, float]]:
+    """Median wall-clock ms and *minimum* process-CPU ms per step of each contender.
+
+    The contenders run in turns (one step each per round), so a burst of load from other jobs
+    hits all of them alike. On a machine shared with other jobs the minimum CPU time is the
+    steadiest number (it excludes time spent descheduled); the wall time is what a quiet
+    machine would see."""
     for i in range(warmup):
-        step(i)
-    wall, cpu = [], []
+        for step in steps.values():
+            step(i)
+    wall: dict[str, list[float]] = {k: [] for k in steps}
+    cpu: dict[str, list[float]] = {k: [] for k in steps}
     for i in range(repeats):
-        start, start_cpu = time.perf_counter(), time.process_time()
-        step(warmup + i)
-        wall.append((time.perf_counter() - start) * 1e3)
-        cpu.append((time.process_time() - start_cpu) * 1e3)
-    return statistics.median(wall), min(cpu)
+        for name, step in steps.items():
+            start, start_cpu = time.perf_counter(), time.process_time()
+            step(warmup + i)
+            wall[name].append((time.perf_counter() - start) * 1e3)
+            cpu[name].append((time.process_time() - start_cpu) * 1e3)
+    return {k: (statistics.median(wall[k]), min(cpu[k])) for k in steps}
+
+
+def _cell(times: dict[str, tuple[float, float]], key: str) -> str:
+    return f"{times[key][0]:7.1f}/{times[key][1]:7.1f}" if key in times else "-"
 
 
 def copy_bandwidth_gbs() -> float:
@@ -109,17 +127,28 @@ def floor_bytes(spec: FusedOptimSpec, n_ids: int, unique: int, dim: int, batch_b
 def ours_step(
     spec: FusedOptimSpec,
     cfgs: list[EmbeddingBagConfig],
-    data: list[dict[str, torch.Tensor | list[str]]],
+    data: list[Batch],
     grad: torch.Tensor,
+    *,
+    torch_only: bool = False,
 ) -> Callable[[int], None]:
+    """One step of our module; `torch_only` hides fbgemm from the backward (the path a machine
+    without fbgemm-gpu-cpu takes)."""
     model = FusedEmbeddingBagCollection(cfgs, spec, check_ids=True)
-    kjts = [
-        KeyedJaggedTensor(keys=d["keys"], values=d["values"], lengths=d["lengths"]) for d in data
-    ]  # type: ignore[arg-type]
+    kjts = [KeyedJaggedTensor(keys=d.keys, values=d.values, lengths=d.lengths) for d in data]
 
     def step(i: int) -> None:
         out = model(kjts[i % len(kjts)]).values()
-        out.backward(grad)
+        if torch_only:
+            # fbgemm_applies looks the probe up at call time: patch it for this backward only.
+            saved = fbgemm_backward.fbgemm_tbe_available
+            fbgemm_backward.fbgemm_tbe_available = lambda: False  # type: ignore[assignment]
+            try:
+                out.backward(grad)
+            finally:
+                fbgemm_backward.fbgemm_tbe_available = saved
+        else:
+            out.backward(grad)
 
     return step
 
@@ -130,7 +159,7 @@ def torchrec_step(
     num_tables: int,
     rows: int,
     dim: int,
-    data: list[dict[str, torch.Tensor | list[str]]],
+    data: list[Batch],
     grad: torch.Tensor,
 ) -> Callable[[int], None] | str:
     try:
@@ -149,7 +178,7 @@ def torchrec_step(
     try:
         model = TrFused(cfgs, optimizer_type=cls, optimizer_kwargs=dict(kwargs))
         kjts = [
-            torchrec.KeyedJaggedTensor(keys=d["keys"], values=d["values"], lengths=d["lengths"])
+            torchrec.KeyedJaggedTensor(keys=d.keys, values=d.values, lengths=d.lengths)
             for d in data
         ]
         model(kjts[0]).values().backward(grad)
@@ -174,6 +203,7 @@ def profile(spec: FusedOptimSpec, step: Callable[[int], None]) -> None:
     events = {e.key: e for e in prof.key_averages()}
     print(f"  profile of {spec.optimizer.name} (ms per step, 3 steps):")
     for key in (
+        "fused.fbgemm_backward",
         "fused.sort_unique",
         "fused.segment_sum",
         "fused.optimizer_update",
@@ -212,36 +242,48 @@ def main() -> None:
     data = batches(num_tables, rows, batch, ids_per_bag, count=4)
     grad = torch.randn(batch, num_tables * dim, generator=torch.Generator().manual_seed(1))
     n_ids = num_tables * batch * ids_per_bag
-    values = data[0]["values"]
-    assert isinstance(values, torch.Tensor)
-    unique = sum(int(torch.unique(v).numel()) for v in values.split(batch * ids_per_bag))
+    per_table = data[0].values.view(num_tables, batch * ids_per_bag)
+    unique = sum(int(torch.unique(v).numel()) for v in per_table.unbind(0))
     bandwidth = copy_bandwidth_gbs()
     print(
         f"copy bandwidth: {bandwidth:.1f} GB/s (read + write); ids/step {n_ids}, "
         f"unique rows {unique}; floor = bytes moved / copy bandwidth"
     )
     cfgs = tables(num_tables, rows, dim)
-    print("\nms per step (median wall / min process CPU); speedup = TorchRec wall / ours wall")
-    print(f"{'optimizer':22s} {'shardrec':>15s} {'torchrec':>15s} {'speedup':>8s} {'floor':>6s}")
+    print(
+        "\nms per step (median wall / min process CPU), contenders interleaved; "
+        "speedup = TorchRec wall / ours wall; torch-only = our backward without fbgemm "
+        "('-': that optimizer never uses fbgemm)"
+    )
+    print(
+        f"{'optimizer':22s} {'shardrec':>15s} {'torch-only':>15s} {'torchrec':>15s} "
+        f"{'speedup':>8s} {'floor':>6s} {'load':>5s}"
+    )
     only = {o.strip().upper() for o in args.only.split(",") if o.strip()}
     for spec, tr_name, tr_kwargs in OPTIMIZERS:
         if only and not {spec.optimizer.name, spec.optimizer.value.upper()} & only:
             continue
         step = ours_step(spec, cfgs, data, grad)
-        ours, ours_cpu = median_ms(step, warmup, repeats)
-        moved = floor_bytes(spec, n_ids, unique, dim, num_tables * batch)
-        floor = moved / (bandwidth * 1e9) * 1e3
-        ref: tuple[float, float] | str = "no equivalent"
+        steps = {"ours": step}
+        if fbgemm_backward.fbgemm_applies(spec, grad, grad, None):
+            steps["torch"] = ours_step(spec, cfgs, data, grad, torch_only=True)
+        ref: str = "no equivalent"
         if tr_name is not None:
             tr = torchrec_step(tr_name, tr_kwargs, num_tables, rows, dim, data, grad)
-            ref = tr if isinstance(tr, str) else median_ms(tr, warmup, repeats)
-        name = spec.optimizer.name
-        mine = f"{ours:7.1f}/{ours_cpu:7.1f}"
-        if isinstance(ref, tuple):
-            theirs = f"{ref[0]:7.1f}/{ref[1]:7.1f}"
-            print(f"{name:22s} {mine:>15s} {theirs:>15s} {ref[0] / ours:7.2f}x {floor:6.1f}")
-        else:
-            print(f"{name:22s} {mine:>15s} {'-':>15s} {'-':>8s} {floor:6.1f}  torchrec: {ref}")
+            if isinstance(tr, str):
+                ref = tr
+            else:
+                steps["torchrec"] = tr
+        times = interleaved_ms(steps, warmup, repeats)
+        moved = floor_bytes(spec, n_ids, unique, dim, num_tables * batch)
+        floor = moved / (bandwidth * 1e9) * 1e3
+        cell = functools.partial(_cell, times)
+        ratio = f"{times['torchrec'][0] / times['ours'][0]:7.2f}x" if "torchrec" in times else "-"
+        note = "" if "torchrec" in times else f"  torchrec: {ref}"
+        print(
+            f"{spec.optimizer.name:22s} {cell('ours'):>15s} {cell('torch'):>15s} "
+            f"{cell('torchrec'):>15s} {ratio:>8s} {floor:6.1f} {os.getloadavg()[0]:5.1f}{note}"
+        )
         if args.profile:
             profile(spec, step)
 

@@ -1,9 +1,11 @@
 """shardrec_jagged vs TorchRec 1.8 on a Criteo-shaped batch: one row per operation.
 
 Run: ``.venv/bin/python benchmarks/jagged.py`` (``--quick`` for a smoke run). Prints the machine,
-the shapes, the median time per call of ours and TorchRec's (when importable) and the ratio, then
-the per-kernel backend comparison (torch-native vs fbgemm) that ``_kernels.py`` is chosen from.
-Reports only; asserts nothing.
+the shapes, the load average, the median time per call of ours and TorchRec's (when importable)
+and the ratio; for operations that are one kernel or one copy also that kernel alone ("floor")
+and TorchRec / floor, the largest speedup any implementation could show. Then the per-kernel
+backend comparison (torch-native vs fbgemm) that ``_kernels.py`` is chosen from. Reports only;
+asserts nothing.
 """
 
 from __future__ import annotations
@@ -34,6 +36,14 @@ def _torchrec() -> ModuleType | None:
     except Exception as exc:  # missing, or fbgemm/torch mismatch
         print(f"TorchRec column skipped: torchrec not importable ({type(exc).__name__}: {exc})")
         return None
+
+
+def _load() -> str:
+    """1/5/15-minute load averages: the machine is shared, so every run records them."""
+    try:
+        return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "unavailable"
 
 
 def timeit(*fns: Callable[[], object], inner: int, repeats: int) -> list[float]:
@@ -112,6 +122,41 @@ def ops(lib: Any, batch: dict[str, Any]) -> dict[str, Callable[[], object]]:
     }
 
 
+def floors(batch: dict[str, Any]) -> dict[str, Callable[[], object]]:
+    """The irreducible tensor work of the operations that are one kernel or one copy.
+
+    Timed alongside ours and TorchRec's: an operation can be at most (TorchRec / floor) times
+    faster than TorchRec, whatever its Python side costs. Uses the kernel ``_kernels`` picks.
+    """
+    from shardrec_jagged import _kernels
+
+    keys, values, lengths, weights = (batch[k] for k in ("keys", "values", "lengths", "weights"))
+    kjt = ours.KeyedJaggedTensor(keys=keys, values=values, lengths=lengths, weights=weights).sync()
+    lpk, half = kjt.length_per_key(), F // 2
+    order = list(range(F))[::-1]
+    n_a = kjt.offset_per_key()[half]
+    a_values, a_lengths = values[:n_a], lengths[: half * B]
+    a_weights = None if weights is None else weights[:n_a]
+    kt_values = torch.rand(B, half * KT_DIM)
+    kt_widths = [KT_DIM] * half
+
+    def concat() -> object:
+        out = [torch.cat([a_values, a_values]), torch.cat([a_lengths, a_lengths])]
+        if a_weights is not None:
+            out.append(torch.cat([a_weights, a_weights]))
+        return out
+
+    return {
+        "construct+offsets": lambda: _kernels.lengths_to_offsets(lengths),
+        "construct+length_per_key": lambda: _kernels.length_per_key(lengths, F, B),
+        "permute (reversed keys)": lambda: _kernels.permute_kjt(
+            values, weights, lengths, lpk, order, B
+        ),
+        "concat of 2": concat,
+        "KeyedTensor.to_dict": lambda: kt_values.split_with_sizes(kt_widths, dim=1),
+    }
+
+
 def kernel_rows(
     batch: dict[str, Any],
 ) -> list[tuple[str, Callable[[], object], Callable[[], object]]]:
@@ -152,10 +197,20 @@ def main() -> None:
     parser.add_argument(
         "--threads", type=int, default=0, help="torch intra-op threads (default: torch's choice)"
     )
+    parser.add_argument(
+        "--repeats", type=int, default=9, help="timed repeats per row (the median is printed)"
+    )
+    parser.add_argument(
+        "--only", default="", help="comma-separated substrings: time only matching operations"
+    )
+    parser.add_argument(
+        "--no-kernels", action="store_true", help="skip the torch-vs-fbgemm kernel comparison"
+    )
     args = parser.parse_args()
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    inner, repeats = (20, 3) if args.quick else (200, 9)
+    inner, repeats = (20, 3) if args.quick else (200, args.repeats)
+    only = [o for o in args.only.split(",") if o]
 
     print(
         f"machine: {platform.platform()}, {platform.processor() or platform.machine()}, "
@@ -168,21 +223,35 @@ def main() -> None:
         f"ids < {MAX_ID}; KeyedTensor: 2 x {F // 2} keys x {KT_DIM} wide; "
         f"median of {repeats} x {inner} calls"
     )
+    print(f"load average at start: {_load()}")
     trc = _torchrec()
     for weighted in (False, True):
         batch = make_batch(weighted)
         print(f"\n{'weighted' if weighted else 'unweighted'} batch: {batch['values'].numel()} ids")
-        print(f"{'operation':34} {'ours us':>10} {'torchrec us':>12} {'speedup':>8}")
+        print(
+            f"{'operation':34} {'ours us':>10} {'torchrec us':>12} {'speedup':>8} "
+            f"{'floor us':>9} {'max speedup':>12}"
+        )
         mine = ops(ours, batch)
         theirs = ops(trc, batch) if trc is not None else {}
+        floor = floors(batch)
         for name, fn in mine.items():
-            if name in theirs:
-                t_ours, t_ref = timeit(fn, theirs[name], inner=inner, repeats=repeats)
-                print(f"{name:34} {t_ours:10.1f} {t_ref:12.1f} {t_ref / t_ours:7.1f}x")
-            else:
-                (t_ours,) = timeit(fn, inner=inner, repeats=repeats)
-                print(f"{name:34} {t_ours:10.1f} {'-':>12} {'-':>8}")
+            if only and not any(o in name for o in only):
+                continue
+            fns = [fn] + [d[name] for d in (theirs, floor) if name in d]
+            times = timeit(*fns, inner=inner, repeats=repeats)
+            t_ours = times[0]
+            t_ref = times[1] if name in theirs else None
+            t_floor = times[-1] if name in floor else None
+            ref = "-" if t_ref is None else f"{t_ref:.1f}"
+            ratio = "-" if t_ref is None else f"{t_ref / t_ours:.1f}x"
+            fl = "-" if t_floor is None else f"{t_floor:.1f}"
+            best = "-" if t_ref is None or t_floor is None else f"{t_ref / t_floor:.1f}x"
+            print(f"{name:34} {t_ours:10.1f} {ref:>12} {ratio:>8} {fl:>9} {best:>12}")
+    print(f"\nload average at end: {_load()}")
 
+    if args.no_kernels:
+        return
     if not ours.fbgemm_available():
         print("\nbackend comparison skipped: fbgemm_gpu not importable")
         return

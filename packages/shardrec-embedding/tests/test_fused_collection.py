@@ -191,12 +191,21 @@ def test_adam_all_rows_touched_equals_dense_torch_adam() -> None:
     _assert_same_weights(fused, ref)
 
 
-def test_many_chunks_equal_one_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
-    spec = FusedOptimSpec(optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=0.1)
+@pytest.mark.parametrize(
+    "optimizer",
+    # ADAM always takes the torch path, whose chunking is under test; rowwise Adagrad does
+    # too where fbgemm is not installed.
+    [EmbOptimType.EXACT_ROWWISE_ADAGRAD, EmbOptimType.ADAM],
+)
+@pytest.mark.parametrize("dup", [False, True])
+def test_many_chunks_equal_one_chunk(
+    monkeypatch: pytest.MonkeyPatch, optimizer: EmbOptimType, dup: bool
+) -> None:
+    spec = FusedOptimSpec(optimizer=optimizer, learning_rate=0.1)
     a, _ = _pair(spec, weighted=True)
     b = copy.deepcopy(a)
     gen = torch.Generator().manual_seed(3)
-    kjt = _batch(gen, 8, weighted=True, dup=False)
+    kjt = _batch(gen, 8, weighted=True, dup=dup)
     _loss(a(kjt).values()).backward()
     monkeypatch.setattr(fused_lookup, "CHUNK_BYTES", 16)  # one or two rows per chunk
     _loss(b(kjt).values()).backward()

@@ -89,6 +89,30 @@ def test_permute_parity(ref: RefKJT, data: st.DataObject) -> None:
     assert kjt_lists(kjt.permute(order)) == ref.permute(order).bags
 
 
+@pytest.mark.fbgemm
+@pytest.mark.parametrize(("threads", "backend"), [(1, "torch"), (2, "fbgemm")])
+def test_permute_backend_follows_the_thread_count(
+    monkeypatch: pytest.MonkeyPatch, threads: int, backend: str
+) -> None:
+    _fbgemm_or_skip()
+    from shardrec_jagged import _fbgemm_kernels
+
+    used: list[str] = []
+    for name, module in (("torch", _torch_kernels), ("fbgemm", _fbgemm_kernels)):
+        kernel = module.permute_kjt
+
+        def spy(*args: object, _k: object = kernel, _n: str = name) -> object:
+            used.append(_n)
+            return _k(*args)  # type: ignore[operator]
+
+        monkeypatch.setattr(module, "permute_kjt", spy)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
+    values, lengths = torch.arange(6), torch.tensor([1, 2, 0, 3])
+    out = _kernels.permute_kjt(values, None, lengths, [3, 3], [1, 0], 2)
+    assert used == [backend]
+    assert out[0].tolist() == [3, 4, 5, 0, 1, 2] and out[2].tolist() == [0, 3, 1, 2]
+
+
 def test_padded_dense_reference_case() -> None:
     values = torch.tensor([1.0, 2.0, 3.0])
     lengths = torch.tensor([2, 0, 1])

@@ -6,6 +6,9 @@ which is the property under test, without paying for Inductor code generation.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import torch
 import torch.fx
 import torch.utils._pytree as pytree
@@ -123,3 +126,29 @@ def test_compile_fullgraph_construct_and_regroup() -> None:
     values, lengths, dense = torch.arange(6), torch.tensor([1, 2, 0, 3]), torch.randn(2, 3)
     compiled = torch.compile(build, fullgraph=True, backend="eager")
     assert torch.allclose(compiled(values, lengths, dense), build(values, lengths, dense))
+
+
+_FRESH_TRACE = """
+import torch, torch.fx
+from shardrec_jagged import KeyedJaggedTensor
+
+class M(torch.nn.Module):
+    def forward(self, kjt):
+        jt = KeyedJaggedTensor.from_jt_dict({"z": kjt["a"]})
+        return KeyedJaggedTensor.concat([kjt, jt]).values()
+
+code = torch.fx.symbolic_trace(M()).code
+assert "kjt_concat" in code and "from_jt_dict" in code, code
+print("traced")
+"""
+
+
+def test_fx_trace_of_concat_in_a_fresh_process() -> None:
+    # Regression: concat/from_jt_dict were imported on first call, so a trace in a process
+    # that had never called them ran their bodies on Proxies (TraceError) instead of
+    # recording one wrapped call. A fresh interpreter is the only way to see import order.
+    done = subprocess.run(
+        [sys.executable, "-c", _FRESH_TRACE], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().endswith("traced")

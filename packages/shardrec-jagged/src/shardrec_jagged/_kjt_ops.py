@@ -25,7 +25,10 @@ def kjt_concat(kjt_list: Sequence[KeyedJaggedTensor]) -> KeyedJaggedTensor:
     weighted = first._weights is not None
     variable = first.variable_stride_per_key()
     stride: int | None = None
-    keys: list[str] = []
+    keys = [k for kjt in kjt_list for k in kjt._keys]
+    # Fast path: all keys distinct (one set, ~0.3 us); otherwise the loop below finds which
+    # input holds a duplicate (a key repeated inside one input, from permute, is allowed).
+    keys_distinct = len(set(keys)) == len(keys)
     owner: dict[str, int] = {}
     for i, kjt in enumerate(kjt_list):
         if (kjt._weights is not None) != weighted:
@@ -46,6 +49,8 @@ def kjt_concat(kjt_list: Sequence[KeyedJaggedTensor]) -> KeyedJaggedTensor:
                     f"cannot concat KeyedJaggedTensors of different batch sizes: {stride} and "
                     f"{kjt._stride} (kjt_list[{i}], keys {kjt._keys})"
                 )
+        if keys_distinct:
+            continue
         for k in dict.fromkeys(kjt._keys):  # a key repeated inside one input (permute): kept
             if k in owner:
                 raise ValueError(
@@ -53,7 +58,6 @@ def kjt_concat(kjt_list: Sequence[KeyedJaggedTensor]) -> KeyedJaggedTensor:
                     "both hold it; keys of the concatenated KJTs must be disjoint"
                 )
             owner[k] = i
-        keys += kjt._keys
     have_lpk = all(k._length_per_key is not None for k in kjt_list)
     lpk = [n for k in kjt_list for n in (k._length_per_key or [])] if have_lpk else None
     spkpr = [r for k in kjt_list for r in k.stride_per_key_per_rank()] if variable else None

@@ -255,15 +255,11 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
     @staticmethod
     def from_jt_dict(jt_dict: Mapping[str, JaggedTensor]) -> KeyedJaggedTensor:
         """One JaggedTensor per key -> KJT; differing bag counts give variable batch per key."""
-        from shardrec_jagged import _kjt_ops  # imports this module: import on first use
-
         return _kjt_ops.from_jt_dict(jt_dict)
 
     @staticmethod
     def concat(kjt_list: Sequence[KeyedJaggedTensor]) -> KeyedJaggedTensor:
         """Keys of every KJT, in order; all must share the batch size and weightedness."""
-        from shardrec_jagged import _kjt_ops  # imports this module: import on first use
-
         return _kjt_ops.kjt_concat(kjt_list)
 
     @staticmethod
@@ -421,8 +417,11 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
         n_keys = len(self._keys)
         if n_keys == 0:
             return []
-        lengths = self._lengths
-        if lengths is not None and self._stride_per_key_per_rank is None:
+        lengths, offsets = self._lengths, self._offsets
+        if self._stride_per_key_per_rank is None and offsets is not None:
+            # Cheapest when offsets exist: read F + 1 of them (a strided view), diff on host.
+            out = _kernels.length_per_key_from_offsets(offsets, n_keys, self._stride)
+        elif self._stride_per_key_per_rank is None and lengths is not None:
             out = _kernels.length_per_key(lengths, n_keys, self._stride)
         else:
             # Per-key boundaries of the offsets: one gather of F + 1 entries.
@@ -455,17 +454,20 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
 
     def __getitem__(self, key: str) -> JaggedTensor:
         """Key ``key``'s bags as a JaggedTensor (views, no copy)."""
-        index = self._key_indices().get(key)
+        # Cached attributes read directly (the accessor methods fill them on a miss): a
+        # getitem is ~2 us, and four method calls were ~0.3 us of it.
+        index = (self._index_per_key or self._key_indices()).get(key)
         if index is None:
             raise UnknownKeyError(f"unknown key {key!r}; this KeyedJaggedTensor has {self._keys}")
-        opk = self.offset_per_key()
-        lopk = self.lengths_offset_per_key()
+        opk = self._offset_per_key or self.offset_per_key()
+        lopk = self._lengths_offset_per_key or self.lengths_offset_per_key()
+        lengths = self._lengths if self._lengths is not None else self.lengths()
         start, end = opk[index], opk[index + 1]
         w = self._weights
         return JaggedTensor._unchecked(
             self._values[start:end],
             None if w is None else w[start:end],
-            self.lengths()[lopk[index] : lopk[index + 1]],
+            lengths[lopk[index] : lopk[index + 1]],
             None,
         )
 
@@ -672,5 +674,8 @@ def _empty_like(t: torch.Tensor | None, device: torch.device) -> torch.Tensor | 
     return None if t is None else torch.empty_like(t, device=device)
 
 
-# Registers KeyedJaggedTensor as a pytree node; that module needs the class defined above.
-from shardrec_jagged import _kjt_pytree  # noqa: E402, F401
+# Imported last: both modules need the class defined above. _kjt_pytree registers the pytree
+# node. _kjt_ops holds concat/from_jt_dict; imported here rather than on first use because
+# their torch.fx.wrap registration must exist before a module calling them is traced (and a
+# per-call import statement costs ~0.3 us).
+from shardrec_jagged import _kjt_ops, _kjt_pytree  # noqa: E402, F401

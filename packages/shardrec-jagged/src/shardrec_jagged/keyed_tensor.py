@@ -125,7 +125,8 @@ class KeyedTensor(metaclass=ProxyableMeta):
 
     def to_dict(self) -> dict[str, torch.Tensor]:
         parts = self._values.split_with_sizes(self._length_per_key, dim=self._key_dim)
-        return dict(zip(self._keys, parts, strict=True))
+        # strict=False: one width per key by construction (strict costs ~0.15 us per call)
+        return dict(zip(self._keys, parts, strict=False))
 
     @staticmethod
     def regroup(

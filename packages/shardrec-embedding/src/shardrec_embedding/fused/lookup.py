@@ -1,10 +1,12 @@
 """The fused pooled lookup: forward is the batched lookup, backward updates rows in place.
 
-Backward never builds a dense `(total_rows, D)` gradient. For the `N` ids of a batch:
+Backward never builds a dense `(total_rows, D)` gradient. Where fbgemm-gpu-cpu imports and has
+a kernel for the optimizer, its CPU TBE backward does the whole update in one call
+(`fbgemm_backward`, faster where it applies); otherwise, for the `N` ids of a batch:
 
 ```
-ids    (N,)  --sort-->  sorted ids, perm            (one int64 sort)
-                        segment starts (U,)          (first position of each unique row)
+ids    (N,)  --sort-->  sorted ids, perm            (one sort, int32 keys)
+                        segment starts (U,)          (unique_consecutive counts)
 bag of each id, permuted  --embedding_bag(grad_out)--> (U, D) summed row gradients, per chunk
                                                         --> shardrec_optim.sparse_update
 ```
@@ -19,6 +21,7 @@ more than the update itself). docs/design/optim-fused-backward.md records the me
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -26,6 +29,11 @@ from torch import Tensor
 
 from shardrec_embedding.batched_lookup import batched_embedding_bag
 from shardrec_embedding.configs import PoolingType
+from shardrec_embedding.fused.fbgemm_backward import (
+    FBGEMM_OPTIMIZERS,
+    fbgemm_applies,
+    fbgemm_update,
+)
 from shardrec_optim import FusedOptimSpec, sparse_update
 
 # Bytes of (rows, D) gradient handled per chunk in backward.
@@ -102,6 +110,11 @@ def per_sample_weight_grad(
     return out
 
 
+Backend = Literal["auto", "torch", "fbgemm"]
+"""Which kernel runs the update: "auto" takes fbgemm's CPU kernel where it applies (see
+`fbgemm_backward`), else the torch-native one; "torch" / "fbgemm" force one (parity tests)."""
+
+
 def fused_update(
     weight: Tensor,
     state: Mapping[str, Tensor],
@@ -113,12 +126,67 @@ def fused_update(
     grad_out: Tensor,
     learning_rate: float,
     step: int,
+    *,
+    backend: Backend = "auto",
 ) -> None:
     """Apply one optimizer step to the rows `ids` touched, given the pooled output gradient.
 
     weight: `(R, D)` group weight (updated in place). ids: `(N,)` int64 rows.
     offsets: `(num_bags + 1,)`. per_sample_weights: `(N,)` or None. grad_out: `(num_bags, D)`.
+    backend: see `Backend`; "fbgemm" raises ValueError where fbgemm cannot run this update.
     """
+    if backend not in ("auto", "torch", "fbgemm"):
+        raise ValueError(f"backend must be 'auto', 'torch' or 'fbgemm', got {backend!r}")
+    if ids.numel() == 0:
+        return
+    if backend != "torch" and fbgemm_applies(spec, weight, grad_out, per_sample_weights):
+        with torch.profiler.record_function("fused.fbgemm_backward"):
+            fbgemm_update(
+                weight,
+                state,
+                spec,
+                ids,
+                offsets,
+                per_sample_weights,
+                pooling,
+                grad_out,
+                learning_rate,
+            )
+        return
+    if backend == "fbgemm":
+        raise ValueError(
+            f"the fbgemm backend cannot run {spec.optimizer.name} on a {weight.dtype} "
+            f"{weight.device.type} weight (fbgemm supports "
+            f"{sorted(o.name for o in FBGEMM_OPTIMIZERS)} on contiguous FP32 CPU weights, and "
+            "needs fbgemm-gpu-cpu installed)"
+        )
+    torch_update(
+        weight,
+        state,
+        spec,
+        ids,
+        offsets,
+        per_sample_weights,
+        pooling,
+        grad_out,
+        learning_rate,
+        step,
+    )
+
+
+def torch_update(
+    weight: Tensor,
+    state: Mapping[str, Tensor],
+    spec: FusedOptimSpec,
+    ids: Tensor,
+    offsets: Tensor,
+    per_sample_weights: Tensor | None,
+    pooling: PoolingType,
+    grad_out: Tensor,
+    learning_rate: float,
+    step: int,
+) -> None:
+    """The torch-native `fused_update` (any optimizer, device and dtype); same arguments."""
     n = ids.numel()
     if n == 0:
         return
@@ -130,11 +198,13 @@ def fused_update(
             lengths = offsets[1:] - offsets[:-1]
             inverse = 1.0 / lengths.clamp(min=1).to(weight.dtype)
             scale = torch.repeat_interleave(inverse, lengths, output_size=n)
-        sorted_ids, perm = torch.sort(ids)
-        is_start = torch.ones(n, dtype=torch.bool, device=ids.device)
-        torch.ne(sorted_ids[1:], sorted_ids[:-1], out=is_start[1:])
-        starts = is_start.nonzero().squeeze(1)
-        rows = sorted_ids.index_select(0, starts)
+        # int32 keys sort ~1.8x faster than int64 (1.6 vs 2.9 ms for 330k ids); rows fit.
+        keys = ids.int() if weight.shape[0] <= torch.iinfo(torch.int32).max else ids
+        sorted_ids, perm = torch.sort(keys)
+        # Segments of equal ids: one pass (0.6 ms) against ne + nonzero + gather (1.2 ms).
+        rows, counts = torch.unique_consecutive(sorted_ids, return_counts=True)
+        rows = rows.long()
+        starts = counts.cumsum(0).sub_(counts)
         src_bag = bag.index_select(0, perm)
         src_scale = None if scale is None else scale.to(weight.dtype).index_select(0, perm)
         num_unique = rows.numel()

@@ -1,0 +1,171 @@
+"""Fused backward backends: fbgemm's CPU TBE kernels and the torch-native path agree.
+
+Parity tests are marked `fbgemm` and skip when fbgemm_gpu does not import (`nox -s fbgemm` runs
+them with fbgemm-gpu-cpu installed). The fallback and bad-input tests run everywhere.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+
+import pytest
+import torch
+
+from shardrec_embedding.configs import PoolingType
+from shardrec_embedding.fused import fbgemm_backward
+from shardrec_embedding.fused.lookup import fused_update
+from shardrec_optim import EmbOptimType, FusedOptimSpec, WeightDecayMode, init_state
+
+
+def _fbgemm_or_skip() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", fbgemm_backward.FbgemmUnavailableWarning)
+        if not fbgemm_backward.fbgemm_tbe_available():
+            pytest.skip("fbgemm_gpu TBE kernels do not import here")
+
+
+def _batch(
+    seed: int, rows: int, dim: int, bags: int, weighted: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """Heavy duplicates (ids from a small range), some empty bags."""
+    gen = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(0, 6, (bags,), generator=gen)
+    lengths[::4] = 0
+    offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
+    n = int(offsets[-1])
+    ids = torch.randint(0, max(1, rows // 3), (n,), generator=gen)
+    psw = torch.rand(n, generator=gen) * 2 - 0.5 if weighted else None
+    grad_out = torch.randn(bags, dim, generator=gen)
+    return ids, offsets, psw, grad_out
+
+
+SPECS = [
+    FusedOptimSpec(optimizer=EmbOptimType.EXACT_SGD, learning_rate=0.3),
+    FusedOptimSpec(optimizer=EmbOptimType.SGD, learning_rate=0.1),
+    FusedOptimSpec(optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=0.2, eps=1e-6),
+    FusedOptimSpec(optimizer=EmbOptimType.ROWWISE_ADAGRAD, learning_rate=0.05),
+    FusedOptimSpec(optimizer=EmbOptimType.EXACT_ADAGRAD, learning_rate=0.1, eps=1e-5),
+]
+
+# fbgemm 1.8's CPU kernel applies rowwise weight decay differently: these stay on torch.
+WEIGHT_DECAY_SPECS = [
+    FusedOptimSpec(
+        optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD,
+        learning_rate=0.2,
+        weight_decay=0.1,
+        weight_decay_mode=WeightDecayMode.L2,
+    ),
+    FusedOptimSpec(
+        optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD,
+        learning_rate=0.2,
+        weight_decay=0.1,
+        weight_decay_mode=WeightDecayMode.DECOUPLE,
+    ),
+]
+
+
+@pytest.mark.fbgemm
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: f"{s.optimizer.name}-{s.weight_decay_mode}")
+@pytest.mark.parametrize(
+    ("pooling", "weighted"),
+    [(PoolingType.SUM, False), (PoolingType.SUM, True), (PoolingType.MEAN, False)],
+    ids=["sum", "weighted-sum", "mean"],
+)
+def test_fbgemm_and_torch_backends_agree_over_steps(
+    spec: FusedOptimSpec, pooling: PoolingType, weighted: bool
+) -> None:
+    _fbgemm_or_skip()
+    rows, dim = 40, 8
+    weight = torch.randn(rows, dim, generator=torch.Generator().manual_seed(7))
+    w_torch, w_fb = weight.clone(), weight.clone()
+    st_torch = init_state(spec.optimizer, rows, dim)
+    st_fb = init_state(spec.optimizer, rows, dim)
+    for step in range(1, 5):
+        ids, offsets, psw, grad_out = _batch(step, rows, dim, bags=12, weighted=weighted)
+        args = (spec, ids, offsets, psw, pooling, grad_out, spec.learning_rate, step)
+        fused_update(w_torch, st_torch, *args, backend="torch")
+        fused_update(w_fb, st_fb, *args, backend="fbgemm")
+        torch.testing.assert_close(w_fb, w_torch, rtol=1e-5, atol=1e-6)
+        for name in st_torch:
+            torch.testing.assert_close(st_fb[name], st_torch[name], rtol=1e-5, atol=1e-6)
+    assert not torch.equal(w_fb, weight)
+
+
+@pytest.mark.fbgemm
+def test_auto_backend_uses_fbgemm_where_it_applies() -> None:
+    _fbgemm_or_skip()
+    spec = SPECS[2]
+    assert fbgemm_backward.fbgemm_applies(spec, torch.zeros(3, 2), torch.zeros(1, 2), None)
+    for wd_spec in WEIGHT_DECAY_SPECS:
+        assert not fbgemm_backward.fbgemm_applies(
+            wd_spec, torch.zeros(3, 2), torch.zeros(1, 2), None
+        )
+    adam = FusedOptimSpec(optimizer=EmbOptimType.ADAM)
+    assert not fbgemm_backward.fbgemm_applies(adam, torch.zeros(3, 2), torch.zeros(1, 2), None)
+    double = torch.zeros(3, 2, dtype=torch.float64)
+    assert not fbgemm_backward.fbgemm_applies(spec, double, torch.zeros(1, 2), None)
+
+
+def test_fbgemm_backend_refuses_an_optimizer_it_has_no_kernel_for() -> None:
+    spec = FusedOptimSpec(optimizer=EmbOptimType.ADAM)
+    weight = torch.zeros(4, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", fbgemm_backward.FbgemmUnavailableWarning)
+        with pytest.raises(ValueError, match="ADAM"):
+            fused_update(
+                weight,
+                init_state(spec.optimizer, 4, 2),
+                spec,
+                torch.tensor([1]),
+                torch.tensor([0, 1]),
+                None,
+                PoolingType.SUM,
+                torch.ones(1, 2),
+                0.1,
+                1,
+                backend="fbgemm",
+            )
+
+
+def test_unknown_backend_is_rejected() -> None:
+    spec = FusedOptimSpec(optimizer=EmbOptimType.EXACT_SGD)
+    with pytest.raises(ValueError, match="'cuda_magic'"):
+        fused_update(
+            torch.zeros(4, 2),
+            {},
+            spec,
+            torch.tensor([1]),
+            torch.tensor([0, 1]),
+            None,
+            PoolingType.SUM,
+            torch.ones(1, 2),
+            0.1,
+            1,
+            backend="cuda_magic",  # type: ignore[arg-type]  # the bad input under test
+        )
+
+
+def test_without_fbgemm_auto_falls_back_to_torch_and_warns_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "fbgemm_gpu", None)  # makes `import fbgemm_gpu` fail
+    fbgemm_backward.fbgemm_tbe_available.cache_clear()
+    try:
+        spec = SPECS[0]
+        ids, offsets, _, grad_out = _batch(0, 10, 4, bags=5, weighted=False)
+        want, got = torch.ones(10, 4), torch.ones(10, 4)
+        args = (spec, ids, offsets, None, PoolingType.SUM, grad_out, 0.5, 1)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fused_update(got, {}, *args)
+            fused_update(torch.ones(10, 4), {}, *args)
+        fused_update(want, {}, *args, backend="torch")
+        torch.testing.assert_close(got, want)
+        unavailable = [
+            w for w in caught if issubclass(w.category, fbgemm_backward.FbgemmUnavailableWarning)
+        ]
+        assert len(unavailable) == 1
+        assert "fbgemm-gpu-cpu" in str(unavailable[0].message)
+    finally:
+        fbgemm_backward.fbgemm_tbe_available.cache_clear()
