@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
+
+if TYPE_CHECKING:
+    from shardrec_jagged.keyed_jagged_tensor import KeyedJaggedTensor
 
 MAX_BAGS = 6
 MAX_IDS = 6
@@ -51,3 +56,21 @@ def dense_rows(values: torch.Tensor, max_rows: int = MAX_BAGS, max_cols: int = M
     if values.size(0) > max_rows:
         rows.append(f"... ({values.size(0)} rows)")
     return "[" + ", ".join(rows) + "]"
+
+
+def kjt_repr(kjt: KeyedJaggedTensor) -> str:
+    """One line per key with its bags (and weights), as ``repr(KeyedJaggedTensor)`` shows."""
+    if not kjt._keys:
+        return f"KeyedJaggedTensor(keys=[], stride={kjt._stride})"
+    lopk = kjt.lengths_offset_per_key()
+    opk = kjt.offset_per_key()
+    lengths = kjt.lengths()
+    lines = [f"KeyedJaggedTensor(stride={kjt._stride}, keys={len(kjt._keys)}) {{"]
+    for i, k in enumerate(kjt._keys):
+        seg = lengths[lopk[i] : lopk[i + 1]]
+        text = jagged_rows(kjt._values[opk[i] : opk[i + 1]], seg)
+        if kjt._weights is not None:
+            text += "  weights=" + jagged_rows(kjt._weights[opk[i] : opk[i + 1]], seg)
+        lines.append(f"  {k!r}: {text}")
+    lines.append("}")
+    return "\n".join(lines)

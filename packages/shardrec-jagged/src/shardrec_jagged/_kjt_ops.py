@@ -1,7 +1,7 @@
-"""KeyedJaggedTensor operations over several values: ``concat`` and ``from_jt_dict``.
+"""KeyedJaggedTensor operations beside the class: ``concat``, ``from_jt_dict``, ``split``.
 
-Both are ``torch.fx.wrap``-ed, so a symbolically traced module records one leaf call instead of
-iterating over Proxies.
+``concat`` and ``from_jt_dict`` are ``torch.fx.wrap``-ed, so a symbolically traced module
+records one leaf call instead of iterating over Proxies.
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from collections.abc import Mapping, Sequence
 import torch
 import torch.fx
 
+from shardrec_jagged._validation import check_segments
 from shardrec_jagged.jagged_tensor import JaggedTensor
 from shardrec_jagged.keyed_jagged_tensor import KeyedJaggedTensor
 
-__all__ = ["from_jt_dict", "kjt_concat"]
+__all__ = ["from_jt_dict", "kjt_concat", "kjt_split"]
 
 
 @torch.fx.wrap
@@ -110,3 +111,36 @@ def from_jt_dict(jt_dict: Mapping[str, JaggedTensor]) -> KeyedJaggedTensor:
         stride=strides[0] if same else None,
         stride_per_key_per_rank=None if same else [[s] for s in strides],
     ).sync()
+
+
+def kjt_split(kjt: KeyedJaggedTensor, segments: Sequence[int]) -> list[KeyedJaggedTensor]:
+    """Consecutive groups of ``segments[i]`` keys each (0 allowed; they must sum to F)."""
+    segs = check_segments(segments, len(kjt._keys))
+    out: list[KeyedJaggedTensor] = []
+    opk = kjt.offset_per_key()
+    lpk = kjt.length_per_key()
+    lopk = kjt.lengths_offset_per_key()
+    spkpr = kjt._stride_per_key_per_rank
+    w = kjt._weights
+    lengths = kjt.lengths()
+    start = 0
+    for seg in segs:
+        end = start + seg
+        if seg == len(kjt._keys):
+            out.append(kjt)
+        else:
+            v0, v1 = opk[start], opk[end]
+            out.append(
+                KeyedJaggedTensor._unchecked(
+                    keys=kjt._keys[start:end],
+                    values=kjt._values[v0:v1],
+                    weights=None if w is None else w[v0:v1],
+                    lengths=lengths[lopk[start] : lopk[end]],
+                    offsets=None,
+                    stride=kjt._stride,
+                    stride_per_key_per_rank=None if spkpr is None else spkpr[start:end],
+                    length_per_key=lpk[start:end],
+                )
+            )
+        start = end
+    return out

@@ -28,8 +28,15 @@ import torch
 import torch.fx
 
 from shardrec_jagged import _kernels
-from shardrec_jagged._format import jagged_rows
+from shardrec_jagged._format import kjt_repr
 from shardrec_jagged._fx import ProxyableMeta
+from shardrec_jagged._kjt_device import (
+    empty_like_or_none,
+    kjt_copy_,
+    kjt_pin_memory,
+    kjt_record_stream,
+    kjt_to,
+)
 from shardrec_jagged._kjt_layout import cumsum, resolve_batch_layout
 from shardrec_jagged._validation import (
     UnknownKeyError,
@@ -37,7 +44,6 @@ from shardrec_jagged._validation import (
     check_length_per_key,
     check_lengths_offsets_sizes,
     check_permute_indices,
-    check_segments,
     check_values_weights,
     validate_jagged,
 )
@@ -302,9 +308,9 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
         return KeyedJaggedTensor._unchecked(
             keys=kjt._keys,
             values=torch.empty_like(kjt._values, device=device),
-            weights=_empty_like(kjt._weights, device),
-            lengths=_empty_like(kjt._lengths, device),
-            offsets=_empty_like(kjt._offsets, device),
+            weights=empty_like_or_none(kjt._weights, device),
+            lengths=empty_like_or_none(kjt._lengths, device),
+            offsets=empty_like_or_none(kjt._offsets, device),
             stride=kjt._stride,
             stride_per_key_per_rank=kjt._stride_per_key_per_rank,
             length_per_key=kjt._length_per_key,
@@ -511,35 +517,7 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
 
     def split(self, segments: Sequence[int]) -> list[KeyedJaggedTensor]:
         """Consecutive groups of ``segments[i]`` keys each (0 allowed; they must sum to F)."""
-        segs = check_segments(segments, len(self._keys))
-        out: list[KeyedJaggedTensor] = []
-        opk = self.offset_per_key()
-        lpk = self.length_per_key()
-        lopk = self.lengths_offset_per_key()
-        spkpr = self._stride_per_key_per_rank
-        w = self._weights
-        lengths = self.lengths()
-        start = 0
-        for seg in segs:
-            end = start + seg
-            if seg == len(self._keys):
-                out.append(self)
-            else:
-                v0, v1 = opk[start], opk[end]
-                out.append(
-                    KeyedJaggedTensor._unchecked(
-                        keys=self._keys[start:end],
-                        values=self._values[v0:v1],
-                        weights=None if w is None else w[v0:v1],
-                        lengths=lengths[lopk[start] : lopk[end]],
-                        offsets=None,
-                        stride=self._stride,
-                        stride_per_key_per_rank=None if spkpr is None else spkpr[start:end],
-                        length_per_key=lpk[start:end],
-                    )
-                )
-            start = end
-        return out
+        return _kjt_ops.kjt_split(self, segments)
 
     def permute(
         self, indices: Sequence[int], indices_tensor: torch.Tensor | None = None
@@ -585,93 +563,21 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
         dtype: torch.dtype | None = None,
     ) -> KeyedJaggedTensor:
         """A copy on ``device``; ``dtype`` (if given) converts the weights only, as TorchRec."""
-        w = self._weights
-        if w is not None:
-            w = w.to(device=device, dtype=dtype, non_blocking=non_blocking)
-        inv = self._inverse_indices
-        kjt = KeyedJaggedTensor._unchecked(
-            keys=self._keys,
-            values=self._values.to(device, non_blocking=non_blocking),
-            weights=w,
-            lengths=_to(self._lengths, device, non_blocking),
-            offsets=_to(self._offsets, device, non_blocking),
-            stride=self._stride,
-            stride_per_key_per_rank=self._stride_per_key_per_rank,
-            length_per_key=self._length_per_key,
-            offset_per_key=self._offset_per_key,
-            inverse_indices=None
-            if inv is None
-            else (inv[0], inv[1].to(device, non_blocking=non_blocking)),
-        )
-        return kjt
+        return kjt_to(self, device, non_blocking, dtype)
 
     def pin_memory(self) -> KeyedJaggedTensor:
         """A copy in pinned host memory (for asynchronous host-to-device copies)."""
-        w, inv = self._weights, self._inverse_indices
-        return KeyedJaggedTensor._unchecked(
-            keys=self._keys,
-            values=self._values.pin_memory(),
-            weights=None if w is None else w.pin_memory(),
-            lengths=None if self._lengths is None else self._lengths.pin_memory(),
-            offsets=None if self._offsets is None else self._offsets.pin_memory(),
-            stride=self._stride,
-            stride_per_key_per_rank=self._stride_per_key_per_rank,
-            length_per_key=self._length_per_key,
-            offset_per_key=self._offset_per_key,
-            inverse_indices=None if inv is None else (inv[0], inv[1].pin_memory()),
-        )
+        return kjt_pin_memory(self)
 
     def copy_(self, kjt: KeyedJaggedTensor, non_blocking: bool = False) -> KeyedJaggedTensor:
         """Copy ``kjt``'s tensors into this KJT's (same shapes) and adopt its host metadata."""
-        self._values.copy_(kjt._values, non_blocking=non_blocking)
-        for mine, theirs in (
-            (self._weights, kjt._weights),
-            (self._lengths, kjt._lengths),
-            (self._offsets, kjt._offsets),
-        ):
-            if mine is not None and theirs is not None:
-                mine.copy_(theirs, non_blocking=non_blocking)
-        if self._inverse_indices is not None and kjt._inverse_indices is not None:
-            self._inverse_indices[1].copy_(kjt._inverse_indices[1], non_blocking=non_blocking)
-        self._stride = kjt._stride
-        self._stride_per_key_per_rank = kjt._stride_per_key_per_rank
-        self._stride_per_key = kjt._stride_per_key
-        self._length_per_key = kjt._length_per_key
-        self._offset_per_key = kjt._offset_per_key
-        self._lengths_offset_per_key = kjt._lengths_offset_per_key
-        self._jt_dict = None
-        return self
+        return kjt_copy_(self, kjt, non_blocking)
 
     def record_stream(self, stream: torch.Stream) -> None:
-        for t in (self._values, self._weights, self._lengths, self._offsets):
-            if t is not None:
-                t.record_stream(stream)
+        kjt_record_stream(self, stream)
 
     def __repr__(self) -> str:
-        if not self._keys:
-            return f"KeyedJaggedTensor(keys=[], stride={self._stride})"
-        lopk = self.lengths_offset_per_key()
-        opk = self.offset_per_key()
-        lengths = self.lengths()
-        lines = [f"KeyedJaggedTensor(stride={self._stride}, keys={len(self._keys)}) {{"]
-        for i, k in enumerate(self._keys):
-            seg = lengths[lopk[i] : lopk[i + 1]]
-            text = jagged_rows(self._values[opk[i] : opk[i + 1]], seg)
-            if self._weights is not None:
-                text += "  weights=" + jagged_rows(self._weights[opk[i] : opk[i + 1]], seg)
-            lines.append(f"  {k!r}: {text}")
-        lines.append("}")
-        return "\n".join(lines)
-
-
-def _to(
-    t: torch.Tensor | None, device: torch.device | str, non_blocking: bool
-) -> torch.Tensor | None:
-    return None if t is None else t.to(device, non_blocking=non_blocking)
-
-
-def _empty_like(t: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
-    return None if t is None else torch.empty_like(t, device=device)
+        return kjt_repr(self)
 
 
 # Imported last: both modules need the class defined above. _kjt_pytree registers the pytree
