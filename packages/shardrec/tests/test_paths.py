@@ -8,6 +8,9 @@ import pytest
 
 # (umbrella module, name, component module that defines it)
 PATHS = [
+    ("shardrec.distributed", "DistributedModelParallel", "shardrec_dmp"),
+    ("shardrec.distributed.model_parallel", "DistributedModelParallel", "shardrec_dmp"),
+    ("shardrec.distributed.model_parallel", "default_sharders", "shardrec_dmp"),
     ("shardrec", "JaggedTensor", "shardrec_jagged"),
     ("shardrec", "KeyedJaggedTensor", "shardrec_jagged"),
     ("shardrec", "KeyedTensor", "shardrec_jagged"),
@@ -118,6 +121,7 @@ def test_every_listed_module_is_walked() -> None:
         "shardrec.distributed.planner.types",
         "shardrec.optim.keyed",
         "shardrec.optim.optimizers",
+        "shardrec.distributed.model_parallel",
     ]:
         assert required in listed, required
 

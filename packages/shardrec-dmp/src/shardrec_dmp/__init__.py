@@ -1,0 +1,19 @@
+"""DistributedModelParallel, the sparse-dist train pipeline, and resharding checkpoints."""
+
+from shardrec_dmp.checkpoint import FORMAT_VERSION, load, read_metadata, save
+from shardrec_dmp.full_state import full_state_dict, iter_full_state_dict
+from shardrec_dmp.model_parallel import DistributedModelParallel, default_sharders
+from shardrec_dmp.train_pipeline import Pipelineable, TrainPipelineSparseDist
+
+__all__ = [
+    "FORMAT_VERSION",
+    "DistributedModelParallel",
+    "Pipelineable",
+    "TrainPipelineSparseDist",
+    "default_sharders",
+    "full_state_dict",
+    "iter_full_state_dict",
+    "load",
+    "read_metadata",
+    "save",
+]

@@ -1,0 +1,280 @@
+"""`DistributedModelParallel`: the wrapper that shards a model's embedding modules.
+
+Wrapping a model is a short script of named steps (`DistributedModelParallel.__init__`):
+
+1. choose the environment (the default process group) and the device;
+2. choose the sharders (one per shardable module type) and the plan (the planner's
+   `collective_plan`, so every rank gets rank 0's plan);
+3. replace every planned submodule by its sharded version, by module path;
+4. materialize what is left on `meta` (the dense part) on the device;
+5. wrap the model in `DistributedDataParallel`, told to ignore the sharded modules' parameters
+   and buffers (they are synchronized by their own collectives).
+
+The wrapper itself is transparent: `named_parameters()`, `state_dict()` and `load_state_dict()`
+use the unsharded model's names, without `_dmp_wrapped_module.` or DDP's `module.` prefixes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+from torch.nn.modules.module import _IncompatibleKeys
+from torch.nn.parallel import DistributedDataParallel
+
+from shardrec_collectives import ShardingEnv
+from shardrec_optim import CombinedOptimizer, KeyedOptimizer
+from shardrec_planner import EmbeddingShardingPlanner, PlannerSharder, ShardingPlan, Topology
+from shardrec_sharding import EmbeddingBagCollectionSharder, EmbeddingCollectionSharder
+
+__all__ = ["DistributedModelParallel", "default_sharders"]
+
+
+def default_sharders() -> list[PlannerSharder]:
+    """One sharder per shardable module type: EmbeddingBagCollection and EmbeddingCollection."""
+    return [EmbeddingBagCollectionSharder(), EmbeddingCollectionSharder()]
+
+
+def _default_env(device: torch.device | None) -> ShardingEnv:
+    if not (dist.is_available() and dist.is_initialized()):
+        raise ValueError(
+            "DistributedModelParallel needs an environment: call "
+            "torch.distributed.init_process_group(...) first (torchrun sets rank and world size), "
+            "or pass env=ShardingEnv.from_process_group(pg) / ShardingEnv.from_local(1, 0)"
+        )
+    group = dist.group.WORLD
+    assert group is not None  # initialized above
+    return ShardingEnv.from_process_group(group, device)
+
+
+def _sharder_for(module: nn.Module, sharders: Sequence[PlannerSharder]) -> PlannerSharder | None:
+    # An exact type match wins over a base class, so a user's sharder for a subclass is chosen.
+    for sharder in sharders:
+        if type(module) is sharder.module_type:
+            return sharder
+    for sharder in sharders:
+        if isinstance(module, sharder.module_type):
+            return sharder
+    return None
+
+
+def _replace(root: nn.Module, path: str, new: nn.Module) -> nn.Module:
+    """Put `new` at `path` inside `root`; returns the new root (itself when `path` is "")."""
+    if not path:
+        return new
+    parent_path, _, name = path.rpartition(".")
+    parent = root.get_submodule(parent_path) if parent_path else root
+    setattr(parent, name, new)
+    return root
+
+
+def _materialize_dense(module: nn.Module, skip: set[str], device: torch.device) -> None:
+    """Allocate the dense part's `meta` tensors on `device` and initialize them."""
+    for path, sub in module.named_modules():
+        if any(path == s or path.startswith(s + ".") for s in skip):
+            continue
+        own = list(sub.parameters(recurse=False)) + list(sub.buffers(recurse=False))
+        if any(t.is_meta for t in own):
+            sub.to_empty(device=device, recurse=False)
+            reset = getattr(sub, "reset_parameters", None)
+            if callable(reset):
+                reset()
+
+
+class DistributedModelParallel(nn.Module):
+    """Shards the embedding modules of `module` over the ranks of `env`; the rest is replicated.
+
+    Args:
+        module: the model (unsharded). Its embedding modules may live on `meta`: each rank then
+            allocates only its shards. Dense `meta` submodules are allocated on `device` and
+            initialized with their `reset_parameters()` (when `init_parameters`).
+        env: the ranks; default: the default process group (`torch.distributed.init_process_group`
+            must have run).
+        device: where local shards and the dense part live; default `env.device`.
+        plan: which table goes where; default: `EmbeddingShardingPlanner(Topology(world_size,
+            compute_device=device.type)).collective_plan(module, sharders, env.pg)`.
+        sharders: default `default_sharders()`. Each must satisfy the planner's
+            `PlannerSharder` Protocol and have `shard(module, params, env, device)`.
+        init_data_parallel: wrap the model in `DistributedDataParallel` (dense gradients are
+            averaged over ranks); sharded modules' parameters are excluded from it.
+        init_parameters: materialize and initialize the dense part's `meta` parameters.
+
+    Gradient scaling (as in TorchRec): DDP *averages* dense gradients over ranks, while sharded
+    tables receive the gradient of the *sum* of every rank's loss (docs/dmp.md).
+
+    `forward(...)` returns what the model returns; a sharded module's output is a
+    `LazyAwaitable` that waits by itself when used.
+    """
+
+    def __init__(
+        self,
+        module: nn.Module,
+        env: ShardingEnv | None = None,
+        device: torch.device | str | None = None,
+        plan: ShardingPlan | None = None,
+        sharders: Sequence[PlannerSharder] | None = None,
+        init_data_parallel: bool = True,
+        init_parameters: bool = True,
+    ) -> None:
+        super().__init__()
+        if not isinstance(module, nn.Module):
+            raise TypeError(
+                f"DistributedModelParallel wraps an nn.Module, got {type(module).__name__}"
+            )
+        if isinstance(module, DistributedModelParallel):
+            raise TypeError("the module is already a DistributedModelParallel; wrap it once")
+        # Step 1: environment and device.
+        dev = None if device is None else torch.device(device)
+        self._env = _default_env(dev) if env is None else env
+        self._device = self._env.device if dev is None else dev
+        # Step 2: sharders and plan.
+        self._sharders = list(default_sharders() if sharders is None else sharders)
+        self._plan = self._make_plan(module, plan)
+        # Step 3: shard the planned submodules.
+        module, self._sharded = self._shard(module)
+        # Step 4: the dense part.
+        if init_parameters:
+            _materialize_dense(module, set(self._sharded), self._device)
+        # Step 5: data parallel for the dense part.
+        self._dmp_wrapped_module: nn.Module = (
+            self._data_parallel(module) if init_data_parallel else module
+        )
+
+    # -- construction steps -------------------------------------------------------------------
+
+    def _make_plan(self, module: nn.Module, plan: ShardingPlan | None) -> ShardingPlan:
+        if plan is not None:
+            if not isinstance(plan, ShardingPlan):
+                raise TypeError(f"plan must be a ShardingPlan, got {type(plan).__name__}")
+            return plan
+        planner = EmbeddingShardingPlanner(
+            Topology(world_size=self._env.world_size, compute_device=self._device.type)
+        )
+        if self._env.pg is None:
+            return planner.plan(module, self._sharders)
+        return planner.collective_plan(module, self._sharders, self._env.pg)
+
+    def _shard(self, module: nn.Module) -> tuple[nn.Module, dict[str, nn.Module]]:
+        paths = dict(module.named_modules())
+        sharded: dict[str, nn.Module] = {}
+        # Planned modules never nest (each table has one owner); a plan for the root ("") is
+        # applied last so that the other paths still resolve.
+        for path in sorted(self._plan.plan, key=lambda p: (p == "", p)):
+            if path not in paths:
+                raise ValueError(
+                    f"the plan names module {path!r}, which the model does not have "
+                    f"(modules: {sorted(p for p in paths if p)[:10]})"
+                )
+            sub = paths[path]
+            sharder = _sharder_for(sub, self._sharders)
+            if sharder is None:
+                known = [s.module_type.__name__ for s in self._sharders]
+                raise ValueError(
+                    f"the plan shards module {path!r} of type {type(sub).__name__}, but no "
+                    f"sharder handles that type (sharders for: {known}); pass sharders=[...]"
+                )
+            shard = getattr(sharder, "shard", None)
+            if not callable(shard):
+                raise TypeError(f"sharder {type(sharder).__name__} has no shard() method")
+            new = shard(sub, self._plan.plan[path], self._env, self._device)
+            if not isinstance(new, nn.Module):
+                raise TypeError(
+                    f"{type(sharder).__name__}.shard returned {type(new).__name__}, "
+                    "not an nn.Module"
+                )
+            sharded[path] = new
+            module = _replace(module, path, new)
+        return module, sharded
+
+    def _data_parallel(self, module: nn.Module) -> nn.Module:
+        if self._env.pg is None:
+            return module
+        ignored = [
+            name
+            for name, _ in [*module.named_parameters(), *module.named_buffers()]
+            if any(name.startswith(f"{p}.") or not p for p in self._sharded)
+        ]
+        ignored_set = set(ignored)
+        if not any(p.requires_grad for n, p in module.named_parameters() if n not in ignored_set):
+            return module  # nothing dense to synchronize; DDP refuses such a module
+        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(  # type: ignore[no-untyped-call]  # untyped in torch; the documented way to exclude parameters
+            module, ignored
+        )
+        device_ids = [self._device] if self._device.type == "cuda" else None
+        return DistributedDataParallel(
+            module,
+            device_ids=device_ids,
+            process_group=self._env.pg,
+        )
+
+    # -- the public surface -------------------------------------------------------------------
+
+    def forward(self, *args: object, **kwargs: object) -> object:
+        """The model's forward on this rank's batch."""
+        return self._dmp_wrapped_module(*args, **kwargs)
+
+    @property
+    def module(self) -> nn.Module:
+        """The model with its sharded submodules, without the DDP wrapper."""
+        inner = self._dmp_wrapped_module
+        return inner.module if isinstance(inner, DistributedDataParallel) else inner
+
+    @property
+    def plan(self) -> ShardingPlan:
+        return self._plan
+
+    @property
+    def env(self) -> ShardingEnv:
+        return self._env
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    @property
+    def sharded_modules(self) -> dict[str, nn.Module]:
+        """Module path -> sharded module, for every module the plan sharded."""
+        return dict(self._sharded)
+
+    @property
+    def fused_optimizer(self) -> CombinedOptimizer:
+        """The sharded modules' fused optimizers, keyed by the model's parameter names.
+
+        Its `step()` does nothing (rows update in backward); combine it with a dense optimizer
+        over `in_backward_optimizer_filter(model.named_parameters())`.
+        """
+        optims: list[KeyedOptimizer | tuple[str, KeyedOptimizer]] = []
+        for path, sub in self._sharded.items():
+            opt = getattr(sub, "fused_optimizer", None)
+            if isinstance(opt, KeyedOptimizer):
+                optims.append((path, opt) if path else opt)
+        return CombinedOptimizer(optims)
+
+    def named_parameters(
+        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, nn.Parameter]]:
+        yield from self.module.named_parameters(prefix, recurse, remove_duplicate)
+
+    def named_buffers(
+        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Tensor]]:
+        yield from self.module.named_buffers(prefix, recurse, remove_duplicate)
+
+    def state_dict(  # type: ignore[override]  # torch's overloads; the one form users call
+        self, *, prefix: str = "", keep_vars: bool = False
+    ) -> dict[str, object]:
+        """The model's state_dict with the unsharded model's keys (sharded tables as
+        ShardedTensors with this rank's shards)."""
+        out: dict[str, object] = self.module.state_dict(prefix=prefix, keep_vars=keep_vars)
+        return out
+
+    def load_state_dict(
+        self, state_dict: Mapping[str, object], strict: bool = True, assign: bool = False
+    ) -> _IncompatibleKeys:
+        """Load a state_dict with the unsharded model's keys (see `state_dict`)."""
+        result: _IncompatibleKeys = self.module.load_state_dict(
+            state_dict, strict=strict, assign=assign
+        )
+        return result

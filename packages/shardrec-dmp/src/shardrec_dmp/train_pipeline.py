@@ -1,0 +1,180 @@
+"""`TrainPipelineSparseDist`: start batch i+1's input distribution while batch i computes.
+
+One `progress()` call, for the batch `i` whose ids were sent during the previous call:
+
+```
+fetch batch i+1 -> copy to device -> input_dist(i+1) started (all-to-all in flight)
+forward(i) with the ids already received for i -> backward(i) -> optimizer.step()
+```
+
+Every rank issues the same collectives in the same order as in the plain loop, only earlier,
+and the arithmetic is unchanged, so the losses equal the plain loop's bit for bit.
+
+The sharded modules' own `forward` is bypassed for the duration of one forward: the pipeline
+sets an instance attribute `forward` on each sharded module that runs `compute` and
+`output_dist` on the input distribution already received, after checking that the module was
+given the batch's own `sparse_features` object.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from typing import Protocol, runtime_checkable
+
+import torch
+from torch import Tensor, nn
+
+from shardrec_collectives import Awaitable, LazyAwaitable
+from shardrec_dmp.model_parallel import DistributedModelParallel
+from shardrec_jagged import KeyedJaggedTensor
+
+__all__ = ["Pipelineable", "TrainPipelineSparseDist"]
+
+
+@runtime_checkable
+class Pipelineable(Protocol):
+    """What the pipeline needs of a batch: `sparse_features` and a way to move to a device."""
+
+    @property
+    def sparse_features(self) -> KeyedJaggedTensor: ...
+
+    def to(self, device: torch.device, non_blocking: bool = False) -> Pipelineable: ...
+
+
+class _PhasedModule(Protocol):
+    def input_dist(self, features: KeyedJaggedTensor) -> Awaitable[object]: ...
+    def compute(self, dist_input: object) -> object: ...
+    def output_dist(self, dist_input: object, local: object) -> LazyAwaitable[object]: ...
+
+
+@dataclasses.dataclass
+class _InFlight:
+    batch: Pipelineable
+    pending: dict[str, Awaitable[object]]
+
+
+class TrainPipelineSparseDist:
+    """Runs `model(batch) -> (loss, output)`, `loss.backward()`, `optimizer.step()` per batch,
+    with the next batch's id all-to-all already in flight.
+
+    Requirements (checked; a violation raises `TypeError` / `ValueError` naming it):
+
+    - `model` is a `DistributedModelParallel` whose sharded modules have the three phases
+      (`input_dist`, `compute`, `output_dist`);
+    - a batch has `sparse_features` (a `KeyedJaggedTensor`) and `to(device, non_blocking)`;
+    - in `model(batch)`, every sharded module is called exactly once, with
+      `batch.sparse_features` itself (not a copy or a part of it);
+    - `model(batch)` returns `(loss, output)` with a scalar tensor `loss`.
+
+    `progress(dataloader_iter)` trains one batch and returns its `output`; it raises
+    `StopIteration` when the iterator and the pipeline are both empty. The pipeline calls
+    `optimizer.zero_grad()` before each forward.
+    """
+
+    def __init__(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device | str
+    ) -> None:
+        if not isinstance(model, DistributedModelParallel):
+            raise TypeError(
+                "TrainPipelineSparseDist needs a DistributedModelParallel model, got "
+                f"{type(model).__name__}"
+            )
+        for path, sub in model.sharded_modules.items():
+            missing = [m for m in ("input_dist", "compute", "output_dist") if not hasattr(sub, m)]
+            if missing:
+                raise TypeError(
+                    f"sharded module {path!r} ({type(sub).__name__}) lacks {missing}; the "
+                    "pipeline needs input_dist, compute and output_dist"
+                )
+        self._model = model
+        self._optimizer = optimizer
+        self._device = torch.device(device)
+        self._next: _InFlight | None = None
+        self._exhausted = False
+
+    def _fetch(self, it: Iterator[Pipelineable]) -> _InFlight | None:
+        if self._exhausted:
+            return None
+        try:
+            batch = next(it)
+        except StopIteration:
+            self._exhausted = True
+            return None
+        features = getattr(batch, "sparse_features", None)
+        if not isinstance(features, KeyedJaggedTensor) or not callable(getattr(batch, "to", None)):
+            raise TypeError(
+                "a pipelined batch needs a KeyedJaggedTensor `sparse_features` and a "
+                f"`to(device, non_blocking)` method; got {type(batch).__name__} with "
+                f"sparse_features of type {type(features).__name__}"
+            )
+        batch = batch.to(self._device, non_blocking=True)
+        features = batch.sparse_features
+        pending: dict[str, Awaitable[object]] = {}
+        for path, sub in self._model.sharded_modules.items():
+            phased: _PhasedModule = sub  # type: ignore[assignment]  # checked in __init__
+            pending[path] = phased.input_dist(features)
+        return _InFlight(batch, pending)
+
+    def _injected_forward(
+        self, path: str, sub: nn.Module, current: _InFlight, used: set[str]
+    ) -> Callable[[object], LazyAwaitable[object]]:
+        phased: _PhasedModule = sub  # type: ignore[assignment]  # checked in __init__
+
+        def forward(features: object) -> LazyAwaitable[object]:
+            if features is not current.batch.sparse_features:
+                raise ValueError(
+                    f"sharded module {path!r} was called with {type(features).__name__} that is "
+                    "not batch.sparse_features; under TrainPipelineSparseDist every sharded "
+                    "module must read the batch's sparse_features unchanged"
+                )
+            if path in used:
+                raise ValueError(
+                    f"sharded module {path!r} was called twice in one forward; the pipeline "
+                    "sends each batch's ids once per sharded module"
+                )
+            used.add(path)
+            dist_input = current.pending[path].wait()
+            return phased.output_dist(dist_input, phased.compute(dist_input))
+
+        return forward
+
+    def progress(self, dataloader_iter: Iterator[Pipelineable]) -> object:
+        """Train on the next batch; returns the model's `output` for it."""
+        if self._next is None:
+            self._next = self._fetch(dataloader_iter)
+        current = self._next
+        if current is None:
+            raise StopIteration
+        # Batch i+1's ids travel while batch i computes.
+        self._next = self._fetch(dataloader_iter)
+        self._optimizer.zero_grad()
+        used: set[str] = set()
+        sharded = self._model.sharded_modules
+        for path, sub in sharded.items():
+            sub.forward = self._injected_forward(
+                path, sub, current, used
+            )  # per-forward instance override, removed below
+        try:
+            result = self._model(current.batch)
+        finally:
+            for sub in sharded.values():
+                del sub.forward
+        unused = sorted(set(sharded) - used)
+        if unused:
+            raise ValueError(
+                f"sharded modules {unused} were not called in the forward; the pipeline already "
+                "sent their ids, so every sharded module must be used once per batch"
+            )
+        if not (isinstance(result, tuple) and len(result) == 2):
+            raise TypeError(
+                "under TrainPipelineSparseDist the model must return (loss, output); got "
+                f"{type(result).__name__}"
+            )
+        loss, output = result
+        if not isinstance(loss, Tensor) or loss.dim() != 0:
+            shape = tuple(loss.shape) if isinstance(loss, Tensor) else type(loss).__name__
+            raise TypeError(f"the model's loss must be a scalar tensor, got {shape}")
+        loss.backward()  # type: ignore[no-untyped-call]  # untyped in torch's stubs
+        self._optimizer.step()
+        return output
