@@ -26,11 +26,11 @@ from shardrec_embedding.fused import FusedEmbeddingBagCollection
 from shardrec_jagged import KeyedJaggedTensor, KeyedTensor
 from shardrec_optim import EmbOptimType, FusedOptimSpec, fused_spec_of_param
 from shardrec_planner import EmbeddingComputeKernel, ParameterSharding, ShardingType
+from shardrec_sharding._assembly import assemble
 from shardrec_sharding.checks import FeatureChecker
-from shardrec_sharding.layout import LocalTable, TableSharding, check_plan, segments_of
-from shardrec_sharding.lookup import LookupTable
+from shardrec_sharding.layout import segments_of
 from shardrec_sharding.registry import POOLED_STRATEGIES
-from shardrec_sharding.state_dict import ShardedFusedOptimizer, ShardedStateDict
+from shardrec_sharding.state_dict import ShardedFusedOptimizer
 from shardrec_sharding.strategies._kjt import expand_variable_batch
 from shardrec_sharding.types import DistInput, PooledStrategy
 
@@ -109,7 +109,6 @@ class ShardedEmbeddingBagCollection(nn.Module):
                 f"{_OWNER} shards an EmbeddingBagCollection, got {type(module).__name__}"
             )
         configs: list[EmbeddingBagConfig] = module.embedding_bag_configs()
-        tables = check_plan(configs, plan, env.world_size, list(POOLED_STRATEGIES))
         if device is not None and torch.device(device) != env.device:
             env = dataclasses.replace(env, device=torch.device(device))
         self.env = env
@@ -117,47 +116,25 @@ class ShardedEmbeddingBagCollection(nn.Module):
         self._configs = configs
         self._is_weighted = module.is_weighted()
         self._segments = segments_of(configs)
-        full: dict[str, Tensor | None] = {}
-        optimizers: dict[str, FusedOptimSpec] = {}
-        for t in tables:
-            weight = module.embedding_bags[t.name].weight
+        weights: dict[str, Tensor] = {}
+        for c in configs:
+            weight = module.embedding_bags[c.name].weight
             assert isinstance(weight, Tensor)
-            full[t.name] = None if weight.device.type == "meta" else weight.detach()
-            if t.fused:
-                optimizers[t.name] = table_optimizer(module, weight, fused_params)
-
-        def make_table(table: TableSharding, local: LocalTable) -> LookupTable:
-            weight = full[table.name]
-            return LookupTable(
-                local=local,
-                weight=None if weight is None else local.slice_of(weight),
-                init_fn=table.config.init_weight_,
-                optimizer=optimizers.get(table.name),
-            )
-
-        self._tables = tables
-        self._strategies: list[PooledStrategy] = []
-        for st, build in POOLED_STRATEGIES.items():
-            chosen = [t for t in tables if t.sharding_type is st]
-            if chosen:
-                self._strategies.append(build(chosen, env, make_table))
-        by_name: dict[str, nn.Module] = {}
-        for s in self._strategies:
-            by_name.update(s.lookup.table_modules())
-        # Registered under the unsharded module's names, so `named_parameters()` and the
-        # state_dict keys match it; the lookups themselves are not submodules.
-        self.embedding_bags = nn.ModuleDict(
-            {c.name: by_name[c.name] for c in configs if c.name in by_name}
+            weights[c.name] = weight
+        parts = assemble(
+            configs=configs,
+            plan=plan,
+            env=env,
+            weights=weights,
+            optimizer_of=lambda w: table_optimizer(module, w, fused_params),
+            registry=POOLED_STRATEGIES,
+            prefix="embedding_bags",
         )
-        self._state = ShardedStateDict(tables, env, "embedding_bags")
-        self._fused_optimizer = ShardedFusedOptimizer(
-            [
-                ("embedding_bags", m.fused_optimizer)
-                for s in self._strategies
-                for m in s.lookup.fused_modules()
-            ],
-            self._state,
-        )
+        self._tables = parts.tables
+        self._strategies: list[PooledStrategy] = parts.strategies
+        self.embedding_bags = parts.modules
+        self._state = parts.state
+        self._fused_optimizer = parts.fused_optimizer
         self._checker = FeatureChecker(
             self._segments,
             {c.name: c.num_embeddings for c in configs},
