@@ -417,7 +417,7 @@ def test_crashed_save_keeps_previous_checkpoint(pool_factory: object, tmp_path: 
 
 
 def adagrad_model(
-    ctx: RankContext, types: tuple[str, ...]
+    ctx: RankContext, types: tuple[str, ...], dense_adam: bool = False
 ) -> tuple[DistributedModelParallel, CombinedOptimizer]:
     model = make_model("adagrad")
     sharder = EmbeddingBagCollectionSharder(
@@ -430,7 +430,10 @@ def adagrad_model(
         sharders=[sharder],
     )
     dense = dict(in_backward_optimizer_filter(dmp.named_parameters()))
-    wrapper = KeyedOptimizerWrapper(dense, lambda p: torch.optim.Adagrad(p, lr=LR_DENSE))
+    if dense_adam:  # state created lazily, on the first step
+        wrapper = KeyedOptimizerWrapper(dense, lambda p: torch.optim.Adam(p, lr=LR_DENSE))
+    else:
+        wrapper = KeyedOptimizerWrapper(dense, lambda p: torch.optim.Adagrad(p, lr=LR_DENSE))
     return dmp, CombinedOptimizer([dmp.fused_optimizer, wrapper])
 
 
@@ -463,3 +466,65 @@ def optimizer_state_reshards(ctx: RankContext, path: str) -> bool:
 @pytest.mark.parametrize("rank_pool", [2], indirect=True)
 def test_optimizer_state_reshards(rank_pool: object, tmp_path: object) -> None:
     assert all(rank_pool.run(optimizer_state_reshards, f"{tmp_path}/ada"))  # type: ignore[attr-defined]
+
+
+def lazy_state_loads_into_fresh_optimizer(ctx: RankContext, path: str) -> bool:
+    """Dense Adam has no state before its first step: `load` into a freshly built optimizer
+    must still restore it (not silently restart Adam from zero)."""
+    a, opt_a = adagrad_model(ctx, ("row_wise",) * 3, dense_adam=True)
+    train_steps(ctx, a, opt_a, range(STEPS))
+    save(path, a, {"opt": opt_a})
+    train_steps(ctx, a, opt_a, range(STEPS, STEPS + 2))
+    b, opt_b = adagrad_model(ctx, ("row_wise",) * 3, dense_adam=True)
+    load(path, b, {"opt": opt_b})
+    assert all(p.grad is None for p in b.parameters()), "load left gradients behind"
+    train_steps(ctx, b, opt_b, range(STEPS, STEPS + 2))
+    want, got = full_state_dict(a), full_state_dict(b)
+    for key in want:
+        assert torch.equal(got[key], want[key]), f"rank {ctx.rank} {key}"
+    return True
+
+
+@pytest.mark.parametrize("rank_pool", [2], indirect=True)
+def test_lazy_optimizer_state_restores(rank_pool: object, tmp_path: object) -> None:
+    assert all(rank_pool.run(lazy_state_loads_into_fresh_optimizer, f"{tmp_path}/adam"))  # type: ignore[attr-defined]
+
+
+def train_two_steps(ctx: RankContext, dmp: DistributedModelParallel) -> dict[str, Tensor]:
+    opt = optimizer_of(dmp)
+    for step in range(2):
+        loss, _ = dmp(make_batch("copy", ctx.rank, step))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return {k: v.clone() for k, v in full_state_dict(dmp).items()}
+
+
+def copy_is_independent(ctx: RankContext) -> bool:
+    """`copy("cpu")` gives an equal model sharing no tensor: it trains exactly like a freshly
+    built twin (fused, sharded, data-parallel tables and dense layers), and training it
+    leaves the original untouched."""
+    types = ("row_wise", "table_wise", "data_parallel")
+    dmp = wrap(ctx, "copy", types)
+    before = {k: v.clone() for k, v in full_state_dict(dmp).items()}
+    twin = dmp.copy("cpu")
+    assert isinstance(twin, DistributedModelParallel) and twin is not dmp
+    assert twin.plan == dmp.plan and twin.device == torch.device("cpu")
+    mine = {t.data_ptr() for t in dmp.parameters()}
+    assert not mine & {t.data_ptr() for t in twin.parameters()}, "copy shares a tensor"
+    batch = make_batch("copy", ctx.rank, 0)
+    out_a, out_b = dmp(batch)[1], twin(batch)[1]
+    assert isinstance(out_a, Tensor) and isinstance(out_b, Tensor)
+    assert torch.equal(out_a, out_b)
+    want = train_two_steps(ctx, wrap(ctx, "copy", types))
+    got = train_two_steps(ctx, twin)
+    untouched = full_state_dict(dmp)
+    for key in want:
+        assert torch.equal(got[key], want[key]), f"rank {ctx.rank} copy trained {key} differently"
+        assert torch.equal(untouched[key], before[key]), f"training the copy changed {key}"
+    return True
+
+
+@pytest.mark.parametrize("rank_pool", [2], indirect=True)
+def test_copy_gives_independent_equal_model(rank_pool: object) -> None:
+    assert all(rank_pool.run(copy_is_independent))  # type: ignore[attr-defined]

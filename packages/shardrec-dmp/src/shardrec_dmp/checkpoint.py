@@ -18,6 +18,7 @@ import shutil
 from collections.abc import Mapping
 
 import torch
+from torch import Tensor
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
@@ -62,6 +63,25 @@ def _merge(into: object, loaded: object) -> object:
     if isinstance(into, list) and isinstance(loaded, list) and len(into) == len(loaded):
         return [_merge(a, b) for a, b in zip(into, loaded, strict=True)]
     return loaded
+
+
+def _init_lazy_state(opt: torch.optim.Optimizer) -> None:
+    """Give `opt` the state entries a step would create (Adam's are created on the first
+    step), so that DCP finds a tensor to load each saved entry into; a fresh optimizer would
+    otherwise load nothing and silently restart from empty state. Uses the optimizer's
+    `init_state()` (a step on zero gradients; `KeyedOptimizer` has it) and puts the
+    parameters' gradients back afterwards. Parameters are then overwritten by the load."""
+    init = getattr(opt, "init_state", None)
+    params = getattr(opt, "params", None)
+    if not callable(init) or not isinstance(params, Mapping):
+        return
+    trainable = [p for p in params.values() if isinstance(p, Tensor) and p.requires_grad]
+    if all(opt.state.get(p) for p in trainable):
+        return
+    grads = [(p, p.grad) for p in trainable]
+    init()
+    for p, grad in grads:
+        p.grad = grad
 
 
 def _check(model: object) -> DistributedModelParallel:
@@ -148,6 +168,8 @@ def load(
     The model may have another plan or world size than the one saved: each rank reads the
     rows and columns of its own shards (optimizer state reshards too as long as each table
     stays with the same optimizer: fused stays fused). `optimizers` must name saved optimizers.
+    An optimizer whose state is created lazily (Adam) is initialized with its `init_state()`
+    first, so a freshly built optimizer receives the saved state too.
     """
     model = _check(model)
     opts = dict(optimizers or {})
@@ -159,6 +181,8 @@ def load(
         raise ValueError(
             f"optimizers {missing} are not in checkpoint {os.fspath(path)!r} (saved: {saved})"
         )
+    for opt in opts.values():
+        _init_lazy_state(opt)
     state = _state(model, opts)
     pruned = _prune(state)
     assert isinstance(pruned, dict)

@@ -16,7 +16,10 @@ use the unsharded model's names, without `_dmp_wrapped_module.` or DDP's `module
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import copy
+import dataclasses
+import types
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import torch
 import torch.distributed as dist
@@ -81,6 +84,26 @@ def _materialize_dense(module: nn.Module, skip: set[str], device: torch.device) 
             reset = getattr(sub, "reset_parameters", None)
             if callable(reset):
                 reset()
+
+
+def _copy_function(fn: object, memo: dict[int, object]) -> Callable[..., object]:
+    """A deep copy of a callable whose closure's contents are copied through `memo` (a plain
+    `deepcopy` returns a function itself, still bound to the original's objects)."""
+    if isinstance(fn, types.FunctionType) and fn.__closure__:
+        cells = []
+        for cell in fn.__closure__:
+            try:
+                cells.append(types.CellType(copy.deepcopy(cell.cell_contents, memo)))
+            except ValueError:  # an empty cell
+                cells.append(types.CellType())
+        new = types.FunctionType(
+            fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, tuple(cells)
+        )
+        new.__kwdefaults__ = fn.__kwdefaults__
+        return new
+    copied = copy.deepcopy(fn, memo)
+    assert callable(copied), "a hook is callable"
+    return copied
 
 
 class DistributedModelParallel(nn.Module):
@@ -251,6 +274,57 @@ class DistributedModelParallel(nn.Module):
             if isinstance(opt, KeyedOptimizer):
                 optims.append((path, opt) if path else opt)
         return CombinedOptimizer(optims)
+
+    def copy(self, device: torch.device | str) -> DistributedModelParallel:
+        """An independent copy of this model on `device` (as TorchRec's `copy(device)`).
+
+        Every parameter, buffer and fused optimizer state tensor is new (the copy's training
+        leaves this model unchanged); the process group is shared, not copied, and the plan is
+        the same, so each rank copies its own shards. With data parallelism the copy gets its
+        own `DistributedDataParallel`, whose construction is a collective: every rank calls
+        `copy` together.
+        """
+        target = torch.device(device)
+        inner = self._dmp_wrapped_module
+        # The process group is a handle to live connections: the copy uses the same one.
+        memo: dict[int, object] = {}
+        if self._env.pg is not None:
+            memo[id(self._env.pg)] = self._env.pg
+        # Parameter.__deepcopy__ clones `.data` alone: it would cut a parameter off from the
+        # views of its storage that a sharded lookup updates in backward, and drop the Python
+        # attributes `in_backward_optimizer_filter` reads. Copying each parameter as a tensor
+        # (the storage memo keeps views shared) and its attributes through the same memo
+        # keeps both, pointing at the copy's own objects.
+        for param in self.module.parameters():
+            if id(param) not in memo:
+                twin = nn.Parameter(copy.deepcopy(param.detach(), memo), param.requires_grad)
+                memo[id(param)] = twin
+                for key, value in vars(param).items():
+                    setattr(twin, key, copy.deepcopy(value, memo))
+        # DDP holds a reducer bound to this model's parameters; the copy builds its own.
+        self._dmp_wrapped_module = self.module
+        try:
+            new = copy.deepcopy(self, memo)
+        finally:
+            self._dmp_wrapped_module = inner
+        # Tensor hooks (a data-parallel table's gradient all-reduce) are not part of a deep
+        # copy; each is re-registered on the copy, its closure copied through the memo so that
+        # it refers to the copy's modules.
+        for param in self.module.parameters():
+            copied = memo[id(param)]
+            assert isinstance(copied, Tensor)
+            for attr, register in (
+                ("_backward_hooks", copied.register_hook),
+                ("_post_accumulate_grad_hooks", copied.register_post_accumulate_grad_hook),
+            ):
+                for hook in (getattr(param, attr, None) or {}).values():
+                    register(_copy_function(hook, memo))  # type: ignore[no-untyped-call]  # register_hook is untyped in torch's stubs
+        new._env = dataclasses.replace(self._env, device=target)
+        new._device = target
+        new._dmp_wrapped_module.to(target)
+        if isinstance(inner, DistributedDataParallel):
+            new._dmp_wrapped_module = new._data_parallel(new._dmp_wrapped_module)
+        return new
 
     def named_parameters(
         self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
