@@ -7,6 +7,8 @@ from collections.abc import Sequence
 import torch
 
 from shardrec_jagged import KeyedJaggedTensor
+from shardrec_sharding.lookup import LocalLookup
+from shardrec_sharding.types import DistInput
 
 
 def select_keys(features: KeyedJaggedTensor, indices: Sequence[int]) -> KeyedJaggedTensor:
@@ -69,4 +71,17 @@ def expand_variable_batch(features: KeyedJaggedTensor) -> KeyedJaggedTensor:
         weights=None if weights is None else weights[index],
         lengths=new_lengths.to(features.lengths().dtype),
         stride=batch,
+    )
+
+
+def pooled_lookup(lookup: LocalLookup, dist_input: DistInput) -> torch.Tensor:
+    """The local pooled lookup of the features `input_dist` delivered: (sum of batch sizes, D)."""
+    kjt = dist_input.features
+    return lookup(
+        kjt.values(),
+        kjt.lengths(),
+        kjt.weights_or_none(),
+        kjt.offset_per_key(),
+        sum(dist_input.batch_size_per_rank),
+        dist_input.key_index,
     )

@@ -23,7 +23,7 @@ from shardrec_jagged import KeyedJaggedTensor
 from shardrec_planner import ShardingType
 from shardrec_sharding.layout import LocalTable, Segment, TableSharding
 from shardrec_sharding.lookup import LocalLookup, LookupSegment
-from shardrec_sharding.strategies._kjt import empty_kjt, select_keys, unique
+from shardrec_sharding.strategies._kjt import empty_kjt, pooled_lookup, select_keys, unique
 from shardrec_sharding.types import DistInput, TableMaker
 
 
@@ -105,15 +105,7 @@ class PlacedSharding:
         )
 
     def compute(self, dist_input: DistInput) -> Tensor:
-        kjt = dist_input.features
-        return self.lookup(
-            kjt.values(),
-            kjt.lengths(),
-            kjt.weights_or_none(),
-            kjt.offset_per_key(),
-            sum(dist_input.batch_size_per_rank),
-            dist_input.key_index,
-        )
+        return pooled_lookup(self.lookup, dist_input)
 
     def output_dist(self, local: Tensor, dist_input: DistInput) -> Awaitable[Tensor]:
         return pooled_all_to_all(self.env, local, dist_input.batch_size_per_rank, self.dim_per_rank)

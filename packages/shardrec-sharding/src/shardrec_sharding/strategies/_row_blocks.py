@@ -28,7 +28,7 @@ from shardrec_planner import ShardingType
 from shardrec_sharding.layout import TableSharding
 from shardrec_sharding.lookup import LocalLookup, LookupSegment, LookupTable
 from shardrec_sharding.strategies._bucketize import RowBucketizer
-from shardrec_sharding.strategies._kjt import empty_kjt
+from shardrec_sharding.strategies._kjt import empty_kjt, pooled_lookup
 from shardrec_sharding.types import DistInput, TableMaker
 
 
@@ -100,15 +100,7 @@ class RowBlockSharding:
         )
 
     def compute(self, dist_input: DistInput) -> Tensor:
-        kjt = dist_input.features
-        return self.lookup(
-            kjt.values(),
-            kjt.lengths(),
-            kjt.weights_or_none(),
-            kjt.offset_per_key(),
-            sum(dist_input.batch_size_per_rank),
-            dist_input.key_index,
-        )
+        return pooled_lookup(self.lookup, dist_input)
 
     def output_dist(self, local: Tensor, dist_input: DistInput) -> Awaitable[Tensor]:
         pending = reduce_scatter_pooled(self.env, local, dist_input.batch_size_per_rank)
