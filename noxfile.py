@@ -70,7 +70,8 @@ def fbgemm(session: nox.Session) -> None:
     """Backend-parity tests (marked `fbgemm`) with fbgemm-gpu-cpu installed beside torch."""
     _install_packages(session, PACKAGES)
     session.install(FBGEMM)
-    session.run("pytest", "-q", "-m", "fbgemm", str(PACKAGES_DIR), *session.posargs)
+    paths = [str(PACKAGES_DIR), str(ROOT / "integration_tests")]
+    session.run("pytest", "-q", "-m", "fbgemm", *paths, *session.posargs)
 
 
 @nox.session
