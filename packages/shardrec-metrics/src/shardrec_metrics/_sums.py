@@ -1,0 +1,49 @@
+"""Lifetime and window sums of per-sample columns, summed over ranks at compute time.
+
+NE, log loss and accuracy are ratios of sums. The lifetime sums are running float64 totals; the
+window keeps each recent sample's C float64 values (8 * C bytes per sample, for at most
+`window_size` samples plus one batch) so that it is exact to the sample. One all_reduce of
+2 * C values per compute.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from shardrec_metrics._comm import all_reduce_sum
+from shardrec_metrics._window import SampleWindow
+
+
+class SumState:
+    """Sums of C per-sample values added so far, for the lifetime and the last `window_size`."""
+
+    def __init__(self, columns: int, window_size: int) -> None:
+        self.columns = columns
+        self._window = SampleWindow(window_size)
+        self._lifetime: Tensor | None = None  # (C,) float64 on the inputs' device
+
+    def clear(self) -> None:
+        self._window.clear()
+        self._lifetime = None
+
+    def add(self, values: Tensor) -> None:
+        """values: (C, B) float64, one column per sample."""
+        total = values.sum(dim=1)
+        self._lifetime = total if self._lifetime is None else self._lifetime + total
+        self._window.append(values, total)
+
+    def totals(self, group: dist.ProcessGroup | None) -> tuple[Tensor, Tensor]:
+        """(lifetime (C,), window (C,)) float64 on the CPU, summed over `group`'s ranks."""
+        cols = self.columns
+        lifetime = (
+            torch.zeros(cols, dtype=torch.float64)
+            if self._lifetime is None
+            else self._lifetime.cpu()
+        )
+        window = self._window.sums(cols).cpu()
+        both = torch.cat([lifetime, window])
+        if group is not None:
+            both = all_reduce_sum(both, group)
+        return both[:cols], both[cols:]

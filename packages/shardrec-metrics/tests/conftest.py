@@ -1,0 +1,14 @@
+"""Rank-pool fixtures, and the tests' reference module (`_reference`) made importable."""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+from shardrec_testing.fixtures import pool_factory, rank_pool
+
+_HERE = str(pathlib.Path(__file__).parent)
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
+
+__all__ = ["pool_factory", "rank_pool"]
