@@ -238,9 +238,20 @@ def transpose_segments_index(
     src_starts = (torch.cumsum(flat, 0) - flat).view(rows, cols).t().reshape(-1)
     new_sizes = flat.view(rows, cols).t().reshape(-1)
     dst_starts = torch.cumsum(new_sizes, 0) - new_sizes
-    shift = torch.repeat_interleave((src_starts - dst_starts).to(device), new_sizes.to(device))
+    # One copy of the small per-segment table, without a host sync; the per-id index is built
+    # on the device (`output_size` given: repeat_interleave needs no host read either).
+    table = host_to_device(torch.stack([src_starts - dst_starts, new_sizes]), device)
+    shift = torch.repeat_interleave(table[0], table[1], output_size=total)
     index: torch.Tensor = shift + torch.arange(total, device=device)
     return index
+
+
+def host_to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A CPU tensor copied to `device`. To a GPU through pinned memory without waiting: a
+    pageable copy would synchronize the host with the stream."""
+    if device.type != "cuda":
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)
 
 
 # Above this many segments one gather through an index beats splitting into views (measured: the

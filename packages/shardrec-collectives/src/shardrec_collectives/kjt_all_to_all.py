@@ -297,7 +297,11 @@ def kjt_all_to_all(
         for kjt, (strides, counts) in zip(per_rank, per_key, strict=True)
     ]
     n_own = len(own.keys())
-    sent = torch.tensor([x for h in headers for x in h], dtype=torch.int64, device=device)
+    # Pinned and non-blocking on a GPU: the header's `.tolist()` after the exchange is this
+    # all-to-all's one host sync.
+    sent = prim.host_to_device(
+        torch.tensor([x for h in headers for x in h], dtype=torch.int64), device
+    )
     in_splits = [len(h) for h in headers]
     received = prim.all_to_all_sync(env, sent, in_splits, [_FIXED + 2 * n_own] * env.world_size)
     table = received.view(env.world_size, _FIXED + 2 * n_own).tolist()

@@ -86,6 +86,22 @@ def _materialize_dense(module: nn.Module, skip: set[str], device: torch.device) 
                 reset()
 
 
+def _move_dense(module: nn.Module, skip: set[str], device: torch.device) -> None:
+    """Move the dense part's materialized tensors to `device` in place (as TorchRec moves the
+    dense module before wrapping it in DDP). Parameters keep their identity (`.data` moves),
+    so an optimizer built before wrapping still holds them."""
+    for path, sub in module.named_modules():
+        if any(path == s or path.startswith(s + ".") for s in skip):
+            continue
+        with torch.no_grad():
+            for p in sub.parameters(recurse=False):
+                if not p.is_meta and p.device != device:
+                    p.data = p.data.to(device)
+            for name, b in list(sub.named_buffers(recurse=False)):
+                if b is not None and not b.is_meta and b.device != device:
+                    setattr(sub, name, b.to(device))
+
+
 def _copy_function(fn: object, memo: dict[int, object]) -> Callable[..., object]:
     """A deep copy of a callable whose closure's contents are copied through `memo` (a plain
     `deepcopy` returns a function itself, still bound to the original's objects)."""
@@ -160,6 +176,7 @@ class DistributedModelParallel(nn.Module):
         # Step 4: the dense part.
         if init_parameters:
             _materialize_dense(module, set(self._sharded), self._device)
+        _move_dense(module, set(self._sharded), self._device)
         # Step 5: data parallel for the dense part.
         self._dmp_wrapped_module: nn.Module = (
             self._data_parallel(module) if init_data_parallel else module

@@ -90,6 +90,13 @@ class TrainPipelineSparseDist:
         self._model = model
         self._optimizer = optimizer
         self._device = torch.device(device)
+        # On a GPU, batches are copied on a side stream so that the copy of batch i+1 overlaps
+        # the tail of batch i-1's kernels; on CPU, `to` is a plain (usually no-op) copy.
+        self._copy_stream = (
+            torch.cuda.Stream(device=self._device)  # type: ignore[no-untyped-call]  # untyped in torch
+            if self._device.type == "cuda"
+            else None
+        )
         self._next: _InFlight | None = None
         self._exhausted = False
 
@@ -108,13 +115,33 @@ class TrainPipelineSparseDist:
                 f"`to(device, non_blocking)` method; got {type(batch).__name__} with "
                 f"sparse_features of type {type(features).__name__}"
             )
-        batch = batch.to(self._device, non_blocking=True)
+        batch = self._to_device(batch)
         features = batch.sparse_features
         pending: dict[str, Awaitable[object]] = {}
         for path, sub in self._model.sharded_modules.items():
             phased: _PhasedModule = sub  # type: ignore[assignment]  # checked in __init__
             pending[path] = phased.input_dist(features)
         return _InFlight(batch, pending)
+
+    def _to_device(self, batch: Pipelineable) -> Pipelineable:
+        """`batch.to(device, non_blocking=True)`; on CUDA on the side stream (host memory must
+        be pinned for the copy to be asynchronous, e.g. `DataLoader(pin_memory=True)`)."""
+        stream = self._copy_stream
+        if stream is None:
+            return batch.to(self._device, non_blocking=True)
+        main = torch.cuda.current_stream(self._device)
+        # No wait on the main stream first: the copy reads host memory only, so it may run
+        # while the main stream still executes the previous batches' kernels.
+        with torch.cuda.stream(stream):
+            moved = batch.to(self._device, non_blocking=True)
+        # input_dist runs on the main stream right after: it must see the finished copy, and
+        # the allocator must not hand the copied tensors' memory (allocated on the side stream)
+        # to the side stream's next copy while the main stream still reads them.
+        main.wait_stream(stream)
+        for t in tensors_of(moved):
+            if t.device.type == "cuda":
+                t.record_stream(main)
+        return moved
 
     def _injected_forward(
         self, path: str, sub: nn.Module, current: _InFlight, used: set[str]
@@ -178,3 +205,28 @@ class TrainPipelineSparseDist:
         loss.backward()  # type: ignore[no-untyped-call]  # untyped in torch's stubs
         self._optimizer.step()
         return output
+
+
+def tensors_of(obj: object) -> list[Tensor]:
+    """Every tensor a batch holds, searched through dataclass fields, instance attributes
+    (a KeyedJaggedTensor's values, lengths, offsets, weights) and the items of lists, tuples
+    and dicts (for `record_stream`)."""
+    out: list[Tensor] = []
+    seen: set[int] = set()
+    todo: list[object] = [obj]
+    while todo:
+        item = todo.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, Tensor):
+            out.append(item)
+        elif isinstance(item, dict):
+            todo += list(item.values())
+        elif isinstance(item, list | tuple):
+            todo += list(item)
+        elif dataclasses.is_dataclass(item) and not isinstance(item, type):
+            todo += [getattr(item, f.name) for f in dataclasses.fields(item)]
+        elif hasattr(item, "__dict__") and not isinstance(item, type):
+            todo += [v for k, v in vars(item).items() if not k.startswith("__")]
+    return out

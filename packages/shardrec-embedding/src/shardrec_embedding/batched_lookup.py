@@ -28,6 +28,7 @@ from collections.abc import Sequence
 import torch
 
 from shardrec_embedding.configs import PoolingType
+from shardrec_embedding.triton import ops as triton_ops
 
 __all__ = [
     "GradWorkspace",
@@ -279,6 +280,10 @@ def _lookup(
     if offsets is None:
         return full.index_select(0, ids)
     psw = None if per_sample_weights is None else per_sample_weights.to(full.dtype)
+    if full.is_cuda and triton_ops.forward_applies(full):
+        return triton_ops.pooled_embedding_bag(
+            full, ids, offsets, mean=pooling is PoolingType.MEAN, per_sample_weights=psw
+        )
     out: torch.Tensor = torch.ops.aten._embedding_bag_forward_only(
         full, ids, offsets, False, _MODE[pooling], False, psw, True, -1
     )[0]

@@ -123,16 +123,22 @@ class FeatureChecker:
                 device=values.device,
             )
             self._limits_cache[keys] = limits
-        low, high = (int(x) for x in torch.stack(torch.aminmax(values)).tolist())
-        if low >= 0 and high < self._min_rows:
-            return  # the common case: one pass over the ids, one host sync
-        counts = torch.tensor(features.length_per_key(), device=values.device)
+        if values.device.type == "cpu":
+            # A host read is free on CPU and one aminmax pass is ~10x cheaper than the per-id
+            # comparison below (0.08 vs 0.8 ms for 266k ids): try it first.
+            low, high = (int(x) for x in torch.stack(torch.aminmax(values)).tolist())
+            if low >= 0 and high < self._min_rows:
+                return
+        if features.variable_stride_per_key():
+            counts = torch.tensor(features.length_per_key(), device=values.device)
+        else:
+            counts = features.lengths().view(len(keys), -1).sum(1)
         per_id = torch.repeat_interleave(limits, counts, output_size=values.numel())
         bad = (values < 0) | (values >= per_id)
-        first = torch.nonzero(bad)
-        if first.numel() == 0:
+        # On a GPU the one host read of the check: the first offending position, or -1.
+        position = int(torch.where(bad.any(), bad.byte().argmax(), -1))
+        if position < 0:
             return
-        position = int(first[0, 0])
         value = int(values[position])
         offsets = features.offset_per_key()
         key = next(i for i in range(len(keys)) if offsets[i] <= position < offsets[i + 1])

@@ -32,6 +32,7 @@ from shardrec_embedding import (
 )
 from shardrec_embedding.fused import BatchedFusedEmbeddingBag, FusedTable, FusedTableSpec
 from shardrec_optim import FusedOptimSpec
+from shardrec_sharding._index_cache import IndexCache
 from shardrec_sharding.layout import LocalTable
 
 __all__ = ["DenseBatchedBag", "LocalLookup", "LookupSegment", "LookupTable"]
@@ -165,6 +166,7 @@ class LocalLookup:
             )
             self.groups.append(_Group(module, tuple(segs), offsets))
         self.dim = sum(s.dim for s in segments)
+        self._key_tensors = IndexCache()
 
     def table_modules(self) -> dict[str, nn.Module]:
         """Local table name -> the module holding its `weight` Parameter."""
@@ -207,7 +209,7 @@ class LocalLookup:
             ids = shift_ids(
                 [values[offset_per_key[k] : offset_per_key[k + 1]] for k in keys], g.row_offsets
             )
-            group_lengths = per_key[torch.tensor(keys, device=lengths.device)]
+            group_lengths = per_key[self._key_tensors.get(keys, lengths.device)]
             offsets = torch.zeros(group_lengths.numel() + 1, dtype=torch.int64, device=ids.device)
             torch.cumsum(group_lengths.reshape(-1), 0, out=offsets[1:])
             psw = None

@@ -28,8 +28,8 @@ from shardrec_testing.pool import RankPool, close_shared_pools, shared_pool
 
 
 def _get(world_size: int, backend: str = "gloo") -> RankPool:
-    if backend == "nccl" and torch.cuda.device_count() < max(world_size, 2):
-        pytest.skip(f"nccl with {world_size} ranks needs >= {max(world_size, 2)} GPUs")
+    if backend == "nccl" and torch.cuda.device_count() < world_size:
+        pytest.skip(f"nccl with {world_size} ranks needs >= {world_size} GPUs (one per rank)")
     return shared_pool(world_size, backend)
 
 

@@ -108,6 +108,8 @@ class BatchedFusedEmbeddingBag(nn.Module):
         self.register_buffer(
             "_step", torch.zeros(1, dtype=torch.int64, device=device), persistent=False
         )
+        # (`_step`, its version, its value) as of our last update (see `_next_step`).
+        self._host_step: tuple[int, int, int] | None = None
         self._optimizer = FusedEmbeddingOptimizer(
             self.spec,
             {t.name: self._table_weight(t.name) for t in specs},
@@ -153,10 +155,23 @@ class BatchedFusedEmbeddingBag(nn.Module):
         """The KeyedOptimizer view: state_dict, load_state_dict, `param_groups[0]["lr"]`."""
         return self._optimizer
 
+    def _next_step(self) -> int:
+        """Advance the step counter; its new value, read from the device only when the counter
+        was changed elsewhere (loaded, moved) since the last backward: no host sync per step."""
+        step = self._step
+        known = self._host_step
+        if known is None or known[0] != id(step) or known[1] != step._version:
+            value = int(step.item())
+        else:
+            value = known[2]
+        step.add_(1)
+        self._host_step = (id(step), step._version, value + 1)
+        return value + 1
+
     def _update_context(self) -> tuple[Tensor, Mapping[str, Tensor], FusedOptimSpec, float, int]:
-        self._step.add_(1)
+        step = self._next_step()
         lr = self._optimizer.learning_rate
-        return self.packed_weight(), self.optimizer_state(), self.spec, lr, int(self._step.item())
+        return self.packed_weight(), self.optimizer_state(), self.spec, lr, step
 
     def forward(
         self, ids: Tensor, offsets: Tensor, per_sample_weights: Tensor | None = None
@@ -189,6 +204,7 @@ class BatchedFusedEmbeddingBag(nn.Module):
     def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> nn.Module:
         result: nn.Module = super()._apply(fn, recurse)  # type: ignore[no-untyped-call]  # torch leaves _apply untyped
         repack_(self.split_embedding_weights())
+        self._host_step = None
         return result
 
     def extra_repr(self) -> str:

@@ -34,6 +34,7 @@ from shardrec_embedding.fused.fbgemm_backward import (
     fbgemm_applies,
     fbgemm_update,
 )
+from shardrec_embedding.triton import ops as triton_ops
 from shardrec_optim import FusedOptimSpec, sparse_update
 
 # Bytes of (rows, D) gradient handled per chunk in backward.
@@ -96,6 +97,23 @@ def bag_of_id(offsets: Tensor, num_ids: int) -> Tensor:
     return torch.repeat_interleave(bags, lengths, output_size=num_ids)
 
 
+def _bags_and_scales(
+    offsets: Tensor,
+    num_ids: int,
+    per_sample_weights: Tensor | None,
+    pooling: PoolingType,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[Tensor, Tensor | None]:
+    """`(N,)` bag of each id and `(N,)` factor on its gradient (per-sample weight, 1 / bag
+    size for MEAN, or None)."""
+    bag = bag_of_id(offsets, num_ids)
+    if pooling is not PoolingType.MEAN:
+        return bag, per_sample_weights
+    lengths = offsets[1:] - offsets[:-1]
+    inverse = 1.0 / lengths.clamp(min=1).to(dtype)
+    return bag, torch.repeat_interleave(inverse, lengths, output_size=num_ids)
+
+
 def per_sample_weight_grad(
     weight: Tensor, ids: Tensor, offsets: Tensor, grad_out: Tensor
 ) -> Tensor:
@@ -110,9 +128,11 @@ def per_sample_weight_grad(
     return out
 
 
-Backend = Literal["auto", "torch", "fbgemm"]
+Backend = Literal["auto", "torch", "fbgemm", "triton"]
 """Which kernel runs the update: "auto" takes fbgemm's CPU kernel where it applies (see
-`fbgemm_backward`), else the torch-native one; "torch" / "fbgemm" force one (parity tests)."""
+`fbgemm_backward`), the Triton rowwise-Adagrad kernel on CUDA where it applies (see
+`shardrec_embedding.triton`), else the torch-native one; the others force one (parity tests;
+"triton" also runs on CPU tensors under `TRITON_INTERPRET=1`)."""
 
 
 def fused_update(
@@ -135,9 +155,27 @@ def fused_update(
     offsets: `(num_bags + 1,)`. per_sample_weights: `(N,)` or None. grad_out: `(num_bags, D)`.
     backend: see `Backend`; "fbgemm" raises ValueError where fbgemm cannot run this update.
     """
-    if backend not in ("auto", "torch", "fbgemm"):
-        raise ValueError(f"backend must be 'auto', 'torch' or 'fbgemm', got {backend!r}")
+    if backend not in ("auto", "torch", "fbgemm", "triton"):
+        raise ValueError(f"backend must be 'auto', 'torch', 'fbgemm' or 'triton', got {backend!r}")
+    if backend == "triton":
+        reason = triton_ops.backward_unsupported(spec, weight)
+        if reason is not None:
+            raise ValueError(f"the triton backend cannot run this update: {reason}")
     if ids.numel() == 0:
+        return
+    if backend == "triton" or (backend == "auto" and triton_ops.backward_applies(spec, weight)):
+        with torch.profiler.record_function("fused.triton_backward"):
+            bag, scale = _bags_and_scales(offsets, ids.numel(), per_sample_weights, pooling)
+            triton_ops.rowwise_adagrad_update(
+                weight,
+                state["momentum1"],
+                ids,
+                bag,
+                None if scale is None else scale.to(weight.dtype),
+                grad_out,
+                learning_rate=learning_rate,
+                eps=spec.eps,
+            )
         return
     if backend != "torch" and fbgemm_applies(spec, weight, grad_out, per_sample_weights):
         with torch.profiler.record_function("fused.fbgemm_backward"):
@@ -192,12 +230,7 @@ def torch_update(
         return
     # record_function marks the phases for benchmarks/fused_training.py --profile (~1 us each).
     with torch.profiler.record_function("fused.sort_unique"):
-        bag = bag_of_id(offsets, n)
-        scale = per_sample_weights
-        if pooling is PoolingType.MEAN:
-            lengths = offsets[1:] - offsets[:-1]
-            inverse = 1.0 / lengths.clamp(min=1).to(weight.dtype)
-            scale = torch.repeat_interleave(inverse, lengths, output_size=n)
+        bag, scale = _bags_and_scales(offsets, n, per_sample_weights, pooling, weight.dtype)
         # int32 keys sort ~1.8x faster than int64 (1.6 vs 2.9 ms for 330k ids); rows fit.
         keys = ids.int() if weight.shape[0] <= torch.iinfo(torch.int32).max else ids
         sorted_ids, perm = torch.sort(keys)
@@ -208,9 +241,15 @@ def torch_update(
         src_bag = bag.index_select(0, perm)
         src_scale = None if scale is None else scale.to(weight.dtype).index_select(0, perm)
         num_unique = rows.numel()
-        chunk = max(1, CHUNK_BYTES // (weight.shape[1] * weight.element_size()))
-        # Only the chunk boundaries go to the host (a full `.tolist()` costs ~10 ms at 300k rows).
-        bounds = torch.cat([starts[::chunk], starts.new_tensor([n])]).tolist()
+        if weight.device.type == "cpu":
+            chunk = max(1, CHUNK_BYTES // (weight.shape[1] * weight.element_size()))
+            # Only the chunk boundaries go to the host (a `.tolist()` of all starts costs ~10 ms
+            # at 300k rows).
+            bounds = torch.cat([starts[::chunk], starts.new_tensor([n])]).tolist()
+        else:
+            # Chunks keep CPU temporaries in cache; a GPU takes the whole batch at once, and
+            # reading the bounds would be a host sync.
+            chunk, bounds = max(1, num_unique), [0, n]
     for k, c0 in enumerate(range(0, num_unique, chunk)):
         c1 = min(num_unique, c0 + chunk)
         lo, hi = bounds[k], bounds[k + 1]

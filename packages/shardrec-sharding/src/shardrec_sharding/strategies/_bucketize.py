@@ -20,6 +20,7 @@ from torch import Tensor
 from shardrec_collectives import ShardingEnv
 from shardrec_embedding import shift_ids
 from shardrec_jagged import KeyedJaggedTensor
+from shardrec_sharding._index_cache import IndexCache
 from shardrec_sharding.layout import Segment, TableSharding
 
 
@@ -36,6 +37,7 @@ class RowBucketizer:
         self.segments = list(segments)
         self.keys = [s.name for s in segments]
         self.world = env.world_size
+        self._key_tensors = IndexCache()
         table_of = {t.name: t for t in tables}
         starts: list[int] = []
         dest: list[int] = []
@@ -65,7 +67,7 @@ class RowBucketizer:
         offset_per_key = features.offset_per_key()
         segs = [values[offset_per_key[k] : offset_per_key[k + 1]] for k in keys]
         lengths = features.lengths().view(len(features.keys()), batch)
-        lengths = lengths[torch.tensor(keys, device=values.device)]
+        lengths = lengths[self._key_tensors.get(keys, values.device)]
         ids = shift_ids(segs, self._bases)
         shard = torch.bucketize(ids, self._starts, right=True) - 1
         dest = self._dest[shard]
@@ -76,11 +78,16 @@ class RowBucketizer:
             output_size=ids.numel(),
         )
         # Sorting by destination only keeps each destination's ids in (segment, bag) order.
-        counts = torch.bincount(
-            dest * (num_segments * batch) + bag, minlength=world * num_segments * batch
-        ).view(world, num_segments * batch)
+        # index_add_ into a buffer of known size, not bincount: CUDA's bincount reads the
+        # largest key on the host to size its output (a hidden sync).
+        counts = torch.zeros(world * num_segments * batch, dtype=torch.int64, device=ids.device)
+        counts.index_add_(0, dest * (num_segments * batch) + bag, torch.ones_like(dest))
+        counts = counts.view(world, num_segments * batch)
         order = torch.sort(dest, stable=True).indices
-        sizes = counts.sum(1).tolist()
+        # One host read gives every destination's ids per key (the KJTs' `length_per_key`, which
+        # the all-to-all header needs) and their totals: one sync instead of one per rank.
+        per_key: list[list[int]] = counts.view(world, num_segments, batch).sum(2).tolist()
+        sizes = [sum(row) for row in per_key]
         sent_values = torch.split(local_ids[order], sizes)
         weights = features.weights_or_none()
         sent_weights: Sequence[Tensor | None] = [None] * world
@@ -97,6 +104,7 @@ class RowBucketizer:
                 weights=sent_weights[d],
                 lengths=counts[d].to(lengths_dtype),
                 stride=batch,
+                length_per_key=per_key[d],
             )
             for d in range(world)
         ]

@@ -25,6 +25,7 @@ from shardrec_collectives import Awaitable, ShardingEnv, kjt_all_to_all, reduce_
 from shardrec_embedding import PoolingType
 from shardrec_jagged import KeyedJaggedTensor
 from shardrec_planner import ShardingType
+from shardrec_sharding._index_cache import IndexCache
 from shardrec_sharding.layout import TableSharding
 from shardrec_sharding.lookup import LocalLookup, LookupSegment, LookupTable
 from shardrec_sharding.strategies._bucketize import RowBucketizer
@@ -49,6 +50,7 @@ class RowBlockSharding:
         self._segments = [s for t in tables for s in t.segments]
         self._keys = [s.name for s in self._segments]
         self._bucketize = RowBucketizer(self._segments, tables, env)
+        self._key_tensors = IndexCache()
         table_of = {t.name: t for t in tables}
         device = env.device
         local_tables: list[LookupTable] = []
@@ -88,7 +90,7 @@ class RowBlockSharding:
         if any(self._mean):
             keys = [feature_pos[s.feature] for s in self._segments]
             lengths = features.lengths().view(len(features.keys()), batch)
-            own_lengths = lengths[torch.tensor(keys, device=lengths.device)]
+            own_lengths = lengths[self._key_tensors.get(keys, lengths.device)]
         key_index = self._key_index
         return pending.then(
             lambda kjt: DistInput(
