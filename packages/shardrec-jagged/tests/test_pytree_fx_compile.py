@@ -6,6 +6,7 @@ which is the property under test, without paying for Inductor code generation.
 
 from __future__ import annotations
 
+import pathlib
 import subprocess
 import sys
 
@@ -152,3 +153,26 @@ def test_fx_trace_of_concat_in_a_fresh_process() -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().endswith("traced")
+
+
+class _TakesKJT(torch.nn.Module):
+    def forward(self, kjt: KeyedJaggedTensor) -> torch.Tensor:
+        return kjt.values() * 2 + kjt.lengths().sum()
+
+
+def test_exported_program_taking_a_kjt_saves_and_reloads(tmp_path: pathlib.Path) -> None:
+    # torch.export.save serializes the KJT's pytree context (keys, stride, ...) as text.
+    kjt = KeyedJaggedTensor(
+        keys=["a", "b"],
+        values=torch.tensor([1.0, 2.0, 3.0]),
+        lengths=torch.tensor([1, 0, 1, 1]),
+    )
+    program = torch.export.export(_TakesKJT(), (kjt,))
+    torch.export.save(program, tmp_path / "m.pt2")
+    reloaded = torch.export.load(tmp_path / "m.pt2")
+    other = KeyedJaggedTensor(
+        keys=["a", "b"],
+        values=torch.tensor([4.0, 5.0, 6.0]),
+        lengths=torch.tensor([0, 2, 1, 0]),
+    )
+    assert torch.equal(reloaded.module()(other), _TakesKJT()(other))

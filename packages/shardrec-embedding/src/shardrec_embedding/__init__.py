@@ -31,6 +31,12 @@ from shardrec_embedding.fused import (
     FusedEmbeddingOptimizer,
     FusedTableSpec,
 )
+from shardrec_embedding.quant import (
+    QuantConfig,
+    QuantEmbeddingBagCollection,
+    QuantEmbeddingCollection,
+    quantize_inference_model,
+)
 
 __all__ = [
     "BaseEmbeddingConfig",
@@ -48,12 +54,16 @@ __all__ = [
     "PoolingType",
     "PositionWeightedModule",
     "PositionWeightedModuleCollection",
+    "QuantConfig",
+    "QuantEmbeddingBagCollection",
+    "QuantEmbeddingCollection",
     "allocate_packed",
     "batched_embedding",
     "batched_embedding_bag",
     "data_type_to_dtype",
     "dtype_to_data_type",
     "packed_weight",
+    "quantize_inference_model",
     "repack_",
     "shift_ids",
 ]

@@ -5,6 +5,7 @@ Imported at the end of ``keyed_jagged_tensor.py``, so the registration happens w
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 
 import torch
@@ -62,10 +63,39 @@ def _kjt_unflatten(leaves: Iterable[torch.Tensor | None], ctx: _KJTContext) -> K
     )
 
 
+def _kjt_context_to_json(ctx: _KJTContext) -> str:
+    # torch.export.save writes the input spec's context as text: a program taking a KJT
+    # reloads only if its context round-trips.
+    keys, stride, spkpr, inv = ctx
+    return json.dumps(
+        [
+            list(keys),
+            stride,
+            None if spkpr is None else [list(r) for r in spkpr],
+            None if inv is None else list(inv),
+        ]
+    )
+
+
+def _kjt_context_from_json(text: str) -> _KJTContext:
+    keys, stride, spkpr, inv = json.loads(text)
+    return (
+        tuple(keys),
+        stride,
+        None if spkpr is None else tuple(tuple(r) for r in spkpr),
+        None if inv is None else tuple(inv),
+    )
+
+
 register_pytree_node(
     KeyedJaggedTensor,
     _kjt_flatten,
     _kjt_unflatten,
     flatten_with_keys_fn=_kjt_flatten_with_keys,
     serialized_type_name="shardrec_jagged.KeyedJaggedTensor",
+    to_dumpable_context=_kjt_context_to_json,
+    from_dumpable_context=_kjt_context_from_json,
 )
+# A saved exported program pickles its example inputs; torch.load (weights_only by default)
+# rebuilds a KJT only if the class is allowlisted. A KJT holds tensors, strings and ints only.
+torch.serialization.add_safe_globals([KeyedJaggedTensor])

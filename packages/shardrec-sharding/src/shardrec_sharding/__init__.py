@@ -12,6 +12,11 @@ from shardrec_sharding.embeddingbag import (
     ShardedInput,
 )
 from shardrec_sharding.layout import LocalTable, Segment, Shard, TableSharding, check_plan
+from shardrec_sharding.quant import (
+    QuantEmbeddingBagCollectionSharder,
+    ShardedQuantEmbeddingBagCollection,
+    shard_quant_model,
+)
 from shardrec_sharding.registry import POOLED_STRATEGIES, SEQUENCE_STRATEGIES, strategy_for
 from shardrec_sharding.state_dict import ShardedFusedOptimizer, ShardedStateDict
 from shardrec_sharding.types import (
@@ -31,6 +36,7 @@ __all__ = [
     "EmbeddingCollectionSharder",
     "LocalTable",
     "PooledStrategy",
+    "QuantEmbeddingBagCollectionSharder",
     "Segment",
     "SequenceInput",
     "SequenceStrategy",
@@ -39,10 +45,12 @@ __all__ = [
     "ShardedEmbeddingCollection",
     "ShardedFusedOptimizer",
     "ShardedInput",
+    "ShardedQuantEmbeddingBagCollection",
     "ShardedSequenceInput",
     "ShardedStateDict",
     "TableMaker",
     "TableSharding",
     "check_plan",
+    "shard_quant_model",
     "strategy_for",
 ]

@@ -6,6 +6,7 @@ from shardrec_embedding import (
     EmbeddingBagConfig,
     EmbeddingConfig,
     PoolingType,
+    QuantConfig,
     data_type_to_dtype,
     dtype_to_data_type,
 )
@@ -16,6 +17,7 @@ __all__ = [
     "EmbeddingBagConfig",
     "EmbeddingConfig",
     "PoolingType",
+    "QuantConfig",
     "data_type_to_dtype",
     "dtype_to_data_type",
 ]

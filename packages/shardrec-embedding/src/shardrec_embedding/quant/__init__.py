@@ -1,0 +1,43 @@
+"""Quantized inference: row-wise quantization kernels, quantized collections, conversion."""
+
+from shardrec_embedding.quant.config import QuantConfig
+from shardrec_embedding.quant.convert import quantize_inference_model
+from shardrec_embedding.quant.embedding_bag_collection import (
+    QuantEmbeddingBagCollection,
+    ScriptablePooledLookup,
+)
+from shardrec_embedding.quant.embedding_collection import QuantEmbeddingCollection
+from shardrec_embedding.quant.lookup import (
+    PooledLookup,
+    QuantGroup,
+    SegmentMeta,
+    SequenceLookup,
+    check_segment_ids,
+)
+from shardrec_embedding.quant.rowwise import (
+    QUANT_DATA_TYPES,
+    SUPPORTED_DATA_TYPES,
+    dequantize,
+    quantize,
+    row_bytes,
+    scale_bias,
+)
+
+__all__ = [
+    "QUANT_DATA_TYPES",
+    "SUPPORTED_DATA_TYPES",
+    "PooledLookup",
+    "QuantConfig",
+    "QuantEmbeddingBagCollection",
+    "QuantEmbeddingCollection",
+    "QuantGroup",
+    "ScriptablePooledLookup",
+    "SegmentMeta",
+    "SequenceLookup",
+    "check_segment_ids",
+    "dequantize",
+    "quantize",
+    "quantize_inference_model",
+    "row_bytes",
+    "scale_bias",
+]

@@ -1,0 +1,176 @@
+"""Packed quantized storage of a collection: building the groups, filling them from float
+tables, and TorchRec's per-table state dict (`<prefix><table>.weight`, `...weight_qscaleshift`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from shardrec_embedding._grouping import TablePlan
+from shardrec_embedding.configs import BaseEmbeddingConfig, DataType, PoolingType
+from shardrec_embedding.quant.lookup import KIND_FLOAT, QuantGroup, SegmentMeta
+from shardrec_embedding.quant.rowwise import (
+    QUANT_DATA_TYPES,
+    bits_of,
+    check_data_type,
+    float_dtype_of,
+    quantize,
+    row_bytes,
+)
+
+__all__ = ["QuantStorage"]
+
+_MODE = {PoolingType.SUM: 0, PoolingType.MEAN: 1, PoolingType.NONE: 0}
+
+
+def _kernel_row_bytes(dim: int, dt: DataType) -> int:
+    # INT8 rows carry fp32 scale/bias for torch's byte kernel (see lookup.py)
+    return dim + 8 if dt is DataType.INT8 else row_bytes(dim, dt)
+
+
+def to_kernel_rows(stored: torch.Tensor, dt: DataType) -> torch.Tensor:
+    """TorchRec-layout rows (`quantize` output) -> the kernel's layout (INT8: fp32 scale/bias)."""
+    if dt is not DataType.INT8:
+        return stored
+    sb = (
+        stored[:, -4:]
+        .clone(memory_format=torch.contiguous_format)
+        .view(torch.float16)
+        .float()
+        .clone(memory_format=torch.contiguous_format)
+        .view(torch.uint8)
+    )
+    return torch.cat([stored[:, :-4], sb], dim=1)
+
+
+def from_kernel_rows(rows: torch.Tensor, dt: DataType) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Kernel-layout rows -> TorchRec's `(weight, weight_qscaleshift)`; exact for INT8 because
+    the fp32 scale/bias hold fp16 values."""
+    if dt not in QUANT_DATA_TYPES:
+        return rows, None
+    if dt is DataType.INT8:
+        sb = (
+            rows[:, -8:]
+            .clone(memory_format=torch.contiguous_format)
+            .view(torch.float32)
+            .half()
+            .clone(memory_format=torch.contiguous_format)
+            .view(torch.uint8)
+        )
+        return rows[:, :-8], sb
+    return rows[:, :-4], rows[:, -4:]
+
+
+class QuantStorage:
+    """Groups, segment metadata and per-table row ranges of one quantized collection."""
+
+    def __init__(
+        self,
+        tables: Sequence[BaseEmbeddingConfig],
+        poolings: Sequence[PoolingType],
+        device: torch.device | str | None,
+        owner: str,
+    ) -> None:
+        for t in tables:
+            check_data_type(t.data_type, f"{owner}: table {t.name!r}")
+        self.tables = list(tables)
+        self.plan = TablePlan(tables, poolings)
+        self.groups: list[QuantGroup] = []
+        self.table_group: dict[str, tuple[int, int]] = {}  # name -> (group, first row)
+        for g, group in enumerate(self.plan.groups):
+            dt = tables[group.tables[0]].data_type
+            total = sum(tables[i].num_embeddings for i in group.tables)
+            if dt in QUANT_DATA_TYPES:
+                weight = torch.zeros(
+                    total, _kernel_row_bytes(group.dim, dt), dtype=torch.uint8, device=device
+                )
+                kind = bits_of(dt)
+            else:
+                weight = torch.zeros(total, group.dim, dtype=float_dtype_of(dt), device=device)
+                kind = KIND_FLOAT
+            self.groups.append(QuantGroup(weight, kind, group.dim, _MODE[group.pooling]))
+            start = 0
+            for i in group.tables:
+                self.table_group[tables[i].name] = (g, start)
+                start += tables[i].num_embeddings
+        segs = self.plan.segments
+        self.segments = SegmentMeta(
+            features=[s.feature for s in segs],
+            tables=[s.table for s in segs],
+            rows=[s.rows for s in segs],
+            groups=[s.group for s in segs],
+            row_offsets=[s.row_offset for s in segs],
+            group_segments=[list(g.segments) for g in self.plan.groups],
+        )
+
+    def rows_of(self, table: BaseEmbeddingConfig) -> torch.Tensor:
+        """The table's rows (a view) in its group's kernel buffer."""
+        g, start = self.table_group[table.name]
+        weight = self.groups[g].weight
+        assert isinstance(weight, torch.Tensor)
+        return weight.narrow(0, start, table.num_embeddings)
+
+    def load_float(self, table: BaseEmbeddingConfig, weight: torch.Tensor) -> None:
+        """Quantize a float `(R, D)` table into its rows."""
+        rows = self.rows_of(table)
+        dt = DataType(table.data_type)
+        with torch.no_grad():
+            rows.copy_(to_kernel_rows(quantize(weight.to(rows.device), dt), dt))
+
+    def save(self, destination: dict[str, torch.Tensor], prefix: str) -> None:
+        for t in self.tables:
+            weight, qscaleshift = from_kernel_rows(self.rows_of(t), DataType(t.data_type))
+            destination[f"{prefix}{t.name}.weight"] = weight.detach().clone()
+            if qscaleshift is not None:
+                destination[f"{prefix}{t.name}.weight_qscaleshift"] = qscaleshift.detach().clone()
+
+    def load(
+        self,
+        state_dict: Mapping[str, torch.Tensor],
+        prefix: str,
+        missing_keys: list[str],
+        unexpected_keys: list[str],
+        error_msgs: list[str],
+        strict: bool,
+    ) -> None:
+        expected: set[str] = set()
+        for t in self.tables:
+            dt = DataType(t.data_type)
+            rows = self.rows_of(t)
+            ref_weight, ref_sb = from_kernel_rows(rows, dt)
+            parts: list[torch.Tensor] = []
+            for key, ref in (
+                (f"{prefix}{t.name}.weight", ref_weight),
+                (f"{prefix}{t.name}.weight_qscaleshift", ref_sb),
+            ):
+                if ref is None:
+                    continue
+                expected.add(key)
+                if key not in state_dict:
+                    missing_keys.append(key)
+                    continue
+                given = state_dict[key]
+                if given.shape != ref.shape or given.dtype != ref.dtype:
+                    error_msgs.append(
+                        f"{key}: expected {tuple(ref.shape)} {ref.dtype} ({dt.value}), "
+                        f"got {tuple(given.shape)} {given.dtype}"
+                    )
+                    continue
+                parts.append(given.to(rows.device))
+            if len(parts) == (1 if ref_sb is None else 2):
+                stored = parts[0] if ref_sb is None else torch.cat(parts, dim=1)
+                with torch.no_grad():
+                    rows.copy_(to_kernel_rows(stored, dt))
+        if strict:
+            for key in state_dict:
+                if key.startswith(prefix) and key not in expected:
+                    unexpected_keys.append(key)
+
+    def nbytes(self) -> int:
+        total = 0
+        for g in self.groups:
+            weight = g.weight
+            assert isinstance(weight, torch.Tensor)
+            total += weight.numel() * weight.element_size()
+        return total

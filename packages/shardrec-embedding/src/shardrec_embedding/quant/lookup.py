@@ -1,0 +1,299 @@
+"""TorchScript-compatible lookups over quantized storage, shared by the quantized collections,
+their scripted forms and the sharded quantized modules.
+
+One `QuantGroup` holds the tables of one (dim, data type, pooling) group packed in one buffer
+(rows of table 0, then table 1, ...), in the layout the kernel reads:
+
+```
+INT8   (R, D + 8)  uint8   codes, fp32 scale, fp32 bias   torch's embedding_bag_byte_* layout
+INT4   (R, D/2 + 4) uint8  codes, fp16 scale, fp16 bias   torch's embedding_bag_4bit_* layout
+INT2   (R, D/4 + 4) uint8  codes, fp16 scale, fp16 bias   torch's embedding_bag_2bit_* layout
+FP32/FP16/BF16 (R, D)      plain rows                     aten embedding_bag
+```
+
+INT8 differs from TorchRec's stored row (fp16 scale/bias) only in the width of scale and bias:
+they are converted at load (exactly: the values are fp16 numbers) because torch's byte kernel
+measured fastest (docs/design/quant-kernels.md). Kernels read only the looked-up rows.
+"""
+
+import torch
+from torch import nn
+
+__all__ = [
+    "KIND_FLOAT",
+    "PooledLookup",
+    "QuantGroup",
+    "SegmentMeta",
+    "SequenceLookup",
+    "check_segment_ids",
+]
+
+KIND_FLOAT = 0  # kind = bits per code for integer groups (8, 4, 2), 0 for float groups
+
+
+class QuantGroup(nn.Module):
+    """One packed buffer and its kernel call.
+
+    weight: `(R, row bytes)` uint8 (kind 8/4/2) or `(R, D)` float (kind 0); a buffer that is
+    not saved by `state_dict` (the owning collection writes TorchRec's per-table keys).
+    """
+
+    weight: torch.Tensor
+
+    def __init__(self, weight: torch.Tensor, kind: int, dim: int, mode: int) -> None:
+        super().__init__()
+        self.register_buffer("weight", weight, persistent=False)
+        self.kind = kind
+        self.dim = dim
+        self.mode = mode  # 0 sum, 1 mean
+
+    def forward(
+        self, ids: torch.Tensor, offsets: torch.Tensor, per_sample_weights: torch.Tensor | None
+    ) -> torch.Tensor:
+        """ids: `(N,)` int64 group rows; offsets: `(bags + 1,)`; per_sample_weights: `(N,)`.
+        Returns `(bags, D)` fp32."""
+        w = self.weight
+        if self.kind != 0 and _tracing():
+            return self._traceable(ids, offsets, per_sample_weights)
+        if self.kind == 8:
+            out: torch.Tensor = torch.ops.quantized.embedding_bag_byte_rowwise_offsets(
+                w, ids, offsets, False, 0, False, per_sample_weights, None, True
+            )
+        elif self.kind == 4:
+            out = torch.ops.quantized.embedding_bag_4bit_rowwise_offsets(
+                w, ids, offsets, False, 0, False, per_sample_weights, None, True
+            )
+        elif self.kind == 2:
+            out = torch.ops.quantized.embedding_bag_2bit_rowwise_offsets(
+                w, ids, offsets, False, 0, False, per_sample_weights, None, True
+            )
+        else:
+            psw = per_sample_weights
+            if psw is not None:
+                psw = psw.to(w.dtype)
+            out = torch.ops.aten._embedding_bag_forward_only(
+                w, ids, offsets, False, 0, False, psw, True, -1
+            )[0]
+        if out.shape[1] != self.dim:  # INT4/INT2 rows padded to whole bytes
+            out = out[:, : self.dim]
+        return self._mean(out.float(), offsets)
+
+    def _mean(self, summed: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        # torch's quantized bag kernels ignore mode=1 (measured: they return the sum), so
+        # every group pools with SUM and MEAN divides here; empty bags stay zero.
+        if self.mode != 1:
+            return summed
+        counts = (offsets[1:] - offsets[:-1]).clamp(min=1).to(summed.dtype)
+        return summed / counts.unsqueeze(1)
+
+    def _traceable(
+        self, ids: torch.Tensor, offsets: torch.Tensor, per_sample_weights: torch.Tensor | None
+    ) -> torch.Tensor:
+        """aten-only form for `torch.export` (torch's quantized kernels have no fake kernels):
+        dequantize only the looked-up rows, then pool them."""
+        rows = self.weight.index_select(0, ids)
+        if self.kind == 8:
+            codes = rows[:, :-8].float()
+            sb = rows[:, -8:].clone(memory_format=torch.contiguous_format).view(torch.float32)
+        else:
+            shifts = torch.arange(0, 8, self.kind, dtype=torch.uint8, device=rows.device)
+            packed = rows[:, :-4].unsqueeze(2)
+            codes = ((packed >> shifts) & ((1 << self.kind) - 1)).reshape(rows.shape[0], -1)
+            codes = codes[:, : self.dim].float()
+            sb = (
+                rows[:, -4:]
+                .clone(memory_format=torch.contiguous_format)
+                .view(torch.float16)
+                .float()
+            )
+        dense = codes * sb[:, 0:1] + sb[:, 1:2]
+        positions = torch.arange(ids.numel(), dtype=torch.long, device=ids.device)
+        pooled = torch.ops.aten._embedding_bag_forward_only(
+            dense, positions, offsets, False, 0, False, per_sample_weights, True, -1
+        )[0]
+        return self._mean(pooled, offsets)
+
+
+def check_segment_ids(
+    values: torch.Tensor,
+    offset_per_key: list[int],
+    feature_index: list[int],
+    rows: list[int],
+    min_rows: int,
+    features: list[str],
+    tables: list[str],
+) -> None:
+    """`IndexError` naming feature, table and id for the first id outside its table.
+
+    Skipped while `torch.export` / `torch.compile` trace (the check reads ids on the host)."""
+    if values.numel() == 0 or _tracing():
+        return
+    bounds = torch.aminmax(values)
+    if int(bounds[0]) >= 0 and int(bounds[1]) < min_rows:
+        return
+    for s in range(len(feature_index)):
+        k = feature_index[s]
+        seg = values[offset_per_key[k] : offset_per_key[k + 1]]
+        if seg.numel() == 0:
+            continue
+        bad = seg[(seg < 0) | (seg >= rows[s])]
+        if bad.numel() > 0:
+            raise IndexError(
+                "feature '"
+                + features[s]
+                + "' id "
+                + str(int(bad[0]))
+                + " is out of range for table '"
+                + tables[s]
+                + "' with "
+                + str(rows[s])
+                + " rows (valid ids: [0, "
+                + str(rows[s])
+                + "))"
+            )
+
+
+def _tracing() -> bool:
+    if torch._jit_internal.is_scripting():
+        return False
+    return torch.compiler.is_compiling()
+
+
+class SegmentMeta(nn.Module):
+    """Per-segment metadata of a collection as TorchScript-typed lists (segment order)."""
+
+    def __init__(
+        self,
+        features: list[str],
+        tables: list[str],
+        rows: list[int],
+        groups: list[int],
+        row_offsets: list[int],
+        group_segments: list[list[int]],
+    ) -> None:
+        super().__init__()
+        self.features = features
+        self.tables = tables
+        self.rows = rows
+        self.seg_groups = groups
+        self.row_offsets = row_offsets
+        self.group_segments = group_segments
+        self.min_rows = min(rows) if rows else 0
+        # position of each segment inside its group's lookup output
+        position = [0] * len(rows)
+        for members in group_segments:
+            for j, s in enumerate(members):
+                position[s] = j
+        self.positions = position
+
+
+class PooledLookup(nn.Module):
+    """Pooled lookup of all groups of a collection; scriptable.
+
+    forward(values `(N,)`, lengths `(F * B,)`, weights `(N,)` or None, offset_per_key
+    `F + 1` ints, feature_index (KJT key of each segment), batch B) -> `(B, sum of dims)`.
+    """
+
+    def __init__(self, groups: list[QuantGroup], segments: SegmentMeta, check_ids: bool) -> None:
+        super().__init__()
+        self.groups = nn.ModuleList(groups)
+        self.segments = segments
+        self.check_ids = check_ids
+
+    def forward(
+        self,
+        values: torch.Tensor,
+        lengths: torch.Tensor,
+        weights: torch.Tensor | None,
+        offset_per_key: list[int],
+        feature_index: list[int],
+        batch: int,
+    ) -> torch.Tensor:
+        meta = self.segments
+        if self.check_ids:
+            check_segment_ids(
+                values,
+                offset_per_key,
+                feature_index,
+                meta.rows,
+                meta.min_rows,
+                meta.features,
+                meta.tables,
+            )
+        num_keys = len(offset_per_key) - 1
+        per_key = lengths.view(num_keys, batch)
+        pooled: list[torch.Tensor] = []
+        for g, group in enumerate(self.groups):
+            members = meta.group_segments[g]
+            ids_parts: list[torch.Tensor] = []
+            w_parts: list[torch.Tensor] = []
+            keys: list[int] = []
+            for s in members:
+                k = feature_index[s]
+                keys.append(k)
+                ids_parts.append(
+                    values[offset_per_key[k] : offset_per_key[k + 1]].long() + meta.row_offsets[s]
+                )
+                if weights is not None:
+                    w_parts.append(weights[offset_per_key[k] : offset_per_key[k + 1]])
+            ids = torch.cat(ids_parts)
+            group_lengths = per_key[torch.tensor(keys, dtype=torch.long, device=lengths.device)]
+            offsets = torch.zeros(group_lengths.numel() + 1, dtype=torch.long, device=ids.device)
+            offsets[1:] = torch.cumsum(group_lengths.reshape(-1), 0)
+            psw: torch.Tensor | None = None
+            if weights is not None:
+                psw = torch.cat(w_parts).float()
+            pooled.append(group(ids, offsets, psw).view(len(members), batch, group.dim))
+        blocks: list[torch.Tensor] = []
+        for s in range(len(meta.rows)):
+            blocks.append(pooled[meta.seg_groups[s]][meta.positions[s]])
+        if len(blocks) == 0:
+            return torch.zeros(batch, 0, device=values.device)
+        return torch.cat(blocks, dim=1)
+
+
+class SequenceLookup(nn.Module):
+    """Per-id lookup of all groups of a collection; scriptable.
+
+    Same inputs as `PooledLookup`; returns per segment the `(N_s, D)` rows of its ids.
+    """
+
+    def __init__(self, groups: list[QuantGroup], segments: SegmentMeta, check_ids: bool) -> None:
+        super().__init__()
+        self.groups = nn.ModuleList(groups)
+        self.segments = segments
+        self.check_ids = check_ids
+
+    def forward(
+        self, values: torch.Tensor, offset_per_key: list[int], feature_index: list[int]
+    ) -> list[torch.Tensor]:
+        meta = self.segments
+        if self.check_ids:
+            check_segment_ids(
+                values,
+                offset_per_key,
+                feature_index,
+                meta.rows,
+                meta.min_rows,
+                meta.features,
+                meta.tables,
+            )
+        out: list[torch.Tensor] = [values.new_empty(0)] * len(meta.rows)
+        for g, group in enumerate(self.groups):
+            members = meta.group_segments[g]
+            ids_parts: list[torch.Tensor] = []
+            sizes: list[int] = []
+            for s in members:
+                k = feature_index[s]
+                ids_parts.append(
+                    values[offset_per_key[k] : offset_per_key[k + 1]].long() + meta.row_offsets[s]
+                )
+                sizes.append(offset_per_key[k + 1] - offset_per_key[k])
+            ids = torch.cat(ids_parts)
+            # one id per bag: the pooled kernels return each id's row
+            offsets = torch.arange(ids.numel() + 1, dtype=torch.long, device=ids.device)
+            rows = group(ids, offsets, None)
+            parts = torch.split_with_sizes(rows, sizes)
+            for j, s in enumerate(members):
+                out[s] = parts[j]
+        return out

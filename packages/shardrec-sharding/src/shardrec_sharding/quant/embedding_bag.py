@@ -1,0 +1,335 @@
+"""`ShardedQuantEmbeddingBagCollection`: a quantized EBC split over the devices of one process.
+
+Each table's shards (table_wise: the whole table; row_wise: row blocks; column_wise: column
+blocks) become tables of one `QuantEmbeddingBagCollection` per device ("rank"), holding the
+*same* quantized rows as the unsharded module (codes and the row's scale/bias are sliced, not
+re-quantized), so outputs match it up to the order of float additions (row_wise sums shards).
+
+```
+KJT ids of feature f read by table t (rows R, dim D), 2 devices:
+  table_wise : rank r(t) looks up all ids                         -> (B, D)
+  column_wise: rank 0 cols [0, D0), rank 1 cols [D0, D)           -> cat along columns
+  row_wise   : rank 0 rows [0, R0), rank 1 rows [R0, R): every rank sees all ids; ids it does
+               not own get weight 0 (and row 0), then the partial sums are added
+```
+
+row_wise does world_size x the lookups of the unsharded module (each rank scans every id of
+the table) instead of bucketizing ids: simple, exact, and scriptable; one process has no
+all-to-all to save. The forward is TorchScript-compatible (`scriptable()`).
+"""
+
+from collections.abc import Mapping, Sequence
+
+import torch
+from torch import nn
+
+from shardrec_embedding import (
+    DataType,
+    EmbeddingBagConfig,
+    PoolingType,
+    QuantEmbeddingBagCollection,
+)
+from shardrec_embedding.quant import (
+    PooledLookup,
+    ScriptablePooledLookup,
+    SegmentMeta,
+    check_segment_ids,
+)
+from shardrec_jagged import KeyedJaggedTensor, KeyedTensor
+from shardrec_planner import ParameterSharding, ShardingType
+
+__all__ = ["ShardedPooledLookup", "ShardedQuantEmbeddingBagCollection"]
+
+_BITS = {DataType.INT8: 8, DataType.INT4: 4, DataType.INT2: 2}
+
+
+class ShardedPooledLookup(nn.Module):
+    """Scriptable forward over the per-rank lookups; same signature as `PooledLookup`."""
+
+    def __init__(
+        self,
+        ranks: list[PooledLookup],
+        devices: list[str],
+        unsharded: SegmentMeta,
+        inputs: list[list[int]],
+        row_lo: list[list[int]],
+        row_hi: list[list[int]],
+        rank_dims: list[list[int]],
+        parts: list[list[int]],
+        combine_sum: list[bool],
+        divide: list[bool],
+        check_ids: bool,
+    ) -> None:
+        super().__init__()
+        self.ranks = nn.ModuleList(ranks)
+        self.devices = devices
+        self.unsharded = unsharded
+        self.inputs = inputs
+        self.row_lo = row_lo
+        self.row_hi = row_hi
+        self.rank_dims = rank_dims
+        self.parts = parts
+        self.combine_sum = combine_sum
+        self.divide = divide
+        self.check_ids = check_ids
+
+    def forward(
+        self,
+        values: torch.Tensor,
+        lengths: torch.Tensor,
+        weights: torch.Tensor | None,
+        offset_per_key: list[int],
+        feature_index: list[int],
+        batch: int,
+    ) -> torch.Tensor:
+        meta = self.unsharded
+        if self.check_ids:
+            check_segment_ids(
+                values,
+                offset_per_key,
+                feature_index,
+                meta.rows,
+                meta.min_rows,
+                meta.features,
+                meta.tables,
+            )
+        num_keys = len(offset_per_key) - 1
+        per_key = lengths.view(num_keys, batch)
+        all_weights = weights if weights is not None else torch.ones(values.numel())
+        all_weights = all_weights.to(device=values.device, dtype=torch.float32)
+        blocks: list[torch.Tensor] = []
+        for r, lookup in enumerate(self.ranks):
+            device = torch.device(self.devices[r])
+            vals: list[torch.Tensor] = []
+            lens: list[torch.Tensor] = []
+            wts: list[torch.Tensor] = []
+            opk = [0]
+            for j, s in enumerate(self.inputs[r]):
+                k = feature_index[s]
+                ids = values[offset_per_key[k] : offset_per_key[k + 1]].long()
+                w = all_weights[offset_per_key[k] : offset_per_key[k + 1]]
+                lo = self.row_lo[r][j]
+                if lo >= 0:
+                    mask = (ids >= lo) & (ids < self.row_hi[r][j])
+                    ids = torch.where(mask, ids - lo, torch.zeros_like(ids))
+                    w = w * mask.to(w.dtype)
+                vals.append(ids)
+                wts.append(w)
+                lens.append(per_key[k])
+                opk.append(opk[-1] + offset_per_key[k + 1] - offset_per_key[k])
+            identity = list(range(len(vals)))
+            out = lookup(
+                torch.cat(vals).to(device),
+                torch.cat(lens).to(device),
+                torch.cat(wts).to(device),
+                opk,
+                identity,
+                batch,
+            ).to(values.device)
+            blocks.extend(torch.split_with_sizes(out, self.rank_dims[r], dim=1))
+        pieces: list[torch.Tensor] = []
+        for s, members in enumerate(self.parts):
+            if self.combine_sum[s]:
+                piece = blocks[members[0]]
+                for i in members[1:]:
+                    piece = piece + blocks[i]
+            elif len(members) == 1:
+                piece = blocks[members[0]]
+            else:
+                piece = torch.cat([blocks[i] for i in members], dim=1)
+            if self.divide[s]:
+                count = per_key[feature_index[s]].clamp(min=1).to(piece.dtype)
+                piece = piece / count.unsqueeze(1)
+            pieces.append(piece)
+        if len(pieces) == 0:
+            return torch.zeros(batch, 0, device=values.device)
+        return torch.cat(pieces, dim=1)
+
+
+class ShardedQuantEmbeddingBagCollection(nn.Module):
+    """A `QuantEmbeddingBagCollection` sharded by `plan` (table name -> ParameterSharding)
+    over `world_size` devices of this process (`device_of(rank)`). `forward(kjt)` returns the
+    unsharded module's `KeyedTensor`."""
+
+    def __init__(
+        self,
+        module: QuantEmbeddingBagCollection,
+        plan: Mapping[str, ParameterSharding],
+        devices: Sequence[torch.device | str],
+    ) -> None:
+        super().__init__()
+        configs = module.embedding_bag_configs()
+        missing = [t.name for t in configs if t.name not in plan]
+        if missing:
+            raise ValueError(f"the plan has no entry for table(s) {missing}")
+        world = len(devices)
+        source = module.state_dict()
+        segments = module._plan.segments
+        rank_tables: list[list[EmbeddingBagConfig]] = [[] for _ in range(world)]
+        rank_state: list[dict[str, torch.Tensor]] = [{} for _ in range(world)]
+        inputs: list[list[int]] = [[] for _ in range(world)]
+        row_lo: list[list[int]] = [[] for _ in range(world)]
+        row_hi: list[list[int]] = [[] for _ in range(world)]
+        rank_dims: list[list[int]] = [[] for _ in range(world)]
+        placed: list[list[tuple[int, int, int]]] = [[] for _ in segments]  # (rank, j, col)
+        divide = [False] * len(segments)
+        combine_sum = [False] * len(segments)
+        for ti, t in enumerate(configs):
+            ps = plan[t.name]
+            kind = ps.sharding_type
+            if kind not in (
+                ShardingType.TABLE_WISE,
+                ShardingType.ROW_WISE,
+                ShardingType.COLUMN_WISE,
+            ):
+                raise ValueError(
+                    f"table {t.name!r}: sharding type {kind.value} is not supported for "
+                    "quantized inference; use table_wise, row_wise or column_wise"
+                )
+            assert ps.sharding_spec is not None
+            row_wise = kind is ShardingType.ROW_WISE
+            table_segments = [s for s, seg in enumerate(segments) if seg.table_index == ti]
+            for s in table_segments:
+                combine_sum[s] = row_wise
+                divide[s] = row_wise and t.pooling is PoolingType.MEAN
+            for i, (shard, rank) in enumerate(zip(ps.sharding_spec.shards, ps.ranks, strict=True)):
+                if not 0 <= rank < world:
+                    raise ValueError(
+                        f"table {t.name!r}: shard {i} is placed on rank {rank}, outside "
+                        f"world_size {world}"
+                    )
+                r0, c0 = shard.shard_offsets
+                rows, cols = shard.shard_sizes
+                name = f"{t.name}__shard{i}"
+                rank_tables[rank].append(
+                    EmbeddingBagConfig(
+                        name=name,
+                        num_embeddings=rows,
+                        embedding_dim=cols,
+                        data_type=t.data_type,
+                        feature_names=list(t.feature_names),
+                        pooling=PoolingType.SUM if row_wise else t.pooling,
+                    )
+                )
+                prefix = f"embedding_bags.{t.name}."
+                rank_state[rank].update(
+                    _slice_state(source, prefix, f"embedding_bags.{name}.", t, r0, rows, c0, cols)
+                )
+                for s in table_segments:
+                    placed[s].append((rank, len(inputs[rank]), c0))
+                    inputs[rank].append(s)
+                    row_lo[rank].append(r0 if row_wise else -1)
+                    row_hi[rank].append(r0 + rows if row_wise else -1)
+                    rank_dims[rank].append(cols)
+        used = [r for r in range(world) if rank_tables[r]]
+        lookups: list[PooledLookup] = []
+        self.rank_modules = nn.ModuleList()
+        for r in used:
+            sub = QuantEmbeddingBagCollection(rank_tables[r], device=devices[r], check_ids=False)
+            sub.load_state_dict(rank_state[r])
+            self.rank_modules.append(sub)
+            lookups.append(sub.lookup)
+        first_block = {}
+        count = 0
+        for r in used:
+            first_block[r] = count
+            count += len(inputs[r])
+        parts = [[first_block[r] + j for r, j, _ in sorted(p, key=lambda e: e[2])] for p in placed]
+        self.lookup = ShardedPooledLookup(
+            lookups,
+            [str(torch.device(devices[r])) for r in used],
+            module.lookup.segments,
+            [inputs[r] for r in used],
+            [row_lo[r] for r in used],
+            [row_hi[r] for r in used],
+            [rank_dims[r] for r in used],
+            parts,
+            combine_sum,
+            divide,
+            module.lookup.check_ids,
+        )
+        self._module = _Frozen(module)
+        self._plan_entries = dict(plan)
+
+    @property
+    def plan(self) -> dict[str, ParameterSharding]:
+        return dict(self._plan_entries)
+
+    def forward(self, features: KeyedJaggedTensor) -> KeyedTensor:
+        unsharded = self._module.get()
+        values = features.values()
+        weights = features.weights_or_none()
+        if unsharded.is_weighted() != (weights is not None):
+            state = "weighted" if unsharded.is_weighted() else "unweighted"
+            raise ValueError(f"ShardedQuantEmbeddingBagCollection is {state}; the KJT disagrees")
+        feature_index = unsharded._plan.feature_indices(features.keys())
+        out = self.lookup(
+            values,
+            features.lengths(),
+            weights,
+            list(features.offset_per_key()),
+            feature_index,
+            features.stride(),
+        )
+        names = unsharded.embedding_names()
+        dims = [s.dim for s in unsharded._plan.segments]
+        return KeyedTensor(keys=names, length_per_key=dims, values=out.to(unsharded.output_dtype()))
+
+    def scriptable(self, keys: Sequence[str] | None = None) -> ScriptablePooledLookup:
+        """As `QuantEmbeddingBagCollection.scriptable`, over the sharded lookups."""
+        unsharded = self._module.get()
+        keys = list(keys) if keys is not None else list(unsharded._plan.features)
+        return ScriptablePooledLookup(
+            self.lookup,
+            keys,
+            unsharded._plan.feature_indices(keys),
+            unsharded.embedding_names(),
+            unsharded.output_dtype(),
+        )
+
+    def extra_repr(self) -> str:
+        return ", ".join(
+            f"{name}: {ps.sharding_type.value} on ranks {list(ps.ranks)}"
+            for name, ps in self._plan_entries.items()
+        )
+
+
+class _Frozen:
+    """Holds the unsharded module (for names and the KJT plan) without registering it as a
+    submodule, so its storage is neither saved nor moved nor counted twice."""
+
+    def __init__(self, module: QuantEmbeddingBagCollection) -> None:
+        self._module = module
+
+    def get(self) -> QuantEmbeddingBagCollection:
+        return self._module
+
+
+def _slice_state(
+    source: Mapping[str, torch.Tensor],
+    prefix: str,
+    new_prefix: str,
+    table: EmbeddingBagConfig,
+    r0: int,
+    rows: int,
+    c0: int,
+    cols: int,
+) -> dict[str, torch.Tensor]:
+    weight = source[prefix + "weight"][r0 : r0 + rows]
+    bits = _BITS.get(table.data_type)
+    if bits is None:
+        weight = weight[:, c0 : c0 + cols]
+    else:
+        end = c0 + cols
+        if (c0 * bits) % 8 or ((end * bits) % 8 and end != table.embedding_dim):
+            raise ValueError(
+                f"table {table.name!r}: column block [{c0}, {end}) does not start and end on a "
+                f"byte of {table.data_type.value} codes; use column blocks that are multiples "
+                f"of {8 // bits}"
+            )
+        weight = weight[:, c0 * bits // 8 : -(-end * bits // 8)]
+    out = {new_prefix + "weight": weight.contiguous()}
+    if prefix + "weight_qscaleshift" in source:
+        qss = source[prefix + "weight_qscaleshift"][r0 : r0 + rows]
+        out[new_prefix + "weight_qscaleshift"] = qss.contiguous()
+    return out
