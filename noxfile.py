@@ -210,7 +210,7 @@ def demo(session: nox.Session) -> None:
 
 @nox.session
 def movielens(session: nox.Session) -> None:
-    """The main job: DLRM on MovieLens-100k, 2 gloo ranks, plan report to test AUC (< 5 min)."""
+    """The main job: DLRM_DCN on MovieLens-100k, 2 gloo ranks, plan report to test AUC (< 5 min)."""
     import shutil
 
     _install_packages(session, _closure("shardrec-train"), extra="")

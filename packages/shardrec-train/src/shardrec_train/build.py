@@ -1,0 +1,182 @@
+"""Building the sharded model, in the order every rank runs it.
+
+1. tables: one EmbeddingBagConfig per sparse feature of the dataset (`t_<feature>`);
+2. the model: an EmbeddingBagCollection on `meta` (no rank ever holds a whole table) inside
+   DLRM or DLRM_DCN, wrapped in DLRMTrain (loss and detached outputs);
+3. the plan: `EmbeddingShardingPlanner.collective_plan` (rank 0 plans, every rank receives
+   it), or one forced sharding type with the planner's estimates added for the report;
+4. DistributedModelParallel with the fused table optimizer, and the dense optimizer beside it
+   in one CombinedOptimizer (checkpointed together).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+
+import torch
+from shardrec_data import RecDataset
+from shardrec_models import DLRM, DLRM_DCN, DLRMTrain
+from torch import nn
+
+from shardrec_dmp import DistributedModelParallel
+from shardrec_embedding import EmbeddingBagCollection, EmbeddingBagConfig, PoolingType
+from shardrec_optim import CombinedOptimizer, KeyedOptimizerWrapper, in_backward_optimizer_filter
+from shardrec_planner import (
+    EmbeddingShardingPlanner,
+    ShardingPlan,
+    Topology,
+    construct_module_sharding_plan,
+)
+from shardrec_sharding import EmbeddingBagCollectionSharder
+from shardrec_train.options import TrainOptions
+from shardrec_train.sharding import forced_generators
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Built:
+    """What the training loop needs."""
+
+    model: DistributedModelParallel
+    optimizer: CombinedOptimizer
+    plan: ShardingPlan
+
+
+def table_configs(dataset: RecDataset, embedding_dim: int) -> list[EmbeddingBagConfig]:
+    """One table per sparse feature. Multi-hot features (genres) are mean-pooled, so that a
+    sample with six genres does not get an embedding six times as long as one with one."""
+    return [
+        EmbeddingBagConfig(
+            name=f"t_{f.name}",
+            num_embeddings=f.num_embeddings,
+            embedding_dim=embedding_dim,
+            feature_names=[f.name],
+            pooling=PoolingType.MEAN if f.multi_hot else PoolingType.SUM,
+        )
+        for f in dataset.sparse_features
+    ]
+
+
+def build_model(opts: TrainOptions, dataset: RecDataset, device: torch.device) -> DLRMTrain:
+    """DLRMTrain over DLRM / DLRM_DCN with its embedding tables on `meta`."""
+    ebc = EmbeddingBagCollection(
+        table_configs(dataset, opts.embedding_dim), device=torch.device("meta")
+    )
+    dlrm: DLRM
+    if opts.model == "dlrm_dcn":
+        dlrm = DLRM_DCN(
+            embedding_bag_collection=ebc,
+            dense_in_features=dataset.num_dense,
+            dense_arch_layer_sizes=list(opts.dense_arch),
+            over_arch_layer_sizes=list(opts.over_arch),
+            dcn_num_layers=opts.dcn_num_layers,
+            dcn_low_rank_dim=opts.dcn_low_rank_dim,
+            dense_device=device,
+        )
+    else:
+        dlrm = DLRM(
+            embedding_bag_collection=ebc,
+            dense_in_features=dataset.num_dense,
+            dense_arch_layer_sizes=list(opts.dense_arch),
+            over_arch_layer_sizes=list(opts.over_arch),
+            dense_device=device,
+        )
+    return DLRMTrain(dlrm)
+
+
+def ebc_path(model: nn.Module) -> str:
+    """Module path of the model's one EmbeddingBagCollection."""
+    paths: list[str] = [
+        p for p, m in model.named_modules() if isinstance(m, EmbeddingBagCollection)
+    ]
+    assert len(paths) == 1, f"expected one EmbeddingBagCollection, found {paths}"
+    return paths[0]
+
+
+def make_sharder(opts: TrainOptions) -> EmbeddingBagCollectionSharder:
+    return EmbeddingBagCollectionSharder(
+        fused_params={"optimizer": opts.optimizer, "learning_rate": opts.embedding_lr}
+    )
+
+
+def make_plan(
+    opts: TrainOptions,
+    model: nn.Module,
+    sharder: EmbeddingBagCollectionSharder,
+    *,
+    world_size: int,
+    local_world_size: int,
+    device: torch.device,
+    pg: torch.distributed.ProcessGroup | None,
+) -> ShardingPlan:
+    """The planner's plan, or every table with `--sharding-type` (costed by the planner)."""
+    planner = EmbeddingShardingPlanner(
+        Topology(
+            world_size=world_size,
+            compute_device=device.type,
+            local_world_size=local_world_size,
+        ),
+        batch_size=opts.batch_size,
+    )
+    if opts.sharding_type is None:
+        return planner.collective_plan(model, [sharder], pg)
+    path = ebc_path(model)
+    ebc = model.get_submodule(path)
+    assert isinstance(ebc, EmbeddingBagCollection)
+    names = [c.name for c in ebc.embedding_bag_configs()]
+    module_plan = construct_module_sharding_plan(
+        ebc,
+        forced_generators(opts.sharding_type, names, world_size, local_world_size),
+        world_size=world_size,
+        local_world_size=local_world_size,
+        device_type=device.type,
+        sharder=sharder,
+    )
+    # Deterministic on every rank: no collective needed for a forced plan.
+    return planner.estimate(model, [sharder], ShardingPlan(plan={path: module_plan}))
+
+
+def dense_optimizer_factory(
+    opts: TrainOptions,
+) -> Callable[[Iterable[torch.Tensor]], torch.optim.Optimizer]:
+    lr = opts.learning_rate
+
+    def make(params: Iterable[torch.Tensor]) -> torch.optim.Optimizer:
+        if opts.dense_optimizer == "adagrad":
+            return torch.optim.Adagrad(list(params), lr=lr)
+        if opts.dense_optimizer == "sgd":
+            return torch.optim.SGD(list(params), lr=lr)
+        return torch.optim.Adam(list(params), lr=lr)
+
+    return make
+
+
+def build(
+    opts: TrainOptions,
+    dataset: RecDataset,
+    *,
+    device: torch.device,
+    world_size: int,
+    local_world_size: int,
+    pg: torch.distributed.ProcessGroup | None,
+) -> Built:
+    """The four steps of the module docstring."""
+    # Same dense initial weights on every rank (DDP also broadcasts rank 0's at wrap time).
+    torch.manual_seed(opts.seed)
+    model = build_model(opts, dataset, device)
+    sharder = make_sharder(opts)
+    plan = make_plan(
+        opts,
+        model,
+        sharder,
+        world_size=world_size,
+        local_world_size=local_world_size,
+        device=device,
+        pg=pg,
+    )
+    dmp = DistributedModelParallel(model, device=device, plan=plan, sharders=[sharder])
+    dense = KeyedOptimizerWrapper(
+        dict(in_backward_optimizer_filter(dmp.named_parameters())),
+        dense_optimizer_factory(opts),
+    )
+    return Built(model=dmp, optimizer=CombinedOptimizer([dmp.fused_optimizer, dense]), plan=plan)

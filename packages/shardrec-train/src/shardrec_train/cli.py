@@ -1,0 +1,100 @@
+"""`shardrec`: the console script (also `python -m shardrec_train`).
+
+    shardrec train --dataset movielens-100k --nproc-per-node 2
+    shardrec preprocess-criteo day_0.tsv day_1.tsv --out-dir criteo_npy/
+
+`train` outside torchrun validates every argument (one line per problem on stderr, exit
+status 2, no process started) and re-launches itself under torchrun; inside torchrun it trains
+(docs/train.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import sys
+from collections.abc import Mapping, Sequence
+from typing import NoReturn
+
+from shardrec_data import preprocess_criteo
+from shardrec_data.criteo_preprocess import DEFAULT_FREQUENCY_THRESHOLD
+
+from shardrec_train.launch import inside_torchrun, launch, torchrun_command
+from shardrec_train.options import add_train_arguments, options_from_namespace
+
+PROG = "shardrec"
+USAGE_ERROR = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error as one line (no usage block) and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(USAGE_ERROR, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description="Train sharded recommendation models (docs/train.md).")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    train = commands.add_parser(
+        "train",
+        help="train DLRM / DLRM_DCN on N ranks with torchrun",
+        description="Train DLRM or DLRM_DCN with sharded embedding tables on N ranks.",
+    )
+    add_train_arguments(train)
+    pre = commands.add_parser(
+        "preprocess-criteo",
+        help="Criteo TSV days -> the per-day .npy layout",
+        description="Convert Criteo TSV files (label, 13 integers, 26 hex) to the per-day .npy "
+        "layout `--dataset criteo-npy` reads: log-transformed dense features, contiguous ids.",
+    )
+    pre.add_argument("tsv_paths", nargs="+", type=pathlib.Path, help="TSV files, in day order")
+    pre.add_argument("--out-dir", required=True, type=pathlib.Path, help="output directory")
+    pre.add_argument(
+        "--frequency-threshold",
+        type=int,
+        default=DEFAULT_FREQUENCY_THRESHOLD,
+        help="ids seen fewer times than this share one row (default %(default)s)",
+    )
+    return parser
+
+
+def _error(line: str) -> None:
+    print(f"{PROG} train: error: {line}", file=sys.stderr)
+
+
+def run_train(ns: argparse.Namespace, train_argv: Sequence[str], environ: Mapping[str, str]) -> int:
+    opts = options_from_namespace(ns)
+    if inside_torchrun(environ):
+        from shardrec_train.worker import train_worker
+
+        return train_worker(opts, environ)
+    from shardrec_train.validate import validate
+
+    problems, _ = validate(opts)
+    for line in problems:
+        _error(line)
+    if problems:
+        return USAGE_ERROR
+    return launch(torchrun_command(ns, train_argv, opts.out), ns.nproc_per_node)
+
+
+def run_preprocess(ns: argparse.Namespace) -> int:
+    """`shardrec_data.preprocess_criteo`; a bad argument is one line and status 2."""
+    try:
+        sizes = preprocess_criteo(ns.tsv_paths, ns.out_dir, ns.frequency_threshold)
+    except (ValueError, FileNotFoundError, TypeError) as err:
+        print(f"{PROG} preprocess-criteo: error: {err}", file=sys.stderr)
+        return USAGE_ERROR
+    print(f"wrote {len(ns.tsv_paths)} day(s) to {ns.out_dir}; table sizes {sizes}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `shardrec` console script; returns the exit status."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    ns = build_parser().parse_args(args)  # exits 2 with one usage line on a syntax error
+    if ns.command == "train":
+        return run_train(ns, args[args.index("train") + 1 :], os.environ)
+    return run_preprocess(ns)

@@ -1,0 +1,126 @@
+"""Every check `shardrec train` makes before any process starts.
+
+Each problem is one line naming the flag, the value and what would work. The launcher prints
+them all and exits with status 2, the status argparse uses for bad usage, so a mistake costs a
+second, not a torchrun start-up and a traceback per rank.
+"""
+
+from __future__ import annotations
+
+import torch
+from shardrec_data import RecDataset
+
+from shardrec_train.checkpoints import latest_checkpoint
+from shardrec_train.data import build_dataset
+from shardrec_train.options import TrainOptions
+from shardrec_train.sharding import forced_type_problem
+
+
+def number_problems(opts: TrainOptions) -> list[str]:
+    """Range checks on the numeric flags (argparse already checked their syntax)."""
+    problems: list[str] = []
+    at_least = [
+        ("--epochs", opts.epochs, 1),
+        ("--batch-size", opts.batch_size, 1),
+        ("--embedding-dim", opts.embedding_dim, 1),
+        ("--nproc-per-node", opts.nproc_per_node, 1),
+        ("--nnodes", opts.nnodes, 1),
+        ("--eval-every", opts.eval_every, 0),
+        ("--checkpoint-every", opts.checkpoint_every, 0),
+        ("--max-steps", opts.max_steps, 0),
+        ("--seed", opts.seed, 0),
+        ("--dcn-num-layers", opts.dcn_num_layers, 1),
+        ("--dcn-low-rank-dim", opts.dcn_low_rank_dim, 1),
+    ]
+    for flag, value, low in at_least:
+        if value < low:
+            problems.append(f"{flag} must be >= {low}, got {value}")
+    for flag, rate in (
+        ("--learning-rate", opts.learning_rate),
+        ("--embedding-lr", opts.embedding_lr),
+    ):
+        if not rate > 0:
+            problems.append(f"{flag} must be > 0, got {rate}")
+    if opts.dense_arch[-1] != opts.embedding_dim:
+        arch = ",".join(map(str, opts.dense_arch))
+        problems.append(
+            f"--dense-arch {arch} must end with --embedding-dim {opts.embedding_dim} (the dense "
+            f"output meets the embeddings in the interaction), e.g. "
+            f"{','.join(map(str, [*opts.dense_arch[:-1], opts.embedding_dim]))}"
+        )
+    if opts.over_arch[-1] != 1:
+        arch = ",".join(map(str, opts.over_arch))
+        problems.append(f"--over-arch {arch} must end with 1 (one logit per sample)")
+    return problems
+
+
+def backend_problems(opts: TrainOptions, cuda_devices: int) -> list[str]:
+    """nccl needs one visible CUDA GPU per local rank."""
+    if opts.backend != "nccl":
+        return []
+    if cuda_devices == 0:
+        return ["--backend nccl needs CUDA GPUs, but none is visible; use --backend gloo"]
+    if opts.nproc_per_node > cuda_devices:
+        return [
+            f"--backend nccl runs one rank per GPU: --nproc-per-node {opts.nproc_per_node} "
+            f"is more than the {cuda_devices} visible GPU(s)"
+        ]
+    return []
+
+
+def output_problems(opts: TrainOptions) -> list[str]:
+    """--resume needs a checkpoint; a fresh run must not mix with an old run's checkpoints."""
+    latest = latest_checkpoint(opts.out)
+    if opts.resume and latest is None:
+        return [
+            f"--resume: no checkpoint under {opts.out / 'checkpoints'} (expected "
+            "step_<k> directories); drop --resume to start a new run"
+        ]
+    if not opts.resume and latest is not None:
+        return [
+            f"--out {opts.out} already holds checkpoints (latest {latest[1].name}); pass "
+            "--resume to continue that run, or choose another --out"
+        ]
+    if opts.out.exists() and not opts.out.is_dir():
+        return [f"--out {opts.out} exists and is not a directory"]
+    return []
+
+
+def dataset_problems(opts: TrainOptions, dataset: RecDataset) -> list[str]:
+    """Splits big enough for the world; a forced sharding type that fits the tables."""
+    problems: list[str] = []
+    world = opts.world_size
+    for split in ("train", "test"):
+        n = dataset.num_samples(split)
+        if n // world == 0 or dataset.num_batches(split, opts.batch_size, world) == 0:
+            problems.append(
+                f"--dataset {opts.dataset}: the {split} split has {n} samples, fewer than the "
+                f"world size {world}; every rank needs at least one sample"
+            )
+    if opts.sharding_type is not None:
+        tables = [(f.name, f.num_embeddings) for f in dataset.sparse_features]
+        problem = forced_type_problem(
+            opts.sharding_type, tables, opts.embedding_dim, world, opts.nproc_per_node
+        )
+        if problem is not None:
+            problems.append(problem)
+    return problems
+
+
+def validate(opts: TrainOptions) -> tuple[list[str], RecDataset | None]:
+    """All problems (one line each) and, when it loaded, the dataset.
+
+    The dataset is loaded here, in the launcher, so a missing file is reported once; a
+    download (MovieLens) also happens once, before the ranks start.
+    """
+    problems = number_problems(opts)
+    problems += backend_problems(opts, torch.cuda.device_count())
+    problems += output_problems(opts)
+    if problems:
+        return problems, None
+    try:
+        dataset = build_dataset(opts)
+    except (ValueError, FileNotFoundError, TypeError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        return [f"--dataset {opts.dataset}: {first}"], None
+    return dataset_problems(opts, dataset), dataset

@@ -1,0 +1,185 @@
+"""One rank of `shardrec train` (inside torchrun): the run as a short script of named steps.
+
+1. process group: nccl when CUDA GPUs are visible (and --backend auto), else gloo;
+2. dataset, model, plan, DistributedModelParallel, optimizers (`build`);
+3. rank 0 prints the plan report and charts the plan's per-rank load;
+4. --resume: load the latest checkpoint (model + both optimizers) and the history;
+5. train in segments; evaluate and checkpoint at their ends;
+6. the summary table, summary.json, the charts, and the `test AUC` line.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.util
+import time
+import warnings
+from collections.abc import Mapping
+
+import torch
+import torch.distributed as dist
+from torch.distributed.distributed_c10d import PrefixStore
+from torch.distributed.rendezvous import rendezvous
+
+from shardrec_dmp import load, save
+from shardrec_planner import save_plan_chart
+from shardrec_planner.report import format_report
+from shardrec_train.build import build
+from shardrec_train.checkpoints import History, latest_checkpoint, step_path
+from shardrec_train.data import build_dataset
+from shardrec_train.loop import Clock, Trainer, boundaries, evaluate, total_steps, train_batches
+from shardrec_train.options import TrainOptions
+from shardrec_train.progress import LOSS_EVERY, Progress
+from shardrec_train.report import format_summary, save_charts, summarize, write_summary
+
+PROCESS_GROUP_TIMEOUT = datetime.timedelta(minutes=10)
+
+
+def choose_backend(requested: str, cuda_available: bool) -> str:
+    """`auto`: nccl when CUDA GPUs are visible, gloo otherwise."""
+    if requested == "auto":
+        return "nccl" if cuda_available else "gloo"
+    return requested
+
+
+def init_distributed(opts: TrainOptions, environ: Mapping[str, str]) -> torch.device:
+    """Join torchrun's process group; returns this rank's device.
+
+    The store keys of each torchrun attempt (`--max-restarts`) get their own prefix: torchrun
+    keeps one store across restarts, and without the prefix a restarted rank can read the
+    dead attempt's addresses and fail to connect (docs/dmp.md, fault tolerance).
+    """
+    backend = choose_backend(opts.backend, torch.cuda.is_available())
+    device = torch.device("cpu")
+    if backend == "nccl":
+        device = torch.device("cuda", int(environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    attempt = int(environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    store, rank, world_size = next(rendezvous("env://", timeout=PROCESS_GROUP_TIMEOUT))
+    dist.init_process_group(
+        backend,
+        store=PrefixStore(f"shardrec/attempt_{attempt}", store),
+        rank=rank,
+        world_size=world_size,
+        timeout=PROCESS_GROUP_TIMEOUT,
+    )
+    return device
+
+
+def train_worker(opts: TrainOptions, environ: Mapping[str, str]) -> int:
+    """Train on this rank; returns the exit status."""
+    started = time.perf_counter()
+    # torch 2.13 deprecates the old collective names some callers still use; the warning
+    # would print once per rank into the progress bar and says nothing to a user.
+    warnings.filterwarnings(
+        "ignore", message=r".*is deprecated. Please use", category=FutureWarning
+    )
+    # The kernel packages warn once per process when fbgemm is missing; rank 0 says it once.
+    warnings.filterwarnings("ignore", message=r"fbgemm_gpu.* unavailable")
+    device = init_distributed(opts, environ)
+    try:
+        return _train(opts, environ, device, started)
+    finally:
+        dist.destroy_process_group()
+
+
+def _train(
+    opts: TrainOptions, environ: Mapping[str, str], device: torch.device, started: float
+) -> int:
+    rank, world = dist.get_rank(), dist.get_world_size()
+    local_world = int(environ.get("LOCAL_WORLD_SIZE", str(world)))
+    lead = rank == 0
+    out = opts.out
+    if lead:
+        out.mkdir(parents=True, exist_ok=True)
+    dataset = build_dataset(opts)
+    built = build(
+        opts,
+        dataset,
+        device=device,
+        world_size=world,
+        local_world_size=local_world,
+        pg=dist.group.WORLD,
+    )
+    model, optimizer = built.model, built.optimizer
+    if lead:
+        kernels = "fbgemm" if importlib.util.find_spec("fbgemm_gpu") else "torch-native"
+        print(
+            f"shardrec train: {opts.dataset}, {opts.model}, {world} rank(s) on {device.type}, "
+            f"{kernels} kernels"
+        )
+        print(format_report(built.plan), flush=True)
+        (out / "plan.json").write_text(built.plan.to_json())
+        save_plan_chart(built.plan, out / "plan_load.png")
+
+    start, history = 0, History()
+    # A torchrun restart (--max-restarts) resumes from the latest checkpoint by itself.
+    restarted = int(environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
+    latest = latest_checkpoint(out)
+    if opts.resume and latest is None:
+        raise FileNotFoundError(f"--resume: no checkpoint under {out / 'checkpoints'}")
+    resume = latest is not None and (opts.resume or restarted)
+    if resume:
+        assert latest is not None
+        start, path = latest
+        load(str(path), model, {"optimizer": optimizer})
+        history = History.read(out)
+        history.truncate(start)
+        if lead:
+            print(f"resumed from {path} at step {start}", flush=True)
+
+    total = total_steps(dataset, opts, world)
+    batches = train_batches(dataset, opts, rank=rank, world_size=world, start_step=start)
+    trainer = Trainer(model, optimizer, device, pipeline=opts.pipeline)
+    progress = Progress(
+        enabled=lead, total=total, initial=start, samples_per_step=opts.batch_size * world
+    )
+    clock = Clock()
+    step = start
+    saved_at = start if resume else -1
+    for end in boundaries(start, total, opts.eval_every, opts.checkpoint_every):
+        losses: list[torch.Tensor] = []
+        with clock:
+            for loss in trainer.steps(batches, end - step):
+                losses.append(loss)
+                step += 1
+                shown = float(loss) if lead and step % LOSS_EVERY == 0 else None
+                progress.step(step, shown)
+        history.train_loss += list(
+            zip(range(end - len(losses) + 1, end + 1), trainer.mean_over_ranks(losses), strict=True)
+        )
+        if step != end:
+            raise RuntimeError(f"the training data ended at step {step}, before step {end}")
+        if (opts.eval_every and end % opts.eval_every == 0) or end == total:
+            metrics = evaluate(model, dataset, opts, rank=rank, world_size=world, device=device)
+            history.evals.append((end, metrics))
+            text = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+            progress.write(f"step {end}: test {text}")
+        if (opts.checkpoint_every and end % opts.checkpoint_every == 0) or end == total:
+            if saved_at != end:
+                save(str(step_path(out, end)), model, {"optimizer": optimizer})
+                saved_at = end
+            if lead:
+                history.write(out)
+        progress.pause()
+    progress.close()
+
+    if not lead:
+        return 0
+    history.write(out)
+    trained = step - start
+    summary = summarize(
+        history,
+        steps=step,
+        samples_per_second=trained * opts.batch_size * world / clock.seconds
+        if clock.seconds > 0
+        else 0.0,
+        wall_seconds=time.perf_counter() - started,
+        world_size=world,
+    )
+    write_summary(out, summary, opts.to_dict())
+    save_charts(out, history)
+    print(format_summary(summary))
+    print(f"outputs: {out} (summary.json, loss.png, auc.png, plan_load.png, checkpoints/)")
+    print(f"test AUC {summary['test_auc']:.4f}", flush=True)
+    return 0
