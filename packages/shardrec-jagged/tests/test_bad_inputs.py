@@ -274,3 +274,23 @@ def test_jagged_tensor_other_mistakes() -> None:
         JaggedTensor.from_dense_lengths(torch.zeros(2, 4), torch.tensor([1, 2, 3]))
     with pytest.raises(TypeError, match=r"values must be a torch\.Tensor, got list"):
         JaggedTensor([1, 2], lengths=torch.tensor([2]))  # type: ignore[arg-type]
+
+
+def test_lengths_and_offsets_as_python_lists_equal_the_tensor_form() -> None:
+    # TorchRec's concepts page passes plain lists; they mean the int64 tensor of the same ints.
+    values = torch.tensor([101.0, 102.0, 201.0, 202.0, 203.0, 301.0])
+    by_list = JaggedTensor(values=values, lengths=[2, 3, 1])
+    by_tensor = JaggedTensor(values=values, lengths=torch.tensor([2, 3, 1]))
+    assert [t.tolist() for t in by_list.to_dense()] == [t.tolist() for t in by_tensor.to_dense()]
+    assert by_list.lengths().dtype == torch.int64
+    by_offsets = JaggedTensor(values=values, offsets=[0, 2, 5, 6])
+    assert by_offsets.lengths().tolist() == [2, 3, 1]
+    kjt = KeyedJaggedTensor(keys=["u", "i"], values=values, lengths=[2, 3, 1, 0])
+    assert kjt["u"].lengths().tolist() == [2, 3]
+    assert kjt["i"].to_dense()[0].tolist() == [301.0]
+
+
+@pytest.mark.parametrize("bad", [[1, 2.5], [True, 1], "12"])
+def test_lengths_list_of_non_ints_names_the_value(bad: object) -> None:
+    with pytest.raises(TypeError, match="lengths must hold ints"):
+        JaggedTensor(values=torch.tensor([1.0, 2.0, 3.0]), lengths=bad)  # type: ignore[arg-type]

@@ -156,3 +156,17 @@ def test_bad_input_raises_on_every_rank(pool_factory, kind, error, message, plan
     assert message in str(outcomes[0])
     assert isinstance(outcomes[1], PeerError), outcomes[1]
     assert message in str(outcomes[1])
+
+
+def test_tutorial_attributes_name_each_sharding_type_part() -> None:
+    # TorchRec's intro tutorial prints `_input_dists`, `_lookups` and `_output_dists`.
+    ebc = make_ebc()
+    plan = construct_module_sharding_plan(
+        ebc, {"users": data_parallel(), "products": table_wise(rank=0)}, world_size=1
+    )
+    sharded = EmbeddingBagCollectionSharder().shard(ebc, plan, ShardingEnv.from_local(1, 0))
+    assert isinstance(sharded, ShardedEmbeddingBagCollection)
+    for parts in (sharded._input_dists, sharded._lookups, sharded._output_dists):
+        assert sorted(parts) == ["data_parallel", "table_wise"]
+    assert all(callable(f) for f in sharded._input_dists.values())
+    assert all(callable(f) for f in sharded._output_dists.values())

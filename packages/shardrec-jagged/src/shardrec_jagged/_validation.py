@@ -64,6 +64,21 @@ def check_tensor(t: object, name: str) -> torch.Tensor:
     return t
 
 
+def as_index_tensor(
+    x: torch.Tensor | Sequence[int] | None, name: str, device: torch.device
+) -> torch.Tensor | None:
+    """``lengths``/``offsets`` given as a Python list of ints (TorchRec's concepts page does it)
+    become an int64 tensor on ``device``; tensors and None pass through unchanged."""
+    if x is None or isinstance(x, torch.Tensor):
+        return x
+    if not isinstance(x, Sequence):
+        raise TypeError(f"{name} must be a tensor or a list of ints, got {type(x).__name__}")
+    bad = [v for v in x if isinstance(v, bool) or not isinstance(v, int)]
+    if bad:
+        raise TypeError(f"{name} must hold ints, got {bad[0]!r}; pass a list of ints or a tensor")
+    return torch.tensor(list(x), dtype=torch.int64, device=device)
+
+
 def check_index_tensor(t: torch.Tensor, name: str) -> None:
     """``lengths``/``offsets`` must be 1-D integer tensors."""
     check_tensor(t, name)

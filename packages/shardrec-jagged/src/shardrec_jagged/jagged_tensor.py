@@ -24,6 +24,7 @@ from shardrec_jagged import _kernels
 from shardrec_jagged._format import jagged_rows
 from shardrec_jagged._fx import ProxyableMeta
 from shardrec_jagged._validation import (
+    as_index_tensor,
     check_lengths_offsets_sizes,
     check_values_weights,
     validate_jagged,
@@ -52,12 +53,14 @@ class JaggedTensor(metaclass=ProxyableMeta):
         self,
         values: torch.Tensor,
         weights: torch.Tensor | None = None,
-        lengths: torch.Tensor | None = None,
-        offsets: torch.Tensor | None = None,
+        lengths: torch.Tensor | Sequence[int] | None = None,
+        offsets: torch.Tensor | Sequence[int] | None = None,
         *,
         validate: bool = False,
     ) -> None:
         check_values_weights(values, weights)
+        lengths = as_index_tensor(lengths, "lengths", values.device)
+        offsets = as_index_tensor(offsets, "offsets", values.device)
         check_lengths_offsets_sizes(lengths, offsets)
         self._values = values
         self._weights = weights

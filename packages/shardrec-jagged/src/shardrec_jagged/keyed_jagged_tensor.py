@@ -40,6 +40,7 @@ from shardrec_jagged._kjt_device import (
 from shardrec_jagged._kjt_layout import cumsum, resolve_batch_layout
 from shardrec_jagged._validation import (
     UnknownKeyError,
+    as_index_tensor,
     check_keys,
     check_length_per_key,
     check_lengths_offsets_sizes,
@@ -79,8 +80,8 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
         keys: Sequence[str],
         values: torch.Tensor,
         weights: torch.Tensor | None = None,
-        lengths: torch.Tensor | None = None,
-        offsets: torch.Tensor | None = None,
+        lengths: torch.Tensor | Sequence[int] | None = None,
+        offsets: torch.Tensor | Sequence[int] | None = None,
         stride: int | None = None,
         stride_per_key_per_rank: torch.Tensor | Sequence[Sequence[int]] | None = None,
         stride_per_key: Sequence[int] | None = None,
@@ -95,6 +96,8 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
     ) -> None:
         keys_ = check_keys(keys)
         check_values_weights(values, weights)
+        lengths = as_index_tensor(lengths, "lengths", values.device)
+        offsets = as_index_tensor(offsets, "offsets", values.device)
         check_lengths_offsets_sizes(lengths, offsets)
         stride, spkpr, spk = resolve_batch_layout(
             keys_,

@@ -20,7 +20,12 @@ from shardrec_planner.manual import (
 from shardrec_planner.parameter_sharding import ParameterSharding
 from shardrec_planner.planner import EmbeddingShardingPlanner
 from shardrec_planner.shard_metadata import EnumerableShardingSpec, ShardMetadata, placement
-from shardrec_planner.sharder import EmbeddingTableSharder, PlannerSharder, TableInfo
+from shardrec_planner.sharder import (
+    EmbeddingTableSharder,
+    ModuleSharder,
+    PlannerSharder,
+    TableInfo,
+)
 from shardrec_planner.sharding_plan import EmbeddingModuleShardingPlan, ShardingPlan
 from shardrec_planner.stats import PlanStats, RankStats, TableDecision
 from shardrec_planner.topology import Topology
@@ -33,6 +38,7 @@ __all__ = [
     "EmbeddingShardingPlanner",
     "EmbeddingTableSharder",
     "EnumerableShardingSpec",
+    "ModuleSharder",
     "ParameterConstraints",
     "ParameterSharding",
     "ParameterShardingGenerator",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from torch import nn
 
@@ -39,6 +39,19 @@ class PlannerSharder(Protocol):
 
     def shardable_parameters(self, module: nn.Module) -> dict[str, nn.Parameter]:
         """Table name -> its (rows, dim) weight; may live on the meta device."""
+        ...
+
+
+M = TypeVar("M", bound=nn.Module, covariant=True)
+
+
+class ModuleSharder(PlannerSharder, Protocol[M]):
+    """TorchRec's name for a sharder of modules of type `M` (`ModuleSharder[nn.Module]` in the
+    tutorials' type casts); the same protocol as `PlannerSharder`, typed by module."""
+
+    @property
+    def module_type(self) -> type[M]:
+        """Modules of this type (or a subclass) are planned with this sharder."""
         ...
 
 

@@ -97,6 +97,21 @@ class ShardedEmbeddingCollection(nn.Module):
         self._register_state_dict_hook(self._state.to_sharded)  # type: ignore[no-untyped-call]
         self.register_load_state_dict_pre_hook(self._state.to_local)  # type: ignore[no-untyped-call]
 
+    @property
+    def _input_dists(self) -> dict[str, object]:
+        """Sharding type -> its input distribution (ids to the ranks that own their rows)."""
+        return {str(s.sharding_type): s.input_dist for s in self._strategies}
+
+    @property
+    def _lookups(self) -> dict[str, object]:
+        """Sharding type -> its table-batched lookup over this rank's shards."""
+        return {str(s.sharding_type): s.lookup for s in self._strategies}
+
+    @property
+    def _output_dists(self) -> dict[str, object]:
+        """Sharding type -> its output distribution (embeddings back to the ids' rank)."""
+        return {str(s.sharding_type): s.output_dist for s in self._strategies}
+
     def input_dist(self, features: KeyedJaggedTensor | object) -> Awaitable[ShardedSequenceInput]:
         """Send every id to the ranks that hold its row; bad input raises on every rank."""
         error = self._checker.check(features)

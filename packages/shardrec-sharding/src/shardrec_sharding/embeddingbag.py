@@ -161,6 +161,23 @@ class ShardedEmbeddingBagCollection(nn.Module):
             return None
         return torch.tensor(order, dtype=torch.int64, device=self._device)
 
+    # -- what TorchRec's tutorial prints: each sharding type's parts ---------------------------
+
+    @property
+    def _input_dists(self) -> dict[str, object]:
+        """Sharding type -> its input distribution (ids to the ranks that own their rows)."""
+        return {str(s.sharding_type): s.input_dist for s in self._strategies}
+
+    @property
+    def _lookups(self) -> dict[str, object]:
+        """Sharding type -> its table-batched lookup over this rank's shards."""
+        return {str(s.sharding_type): s.lookup for s in self._strategies}
+
+    @property
+    def _output_dists(self) -> dict[str, object]:
+        """Sharding type -> its output distribution (embeddings back to the batch's rank)."""
+        return {str(s.sharding_type): s.output_dist for s in self._strategies}
+
     # -- the three phases --------------------------------------------------------------------
 
     def input_dist(self, features: KeyedJaggedTensor | object) -> Awaitable[ShardedInput]:
