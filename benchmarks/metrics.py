@@ -13,6 +13,7 @@ import statistics
 import time
 
 import torch
+
 from shardrec_metrics import AUC, NE, Accuracy
 
 

@@ -18,9 +18,10 @@ import time
 import numpy as np
 import torch
 from scipy import sparse as sp
-from shardrec_data import load_dataset
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
+
+from shardrec_data import load_dataset
 
 
 def one_hot(ds, split: str) -> tuple[sp.csr_matrix, np.ndarray]:

@@ -9,6 +9,7 @@ import zipfile
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from shardrec_data import GENRES, Batch
 
 KeyedJaggedTensorLists = dict[str, list[list[int]]]

@@ -11,6 +11,7 @@ import sys
 import numpy as np
 import pytest
 from _data_helpers import log1p_clamped, naive_criteo, random_criteo_lines, samples, write_lines
+
 from shardrec_data import load_dataset, preprocess_criteo, read_tsv
 from shardrec_data.criteo_format import read_tsv_blocks
 from shardrec_data.criteo_preprocess import main as preprocess_main

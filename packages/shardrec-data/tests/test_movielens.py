@@ -11,6 +11,7 @@ import subprocess
 import numpy as np
 import pytest
 from _data_helpers import samples, tiny_movielens, write_fake_wheel, write_raw_movielens
+
 from shardrec_data import GENRES, load_dataset
 from shardrec_data.movielens import OCCUPATIONS
 from shardrec_data.movielens_sources import WHEEL_NAME, default_cache_dir

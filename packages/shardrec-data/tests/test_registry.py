@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+
 from shardrec_data import DATASET_NAMES, Batch, RecDataset, SparseFeature, load_dataset
 
 

@@ -7,6 +7,7 @@ import pytest
 from _data_helpers import samples
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from shardrec_data import load_dataset, shard_indices
 
 

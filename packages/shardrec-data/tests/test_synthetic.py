@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 from _data_helpers import kjt_lists, samples
+
 from shardrec_data import SyntheticConfig, load_dataset
 from shardrec_data._hashing import zipf_cdf, zipf_ids
 

@@ -9,6 +9,7 @@ import torch
 from _reference import naive_auc
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from shardrec_metrics import AUC, roc_auc
 
 # Few distinct scores so that ties (within and across classes) are common.

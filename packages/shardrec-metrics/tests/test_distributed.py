@@ -13,8 +13,8 @@ from collections.abc import Callable
 import pytest
 import torch
 from _reference import naive_accuracy, naive_auc, naive_log_loss, naive_ne
-from shardrec_metrics import AUC, NE, Accuracy, LogLoss, MetricCollection, Throughput, roc_auc
 
+from shardrec_metrics import AUC, NE, Accuracy, LogLoss, MetricCollection, Throughput, roc_auc
 from shardrec_testing import RankContext, RankPool, seeded_generator
 
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]

@@ -9,6 +9,7 @@ import torch
 from _reference import naive_accuracy, naive_log_loss, naive_ne
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from shardrec_metrics import NE, Accuracy, LogLoss, MetricCollection, RecMetric
 
 SCORE = st.one_of(st.sampled_from([0.0, 0.5, 1.0]), st.floats(0.0, 1.0, width=32))

@@ -12,6 +12,7 @@ import math
 
 import pytest
 import torch
+
 from shardrec_metrics import AUC, NE, Accuracy, LogLoss
 
 pytest.importorskip("torchrec.metrics.ne", reason="torchrec is not installed here")

@@ -10,7 +10,10 @@ import torch
 from _train_helpers import SYNTHETIC
 from hypothesis import given
 from hypothesis import strategies as st
+
 from shardrec_data import load_dataset
+from shardrec_planner import ShardingType, construct_module_sharding_plan
+from shardrec_sharding import EmbeddingBagCollectionSharder, check_plan
 from shardrec_train import (
     History,
     TrainOptions,
@@ -25,9 +28,6 @@ from shardrec_train import (
 from shardrec_train.cli import main
 from shardrec_train.loop import boundaries, total_steps, train_batches
 from shardrec_train.worker import choose_backend
-
-from shardrec_planner import ShardingType, construct_module_sharding_plan
-from shardrec_sharding import EmbeddingBagCollectionSharder, check_plan
 
 
 def _opts(tmp_path: pathlib.Path, *extra: str) -> TrainOptions:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pathlib
 
 import pytest
-import shardrec_train.cli as cli
 from _train_helpers import SYNTHETIC, run_shardrec
+
+import shardrec_train.cli as cli
 
 
 @pytest.fixture

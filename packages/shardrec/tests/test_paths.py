@@ -3,12 +3,55 @@
 from __future__ import annotations
 
 import importlib
+import pkgutil
+import types
 
 import pytest
 
+import shardrec
+
 # (umbrella module, name, component module that defines it)
 PATHS = [
+    ("shardrec.models.dlrm", "DLRM", "shardrec_models"),
+    ("shardrec.models.dlrm", "DLRM_DCN", "shardrec_models"),
+    ("shardrec.models.dlrm", "DLRMTrain", "shardrec_models"),
+    ("shardrec.models.dlrm", "DenseArch", "shardrec_models"),
+    ("shardrec.models.dlrm", "InteractionArch", "shardrec_models"),
+    ("shardrec.models.dlrm", "InteractionDCNArch", "shardrec_models"),
+    ("shardrec.models.dlrm", "OverArch", "shardrec_models"),
+    ("shardrec.models.dlrm", "SparseArch", "shardrec_models"),
+    ("shardrec.modules.mlp", "MLP", "shardrec_models"),
+    ("shardrec.modules.mlp", "Perceptron", "shardrec_models"),
+    ("shardrec.modules.crossnet", "LowRankCrossNet", "shardrec_models"),
+    ("shardrec.datasets", "DATASET_NAMES", "shardrec_data"),
+    ("shardrec.datasets", "SPLITS", "shardrec_data"),
+    ("shardrec.datasets", "ArrayDataset", "shardrec_data"),
+    ("shardrec.datasets", "Batch", "shardrec_data"),
+    ("shardrec.datasets", "RecDataset", "shardrec_data"),
+    ("shardrec.datasets", "SparseFeature", "shardrec_data"),
+    ("shardrec.datasets", "SyntheticConfig", "shardrec_data"),
+    ("shardrec.datasets", "SyntheticDataset", "shardrec_data"),
+    ("shardrec.datasets", "load_dataset", "shardrec_data"),
+    ("shardrec.datasets", "shard_indices", "shardrec_data"),
+    ("shardrec.datasets.utils", "Batch", "shardrec_data"),
+    ("shardrec.metrics", "AUC", "shardrec_metrics"),
+    ("shardrec.metrics", "NE", "shardrec_metrics"),
+    ("shardrec.metrics", "Accuracy", "shardrec_metrics"),
+    ("shardrec.metrics", "LogLoss", "shardrec_metrics"),
+    ("shardrec.metrics", "MetricCollection", "shardrec_metrics"),
+    ("shardrec.metrics", "RecMetric", "shardrec_metrics"),
+    ("shardrec.metrics", "Throughput", "shardrec_metrics"),
+    ("shardrec.metrics", "roc_auc", "shardrec_metrics"),
     ("shardrec.distributed", "DistributedModelParallel", "shardrec_dmp"),
+    ("shardrec.distributed", "TrainPipelineSparseDist", "shardrec_dmp"),
+    ("shardrec.distributed", "Awaitable", "shardrec_collectives"),
+    ("shardrec.distributed", "NoWait", "shardrec_collectives"),
+    ("shardrec.distributed", "ShardingEnv", "shardrec_collectives"),
+    ("shardrec.distributed", "ParameterSharding", "shardrec_planner"),
+    ("shardrec.distributed.train_pipeline", "TrainPipelineSparseDist", "shardrec_dmp"),
+    ("shardrec.distributed.train_pipeline", "Pipelineable", "shardrec_dmp"),
+    ("shardrec.streamable", "Pipelineable", "shardrec_dmp"),
+    ("shardrec", "Pipelineable", "shardrec_dmp"),
     ("shardrec.distributed.model_parallel", "DistributedModelParallel", "shardrec_dmp"),
     ("shardrec.distributed.model_parallel", "default_sharders", "shardrec_dmp"),
     ("shardrec", "JaggedTensor", "shardrec_jagged"),
@@ -23,6 +66,8 @@ PATHS = [
     ("shardrec.sparse.jagged_tensor", "JaggedTensor", "shardrec_jagged"),
     ("shardrec.sparse.jagged_tensor", "KeyedJaggedTensor", "shardrec_jagged"),
     ("shardrec.sparse.jagged_tensor", "KeyedTensor", "shardrec_jagged"),
+    ("shardrec.sparse.jagged_tensor", "jt_is_equal", "shardrec_jagged"),
+    ("shardrec.sparse.jagged_tensor", "kjt_is_equal", "shardrec_jagged"),
     ("shardrec.modules.embedding_configs", "BaseEmbeddingConfig", "shardrec_embedding"),
     ("shardrec.modules.embedding_configs", "DataType", "shardrec_embedding"),
     ("shardrec.modules.embedding_configs", "EmbeddingBagConfig", "shardrec_embedding"),
@@ -77,6 +122,8 @@ PATHS = [
     ("shardrec.distributed.types", "ShardingType", "shardrec_planner"),
     ("shardrec.distributed.types", "EnumerableShardingSpec", "shardrec_planner"),
     ("shardrec.distributed.types", "ShardMetadata", "shardrec_planner"),
+    ("shardrec.distributed.types", "ModuleSharder", "shardrec_planner"),
+    ("shardrec.distributed.types", "EmbeddingModuleShardingPlan", "shardrec_planner"),
     ("shardrec.distributed.embedding_types", "EmbeddingComputeKernel", "shardrec_planner"),
     ("shardrec.distributed.embeddingbag", "EmbeddingBagCollectionSharder", "shardrec_sharding"),
     ("shardrec.distributed.embeddingbag", "ShardedEmbeddingBagCollection", "shardrec_sharding"),
@@ -99,11 +146,63 @@ PATHS = [
 ]
 
 
+# Added to shared modules by the quantization work and tested there.
+QUANTIZATION_PATHS = {("shardrec.modules.embedding_configs", "QuantConfig")}
+
+
 @pytest.mark.parametrize(("path", "name", "component"), PATHS)
 def test_path_reexports_component_object(path: str, name: str, component: str) -> None:
     umbrella = importlib.import_module(path)
     assert getattr(umbrella, name) is getattr(importlib.import_module(component), name)
     assert name in umbrella.__all__
+
+
+def _umbrella_modules() -> list[types.ModuleType]:
+    mods = [shardrec]
+    for info in pkgutil.walk_packages(shardrec.__path__, prefix="shardrec."):
+        mods.append(importlib.import_module(info.name))
+    return mods
+
+
+def test_every_exported_name_is_a_component_object() -> None:
+    """Walk every umbrella module: each exported name is a submodule of the umbrella or an
+    object defined in a component package, found there under its own name (the umbrella
+    defines nothing; a TorchRec name may alias a component name)."""
+    component_of = {(p, n): c for p, n, c in PATHS}
+    walked = 0
+    for mod in _umbrella_modules():
+        assert "__all__" in vars(mod), f"{mod.__name__} has no __all__"
+        for name in mod.__all__:
+            obj = getattr(mod, name)
+            if isinstance(obj, types.ModuleType):
+                assert obj.__name__ == f"{mod.__name__}.{name}", (mod.__name__, name)
+                continue
+            walked += 1
+            if (mod.__name__, name) in component_of:  # incl. type aliases without __module__
+                component = importlib.import_module(component_of[mod.__name__, name])
+                assert getattr(component, name) is obj, (mod.__name__, name)
+                continue
+            owner = str(getattr(obj, "__module__", ""))
+            assert owner.startswith("shardrec_"), f"{mod.__name__}.{name} is defined in {owner}"
+            defined = getattr(importlib.import_module(owner), obj.__name__)
+            assert defined is obj, (mod.__name__, name)
+    assert walked >= len(PATHS)
+
+
+def test_every_listed_path_is_exported_and_every_export_listed() -> None:
+    """PATHS and the modules agree, so the `is` check above covers every path by name."""
+    listed = {(p, n) for p, n, _ in PATHS}
+    exported = {
+        (mod.__name__, name)
+        for mod in _umbrella_modules()
+        # Quantization and inference paths belong to their own engineer's tests.
+        if not mod.__name__.startswith(("shardrec.quant", "shardrec.inference"))
+        for name in mod.__all__
+        if not isinstance(getattr(mod, name), types.ModuleType)
+        and (mod.__name__, name) not in QUANTIZATION_PATHS
+    }
+    assert exported - listed == set(), sorted(exported - listed)
+    assert listed - exported == set(), sorted(listed - exported)
 
 
 def test_every_listed_module_is_walked() -> None:
@@ -122,6 +221,9 @@ def test_every_listed_module_is_walked() -> None:
         "shardrec.optim.keyed",
         "shardrec.optim.optimizers",
         "shardrec.distributed.model_parallel",
+        "shardrec.models.dlrm",
+        "shardrec.datasets",
+        "shardrec.metrics",
     ]:
         assert required in listed, required
 

@@ -15,12 +15,12 @@ import dataclasses
 from collections.abc import Callable, Iterable
 
 import torch
-from shardrec_data import RecDataset
-from shardrec_models import DLRM, DLRM_DCN, DLRMTrain
 from torch import nn
 
+from shardrec_data import RecDataset
 from shardrec_dmp import DistributedModelParallel
 from shardrec_embedding import EmbeddingBagCollection, EmbeddingBagConfig, PoolingType
+from shardrec_models import DLRM, DLRM_DCN, DLRMTrain
 from shardrec_optim import CombinedOptimizer, KeyedOptimizerWrapper, in_backward_optimizer_filter
 from shardrec_planner import (
     EmbeddingShardingPlanner,

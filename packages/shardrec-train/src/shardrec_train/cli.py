@@ -19,7 +19,6 @@ from typing import NoReturn
 
 from shardrec_data import preprocess_criteo
 from shardrec_data.criteo_preprocess import DEFAULT_FREQUENCY_THRESHOLD
-
 from shardrec_train.launch import inside_torchrun, launch, torchrun_command
 from shardrec_train.options import add_train_arguments, options_from_namespace
 

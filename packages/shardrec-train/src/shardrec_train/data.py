@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from shardrec_data import RecDataset, load_dataset
-
 from shardrec_train.options import TrainOptions
 
 

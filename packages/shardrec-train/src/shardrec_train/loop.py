@@ -18,11 +18,11 @@ from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
-from shardrec_data import Batch, RecDataset
-from shardrec_metrics import AUC, NE, Accuracy, LogLoss, MetricCollection
 from torch import Tensor
 
+from shardrec_data import Batch, RecDataset
 from shardrec_dmp import DistributedModelParallel, TrainPipelineSparseDist
+from shardrec_metrics import AUC, NE, Accuracy, LogLoss, MetricCollection
 from shardrec_optim import CombinedOptimizer
 from shardrec_train.options import TrainOptions
 

@@ -8,8 +8,8 @@ second, not a torchrun start-up and a traceback per rank.
 from __future__ import annotations
 
 import torch
-from shardrec_data import RecDataset
 
+from shardrec_data import RecDataset
 from shardrec_train.checkpoints import latest_checkpoint
 from shardrec_train.data import build_dataset
 from shardrec_train.options import TrainOptions

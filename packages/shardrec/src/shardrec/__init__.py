@@ -3,7 +3,8 @@
 `import shardrec as torchrec` runs TorchRec tutorial code. This package re-exports the component
 packages' objects under TorchRec's familiar module paths; it holds no logic of its own."""
 
-from shardrec import distributed, modules, optim, sparse
+from shardrec import distributed, modules, optim, sparse, streamable
+from shardrec_dmp import Pipelineable
 from shardrec_embedding import (
     DataType,
     EmbeddingBagCollection,
@@ -23,9 +24,11 @@ __all__ = [
     "JaggedTensor",
     "KeyedJaggedTensor",
     "KeyedTensor",
+    "Pipelineable",
     "PoolingType",
     "distributed",
     "modules",
     "optim",
     "sparse",
+    "streamable",
 ]

@@ -2,7 +2,9 @@
 
 from shardrec_collectives import Awaitable, LazyAwaitable, NoWait, ShardingEnv
 from shardrec_planner import (
+    EmbeddingModuleShardingPlan,
     EnumerableShardingSpec,
+    ModuleSharder,
     ParameterSharding,
     ShardingPlan,
     ShardingType,
@@ -11,8 +13,10 @@ from shardrec_planner import (
 
 __all__ = [
     "Awaitable",
+    "EmbeddingModuleShardingPlan",
     "EnumerableShardingSpec",
     "LazyAwaitable",
+    "ModuleSharder",
     "NoWait",
     "ParameterSharding",
     "ShardMetadata",

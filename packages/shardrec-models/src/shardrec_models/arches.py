@@ -1,0 +1,178 @@
+"""The four parts of DLRM (TorchRec's `torchrec.models.dlrm` arches, same names and semantics).
+
+Legend: B batch size, F pooled sparse features (one per output key of the collection), D the
+embedding dim (every table's), N = (F + 1) * D.
+
+```
+dense_features (B, in) --DenseArch--> (B, D) ------+
+                                                    +--Interaction--> (B, I) --OverArch--> logits
+sparse_features (KJT) --SparseArch--> (B, F, D) ----+
+```
+
+`InteractionArch` (DLRM): I = D + (F + 1) * F / 2, the dense output followed by the dot
+products of every pair of the F + 1 vectors (upper triangle, row by row).
+`InteractionDCNArch` (DLRM_DCN): I = N, a low-rank cross net over `[dense, f_1, ..., f_F]`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from shardrec_embedding import EmbeddingBagCollection
+from shardrec_jagged import KeyedJaggedTensor, KeyedTensor
+from shardrec_models.crossnet import LowRankCrossNet
+from shardrec_models.mlp import MLP, check_width
+
+__all__ = ["DenseArch", "InteractionArch", "InteractionDCNArch", "OverArch", "SparseArch"]
+
+
+class SparseArch(nn.Module):
+    """Pooled embeddings of the sparse features as one `(B, F, D)` tensor.
+
+    F runs over the collection's output keys in their order (table order, then each table's
+    feature order): TorchRec's order, also when a feature is read by several tables (TorchRec's
+    own SparseArch fails there, looking the feature up under its plain name). The collection may
+    be replaced by a sharded one (DistributedModelParallel): its lazy output is waited for here.
+    """
+
+    def __init__(self, embedding_bag_collection: EmbeddingBagCollection) -> None:
+        super().__init__()
+        configs = embedding_bag_collection.embedding_bag_configs()
+        if not configs:
+            raise ValueError(
+                "DLRM needs at least one embedding table; the EmbeddingBagCollection has none"
+            )
+        dims = {c.embedding_dim for c in configs}
+        if len(dims) != 1:
+            per_table = ", ".join(f"{c.name}: {c.embedding_dim}" for c in configs)
+            raise ValueError(
+                "DLRM needs every table to have the same embedding_dim (the interaction takes "
+                f"dot products between them); got {per_table}"
+            )
+        self.embedding_bag_collection = embedding_bag_collection
+        self.D: int = configs[0].embedding_dim
+        self._sparse_feature_names = embedding_bag_collection.embedding_names()
+        self.F: int = len(self._sparse_feature_names)
+
+    @property
+    def sparse_feature_names(self) -> list[str]:
+        """The collection's output keys: the F axis of `forward`'s result."""
+        return list(self._sparse_feature_names)
+
+    def forward(self, features: KeyedJaggedTensor) -> Tensor:
+        """features: KJT holding every feature the tables read. Returns `(B, F, D)`."""
+        return self.stack(self.embedding_bag_collection(features))
+
+    def stack(self, pooled: KeyedTensor) -> Tensor:
+        """The collection's output `(B, F * D)` as `(B, F, D)` (a view); waits for a sharded
+        collection's lazy output."""
+        values = pooled.values()
+        # An explicit B (not -1) so that an empty batch keeps its shape.
+        return values.reshape(values.shape[0], self.F, self.D)
+
+
+class DenseArch(nn.Module):
+    """MLP over the dense features, ReLU after every layer (the last one included).
+
+    forward: `features: (B, in_features)` -> `(B, layer_sizes[-1])`; another width is a
+    `ValueError` naming both.
+    """
+
+    def __init__(
+        self, in_features: int, layer_sizes: Sequence[int], device: torch.device | None = None
+    ) -> None:
+        super().__init__()
+        self.in_features = check_width("dense_in_features", in_features)
+        self.model = MLP(in_features, layer_sizes, device=device)
+
+    def forward(self, features: Tensor) -> Tensor:
+        if features.dim() != 2 or features.shape[1] != self.in_features:
+            raise ValueError(
+                f"dense_features has shape {tuple(features.shape)}, but the model was built with "
+                f"dense_in_features={self.in_features}: expected (B, {self.in_features})"
+            )
+        out: Tensor = self.model(features)
+        return out
+
+
+class InteractionArch(nn.Module):
+    """The dense output followed by the pairwise dot products of `[dense, f_1, ..., f_F]`.
+
+    forward: `dense_features: (B, D)`, `sparse_features: (B, F, D)` ->
+    `(B, D + (F + 1) * F / 2)`, the pairs row by row over the upper triangle:
+    `<d, f_1>, ..., <d, f_F>, <f_1, f_2>, ..., <f_{F-1}, f_F>`.
+    """
+
+    def __init__(self, num_sparse_features: int) -> None:
+        super().__init__()
+        self.F = num_sparse_features
+        # Flat positions of the pairs in the (F+1) x (F+1) Gram matrix, per device. Not a
+        # buffer (TorchRec's is): DDP broadcasts buffers at every forward, a collective per
+        # step for a constant, and a `meta` model would have to recompute it.
+        self._pair_index: dict[torch.device, Tensor] = {}
+
+    def pair_index(self, device: torch.device) -> Tensor:
+        """`(P,)` int64, P = (F + 1) * F / 2: flat Gram-matrix positions of the pairs."""
+        index = self._pair_index.get(device)
+        if index is None:
+            rows, cols = torch.triu_indices(self.F + 1, self.F + 1, offset=1, device=device)
+            index = rows * (self.F + 1) + cols
+            self._pair_index[device] = index
+        return index
+
+    def forward(self, dense_features: Tensor, sparse_features: Tensor) -> Tensor:
+        if self.F <= 0:
+            return dense_features
+        combined = torch.cat((dense_features.unsqueeze(1), sparse_features), dim=1)
+        gram = torch.bmm(combined, combined.transpose(1, 2))  # (B, F+1, F+1)
+        # One index_select over the flattened matrix: its backward is a single index_add.
+        pairs = gram.flatten(1).index_select(1, self.pair_index(gram.device))
+        return torch.cat((dense_features, pairs), dim=1)
+
+
+class InteractionDCNArch(nn.Module):
+    """A low-rank cross net over the concatenation `[dense, f_1, ..., f_F]`.
+
+    forward: `dense_features: (B, D)`, `sparse_features: (B, F, D)` -> `(B, (F + 1) * D)`.
+    """
+
+    def __init__(self, num_sparse_features: int, crossnet: LowRankCrossNet) -> None:
+        super().__init__()
+        self.F = num_sparse_features
+        self.crossnet = crossnet
+
+    def forward(self, dense_features: Tensor, sparse_features: Tensor) -> Tensor:
+        if self.F <= 0:
+            return dense_features
+        combined = torch.cat((dense_features, sparse_features.flatten(1)), dim=1)
+        out: Tensor = self.crossnet(combined)
+        return out
+
+
+class OverArch(nn.Module):
+    """ReLU MLP over all but the last size, then a plain linear layer (no activation).
+
+    `model` is `Sequential(MLP(in, layer_sizes[:-1]), Linear(.., layer_sizes[-1]))`, as in
+    TorchRec. A single size is accepted (TorchRec requires two): the MLP part is then empty.
+
+    forward: `(B, in_features)` -> `(B, layer_sizes[-1])`.
+    """
+
+    def __init__(
+        self, in_features: int, layer_sizes: Sequence[int], device: torch.device | None = None
+    ) -> None:
+        super().__init__()
+        sizes = list(layer_sizes)
+        hidden = MLP(in_features, sizes[:-1], device=device)
+        self.model = nn.Sequential(
+            hidden, nn.Linear(hidden.out_features, sizes[-1], bias=True, device=device)
+        )
+        self.in_features = in_features
+        self.out_features = sizes[-1]
+
+    def forward(self, features: Tensor) -> Tensor:
+        out: Tensor = self.model(features)
+        return out

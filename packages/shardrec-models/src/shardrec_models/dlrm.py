@@ -1,0 +1,136 @@
+"""`DLRM` and `DLRM_DCN`: TorchRec's `torchrec.models.dlrm` models, same names and semantics.
+
+DLRM (Naumov et al., https://arxiv.org/abs/1906.00091) projects the dense features into the
+embedding space (`dense_arch`), pools one embedding per sparse feature (`sparse_arch`), lets
+them interact (`inter_arch`: pairwise dot products; DLRM_DCN: a low-rank cross net) and maps
+the result to logits (`over_arch`). The parts are in `shardrec_models.arches`.
+
+State-dict keys are TorchRec's, so a checkpoint moves between the two libraries with
+`load_state_dict`: `sparse_arch.embedding_bag_collection.embedding_bags.<table>.weight`,
+`dense_arch.model._mlp.<i>._linear.{weight,bias}`, `over_arch.model.0._mlp.<i>._linear...`,
+`over_arch.model.1.{weight,bias}`, and for DLRM_DCN `inter_arch.crossnet.{W_kernels,V_kernels,
+bias}.<l>`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from shardrec_embedding import EmbeddingBagCollection
+from shardrec_jagged import KeyedJaggedTensor
+from shardrec_models.arches import (
+    DenseArch,
+    InteractionArch,
+    InteractionDCNArch,
+    OverArch,
+    SparseArch,
+)
+from shardrec_models.crossnet import LowRankCrossNet
+from shardrec_models.mlp import check_layer_sizes
+
+__all__ = ["DLRM", "DLRM_DCN"]
+
+
+def _device(device: torch.device | str | None) -> torch.device | None:
+    return None if device is None else torch.device(device)
+
+
+class DLRM(nn.Module):
+    """DLRM: dense arch, sparse arch over an EmbeddingBagCollection, dot interaction, over arch.
+
+    Args:
+        embedding_bag_collection: the tables; at least one, all of the same `embedding_dim` D.
+            May live on `meta` (DistributedModelParallel then allocates only each rank's
+            shards).
+        dense_in_features: width of `dense_features`.
+        dense_arch_layer_sizes: the dense MLP's layer sizes; the last one must equal D.
+        over_arch_layer_sizes: the over arch's layer sizes; the last one is the number of logits
+            (1 for DLRMTrain). Its input width follows from the interaction and is not listed.
+        dense_device: where the dense parts live; `"meta"` allocates nothing and
+            DistributedModelParallel (or `to_empty()` + each module's `reset_parameters()`)
+            initializes them.
+
+    Initialization is TorchRec's: `nn.Linear`'s default for every layer.
+
+    forward: `dense_features: (B, dense_in_features)`, `sparse_features: KeyedJaggedTensor`
+    with every feature the tables read, stride B -> logits `(B, over_arch_layer_sizes[-1])`.
+    """
+
+    def __init__(
+        self,
+        embedding_bag_collection: EmbeddingBagCollection,
+        dense_in_features: int,
+        dense_arch_layer_sizes: list[int],
+        over_arch_layer_sizes: list[int],
+        dense_device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__()
+        dense_sizes = check_layer_sizes("dense_arch_layer_sizes", dense_arch_layer_sizes)
+        over_sizes = check_layer_sizes("over_arch_layer_sizes", over_arch_layer_sizes)
+        device = _device(dense_device)
+        self.sparse_arch = SparseArch(embedding_bag_collection)
+        dim, num_features = self.sparse_arch.D, self.sparse_arch.F
+        if dense_sizes[-1] != dim:
+            raise ValueError(
+                f"dense_arch_layer_sizes[-1] is {dense_sizes[-1]}, but the tables' "
+                f"embedding_dim is {dim}: the dense arch's output takes part in the dot products "
+                f"with the embeddings, so end dense_arch_layer_sizes with {dim}"
+            )
+        self.dense_arch = DenseArch(dense_in_features, dense_sizes, device=device)
+        self.inter_arch: nn.Module = InteractionArch(num_features)
+        over_in = dim + num_features * (num_features + 1) // 2
+        self.over_arch = OverArch(over_in, over_sizes, device=device)
+
+    def forward(self, dense_features: Tensor, sparse_features: KeyedJaggedTensor) -> Tensor:
+        # The lookup is started first: a sharded collection returns while its output
+        # all-to-all is in flight, and the dense arch computes in the meantime.
+        pooled = self.sparse_arch.embedding_bag_collection(sparse_features)
+        embedded_dense = self.dense_arch(dense_features)
+        embedded_sparse = self.sparse_arch.stack(pooled)
+        if embedded_sparse.shape[0] != embedded_dense.shape[0]:
+            raise ValueError(
+                f"dense_features has {embedded_dense.shape[0]} rows but sparse_features has "
+                f"batch size {embedded_sparse.shape[0]}; both must describe the same samples"
+            )
+        interacted = self.inter_arch(embedded_dense, embedded_sparse)
+        logits: Tensor = self.over_arch(interacted)
+        return logits
+
+
+class DLRM_DCN(DLRM):
+    """DLRM whose interaction is a low-rank cross net (DCN-v2) over `[dense, f_1, ..., f_F]`.
+
+    Args: those of `DLRM`, plus
+        dcn_num_layers: cross layers (>= 0).
+        dcn_low_rank_dim: rank of each cross layer's weight (>= 1).
+
+    The over arch reads the cross net's output, of width `(F + 1) * D`. As in TorchRec, the
+    cross net's kernels start Xavier-normal and its biases at zero.
+    """
+
+    def __init__(
+        self,
+        embedding_bag_collection: EmbeddingBagCollection,
+        dense_in_features: int,
+        dense_arch_layer_sizes: list[int],
+        over_arch_layer_sizes: list[int],
+        dcn_num_layers: int,
+        dcn_low_rank_dim: int,
+        dense_device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__(
+            embedding_bag_collection,
+            dense_in_features,
+            dense_arch_layer_sizes,
+            over_arch_layer_sizes,
+            dense_device,
+        )
+        device = _device(dense_device)
+        dim, num_features = self.sparse_arch.D, self.sparse_arch.F
+        width = (num_features + 1) * dim
+        # The base class built the dot-product interaction and its over arch; both are
+        # replaced, as in TorchRec (the over arch's input width changes with the interaction).
+        crossnet = LowRankCrossNet(width, dcn_num_layers, dcn_low_rank_dim, device=device)
+        self.inter_arch = InteractionDCNArch(num_features, crossnet)
+        self.over_arch = OverArch(width, list(over_arch_layer_sizes), device=device)

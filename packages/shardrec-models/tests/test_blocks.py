@@ -1,0 +1,78 @@
+"""MLP, Perceptron and LowRankCrossNet: TorchRec's signatures and layouts, against references."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from shardrec_models import MLP, LowRankCrossNet, Perceptron
+from shardrec_testing import assert_close, seeded_generator
+
+
+def _torchrec_modules() -> tuple[type, type]:
+    try:
+        from torchrec.modules.crossnet import LowRankCrossNet as TrcCross
+        from torchrec.modules.mlp import MLP as TrcMLP
+    except Exception as exc:  # not installed (nox unit venvs), or its fbgemm fails to load
+        pytest.skip(f"torchrec does not import here: {type(exc).__name__}: {exc}")
+    return TrcMLP, TrcCross
+
+
+@pytest.mark.parametrize(
+    ("bias", "activation", "on_last"),
+    [(True, "relu", True), (False, "sigmoid", False), (True, torch.tanh, True)],
+)
+def test_mlp_against_reference(bias: bool, activation: object, on_last: bool) -> None:
+    mlp = MLP(3, [4, 2], bias=bias, activation=activation, activation_on_last=on_last)  # type: ignore[arg-type]
+    fn = {"relu": torch.relu, "sigmoid": torch.sigmoid}.get(activation, activation)  # type: ignore[arg-type]
+    x = torch.randn(5, 3, generator=seeded_generator("mlp", bias))
+    want = x
+    for i, layer in enumerate(mlp._mlp):
+        linear = layer._linear  # type: ignore[union-attr]
+        want = want @ linear.weight.t() + (linear.bias if bias else 0)
+        if on_last or i == 0:
+            want = fn(want)  # type: ignore[operator]
+    assert_close(mlp(x), want.detach())
+    assert (mlp._mlp[0]._linear.bias is None) == (not bias)  # type: ignore[union-attr]
+
+
+def test_module_activation_is_copied_per_layer() -> None:
+    mlp = MLP(2, [2, 2], activation=nn.PReLU())
+    first, second = mlp._mlp[0]._activation_fn, mlp._mlp[1]._activation_fn  # type: ignore[union-attr]
+    assert isinstance(first, nn.PReLU) and first is not second
+    assert "_mlp.0._activation_fn.weight" in mlp.state_dict()
+
+
+def test_bad_activation() -> None:
+    with pytest.raises(ValueError, match="activation 'swish_layernorm' is not one of"):
+        MLP(2, [2], activation="swish_layernorm")
+    with pytest.raises(TypeError, match="activation must be a str or a callable, got 3"):
+        Perceptron(2, 2, activation=3)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("bias", "activation", "on_last"), [(True, "relu", True), (False, "sigmoid", False)]
+)
+def test_mlp_matches_torchrec(bias: bool, activation: str, on_last: bool) -> None:
+    trc_mlp, _ = _torchrec_modules()
+    ours = MLP(6, [5, 3], bias=bias, activation=activation, activation_on_last=on_last)
+    theirs = trc_mlp(6, [5, 3], bias=bias, activation=activation, activation_on_last=on_last)
+    theirs.load_state_dict(ours.state_dict())
+    assert sorted(ours.state_dict()) == sorted(theirs.state_dict())
+    x = torch.randn(4, 6, generator=seeded_generator("trc-mlp", bias))
+    assert_close(ours(x), theirs(x).detach())
+
+
+def test_crossnet_matches_torchrec_with_default_rank() -> None:
+    _, trc_cross = _torchrec_modules()
+    ours = LowRankCrossNet(8, 2)  # low_rank defaults to 1, as TorchRec's
+    assert ours.low_rank == 1
+    theirs = trc_cross(in_features=8, num_layers=2)
+    g = seeded_generator("cross")
+    with torch.no_grad():
+        for p in ours.parameters():
+            p.copy_(torch.randn(p.shape, generator=g))
+    theirs.load_state_dict(ours.state_dict())
+    x = torch.randn(3, 8, generator=g)
+    assert_close(ours(x), theirs(x).detach())
