@@ -102,6 +102,7 @@ class QuantStorage:
             groups=[s.group for s in segs],
             row_offsets=[s.row_offset for s in segs],
             group_segments=[list(g.segments) for g in self.plan.groups],
+            dims=[s.dim for s in segs],
         )
 
     def rows_of(self, table: BaseEmbeddingConfig) -> torch.Tensor:

@@ -70,7 +70,12 @@ class QuantEmbeddingBagCollection(nn.Module):
         self._is_weighted = is_weighted
         self._output_dtype = output_dtype
         self._storage = QuantStorage(tables, [t.pooling for t in tables], device, _OWNER)
-        self.lookup = PooledLookup(self._storage.groups, self._storage.segments, check_ids)
+        self.lookup = PooledLookup(
+            self._storage.groups,
+            self._storage.segments,
+            check_ids,
+            half_output=output_dtype == torch.float16,
+        )
         self._plan = self._storage.plan
         self._embedding_names = [s.embedding_name for s in self._plan.segments]
         self._lengths_per_embedding = [s.dim for s in self._plan.segments]

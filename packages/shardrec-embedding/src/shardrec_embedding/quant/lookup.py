@@ -51,7 +51,11 @@ class QuantGroup(nn.Module):
         self, ids: torch.Tensor, offsets: torch.Tensor, per_sample_weights: torch.Tensor | None
     ) -> torch.Tensor:
         """ids: `(N,)` int64 group rows; offsets: `(bags + 1,)`; per_sample_weights: `(N,)`.
-        Returns `(bags, D)` fp32."""
+
+        Returns `(bags, D)`: fp32, except SUM groups of FP16/BF16 rows, which return the
+        kernel's half-precision sums as they are, so that the caller's one copy into its output
+        converts them (no extra fp32 pass over `(bags, D)`; the values are the same).
+        """
         w = self.weight
         if self.kind != 0 and _tracing():
             return self._traceable(ids, offsets, per_sample_weights)
@@ -76,6 +80,8 @@ class QuantGroup(nn.Module):
             )[0]
         if out.shape[1] != self.dim:  # INT4/INT2 rows padded to whole bytes
             out = out[:, : self.dim]
+        if self.mode != 1:
+            return out
         return self._mean(out.float(), offsets)
 
     def _mean(self, summed: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
@@ -160,7 +166,13 @@ def _tracing() -> bool:
 
 
 class SegmentMeta(nn.Module):
-    """Per-segment metadata of a collection as TorchScript-typed lists (segment order)."""
+    """Per-segment metadata of a collection as TorchScript-typed lists (segment order).
+
+    Also precomputes where each group's lookup output goes in the pooled output: `group_runs[g]`
+    holds, for every run of segments consecutive both in group `g` and in the output, the
+    triple (first position in the group, number of segments, first output column), flattened.
+    A collection whose tables all share (dim, dtype, pooling) is one run: one copy.
+    """
 
     def __init__(
         self,
@@ -170,6 +182,7 @@ class SegmentMeta(nn.Module):
         groups: list[int],
         row_offsets: list[int],
         group_segments: list[list[int]],
+        dims: list[int],
     ) -> None:
         super().__init__()
         self.features = features
@@ -178,6 +191,8 @@ class SegmentMeta(nn.Module):
         self.seg_groups = groups
         self.row_offsets = row_offsets
         self.group_segments = group_segments
+        self.dims = dims
+        assert all(members for members in group_segments), "every group reads a segment"
         self.min_rows = min(rows) if rows else 0
         # position of each segment inside its group's lookup output
         position = [0] * len(rows)
@@ -185,20 +200,86 @@ class SegmentMeta(nn.Module):
             for j, s in enumerate(members):
                 position[s] = j
         self.positions = position
+        columns = [0] * len(rows)
+        for s in range(1, len(rows)):
+            columns[s] = columns[s - 1] + dims[s - 1]
+        self.total_dim = sum(dims)
+        runs: list[list[int]] = [[] for _ in group_segments]
+        for s in range(len(rows)):
+            g = groups[s]
+            run = runs[g]
+            if s > 0 and groups[s - 1] == g and run and run[-3] + run[-2] == position[s]:
+                run[-2] += 1
+            else:
+                run.extend([position[s], 1, columns[s]])
+        self.group_runs = runs
+        # identity shifts: a group of one table whose rows start at 0 reads the KJT ids as is
+        self.no_shift = [all(row_offsets[s] == 0 for s in members) for members in group_segments]
+
+
+def _group_ids(
+    values: torch.Tensor,
+    offset_per_key: list[int],
+    keys: list[int],
+    row_offsets: list[int],
+    no_shift: bool,
+) -> torch.Tensor:
+    """The group's ids `(N_g,)` int64 shifted to its packed rows, written in one pass (one
+    fused add per segment into a preallocated tensor; no `cat`). Keys consecutive in the KJT
+    with no shift need no copy at all (a slice of `values`)."""
+    contiguous = True
+    for j in range(1, len(keys)):
+        if keys[j] != keys[0] + j:
+            contiguous = False
+    if contiguous and no_shift and values.dtype == torch.int64:
+        return values[offset_per_key[keys[0]] : offset_per_key[keys[-1] + 1]]
+    if _tracing():  # `out=` into slices of data-dependent size does not trace
+        return torch.cat(
+            [
+                values[offset_per_key[keys[j]] : offset_per_key[keys[j] + 1]].long()
+                + row_offsets[j]
+                for j in range(len(keys))
+            ]
+        )
+    total = 0
+    for k in keys:
+        total += offset_per_key[k + 1] - offset_per_key[k]
+    ids = torch.empty(total, dtype=torch.int64, device=values.device)
+    start = 0
+    for j in range(len(keys)):
+        k = keys[j]
+        end = start + offset_per_key[k + 1] - offset_per_key[k]
+        torch.add(
+            values[offset_per_key[k] : offset_per_key[k + 1]], row_offsets[j], out=ids[start:end]
+        )
+        start = end
+    return ids
 
 
 class PooledLookup(nn.Module):
     """Pooled lookup of all groups of a collection; scriptable.
 
     forward(values `(N,)`, lengths `(F * B,)`, weights `(N,)` or None, offset_per_key
-    `F + 1` ints, feature_index (KJT key of each segment), batch B) -> `(B, sum of dims)`.
+    `F + 1` ints, feature_index (KJT key of each segment), batch B) -> `(B, sum of dims)` in
+    fp32, or fp16 with `half_output`.
+
+    Per group: its ids (one shifted copy, or a slice of `values`), its bag offsets (one
+    `cumsum`), one kernel call over the packed buffer, and one copy of each run of segments
+    into the preallocated output (which also converts to the output dtype).
     """
 
-    def __init__(self, groups: list[QuantGroup], segments: SegmentMeta, check_ids: bool) -> None:
+    def __init__(
+        self,
+        groups: list[QuantGroup],
+        segments: SegmentMeta,
+        check_ids: bool,
+        half_output: bool = False,
+    ) -> None:
         super().__init__()
         self.groups = nn.ModuleList(groups)
         self.segments = segments
         self.check_ids = check_ids
+        self.half_output = half_output
 
     def forward(
         self,
@@ -222,34 +303,40 @@ class PooledLookup(nn.Module):
             )
         num_keys = len(offset_per_key) - 1
         per_key = lengths.view(num_keys, batch)
-        pooled: list[torch.Tensor] = []
+        dtype = torch.float16 if self.half_output else torch.float32
+        out = torch.empty(batch, meta.total_dim, dtype=dtype, device=values.device)
         for g, group in enumerate(self.groups):
             members = meta.group_segments[g]
-            ids_parts: list[torch.Tensor] = []
-            w_parts: list[torch.Tensor] = []
-            keys: list[int] = []
-            for s in members:
-                k = feature_index[s]
-                keys.append(k)
-                ids_parts.append(
-                    values[offset_per_key[k] : offset_per_key[k + 1]].long() + meta.row_offsets[s]
-                )
-                if weights is not None:
-                    w_parts.append(weights[offset_per_key[k] : offset_per_key[k + 1]])
-            ids = torch.cat(ids_parts)
-            group_lengths = per_key[torch.tensor(keys, dtype=torch.long, device=lengths.device)]
+            keys = [feature_index[s] for s in members]
+            shifts = [meta.row_offsets[s] for s in members]
+            ids = _group_ids(values, offset_per_key, keys, shifts, meta.no_shift[g])
+            consecutive = True
+            for j in range(1, len(keys)):
+                if keys[j] != keys[0] + j:
+                    consecutive = False
+            if consecutive:
+                group_lengths = per_key[keys[0] : keys[0] + len(keys)]
+            else:
+                group_lengths = per_key[torch.tensor(keys, dtype=torch.long, device=lengths.device)]
             offsets = torch.zeros(group_lengths.numel() + 1, dtype=torch.long, device=ids.device)
-            offsets[1:] = torch.cumsum(group_lengths.reshape(-1), 0)
+            torch.cumsum(group_lengths.reshape(-1), 0, out=offsets[1:])
             psw: torch.Tensor | None = None
             if weights is not None:
-                psw = torch.cat(w_parts).float()
-            pooled.append(group(ids, offsets, psw).view(len(members), batch, group.dim))
-        blocks: list[torch.Tensor] = []
-        for s in range(len(meta.rows)):
-            blocks.append(pooled[meta.seg_groups[s]][meta.positions[s]])
-        if len(blocks) == 0:
-            return torch.zeros(batch, 0, device=values.device)
-        return torch.cat(blocks, dim=1)
+                if consecutive:
+                    group_weights = weights[offset_per_key[keys[0]] : offset_per_key[keys[-1] + 1]]
+                else:
+                    group_weights = torch.cat(
+                        [weights[offset_per_key[k] : offset_per_key[k + 1]] for k in keys]
+                    )
+                psw = group_weights.float()
+            dim = meta.dims[members[0]]
+            pooled = group(ids, offsets, psw).view(len(members), batch, dim)
+            runs = meta.group_runs[g]
+            for r in range(0, len(runs), 3):
+                first, count, column = runs[r], runs[r + 1], runs[r + 2]
+                block = out[:, column : column + count * dim]
+                block.view(batch, count, dim).copy_(pooled[first : first + count].transpose(0, 1))
+        return out
 
 
 class SequenceLookup(nn.Module):
