@@ -122,8 +122,10 @@ def _torchrec(
     ]
     ebc = torchrec.EmbeddingBagCollection(tables=configs, device=torch.device("meta"))
     gen = {
-        "table_wise": lambda t: trc_tw(rank=t % 2),
-        "column_wise": lambda t: trc_cw(ranks=[0, 1]),
+        # compute_kernel="fused" is needed: without it TorchRec 1.8's plan helpers pick the
+        # DENSE kernel (dense table gradients), a different algorithm than ours.
+        "table_wise": lambda t: trc_tw(rank=t % 2, compute_kernel="fused"),
+        "column_wise": lambda t: trc_cw(ranks=[0, 1], compute_kernel="fused"),
         "data_parallel": lambda t: trc_dp(),
     }[kind]
     from fbgemm_gpu.split_embedding_configs import EmbOptimType
@@ -138,6 +140,10 @@ def _torchrec(
         device_type="cpu",
         sharder=sharder,
     )
+    if kind != "data_parallel":
+        kernels = {ps.compute_kernel for ps in plan.values()}
+        if kernels != {"fused"}:
+            return f"TorchRec plan picked compute kernels {sorted(kernels)}, expected fused"
     env = TrcEnv.from_process_group(ctx.pg)
     sharded = sharder.shard(ebc, plan, env, torch.device("cpu"))
     keys, values, lengths = _batch(ctx.rank, tables, batch)
@@ -154,11 +160,12 @@ def _torchrec(
     return step
 
 
-def bench_rank(
-    ctx: RankContext, tables: int, rows: int, batch: int, repeats: int
-) -> list[tuple[str, float, float | None, str]]:
+Row = tuple[str, float, float | None, float, float | None, str]
+
+
+def bench_rank(ctx: RankContext, tables: int, rows: int, batch: int, repeats: int) -> list[Row]:
     torch.set_num_threads(1)
-    out: list[tuple[str, float, float | None, str]] = []
+    out: list[Row] = []
     for kind in TYPES:
         ours = _ours(ctx, kind, tables, rows, batch)
         ref: Callable[[], object] | str = "TorchRec has no CPU implementation"
@@ -168,15 +175,27 @@ def bench_rank(
         for fn in fns:
             fn()  # warm up
         samples: list[list[float]] = [[] for _ in fns]
+        cpu: list[list[float]] = [[] for _ in fns]
         for _ in range(repeats):
             for i, fn in enumerate(fns):
                 dist.barrier(group=ctx.pg)
-                start = time.perf_counter()
+                start, cpu_start = time.perf_counter(), time.process_time()
                 fn()
                 samples[i].append((time.perf_counter() - start) * 1e3)
+                cpu[i].append((time.process_time() - cpu_start) * 1e3)
         times = [statistics.median(s) for s in samples]
+        cpus = [statistics.median(c) for c in cpu]
         note = "" if callable(ref) else ref
-        out.append((kind, times[0], times[1] if len(times) > 1 else None, note))
+        out.append(
+            (
+                kind,
+                times[0],
+                times[1] if len(times) > 1 else None,
+                cpus[0],
+                cpus[1] if len(cpus) > 1 else None,
+                note,
+            )
+        )
         del ours, ref, fns
     return out
 
@@ -192,15 +211,31 @@ def main() -> None:
         f"shapes: {tables} tables x {rows} rows x dim {DIM}, batch {batch} per rank, "
         f"~{MEAN_IDS} ids per bag, 2 gloo ranks, fused {FUSED['optimizer']}"
     )
+    load_before = _loadavg()
     with RankPool(2, timeout_s=1800) as pool:
         results = pool.run(bench_rank, tables, rows, batch, repeats)[0]
-    print("| sharding type | ours (ms) | TorchRec 1.8 (ms) | TorchRec / ours |")
-    print("|---|---|---|---|")
-    for kind, ours, ref, note in results:
-        if ref is None:
-            print(f"| {kind} | {ours:.1f} | - ({note}) | - |")
+    print(f"1-minute load average: {load_before} before -> {_loadavg()} after")
+    print(
+        "| sharding type | ours (ms) | TorchRec 1.8 (ms) | TorchRec / ours "
+        "| CPU ms ours / TorchRec (rank 0) |"
+    )
+    print("|---|---|---|---|---|")
+    for kind, ours, ref, cpu_ours, cpu_ref, note in results:
+        if ref is None or cpu_ref is None:
+            print(f"| {kind} | {ours:.1f} | - ({note}) | - | {cpu_ours:.1f} / - |")
         else:
-            print(f"| {kind} | {ours:.1f} | {ref:.1f} | {ref / ours:.2f}x |")
+            print(
+                f"| {kind} | {ours:.1f} | {ref:.1f} | {ref / ours:.2f}x "
+                f"| {cpu_ours:.1f} / {cpu_ref:.1f} |"
+            )
+
+
+def _loadavg() -> str:
+    try:
+        with open("/proc/loadavg") as f:
+            return f.read().split()[0]
+    except OSError:
+        return "n/a"
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from shardrec_collectives.env import ShardingEnv
 from shardrec_collectives.errors import PeerError, agree_on_error
 from shardrec_collectives.gather import all_gather_pooled
 from shardrec_collectives.kjt_all_to_all import (
+    KeySelection,
     KJTAllToAllAwaitable,
     KJTAllToAllLayout,
     kjt_all_to_all,
@@ -29,6 +30,7 @@ __all__ = [
     "HostGroups",
     "KJTAllToAllAwaitable",
     "KJTAllToAllLayout",
+    "KeySelection",
     "LazyAwaitable",
     "NoWait",
     "PeerError",

@@ -15,6 +15,11 @@ sizes, per-key batch sizes and value counts, dtypes and an error flag, waited im
 the data sizes depend on it; (2) the lengths, values and (if any rank has them) weights
 all-to-alls, left in flight. `wait()` finishes them and regroups from source-major to
 feature-major order.
+
+A `KeySelection` input is the same exchange for the common case where every destination gets
+some keys of one KJT: the send buffer is built from views of that KJT's per-key segments, so
+the ids are copied once on the way out (by the `torch.cat` that builds the buffer) instead of
+once per selected KJT and again into the buffer.
 """
 
 from __future__ import annotations
@@ -27,12 +32,18 @@ from collections.abc import Sequence
 import torch
 
 from shardrec_collectives import _primitives as prim
+from shardrec_collectives._kjt_send import KeySelection, Prepared, from_kjts, from_selection
 from shardrec_collectives.awaitable import Awaitable
 from shardrec_collectives.env import ShardingEnv
 from shardrec_collectives.errors import raise_agreed
 from shardrec_jagged import KeyedJaggedTensor
 
-__all__ = ["KJTAllToAllAwaitable", "KJTAllToAllLayout", "kjt_all_to_all"]
+__all__ = [
+    "KJTAllToAllAwaitable",
+    "KJTAllToAllLayout",
+    "KeySelection",
+    "kjt_all_to_all",
+]
 
 _DTYPES = [
     torch.int64,
@@ -191,41 +202,17 @@ def _gather(
     return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
-def _check_local(per_rank: Sequence[KeyedJaggedTensor]) -> None:
-    """Content checks whose failure is reported through the header (so no rank hangs)."""
-    first = per_rank[0]
-    for d, kjt in enumerate(per_rank):
-        if kjt.values().dtype != first.values().dtype:
-            raise TypeError(
-                f"per_rank[{d}] values have dtype {kjt.values().dtype} but per_rank[0] has "
-                f"{first.values().dtype}; every KJT sent must use the same id dtype"
-            )
-        if kjt.lengths().dtype != first.lengths().dtype:
-            raise TypeError(
-                f"per_rank[{d}] lengths have dtype {kjt.lengths().dtype} but per_rank[0] has "
-                f"{first.lengths().dtype}; every KJT sent must use the same lengths dtype"
-            )
-        if kjt.device() != first.device():
-            raise ValueError(
-                f"per_rank[{d}] is on {kjt.device()} but per_rank[0] is on {first.device()}"
-            )
-    weight_dtypes = {w.dtype for k in per_rank if (w := k.weights_or_none()) is not None}
-    if len(weight_dtypes) > 1:
-        raise TypeError(
-            f"the KJTs sent have weights of several dtypes {sorted(map(str, weight_dtypes))}"
-        )
-
-
 def kjt_all_to_all(
     env: ShardingEnv,
-    per_rank: Sequence[KeyedJaggedTensor],
+    per_rank: Sequence[KeyedJaggedTensor] | KeySelection,
     *,
     error: BaseException | None = None,
 ) -> KJTAllToAllAwaitable:
     """Send `per_rank[d]` to rank d; receive one KJT stitched from what every rank sent here.
 
     Sends: `per_rank[d]`, a KJT with F_d keys and batch B_d (or per-key batches), to rank d.
-    Every rank must send rank d KJTs with the same keys in the same order.
+    Every rank must send rank d KJTs with the same keys in the same order. `per_rank` may be a
+    `KeySelection` (keys of one KJT per rank, sent with one copy of the ids).
     Receives: a KJT with this rank's F keys (those of `per_rank[rank]`); key f holds the bags
     from rank 0, then rank 1, ...: `lengths: (sum_f sum_s B[f][s],)`, `values: (N,)`, where
     `B[f][s]` is the batch rank s sent for f. Without variable batch the result has
@@ -239,64 +226,29 @@ def kjt_all_to_all(
     moves (the failing rank its own error, the others `PeerError`).
 
     Raises immediately (without communicating, so the others wait for the process group
-    timeout) only on programming errors: `len(per_rank) != world_size` or a non-KJT element.
-    A rank whose peers sent keys different from its own raises `ValueError` on that rank only.
+    timeout) only on programming errors: `len(per_rank) != world_size` (or as many key lists)
+    or a non-KJT element. A rank whose peers sent keys different from its own raises
+    `ValueError` on that rank only.
     """
-    if len(per_rank) != env.world_size:
-        raise ValueError(
-            f"kjt_all_to_all needs one KJT per rank ({env.world_size}), got {len(per_rank)}"
-        )
-    for d, kjt in enumerate(per_rank):
-        if not isinstance(kjt, KeyedJaggedTensor):
-            raise TypeError(f"per_rank[{d}] must be a KeyedJaggedTensor, got {type(kjt).__name__}")
-    if error is None:
-        try:
-            _check_local(per_rank)
-        except (TypeError, ValueError) as exc:
-            error = exc
+    if isinstance(per_rank, KeySelection):
+        if len(per_rank.keys_per_rank) != env.world_size:
+            raise ValueError(
+                f"kjt_all_to_all needs one key list per rank ({env.world_size}), "
+                f"got {len(per_rank.keys_per_rank)}"
+            )
+        if per_rank.features.variable_stride_per_key():
+            per_rank = per_rank.permuted()
+    if isinstance(per_rank, KeySelection):
+        prepared = from_selection(per_rank, error)
+    else:
+        prepared = from_kjts(env, per_rank, error)
+    error = prepared.error
 
     # -- 1. header -------------------------------------------------------------------------
-    own = per_rank[env.rank]
-    device = own.values().device
-    weighted = any(k.weights_or_none() is not None for k in per_rank)
-    variable = any(k.variable_stride_per_key() for k in per_rank)
-    # Whether weights are differentiable must be one decision for all ranks (backward runs the
-    # reverse all-to-all on every rank), so it travels in the header.
-    weight_grad = torch.is_grad_enabled() and any(
-        w is not None and w.requires_grad
-        for k in per_rank
-        if (w := k.weights_or_none()) is not None
-    )
-    per_key: list[tuple[list[int], list[int]]] = []
-    for kjt in per_rank:
-        try:
-            per_key.append((kjt.stride_per_key(), kjt.length_per_key()))
-        except (TypeError, ValueError, RuntimeError) as exc:
-            error = error or exc
-            per_key.append(([0] * len(kjt.keys()), [0] * len(kjt.keys())))
-    # Flags and dtype codes are the same in every header this rank sends (decided after all
-    # local checks), so every rank learns every rank's values and decides alike.
-    flags = (_ERROR if error is not None else 0) | (_WEIGHTED if weighted else 0)
-    flags |= (_VARIABLE if variable else 0) | (_WEIGHT_GRAD if weight_grad else 0)
-    weight_dtypes = [w.dtype for k in per_rank if (w := k.weights_or_none()) is not None]
-    weight_code = _CODE.get(weight_dtypes[0], -1) if weight_dtypes else -1
-    values_code = _CODE.get(own.values().dtype, -1)
-    lengths_code = _CODE.get(own.lengths().dtype, -1)
-    headers = [
-        [
-            flags,
-            _keys_hash(tuple(kjt.keys())),
-            values_code,
-            lengths_code,
-            weight_code,
-            kjt.stride(),
-            sum(counts),
-            *strides,
-            *counts,
-        ]
-        for kjt, (strides, counts) in zip(per_rank, per_key, strict=True)
-    ]
-    n_own = len(own.keys())
+    device = prepared.values.device
+    headers = _headers(prepared)
+    own_keys = prepared.sends[env.rank].keys
+    n_own = len(own_keys)
     # Pinned and non-blocking on a GPU: the header's `.tolist()` after the exchange is this
     # all-to-all's one host sync.
     sent = prim.host_to_device(
@@ -305,10 +257,57 @@ def kjt_all_to_all(
     in_splits = [len(h) for h in headers]
     received = prim.all_to_all_sync(env, sent, in_splits, [_FIXED + 2 * n_own] * env.world_size)
     table = received.view(env.world_size, _FIXED + 2 * n_own).tolist()
-
     failed = [s for s in range(env.world_size) if table[s][0] & _ERROR]
     if failed:
         raise_agreed(env, error, failed)
+    _check_headers(env, table, own_keys)
+    any_variable = any(row[0] & _VARIABLE for row in table)
+    recv_strides = [[table[s][_FIXED + f] for s in range(env.world_size)] for f in range(n_own)]
+    recv_counts = [
+        [table[s][_FIXED + n_own + f] for s in range(env.world_size)] for f in range(n_own)
+    ]
+    layout = KJTAllToAllLayout(
+        keys=own_keys,
+        recv_stride_per_key_per_rank=tuple(tuple(r) for r in recv_strides),
+        recv_values_per_key_per_rank=tuple(tuple(r) for r in recv_counts),
+        sent_values_per_rank=tuple(h[6] for h in headers),
+        sent_stride_per_rank=tuple(h[5] for h in headers),
+        variable_batch=any_variable,
+    )
+    # -- 2. data ---------------------------------------------------------------------------
+    finish = _send_data(env, prepared, layout, table)
+    return KJTAllToAllAwaitable(layout, finish)
+
+
+def _headers(prepared: Prepared) -> list[list[int]]:
+    """One header per destination (layout above `_FIXED`)."""
+    # Flags and dtype codes are the same in every header this rank sends (decided after all
+    # local checks), so every rank learns every rank's values and decides alike.
+    flags = (_ERROR if prepared.error is not None else 0) | (
+        _WEIGHTED if prepared.weight_dtype is not None else 0
+    )
+    flags |= (_VARIABLE if prepared.variable else 0) | (_WEIGHT_GRAD if prepared.weight_grad else 0)
+    wd = prepared.weight_dtype
+    weight_code = _CODE.get(wd, -1) if wd is not None else -1
+    values_code = _CODE.get(prepared.values.dtype, -1)
+    lengths_code = _CODE.get(prepared.lengths_dtype, -1)
+    return [
+        [
+            flags,
+            _keys_hash(o.keys),
+            values_code,
+            lengths_code,
+            weight_code,
+            o.stride,
+            sum(o.counts),
+            *o.strides,
+            *o.counts,
+        ]
+        for o in prepared.sends
+    ]
+
+
+def _check_headers(env: ShardingEnv, table: list[list[int]], own_keys: tuple[str, ...]) -> None:
     # Every rank sends the same dtypes and flags to every destination, so every rank sees the
     # same values here and the checks below raise on all ranks or on none.
     for column, what in ((2, "values"), (3, "lengths")):
@@ -323,68 +322,70 @@ def kjt_all_to_all(
         raise TypeError(
             f"ranks disagree on the weights dtype: {[_dtype_name(row[4]) for row in table]}"
         )
-    own_hash = _keys_hash(tuple(own.keys()))
+    own_hash = _keys_hash(own_keys)
     for s, row in enumerate(table):
         if row[1] != own_hash:
             raise ValueError(
                 f"rank {s} sent rank {env.rank} a KJT whose keys differ from this rank's own "
-                f"keys {own.keys()}; every rank must send rank {env.rank} the same keys"
+                f"keys {list(own_keys)}; every rank must send rank {env.rank} the same keys"
             )
-    any_weighted = any(row[0] & _WEIGHTED for row in table)
-    any_variable = any(row[0] & _VARIABLE for row in table)
-    any_weight_grad = any(row[0] & _WEIGHT_GRAD for row in table)
 
-    recv_strides = [[table[s][_FIXED + f] for s in range(env.world_size)] for f in range(n_own)]
-    recv_counts = [
-        [table[s][_FIXED + n_own + f] for s in range(env.world_size)] for f in range(n_own)
-    ]
-    layout = KJTAllToAllLayout(
-        keys=tuple(own.keys()),
-        recv_stride_per_key_per_rank=tuple(tuple(r) for r in recv_strides),
-        recv_values_per_key_per_rank=tuple(tuple(r) for r in recv_counts),
-        sent_values_per_rank=tuple(h[6] for h in headers),
-        sent_stride_per_rank=tuple(h[5] for h in headers),
-        variable_batch=any_variable,
-    )
 
-    # -- 2. data ---------------------------------------------------------------------------
+def _send_data(
+    env: ShardingEnv, prepared: Prepared, layout: KJTAllToAllLayout, table: list[list[int]]
+) -> _Finish:
+    """Launch the lengths / ids (and weights) all-to-alls; the `_Finish` that waits for them."""
     world = env.world_size
-    ids_in = [k.values().numel() for k in per_rank]
+    n_own = len(layout.keys)
+    sends = prepared.sends
+    values = prepared.values
+    device = values.device
+    ids_in = [sum(o.counts) for o in sends]
     ids_out = [table[s][6] for s in range(world)]
-    bags_in = [k.lengths().numel() for k in per_rank]
+    bags_in = [sum(o.strides) for o in sends]
     bags_out = [sum(table[s][_FIXED : _FIXED + n_own]) for s in range(world)]
-    values_dtype = own.values().dtype
-    lengths_dtype = own.lengths().dtype
+    values_dtype = values.dtype
+    lengths_dtype = prepared.lengths_dtype
     bags_pending: prim.Pending | None = None
     if not values_dtype.is_floating_point and not lengths_dtype.is_floating_point:
         # Integer ids: lengths travel in the same buffer as the ids (one all-to-all fewer),
         # as [to d: lengths, ids] per destination, cast to the ids' dtype for the trip.
-        parts = [t for k in per_rank for t in (k.lengths().to(values_dtype), k.values())]
+        parts = [t for o in sends for t in (*(x.to(values_dtype) for x in o.lengths), *o.values)]
         in_splits = [b + n for b, n in zip(bags_in, ids_in, strict=True)]
         out_splits = [b + n for b, n in zip(bags_out, ids_out, strict=True)]
-        ids_pending = prim.all_to_all(env, _cat(parts), in_splits, out_splits)
+        ids_pending = prim.all_to_all(env, _cat(parts, values), in_splits, out_splits)
     else:
+        lengths_like = torch.empty(0, dtype=lengths_dtype, device=device)
         bags_pending = prim.all_to_all(
-            env, _cat([k.lengths() for k in per_rank]), bags_in, bags_out
+            env, _cat([x for o in sends for x in o.lengths], lengths_like), bags_in, bags_out
         )
-        ids_pending = prim.all_to_all(env, _cat([k.values() for k in per_rank]), ids_in, ids_out)
+        ids_pending = prim.all_to_all(
+            env, _cat([x for o in sends for x in o.values], values), ids_in, ids_out
+        )
     weights: tuple[prim.Pending, torch.Tensor, bool] | None = None
-    if any_weighted:
+    weight_codes = {row[4] for row in table if row[4] >= 0}
+    if any(row[0] & _WEIGHTED for row in table):
         w_dtype = _DTYPES[weight_codes.pop()]
-        send_w = _cat([_weights_or_ones(k, w_dtype) for k in per_rank])
+        send_w = _cat(
+            [
+                x
+                for o, n in zip(sends, ids_in, strict=True)
+                for x in (o.weights if o.weights is not None else [_ones(n, w_dtype, device)])
+            ],
+            _ones(0, w_dtype, device),
+        )
         pending_w = prim.all_to_all(env, send_w.detach(), ids_in, ids_out)
-        weights = (pending_w, send_w, any_weight_grad)
+        weights = (pending_w, send_w, any(row[0] & _WEIGHT_GRAD for row in table))
     stride = sum(table[s][5] for s in range(world))
-    finish = _Finish(env, layout, ids_pending, bags_pending, lengths_dtype, weights, stride)
-    return KJTAllToAllAwaitable(layout, finish)
+    return _Finish(env, layout, ids_pending, bags_pending, lengths_dtype, weights, stride)
 
 
-def _weights_or_ones(kjt: KeyedJaggedTensor, dtype: torch.dtype) -> torch.Tensor:
-    w = kjt.weights_or_none()
-    if w is not None:
-        return w
-    return torch.ones((), dtype=dtype, device=kjt.device()).expand(kjt.values().numel())
+def _ones(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    return torch.ones((), dtype=dtype, device=device).expand(n)
 
 
-def _cat(parts: list[torch.Tensor]) -> torch.Tensor:
+def _cat(parts: list[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
+    """One send buffer from `parts` (empty, of `like`'s dtype and device, when none)."""
+    if not parts:
+        return like.new_empty(0)
     return parts[0] if len(parts) == 1 else torch.cat(parts)

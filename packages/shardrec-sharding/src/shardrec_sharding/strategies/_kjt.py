@@ -11,24 +11,6 @@ from shardrec_sharding.lookup import LocalLookup
 from shardrec_sharding.types import DistInput
 
 
-def select_keys(features: KeyedJaggedTensor, indices: Sequence[int]) -> KeyedJaggedTensor:
-    """`features` restricted to the keys at `indices` (in that order; none gives an empty KJT
-    with the same batch size, so the rank still tells its peers its batch size)."""
-    if list(indices) == list(range(len(features.keys()))):
-        return features
-    if not indices:
-        values = features.values()
-        weights = features.weights_or_none()
-        return KeyedJaggedTensor(
-            [],
-            values.new_empty(0),
-            weights=None if weights is None else weights.new_empty(0),
-            lengths=features.lengths().new_empty(0),
-            stride=features.stride(),
-        )
-    return features.permute(list(indices))
-
-
 def unique(items: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(items))
 

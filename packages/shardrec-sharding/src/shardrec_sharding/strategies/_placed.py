@@ -18,12 +18,18 @@ from collections.abc import Mapping, Sequence
 
 from torch import Tensor
 
-from shardrec_collectives import Awaitable, ShardingEnv, kjt_all_to_all, pooled_all_to_all
+from shardrec_collectives import (
+    Awaitable,
+    KeySelection,
+    ShardingEnv,
+    kjt_all_to_all,
+    pooled_all_to_all,
+)
 from shardrec_jagged import KeyedJaggedTensor
 from shardrec_planner import ShardingType
 from shardrec_sharding.layout import LocalTable, Segment, TableSharding
 from shardrec_sharding.lookup import LocalLookup, LookupSegment
-from shardrec_sharding.strategies._kjt import empty_kjt, pooled_lookup, select_keys, unique
+from shardrec_sharding.strategies._kjt import empty_kjt, pooled_lookup, unique
 from shardrec_sharding.types import DistInput, TableMaker
 
 
@@ -80,15 +86,16 @@ class PlacedSharding:
         feature_pos: Mapping[str, int],
         error: BaseException | None,
     ) -> Awaitable[DistInput]:
+        send: KeySelection | list[KeyedJaggedTensor]
         if error is None:
-            per_rank = [
-                select_keys(features, [feature_pos[f] for f in feats])
-                for feats in self._features_per_rank
-            ]
+            # One copy of the ids on the way out (views of the input's key segments,
+            # concatenated into the send buffer), not a permuted KJT per rank and then the buffer.
+            positions = [[feature_pos[f] for f in feats] for feats in self._features_per_rank]
+            send = KeySelection(features=features, keys_per_rank=positions)
         else:
             # The input is unusable: send nothing; the header carries the error to every rank.
-            per_rank = [empty_kjt(feats, features) for feats in self._features_per_rank]
-        pending = kjt_all_to_all(self.env, per_rank, error=error)
+            send = [empty_kjt(feats, features) for feats in self._features_per_rank]
+        pending = kjt_all_to_all(self.env, send, error=error)
         layout = pending.layout
         if layout.keys:
             batch_sizes = tuple(layout.recv_stride_per_key_per_rank[0])
