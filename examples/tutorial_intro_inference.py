@@ -10,10 +10,7 @@ the notebook:
 
 - CPU in place of CUDA (`compute_device="cpu"`, two "devices" that are both the CPU, as
   TorchRec's CPU path does), and one table per sharding type to show them;
-- TorchScript compiles `.scriptable()` of the sharded module (inputs: the KJT's values and
-  lengths) instead of the fx-traced module whose forward takes a KeyedJaggedTensor: shardrec's
-  KJT is not TorchScript-compatible (docs/inference.md says why). `torch.export` takes the KJT
-  directly and is shown last.
+- `torch.export` of the quantized model (it takes the KJT too) is shown beside TorchScript.
 
 Run: ``.venv/bin/python examples/tutorial_intro_inference.py``.
 """
@@ -27,6 +24,7 @@ from torch import quantization as quant
 
 import shardrec as torchrec
 from shardrec.distributed.planner.types import ParameterConstraints
+from shardrec.fx import symbolic_trace
 from shardrec.inference.modules import shard_quant_model
 from shardrec.modules.embedding_configs import QuantConfig
 from shardrec.quant.embedding_modules import (
@@ -111,10 +109,11 @@ def main() -> None:
     sharded_out = sharded_model(kjt).values()
     print(f"sharded max |sharded - unsharded|: {(sharded_out - quant_out).abs().max().item():.2e}")
 
-    # Compilation to TorchScript
-    scripted = torch.jit.script(sharded_model.ebc_.scriptable(kjt.keys()))
+    # Compilation to TorchScript: trace (the sharded collection stays one module), then script
+    sharded_model = symbolic_trace(sharded_model)
+    scripted_model = torch.jit.script(sharded_model)
     print("Scripted Module Created!")
-    scripted_out = scripted(kjt.values(), kjt.lengths())
+    scripted_out = scripted_model(kjt).values()
     print(f"scripted equals eager: {torch.equal(scripted_out, sharded_out)}")
 
 

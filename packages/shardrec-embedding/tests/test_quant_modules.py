@@ -27,7 +27,7 @@ from shardrec_embedding import (
     quantize_inference_model,
 )
 from shardrec_embedding.quant import dequantize, quantize, scale_bias
-from shardrec_jagged import KeyedJaggedTensor
+from shardrec_jagged import KeyedJaggedTensor, script_fields
 
 DTYPES = {
     torch.int8: DataType.INT8,
@@ -296,34 +296,114 @@ class _Model(nn.Module):
         self.ebc = ebc
         self.dense = nn.Linear(16 + 16 + 8 + 16 + 6, 1)
 
-    def forward(self, values: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        return self.dense(self.ebc(values, lengths))
+    def forward(self, kjt: KeyedJaggedTensor) -> torch.Tensor:
+        return self.dense(self.ebc(kjt).values())
+
+
+def _script_kjt(weighted: bool = False) -> KeyedJaggedTensor:
+    return KeyedJaggedTensor(
+        keys=["a", "b", "c", "d"],
+        values=torch.tensor([1, 2, 3, 4, 5, 6]),
+        lengths=torch.tensor([2, 0, 1, 1, 0, 1, 1, 0]),
+        weights=torch.rand(6) if weighted else None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("dtype", "pooling", "weighted"),
+    [
+        (torch.int8, PoolingType.SUM, False),
+        (torch.quint4x2, PoolingType.MEAN, False),
+        (torch.float16, PoolingType.SUM, True),
+    ],
+)
+def test_torchscript_takes_the_kjt(
+    dtype: torch.dtype, pooling: PoolingType, weighted: bool
+) -> None:
+    q = quantize_inference_model(
+        EmbeddingBagCollection(_bag_tables(pooling), is_weighted=weighted), dtype
+    )
+    scripted = torch.jit.script(q)
+    kjt = _script_kjt(weighted)
+    got, want = scripted(kjt), q(kjt)
+    assert got.keys() == want.keys()
+    assert torch.equal(got.values(), want.values())
+    # the values/lengths form stays available for servers that never build a KJT
+    assert torch.equal(
+        torch.jit.script(q.scriptable(kjt.keys()))(
+            kjt.values(), kjt.lengths(), kjt.weights_or_none()
+        ),
+        want.values(),
+    )
+
+
+def test_torchscript_bad_input_names_the_value() -> None:
+    q = quantize_inference_model(EmbeddingBagCollection(_bag_tables()), torch.int8)
+    scripted = torch.jit.script(q)
+    kjt = _script_kjt()
+    out_of_range = KeyedJaggedTensor(
+        keys=kjt.keys(), values=torch.tensor([1, 2, 3, 4, 5, 99]), lengths=kjt.lengths()
+    )
+    with pytest.raises(torch.jit.Error, match="feature 'd' id 99 is out of range for table 't3'"):
+        scripted(out_of_range)
+    missing = KeyedJaggedTensor(keys=["a", "b"], values=kjt.values()[:3], lengths=kjt.lengths()[:4])
+    with pytest.raises(torch.jit.Error, match="lacks feature 'c' that table 't1' reads"):
+        scripted(missing)
+    weighted = _script_kjt(weighted=True)
+    with pytest.raises(torch.jit.Error, match="unweighted but the KeyedJaggedTensor carries"):
+        scripted(weighted)
+    floats = KeyedJaggedTensor(keys=kjt.keys(), values=kjt.values().float(), lengths=kjt.lengths())
+    with pytest.raises(torch.jit.Error, match="ids must be an integer tensor"):
+        scripted(floats)
+
+
+def test_torchscript_ec_takes_the_kjt() -> None:
+    class Seq(nn.Module):
+        def __init__(self, ec: nn.Module) -> None:
+            super().__init__()
+            self.ec = ec
+
+        def forward(self, kjt: KeyedJaggedTensor) -> dict[str, torch.Tensor]:
+            return {k: jt.values() for k, jt in self.ec(kjt).items()}
+
+    ec = EmbeddingCollection(
+        [
+            EmbeddingConfig(name="x", num_embeddings=30, embedding_dim=8, feature_names=["a"]),
+            EmbeddingConfig(name="y", num_embeddings=20, embedding_dim=8, feature_names=["b"]),
+        ],
+        need_indices=True,
+    )
+    q = quantize_inference_model(ec, torch.int8)
+    assert isinstance(q, QuantEmbeddingCollection)
+    kjt = KeyedJaggedTensor(
+        keys=["a", "b"], values=torch.tensor([3, 1, 4, 1, 5]), lengths=torch.tensor([2, 0, 1, 2])
+    )
+    got_jts, want_jts = torch.jit.script(q)(kjt), q(kjt)
+    assert got_jts.keys() == want_jts.keys()
+    for name, jt in want_jts.items():
+        assert torch.equal(got_jts[name].values(), jt.values())
+        assert torch.equal(got_jts[name].lengths(), jt.lengths())
+        assert torch.equal(got_jts[name].weights(), jt.weights())
+    got = torch.jit.script(Seq(q))(kjt)
+    assert all(torch.equal(got[k], jt.values()) for k, jt in want_jts.items())
 
 
 def test_torchscript_artifact_reloads_without_our_classes(tmp_path: Path) -> None:
-    ebc = EmbeddingBagCollection(_bag_tables())
-    q = quantize_inference_model(ebc, torch.quint4x2)
-    assert isinstance(q, QuantEmbeddingBagCollection)
-    keys = ["a", "b", "c", "d"]
-    kjt = KeyedJaggedTensor.from_lengths_sync(
-        keys, torch.tensor([1, 2, 3, 4, 5, 6]), torch.tensor([2, 0, 1, 1, 0, 1, 1, 0])
-    )
-    model = _Model(q.scriptable(keys))
+    q = quantize_inference_model(EmbeddingBagCollection(_bag_tables()), torch.quint4x2)
+    model = _Model(q)
+    kjt = _script_kjt()
     scripted = torch.jit.script(model)
-    expected = model(kjt.values(), kjt.lengths())
-    assert torch.equal(scripted(kjt.values(), kjt.lengths()), expected)
-    assert torch.equal(q.scriptable(keys)(kjt.values(), kjt.lengths()), q(kjt).values())
+    expected = model(kjt)
+    assert torch.equal(scripted(kjt), expected)
     path = tmp_path / "model.pt"
     torch.jit.save(scripted, str(path))
-    torch.save(
-        {"values": kjt.values(), "lengths": kjt.lengths(), "expected": expected}, tmp_path / "io.pt"
-    )
+    torch.save({"kjt": script_fields(kjt), "expected": expected}, tmp_path / "io.pt")
     code = textwrap.dedent(f"""
-        import sys, torch
+        import sys, types, torch
         m = torch.jit.load({str(path)!r})
         io = torch.load({str(tmp_path / "io.pt")!r})
         assert not any(n.startswith("shardrec") for n in sys.modules), "imported shardrec"
-        assert torch.equal(m(io["values"], io["lengths"]), io["expected"])
+        assert torch.equal(m(types.SimpleNamespace(**io["kjt"])), io["expected"])
         print("ok")
     """)
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -350,19 +430,22 @@ def test_torch_export_with_kjt_input(tmp_path: Path) -> None:
         )
         ep = torch.export.export(m, (kjt,), strict=False)
         torch.testing.assert_close(ep.module()(kjt), m(kjt), rtol=1e-6, atol=1e-6)
-        # Saving a program whose *input* is a KJT does not reload yet: the KJT pytree context
-        # (tuples) comes back from JSON as lists (see docs/inference.md). Tensor inputs do.
-        flat = m.ebc.scriptable()
-        args = (kjt.values(), kjt.lengths(), kjt.weights())
+        # The saved program takes the KJT itself; reloading it needs shardrec_jagged imported
+        # (the KJT is a pytree node of the input spec), not the embedding package.
         path = tmp_path / f"ep_{str(dtype).split('.')[-1]}.pt2"
-        torch.export.save(torch.export.export(flat, args, strict=False), path)
-        torch.save({"args": args, "expected": m(kjt)}, tmp_path / "io.pt")
+        torch.export.save(ep, path)
+        torch.save({"kjt": script_fields(kjt), "expected": m(kjt)}, tmp_path / "io.pt")
         code = textwrap.dedent(f"""
             import sys, torch
+            from shardrec_jagged import KeyedJaggedTensor
             ep = torch.export.load({str(path)!r})
             io = torch.load({str(tmp_path / "io.pt")!r})
-            assert not any(n.startswith("shardrec") for n in sys.modules), "imported shardrec"
-            got = ep.module()(*io["args"])
+            assert "shardrec_embedding" not in sys.modules, "imported shardrec_embedding"
+            f = io["kjt"]
+            kjt = KeyedJaggedTensor(
+                keys=f["_keys"], values=f["_values"], weights=f["_weights"], lengths=f["_lengths"]
+            )
+            got = ep.module()(kjt)
             torch.testing.assert_close(got, io["expected"], rtol=1e-6, atol=1e-6)
             print("ok")
         """)

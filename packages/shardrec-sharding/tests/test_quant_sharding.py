@@ -18,7 +18,7 @@ from shardrec_embedding import (
     QuantEmbeddingBagCollection,
     quantize_inference_model,
 )
-from shardrec_jagged import KeyedJaggedTensor
+from shardrec_jagged import KeyedJaggedTensor, script_fields
 from shardrec_planner import ParameterConstraints, PlannerError
 from shardrec_sharding import ShardedQuantEmbeddingBagCollection, shard_quant_model
 
@@ -115,8 +115,21 @@ def test_sharded_equals_unsharded(
     elif sharding_type == "column_wise":  # column blocks of "big" are exact
         got_d, want_d = got.to_dict(), expected.to_dict()
         assert torch.equal(got_d["a@big"], want_d["a@big"]) and torch.equal(got_d["b"], want_d["b"])
-    scripted = torch.jit.script(sharded[0].scriptable(kjt.keys()))
-    assert torch.equal(scripted(kjt.values(), kjt.lengths(), kjt.weights_or_none()), got.values())
+    scripted = torch.jit.script(sharded[0])  # forward takes the KJT (Sequential: untyped)
+    assert torch.equal(scripted(kjt).values(), got.values())
+    flat = torch.jit.script(sharded[0].scriptable(kjt.keys()))
+    assert torch.equal(flat(kjt.values(), kjt.lengths(), kjt.weights_or_none()), got.values())
+
+
+class _ValuesOf(nn.Module):
+    """What a server returns: tensors (a loaded artifact hands no KeyedTensor to Python)."""
+
+    def __init__(self, ebc: nn.Module) -> None:
+        super().__init__()
+        self.ebc = ebc
+
+    def forward(self, kjt: KeyedJaggedTensor) -> torch.Tensor:
+        return self.ebc(kjt).values()
 
 
 def test_scripted_sharded_artifact_reloads(tmp_path: Path) -> None:
@@ -128,14 +141,14 @@ def test_scripted_sharded_artifact_reloads(tmp_path: Path) -> None:
     )
     expected = sharded(kjt).values()
     path = tmp_path / "sharded.pt"
-    torch.jit.save(torch.jit.script(sharded.scriptable(kjt.keys())), str(path))
-    torch.save({"v": kjt.values(), "l": kjt.lengths(), "e": expected}, tmp_path / "io.pt")
+    torch.jit.save(torch.jit.script(_ValuesOf(sharded)), str(path))
+    torch.save({"kjt": script_fields(kjt), "e": expected}, tmp_path / "io.pt")
     code = textwrap.dedent(f"""
-        import sys, torch
+        import sys, types, torch
         m = torch.jit.load({str(path)!r})
         io = torch.load({str(tmp_path / "io.pt")!r})
         assert not any(n.startswith("shardrec") for n in sys.modules)
-        assert torch.equal(m(io["v"], io["l"]), io["e"])
+        assert torch.equal(m(types.SimpleNamespace(**io["kjt"])), io["e"])
         print("ok")
     """)
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

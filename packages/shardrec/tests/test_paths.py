@@ -12,6 +12,28 @@ import shardrec
 
 # (umbrella module, name, component module that defines it)
 PATHS = [
+    (
+        "shardrec.distributed.quant_embedding",
+        "QuantEmbeddingCollectionSharder",
+        "shardrec_sharding",
+    ),
+    (
+        "shardrec.distributed.quant_embedding",
+        "ShardedQuantEmbeddingCollection",
+        "shardrec_sharding",
+    ),
+    (
+        "shardrec.distributed.quant_embeddingbag",
+        "QuantEmbeddingBagCollectionSharder",
+        "shardrec_sharding",
+    ),
+    (
+        "shardrec.distributed.quant_embeddingbag",
+        "ShardedQuantEmbeddingBagCollection",
+        "shardrec_sharding",
+    ),
+    ("shardrec.fx", "Tracer", "shardrec_jagged"),
+    ("shardrec.fx", "symbolic_trace", "shardrec_jagged"),
     ("shardrec.models.dlrm", "DLRM", "shardrec_models"),
     ("shardrec.models.dlrm", "DLRM_DCN", "shardrec_models"),
     ("shardrec.models.dlrm", "DLRMTrain", "shardrec_models"),

@@ -3,17 +3,28 @@
 from shardrec_jagged._backend import FbgemmUnavailableWarning, fbgemm_available
 from shardrec_jagged._equality import jt_is_equal, kjt_is_equal
 from shardrec_jagged._validation import UnknownKeyError
+from shardrec_jagged.fx import Tracer, symbolic_trace
 from shardrec_jagged.jagged_tensor import JaggedTensor
 from shardrec_jagged.keyed_jagged_tensor import KeyedJaggedTensor
 from shardrec_jagged.keyed_tensor import KeyedTensor
+from shardrec_jagged.torchscript import (
+    TorchScriptable,
+    register_torchscript_types,
+    script_fields,
+)
 
 __all__ = [
     "FbgemmUnavailableWarning",
     "JaggedTensor",
     "KeyedJaggedTensor",
     "KeyedTensor",
+    "TorchScriptable",
+    "Tracer",
     "UnknownKeyError",
     "fbgemm_available",
     "jt_is_equal",
     "kjt_is_equal",
+    "register_torchscript_types",
+    "script_fields",
+    "symbolic_trace",
 ]

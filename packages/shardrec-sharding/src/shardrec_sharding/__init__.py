@@ -14,7 +14,9 @@ from shardrec_sharding.embeddingbag import (
 from shardrec_sharding.layout import LocalTable, Segment, Shard, TableSharding, check_plan
 from shardrec_sharding.quant import (
     QuantEmbeddingBagCollectionSharder,
+    QuantEmbeddingCollectionSharder,
     ShardedQuantEmbeddingBagCollection,
+    ShardedQuantEmbeddingCollection,
     shard_quant_model,
 )
 from shardrec_sharding.registry import POOLED_STRATEGIES, SEQUENCE_STRATEGIES, strategy_for
@@ -37,6 +39,7 @@ __all__ = [
     "LocalTable",
     "PooledStrategy",
     "QuantEmbeddingBagCollectionSharder",
+    "QuantEmbeddingCollectionSharder",
     "Segment",
     "SequenceInput",
     "SequenceStrategy",
@@ -46,6 +49,7 @@ __all__ = [
     "ShardedFusedOptimizer",
     "ShardedInput",
     "ShardedQuantEmbeddingBagCollection",
+    "ShardedQuantEmbeddingCollection",
     "ShardedSequenceInput",
     "ShardedStateDict",
     "TableMaker",

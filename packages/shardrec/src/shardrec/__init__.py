@@ -3,7 +3,7 @@
 `import shardrec as torchrec` runs TorchRec tutorial code. This package re-exports the component
 packages' objects under TorchRec's familiar module paths; it holds no logic of its own."""
 
-from shardrec import distributed, modules, optim, sparse, streamable
+from shardrec import distributed, fx, modules, optim, sparse, streamable
 from shardrec_dmp import Pipelineable
 from shardrec_embedding import (
     DataType,
@@ -27,6 +27,7 @@ __all__ = [
     "Pipelineable",
     "PoolingType",
     "distributed",
+    "fx",
     "modules",
     "optim",
     "sparse",

@@ -12,7 +12,10 @@ from shardrec_embedding.quant.lookup import (
     QuantGroup,
     SegmentMeta,
     SequenceLookup,
+    check_kjt_input,
     check_segment_ids,
+    kjt_lookup_args,
+    kjt_segment_index,
 )
 from shardrec_embedding.quant.rowwise import (
     QUANT_DATA_TYPES,
@@ -34,8 +37,11 @@ __all__ = [
     "ScriptablePooledLookup",
     "SegmentMeta",
     "SequenceLookup",
+    "check_kjt_input",
     "check_segment_ids",
     "dequantize",
+    "kjt_lookup_args",
+    "kjt_segment_index",
     "quantize",
     "quantize_inference_model",
     "row_bytes",

@@ -13,15 +13,15 @@ from shardrec_embedding.configs import EmbeddingBagConfig, PoolingType
 from shardrec_embedding.embedding_bag_collection import EmbeddingBagCollection
 from shardrec_embedding.quant._storage import QuantStorage
 from shardrec_embedding.quant.config import output_dtype_of, weight_data_types
-from shardrec_embedding.quant.lookup import PooledLookup
-from shardrec_jagged import KeyedJaggedTensor, KeyedTensor
+from shardrec_embedding.quant.lookup import PooledLookup, kjt_lookup_args
+from shardrec_jagged import KeyedJaggedTensor, KeyedTensor, TorchScriptable
 
 __all__ = ["QuantEmbeddingBagCollection", "ScriptablePooledLookup"]
 
 _OWNER = "QuantEmbeddingBagCollection"
 
 
-class QuantEmbeddingBagCollection(nn.Module):
+class QuantEmbeddingBagCollection(TorchScriptable, nn.Module):
     """Pooled embeddings of quantized tables (TorchRec's `quant.EmbeddingBagCollection`).
 
     Args:
@@ -39,6 +39,8 @@ class QuantEmbeddingBagCollection(nn.Module):
     `embedding_bags.<table>.weight` (uint8 codes, or the float rows) and, for integer types,
     `embedding_bags.<table>.weight_qscaleshift` (`(R, 4)` uint8: fp16 scale, fp16 bias).
     """
+
+    __jit_unused_properties__ = ["device"]  # noqa: RUF012  # read by torch.jit.script
 
     def __init__(
         self,
@@ -125,7 +127,18 @@ class QuantEmbeddingBagCollection(nn.Module):
 
     def forward(self, features: KeyedJaggedTensor) -> KeyedTensor:
         """features: KJT `(F * B,)` lengths. Returns `KeyedTensor` `(B, sum of dims)` in
-        `output_dtype`."""
+        `output_dtype`. Under `torch.jit.script` the code after the first branch runs."""
+        if not torch._jit_internal.is_scripting():
+            return self._forward_eager(features)
+        meta = self.lookup.segments
+        owner = "QuantEmbeddingBagCollection"  # TorchScript reads no global str
+        args = kjt_lookup_args(features, self._is_weighted, owner, meta.features, meta.tables)
+        out = self.lookup(*args)
+        return KeyedTensor(
+            self._embedding_names, self._lengths_per_embedding, out.to(self._output_dtype)
+        )
+
+    def _forward_eager(self, features: KeyedJaggedTensor) -> KeyedTensor:
         values, weights = check_features(features, weighted=self._is_weighted, owner=_OWNER)
         feature_index = self._plan.feature_indices(features.keys())
         out = self.lookup(

@@ -14,21 +14,23 @@ from shardrec_embedding.embedding_collection import EmbeddingCollection
 from shardrec_embedding.quant._storage import QuantStorage
 from shardrec_embedding.quant.config import output_dtype_of, weight_data_types
 from shardrec_embedding.quant.embedding_bag_collection import _weight
-from shardrec_embedding.quant.lookup import SequenceLookup
-from shardrec_jagged import JaggedTensor, KeyedJaggedTensor
+from shardrec_embedding.quant.lookup import SequenceLookup, check_kjt_input, kjt_segment_index
+from shardrec_jagged import JaggedTensor, KeyedJaggedTensor, TorchScriptable
 
 __all__ = ["QuantEmbeddingCollection"]
 
 _OWNER = "QuantEmbeddingCollection"
 
 
-class QuantEmbeddingCollection(nn.Module):
+class QuantEmbeddingCollection(TorchScriptable, nn.Module):
     """Unpooled embeddings of quantized tables (TorchRec's `quant.EmbeddingCollection`).
 
     Args as `QuantEmbeddingBagCollection` (no weights); tables are `EmbeddingConfig`s of one
     `embedding_dim`. `forward(kjt)` returns `{name: JaggedTensor}` with `(N_f, D)` rows in
     `output_dtype`. `state_dict()` keys: `embeddings.<table>.weight` (+ `weight_qscaleshift`).
     """
+
+    __jit_unused_properties__ = ["device"]  # noqa: RUF012  # read by torch.jit.script
 
     def __init__(
         self,
@@ -59,6 +61,7 @@ class QuantEmbeddingCollection(nn.Module):
         self._storage = QuantStorage(tables, [PoolingType.NONE] * len(tables), device, _OWNER)
         self.lookup = SequenceLookup(self._storage.groups, self._storage.segments, check_ids)
         self._plan = self._storage.plan
+        self._embedding_names = [seg.embedding_name for seg in self._plan.segments]
 
     @classmethod
     def from_float(
@@ -101,6 +104,28 @@ class QuantEmbeddingCollection(nn.Module):
             self._storage.load_float(t, w)
 
     def forward(self, features: KeyedJaggedTensor) -> dict[str, JaggedTensor]:
+        """Under `torch.jit.script` the code after the first branch runs."""
+        if not torch._jit_internal.is_scripting():
+            return self._forward_eager(features)
+        values = features.values()
+        check_kjt_input(values, features.weights_or_none(), False, "QuantEmbeddingCollection")
+        meta = self.lookup.segments
+        feature_index = kjt_segment_index(features.keys(), meta.features, meta.tables)
+        offset_per_key = features.offset_per_key()
+        rows = self.lookup(values, offset_per_key, feature_index)
+        per_key = features.lengths().view(len(features.keys()), features.stride())
+        out: dict[str, JaggedTensor] = {}
+        for s in range(len(feature_index)):
+            k = feature_index[s]
+            ids: torch.Tensor | None = None
+            if self._need_indices:
+                ids = values[offset_per_key[k] : offset_per_key[k + 1]]
+            out[self._embedding_names[s]] = JaggedTensor(
+                values=rows[s].to(self._output_dtype), lengths=per_key[k], weights=ids
+            )
+        return out
+
+    def _forward_eager(self, features: KeyedJaggedTensor) -> dict[str, JaggedTensor]:
         values, _ = check_features(features, weighted=False, owner=_OWNER)
         feature_index = self._plan.feature_indices(features.keys())
         offset_per_key = list(features.offset_per_key())

@@ -19,13 +19,18 @@ measured fastest (docs/design/quant-kernels.md). Kernels read only the looked-up
 import torch
 from torch import nn
 
+from shardrec_jagged import KeyedJaggedTensor
+
 __all__ = [
     "KIND_FLOAT",
     "PooledLookup",
     "QuantGroup",
     "SegmentMeta",
     "SequenceLookup",
+    "check_kjt_input",
     "check_segment_ids",
+    "kjt_lookup_args",
+    "kjt_segment_index",
 ]
 
 KIND_FLOAT = 0  # kind = bits per code for integer groups (8, 4, 2), 0 for float groups
@@ -157,6 +162,61 @@ def check_segment_ids(
                 + str(rows[s])
                 + "))"
             )
+
+
+def check_kjt_input(
+    values: torch.Tensor, weights: torch.Tensor | None, weighted: bool, owner: str
+) -> None:
+    """The scripted forwards' input checks (the eager forwards run `check_features`)."""
+    if values.is_floating_point():
+        raise TypeError(
+            owner + ": ids must be an integer tensor, got floating-point values; cast them with "
+            ".long() if they are whole numbers"
+        )
+    if weighted and weights is None:
+        raise ValueError(
+            owner + " is weighted (is_weighted=True) but the KeyedJaggedTensor has no weights"
+        )
+    if not weighted and weights is not None:
+        raise ValueError(owner + " is unweighted but the KeyedJaggedTensor carries weights")
+
+
+def kjt_segment_index(keys: list[str], features: list[str], tables: list[str]) -> list[int]:
+    """Index into `keys` of each segment's feature (scripted forwards; the eager ones cache
+    this per key list). `ValueError` naming a missing feature and the table reading it."""
+    out: list[int] = []
+    for s in range(len(features)):
+        found = -1
+        for i in range(len(keys)):
+            if keys[i] == features[s]:
+                found = i
+                break
+        if found < 0:
+            raise ValueError(
+                "the KeyedJaggedTensor lacks feature '"
+                + features[s]
+                + "' that table '"
+                + tables[s]
+                + "' reads; it has keys "
+                + str(keys)
+            )
+        out.append(found)
+    return out
+
+
+def kjt_lookup_args(
+    features: KeyedJaggedTensor,
+    weighted: bool,
+    owner: str,
+    segment_features: list[str],
+    segment_tables: list[str],
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, list[int], list[int], int]:
+    """A scripted pooled forward's checks and `PooledLookup` arguments from the KJT."""
+    values = features.values()
+    weights = features.weights_or_none()
+    check_kjt_input(values, weights, weighted, owner)
+    index = kjt_segment_index(features.keys(), segment_features, segment_tables)
+    return values, features.lengths(), weights, features.offset_per_key(), index, features.stride()
 
 
 def _tracing() -> bool:

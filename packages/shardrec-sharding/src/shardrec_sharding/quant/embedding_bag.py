@@ -34,8 +34,9 @@ from shardrec_embedding.quant import (
     ScriptablePooledLookup,
     SegmentMeta,
     check_segment_ids,
+    kjt_lookup_args,
 )
-from shardrec_jagged import KeyedJaggedTensor, KeyedTensor
+from shardrec_jagged import KeyedJaggedTensor, KeyedTensor, TorchScriptable
 from shardrec_planner import ParameterSharding, ShardingType
 
 __all__ = ["ShardedPooledLookup", "ShardedQuantEmbeddingBagCollection"]
@@ -146,10 +147,12 @@ class ShardedPooledLookup(nn.Module):
         return torch.cat(pieces, dim=1)
 
 
-class ShardedQuantEmbeddingBagCollection(nn.Module):
+class ShardedQuantEmbeddingBagCollection(TorchScriptable, nn.Module):
     """A `QuantEmbeddingBagCollection` sharded by `plan` (table name -> ParameterSharding)
     over `world_size` devices of this process (`device_of(rank)`). `forward(kjt)` returns the
     unsharded module's `KeyedTensor`."""
+
+    __jit_unused_properties__ = ["plan"]  # noqa: RUF012  # read by torch.jit.script
 
     def __init__(
         self,
@@ -250,12 +253,26 @@ class ShardedQuantEmbeddingBagCollection(nn.Module):
         )
         self._module = _Frozen(module)
         self._plan_entries = dict(plan)
+        # What the scripted forward reads (TorchScript-typed attributes).
+        self._is_weighted = module.is_weighted()
+        self._output_dtype = module.output_dtype()
+        self._embedding_names = module.embedding_names()
+        self._dims = [s.dim for s in module._plan.segments]
 
     @property
     def plan(self) -> dict[str, ParameterSharding]:
         return dict(self._plan_entries)
 
     def forward(self, features: KeyedJaggedTensor) -> KeyedTensor:
+        if not torch._jit_internal.is_scripting():
+            return self._forward_eager(features)
+        meta = self.lookup.unsharded
+        owner = "ShardedQuantEmbeddingBagCollection"
+        args = kjt_lookup_args(features, self._is_weighted, owner, meta.features, meta.tables)
+        out = self.lookup(*args)
+        return KeyedTensor(self._embedding_names, self._dims, out.to(self._output_dtype))
+
+    def _forward_eager(self, features: KeyedJaggedTensor) -> KeyedTensor:
         unsharded = self._module.get()
         values = features.values()
         weights = features.weights_or_none()

@@ -1,4 +1,4 @@
-"""`shard_quant_model`: plan (forward only) and shard every quantized EBC of a model."""
+"""`shard_quant_model`: plan (forward only) and shard every quantized EBC and EC of a model."""
 
 from __future__ import annotations
 
@@ -7,15 +7,19 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
-from shardrec_embedding import QuantEmbeddingBagCollection
+from shardrec_embedding import QuantEmbeddingBagCollection, QuantEmbeddingCollection
 from shardrec_planner import (
     EmbeddingShardingPlanner,
     ParameterConstraints,
     ShardingPlan,
     Topology,
 )
+from shardrec_sharding.quant.embedding import ShardedQuantEmbeddingCollection
 from shardrec_sharding.quant.embedding_bag import ShardedQuantEmbeddingBagCollection
-from shardrec_sharding.quant.sharder import QuantEmbeddingBagCollectionSharder
+from shardrec_sharding.quant.sharder import (
+    QuantEmbeddingBagCollectionSharder,
+    QuantEmbeddingCollectionSharder,
+)
 
 __all__ = ["shard_quant_model"]
 
@@ -29,9 +33,10 @@ def shard_quant_model(
     *,
     plan: ShardingPlan | None = None,
 ) -> tuple[nn.Module, ShardingPlan]:
-    """Shard every `QuantEmbeddingBagCollection` of `model` over `world_size` devices of this
-    process; returns `(model, plan)` with the collections replaced (in place) by
-    `ShardedQuantEmbeddingBagCollection` (TorchRec's `torchrec.inference.modules` signature).
+    """Shard every `QuantEmbeddingBagCollection` and `QuantEmbeddingCollection` of `model` over
+    `world_size` devices of this process; returns `(model, plan)` with the collections replaced
+    (in place) by `ShardedQuantEmbeddingBagCollection` / `ShardedQuantEmbeddingCollection`
+    (TorchRec's `torchrec.inference.modules` signature).
 
     compute_device: "cpu" puts every rank on the CPU (as TorchRec's CPU path does); "cuda"
     puts rank r on `cuda:r`. sharding_device is accepted for TorchRec compatibility: the
@@ -53,18 +58,32 @@ def shard_quant_model(
             topology=Topology(world_size=world_size, compute_device=device_type),
             constraints=constraints,
         )
-        plan = planner.plan(model, [QuantEmbeddingBagCollectionSharder()])
-    if isinstance(model, QuantEmbeddingBagCollection):
-        entries = plan.get_plan_for_module("")
-        if entries is None:
-            raise ValueError("the plan has no entry for the model (module path '')")
-        return ShardedQuantEmbeddingBagCollection(model, entries, devices), plan
+        plan = planner.plan(
+            model, [QuantEmbeddingBagCollectionSharder(), QuantEmbeddingCollectionSharder()]
+        )
+    if isinstance(model, _QUANT_COLLECTIONS):
+        return _shard_one(model, "", plan, devices), plan
     for path, child in list(model.named_modules()):
-        if isinstance(child, QuantEmbeddingBagCollection):
-            entries = plan.get_plan_for_module(path)
-            if entries is None:
-                raise ValueError(f"the plan has no entry for module {path!r}")
+        if isinstance(child, _QUANT_COLLECTIONS):
             parent_path, _, name = path.rpartition(".")
             parent = model.get_submodule(parent_path) if parent_path else model
-            setattr(parent, name, ShardedQuantEmbeddingBagCollection(child, entries, devices))
+            setattr(parent, name, _shard_one(child, path, plan, devices))
     return model, plan
+
+
+_QUANT_COLLECTIONS = (QuantEmbeddingBagCollection, QuantEmbeddingCollection)
+
+
+def _shard_one(
+    module: QuantEmbeddingBagCollection | QuantEmbeddingCollection,
+    path: str,
+    plan: ShardingPlan,
+    devices: list[torch.device],
+) -> ShardedQuantEmbeddingBagCollection | ShardedQuantEmbeddingCollection:
+    entries = plan.get_plan_for_module(path)
+    if entries is None:
+        what = "the model (module path '')" if not path else f"module {path!r}"
+        raise ValueError(f"the plan has no entry for {what}")
+    if isinstance(module, QuantEmbeddingCollection):
+        return ShardedQuantEmbeddingCollection(module, entries, devices)
+    return ShardedQuantEmbeddingBagCollection(module, entries, devices)

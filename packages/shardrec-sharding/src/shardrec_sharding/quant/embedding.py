@@ -1,0 +1,334 @@
+"""`ShardedQuantEmbeddingCollection`: a quantized EC split over the devices of one process.
+
+Each table's shards (table_wise: the whole table; row_wise: row blocks; column_wise: column
+blocks) become tables of one `QuantEmbeddingCollection` per (device, shard width), holding the
+*same* quantized rows as the unsharded module (codes and the row's scale/bias are sliced, not
+re-quantized). Every output row is one stored row copied, never a sum, so outputs are
+bit-equal to the unsharded module's for every sharding type.
+
+```
+N ids of feature f read by table t (rows R, dim D), 2 devices:
+  table_wise : rank r(t) looks up all N ids                          -> (N, D)
+  column_wise: rank 0 cols [0, D0), rank 1 cols [D0, D)               -> (N, D) by columns
+  row_wise   : rank 0 rows [0, R0), rank 1 rows [R0, R): every rank looks up all N ids, ids
+               it does not own clamped to its row 0; a mask per rank picks each id's row
+```
+
+row_wise does world_size x the lookups of the unsharded module instead of bucketizing ids:
+simple, exact and scriptable; one process has no all-to-all to save. The forward takes a KJT
+under `torch.jit.script` too.
+"""
+
+from collections.abc import Mapping, Sequence
+
+import torch
+from torch import nn
+
+from shardrec_embedding import (
+    EmbeddingBagConfig,
+    EmbeddingConfig,
+    QuantEmbeddingCollection,
+)
+from shardrec_embedding.quant import (
+    SegmentMeta,
+    SequenceLookup,
+    check_kjt_input,
+    check_segment_ids,
+    kjt_segment_index,
+)
+from shardrec_jagged import JaggedTensor, KeyedJaggedTensor, TorchScriptable
+from shardrec_planner import ParameterSharding, ShardingType
+from shardrec_sharding.quant.embedding_bag import _slice_state
+
+__all__ = ["ShardedQuantEmbeddingCollection", "ShardedSequenceLookup"]
+
+_OWNER = "ShardedQuantEmbeddingCollection"
+_SUPPORTED = (ShardingType.TABLE_WISE, ShardingType.ROW_WISE, ShardingType.COLUMN_WISE)
+
+
+class ShardedSequenceLookup(nn.Module):
+    """Scriptable per-id lookup over the per-device lookups; same signature as `SequenceLookup`.
+
+    forward(values `(N,)`, offset_per_key `F + 1` ints, feature_index (KJT key of each
+    unsharded segment)) -> per unsharded segment `s` its `(N_s, D)` rows, in the dtype the
+    unsharded `SequenceLookup` returns for that table.
+
+    Per device `r`, `inputs[r][j]` is the unsharded segment of its j-th sub-segment, which
+    reads rows `[row_lo, row_hi)` (`row_lo` -1: all rows) into columns `[col, col + width)`.
+    """
+
+    def __init__(
+        self,
+        ranks: list[SequenceLookup],
+        devices: list[str],
+        unsharded: SegmentMeta,
+        inputs: list[list[int]],
+        row_lo: list[list[int]],
+        row_hi: list[list[int]],
+        cols: list[list[int]],
+        check_ids: bool,
+    ) -> None:
+        super().__init__()
+        self.ranks = nn.ModuleList(ranks)
+        self.devices = devices
+        self.unsharded = unsharded
+        self.inputs = inputs
+        self.row_lo = row_lo
+        self.row_hi = row_hi
+        self.check_ids = check_ids
+        # segments whose shards are row blocks (a mask per shard selects each id's row)
+        # and the first column of each segment's shards, in the order the forward meets them
+        masked = [False] * len(unsharded.rows)
+        piece_cols: list[list[int]] = [[] for _ in unsharded.rows]
+        for r in range(len(inputs)):
+            for j, s in enumerate(inputs[r]):
+                masked[s] = masked[s] or row_lo[r][j] >= 0
+                piece_cols[s].append(cols[r][j])
+        self.masked = masked
+        self.piece_cols = piece_cols
+
+    def forward(
+        self, values: torch.Tensor, offset_per_key: list[int], feature_index: list[int]
+    ) -> list[torch.Tensor]:
+        meta = self.unsharded
+        if self.check_ids:
+            check_segment_ids(
+                values,
+                offset_per_key,
+                feature_index,
+                meta.rows,
+                meta.min_rows,
+                meta.features,
+                meta.tables,
+            )
+        num_segments = len(meta.rows)
+        pieces: list[list[torch.Tensor]] = [[] for _ in range(num_segments)]
+        masks: list[list[torch.Tensor]] = [[] for _ in range(num_segments)]
+        for r, lookup in enumerate(self.ranks):
+            device = torch.device(self.devices[r])
+            ids_parts: list[torch.Tensor] = []
+            sub_offsets = [0]
+            for j, s in enumerate(self.inputs[r]):
+                k = feature_index[s]
+                ids = values[offset_per_key[k] : offset_per_key[k + 1]].long()
+                lo = self.row_lo[r][j]
+                if lo >= 0:
+                    owned = (ids >= lo) & (ids < self.row_hi[r][j])
+                    ids = torch.where(owned, ids - lo, torch.zeros_like(ids))
+                    masks[s].append(owned)
+                ids_parts.append(ids)
+                sub_offsets.append(sub_offsets[-1] + ids.numel())
+            identity = list(range(len(ids_parts)))
+            rows = lookup(torch.cat(ids_parts).to(device), sub_offsets, identity)
+            for j, s in enumerate(self.inputs[r]):
+                pieces[s].append(rows[j].to(values.device))
+        out: list[torch.Tensor] = []
+        for s in range(num_segments):
+            parts = pieces[s]
+            first = parts[0]
+            if len(parts) == 1 and not self.masked[s] and first.shape[1] == meta.dims[s]:
+                out.append(first)  # table_wise: the shard's rows as they are
+                continue
+            block = torch.zeros(
+                first.shape[0], meta.dims[s], dtype=first.dtype, device=first.device
+            )
+            for i, part in enumerate(parts):
+                c0 = self.piece_cols[s][i]
+                target = block[:, c0 : c0 + part.shape[1]]
+                if self.masked[s]:  # row_wise: a select, not a sum: the rows stay bit-exact
+                    target.copy_(torch.where(masks[s][i].unsqueeze(1), part, target))
+                else:
+                    target.copy_(part)
+            out.append(block)
+        return out
+
+
+class ShardedQuantEmbeddingCollection(TorchScriptable, nn.Module):
+    """A `QuantEmbeddingCollection` sharded by `plan` (table name -> ParameterSharding) over
+    `len(devices)` devices ("ranks") of this process. `forward(kjt)` returns the unsharded
+    module's `{name: JaggedTensor}` (same keys, values, lengths, and ids as weights with
+    `need_indices`)."""
+
+    __jit_unused_properties__ = ["plan"]  # noqa: RUF012  # read by torch.jit.script
+
+    def __init__(
+        self,
+        module: QuantEmbeddingCollection,
+        plan: Mapping[str, ParameterSharding],
+        devices: Sequence[torch.device | str],
+    ) -> None:
+        super().__init__()
+        configs = module.embedding_configs()
+        missing = [t.name for t in configs if t.name not in plan]
+        if missing:
+            raise ValueError(f"the plan has no entry for table(s) {missing}")
+        world = len(devices)
+        source = module.state_dict()
+        segments = module._plan.segments
+        # per (rank, shard width): the shard tables and their sliced state
+        subs: dict[tuple[int, int], list[EmbeddingConfig]] = {}
+        sub_state: dict[tuple[int, int], dict[str, torch.Tensor]] = {}
+        sub_inputs: dict[tuple[int, int], list[tuple[int, int, int, int]]] = {}
+        for ti, t in enumerate(configs):
+            ps = plan[t.name]
+            kind = ps.sharding_type
+            if kind not in _SUPPORTED:
+                raise ValueError(
+                    f"table {t.name!r}: sharding type {kind.value} is not supported for "
+                    "quantized inference; use table_wise, row_wise or column_wise"
+                )
+            _check_geometry(t, ps, world)
+            row_wise = kind is ShardingType.ROW_WISE
+            table_segments = [s for s, seg in enumerate(segments) if seg.table_index == ti]
+            for i, shard in enumerate(ps.shards):
+                r0, c0 = shard.shard_offsets
+                rows, cols = shard.shard_sizes
+                if rows == 0 or cols == 0:
+                    continue  # an empty shard (rows < world_size) owns no id
+                key = (ps.ranks[i], cols)
+                name = f"{t.name}__shard{i}"
+                subs.setdefault(key, []).append(
+                    EmbeddingConfig(
+                        name=name,
+                        num_embeddings=rows,
+                        embedding_dim=cols,
+                        data_type=t.data_type,
+                        feature_names=list(t.feature_names),
+                    )
+                )
+                sub_state.setdefault(key, {}).update(
+                    _slice_state(
+                        source,
+                        f"embeddings.{t.name}.",
+                        f"embeddings.{name}.",
+                        _bag_view(t),
+                        r0,
+                        rows,
+                        c0,
+                        cols,
+                    )
+                )
+                # sub-segments follow the sub-table's features, as the sub-module orders them
+                sub_inputs.setdefault(key, []).extend(
+                    (s, r0 if row_wise else -1, r0 + rows if row_wise else -1, c0)
+                    for s in table_segments
+                )
+        self.rank_modules = nn.ModuleList()
+        lookups: list[SequenceLookup] = []
+        keys = sorted(subs)
+        for key in keys:
+            sub = QuantEmbeddingCollection(subs[key], device=devices[key[0]], check_ids=False)
+            sub.load_state_dict(sub_state[key])
+            self.rank_modules.append(sub)
+            lookups.append(sub.lookup)
+        self.lookup = ShardedSequenceLookup(
+            lookups,
+            [str(torch.device(devices[r])) for r, _ in keys],
+            module.lookup.segments,
+            [[e[0] for e in sub_inputs[k]] for k in keys],
+            [[e[1] for e in sub_inputs[k]] for k in keys],
+            [[e[2] for e in sub_inputs[k]] for k in keys],
+            [[e[3] for e in sub_inputs[k]] for k in keys],
+            module.lookup.check_ids,
+        )
+        self._table_plan = module._plan  # eager forward: cached KJT key -> segment index
+        self._plan_entries = dict(plan)
+        # What the scripted forward reads (TorchScript-typed attributes).
+        self._output_dtype = module.output_dtype()
+        self._need_indices = module._need_indices
+        self._embedding_names = [seg.embedding_name for seg in segments]
+
+    @property
+    def plan(self) -> dict[str, ParameterSharding]:
+        return dict(self._plan_entries)
+
+    def forward(self, features: KeyedJaggedTensor) -> dict[str, JaggedTensor]:
+        """Under `torch.jit.script` the code after the first branch runs."""
+        # `torch._jit_internal.is_scripting` is `torch.jit.is_scripting` (which torch's stubs
+        # do not export); TorchScript folds the branch either way.
+        if not torch._jit_internal.is_scripting():
+            return self._forward_eager(features)
+        values = features.values()
+        check_kjt_input(
+            values, features.weights_or_none(), False, "ShardedQuantEmbeddingCollection"
+        )
+        meta = self.lookup.unsharded
+        feature_index = kjt_segment_index(features.keys(), meta.features, meta.tables)
+        return self._outputs(
+            values, features.lengths(), features.offset_per_key(), feature_index, features.stride()
+        )
+
+    def _forward_eager(self, features: KeyedJaggedTensor) -> dict[str, JaggedTensor]:
+        values = features.values()
+        check_kjt_input(values, features.weights_or_none(), False, _OWNER)
+        feature_index = self._table_plan.feature_indices(features.keys())
+        return self._outputs(
+            values,
+            features.lengths(),
+            list(features.offset_per_key()),
+            feature_index,
+            features.stride(),
+        )
+
+    def _outputs(
+        self,
+        values: torch.Tensor,
+        lengths: torch.Tensor,
+        offset_per_key: list[int],
+        feature_index: list[int],
+        batch: int,
+    ) -> dict[str, JaggedTensor]:
+        rows = self.lookup(values, offset_per_key, feature_index)
+        per_key = lengths.view(len(offset_per_key) - 1, batch)
+        out: dict[str, JaggedTensor] = {}
+        for s in range(len(feature_index)):
+            k = feature_index[s]
+            ids: torch.Tensor | None = None
+            if self._need_indices:
+                ids = values[offset_per_key[k] : offset_per_key[k + 1]]
+            out[self._embedding_names[s]] = JaggedTensor(
+                values=rows[s].to(self._output_dtype), lengths=per_key[k], weights=ids
+            )
+        return out
+
+    def extra_repr(self) -> str:
+        return ", ".join(
+            f"{name}: {ps.sharding_type.value} on ranks {list(ps.ranks)}"
+            for name, ps in self._plan_entries.items()
+        )
+
+
+def _check_geometry(table: EmbeddingConfig, ps: ParameterSharding, world: int) -> None:
+    """`ValueError` naming the table for a shard off the devices or outside the table, or
+    shards that do not cover it."""
+    area = 0
+    for i, (shard, rank) in enumerate(zip(ps.shards, ps.ranks, strict=True)):
+        if not 0 <= rank < world:
+            raise ValueError(
+                f"table {table.name!r}: shard {i} is placed on rank {rank}, outside "
+                f"world_size {world}"
+            )
+        (r0, c0), (rows, cols) = shard.shard_offsets, shard.shard_sizes
+        if r0 + rows > table.num_embeddings or c0 + cols > table.embedding_dim:
+            raise ValueError(
+                f"table {table.name!r}: shard {i} (rows [{r0}, {r0 + rows}), columns "
+                f"[{c0}, {c0 + cols})) lies outside the table's "
+                f"({table.num_embeddings}, {table.embedding_dim})"
+            )
+        area += rows * cols
+    if area != table.num_embeddings * table.embedding_dim:
+        raise ValueError(
+            f"table {table.name!r}: the shards cover {area} of the table's "
+            f"{table.num_embeddings} x {table.embedding_dim} elements; they must tile it"
+        )
+
+
+def _bag_view(table: EmbeddingConfig) -> EmbeddingBagConfig:
+    # `_slice_state` reads only name, data_type and embedding_dim, typed as a bag config
+    return EmbeddingBagConfig(
+        name=table.name,
+        num_embeddings=table.num_embeddings,
+        embedding_dim=table.embedding_dim,
+        data_type=table.data_type,
+        feature_names=list(table.feature_names),
+    )
