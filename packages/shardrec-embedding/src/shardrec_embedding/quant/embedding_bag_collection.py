@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -11,17 +10,17 @@ from torch import nn
 from shardrec_embedding._tables import check_features
 from shardrec_embedding.configs import EmbeddingBagConfig, PoolingType
 from shardrec_embedding.embedding_bag_collection import EmbeddingBagCollection
-from shardrec_embedding.quant._storage import QuantStorage
-from shardrec_embedding.quant.config import output_dtype_of, weight_data_types
+from shardrec_embedding.quant._base import QuantCollectionBase, float_weight
+from shardrec_embedding.quant.config import output_dtype_of
 from shardrec_embedding.quant.lookup import PooledLookup, kjt_lookup_args
-from shardrec_jagged import KeyedJaggedTensor, KeyedTensor, TorchScriptable
+from shardrec_jagged import KeyedJaggedTensor, KeyedTensor
 
 __all__ = ["QuantEmbeddingBagCollection", "ScriptablePooledLookup"]
 
 _OWNER = "QuantEmbeddingBagCollection"
 
 
-class QuantEmbeddingBagCollection(TorchScriptable, nn.Module):
+class QuantEmbeddingBagCollection(QuantCollectionBase[EmbeddingBagConfig]):
     """Pooled embeddings of quantized tables (TorchRec's `quant.EmbeddingBagCollection`).
 
     Args:
@@ -40,7 +39,8 @@ class QuantEmbeddingBagCollection(TorchScriptable, nn.Module):
     `embedding_bags.<table>.weight_qscaleshift` (`(R, 4)` uint8: fp16 scale, fp16 bias).
     """
 
-    __jit_unused_properties__ = ["device"]  # noqa: RUF012  # read by torch.jit.script
+    _owner = _OWNER
+    _state_prefix = "embedding_bags."
 
     def __init__(
         self,
@@ -61,24 +61,14 @@ class QuantEmbeddingBagCollection(TorchScriptable, nn.Module):
                 raise ValueError(
                     f"{_OWNER}: table {t.name!r} has MEAN pooling but is_weighted=True"
                 )
-        if output_dtype not in (torch.float32, torch.float16):
-            raise ValueError(
-                f"{_OWNER}: output_dtype {output_dtype} must be torch.float or torch.half"
-            )
-        names = [t.name for t in tables]
-        if len(set(names)) != len(names) or not all(names):
-            raise ValueError(f"{_OWNER}: table names {names} must be non-empty and unique")
-        self._configs = list(tables)
         self._is_weighted = is_weighted
-        self._output_dtype = output_dtype
-        self._storage = QuantStorage(tables, [t.pooling for t in tables], device, _OWNER)
+        self._init_storage(tables, [t.pooling for t in tables], device, output_dtype)
         self.lookup = PooledLookup(
             self._storage.groups,
             self._storage.segments,
             check_ids,
             half_output=output_dtype == torch.float16,
         )
-        self._plan = self._storage.plan
         self._embedding_names = [s.embedding_name for s in self._plan.segments]
         self._lengths_per_embedding = [s.dim for s in self._plan.segments]
 
@@ -88,42 +78,18 @@ class QuantEmbeddingBagCollection(TorchScriptable, nn.Module):
     ) -> QuantEmbeddingBagCollection:
         """Quantize a trained `EmbeddingBagCollection` carrying `module.qconfig` (a
         `QuantConfig`). `use_precomputed_fake_quant` is accepted for `quantize_dynamic`."""
-        if not isinstance(module, EmbeddingBagCollection):
-            raise TypeError(
-                f"{_OWNER}.from_float takes an EmbeddingBagCollection, got {type(module).__name__}"
-            )
-        qconfig = getattr(module, "qconfig", None)
-        if qconfig is None:
-            raise ValueError(
-                f"{_OWNER}.from_float: the EmbeddingBagCollection has no qconfig; set "
-                "module.qconfig = QuantConfig(activation=..., weight=...) or call "
-                "quantize_inference_model"
-            )
-        configs = module.embedding_bag_configs()
-        data_types = weight_data_types(qconfig, [t.name for t in configs])
-        tables = [dataclasses.replace(t, data_type=data_types[t.name]) for t in configs]
+        ebc, qconfig = cls._checked_float(module, EmbeddingBagCollection)
+        tables = cls._quantized(qconfig, ebc.embedding_bag_configs())
         quant = cls(
             tables,
-            module.is_weighted(),
-            module.device,
+            ebc.is_weighted(),
+            ebc.device,
             output_dtype_of(qconfig),
-            check_ids=module._check_ids,
+            check_ids=ebc._check_ids,
         )
-        quant.load_float_weights({t.name: _weight(module.embedding_bags[t.name]) for t in configs})
+        bags = ebc.embedding_bags
+        quant.load_float_weights({t.name: float_weight(bags[t.name]) for t in tables})
         return quant
-
-    def load_float_weights(self, weights: Mapping[str, torch.Tensor]) -> None:
-        """Quantize float `(R, D)` tables by name into this module's storage."""
-        for t in self._configs:
-            if t.name not in weights:
-                raise KeyError(f"{_OWNER}: no float weight for table {t.name!r}")
-            w = weights[t.name]
-            if tuple(w.shape) != (t.num_embeddings, t.embedding_dim):
-                raise ValueError(
-                    f"{_OWNER}: table {t.name!r} is ({t.num_embeddings}, {t.embedding_dim}), "
-                    f"got a weight of shape {tuple(w.shape)}"
-                )
-            self._storage.load_float(t, w)
 
     def forward(self, features: KeyedJaggedTensor) -> KeyedTensor:
         """features: KJT `(F * B,)` lengths. Returns `KeyedTensor` `(B, sum of dims)` in
@@ -171,48 +137,11 @@ class QuantEmbeddingBagCollection(TorchScriptable, nn.Module):
     def is_weighted(self) -> bool:
         return self._is_weighted
 
-    def output_dtype(self) -> torch.dtype:
-        return self._output_dtype
-
     def embedding_bag_configs(self) -> list[EmbeddingBagConfig]:
         return list(self._configs)
 
     def embedding_names(self) -> list[str]:
         return list(self._embedding_names)
-
-    def storage_bytes(self) -> int:
-        """Bytes of the quantized rows (all tables)."""
-        return self._storage.nbytes()
-
-    @property
-    def device(self) -> torch.device:
-        for b in self.buffers():
-            return b.device
-        return torch.device("cpu")
-
-    def _save_to_state_dict(
-        self, destination: dict[str, torch.Tensor], prefix: str, keep_vars: bool
-    ) -> None:
-        self._storage.save(destination, prefix + "embedding_bags.")
-
-    def _load_from_state_dict(
-        self,
-        state_dict: Mapping[str, torch.Tensor],
-        prefix: str,
-        local_metadata: object,
-        strict: bool,
-        missing_keys: list[str],
-        unexpected_keys: list[str],
-        error_msgs: list[str],
-    ) -> None:
-        self._storage.load(
-            state_dict,
-            prefix + "embedding_bags.",
-            missing_keys,
-            unexpected_keys,
-            error_msgs,
-            strict,
-        )
 
     def extra_repr(self) -> str:
         tables = ", ".join(
@@ -258,9 +187,3 @@ class ScriptablePooledLookup(nn.Module):
             values, lengths, weights, offset_per_key, self.feature_index, batch
         )
         return out.half() if self.half_output else out
-
-
-def _weight(module: nn.Module) -> torch.Tensor:
-    weight = module.weight
-    assert isinstance(weight, torch.Tensor)
-    return weight
