@@ -90,12 +90,23 @@ class DenseArch(nn.Module):
 
     def forward(self, features: Tensor) -> Tensor:
         if features.dim() != 2 or features.shape[1] != self.in_features:
-            raise ValueError(
-                f"dense_features has shape {tuple(features.shape)}, but the model was built with "
-                f"dense_in_features={self.in_features}: expected (B, {self.in_features})"
-            )
+            raise ValueError(_width_error(list(features.shape), self.in_features))
         out: Tensor = self.model(features)
         return out
+
+
+def _width_error(shape: list[int], width: int) -> str:
+    """The message, built so that TorchScript compiles it (no f-strings, no tuple())."""
+    dims = ", ".join([str(d) for d in shape]) + ("," if len(shape) == 1 else "")
+    return (
+        "dense_features has shape ("
+        + dims
+        + "), but the model was built with dense_in_features="
+        + str(width)
+        + ": expected (B, "
+        + str(width)
+        + ")"
+    )
 
 
 class InteractionArch(nn.Module):
@@ -114,14 +125,20 @@ class InteractionArch(nn.Module):
         # step for a constant, and a `meta` model would have to recompute it.
         self._pair_index: dict[torch.device, Tensor] = {}
 
+    @torch.jit.unused
     def pair_index(self, device: torch.device) -> Tensor:
-        """`(P,)` int64, P = (F + 1) * F / 2: flat Gram-matrix positions of the pairs."""
+        """`(P,)` int64, P = (F + 1) * F / 2: flat Gram-matrix positions of the pairs, cached
+        per device (scripted, the forward builds them per call: TorchScript has no dict keyed
+        by device)."""
         index = self._pair_index.get(device)
         if index is None:
-            rows, cols = torch.triu_indices(self.F + 1, self.F + 1, offset=1, device=device)
-            index = rows * (self.F + 1) + cols
+            index = self._pairs(device)
             self._pair_index[device] = index
         return index
+
+    def _pairs(self, device: torch.device) -> Tensor:
+        rows_cols = torch.triu_indices(self.F + 1, self.F + 1, offset=1, device=device)
+        return rows_cols[0] * (self.F + 1) + rows_cols[1]
 
     def forward(self, dense_features: Tensor, sparse_features: Tensor) -> Tensor:
         if self.F <= 0:
@@ -129,7 +146,11 @@ class InteractionArch(nn.Module):
         combined = torch.cat((dense_features.unsqueeze(1), sparse_features), dim=1)
         gram = torch.bmm(combined, combined.transpose(1, 2))  # (B, F+1, F+1)
         # One index_select over the flattened matrix: its backward is a single index_add.
-        pairs = gram.flatten(1).index_select(1, self.pair_index(gram.device))
+        if torch._jit_internal.is_scripting():
+            index = self._pairs(gram.device)
+        else:
+            index = self.pair_index(gram.device)
+        pairs = gram.flatten(1).index_select(1, index)
         return torch.cat((dense_features, pairs), dim=1)
 
 
