@@ -30,6 +30,8 @@ from shardrec_embedding import (
     PoolingType,
     batched_embedding_bag,
 )
+from shardrec_embedding import embedding_bag_collection as ebc_module
+from shardrec_embedding._native import native_available
 from shardrec_jagged import KeyedJaggedTensor
 
 try:  # TorchRec is only a comparison point; never imported by shardrec packages.
@@ -202,6 +204,21 @@ def kernel_options(shape: Shape, ebc: EmbeddingBagCollection, repeats: int) -> l
     return [f"| {name} | {ms:.2f} | {ms / base:.2f}x of ours |" for name, ms in out]
 
 
+def torch_path(fn: Callable[[], object]) -> Callable[[], object]:
+    """`fn` with the native kernels hidden from the EBC (the path before them, or without a C
+    compiler / with SHARDREC_NATIVE=0)."""
+
+    def run() -> object:
+        saved = ebc_module.native_applies
+        ebc_module.native_applies = lambda *a: False  # type: ignore[assignment]
+        try:
+            return fn()
+        finally:
+            ebc_module.native_applies = saved
+
+    return run
+
+
 def forward_tables(
     shape: Shape, ebc: EmbeddingBagCollection, ref: Any, copy_gbs: float, repeats: int
 ) -> tuple[float, float | None]:
@@ -219,16 +236,20 @@ def forward_tables(
         return torch.cat([b(v, offs) for b, v in zip(bags, split, strict=True)], 1)
 
     candidates: dict[str, Callable[[], object]] = {"ours": lambda: ebc(kjt), "loop": loop}
+    if native_available():
+        candidates["torch path"] = torch_path(lambda: ebc(kjt))
     if ref is not None:
         candidates["ref"] = lambda: ref(ref_kjt)
     with torch.no_grad():
         ms = interleaved_ms(candidates, repeats)
-    ours_ms, loop_ms, ref_ms = ms["ours"], ms["loop"], ms.get("ref")
+    ours_ms, loop_ms, ref_ms, torch_ms = ms["ours"], ms["loop"], ms.get("ref"), ms.get("torch path")
+    native = "native kernel" if native_available() else "torch path: native kernels unavailable"
     print(f"## forward, {shape.describe()}, fp32 (median ms of {repeats}, interleaved)\n")
     print("| module | ms | bandwidth | TorchRec / module | loop of nn.EmbeddingBag / module |")
     print("|---|---|---|---|---|")
     for name, ms in [
-        ("shardrec EmbeddingBagCollection", ours_ms),
+        (f"shardrec EmbeddingBagCollection ({native})", ours_ms),
+        ("shardrec EmbeddingBagCollection, torch path", torch_ms),
         ("TorchRec EmbeddingBagCollection", ref_ms),
         ("loop of nn.EmbeddingBag + cat", loop_ms),
     ]:
@@ -243,6 +264,8 @@ def forward_tables(
         )
     fb_repeats = max(3, repeats // 2)
     steps: dict[str, Callable[[], object]] = {"ours": lambda: fwd_bwd(ebc, kjt)}
+    if native_available():
+        steps["torch path"] = torch_path(lambda: fwd_bwd(ebc, kjt))
     if ref is not None:
         steps["ref"] = lambda: fwd_bwd(ref, ref_kjt)
     fb = interleaved_ms(steps, fb_repeats)
@@ -251,9 +274,15 @@ def forward_tables(
     print("| module | ms | TorchRec / module |")
     print("|---|---|---|")
     print(
-        f"| shardrec EmbeddingBagCollection | {ours_fb:.2f} | "
+        f"| shardrec EmbeddingBagCollection ({native}) | {ours_fb:.2f} | "
         f"{'n/a' if ref_fb is None else f'{ref_fb / ours_fb:.2f}x'} (target >= 2x) |"
     )
+    if "torch path" in fb and ref_fb is not None:
+        torch_fb = fb["torch path"]
+        print(
+            f"| shardrec EmbeddingBagCollection, torch path | {torch_fb:.2f} | "
+            f"{ref_fb / torch_fb:.2f}x |"
+        )
     if ref_fb is not None:
         print(f"| TorchRec EmbeddingBagCollection | {ref_fb:.2f} | 1.00x |")
     return ours_ms, ref_ms

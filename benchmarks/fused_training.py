@@ -23,6 +23,8 @@ import torch
 
 from shardrec_embedding.configs import EmbeddingBagConfig
 from shardrec_embedding.fused import FusedEmbeddingBagCollection, fbgemm_backward
+from shardrec_embedding.fused import lookup as fused_lookup
+from shardrec_embedding.fused.native_backward import native_backward_unsupported
 from shardrec_jagged import KeyedJaggedTensor
 from shardrec_optim import EmbOptimType, FusedOptimSpec, state_shapes
 
@@ -130,25 +132,27 @@ def ours_step(
     data: list[Batch],
     grad: torch.Tensor,
     *,
-    torch_only: bool = False,
+    hide: tuple[str, ...] = (),
 ) -> Callable[[int], None]:
-    """One step of our module; `torch_only` hides fbgemm from the backward (the path a machine
-    without fbgemm-gpu-cpu takes)."""
+    """One step of our module. `hide` takes backends out of the backward: "native" (the path
+    before the native kernels, or without a C compiler), "fbgemm" (without fbgemm-gpu-cpu)."""
     model = FusedEmbeddingBagCollection(cfgs, spec, check_ids=True)
     kjts = [KeyedJaggedTensor(keys=d.keys, values=d.values, lengths=d.lengths) for d in data]
 
     def step(i: int) -> None:
         out = model(kjts[i % len(kjts)]).values()
-        if torch_only:
-            # fbgemm_applies looks the probe up at call time: patch it for this backward only.
-            saved = fbgemm_backward.fbgemm_tbe_available
+        # The probes are looked up at call time: patch them for this backward only.
+        saved_fbgemm = fbgemm_backward.fbgemm_tbe_available
+        saved_native = fused_lookup.native_backward_unsupported
+        if "fbgemm" in hide:
             fbgemm_backward.fbgemm_tbe_available = lambda: False  # type: ignore[assignment]
-            try:
-                out.backward(grad)
-            finally:
-                fbgemm_backward.fbgemm_tbe_available = saved
-        else:
+        if "native" in hide:
+            fused_lookup.native_backward_unsupported = lambda *a: "hidden"  # type: ignore[assignment]
+        try:
             out.backward(grad)
+        finally:
+            fbgemm_backward.fbgemm_tbe_available = saved_fbgemm
+            fused_lookup.native_backward_unsupported = saved_native
 
     return step
 
@@ -203,6 +207,7 @@ def profile(spec: FusedOptimSpec, step: Callable[[int], None]) -> None:
     events = {e.key: e for e in prof.key_averages()}
     print(f"  profile of {spec.optimizer.name} (ms per step, 3 steps):")
     for key in (
+        "fused.native_backward",
         "fused.fbgemm_backward",
         "fused.sort_unique",
         "fused.segment_sum",
@@ -252,12 +257,13 @@ def main() -> None:
     cfgs = tables(num_tables, rows, dim)
     print(
         "\nms per step (median wall / min process CPU), contenders interleaved; "
-        "speedup = TorchRec wall / ours wall; torch-only = our backward without fbgemm "
-        "('-': that optimizer never uses fbgemm)"
+        "speedup = TorchRec wall / ours wall; no-native = our backward without the native "
+        "kernels (fbgemm where it applies); torch-only = without native and fbgemm "
+        "('-': that optimizer never uses them)"
     )
     print(
-        f"{'optimizer':22s} {'shardrec':>15s} {'torch-only':>15s} {'torchrec':>15s} "
-        f"{'speedup':>8s} {'floor':>6s} {'load':>5s}"
+        f"{'optimizer':22s} {'shardrec':>15s} {'no-native':>15s} {'torch-only':>15s} "
+        f"{'torchrec':>15s} {'speedup':>8s} {'floor':>6s} {'load':>5s}"
     )
     only = {o.strip().upper() for o in args.only.split(",") if o.strip()}
     for spec, tr_name, tr_kwargs in OPTIMIZERS:
@@ -265,8 +271,12 @@ def main() -> None:
             continue
         step = ours_step(spec, cfgs, data, grad)
         steps = {"ours": step}
-        if fbgemm_backward.fbgemm_applies(spec, grad, grad, None):
-            steps["torch"] = ours_step(spec, cfgs, data, grad, torch_only=True)
+        native = native_backward_unsupported(spec, grad, grad, None) is None
+        fbgemm = fbgemm_backward.fbgemm_applies(spec, grad, grad, None)
+        if native and fbgemm:
+            steps["no-native"] = ours_step(spec, cfgs, data, grad, hide=("native",))
+        if native or fbgemm:
+            steps["torch"] = ours_step(spec, cfgs, data, grad, hide=("native", "fbgemm"))
         ref: str = "no equivalent"
         if tr_name is not None:
             tr = torchrec_step(tr_name, tr_kwargs, num_tables, rows, dim, data, grad)
@@ -281,8 +291,9 @@ def main() -> None:
         ratio = f"{times['torchrec'][0] / times['ours'][0]:7.2f}x" if "torchrec" in times else "-"
         note = "" if "torchrec" in times else f"  torchrec: {ref}"
         print(
-            f"{spec.optimizer.name:22s} {cell('ours'):>15s} {cell('torch'):>15s} "
-            f"{cell('torchrec'):>15s} {ratio:>8s} {floor:6.1f} {os.getloadavg()[0]:5.1f}{note}"
+            f"{spec.optimizer.name:22s} {cell('ours'):>15s} {cell('no-native'):>15s} "
+            f"{cell('torch'):>15s} {cell('torchrec'):>15s} {ratio:>8s} {floor:6.1f} "
+            f"{os.getloadavg()[0]:5.1f}{note}"
         )
         if args.profile:
             profile(spec, step)

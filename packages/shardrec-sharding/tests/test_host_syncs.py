@@ -200,6 +200,8 @@ def step_syncs(ctx: RankContext, kind: str) -> list[tuple[tuple[str, str], int]]
     """Train 3 steps; return the sync sites of the last (steady-state) step with counts."""
     # The GPU path: fbgemm's CPU kernels (used here when installed) never run on a GPU.
     fused_lookup.fbgemm_applies = lambda *args: False
+    # Nor do the native CPU kernels (shardrec_embedding._native).
+    fused_lookup.native_backward_unsupported = lambda *args: "the GPU path"
     env = ShardingEnv.from_process_group(ctx.pg)
     configs = [
         EmbeddingBagConfig(name=n, num_embeddings=r, embedding_dim=d, feature_names=f)

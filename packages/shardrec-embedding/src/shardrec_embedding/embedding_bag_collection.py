@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from shardrec_embedding._grouping import TablePlan
+from shardrec_embedding._native import native_applies, native_pooled_lookup
 from shardrec_embedding._tables import (
     build_packed_modules,
     check_features,
@@ -16,7 +17,7 @@ from shardrec_embedding._tables import (
     repack_all,
     validate_tables,
 )
-from shardrec_embedding.batched_lookup import GradWorkspace, batched_embedding_bag
+from shardrec_embedding.batched_lookup import GradWorkspace, batched_embedding_bag, split_rows
 from shardrec_embedding.configs import (
     BaseEmbeddingConfig,
     EmbeddingBagConfig,
@@ -41,6 +42,8 @@ class EmbeddingBagCollection(nn.Module):
             one `aminmax` over the ids per forward (one per segment when some ids exceed the
             smallest table). Turn off only for pipelines whose ids are known to be in range:
             an out-of-range id then silently reads a row of another table of its group.
+            The native CPU forward (below) checks every id in its kernel at no cost and
+            raises the same `IndexError` whatever this flag says.
 
     `forward(features)` returns a `KeyedTensor` of shape `(B, sum of dims)`: one block per
     (table, feature) in table order then feature order, keyed by the feature name, or
@@ -51,6 +54,10 @@ class EmbeddingBagCollection(nn.Module):
     looked up by one kernel call (docs/design/embedding-table-batching.md); each table's
     `embedding_bags[name].weight` is still its own Parameter and receives its own gradient.
     `state_dict()` keys are TorchRec's: `embedding_bags.<table>.weight`.
+
+    On CPU with fp32 tables (dim <= 1024) the forward is one call of the native kernel
+    `shardrec::pooled_lookup` for all tables, writing each block straight into the output
+    (docs/design/native-kernels.md); otherwise, or without a C compiler, the torch path above.
     """
 
     def __init__(
@@ -88,6 +95,13 @@ class EmbeddingBagCollection(nn.Module):
         self._workspaces = [GradWorkspace() for _ in self._plan.groups]
         self._embedding_names = [s.embedding_name for s in self._plan.segments]
         self._lengths_per_embedding = [s.dim for s in self._plan.segments]
+        self._segment_tables = [s.table_index for s in self._plan.segments]
+        self._segment_means = [
+            int(bag_configs[s.table_index].pooling is PoolingType.MEAN) for s in self._plan.segments
+        ]
+        self._segment_names = "\x1f".join(
+            part for s in self._plan.segments for part in (s.feature, s.table)
+        )
         if torch.device(device if device is not None else "cpu").type != "meta":
             self.reset_parameters()
 
@@ -97,10 +111,30 @@ class EmbeddingBagCollection(nn.Module):
         values, weights = check_features(features, weighted=self._is_weighted, owner=_OWNER)
         keys = features.keys()
         feature_index = self._plan.feature_indices(keys)
+        batch = features.stride()
+        table_weights = [_weight(self.embedding_bags[t.name]) for t in self._embedding_bag_configs]
+        if native_applies(table_weights, values):
+            # One native call pools every segment into its output columns, range check fused
+            # (docs/design/native-kernels.md); it checks ids even with check_ids=False, since
+            # an out-of-range id would read outside the table's own storage.
+            out = native_pooled_lookup(
+                table_weights,
+                values,
+                features.offsets(),
+                weights,
+                segment_tables=self._segment_tables,
+                segment_keys=feature_index,
+                segment_means=self._segment_means,
+                batch_size=batch,
+                names=self._segment_names,
+                grad_buffers=self._grad_buffers,
+            )
+            return KeyedTensor(
+                keys=self._embedding_names, length_per_key=self._lengths_per_embedding, values=out
+            )
         offset_per_key = features.offset_per_key()
         if self._check_ids:
             self._plan.check_ids(values, offset_per_key, feature_index)
-        batch = features.stride()
         lengths = features.lengths()
         pooled_per_group: list[torch.Tensor] = []
         for g, group in enumerate(self._plan.groups):
@@ -120,6 +154,19 @@ class EmbeddingBagCollection(nn.Module):
         return KeyedTensor(
             keys=self._embedding_names, length_per_key=self._lengths_per_embedding, values=out
         )
+
+    def _grad_buffers(self) -> list[torch.Tensor]:
+        """Zeroed dense gradients per table (table order), views of each group's reused
+        `GradWorkspace` buffer, for the native backward."""
+        out: list[torch.Tensor] = [torch.empty(0)] * len(self._embedding_bag_configs)
+        for g, group in enumerate(self._plan.groups):
+            rows = [self._embedding_bag_configs[i].num_embeddings for i in group.tables]
+            buffer = self._workspaces[g].zeros(
+                sum(rows), group.dim, torch.float32, torch.device("cpu")
+            )
+            for i, view in zip(group.tables, split_rows(buffer, rows), strict=True):
+                out[i] = view
+        return out
 
     def is_weighted(self) -> bool:
         return self._is_weighted
@@ -159,6 +206,12 @@ class EmbeddingBagCollection(nn.Module):
             for g in self._plan.groups
         )
         return f"is_weighted={self._is_weighted}, lookup groups: [{groups}]"
+
+
+def _weight(module: nn.Module) -> torch.Tensor:
+    weight = module.weight
+    assert isinstance(weight, torch.Tensor)
+    return weight
 
 
 def _make_bag(config: BaseEmbeddingConfig, weight: torch.Tensor) -> nn.Module:

@@ -34,6 +34,10 @@ from shardrec_embedding.fused.fbgemm_backward import (
     fbgemm_applies,
     fbgemm_update,
 )
+from shardrec_embedding.fused.native_backward import (
+    native_backward_unsupported,
+    native_update,
+)
 from shardrec_embedding.triton import ops as triton_ops
 from shardrec_optim import FusedOptimSpec, sparse_update
 
@@ -128,11 +132,14 @@ def per_sample_weight_grad(
     return out
 
 
-Backend = Literal["auto", "torch", "fbgemm", "triton"]
-"""Which kernel runs the update: "auto" takes fbgemm's CPU kernel where it applies (see
-`fbgemm_backward`), the Triton rowwise-Adagrad kernel on CUDA where it applies (see
-`shardrec_embedding.triton`), else the torch-native one; the others force one (parity tests;
-"triton" also runs on CPU tensors under `TRITON_INTERPRET=1`)."""
+Backend = Literal["auto", "torch", "fbgemm", "triton", "native"]
+"""Which kernel runs the update: "auto" takes the Triton rowwise-Adagrad kernel on CUDA where
+it applies (see `shardrec_embedding.triton`), the native CPU kernels where they apply (see
+`native_backward`), then fbgemm's CPU kernel where it applies (see `fbgemm_backward`), else
+the torch-native one; the others force one (parity tests; "triton" also runs on CPU tensors
+under `TRITON_INTERPRET=1`)."""
+
+_BACKENDS = ("auto", "torch", "fbgemm", "triton", "native")
 
 
 def fused_update(
@@ -155,12 +162,17 @@ def fused_update(
     offsets: `(num_bags + 1,)`. per_sample_weights: `(N,)` or None. grad_out: `(num_bags, D)`.
     backend: see `Backend`; "fbgemm" raises ValueError where fbgemm cannot run this update.
     """
-    if backend not in ("auto", "torch", "fbgemm", "triton"):
-        raise ValueError(f"backend must be 'auto', 'torch', 'fbgemm' or 'triton', got {backend!r}")
+    if backend not in _BACKENDS:
+        raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}")
     if backend == "triton":
         reason = triton_ops.backward_unsupported(spec, weight)
         if reason is not None:
             raise ValueError(f"the triton backend cannot run this update: {reason}")
+    native_reason = None
+    if backend in ("native", "auto"):
+        native_reason = native_backward_unsupported(spec, weight, grad_out, per_sample_weights)
+        if backend == "native" and native_reason is not None:
+            raise ValueError(f"the native backend cannot run this update: {native_reason}")
     if ids.numel() == 0:
         return
     if backend == "triton" or (backend == "auto" and triton_ops.backward_applies(spec, weight)):
@@ -175,6 +187,20 @@ def fused_update(
                 grad_out,
                 learning_rate=learning_rate,
                 eps=spec.eps,
+            )
+        return
+    if backend in ("native", "auto") and native_reason is None:
+        with torch.profiler.record_function("fused.native_backward"):
+            native_update(
+                weight,
+                state,
+                spec,
+                ids,
+                offsets,
+                per_sample_weights,
+                pooling,
+                grad_out,
+                learning_rate,
             )
         return
     if backend != "torch" and fbgemm_applies(spec, weight, grad_out, per_sample_weights):

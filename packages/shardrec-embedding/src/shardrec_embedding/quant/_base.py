@@ -29,6 +29,9 @@ class QuantCollectionBase(TorchScriptable, nn.Module, Generic[C]):
     """
 
     __jit_unused_properties__ = ["device"]  # noqa: RUF012  # read by torch.jit.script
+    # Python-only state the scripted forward never reads (TorchScript would try to compile
+    # their classes, typed by the first module it saw).
+    __jit_ignored_attributes__ = ["_configs", "_storage", "_plan"]  # noqa: RUF012
     _owner = "QuantCollection"
     _state_prefix = "embeddings."
 

@@ -150,6 +150,9 @@ class ShardedQuantEmbeddingCollection(TorchScriptable, nn.Module):
     `need_indices`)."""
 
     __jit_unused_properties__ = ["plan"]  # noqa: RUF012  # read by torch.jit.script
+    # Python-only state: TorchScript would otherwise compile its classes, typed by the first
+    # module it saw, and refuse the next module of another shape.
+    __jit_ignored_attributes__ = ["_table_plan", "_plan_entries"]  # noqa: RUF012
 
     def __init__(
         self,

@@ -153,6 +153,9 @@ class ShardedQuantEmbeddingBagCollection(TorchScriptable, nn.Module):
     unsharded module's `KeyedTensor`."""
 
     __jit_unused_properties__ = ["plan"]  # noqa: RUF012  # read by torch.jit.script
+    # Python-only state: TorchScript would otherwise compile `_Frozen` as a class, typed by
+    # the first module it saw, and refuse the next module of another shape.
+    __jit_ignored_attributes__ = ["_module", "_plan_entries"]  # noqa: RUF012
 
     def __init__(
         self,

@@ -1,0 +1,29 @@
+"""Native CPU kernels (plain C + OpenMP, built on first use, loaded with ctypes)."""
+
+from shardrec_embedding._native.loader import ENV_VAR, NativeUnavailableWarning, native_library
+from shardrec_embedding._native.ops import (
+    MAX_DIM,
+    native_applies,
+    native_available,
+    native_pooled_lookup,
+    native_scatter,
+)
+from shardrec_embedding._native.updates import (
+    AdagradWorkspace,
+    native_rowwise_adagrad,
+    native_sgd,
+)
+
+__all__ = [
+    "ENV_VAR",
+    "MAX_DIM",
+    "AdagradWorkspace",
+    "NativeUnavailableWarning",
+    "native_applies",
+    "native_available",
+    "native_library",
+    "native_pooled_lookup",
+    "native_rowwise_adagrad",
+    "native_scatter",
+    "native_sgd",
+]

@@ -1,0 +1,432 @@
+"""Native CPU kernels: parity with the torch path, fallback, build cache, the torch ops."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import shardrec_embedding.embedding_bag_collection as ebc_module
+from shardrec_embedding import (
+    EmbeddingBagCollection,
+    EmbeddingBagConfig,
+    FeatureProcessedEmbeddingBagCollection,
+    PoolingType,
+    PositionWeightedModule,
+)
+from shardrec_embedding._native import (
+    MAX_DIM,
+    native_applies,
+    native_available,
+    native_pooled_lookup,
+)
+from shardrec_embedding.fused import lookup as lookup_module
+from shardrec_embedding.fused.lookup import fused_update
+from shardrec_jagged import KeyedJaggedTensor
+from shardrec_optim import EmbOptimType, FusedOptimSpec, WeightDecayMode, init_state
+from shardrec_testing import assert_close, seeded_generator
+
+needs_native = pytest.mark.skipif(
+    not native_available(), reason="native kernels unavailable (no compiler or SHARDREC_NATIVE=0)"
+)
+
+
+def _table(name: str, rows: int, dim: int, features: list[str], **kw: Any) -> EmbeddingBagConfig:
+    return EmbeddingBagConfig(
+        name=name, num_embeddings=rows, embedding_dim=dim, feature_names=features, **kw
+    )
+
+
+def _tables(pooling: PoolingType = PoolingType.SUM) -> list[EmbeddingBagConfig]:
+    # Widths: the specialized kernels (16, 32, 64, 128) and the generic one (8, 24, 40);
+    # "shared" is read by two tables; one table has two features.
+    return [
+        _table("a", 50, 16, ["shared", "f1"], pooling=pooling),
+        _table("b", 7, 24, ["f2"], pooling=pooling),
+        _table("c", 30, 64, ["shared"], pooling=pooling),
+        _table("d", 9, 8, ["f3"], pooling=pooling),
+        _table("e", 40, 128, ["f4"], pooling=pooling),
+        _table("f", 11, 32, ["f5"], pooling=pooling),
+        _table("g", 13, 40, ["f6"], pooling=pooling),
+    ]
+
+
+def _torch_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ebc_module, "native_applies", lambda *args: False)
+
+
+def _run(
+    ebc: torch.nn.Module, kjt: KeyedJaggedTensor, seed: str
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    out = ebc(kjt).values()
+    grad_out = torch.randn(out.shape, generator=seeded_generator("grad", seed))
+    params = [p for p in ebc.parameters() if p.requires_grad]
+    grads = torch.autograd.grad((out * grad_out).sum(), params, allow_unused=True)
+    filled = [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads, strict=True)]
+    return out.detach(), filled
+
+
+@needs_native
+@pytest.mark.parametrize("pooling", [PoolingType.SUM, PoolingType.MEAN])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32])
+@pytest.mark.parametrize("batch", [0, 1, 5, 130])
+def test_native_matches_torch_path_and_reference(
+    helpers: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    pooling: PoolingType,
+    weighted: bool,
+    index_dtype: torch.dtype,
+    batch: int,
+) -> None:
+    if weighted and pooling is PoolingType.MEAN:
+        pytest.skip("weights need SUM pooling")
+    tables = _tables(pooling)
+    torch.manual_seed(0)
+    ebc = EmbeddingBagCollection(tables, is_weighted=weighted)
+    seed = f"{pooling}-{weighted}-{batch}"
+    kjt = helpers.random_kjt(tables, batch, seed, max_length=5, weighted=weighted)
+    kjt = KeyedJaggedTensor(
+        keys=kjt.keys(),
+        values=kjt.values().to(index_dtype),
+        lengths=kjt.lengths(),
+        weights=kjt.weights_or_none(),
+        stride=batch,
+    )
+    calls: list[int] = []
+    real = ebc_module.native_pooled_lookup
+    monkeypatch.setattr(
+        ebc_module, "native_pooled_lookup", lambda *a, **k: calls.append(1) or real(*a, **k)
+    )
+    native_out, native_grads = _run(ebc, kjt, seed)
+    assert calls, "the native kernel did not run"
+    expected = helpers.naive_pooled(
+        tables, {t.name: ebc.embedding_bags[t.name].weight.detach() for t in tables}, kjt
+    )
+    assert_close(native_out, torch.cat(list(expected.values()), 1))
+    _torch_path(monkeypatch)
+    torch_out, torch_grads = _run(ebc, kjt, seed)
+    assert_close(native_out, torch_out)
+    for a, b in zip(native_grads, torch_grads, strict=True):
+        assert_close(a, b)
+
+
+@needs_native
+def test_learnable_per_sample_weights_get_the_same_gradient(
+    helpers: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tables = _tables()[:3]
+    features = {f for t in tables for f in t.feature_names}
+    torch.manual_seed(1)
+    fp = FeatureProcessedEmbeddingBagCollection(
+        EmbeddingBagCollection(tables, is_weighted=True),
+        {f: PositionWeightedModule(max_feature_length=6) for f in sorted(features)},
+    )
+    with torch.no_grad():
+        for p in fp.parameters():
+            if p.dim() == 1:
+                p.uniform_(0.5, 1.5)
+    kjt = helpers.random_kjt(tables, 6, "psw", max_length=5)
+    native = _run(fp, kjt, "psw")
+    _torch_path(monkeypatch)
+    reference = _run(fp, kjt, "psw")
+    assert_close(native[0], reference[0])
+    for a, b in zip(native[1], reference[1], strict=True):
+        assert_close(a, b)
+
+
+@needs_native
+@pytest.mark.parametrize("bad", [10, 4096, -1])
+@pytest.mark.parametrize("check_ids", [True, False])
+def test_out_of_range_message_is_the_torch_paths(bad: int, check_ids: bool) -> None:
+    # The native kernel checks every id it reads (for free), even with check_ids=False: an
+    # out-of-range id would otherwise read outside its table's storage.
+    tables = [_table("big", 5000, 4, ["user"]), _table("user_table", 10, 4, ["item"])]
+    ebc = EmbeddingBagCollection(tables, check_ids=check_ids)
+    kjt = KeyedJaggedTensor(
+        keys=["user", "item"],
+        values=torch.tensor([3, 4999, 1, bad]),
+        lengths=torch.tensor([2, 0, 1, 1]),
+    )
+    with pytest.raises(IndexError) as err:
+        ebc(kjt)
+    assert str(err.value) == (
+        f"feature 'item' id {bad} is out of range for table 'user_table' with 10 rows "
+        "(valid ids: [0, 10)); pass check_ids=False only for pipelines whose ids are known "
+        "to be in range"
+    )
+
+
+@needs_native
+def test_first_bad_segment_in_output_order_is_reported() -> None:
+    tables = [_table("t0", 5, 4, ["f0"]), _table("t1", 5, 4, ["f1"])]
+    ebc = EmbeddingBagCollection(tables)
+    # f1 comes first in the KJT, but t0 (f0) comes first in the output: f0's id is reported.
+    kjt = KeyedJaggedTensor(
+        keys=["f1", "f0"], values=torch.tensor([7, 0, 6]), lengths=torch.tensor([1, 0, 1, 1])
+    )
+    with pytest.raises(IndexError, match="feature 'f0' id 6 is out of range for table 't0'"):
+        ebc(kjt)
+
+
+def test_wide_tables_use_the_torch_path(helpers: Any) -> None:
+    tables = [_table("t", 6, MAX_DIM + 8, ["f"])]
+    ebc = EmbeddingBagCollection(tables)
+    assert not native_applies([ebc.embedding_bags["t"].weight], torch.zeros(1, dtype=torch.int64))
+    kjt = helpers.random_kjt(tables, 3, "wide")
+    expected = helpers.naive_pooled(tables, {"t": ebc.embedding_bags["t"].weight.detach()}, kjt)
+    assert_close(ebc(kjt).values().detach(), expected["f"])
+
+
+def test_half_tables_are_not_taken() -> None:
+    # fp16 / bf16 groups keep the torch path (test_half_precision_tables checks its values).
+    half = torch.zeros(4, 8, dtype=torch.float16)
+    assert not native_applies([half], torch.zeros(1, dtype=torch.int64))
+
+
+@needs_native
+def test_negative_lengths_of_an_unvalidated_kjt_are_refused() -> None:
+    # The kernel trusts offsets; an unvalidated KJT with a negative length must not reach it.
+    ebc = EmbeddingBagCollection([_table("t", 10, 4, ["f"])])
+    kjt = KeyedJaggedTensor(keys=["f"], values=torch.tensor([1, 2]), lengths=torch.tensor([3, -1]))
+    with pytest.raises(ValueError, match="lengths must be non-negative"):
+        ebc(kjt)
+
+
+@needs_native
+def test_ops_pass_opcheck() -> None:
+    gen = seeded_generator("opcheck")
+    weights = [torch.randn(6, 8, generator=gen), torch.randn(4, 16, generator=gen)]
+    values = torch.tensor([0, 3, 2, 3, 1, 1, 0, 3])
+    offsets = torch.tensor([0, 2, 3, 3, 6, 8])  # F = 2 keys, B = 2 (+ an unused key)
+    psw = torch.rand(8, generator=gen)
+    for w in weights:
+        w.requires_grad_(True)
+    args = (
+        weights,
+        values,
+        offsets,
+        psw,
+        [0, 1, 0],
+        [1, 0, 0],
+        [0, 0, 0],
+        2,
+        "a\x1fx\x1fb\x1fy\x1fc\x1fz",
+    )
+    torch.library.opcheck(torch.ops.shardrec.pooled_lookup.default, args)
+    psw.requires_grad_(True)
+    torch.library.opcheck(torch.ops.shardrec.pooled_lookup.default, args)
+
+
+@needs_native
+def test_torch_compile_and_export_see_one_op() -> None:
+    weights = [torch.randn(6, 8), torch.randn(4, 16)]
+
+    class Lookup(torch.nn.Module):
+        def forward(self, values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+            return native_pooled_lookup(
+                weights,
+                values,
+                offsets,
+                None,
+                segment_tables=[0, 1],
+                segment_keys=[1, 0],
+                segment_means=[1, 0],
+                batch_size=2,
+                names="a\x1fx\x1fb\x1fy",
+            )
+
+    values = torch.tensor([0, 3, 2, 3, 1])
+    offsets = torch.tensor([0, 2, 3, 3, 5])
+    eager = Lookup()(values, offsets)
+    exported = torch.export.export(Lookup(), (values, offsets), strict=False)
+    assert "shardrec.pooled_lookup" in str(exported.graph)
+    assert_close(exported.module()(values, offsets), eager)
+
+
+_SCRIPT = textwrap.dedent(
+    """
+    import warnings, torch
+    from shardrec_embedding import EmbeddingBagCollection, EmbeddingBagConfig
+    from shardrec_embedding._native import NativeUnavailableWarning, native_available
+    from shardrec_jagged import KeyedJaggedTensor
+    torch.manual_seed(0)
+    tables = [EmbeddingBagConfig(name="t", num_embeddings=20, embedding_dim=8,
+                                 feature_names=["f"])]
+    ebc = EmbeddingBagCollection(tables)
+    kjt = KeyedJaggedTensor(keys=["f"], values=torch.tensor([1, 2, 19, 4]),
+                            lengths=torch.tensor([2, 0, 2]))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = [ebc(kjt).values() for _ in range(3)][0]
+    found = [str(w.message) for w in caught if w.category is NativeUnavailableWarning]
+    print(native_available(), len(found), found[0] if found else "")
+    torch.save(out, {path!r})
+    """
+)
+
+
+def _subprocess(tmp_path: Path, name: str, **env: str) -> tuple[str, torch.Tensor]:
+    path = tmp_path / f"{name}.pt"
+    # Only what the test sets: a SHARDREC_NATIVE=0 / CC of the calling shell must not leak in.
+    inherited = {k: v for k, v in os.environ.items() if k not in ("SHARDREC_NATIVE", "CC")}
+    result = subprocess.run(
+        [sys.executable, "-c", _SCRIPT.format(path=str(path))],
+        capture_output=True,
+        text=True,
+        env={**inherited, "XDG_CACHE_HOME": str(tmp_path / "cache"), **env},
+        timeout=240,
+        check=True,
+    )
+    out: torch.Tensor = torch.load(path)
+    return result.stdout.strip(), out
+
+
+def test_fallback_warns_once_and_matches(tmp_path: Path) -> None:
+    off, off_out = _subprocess(tmp_path, "off", SHARDREC_NATIVE="0")
+    assert off.startswith("False 1 ") and "SHARDREC_NATIVE=0" in off
+    broken, broken_out = _subprocess(tmp_path, "broken", CC=str(tmp_path / "no-such-cc"))
+    assert broken.startswith("False 1 ") and "no C compiler" in broken
+    assert_close(off_out, broken_out)
+    # Built here, or turned off here only by the caller's SHARDREC_NATIVE=0 (not inherited).
+    turned_off = os.environ.get("SHARDREC_NATIVE") == "0" and shutil.which("cc") is not None
+    if native_available() or turned_off:
+        on, on_out = _subprocess(tmp_path, "on")
+        assert on == "True 0"
+        assert_close(on_out, off_out)
+        built = list((tmp_path / "cache" / "shardrec" / "native").iterdir())
+        assert len(built) == 1 and built[0].suffix == ".so", built
+        # A second process loads the cached build instead of compiling again.
+        stamp = built[0].stat().st_mtime_ns
+        _subprocess(tmp_path, "again")
+        assert [p.stat().st_mtime_ns for p in built] == [stamp]
+
+
+# ---- fused backward ------------------------------------------------------------------------
+
+NATIVE_SPECS = [
+    FusedOptimSpec(optimizer=EmbOptimType.EXACT_SGD, learning_rate=0.3),
+    FusedOptimSpec(optimizer=EmbOptimType.SGD, learning_rate=0.1),
+    FusedOptimSpec(optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=0.2, eps=1e-6),
+    FusedOptimSpec(optimizer=EmbOptimType.ROWWISE_ADAGRAD, learning_rate=0.05),
+]
+
+
+def _fused_batch(
+    seed: int, rows: int, dim: int, bags: int, weighted: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """Heavy duplicates (ids from a third of the rows), every fourth bag empty."""
+    gen = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(0, 7, (bags,), generator=gen)
+    lengths[::4] = 0
+    offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
+    n = int(offsets[-1])
+    ids = torch.randint(0, max(1, rows // 3), (n,), generator=gen)
+    psw = torch.rand(n, generator=gen) * 2 - 0.5 if weighted else None
+    return ids, offsets, psw, torch.randn(bags, dim, generator=gen)
+
+
+@needs_native
+@pytest.mark.parametrize("spec", NATIVE_SPECS, ids=lambda s: s.optimizer.name)
+@pytest.mark.parametrize(
+    ("pooling", "weighted"),
+    [(PoolingType.SUM, False), (PoolingType.SUM, True), (PoolingType.MEAN, False)],
+    ids=["sum", "weighted-sum", "mean"],
+)
+@pytest.mark.parametrize("dim", [8, 64, 20])
+def test_native_and_torch_fused_updates_agree_over_steps(
+    spec: FusedOptimSpec, pooling: PoolingType, weighted: bool, dim: int
+) -> None:
+    rows = 90
+    weight = torch.randn(rows, dim, generator=torch.Generator().manual_seed(7))
+    w_torch, w_native = weight.clone(), weight.clone()
+    st_torch = init_state(spec.optimizer, rows, dim)
+    st_native = init_state(spec.optimizer, rows, dim)
+    for step in range(1, 5):
+        ids, offsets, psw, grad_out = _fused_batch(step, rows, dim, bags=40, weighted=weighted)
+        args = (spec, ids, offsets, psw, pooling, grad_out, spec.learning_rate, step)
+        fused_update(w_torch, st_torch, *args, backend="torch")
+        fused_update(w_native, st_native, *args, backend="native")
+        assert_close(w_native, w_torch)
+        for name in st_torch:
+            assert_close(st_native[name], st_torch[name])
+    assert not torch.equal(w_native, weight)
+
+
+@needs_native
+def test_auto_backend_takes_native_and_batches_grow_the_scratch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[int] = []
+    real = lookup_module.native_update
+    monkeypatch.setattr(lookup_module, "native_update", lambda *a: calls.append(1) or real(*a))
+    spec = NATIVE_SPECS[2]
+    weight, reference = torch.zeros(30, 4), torch.zeros(30, 4)
+    state, ref_state = init_state(spec.optimizer, 30, 4), init_state(spec.optimizer, 30, 4)
+    for step, bags in enumerate([3, 50, 7], start=1):  # the second batch outgrows the first's
+        ids, offsets, psw, grad_out = _fused_batch(step, 30, 4, bags=bags, weighted=False)
+        args = (spec, ids, offsets, psw, PoolingType.SUM, grad_out, 0.2, step)
+        fused_update(weight, state, *args)
+        fused_update(reference, ref_state, *args, backend="torch")
+    assert len(calls) == 3
+    assert_close(weight, reference)
+
+
+@pytest.mark.parametrize(
+    ("spec", "match"),
+    [
+        (FusedOptimSpec(optimizer=EmbOptimType.ADAM, learning_rate=0.1), "not ADAM"),
+        (
+            FusedOptimSpec(
+                optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD,
+                learning_rate=0.1,
+                weight_decay=0.1,
+                weight_decay_mode=WeightDecayMode.L2,
+            ),
+            "no weight decay",
+        ),
+    ],
+)
+def test_native_backend_refuses_what_it_cannot_run(spec: FusedOptimSpec, match: str) -> None:
+    ids, offsets, psw, grad_out = _fused_batch(0, 10, 4, bags=5, weighted=False)
+    state = init_state(spec.optimizer, 10, 4)
+    with pytest.raises(ValueError, match=f"native backend cannot run this update: .*{match}"):
+        fused_update(
+            torch.zeros(10, 4),
+            state,
+            spec,
+            ids,
+            offsets,
+            psw,
+            PoolingType.SUM,
+            grad_out,
+            0.1,
+            1,
+            backend="native",
+        )
+
+
+def test_native_backend_refuses_a_half_weight() -> None:
+    spec = NATIVE_SPECS[0]
+    ids, offsets, psw, grad_out = _fused_batch(0, 10, 4, bags=5, weighted=False)
+    with pytest.raises(ValueError, match=r"float32 CPU weight, got torch\.float16"):
+        fused_update(
+            torch.zeros(10, 4, dtype=torch.float16),
+            {},
+            spec,
+            ids,
+            offsets,
+            psw,
+            PoolingType.SUM,
+            grad_out.half(),
+            0.1,
+            1,
+            backend="native",
+        )
