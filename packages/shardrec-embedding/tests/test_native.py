@@ -367,6 +367,8 @@ def test_auto_backend_takes_native_and_batches_grow_the_scratch(
     calls: list[int] = []
     real = lookup_module.native_update
     monkeypatch.setattr(lookup_module, "native_update", lambda *a: calls.append(1) or real(*a))
+    # where fbgemm's kernel runs, auto prefers it for rowwise Adagrad (the next test)
+    monkeypatch.setattr(lookup_module, "fbgemm_applies", lambda *a: False)
     spec = NATIVE_SPECS[2]
     weight, reference = torch.zeros(30, 4), torch.zeros(30, 4)
     state, ref_state = init_state(spec.optimizer, 30, 4), init_state(spec.optimizer, 30, 4)
@@ -377,6 +379,24 @@ def test_auto_backend_takes_native_and_batches_grow_the_scratch(
         fused_update(reference, ref_state, *args, backend="torch")
     assert len(calls) == 3
     assert_close(weight, reference)
+
+
+@needs_native
+def test_auto_prefers_fbgemm_for_rowwise_adagrad_where_it_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    taken: list[str] = []
+    monkeypatch.setattr(lookup_module, "fbgemm_applies", lambda *a: True)
+    monkeypatch.setattr(lookup_module, "fbgemm_update", lambda *a, **k: taken.append("fbgemm"))
+    monkeypatch.setattr(lookup_module, "native_update", lambda *a, **k: taken.append("native"))
+    for optimizer in (EmbOptimType.EXACT_ROWWISE_ADAGRAD, EmbOptimType.EXACT_SGD):
+        spec = FusedOptimSpec(optimizer=optimizer, learning_rate=0.1)
+        ids, offsets, psw, grad_out = _fused_batch(1, 10, 4, bags=5, weighted=False)
+        state = init_state(optimizer, 10, 4)
+        fused_update(
+            torch.zeros(10, 4), state, spec, ids, offsets, psw, PoolingType.SUM, grad_out, 0.1, 1
+        )
+    assert taken == ["fbgemm", "native"]
 
 
 @pytest.mark.parametrize(

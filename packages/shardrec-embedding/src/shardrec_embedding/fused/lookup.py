@@ -39,7 +39,7 @@ from shardrec_embedding.fused.native_backward import (
     native_update,
 )
 from shardrec_embedding.triton import ops as triton_ops
-from shardrec_optim import FusedOptimSpec, sparse_update
+from shardrec_optim import EmbOptimType, FusedOptimSpec, sparse_update
 
 # Bytes of (rows, D) gradient handled per chunk in backward.
 CHUNK_BYTES = 4 << 20
@@ -135,11 +135,13 @@ def per_sample_weight_grad(
 Backend = Literal["auto", "torch", "fbgemm", "triton", "native"]
 """Which kernel runs the update: "auto" takes the Triton rowwise-Adagrad kernel on CUDA where
 it applies (see `shardrec_embedding.triton`), the native CPU kernels where they apply (see
-`native_backward`), then fbgemm's CPU kernel where it applies (see `fbgemm_backward`), else
+`native_backward`; for rowwise Adagrad only where fbgemm's CPU kernel does not, as that one is
+as fast or faster), then fbgemm's CPU kernel where it applies (see `fbgemm_backward`), else
 the torch-native one; the others force one (parity tests; "triton" also runs on CPU tensors
 under `TRITON_INTERPRET=1`)."""
 
 _BACKENDS = ("auto", "torch", "fbgemm", "triton", "native")
+_ROWWISE_ADAGRAD = frozenset({EmbOptimType.ROWWISE_ADAGRAD, EmbOptimType.EXACT_ROWWISE_ADAGRAD})
 
 
 def fused_update(
@@ -189,7 +191,17 @@ def fused_update(
                 eps=spec.eps,
             )
         return
-    if backend in ("native", "auto") and native_reason is None:
+    use_native = backend == "native" or (
+        backend == "auto"
+        and native_reason is None
+        # Rowwise Adagrad: fbgemm's kernel where it runs (ties with ours on one thread, 25%
+        # faster on two: docs/bench/fused_training.md); ours replaces the torch path.
+        and not (
+            spec.optimizer in _ROWWISE_ADAGRAD
+            and fbgemm_applies(spec, weight, grad_out, per_sample_weights)
+        )
+    )
+    if use_native:
         with torch.profiler.record_function("fused.native_backward"):
             native_update(
                 weight,
