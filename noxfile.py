@@ -38,6 +38,10 @@ def _local_deps(dist: str) -> list[str]:
     return [n for n in names if (PACKAGES_DIR / n).is_dir()]
 
 
+# Hypothesis draws the same examples on every nox run (conftest.py), so CI is not a lottery.
+os.environ.setdefault("SHARDREC_HYPOTHESIS_PROFILE", "ci")
+
+
 def _closure(dist: str) -> list[str]:
     seen: list[str] = []
     todo = [dist]

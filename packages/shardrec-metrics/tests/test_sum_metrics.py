@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 from _reference import naive_accuracy, naive_log_loss, naive_ne
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from shardrec_metrics import NE, Accuracy, LogLoss, MetricCollection, RecMetric
@@ -40,6 +40,9 @@ def _metrics(window_size: int) -> list[RecMetric]:
     st.lists(st.lists(SAMPLE, max_size=10), min_size=1, max_size=6),
     st.integers(1, 25),
 )
+# Found by Hypothesis: a total weight below 1e-12 once had its positive rate floored.
+@example([[(0.0, 0.0, 0.0), (0.0, 0.0, 1.0), (0.0, 1.0, 1.1754943508222875e-38)]], 1)
+@example([[(0.0, 1.0, 1.1754943508222875e-38)]], 1)
 def test_lifetime_and_window_match_naive_loops(
     batches: list[list[tuple[float, float, float]]], window_size: int
 ) -> None:

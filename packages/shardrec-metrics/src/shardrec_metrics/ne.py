@@ -44,7 +44,8 @@ def normalized_entropy(ce_sum: float, weight: float, pos: float, neg: float) -> 
     """NE from sums, TorchRec's `compute_ne` in plain floats; NaN for total weight 0."""
     if weight <= 0:
         return NO_SAMPLES
-    rate = min(max(pos / max(weight, ETA), ETA), 1.0 - ETA)
+    # pos / weight as TorchRec (no floor on weight: a total weight below ETA is still a rate)
+    rate = min(max(pos / weight, ETA), 1.0 - ETA)
     norm = -pos * math.log(rate) - neg * math.log(1.0 - rate)
     return ce_sum / norm
 
