@@ -191,33 +191,24 @@ def fused_update(
                 eps=spec.eps,
             )
         return
+    fbgemm_ok = backend in ("auto", "fbgemm") and fbgemm_applies(
+        spec, weight, grad_out, per_sample_weights
+    )
+    # Rowwise Adagrad under "auto": fbgemm's kernel where it runs (ties with ours on one
+    # thread, 25% faster on two: docs/bench/fused_training.md); ours replaces the torch path.
     use_native = backend == "native" or (
         backend == "auto"
         and native_reason is None
-        # Rowwise Adagrad: fbgemm's kernel where it runs (ties with ours on one thread, 25%
-        # faster on two: docs/bench/fused_training.md); ours replaces the torch path.
-        and not (
-            spec.optimizer in _ROWWISE_ADAGRAD
-            and fbgemm_applies(spec, weight, grad_out, per_sample_weights)
-        )
+        and not (spec.optimizer in _ROWWISE_ADAGRAD and fbgemm_ok)
     )
-    if use_native:
-        with torch.profiler.record_function("fused.native_backward"):
-            native_update(
-                weight,
-                state,
-                spec,
-                ids,
-                offsets,
-                per_sample_weights,
-                pooling,
-                grad_out,
-                learning_rate,
-            )
-        return
-    if backend != "torch" and fbgemm_applies(spec, weight, grad_out, per_sample_weights):
-        with torch.profiler.record_function("fused.fbgemm_backward"):
-            fbgemm_update(
+    if use_native or fbgemm_ok:
+        kernel, name = (
+            (native_update, "fused.native_backward")
+            if use_native
+            else (fbgemm_update, "fused.fbgemm_backward")
+        )
+        with torch.profiler.record_function(name):
+            kernel(
                 weight,
                 state,
                 spec,
