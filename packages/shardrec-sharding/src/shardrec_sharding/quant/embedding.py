@@ -25,7 +25,6 @@ import torch
 from torch import nn
 
 from shardrec_embedding import (
-    EmbeddingBagConfig,
     EmbeddingConfig,
     QuantEmbeddingCollection,
 )
@@ -38,12 +37,11 @@ from shardrec_embedding.quant import (
 )
 from shardrec_jagged import JaggedTensor, KeyedJaggedTensor, TorchScriptable
 from shardrec_planner import ParameterSharding, ShardingType
-from shardrec_sharding.quant.embedding_bag import _slice_state
+from shardrec_sharding.quant.embedding_bag import _slice_state, check_quant_plan
 
 __all__ = ["ShardedQuantEmbeddingCollection", "ShardedSequenceLookup"]
 
 _OWNER = "ShardedQuantEmbeddingCollection"
-_SUPPORTED = (ShardingType.TABLE_WISE, ShardingType.ROW_WISE, ShardingType.COLUMN_WISE)
 
 
 class ShardedSequenceLookup(nn.Module):
@@ -162,10 +160,8 @@ class ShardedQuantEmbeddingCollection(TorchScriptable, nn.Module):
     ) -> None:
         super().__init__()
         configs = module.embedding_configs()
-        missing = [t.name for t in configs if t.name not in plan]
-        if missing:
-            raise ValueError(f"the plan has no entry for table(s) {missing}")
         world = len(devices)
+        check_quant_plan(configs, plan, world)
         source = module.state_dict()
         segments = module._plan.segments
         # per (rank, shard width): the shard tables and their sliced state
@@ -175,12 +171,6 @@ class ShardedQuantEmbeddingCollection(TorchScriptable, nn.Module):
         for ti, t in enumerate(configs):
             ps = plan[t.name]
             kind = ps.sharding_type
-            if kind not in _SUPPORTED:
-                raise ValueError(
-                    f"table {t.name!r}: sharding type {kind.value} is not supported for "
-                    "quantized inference; use table_wise, row_wise or column_wise"
-                )
-            _check_geometry(t, ps, world)
             row_wise = kind is ShardingType.ROW_WISE
             table_segments = [s for s, seg in enumerate(segments) if seg.table_index == ti]
             for i, shard in enumerate(ps.shards):
@@ -204,7 +194,7 @@ class ShardedQuantEmbeddingCollection(TorchScriptable, nn.Module):
                         source,
                         f"embeddings.{t.name}.",
                         f"embeddings.{name}.",
-                        _bag_view(t),
+                        t,
                         r0,
                         rows,
                         c0,
@@ -299,39 +289,3 @@ class ShardedQuantEmbeddingCollection(TorchScriptable, nn.Module):
             f"{name}: {ps.sharding_type.value} on ranks {list(ps.ranks)}"
             for name, ps in self._plan_entries.items()
         )
-
-
-def _check_geometry(table: EmbeddingConfig, ps: ParameterSharding, world: int) -> None:
-    """`ValueError` naming the table for a shard off the devices or outside the table, or
-    shards that do not cover it."""
-    area = 0
-    for i, (shard, rank) in enumerate(zip(ps.shards, ps.ranks, strict=True)):
-        if not 0 <= rank < world:
-            raise ValueError(
-                f"table {table.name!r}: shard {i} is placed on rank {rank}, outside "
-                f"world_size {world}"
-            )
-        (r0, c0), (rows, cols) = shard.shard_offsets, shard.shard_sizes
-        if r0 + rows > table.num_embeddings or c0 + cols > table.embedding_dim:
-            raise ValueError(
-                f"table {table.name!r}: shard {i} (rows [{r0}, {r0 + rows}), columns "
-                f"[{c0}, {c0 + cols})) lies outside the table's "
-                f"({table.num_embeddings}, {table.embedding_dim})"
-            )
-        area += rows * cols
-    if area != table.num_embeddings * table.embedding_dim:
-        raise ValueError(
-            f"table {table.name!r}: the shards cover {area} of the table's "
-            f"{table.num_embeddings} x {table.embedding_dim} elements; they must tile it"
-        )
-
-
-def _bag_view(table: EmbeddingConfig) -> EmbeddingBagConfig:
-    # `_slice_state` reads only name, data_type and embedding_dim, typed as a bag config
-    return EmbeddingBagConfig(
-        name=table.name,
-        num_embeddings=table.num_embeddings,
-        embedding_dim=table.embedding_dim,
-        data_type=table.data_type,
-        feature_names=list(table.feature_names),
-    )

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from shardrec_embedding import (
+    BaseEmbeddingConfig,
     DataType,
     EmbeddingBagConfig,
     PoolingType,
@@ -165,10 +166,8 @@ class ShardedQuantEmbeddingBagCollection(TorchScriptable, nn.Module):
     ) -> None:
         super().__init__()
         configs = module.embedding_bag_configs()
-        missing = [t.name for t in configs if t.name not in plan]
-        if missing:
-            raise ValueError(f"the plan has no entry for table(s) {missing}")
         world = len(devices)
+        check_quant_plan(configs, plan, world)
         source = module.state_dict()
         segments = module._plan.segments
         rank_tables: list[list[EmbeddingBagConfig]] = [[] for _ in range(world)]
@@ -183,15 +182,6 @@ class ShardedQuantEmbeddingBagCollection(TorchScriptable, nn.Module):
         for ti, t in enumerate(configs):
             ps = plan[t.name]
             kind = ps.sharding_type
-            if kind not in (
-                ShardingType.TABLE_WISE,
-                ShardingType.ROW_WISE,
-                ShardingType.COLUMN_WISE,
-            ):
-                raise ValueError(
-                    f"table {t.name!r}: sharding type {kind.value} is not supported for "
-                    "quantized inference; use table_wise, row_wise or column_wise"
-                )
             assert ps.sharding_spec is not None
             row_wise = kind is ShardingType.ROW_WISE
             table_segments = [s for s, seg in enumerate(segments) if seg.table_index == ti]
@@ -199,11 +189,6 @@ class ShardedQuantEmbeddingBagCollection(TorchScriptable, nn.Module):
                 combine_sum[s] = row_wise
                 divide[s] = row_wise and t.pooling is PoolingType.MEAN
             for i, (shard, rank) in enumerate(zip(ps.sharding_spec.shards, ps.ranks, strict=True)):
-                if not 0 <= rank < world:
-                    raise ValueError(
-                        f"table {t.name!r}: shard {i} is placed on rank {rank}, outside "
-                        f"world_size {world}"
-                    )
                 r0, c0 = shard.shard_offsets
                 rows, cols = shard.shard_sizes
                 name = f"{t.name}__shard{i}"
@@ -325,11 +310,58 @@ class _Frozen:
         return self._module
 
 
+_SUPPORTED = (ShardingType.TABLE_WISE, ShardingType.ROW_WISE, ShardingType.COLUMN_WISE)
+
+
+def check_quant_plan(
+    configs: Sequence[BaseEmbeddingConfig], plan: Mapping[str, ParameterSharding], world: int
+) -> None:
+    """`ValueError` naming the table for a plan the quantized sharded collections cannot run:
+    a table without an entry, a sharding type other than table/row/column_wise, a shard off
+    the devices or outside the table, or shards that do not tile it."""
+    missing = [t.name for t in configs if t.name not in plan]
+    if missing:
+        raise ValueError(f"the plan has no entry for table(s) {missing}")
+    for t in configs:
+        ps = plan[t.name]
+        if ps.sharding_type not in _SUPPORTED:
+            raise ValueError(
+                f"table {t.name!r}: sharding type {ps.sharding_type.value} is not supported for "
+                "quantized inference; use table_wise, row_wise or column_wise"
+            )
+        _check_geometry(t, ps, world)
+
+
+def _check_geometry(table: BaseEmbeddingConfig, ps: ParameterSharding, world: int) -> None:
+    """`ValueError` naming the table for a shard off the devices or outside the table, or
+    shards that do not cover it."""
+    area = 0
+    for i, (shard, rank) in enumerate(zip(ps.shards, ps.ranks, strict=True)):
+        if not 0 <= rank < world:
+            raise ValueError(
+                f"table {table.name!r}: shard {i} is placed on rank {rank}, outside "
+                f"world_size {world}"
+            )
+        (r0, c0), (rows, cols) = shard.shard_offsets, shard.shard_sizes
+        if r0 + rows > table.num_embeddings or c0 + cols > table.embedding_dim:
+            raise ValueError(
+                f"table {table.name!r}: shard {i} (rows [{r0}, {r0 + rows}), columns "
+                f"[{c0}, {c0 + cols})) lies outside the table's "
+                f"({table.num_embeddings}, {table.embedding_dim})"
+            )
+        area += rows * cols
+    if area != table.num_embeddings * table.embedding_dim:
+        raise ValueError(
+            f"table {table.name!r}: the shards cover {area} of the table's "
+            f"{table.num_embeddings} x {table.embedding_dim} elements; they must tile it"
+        )
+
+
 def _slice_state(
     source: Mapping[str, torch.Tensor],
     prefix: str,
     new_prefix: str,
-    table: EmbeddingBagConfig,
+    table: BaseEmbeddingConfig,
     r0: int,
     rows: int,
     c0: int,
