@@ -16,6 +16,7 @@ from shardrec_embedding.quant.lookup import (
     check_segment_ids,
     kjt_lookup_args,
     kjt_segment_index,
+    sequence_outputs,
 )
 from shardrec_embedding.quant.rowwise import (
     QUANT_DATA_TYPES,
@@ -46,4 +47,5 @@ __all__ = [
     "quantize_inference_model",
     "row_bytes",
     "scale_bias",
+    "sequence_outputs",
 ]

@@ -12,7 +12,12 @@ from shardrec_embedding.configs import EmbeddingConfig, PoolingType
 from shardrec_embedding.embedding_collection import EmbeddingCollection
 from shardrec_embedding.quant._base import QuantCollectionBase, float_weight
 from shardrec_embedding.quant.config import output_dtype_of
-from shardrec_embedding.quant.lookup import SequenceLookup, check_kjt_input, kjt_segment_index
+from shardrec_embedding.quant.lookup import (
+    SequenceLookup,
+    check_kjt_input,
+    kjt_segment_index,
+    sequence_outputs,
+)
 from shardrec_jagged import JaggedTensor, KeyedJaggedTensor
 
 __all__ = ["QuantEmbeddingCollection"]
@@ -77,37 +82,42 @@ class QuantEmbeddingCollection(QuantCollectionBase[EmbeddingConfig]):
         check_kjt_input(values, features.weights_or_none(), False, "QuantEmbeddingCollection")
         meta = self.lookup.segments
         feature_index = kjt_segment_index(features.keys(), meta.features, meta.tables)
-        offset_per_key = features.offset_per_key()
-        rows = self.lookup(values, offset_per_key, feature_index)
-        per_key = features.lengths().view(len(features.keys()), features.stride())
-        out: dict[str, JaggedTensor] = {}
-        for s in range(len(feature_index)):
-            k = feature_index[s]
-            ids: torch.Tensor | None = None
-            if self._need_indices:
-                ids = values[offset_per_key[k] : offset_per_key[k + 1]]
-            out[self._embedding_names[s]] = JaggedTensor(
-                values=rows[s].to(self._output_dtype), lengths=per_key[k], weights=ids
-            )
-        return out
+        return self._outputs(
+            values, features.lengths(), features.offset_per_key(), feature_index, features.stride()
+        )
 
     def _forward_eager(self, features: KeyedJaggedTensor) -> dict[str, JaggedTensor]:
         values, _ = check_features(features, weighted=False, owner=_OWNER)
         feature_index = self._plan.feature_indices(features.keys())
-        offset_per_key = list(features.offset_per_key())
+        return self._outputs(
+            values,
+            features.lengths(),
+            list(features.offset_per_key()),
+            feature_index,
+            features.stride(),
+        )
+
+    def _outputs(
+        self,
+        values: torch.Tensor,
+        lengths: torch.Tensor,
+        offset_per_key: list[int],
+        feature_index: list[int],
+        batch: int,
+    ) -> dict[str, JaggedTensor]:
         rows = self.lookup(values, offset_per_key, feature_index)
-        batch = features.stride()
-        per_key = features.lengths().view(len(features.keys()), batch)
-        out: dict[str, JaggedTensor] = {}
-        for s, seg in enumerate(self._plan.segments):
-            k = feature_index[s]
-            ids = values[offset_per_key[k] : offset_per_key[k + 1]]
-            out[seg.embedding_name] = JaggedTensor(
-                values=rows[s].to(self._output_dtype),
-                lengths=per_key[k],
-                weights=ids if self._need_indices else None,
-            )
-        return out
+        names, dtype = self._embedding_names, self._output_dtype
+        return sequence_outputs(
+            rows,
+            values,
+            lengths,
+            offset_per_key,
+            feature_index,
+            batch,
+            names,
+            self._need_indices,
+            dtype,
+        )
 
     def embedding_configs(self) -> list[EmbeddingConfig]:
         return list(self._configs)

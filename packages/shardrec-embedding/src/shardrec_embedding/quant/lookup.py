@@ -19,7 +19,7 @@ measured fastest (docs/design/quant-kernels.md). Kernels read only the looked-up
 import torch
 from torch import nn
 
-from shardrec_jagged import KeyedJaggedTensor
+from shardrec_jagged import JaggedTensor, KeyedJaggedTensor
 
 __all__ = [
     "KIND_FLOAT",
@@ -31,6 +31,7 @@ __all__ = [
     "check_segment_ids",
     "kjt_lookup_args",
     "kjt_segment_index",
+    "sequence_outputs",
 ]
 
 KIND_FLOAT = 0  # kind = bits per code for integer groups (8, 4, 2), 0 for float groups
@@ -217,6 +218,32 @@ def kjt_lookup_args(
     check_kjt_input(values, weights, weighted, owner)
     index = kjt_segment_index(features.keys(), segment_features, segment_tables)
     return values, features.lengths(), weights, features.offset_per_key(), index, features.stride()
+
+
+def sequence_outputs(
+    rows: list[torch.Tensor],
+    values: torch.Tensor,
+    lengths: torch.Tensor,
+    offset_per_key: list[int],
+    feature_index: list[int],
+    batch: int,
+    names: list[str],
+    need_indices: bool,
+    output_dtype: torch.dtype,
+) -> dict[str, JaggedTensor]:
+    """A `SequenceLookup`'s per-segment rows as the collection's `{name: JaggedTensor}` (the
+    KJT's lengths; its ids as weights with `need_indices`); eager and scripted forwards."""
+    per_key = lengths.view(len(offset_per_key) - 1, batch)
+    out: dict[str, JaggedTensor] = {}
+    for s in range(len(feature_index)):
+        k = feature_index[s]
+        ids: torch.Tensor | None = None
+        if need_indices:
+            ids = values[offset_per_key[k] : offset_per_key[k + 1]]
+        out[names[s]] = JaggedTensor(
+            values=rows[s].to(output_dtype), lengths=per_key[k], weights=ids
+        )
+    return out
 
 
 def _tracing() -> bool:

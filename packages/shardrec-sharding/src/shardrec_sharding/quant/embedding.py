@@ -34,6 +34,7 @@ from shardrec_embedding.quant import (
     check_kjt_input,
     check_segment_ids,
     kjt_segment_index,
+    sequence_outputs,
 )
 from shardrec_jagged import JaggedTensor, KeyedJaggedTensor, TorchScriptable
 from shardrec_planner import ParameterSharding, ShardingType
@@ -272,17 +273,18 @@ class ShardedQuantEmbeddingCollection(TorchScriptable, nn.Module):
         batch: int,
     ) -> dict[str, JaggedTensor]:
         rows = self.lookup(values, offset_per_key, feature_index)
-        per_key = lengths.view(len(offset_per_key) - 1, batch)
-        out: dict[str, JaggedTensor] = {}
-        for s in range(len(feature_index)):
-            k = feature_index[s]
-            ids: torch.Tensor | None = None
-            if self._need_indices:
-                ids = values[offset_per_key[k] : offset_per_key[k + 1]]
-            out[self._embedding_names[s]] = JaggedTensor(
-                values=rows[s].to(self._output_dtype), lengths=per_key[k], weights=ids
-            )
-        return out
+        names, dtype = self._embedding_names, self._output_dtype
+        return sequence_outputs(
+            rows,
+            values,
+            lengths,
+            offset_per_key,
+            feature_index,
+            batch,
+            names,
+            self._need_indices,
+            dtype,
+        )
 
     def extra_repr(self) -> str:
         return ", ".join(
