@@ -1,12 +1,21 @@
 """DistributedModelParallel, the sparse-dist train pipeline, and resharding checkpoints."""
 
-from shardrec_dmp.checkpoint import FORMAT_VERSION, load, read_metadata, save
+from shardrec_dmp.checkpoint import (
+    FORMAT_VERSION,
+    CheckpointError,
+    load,
+    read_metadata,
+    save,
+    saved_shapes,
+    verify,
+)
 from shardrec_dmp.full_state import full_state_dict, iter_full_state_dict
 from shardrec_dmp.model_parallel import DistributedModelParallel, default_sharders
 from shardrec_dmp.train_pipeline import Pipelineable, TrainPipelineSparseDist
 
 __all__ = [
     "FORMAT_VERSION",
+    "CheckpointError",
     "DistributedModelParallel",
     "Pipelineable",
     "TrainPipelineSparseDist",
@@ -16,4 +25,6 @@ __all__ = [
     "load",
     "read_metadata",
     "save",
+    "saved_shapes",
+    "verify",
 ]

@@ -8,6 +8,11 @@ with another plan or world size needs no conversion.
 Nothing is lost on failure: every rank writes into `<path>.partial`; once every rank has
 finished, rank 0 moves the previous checkpoint aside, renames the new one to `path` and deletes
 the old one. A crash before that rename leaves the previous checkpoint at `path` untouched.
+
+Nothing runs from a checkpoint and nothing damaged loads silently: `shardrec.json` records the
+size and CRC-32 of every file, `load` verifies them all (each rank a share of the files) before
+it reads a tensor, and reads `.metadata` and non-tensor values without ever unpickling code
+(checkpoint_files.py, checkpoint_io.py; the trust model is in docs/checkpoints.md).
 """
 
 from __future__ import annotations
@@ -15,22 +20,48 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import warnings
 from collections.abc import Mapping
 
 import torch
 from torch import Tensor
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
-from shardrec_collectives import ShardingEnv, barrier
+from shardrec_collectives import ShardingEnv, all_gather_object, barrier
+from shardrec_dmp.checkpoint_files import (
+    MANIFEST,
+    CheckpointError,
+    FileRecord,
+    file_records,
+    problems_of,
+    read_manifest,
+    record_of,
+)
+from shardrec_dmp.checkpoint_io import (
+    DCP_METADATA,
+    ChecksumWriter,
+    SafePlanner,
+    SafeReader,
+    read_dcp_metadata,
+)
 from shardrec_dmp.model_parallel import DistributedModelParallel
 
-__all__ = ["FORMAT_VERSION", "load", "read_metadata", "save"]
+__all__ = [
+    "FORMAT_VERSION",
+    "CheckpointError",
+    "load",
+    "read_metadata",
+    "save",
+    "saved_shapes",
+    "verify",
+]
 
 FORMAT_VERSION = 1
-"""Bumped whenever the layout of the saved state changes incompatibly."""
-
-_META = "shardrec.json"
+"""Bumped whenever the layout of the saved state changes incompatibly (checksums were added
+compatibly: a version-1 manifest without them loads unverified, with a warning)."""
 
 
 def _state(
@@ -112,15 +143,24 @@ def save(
     barrier(env)
     state = _prune(_state(model, dict(optimizers or {})))
     assert isinstance(state, dict)
-    dcp_save(state, checkpoint_id=partial, process_group=env.pg)
+    writer = ChecksumWriter(partial)
+    dcp_save(state, storage_writer=writer, process_group=env.pg)
+    # Each rank checksummed the data files it wrote; DCP's `.metadata` is rank 0's.
+    gathered = all_gather_object(env, writer.records)
     if env.rank == 0:
+        files: dict[str, FileRecord] = {}
+        for records in gathered:
+            assert isinstance(records, dict)
+            files.update(records)
+        files[DCP_METADATA] = record_of(os.path.join(partial, DCP_METADATA))
         meta = {
             "format_version": FORMAT_VERSION,
             "world_size": env.world_size,
             "optimizers": sorted(optimizers or {}),
             "plan": json.loads(model.plan.to_json()),
+            "files": dict(sorted(files.items())),
         }
-        with open(os.path.join(partial, _META), "w") as f:
+        with open(os.path.join(partial, MANIFEST), "w") as f:
             json.dump(meta, f)
     # Every rank's shards are on disk before the checkpoint becomes visible under `path`.
     barrier(env)
@@ -143,19 +183,65 @@ def _publish(partial: str, final: str) -> None:
 
 
 def read_metadata(path: str | os.PathLike[str]) -> dict[str, object]:
-    """The checkpoint's `shardrec.json`: format version, world size, optimizer names, plan."""
-    file = os.path.join(os.fspath(path), _META)
-    if not os.path.isfile(file):
-        raise FileNotFoundError(f"{os.fspath(path)!r} is not a shardrec checkpoint (no {_META})")
-    with open(file) as f:
-        meta: dict[str, object] = json.load(f)
-    version = meta.get("format_version")
-    if version != FORMAT_VERSION:
-        raise ValueError(
-            f"checkpoint {os.fspath(path)!r} has format version {version!r}; this shardrec "
-            f"reads version {FORMAT_VERSION}"
-        )
-    return meta
+    """The checkpoint's `shardrec.json`: format version, world size, optimizer names, plan,
+    and `files` (each file's size and CRC-32). A damaged one is a `CheckpointError` naming it."""
+    return read_manifest(path, FORMAT_VERSION)
+
+
+def _unverified(checkpoint: str) -> str:
+    return (
+        f"checkpoint {checkpoint!r} has no checksums (saved by a shardrec before they were "
+        "added): loading it unverified, a damaged weight would go unnoticed; save it again to "
+        "add them"
+    )
+
+
+def _verify_shared(env: ShardingEnv, checkpoint: str, files: Mapping[str, FileRecord]) -> None:
+    """Every file against the manifest, each rank checking every world_size-th one; every
+    rank raises the same `CheckpointError` if any file fails (a collective)."""
+    names = sorted(files)
+    mine = problems_of(checkpoint, files, names[env.rank :: env.world_size])
+    found: list[str] = []
+    for problems in all_gather_object(env, mine):
+        assert isinstance(problems, list)
+        found += problems
+    if found:
+        more = f" (and {len(found) - 1} more damaged file(s))" if len(found) > 1 else ""
+        raise CheckpointError(found[0] + more)
+
+
+def verify(path: str | os.PathLike[str]) -> int:
+    """Check every file of the checkpoint at `path` against its manifest in this process;
+    returns the bytes checked. Raises `CheckpointError` naming the first damaged file. A
+    checkpoint without checksums is reported with a warning and returns 0."""
+    checkpoint = os.fspath(path)
+    files = file_records(checkpoint, read_metadata(checkpoint))
+    if files is None:
+        warnings.warn(_unverified(checkpoint), UserWarning, stacklevel=2)
+        return 0
+    problems = problems_of(checkpoint, files, sorted(files))
+    if problems:
+        raise CheckpointError(problems[0])
+    metadata = read_dcp_metadata(checkpoint)  # unpickles safely, or names what it refused
+    SafeReader(checkpoint, metadata, set(files)).set_up_storage_reader(metadata, True)
+    return sum(int(str(r["bytes"])) for r in files.values())
+
+
+def saved_shapes(path: str | os.PathLike[str]) -> dict[str, tuple[int, ...]]:
+    """The global shape of every tensor the checkpoint holds, by DCP key (`model.<fqn>`,
+    `optimizers.<name>.<...>`); reads only the manifest and `.metadata` (verified first)."""
+    checkpoint = os.fspath(path)
+    files = file_records(checkpoint, read_metadata(checkpoint))
+    if files is not None and DCP_METADATA in files:
+        problems = problems_of(checkpoint, files, [DCP_METADATA])
+        if problems:
+            raise CheckpointError(problems[0])
+    metadata = read_dcp_metadata(checkpoint)
+    return {
+        key: tuple(int(n) for n in item.size)
+        for key, item in metadata.state_dict_metadata.items()
+        if isinstance(item, TensorStorageMetadata)
+    }
 
 
 def load(
@@ -170,23 +256,46 @@ def load(
     stays with the same optimizer: fused stays fused). `optimizers` must name saved optimizers.
     An optimizer whose state is created lazily (Adam) is initialized with its `init_state()`
     first, so a freshly built optimizer receives the saved state too.
+
+    Before any tensor is read, every file is checked against the size and CRC-32 in the
+    manifest (the ranks share the work); a mismatch, a damaged manifest or `.metadata`, or a
+    file holding anything but tensors and plain values is a `CheckpointError` naming the file
+    and the checkpoint, raised on every rank. A checkpoint saved without checksums loads with
+    a warning that it is unverified.
     """
     model = _check(model)
+    env: ShardingEnv = model.env
+    checkpoint = os.fspath(path)
     opts = dict(optimizers or {})
-    meta = read_metadata(path)
+    meta = read_metadata(checkpoint)
     saved = meta.get("optimizers")
     assert isinstance(saved, list)
     missing = sorted(set(opts) - {str(s) for s in saved})
     if missing:
         raise ValueError(
-            f"optimizers {missing} are not in checkpoint {os.fspath(path)!r} (saved: {saved})"
+            f"optimizers {missing} are not in checkpoint {checkpoint!r} (saved: {saved})"
         )
+    files = file_records(checkpoint, meta)
+    if files is None:
+        if env.rank == 0:
+            warnings.warn(_unverified(checkpoint), UserWarning, stacklevel=2)
+    else:
+        _verify_shared(env, checkpoint, files)
+    metadata = read_dcp_metadata(checkpoint)
     for opt in opts.values():
         _init_lazy_state(opt)
     state = _state(model, opts)
     pruned = _prune(state)
     assert isinstance(pruned, dict)
-    dcp_load(pruned, checkpoint_id=os.fspath(path), process_group=model.env.pg)
+    reader = SafeReader(checkpoint, metadata, None if files is None else set(files))
+    try:
+        dcp_load(pruned, storage_reader=reader, planner=SafePlanner(), process_group=env.pg)
+    except CheckpointException as err:
+        # DCP gathers every rank's failure; a damaged or crafted file is reported as itself.
+        for failure, _ in err.failures.values():
+            if isinstance(failure, CheckpointError):
+                raise CheckpointError(str(failure)) from None
+        raise
     _merge(state, pruned)
     loaded = state["model"]
     assert isinstance(loaded, Mapping)
