@@ -9,6 +9,8 @@ import subprocess
 import sys
 
 import numpy as np
+import torch
+from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 # Small synthetic shapes: 4 tables of 64 rows, 2 dense features, 8 batches of 32 per rank.
 SYNTHETIC = [
@@ -80,3 +82,21 @@ def run_shardrec(args: list[str], *, timeout: float = 240) -> subprocess.Complet
         env=env,
         check=False,
     )
+
+
+def checkpoint_tensors(checkpoint: pathlib.Path, tmp: pathlib.Path) -> dict[str, torch.Tensor]:
+    """Every tensor of a DCP checkpoint (model and both optimizers), read without ranks."""
+    flat = tmp / f"{checkpoint.parent.parent.name}-{checkpoint.name}.pt"
+    dcp_to_torch_save(checkpoint, flat)
+    state = torch.load(flat, weights_only=False)
+    out: dict[str, torch.Tensor] = {}
+
+    def walk(node: object, prefix: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                walk(value, f"{prefix}{key}.")
+        elif isinstance(node, torch.Tensor):
+            out[prefix.rstrip(".")] = node
+
+    walk(state, "")
+    return out

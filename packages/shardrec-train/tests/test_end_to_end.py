@@ -8,8 +8,7 @@ import shutil
 
 import pytest
 import torch
-from _train_helpers import AUC_LINE, SYNTHETIC, run_shardrec, write_ml100k
-from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+from _train_helpers import AUC_LINE, SYNTHETIC, checkpoint_tensors, run_shardrec, write_ml100k
 
 PNGS = ("loss.png", "auc.png", "plan_load.png")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -37,24 +36,6 @@ def _check_outputs(out: pathlib.Path, stdout: str, *, steps: int, evals: int) ->
     assert found == [f"{auc:.4f}"], stdout[-2000:]
     assert "per-table decisions" in stdout  # the plan report
     return summary
-
-
-def _weights(checkpoint: pathlib.Path, tmp: pathlib.Path) -> dict[str, torch.Tensor]:
-    """Every tensor of a DCP checkpoint (model and both optimizers), read without ranks."""
-    flat = tmp / f"{checkpoint.parent.parent.name}-{checkpoint.name}.pt"
-    dcp_to_torch_save(checkpoint, flat)
-    state = torch.load(flat, weights_only=False)
-    out: dict[str, torch.Tensor] = {}
-
-    def walk(node: object, prefix: str) -> None:
-        if isinstance(node, dict):
-            for key, value in node.items():
-                walk(value, f"{prefix}{key}.")
-        elif isinstance(node, torch.Tensor):
-            out[prefix.rstrip(".")] = node
-
-    walk(state, "")
-    return out
 
 
 @pytest.mark.slow
@@ -86,8 +67,8 @@ def test_synthetic_run_then_crash_and_resume(tmp_path: pathlib.Path) -> None:
     assert "at step 6" in result.stdout
     _check_outputs(crashed, result.stdout, steps=16, evals=2)
 
-    expected = _weights(full / "checkpoints" / "step_16", tmp_path)
-    resumed = _weights(crashed / "checkpoints" / "step_16", tmp_path)
+    expected = checkpoint_tensors(full / "checkpoints" / "step_16", tmp_path)
+    resumed = checkpoint_tensors(crashed / "checkpoints" / "step_16", tmp_path)
     assert sorted(resumed) == sorted(expected)
     assert any("embedding_bags" in k for k in expected) and any("exp_avg" in k for k in expected)
     for key, value in expected.items():

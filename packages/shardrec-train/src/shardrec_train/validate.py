@@ -10,7 +10,8 @@ from __future__ import annotations
 import torch
 
 from shardrec_data import RecDataset
-from shardrec_train.checkpoints import latest_checkpoint
+from shardrec_train.build import build_model
+from shardrec_train.checkpoints import latest_checkpoint, shape_problems
 from shardrec_train.data import build_dataset
 from shardrec_train.options import TrainOptions
 from shardrec_train.sharding import forced_type_problem
@@ -107,6 +108,15 @@ def dataset_problems(opts: TrainOptions, dataset: RecDataset) -> list[str]:
     return problems
 
 
+def resume_problems(opts: TrainOptions, dataset: RecDataset) -> list[str]:
+    """--resume: the checkpoint's model has the shapes these flags build (on `meta`: free)."""
+    if not opts.resume:
+        return []
+    model = build_model(opts, dataset, torch.device("meta"))
+    expected = {key: tuple(value.shape) for key, value in model.state_dict().items()}
+    return shape_problems(opts.out, expected)
+
+
 def validate(opts: TrainOptions) -> tuple[list[str], RecDataset | None]:
     """All problems (one line each) and, when it loaded, the dataset.
 
@@ -123,4 +133,4 @@ def validate(opts: TrainOptions) -> tuple[list[str], RecDataset | None]:
     except (ValueError, FileNotFoundError, TypeError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         return [f"--dataset {opts.dataset}: {first}"], None
-    return dataset_problems(opts, dataset), dataset
+    return dataset_problems(opts, dataset) + resume_problems(opts, dataset), dataset

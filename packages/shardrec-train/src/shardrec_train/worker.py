@@ -3,7 +3,7 @@
 1. process group: nccl when CUDA GPUs are visible (and --backend auto), else gloo;
 2. dataset, model, plan, DistributedModelParallel, optimizers (`build`);
 3. rank 0 prints the plan report and charts the plan's per-rank load;
-4. --resume: load the latest checkpoint (model + both optimizers) and the history;
+4. --resume: load the latest checkpoint that verifies (model + both optimizers), the history;
 5. train in segments; evaluate and checkpoint at their ends;
 6. the summary table, summary.json, the charts, and the `test AUC` line.
 """
@@ -25,7 +25,7 @@ from shardrec_dmp import load, save
 from shardrec_planner import save_plan_chart
 from shardrec_planner.report import format_report
 from shardrec_train.build import build
-from shardrec_train.checkpoints import History, latest_checkpoint, step_path
+from shardrec_train.checkpoints import History, latest_checkpoint, resume_latest, step_path
 from shardrec_train.data import build_dataset
 from shardrec_train.loop import Clock, Trainer, boundaries, evaluate, total_steps, train_batches
 from shardrec_train.options import TrainOptions
@@ -120,9 +120,9 @@ def _train(
         raise FileNotFoundError(f"--resume: no checkpoint under {out / 'checkpoints'}")
     resume = latest is not None and (opts.resume or restarted)
     if resume:
-        assert latest is not None
-        start, path = latest
-        load(str(path), model, {"optimizer": optimizer})
+        start, path = resume_latest(
+            out, lambda p: load(str(p), model, {"optimizer": optimizer}), lead=lead
+        )
         history = History.read(out)
         history.truncate(start)
         if lead:
