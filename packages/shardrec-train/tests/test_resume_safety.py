@@ -1,6 +1,7 @@
-"""`--resume` over damaged checkpoints and changed flags, with the real command (one rank).
+"""`--resume` over damaged checkpoints and changed flags.
 
-One 6-step run with checkpoints at 2, 4 and 6 serves every check: a changed model shape and
+The fallback itself on directories with a stand-in loader; then the real command (one rank):
+one 6-step run with checkpoints at 2, 4 and 6 serves every check: a changed model shape and
 unreadable manifests are refused before launch (one line, exit 2); a flipped byte in step 4
 makes the resume fall back to step 2, say so, keep step 4 aside, and still end bit for bit
 where the uninterrupted run ended.
@@ -16,6 +17,8 @@ import pytest
 from _train_helpers import SYNTHETIC, checkpoint_tensors, run_shardrec
 
 import shardrec_train.cli as cli
+from shardrec_dmp import CheckpointError
+from shardrec_train.checkpoints import resume_latest
 
 ARGS = [*SYNTHETIC, "--nproc-per-node", "1", "--max-steps", "6", "--checkpoint-every", "2"]
 
@@ -33,6 +36,58 @@ def _precheck(
     monkeypatch.setattr(cli, "launch", fake_launch)
     code = cli.main(["train", *ARGS, "--resume", "--out", str(out), *extra])
     return code, launched
+
+
+def _checkpoint_dirs(out: pathlib.Path, names: list[str]) -> None:
+    for name in names:
+        (out / "checkpoints" / name).mkdir(parents=True)
+        (out / "checkpoints" / name / "data").write_text(name)
+
+
+def test_fallback_sets_damaged_checkpoints_aside(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _checkpoint_dirs(tmp_path, ["step_2", "step_4", "step_6", "step_6.corrupt", "step_10.partial"])
+    tried: list[str] = []
+
+    def load_one(path: pathlib.Path) -> None:
+        tried.append(path.name)
+        if path.name == "step_6":
+            raise CheckpointError(f"checkpoint '{path}': file 'x.distcp' is damaged")
+        if path.name == "step_4":
+            raise FileNotFoundError(f"'{path}' is not a shardrec checkpoint (no shardrec.json)")
+
+    assert resume_latest(tmp_path, load_one, lead=True) == (2, tmp_path / "checkpoints" / "step_2")
+    assert tried == ["step_6", "step_4", "step_2"]
+    folder = tmp_path / "checkpoints"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "step_10.partial",
+        "step_2",
+        "step_4.corrupt",
+        "step_6.corrupt",
+        "step_6.corrupt-2",
+    ]
+    assert (folder / "step_6.corrupt-2" / "data").read_text() == "step_6"  # kept as it was
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == (
+        f"resume: step_6 does not verify: checkpoint '{folder / 'step_6'}': file 'x.distcp' "
+        "is damaged"
+    )
+    assert out[1].startswith(f"resume: kept it as {folder / 'step_6.corrupt-2'} for inspection")
+    assert len(out) == 4 and "step_4 does not verify" in out[2]
+
+
+def test_no_checkpoint_verifies(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _checkpoint_dirs(tmp_path, ["step_3", "step_5"])
+
+    def load_one(path: pathlib.Path) -> None:
+        raise CheckpointError(f"{path.name} is damaged")
+
+    with pytest.raises(CheckpointError, match=r"no checkpoint under .* verifies \(2 tried"):
+        resume_latest(tmp_path, load_one, lead=False)
+    # Only the lead rank renames and prints.
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_3", "step_5"]
+    assert capsys.readouterr().out == ""
 
 
 def _flip_byte(file: pathlib.Path, at: int) -> None:
