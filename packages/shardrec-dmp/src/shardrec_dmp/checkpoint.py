@@ -224,7 +224,7 @@ def verify(path: str | os.PathLike[str]) -> int:
         raise CheckpointError(problems[0])
     metadata = read_dcp_metadata(checkpoint)  # unpickles safely, or names what it refused
     SafeReader(checkpoint, metadata, set(files)).set_up_storage_reader(metadata, True)
-    return sum(int(str(r["bytes"])) for r in files.values())
+    return sum(r["bytes"] for r in files.values())
 
 
 def saved_shapes(path: str | os.PathLike[str]) -> dict[str, tuple[int, ...]]:

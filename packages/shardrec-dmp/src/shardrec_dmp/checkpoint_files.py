@@ -19,6 +19,7 @@ import json
 import os
 import zlib
 from collections.abc import Iterable, Mapping
+from typing import TypedDict
 
 __all__ = [
     "MANIFEST",
@@ -35,9 +36,15 @@ __all__ = [
 MANIFEST = "shardrec.json"
 """The manifest's file name inside a checkpoint directory."""
 
-FileRecord = dict[str, object]
-"""A file's entry in the manifest: `{"bytes": int, "crc32": "8 hex digits"}`."""
 
+class FileRecord(TypedDict):
+    """A file's entry in the manifest's `files` table."""
+
+    bytes: int
+    crc32: str  # 8 lowercase hex digits
+
+
+_HEX = frozenset("0123456789abcdefABCDEF")
 _CHUNK = 8 << 20  # bytes read per call: large enough for ~GB/s, small enough to stay in cache
 
 
@@ -88,7 +95,8 @@ def file_records(checkpoint: str, manifest: Mapping[str, object]) -> dict[str, F
     for name, record in files.items():
         size = record.get("bytes") if isinstance(record, dict) else None
         crc = record.get("crc32") if isinstance(record, dict) else None
-        if not isinstance(size, int) or size < 0 or not isinstance(crc, str) or len(crc) != 8:
+        crc = crc if isinstance(crc, str) and len(crc) == 8 and set(crc) <= _HEX else None
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0 or crc is None:
             raise CheckpointError(
                 f"{bad}: entry {name!r} is {record!r}, expected "
                 '{"bytes": <int>, "crc32": "<8 hex digits>"}'

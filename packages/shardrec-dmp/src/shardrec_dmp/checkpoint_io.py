@@ -18,6 +18,7 @@ either runs any code a crafted checkpoint carries. Here instead
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import io
 import os
@@ -75,7 +76,7 @@ _ALLOWED: dict[tuple[str, str], object] = {
     ("torch", "Size"): torch.Size,
     # A layout pickles as a call of this lookup by name (torch/serialization.py).
     ("torch.serialization", "_get_layout"): torch.serialization._get_layout,
-    ("collections", "OrderedDict"): __import__("collections").OrderedDict,
+    ("collections", "OrderedDict"): collections.OrderedDict,
     **{("pathlib", n): getattr(pathlib, n) for n in ("PosixPath", "PurePosixPath")},
     **{("pathlib", n): getattr(pathlib, n) for n in ("WindowsPath", "PureWindowsPath")},
 }
