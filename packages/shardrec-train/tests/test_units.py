@@ -14,19 +14,12 @@ from hypothesis import strategies as st
 from shardrec_data import load_dataset
 from shardrec_planner import ShardingType, construct_module_sharding_plan
 from shardrec_sharding import EmbeddingBagCollectionSharder, check_plan
-from shardrec_train import (
-    History,
-    TrainOptions,
-    build_model,
-    build_parser,
-    forced_generators,
-    forced_type_problem,
-    latest_checkpoint,
-    options_from_namespace,
-    table_configs,
-)
+from shardrec_train import TrainOptions, build_parser, options_from_namespace
+from shardrec_train.build import build_model, table_configs
+from shardrec_train.checkpoints import History, latest_checkpoint
 from shardrec_train.cli import main
 from shardrec_train.loop import boundaries, total_steps, train_batches
+from shardrec_train.sharding import forced_generators, forced_type_problem
 from shardrec_train.worker import choose_backend
 
 

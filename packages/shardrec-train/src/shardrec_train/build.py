@@ -21,10 +21,16 @@ from shardrec_data import RecDataset
 from shardrec_dmp import DistributedModelParallel
 from shardrec_embedding import EmbeddingBagCollection, EmbeddingBagConfig, PoolingType
 from shardrec_models import DLRM, DLRM_DCN, DLRMTrain
-from shardrec_optim import CombinedOptimizer, KeyedOptimizerWrapper, in_backward_optimizer_filter
+from shardrec_optim import (
+    CombinedOptimizer,
+    EmbOptimType,
+    KeyedOptimizerWrapper,
+    in_backward_optimizer_filter,
+)
 from shardrec_planner import (
     EmbeddingShardingPlanner,
     ShardingPlan,
+    ShardingType,
     Topology,
     construct_module_sharding_plan,
 )
@@ -95,7 +101,7 @@ def ebc_path(model: nn.Module) -> str:
 
 def make_sharder(opts: TrainOptions) -> EmbeddingBagCollectionSharder:
     return EmbeddingBagCollectionSharder(
-        fused_params={"optimizer": opts.optimizer, "learning_rate": opts.embedding_lr}
+        fused_params={"optimizer": EmbOptimType(opts.optimizer), "learning_rate": opts.embedding_lr}
     )
 
 
@@ -126,7 +132,7 @@ def make_plan(
     names = [c.name for c in ebc.embedding_bag_configs()]
     module_plan = construct_module_sharding_plan(
         ebc,
-        forced_generators(opts.sharding_type, names, world_size, local_world_size),
+        forced_generators(ShardingType(opts.sharding_type), names, world_size, local_world_size),
         world_size=world_size,
         local_world_size=local_world_size,
         device_type=device.type,
