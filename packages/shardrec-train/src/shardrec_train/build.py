@@ -29,10 +29,12 @@ from shardrec_optim import (
 )
 from shardrec_planner import (
     EmbeddingShardingPlanner,
+    HostInfo,
     ShardingPlan,
     ShardingType,
     Topology,
     construct_module_sharding_plan,
+    detect_host,
 )
 from shardrec_sharding import EmbeddingBagCollectionSharder
 from shardrec_train.options import TrainOptions
@@ -116,11 +118,19 @@ def make_plan(
     pg: torch.distributed.ProcessGroup | None,
 ) -> ShardingPlan:
     """The planner's plan, or every table with `--sharding-type` (costed by the planner)."""
+    host = None
+    if opts.host_memory_gib is not None and device.type == "cpu":
+        host = HostInfo(
+            memory_bytes=int(opts.host_memory_gib * 1024**3),
+            cores=detect_host().cores,
+            source="--host-memory-gib",
+        )
     planner = EmbeddingShardingPlanner(
         Topology(
             world_size=world_size,
             compute_device=device.type,
             local_world_size=local_world_size,
+            host=host,
         ),
         batch_size=opts.batch_size,
     )

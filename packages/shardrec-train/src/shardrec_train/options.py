@@ -224,6 +224,13 @@ class TrainOptions:
         default=None,
         choices=FORCEABLE_SHARDING_TYPES,
     )
+    host_memory_gib: float | None = option(
+        "CPU runs: GiB of memory the ranks of one machine share for their tables; the "
+        "planner's per-rank cap is this / --nproc-per-node (default: this machine's, detected)",
+        group=TRAINING,
+        default=None,
+        above=0,
+    )
     max_steps: int = option(
         "stop after this many steps; 0: all epochs", group=TRAINING, default=0, at_least=0
     )
