@@ -12,6 +12,7 @@ import dataclasses
 import json
 import pathlib
 from collections.abc import Sequence
+from typing import Literal
 
 from shardrec_train.checkpoints import History
 
@@ -75,6 +76,8 @@ class Curve:
     steps: tuple[int, ...]
     values: tuple[float, ...]
     markers: bool = False
+    color: str = "tab:blue"
+    alpha: float = 1.0
 
 
 def _moving_mean(values: Sequence[float], k: int) -> list[float]:
@@ -98,7 +101,7 @@ def chart_series(history: History) -> dict[str, list[Curve]]:
         steps = tuple(s for s, _ in history.train_loss)
         values = [v for _, v in history.train_loss]
         k = max(1, len(values) // 50)
-        loss.append(Curve(label="train loss (step)", steps=steps, values=tuple(values)))
+        loss.append(Curve(label="train loss (step)", steps=steps, values=tuple(values), alpha=0.35))
         loss.append(
             Curve(
                 label=f"train loss (mean of {k})",
@@ -108,26 +111,22 @@ def chart_series(history: History) -> dict[str, list[Curve]]:
         )
     log_loss = [(s, m["log_loss"]) for s, m in history.evals if "log_loss" in m]
     if log_loss:
-        loss.append(_curve("test log loss", log_loss))
+        loss.append(_curve("test log loss", log_loss, "tab:red"))
     aucs = [(s, m["auc"]) for s, m in history.evals if "auc" in m]
-    return {"loss.png": loss, "auc.png": [_curve("test AUC", aucs)] if aucs else []}
+    return {"loss.png": loss, "auc.png": [_curve("test AUC", aucs, "tab:green")] if aucs else []}
 
 
-def _curve(label: str, points: Sequence[tuple[int, float]]) -> Curve:
+def _curve(label: str, points: Sequence[tuple[int, float]], color: str) -> Curve:
     return Curve(
         label=label,
         steps=tuple(s for s, _ in points),
         values=tuple(v for _, v in points),
         markers=True,
+        color=color,
     )
 
 
-_STYLE = {
-    "train loss (step)": {"color": "tab:blue", "alpha": 0.35, "lw": 0.8},
-    "test log loss": {"color": "tab:red"},
-    "test AUC": {"color": "tab:green"},
-}
-_AXES = {
+_AXES: dict[str, tuple[str, Literal["upper right", "lower right"]]] = {
     "loss.png": ("binary cross-entropy", "upper right"),
     "auc.png": ("AUC", "lower right"),
 }
@@ -144,8 +143,8 @@ def save_charts(out: pathlib.Path, history: History) -> list[pathlib.Path]:
     for name, curves in chart_series(history).items():
         fig, ax = plt.subplots(figsize=(7, 4))
         for c in curves:
-            style = _STYLE.get(c.label, {"color": "tab:blue", "lw": 1.5})
-            ax.plot(c.steps, c.values, "o-" if c.markers else "-", label=c.label, **style)
+            fmt, width = ("o-", 1.5) if c.markers else ("-", 0.8 if c.alpha < 1 else 1.5)
+            ax.plot(c.steps, c.values, fmt, label=c.label, color=c.color, alpha=c.alpha, lw=width)
         ylabel, legend = _AXES[name]
         ax.set_xlabel("step")
         ax.set_ylabel(ylabel)
