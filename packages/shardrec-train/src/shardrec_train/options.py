@@ -163,10 +163,10 @@ def default_out(dataset: str, now: datetime.datetime | None = None) -> pathlib.P
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TrainOptions:
-    """Everything one training run needs; `parse_train_args` builds it from a command line.
+    """Everything one training run needs; `options_from_namespace` builds it from a command line.
 
     `batch_size` is per rank (the global batch is `batch_size * world_size`).
-    `max_steps` 0 means "all epochs". `eval_every` None means `EVALS_PER_RUN` evaluations
+    `max_steps` 0 means "all epochs". `eval_every` None means `loop.EVALS_PER_RUN` (10) evaluations
     spread over the run; `eval_every` / `checkpoint_every` 0 mean "only at the end".
     """
 
