@@ -196,7 +196,9 @@ def test_version_line_and_report() -> None:
 
     import torch
 
+    from shardrec_embedding._native import native_available
     from shardrec_embedding.fused.fbgemm_backward import fbgemm_tbe_available
+    from shardrec_embedding.triton import triton_available
     from shardrec_jagged import fbgemm_available
 
     assert version_line().split()[1] == importlib.metadata.version("shardrec")
@@ -211,6 +213,8 @@ def test_version_line_and_report() -> None:
     ):
         assert (rows[family] == "fbgemm") is loaded
         assert loaded or rows[family].startswith("torch-native")
+    assert (rows["CPU pooled lookup"] == "native C kernels") is native_available()
+    assert (rows["CUDA pooled lookup"] == "triton") is triton_available()
 
 
 def test_version_command_prints_the_report(capsys: pytest.CaptureFixture[str]) -> None:

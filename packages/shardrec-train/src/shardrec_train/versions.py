@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import platform
+import warnings
 
 DISTRIBUTIONS = (
     "shardrec",
@@ -46,16 +47,31 @@ def version_line() -> str:
 
 
 def backend_rows() -> list[tuple[str, str]]:
-    """(kernel family, backend) for the jagged kernels and the fused embedding backward
-    (imports torch and tries fbgemm_gpu once, as the first kernel call would)."""
+    """(kernel family, backend) as the first call of each would choose it: fbgemm for the
+    jagged ops and the fused backward, the native C kernels for CPU lookups, Triton for CUDA
+    lookups (imports torch, tries each optional backend once; their warnings are the report)."""
+    from shardrec_embedding._native import native_available
     from shardrec_embedding.fused.fbgemm_backward import fbgemm_tbe_available
+    from shardrec_embedding.triton import triton_available
     from shardrec_jagged import fbgemm_available
 
-    missing = "torch-native (fbgemm_gpu not loadable: pip install fbgemm-gpu-cpu==1.8.0)"
-    return [
-        ("jagged kernels", "fbgemm" if fbgemm_available() else missing),
-        ("fused embedding backward", "fbgemm" if fbgemm_tbe_available() else missing),
-    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # each row below says what a warning would say
+        no_fbgemm = "torch-native (fbgemm_gpu not loadable: pip install fbgemm-gpu-cpu==1.8.0)"
+        return [
+            ("jagged kernels", "fbgemm" if fbgemm_available() else no_fbgemm),
+            ("fused embedding backward", "fbgemm" if fbgemm_tbe_available() else no_fbgemm),
+            (
+                "CPU pooled lookup",
+                "native C kernels"
+                if native_available()
+                else "torch-native (no C compiler, or SHARDREC_NATIVE=0)",
+            ),
+            (
+                "CUDA pooled lookup",
+                "triton" if triton_available() else "torch-native (triton not importable)",
+            ),
+        ]
 
 
 def version_report() -> str:
