@@ -2,8 +2,9 @@
 
 OUT/summary.json   steps, samples/s, final train loss, test metrics, wall time, options
 OUT/loss.png       train loss per step (mean over ranks) and test log loss per evaluation
-OUT/auc.png        test AUC per evaluation
-OUT/plan_load.png  per-rank table memory and estimated cost of the plan
+OUT/auc.png        test AUC per evaluation (10 by default: a curve)
+OUT/plan_load.png  per-rank table memory and estimated cost of the plan (shardrec_planner)
+(history.json and plan.json are written by the worker and checkpoints.py.)
 """
 
 from __future__ import annotations
