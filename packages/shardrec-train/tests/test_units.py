@@ -14,19 +14,12 @@ from hypothesis import strategies as st
 from shardrec_data import load_dataset
 from shardrec_planner import ShardingType, construct_module_sharding_plan
 from shardrec_sharding import EmbeddingBagCollectionSharder, check_plan
-from shardrec_train import (
-    History,
-    TrainOptions,
-    build_model,
-    build_parser,
-    forced_generators,
-    forced_type_problem,
-    latest_checkpoint,
-    options_from_namespace,
-    table_configs,
-)
+from shardrec_train import TrainOptions, build_parser, options_from_namespace
+from shardrec_train.build import build_model, table_configs
+from shardrec_train.checkpoints import History, latest_checkpoint
 from shardrec_train.cli import main
 from shardrec_train.loop import boundaries, total_steps, train_batches
+from shardrec_train.sharding import forced_generators, forced_type_problem
 from shardrec_train.worker import choose_backend
 
 
@@ -217,3 +210,33 @@ def test_preprocess_missing_file_is_one_line(
     assert main(["preprocess-criteo", str(missing), "--out-dir", str(tmp_path / "o")]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and str(missing) in lines[0]
+
+
+def test_host_memory_flag_sets_the_cpu_cap(tmp_path: pathlib.Path) -> None:
+    """--host-memory-gib 3 on 2 ranks: the plan's per-rank cap comes from 1.5 GiB (less the
+    planner's reserve), and the report says so; without it, this machine's memory."""
+    from shardrec_planner import detect_host
+    from shardrec_train.build import make_plan, make_sharder
+
+    data = load_dataset("synthetic", num_embeddings=[50, 70], num_dense=2)
+
+    def plan_for(*extra: str) -> tuple[int, str]:
+        opts = _opts(tmp_path, "--embedding-dim", "8", "--sharding-type", "table_wise", *extra)
+        model = build_model(opts, data, torch.device("cpu"))
+        plan = make_plan(
+            opts,
+            model,
+            make_sharder(opts),
+            world_size=2,
+            local_world_size=2,
+            device=torch.device("cpu"),
+            pg=None,
+        )
+        assert plan.stats is not None
+        return plan.stats.ranks[0].memory_cap_bytes, plan.report()
+
+    cap, report = plan_for("--host-memory-gib", "3")
+    assert 0.5 * 1024**3 < cap <= 1.5 * 1024**3
+    assert "host memory 3.0 GiB (--host-memory-gib" in report
+    cap, report = plan_for()
+    assert cap <= detect_host().memory_bytes // 2 and "(detected;" in report

@@ -51,7 +51,10 @@ BAD = [
     (["--dense-arch", "16,x"], "'16,x'"),
     (["--batch-size", "many"], "'many'"),
     (["--optimizer", "rmsprop"], "'rmsprop'"),
-    (["--sharding-type", "grid_shard"], "'grid_shard' cannot be forced"),
+    (
+        ["--sharding-type", "grid_shard"],
+        "invalid choice: 'grid_shard' (choose from 'data_parallel'",
+    ),
     (["--sharding-type", "diagonal"], "'diagonal'"),
     (["--backend", "mpi"], "'mpi'"),
     (["--dataset-option", "colour=red"], "'colour'"),

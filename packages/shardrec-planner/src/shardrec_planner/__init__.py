@@ -1,11 +1,12 @@
 """The sharding plan data model and the planner that chooses it."""
 
 from shardrec_planner.calibration import Calibration, calibrate
-from shardrec_planner.chart import save_plan_chart
+from shardrec_planner.chart import PlanChartData, plan_chart_data, save_plan_chart
 from shardrec_planner.constraints import ParameterConstraints
 from shardrec_planner.enums import EmbeddingComputeKernel, ShardingType
 from shardrec_planner.errors import PlannerError
 from shardrec_planner.geometry import MIN_CW_DIM, column_block_size, row_block_sizes, shard_geometry
+from shardrec_planner.host import HostInfo, detect_host
 from shardrec_planner.manual import (
     ParameterShardingGenerator,
     column_wise,
@@ -38,10 +39,12 @@ __all__ = [
     "EmbeddingShardingPlanner",
     "EmbeddingTableSharder",
     "EnumerableShardingSpec",
+    "HostInfo",
     "ModuleSharder",
     "ParameterConstraints",
     "ParameterSharding",
     "ParameterShardingGenerator",
+    "PlanChartData",
     "PlanStats",
     "PlannerError",
     "PlannerSharder",
@@ -57,8 +60,10 @@ __all__ = [
     "column_wise",
     "construct_module_sharding_plan",
     "data_parallel",
+    "detect_host",
     "grid_shard",
     "placement",
+    "plan_chart_data",
     "row_block_sizes",
     "row_wise",
     "save_plan_chart",

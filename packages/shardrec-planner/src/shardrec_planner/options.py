@@ -22,7 +22,13 @@ from shardrec_planner.constraints import ParameterConstraints
 from shardrec_planner.enums import EmbeddingComputeKernel, ShardingType
 from shardrec_planner.errors import PlannerError
 from shardrec_planner.estimator import UVM_KERNELS, Workload, estimate_shards
-from shardrec_planner.geometry import MIN_CW_DIM, ShardArrays, column_block_size, shard_arrays
+from shardrec_planner.geometry import (
+    MIN_CW_DIM,
+    ShardArrays,
+    column_block_size,
+    row_block_sizes,
+    shard_arrays,
+)
 from shardrec_planner.sharder import TableInfo
 from shardrec_planner.topology import Topology
 
@@ -101,6 +107,36 @@ def _kernels_for(
     return out
 
 
+_ROW_SPLIT = {
+    ShardingType.ROW_WISE: "world",
+    ShardingType.TABLE_ROW_WISE: "local",
+    ShardingType.GRID_SHARD: "local",
+}
+"""Sharding types that split rows into blocks of ceil(rows / n), over the world or a host."""
+
+
+def _without_empty_row_blocks(
+    types: Sequence[ShardingType], table: TableInfo, topology: Topology, where: str
+) -> list[ShardingType]:
+    """`types` less the row splits that would leave a rank without rows (a 1-row table over 4
+    ranks): such a shard holds nothing yet joins every collective, and `shardrec train
+    --sharding-type` refuses the same layouts. PlannerError when nothing else is allowed."""
+    kept: list[ShardingType] = []
+    for st in types:
+        over = _ROW_SPLIT.get(st)
+        n = topology.world_size if over == "world" else topology.local_size
+        if over is None or 0 not in row_block_sizes(table.rows, n):
+            kept.append(st)
+    if not kept:
+        raise PlannerError(
+            f"{where}: {table.rows} row(s) cannot be split into row blocks for every rank "
+            f"({topology.world_size} ranks, {topology.local_size} per host), and only "
+            f"{[t.value for t in types]} are allowed; allow table_wise, column_wise or "
+            "data_parallel for this table"
+        )
+    return kept
+
+
 def table_options(
     table: TableInfo,
     sharder_types: Sequence[str],
@@ -128,6 +164,7 @@ def table_options(
             f"common with what its sharder offers {[t.value for t in offered]}; "
             "widen the constraint or use a sharder that supports those types"
         )
+    types = _without_empty_row_blocks(types, table, topology, where)
     kernel_wanted = (
         list(constraints.compute_kernels) if constraints and constraints.compute_kernels else None
     )

@@ -383,5 +383,6 @@ class EmbeddingShardingPlanner:
             batch_size=self.batch_size,
             compute_device=topo.compute_device,
             search_seconds=seconds,
+            memory_source=topo.memory_text(),
         )
         return ShardingPlan(plan=plan, stats=stats)

@@ -98,6 +98,7 @@ def format_report(plan: ShardingPlan) -> str:
     ]
     summary = [
         f"batch size per rank: {stats.batch_size}; compute device: {stats.compute_device}",
+        *([stats.memory_source] if stats.memory_source else []),
         f"slowest rank (estimated step time): {format_seconds(stats.max_cost_s)}",
         f"lower bound: {format_seconds(stats.lower_bound_s)} "
         f"(gap {100.0 * stats.gap_to_lower_bound:.1f}%)",

@@ -3,6 +3,24 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+
+
+def _int(data: Mapping[str, object], key: str, default: int | None = None) -> int:
+    """`data[key]` as read back from JSON, which must be an integer."""
+    value = data.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"plan stats field {key!r} must be an integer, got {value!r}")
+    return value
+
+
+def _float(data: Mapping[str, object], key: str) -> float:
+    """`data[key]` as read back from JSON, which must be a number (JSON writes 1.0 as 1.0, but
+    hand-written files may say 1)."""
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"plan stats field {key!r} must be a number, got {value!r}")
+    return float(value)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -22,11 +40,11 @@ class RankStats:
     @staticmethod
     def from_dict(data: dict[str, object]) -> RankStats:
         return RankStats(
-            rank=int(str(data["rank"])),
-            memory_bytes=int(str(data["memory_bytes"])),
-            memory_cap_bytes=int(str(data["memory_cap_bytes"])),
-            cost_s=float(str(data["cost_s"])),
-            host_memory_bytes=int(str(data.get("host_memory_bytes", 0))),
+            rank=_int(data, "rank"),
+            memory_bytes=_int(data, "memory_bytes"),
+            memory_cap_bytes=_int(data, "memory_cap_bytes"),
+            cost_s=_float(data, "cost_s"),
+            host_memory_bytes=_int(data, "host_memory_bytes", 0),
         )
 
 
@@ -63,9 +81,9 @@ class TableDecision:
             sharding_type=str(data["sharding_type"]),
             compute_kernel=str(data["compute_kernel"]),
             ranks=tuple(int(r) for r in ranks),
-            memory_bytes=int(str(data["memory_bytes"])),
-            cost_s=float(str(data["cost_s"])),
-            max_shard_cost_s=float(str(data["max_shard_cost_s"])),
+            memory_bytes=_int(data, "memory_bytes"),
+            cost_s=_float(data, "cost_s"),
+            max_shard_cost_s=_float(data, "max_shard_cost_s"),
             reason=str(data["reason"]),
         )
 
@@ -87,6 +105,8 @@ class PlanStats:
     batch_size: int
     compute_device: str
     search_seconds: float
+    memory_source: str = ""
+    """Where the per-rank memory cap came from (`Topology.memory_text`), for the report."""
 
     @property
     def gap_to_lower_bound(self) -> float:
@@ -105,6 +125,7 @@ class PlanStats:
             "batch_size": self.batch_size,
             "compute_device": self.compute_device,
             "search_seconds": self.search_seconds,
+            "memory_source": self.memory_source,
         }
 
     @staticmethod
@@ -114,10 +135,11 @@ class PlanStats:
         return PlanStats(
             ranks=tuple(RankStats.from_dict(r) for r in ranks),
             tables=tuple(TableDecision.from_dict(t) for t in tables),
-            max_cost_s=float(str(data["max_cost_s"])),
-            lower_bound_s=float(str(data["lower_bound_s"])),
-            imbalance=float(str(data["imbalance"])),
-            batch_size=int(str(data["batch_size"])),
+            max_cost_s=_float(data, "max_cost_s"),
+            lower_bound_s=_float(data, "lower_bound_s"),
+            imbalance=_float(data, "imbalance"),
+            batch_size=_int(data, "batch_size"),
             compute_device=str(data["compute_device"]),
-            search_seconds=float(str(data["search_seconds"])),
+            search_seconds=_float(data, "search_seconds"),
+            memory_source=str(data.get("memory_source", "")),
         )

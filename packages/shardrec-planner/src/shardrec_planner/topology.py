@@ -6,11 +6,13 @@ import dataclasses
 import pathlib
 
 from shardrec_planner.calibration import Calibration
+from shardrec_planner.host import HostInfo, detect_host
 
 GiB = 1024**3
 
 # Defaults for a GPU cluster (the numbers TorchRec uses), in bytes per second. A calibration file
-# measured on the real machines replaces them: see `Topology.from_calibration`.
+# measured on the real machines replaces them: see `Topology.from_calibration`. On cpu the
+# memory cap is this host's memory shared by its ranks instead of DEFAULT_DDR_CAP (`host`).
 DEFAULT_HBM_CAP = 32 * GiB
 DEFAULT_DDR_CAP = 128 * GiB
 DEFAULT_HBM_MEM_BW = 897 * GiB
@@ -33,6 +35,11 @@ class Topology:
     `uvm_cache_ratio` of the rows are cached on the device. None means the device's default;
     `from_calibration` fills them from a measurement. `local_world_size` defaults to world_size
     (one host), as in TorchRec.
+
+    On cpu, `ddr_cap` left out is the host's memory divided by its ranks: `host` when given,
+    else `detect_host()` (this machine's RAM, capped by a container limit), so a plan on a
+    23 GiB machine is not checked against TorchRec's 128 GiB GPU-host default. `host` is kept
+    only when it set the cap (the report prints it).
     """
 
     world_size: int
@@ -45,6 +52,7 @@ class Topology:
     inter_host_bw: float = DEFAULT_INTER_HOST_BW
     hbm_to_ddr_bw: float = DEFAULT_HBM_TO_DDR_BW
     uvm_cache_ratio: float = DEFAULT_UVM_CACHE_RATIO
+    host: HostInfo | None = None
 
     def __post_init__(self) -> None:
         if self.world_size < 1:
@@ -61,6 +69,12 @@ class Topology:
         object.__setattr__(self, "local_world_size", local)
         if self.hbm_cap is None:
             object.__setattr__(self, "hbm_cap", DEFAULT_HBM_CAP)
+        if self.ddr_cap is None and self.compute_device == "cpu":
+            host = self.host or detect_host()
+            object.__setattr__(self, "host", host)
+            object.__setattr__(self, "ddr_cap", max(1, host.memory_bytes // local))
+        else:
+            object.__setattr__(self, "host", None)
         if self.ddr_cap is None:
             object.__setattr__(self, "ddr_cap", DEFAULT_DDR_CAP)
         if self.lookup_bw is None:
@@ -105,6 +119,19 @@ class Topology:
             return 0.0
         assert self.ddr_cap is not None  # set in __post_init__
         return float(self.ddr_cap)
+
+    def memory_text(self) -> str:
+        """Where the per-rank memory cap comes from, for the plan report."""
+        cap = self.device_memory
+        if self.host is not None:
+            host = self.host
+            return (
+                f"memory per rank: {cap / GiB:.1f} GiB = host memory {host.memory_bytes / GiB:.1f} "
+                f"GiB ({host.source}; {host.cores} cores) / {self.local_size} ranks per host; "
+                "override with Topology(ddr_cap=...)"
+            )
+        kind = "ddr_cap" if self.compute_device == "cpu" else "hbm_cap"
+        return f"memory per rank: {cap / GiB:.1f} GiB ({kind})"
 
     @property
     def lookup_bandwidth(self) -> float:

@@ -1,26 +1,29 @@
-"""The `shardrec` command: `shardrec train` trains DLRM on sharded tables with torchrun."""
+"""The `shardrec` command: `shardrec train` trains DLRM on sharded tables with torchrun.
 
-from shardrec_train.build import Built, build, build_model, make_plan, table_configs
-from shardrec_train.checkpoints import History, latest_checkpoint
+Only the torch-free parts are imported here, so that `shardrec --help` answers at once; the
+pieces that run the job live in their modules: `shardrec_train.build` (model, plan, DMP),
+`.loop` (steps, evaluation), `.validate` (the launcher's checks), `.worker` (one rank),
+`.checkpoints`, `.report` (summary and charts), `.sharding` (`--sharding-type`).
+"""
+
 from shardrec_train.cli import build_parser, main
-from shardrec_train.options import TrainOptions, add_train_arguments, options_from_namespace
-from shardrec_train.sharding import forced_generators, forced_type_problem
-from shardrec_train.validate import validate
+from shardrec_train.options import (
+    TrainOptions,
+    add_train_arguments,
+    number_problems,
+    option,
+    options_from_namespace,
+)
+from shardrec_train.versions import version_line, version_report
 
 __all__ = [
-    "Built",
-    "History",
     "TrainOptions",
     "add_train_arguments",
-    "build",
-    "build_model",
     "build_parser",
-    "forced_generators",
-    "forced_type_problem",
-    "latest_checkpoint",
     "main",
-    "make_plan",
+    "number_problems",
+    "option",
     "options_from_namespace",
-    "table_configs",
-    "validate",
+    "version_line",
+    "version_report",
 ]

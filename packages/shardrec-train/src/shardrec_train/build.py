@@ -21,12 +21,20 @@ from shardrec_data import RecDataset
 from shardrec_dmp import DistributedModelParallel
 from shardrec_embedding import EmbeddingBagCollection, EmbeddingBagConfig, PoolingType
 from shardrec_models import DLRM, DLRM_DCN, DLRMTrain
-from shardrec_optim import CombinedOptimizer, KeyedOptimizerWrapper, in_backward_optimizer_filter
+from shardrec_optim import (
+    CombinedOptimizer,
+    EmbOptimType,
+    KeyedOptimizerWrapper,
+    in_backward_optimizer_filter,
+)
 from shardrec_planner import (
     EmbeddingShardingPlanner,
+    HostInfo,
     ShardingPlan,
+    ShardingType,
     Topology,
     construct_module_sharding_plan,
+    detect_host,
 )
 from shardrec_sharding import EmbeddingBagCollectionSharder
 from shardrec_train.options import TrainOptions
@@ -95,7 +103,7 @@ def ebc_path(model: nn.Module) -> str:
 
 def make_sharder(opts: TrainOptions) -> EmbeddingBagCollectionSharder:
     return EmbeddingBagCollectionSharder(
-        fused_params={"optimizer": opts.optimizer, "learning_rate": opts.embedding_lr}
+        fused_params={"optimizer": EmbOptimType(opts.optimizer), "learning_rate": opts.embedding_lr}
     )
 
 
@@ -110,11 +118,19 @@ def make_plan(
     pg: torch.distributed.ProcessGroup | None,
 ) -> ShardingPlan:
     """The planner's plan, or every table with `--sharding-type` (costed by the planner)."""
+    host = None
+    if opts.host_memory_gib is not None and device.type == "cpu":
+        host = HostInfo(
+            memory_bytes=int(opts.host_memory_gib * 1024**3),
+            cores=detect_host().cores,
+            source="--host-memory-gib",
+        )
     planner = EmbeddingShardingPlanner(
         Topology(
             world_size=world_size,
             compute_device=device.type,
             local_world_size=local_world_size,
+            host=host,
         ),
         batch_size=opts.batch_size,
     )
@@ -126,7 +142,7 @@ def make_plan(
     names = [c.name for c in ebc.embedding_bag_configs()]
     module_plan = construct_module_sharding_plan(
         ebc,
-        forced_generators(opts.sharding_type, names, world_size, local_world_size),
+        forced_generators(ShardingType(opts.sharding_type), names, world_size, local_world_size),
         world_size=world_size,
         local_world_size=local_world_size,
         device_type=device.type,

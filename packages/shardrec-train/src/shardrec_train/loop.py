@@ -17,9 +17,9 @@ import time
 from collections.abc import Iterator
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
 
+from shardrec_collectives import ShardingEnv, all_reduce_sum
 from shardrec_data import Batch, RecDataset
 from shardrec_dmp import DistributedModelParallel, TrainPipelineSparseDist
 from shardrec_metrics import AUC, NE, Accuracy, LogLoss, MetricCollection
@@ -28,6 +28,18 @@ from shardrec_train.options import TrainOptions
 
 EVAL_BATCH_FACTOR = 4
 """Evaluation batches are this many times the training batch (no backward, no optimizer)."""
+
+EVALS_PER_RUN = 10
+"""Test evaluations of a run without `--eval-every`: enough points for a curve in auc.png."""
+
+
+def eval_interval(eval_every: int | None, total: int) -> int:
+    """Steps between evaluations: `--eval-every` when given (0: only at the end), else
+    `ceil(total / EVALS_PER_RUN)`, which gives `EVALS_PER_RUN` evaluations when `total` is a
+    multiple of it and never more (the last one is always at `total`)."""
+    if eval_every is not None:
+        return eval_every
+    return max(1, -(-total // EVALS_PER_RUN))
 
 
 def train_batches(
@@ -67,7 +79,8 @@ def boundaries(start: int, total: int, eval_every: int, checkpoint_every: int) -
 
 
 class Trainer:
-    """Runs steps on one rank; `run_segment` returns each step's loss, averaged over ranks."""
+    """Runs steps on one rank; `mean_over_ranks` averages each step's loss over `env`'s ranks
+    (None: this process alone)."""
 
     def __init__(
         self,
@@ -76,7 +89,9 @@ class Trainer:
         device: torch.device,
         *,
         pipeline: bool,
+        env: ShardingEnv | None = None,
     ) -> None:
+        self.env = env
         self.model = model
         self.optimizer = optimizer
         self.device = device
@@ -107,15 +122,16 @@ class Trainer:
             assert isinstance(output, tuple) and isinstance(output[0], Tensor)
             yield output[0]
 
-    @staticmethod
-    def mean_over_ranks(losses: list[Tensor]) -> list[float]:
-        """Each step's loss averaged over the ranks (one all-reduce per segment)."""
+    def mean_over_ranks(self, losses: list[Tensor]) -> list[float]:
+        """Each step's loss averaged over the ranks (one all-reduce per segment).
+
+        `losses`: (steps,) scalars of this rank; every rank of `env` calls it with as many.
+        """
         if not losses:
             return []
         stacked = torch.stack(losses).float()
-        if dist.is_initialized():
-            dist.all_reduce(stacked)
-            stacked /= dist.get_world_size()
+        if self.env is not None:
+            stacked = all_reduce_sum(self.env, stacked).wait() / self.env.world_size
         return [float(v) for v in stacked.cpu().tolist()]
 
 

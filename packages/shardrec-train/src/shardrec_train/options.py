@@ -1,8 +1,19 @@
-"""The `shardrec train` options: the argparse parser and the frozen `TrainOptions` it yields.
+"""The `shardrec train` options, each declared once: a `TrainOptions` field with its `option`.
+
+A field's annotation gives the flag's type (`int`, `float`, `str`, `pathlib.Path`, `bool`; a
+`parse` function for anything else), and its `option(...)` the help text, the group in
+`--help`, the choices and the range `number_problems` checks. `add_train_arguments` derives
+the argparse flags from the fields and `options_from_namespace` the `TrainOptions` from the
+parsed namespace, so adding an option is adding one field:
+
+    collective_timeout: float = option("seconds", group=LAUNCH, default=600.0, above=0)
 
 Model and training flags left out take a per-dataset preset (`PRESETS`, tuned for
 MovieLens-100k on 2 CPU ranks: docs/bench/train_movielens.md), else `GENERIC`; `shardrec train
 --help` shows both.
+
+This module imports no torch (nor any package that does): `shardrec --help` and argument
+errors answer in well under a second.
 """
 
 from __future__ import annotations
@@ -10,59 +21,261 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import functools
 import pathlib
-
-from shardrec_optim import EmbOptimType
-from shardrec_planner import ShardingType
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any
 
 DATASETS = ("movielens-100k", "criteo-tsv", "criteo-npy", "synthetic")
 MODELS = ("dlrm", "dlrm_dcn")
 BACKENDS = ("auto", "gloo", "nccl")
 DENSE_OPTIMIZERS = ("adam", "adagrad", "sgd")
-FORCEABLE_SHARDING_TYPES = (
-    ShardingType.DATA_PARALLEL,
-    ShardingType.TABLE_WISE,
-    ShardingType.COLUMN_WISE,
-    ShardingType.ROW_WISE,
-    ShardingType.TABLE_ROW_WISE,
-    ShardingType.TABLE_COLUMN_WISE,
+EMBEDDING_OPTIMIZERS = (
+    "exact_row_wise_adagrad",
+    "row_wise_adagrad",
+    "exact_adagrad",
+    "exact_sgd",
+    "sgd",
+    "adam",
+    "partial_row_wise_adam",
+    "lamb",
+    "partial_row_wise_lamb",
+    "lars_sgd",
 )
+"""`shardrec_optim.EmbOptimType` values (a test keeps the two equal; spelled out here so that
+parsing imports no torch)."""
+FORCEABLE_SHARDING_TYPES = (
+    "data_parallel",
+    "table_wise",
+    "column_wise",
+    "row_wise",
+    "table_row_wise",
+    "table_column_wise",
+)
+"""`shardrec_planner.ShardingType` values `--sharding-type` can force on every table
+(grid_shard needs a per-table choice of column blocks, so only the planner picks it)."""
+
+DATA = "data"
+MODEL = "model"
+TRAINING = "training"
+OUTPUT = "evaluation, checkpoints, output"
+LAUNCH = "launch (torchrun's own flags)"
+GROUPS = (DATA, MODEL, TRAINING, OUTPUT, LAUNCH)
+"""The sections of `shardrec train --help`, in order."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Flag:
+    """How one `TrainOptions` field appears on the command line (built by `option`)."""
+
+    help: str
+    group: str
+    choices: tuple[str, ...] | None = None
+    parse: Callable[[str], object] | None = None
+    metavar: str | None = None
+    at_least: int | None = None
+    above: float | None = None
+    preset: bool = False
+    default_from: Callable[[Mapping[str, Any]], object] | None = None
+    repeat: bool = False
+    torchrun: bool = False
+    flag: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.group not in GROUPS:
+            raise ValueError(f"Flag.group {self.group!r} is not one of {GROUPS}")
+
+
+def option(
+    help: str,
+    *,
+    group: str,
+    default: object = dataclasses.MISSING,
+    choices: tuple[str, ...] | None = None,
+    parse: Callable[[str], object] | None = None,
+    metavar: str | None = None,
+    at_least: int | None = None,
+    above: float | None = None,
+    preset: bool = False,
+    default_from: Callable[[Mapping[str, Any]], object] | None = None,
+    repeat: bool = False,
+    torchrun: bool = False,
+    flag: str | None = None,
+) -> Any:  # a dataclass field: its type is the annotation it is assigned to
+    """A `TrainOptions` field and its flag.
+
+    `default`: the value when the flag is left out (none: the flag is required, unless
+    `preset` or `default_from` supplies one from the other options). `at_least` / `above`:
+    the range `number_problems` checks. `repeat`: the flag may be given several times (a
+    tuple). `torchrun`: handed to torchrun unchanged. `flag`: the spelling when it is not
+    `--field-name` (e.g. `--no-pipeline`).
+    """
+    meta = Flag(
+        help=help,
+        group=group,
+        choices=choices,
+        parse=parse,
+        metavar=metavar,
+        at_least=at_least,
+        above=above,
+        preset=preset,
+        default_from=default_from,
+        repeat=repeat,
+        torchrun=torchrun,
+        flag=flag,
+    )
+    if default is dataclasses.MISSING:
+        return dataclasses.field(metadata={"flag": meta})
+    return dataclasses.field(default=default, metadata={"flag": meta})
+
+
+def _torchrun(help: str) -> Any:  # a dataclasses.field, as `option`
+    """An optional flag torchrun takes as it is (`None`: torchrun's own default)."""
+    return option(help, group=LAUNCH, default=None, torchrun=True)
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    """`"64,32"` -> `(64, 32)`; argparse turns the error into a one-line usage error."""
+    try:
+        values = tuple(int(p) for p in text.split(",") if p.strip())
+    except ValueError:
+        values = ()
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated positive integers like 64,32, got {text!r}"
+        )
+    return values
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value.strip()
+
+
+def default_out(dataset: str, now: datetime.datetime | None = None) -> pathlib.Path:
+    """`runs/<dataset>-<YYYYmmdd-HHMMSS>` (UTC)."""
+    stamp = (now or datetime.datetime.now(datetime.UTC)).strftime("%Y%m%d-%H%M%S")
+    return pathlib.Path("runs") / f"{dataset}-{stamp}"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TrainOptions:
-    """Everything one training run needs; built by `parse_train_args`.
+    """Everything one training run needs; `options_from_namespace` builds it from a command line.
 
     `batch_size` is per rank (the global batch is `batch_size * world_size`).
-    `max_steps` 0 means "all epochs". `eval_every` / `checkpoint_every` 0 mean "only at the end".
+    `max_steps` 0 means "all epochs". `eval_every` None means `loop.EVALS_PER_RUN` (10) evaluations
+    spread over the run; `eval_every` / `checkpoint_every` 0 mean "only at the end".
     """
 
-    dataset: str
-    data_dir: pathlib.Path | None
-    dataset_options: tuple[tuple[str, str], ...]
-    model: str
-    epochs: int
-    batch_size: int
-    embedding_dim: int
-    dense_arch: tuple[int, ...]
-    over_arch: tuple[int, ...]
-    dcn_num_layers: int
-    dcn_low_rank_dim: int
-    learning_rate: float
-    embedding_lr: float
-    optimizer: EmbOptimType
-    dense_optimizer: str
-    sharding_type: ShardingType | None
-    eval_every: int
-    checkpoint_every: int
-    resume: bool
-    out: pathlib.Path
-    seed: int
-    max_steps: int
-    backend: str
-    pipeline: bool
-    nproc_per_node: int
-    nnodes: int
+    # data
+    dataset: str = option("what to train on", group=DATA, choices=DATASETS)
+    # `option` returns a dataclasses.field (RUF009 does not know it).
+    data_dir: pathlib.Path | None = option(  # noqa: RUF009
+        "dataset files (criteo-tsv/-npy: required; movielens-100k: a raw ml-100k directory "
+        "with u.data/u.item/u.user, or the download cache when absent)",
+        group=DATA,
+        default=None,
+    )
+    dataset_options: tuple[tuple[str, str], ...] = option(
+        "extra option passed to shardrec_data.load_dataset (repeatable), e.g. "
+        "num_samples=4096 for synthetic data",
+        group=DATA,
+        default=(),
+        parse=_key_value,
+        metavar="KEY=VALUE",
+        repeat=True,
+        flag="--dataset-option",
+    )
+    # model
+    model: str = option("the model", group=MODEL, choices=MODELS, preset=True)
+    embedding_dim: int = option("width of every table", group=MODEL, preset=True, at_least=1)
+    dense_arch: tuple[int, ...] = option(
+        "bottom MLP sizes; must end with --embedding-dim (default: 64,<embedding-dim>)",
+        group=MODEL,
+        parse=_int_list,
+        metavar="N,N,...",
+        default_from=lambda o: (64, o["embedding_dim"]),
+    )
+    over_arch: tuple[int, ...] = option(
+        "top MLP sizes, ending with 1", group=MODEL, parse=_int_list, metavar="N,...,1", preset=True
+    )
+    dcn_num_layers: int = option("dlrm_dcn cross layers", group=MODEL, preset=True, at_least=1)
+    dcn_low_rank_dim: int = option("dlrm_dcn low rank", group=MODEL, preset=True, at_least=1)
+    # training
+    epochs: int = option("passes over the train split", group=TRAINING, preset=True, at_least=1)
+    batch_size: int = option("per rank", group=TRAINING, preset=True, at_least=1)
+    learning_rate: float = option("dense optimizer", group=TRAINING, preset=True, above=0)
+    embedding_lr: float = option("fused table optimizer", group=TRAINING, preset=True, above=0)
+    optimizer: str = option(
+        "fused optimizer of the embedding tables (shardrec_optim.EmbOptimType)",
+        group=TRAINING,
+        default="exact_row_wise_adagrad",
+        choices=EMBEDDING_OPTIMIZERS,
+    )
+    dense_optimizer: str = option(
+        "optimizer of the dense part", group=TRAINING, default="adam", choices=DENSE_OPTIMIZERS
+    )
+    sharding_type: str | None = option(
+        "force one sharding type for every table (default: the planner decides)",
+        group=TRAINING,
+        default=None,
+        choices=FORCEABLE_SHARDING_TYPES,
+    )
+    host_memory_gib: float | None = option(
+        "CPU runs: GiB of memory the ranks of one machine share for their tables; the "
+        "planner's per-rank cap is this / --nproc-per-node (default: this machine's, detected)",
+        group=TRAINING,
+        default=None,
+        above=0,
+    )
+    max_steps: int = option(
+        "stop after this many steps; 0: all epochs", group=TRAINING, default=0, at_least=0
+    )
+    seed: int = option("model init and data order", group=TRAINING, default=0, at_least=0)
+    pipeline: bool = option(
+        "plain loop instead of TrainPipelineSparseDist",
+        group=TRAINING,
+        default=True,
+        flag="--no-pipeline",
+    )
+    # evaluation, checkpoints, output
+    eval_every: int | None = option(
+        "steps between test evaluations; 0: only at the end (default: 10 evaluations spread "
+        "over the run)",
+        group=OUTPUT,
+        default=None,
+        at_least=0,
+    )
+    checkpoint_every: int = option(
+        "steps between checkpoints; 0: only at the end", group=OUTPUT, default=0, at_least=0
+    )
+    resume: bool = option(
+        "continue from the latest OUT/checkpoints/step_<k>", group=OUTPUT, default=False
+    )
+    out: pathlib.Path = option(  # noqa: RUF009  # a dataclasses.field
+        "run directory (default runs/<dataset>-<time>)",
+        group=OUTPUT,
+        default_from=lambda o: default_out(o["dataset"]),
+    )
+    # launch
+    nproc_per_node: int = option("ranks on this machine", group=LAUNCH, default=2, at_least=1)
+    backend: str = option(
+        "auto: nccl when CUDA GPUs are visible, else gloo",
+        group=LAUNCH,
+        default="auto",
+        choices=BACKENDS,
+    )
+    nnodes: int = option("machines in the job", group=LAUNCH, default=1, at_least=1, torchrun=True)
+    node_rank: int | None = _torchrun("static rendezvous only")
+    rdzv_backend: str | None = _torchrun("e.g. c10d (torchrun's default)")
+    rdzv_endpoint: str | None = _torchrun("HOST:PORT of the rendezvous")
+    rdzv_id: str | None = _torchrun("job id shared by every node")
+    master_addr: str | None = _torchrun("static rendezvous: rank 0's host")
+    master_port: int | None = _torchrun("static rendezvous: rank 0's port")
+    max_restarts: int | None = _torchrun("torchrun restarts")
 
     @property
     def world_size(self) -> int:
@@ -78,52 +291,8 @@ class TrainOptions:
                 value = str(value)
             elif isinstance(value, tuple):
                 value = [list(v) if isinstance(v, tuple) else v for v in value]
-            elif value is not None and not isinstance(value, bool | int | float | str):
-                value = str(value)
             out[f.name] = value
         return out
-
-
-def _int_list(text: str) -> tuple[int, ...]:
-    """`"64,32"` -> `(64, 32)`; argparse turns the ValueError into a one-line usage error."""
-    try:
-        values = tuple(int(p) for p in text.split(",") if p.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated positive integers like 64,32, got {text!r}"
-        ) from None
-    if not values or any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated positive integers like 64,32, got {text!r}"
-        )
-    return values
-
-
-def _key_value(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    return key.strip(), value.strip()
-
-
-def _optimizer(text: str) -> EmbOptimType:
-    try:
-        return EmbOptimType(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
-def _sharding_type(text: str) -> ShardingType:
-    try:
-        st = ShardingType(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-    if st not in FORCEABLE_SHARDING_TYPES:
-        raise argparse.ArgumentTypeError(
-            f"sharding type {text!r} cannot be forced for every table; choose one of "
-            f"{[s.value for s in FORCEABLE_SHARDING_TYPES]}"
-        )
-    return st
 
 
 PRESETS: dict[str, dict[str, object]] = {
@@ -153,195 +322,126 @@ GENERIC: dict[str, object] = {
 """Defaults for datasets without a preset."""
 
 
-def _show(value: object) -> str:
-    return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
-
-
-def _preset_help(dest: str) -> str:
-    per = [f"{name}: {_show(v[dest])}" for name, v in PRESETS.items() if dest in v]
-    text = f"default {_show(GENERIC[dest])}"
-    return f" ({text}; {', '.join(per)})" if per else f" ({text})"
-
-
 def preset(dataset: str, dest: str) -> object:
     """The default of flag `dest` for `dataset`."""
     return PRESETS.get(dataset, {}).get(dest, GENERIC[dest])
 
 
+def _show(value: object) -> str:
+    return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Field:
+    """One option, as the parser sees it: the field, its flag, its value type."""
+
+    name: str
+    meta: Flag
+    kind: type
+    default: object
+
+    @property
+    def spelling(self) -> str:
+        return self.meta.flag or "--" + self.name.replace("_", "-")
+
+    @property
+    def required(self) -> bool:
+        m = self.meta
+        return self.default is dataclasses.MISSING and not (m.preset or m.default_from)
+
+    def help_text(self) -> str:
+        m = self.meta
+        if m.preset:
+            per = [f"{n}: {_show(v[self.name])}" for n, v in PRESETS.items() if self.name in v]
+            text = f"default {_show(GENERIC[self.name])}"
+            return f"{m.help} ({text}; {', '.join(per)})" if per else f"{m.help} ({text})"
+        if self.default in (dataclasses.MISSING, None) or self.kind is bool or m.default_from:
+            return m.help
+        return f"{m.help} (default {_show(self.default)})"
+
+
+@functools.cache
+def fields() -> tuple[_Field, ...]:
+    """Every option of `TrainOptions`, in declaration order."""
+    hints = typing.get_type_hints(TrainOptions)
+    out: list[_Field] = []
+    for f in dataclasses.fields(TrainOptions):
+        kind = hints[f.name]
+        args = [a for a in typing.get_args(kind) if a is not type(None)]
+        if typing.get_origin(kind) is not tuple and len(args) == 1:
+            kind = args[0]  # `X | None` -> X
+        out.append(_Field(f.name, f.metadata["flag"], typing.get_origin(kind) or kind, f.default))
+    return tuple(out)
+
+
+METAVARS: dict[type, str] = {int: "N", float: "X", pathlib.Path: "PATH", str: "TEXT"}
+"""How `--help` names a value of each type."""
+
+TORCHRUN_FLAGS = tuple(f.name for f in fields() if f.meta.torchrun)
+"""Options handed to torchrun unchanged (field names = argparse dests)."""
+
+
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags of `shardrec train` (docs/train.md lists them with their meaning)."""
-    data = parser.add_argument_group("data")
-    data.add_argument("--dataset", required=True, choices=DATASETS, help="what to train on")
-    data.add_argument(
-        "--data-dir",
-        type=pathlib.Path,
-        help="dataset files (criteo-tsv/-npy: required; movielens-100k: a raw ml-100k "
-        "directory with u.data/u.item/u.user, or the download cache when absent)",
-    )
-    data.add_argument(
-        "--dataset-option",
-        dest="dataset_options",
-        type=_key_value,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="extra option passed to shardrec_data.load_dataset (repeatable), e.g. "
-        "num_samples=4096 for synthetic data",
-    )
-    model = parser.add_argument_group("model")
-    model.add_argument("--model", choices=MODELS, default=None, help=_preset_help("model"))
-    model.add_argument(
-        "--embedding-dim",
-        type=int,
-        default=None,
-        help="width of every table" + _preset_help("embedding_dim"),
-    )
-    model.add_argument(
-        "--dense-arch",
-        type=_int_list,
-        default=None,
-        metavar="N,N,...",
-        help="bottom MLP sizes; must end with --embedding-dim (default: 64,<embedding-dim>)",
-    )
-    model.add_argument(
-        "--over-arch",
-        type=_int_list,
-        default=None,
-        metavar="N,N,...,1",
-        help="top MLP sizes, ending with 1" + _preset_help("over_arch"),
-    )
-    model.add_argument(
-        "--dcn-num-layers", type=int, default=None, help="dlrm_dcn" + _preset_help("dcn_num_layers")
-    )
-    model.add_argument(
-        "--dcn-low-rank-dim",
-        type=int,
-        default=None,
-        help="dlrm_dcn" + _preset_help("dcn_low_rank_dim"),
-    )
-    train = parser.add_argument_group("training")
-    train.add_argument("--epochs", type=int, default=None, help=_preset_help("epochs"))
-    train.add_argument(
-        "--batch-size", type=int, default=None, help="per rank" + _preset_help("batch_size")
-    )
-    train.add_argument(
-        "--learning-rate",
-        type=float,
-        default=None,
-        help="dense optimizer" + _preset_help("learning_rate"),
-    )
-    train.add_argument(
-        "--embedding-lr",
-        type=float,
-        default=None,
-        help="fused table optimizer" + _preset_help("embedding_lr"),
-    )
-    train.add_argument(
-        "--optimizer",
-        type=_optimizer,
-        default=EmbOptimType.EXACT_ROWWISE_ADAGRAD,
-        help="fused optimizer of the embedding tables (default exact_row_wise_adagrad)",
-    )
-    train.add_argument(
-        "--dense-optimizer", choices=DENSE_OPTIMIZERS, default="adam", help="default %(default)s"
-    )
-    train.add_argument(
-        "--sharding-type",
-        type=_sharding_type,
-        default=None,
-        help="force one sharding type for every table (default: the planner decides)",
-    )
-    train.add_argument("--max-steps", type=int, default=0, help="stop after this many steps")
-    train.add_argument("--seed", type=int, default=0, help="model init and data order")
-    train.add_argument(
-        "--no-pipeline",
-        dest="pipeline",
-        action="store_false",
-        help="plain loop instead of TrainPipelineSparseDist",
-    )
-    run = parser.add_argument_group("evaluation, checkpoints, output")
-    run.add_argument("--eval-every", type=int, default=0, help="steps; 0: only at the end")
-    run.add_argument("--checkpoint-every", type=int, default=0, help="steps; 0: only at the end")
-    run.add_argument(
-        "--resume", action="store_true", help="continue from the latest OUT/checkpoints/step_<k>"
-    )
-    run.add_argument("--out", type=pathlib.Path, default=None, help="default runs/<dataset>-<time>")
-    launch = parser.add_argument_group("launch (torchrun's own flags)")
-    launch.add_argument(
-        "--nproc-per-node", type=int, default=2, help="ranks on this machine (default %(default)s)"
-    )
-    launch.add_argument(
-        "--backend",
-        choices=BACKENDS,
-        default="auto",
-        help="auto: nccl when CUDA GPUs are visible, else gloo",
-    )
-    launch.add_argument("--nnodes", type=int, default=1, help="machines in the job")
-    launch.add_argument("--node-rank", type=int, default=None, help="static rendezvous only")
-    launch.add_argument("--rdzv-backend", default=None, help="e.g. c10d (torchrun's default)")
-    launch.add_argument("--rdzv-endpoint", default=None, help="HOST:PORT of the rendezvous")
-    launch.add_argument("--rdzv-id", default=None, help="job id shared by every node")
-    launch.add_argument("--master-addr", default=None, help="static rendezvous: rank 0's host")
-    launch.add_argument("--master-port", type=int, default=None)
-    launch.add_argument("--max-restarts", type=int, default=None, help="torchrun restarts")
-
-
-TORCHRUN_FLAGS = (
-    "nnodes",
-    "node_rank",
-    "rdzv_backend",
-    "rdzv_endpoint",
-    "rdzv_id",
-    "master_addr",
-    "master_port",
-    "max_restarts",
-)
-"""Flags handed to torchrun unchanged (dest names)."""
-
-
-def default_out(dataset: str, now: datetime.datetime | None = None) -> pathlib.Path:
-    """`runs/<dataset>-<YYYYmmdd-HHMMSS>` (UTC)."""
-    stamp = (now or datetime.datetime.now(datetime.UTC)).strftime("%Y%m%d-%H%M%S")
-    return pathlib.Path("runs") / f"{dataset}-{stamp}"
+    """The flags of `shardrec train`, one per `TrainOptions` field (docs/train.md lists them)."""
+    groups = {name: parser.add_argument_group(name) for name in GROUPS}
+    for f in fields():
+        group, m = groups[f.meta.group], f.meta
+        if f.kind is bool:
+            action = "store_false" if f.default else "store_true"
+            group.add_argument(f.spelling, dest=f.name, action=action, help=m.help)
+            continue
+        parse = m.parse or f.kind
+        metavar = m.metavar or METAVARS.get(f.kind) if m.choices is None else None
+        kwargs: dict[str, Any] = {"dest": f.name, "help": f.help_text(), "metavar": metavar}
+        if m.choices is not None:
+            kwargs["choices"] = m.choices
+        if m.repeat:
+            kwargs.update(action="append", default=[])
+        else:  # the static default; None where a preset or the other options decide
+            static = f.default if not (m.preset or m.default_from or f.required) else None
+            kwargs["default"] = static
+        group.add_argument(f.spelling, type=parse, required=f.required, **kwargs)
 
 
 def options_from_namespace(ns: argparse.Namespace) -> TrainOptions:
-    """The parsed namespace as `TrainOptions`: flags left out take the dataset's preset
-    (numbers are range-checked by `validate`)."""
+    """The parsed namespace as `TrainOptions`: flags left out take their default, the
+    dataset's preset or a value derived from the other options (`number_problems` checks
+    the ranges)."""
+    values: dict[str, Any] = {}
+    for f in fields():
+        value = getattr(ns, f.name)
+        if f.meta.repeat:
+            value = tuple(value)
+        elif value is None and f.meta.preset:
+            value = preset(ns.dataset, f.name)
+        elif value is None and f.meta.default_from is not None:
+            value = f.meta.default_from(values)
+        elif value is None:
+            value = f.default
+        values[f.name] = value
+    return TrainOptions(**values)
 
-    def pick(dest: str) -> object:
-        value = getattr(ns, dest)
-        return preset(ns.dataset, dest) if value is None else value
 
-    dim = int(str(pick("embedding_dim")))
-    dense = tuple(ns.dense_arch) if ns.dense_arch is not None else (64, dim)
-    over = pick("over_arch")
-    assert isinstance(over, tuple)
-    return TrainOptions(
-        dataset=ns.dataset,
-        data_dir=ns.data_dir,
-        dataset_options=tuple(ns.dataset_options),
-        model=str(pick("model")),
-        epochs=int(str(pick("epochs"))),
-        batch_size=int(str(pick("batch_size"))),
-        embedding_dim=dim,
-        dense_arch=dense,
-        over_arch=tuple(int(v) for v in over),
-        dcn_num_layers=int(str(pick("dcn_num_layers"))),
-        dcn_low_rank_dim=int(str(pick("dcn_low_rank_dim"))),
-        learning_rate=float(str(pick("learning_rate"))),
-        embedding_lr=float(str(pick("embedding_lr"))),
-        optimizer=ns.optimizer,
-        dense_optimizer=ns.dense_optimizer,
-        sharding_type=ns.sharding_type,
-        eval_every=ns.eval_every,
-        checkpoint_every=ns.checkpoint_every,
-        resume=ns.resume,
-        out=ns.out if ns.out is not None else default_out(ns.dataset),
-        seed=ns.seed,
-        max_steps=ns.max_steps,
-        backend=ns.backend,
-        pipeline=ns.pipeline,
-        nproc_per_node=ns.nproc_per_node,
-        nnodes=ns.nnodes,
-    )
+def number_problems(opts: TrainOptions) -> list[str]:
+    """Range checks of the numeric options (argparse already checked their syntax), one line
+    each, and the shapes of the two MLPs."""
+    problems: list[str] = []
+    for f in fields():
+        value = getattr(opts, f.name)
+        if value is None:
+            continue
+        if f.meta.at_least is not None and value < f.meta.at_least:
+            problems.append(f"{f.spelling} must be >= {f.meta.at_least}, got {value}")
+        if f.meta.above is not None and not value > f.meta.above:
+            problems.append(f"{f.spelling} must be > {f.meta.above:g}, got {value}")
+    if opts.dense_arch[-1] != opts.embedding_dim:
+        arch = ",".join(map(str, opts.dense_arch))
+        problems.append(
+            f"--dense-arch {arch} must end with --embedding-dim {opts.embedding_dim} (the dense "
+            f"output meets the embeddings in the interaction), e.g. "
+            f"{','.join(map(str, [*opts.dense_arch[:-1], opts.embedding_dim]))}"
+        )
+    if opts.over_arch[-1] != 1:
+        arch = ",".join(map(str, opts.over_arch))
+        problems.append(f"--over-arch {arch} must end with 1 (one logit per sample)")
+    return problems

@@ -10,49 +10,12 @@ from __future__ import annotations
 import torch
 
 from shardrec_data import RecDataset
+from shardrec_planner import ShardingType
 from shardrec_train.build import build_model
 from shardrec_train.checkpoints import latest_checkpoint, shape_problems
 from shardrec_train.data import build_dataset
-from shardrec_train.options import TrainOptions
+from shardrec_train.options import TrainOptions, number_problems
 from shardrec_train.sharding import forced_type_problem
-
-
-def number_problems(opts: TrainOptions) -> list[str]:
-    """Range checks on the numeric flags (argparse already checked their syntax)."""
-    problems: list[str] = []
-    at_least = [
-        ("--epochs", opts.epochs, 1),
-        ("--batch-size", opts.batch_size, 1),
-        ("--embedding-dim", opts.embedding_dim, 1),
-        ("--nproc-per-node", opts.nproc_per_node, 1),
-        ("--nnodes", opts.nnodes, 1),
-        ("--eval-every", opts.eval_every, 0),
-        ("--checkpoint-every", opts.checkpoint_every, 0),
-        ("--max-steps", opts.max_steps, 0),
-        ("--seed", opts.seed, 0),
-        ("--dcn-num-layers", opts.dcn_num_layers, 1),
-        ("--dcn-low-rank-dim", opts.dcn_low_rank_dim, 1),
-    ]
-    for flag, value, low in at_least:
-        if value < low:
-            problems.append(f"{flag} must be >= {low}, got {value}")
-    for flag, rate in (
-        ("--learning-rate", opts.learning_rate),
-        ("--embedding-lr", opts.embedding_lr),
-    ):
-        if not rate > 0:
-            problems.append(f"{flag} must be > 0, got {rate}")
-    if opts.dense_arch[-1] != opts.embedding_dim:
-        arch = ",".join(map(str, opts.dense_arch))
-        problems.append(
-            f"--dense-arch {arch} must end with --embedding-dim {opts.embedding_dim} (the dense "
-            f"output meets the embeddings in the interaction), e.g. "
-            f"{','.join(map(str, [*opts.dense_arch[:-1], opts.embedding_dim]))}"
-        )
-    if opts.over_arch[-1] != 1:
-        arch = ",".join(map(str, opts.over_arch))
-        problems.append(f"--over-arch {arch} must end with 1 (one logit per sample)")
-    return problems
 
 
 def backend_problems(opts: TrainOptions, cuda_devices: int) -> list[str]:
@@ -101,7 +64,7 @@ def dataset_problems(opts: TrainOptions, dataset: RecDataset) -> list[str]:
     if opts.sharding_type is not None:
         tables = [(f.name, f.num_embeddings) for f in dataset.sparse_features]
         problem = forced_type_problem(
-            opts.sharding_type, tables, opts.embedding_dim, world, opts.nproc_per_node
+            ShardingType(opts.sharding_type), tables, opts.embedding_dim, world, opts.nproc_per_node
         )
         if problem is not None:
             problems.append(problem)

@@ -21,18 +21,29 @@ import torch.distributed as dist
 from torch.distributed.distributed_c10d import PrefixStore
 from torch.distributed.rendezvous import rendezvous
 
+from shardrec_collectives import ShardingEnv
 from shardrec_dmp import load, save
 from shardrec_planner import save_plan_chart
 from shardrec_planner.report import format_report
 from shardrec_train.build import build
 from shardrec_train.checkpoints import History, latest_checkpoint, resume_latest, step_path
 from shardrec_train.data import build_dataset
-from shardrec_train.loop import Clock, Trainer, boundaries, evaluate, total_steps, train_batches
+from shardrec_train.loop import (
+    Clock,
+    Trainer,
+    boundaries,
+    eval_interval,
+    evaluate,
+    total_steps,
+    train_batches,
+)
 from shardrec_train.options import TrainOptions
 from shardrec_train.progress import LOSS_EVERY, Progress
 from shardrec_train.report import format_summary, save_charts, summarize, write_summary
 
 PROCESS_GROUP_TIMEOUT = datetime.timedelta(minutes=10)
+OUTPUTS = "summary.json, history.json, plan.json, loss.png, auc.png, plan_load.png, checkpoints/"
+"""What rank 0 leaves in OUT (report.py describes each)."""
 
 
 def choose_backend(requested: str, cuda_available: bool) -> str:
@@ -74,8 +85,6 @@ def train_worker(opts: TrainOptions, environ: Mapping[str, str]) -> int:
     warnings.filterwarnings(
         "ignore", message=r".*is deprecated. Please use", category=FutureWarning
     )
-    # The kernel packages warn once per process when fbgemm is missing; rank 0 says it once.
-    warnings.filterwarnings("ignore", message=r"fbgemm_gpu.* unavailable")
     device = init_distributed(opts, environ)
     try:
         return _train(opts, environ, device, started)
@@ -129,15 +138,18 @@ def _train(
             print(f"resumed from {path} at step {start}", flush=True)
 
     total = total_steps(dataset, opts, world)
+    eval_every = eval_interval(opts.eval_every, total)
     batches = train_batches(dataset, opts, rank=rank, world_size=world, start_step=start)
-    trainer = Trainer(model, optimizer, device, pipeline=opts.pipeline)
+    assert dist.group.WORLD is not None  # init_distributed ran
+    world_env = ShardingEnv.from_process_group(dist.group.WORLD, device)
+    trainer = Trainer(model, optimizer, device, pipeline=opts.pipeline, env=world_env)
     progress = Progress(
         enabled=lead, total=total, initial=start, samples_per_step=opts.batch_size * world
     )
     clock = Clock()
     step = start
     saved_at = start if resume else -1
-    for end in boundaries(start, total, opts.eval_every, opts.checkpoint_every):
+    for end in boundaries(start, total, eval_every, opts.checkpoint_every):
         losses: list[torch.Tensor] = []
         with clock:
             for loss in trainer.steps(batches, end - step):
@@ -150,7 +162,7 @@ def _train(
         )
         if step != end:
             raise RuntimeError(f"the training data ended at step {step}, before step {end}")
-        if (opts.eval_every and end % opts.eval_every == 0) or end == total:
+        if (eval_every and end % eval_every == 0) or end == total:
             metrics = evaluate(model, dataset, opts, rank=rank, world_size=world, device=device)
             history.evals.append((end, metrics))
             text = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
@@ -180,6 +192,6 @@ def _train(
     write_summary(out, summary, opts.to_dict())
     save_charts(out, history)
     print(format_summary(summary))
-    print(f"outputs: {out} (summary.json, loss.png, auc.png, plan_load.png, checkpoints/)")
+    print(f"outputs: {out} ({OUTPUTS})")
     print(f"test AUC {summary['test_auc']:.4f}", flush=True)
     return 0

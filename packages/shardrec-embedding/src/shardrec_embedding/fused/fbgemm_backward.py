@@ -26,7 +26,7 @@ already group rows and our bags already span the group, so `weights_offsets = [0
 from __future__ import annotations
 
 import functools
-import warnings
+import logging
 from collections.abc import Callable, Mapping
 
 import torch
@@ -34,6 +34,8 @@ from torch import Tensor
 
 from shardrec_embedding.configs import PoolingType
 from shardrec_optim import EmbOptimType, FusedOptimSpec, WeightDecayMode
+
+_log = logging.getLogger(__name__)
 
 # fbgemm's EmbeddingLocation.HOST and PoolingMode values.
 _HOST = 3
@@ -52,15 +54,17 @@ FBGEMM_OPTIMIZERS = frozenset(
 
 
 class FbgemmUnavailableWarning(UserWarning):
-    """fbgemm's TBE CPU kernels could not be loaded; the torch-native fused backward is used."""
+    """fbgemm's TBE CPU kernels could not be loaded. No longer emitted (a DEBUG log record says
+    it now); kept so that warning filters naming it keep working."""
 
 
 @functools.cache
 def fbgemm_tbe_available() -> bool:
     """True when fbgemm_gpu imports and registers its TBE CPU backward ops (checked once).
 
-    Warns once (`FbgemmUnavailableWarning`) when it does not: a missing or mismatched install
-    (fbgemm-gpu-cpu 1.8.0 pairs with torch 2.13.0) means the torch path, never an error.
+    When it does not (a missing or mismatched install: fbgemm-gpu-cpu 1.8.0 pairs with torch
+    2.13.0) the torch path runs, never an error, and one DEBUG record on this module's logger
+    says why: fbgemm is an optional backend (`shardrec version` shows which one loaded).
     """
     try:
         import fbgemm_gpu  # noqa: F401  (the import registers torch.ops.fbgemm)
@@ -69,12 +73,12 @@ def fbgemm_tbe_available() -> bool:
         torch.ops.fbgemm.split_embedding_backward_codegen_rowwise_adagrad_cpu  # noqa: B018
         torch.ops.fbgemm.split_embedding_backward_codegen_adagrad_cpu  # noqa: B018
     except Exception as exc:  # any failure to load means: use the torch path
-        warnings.warn(
-            f"fbgemm_gpu TBE kernels are unavailable ({type(exc).__name__}: {exc}); fused "
-            "embedding backward uses its torch-native kernels. Install fbgemm-gpu-cpu==1.8.0 "
-            "(pairs with torch 2.13.0) for the faster fbgemm backend.",
-            FbgemmUnavailableWarning,
-            stacklevel=3,
+        _log.debug(
+            "fbgemm_gpu TBE kernels are unavailable (%s: %s); fused embedding backward uses its "
+            "torch-native kernels. Install fbgemm-gpu-cpu==1.8.0 (pairs with torch 2.13.0) for "
+            "the faster fbgemm backend.",
+            type(exc).__name__,
+            exc,
         )
         return False
     return True
