@@ -58,6 +58,11 @@ BAD = [
     (["--dataset-option", "noequals"], "'noequals'"),
     (["--dataset-option", "num_embeddings=0"], "num_embeddings must be >= 1, got 0"),
     (["--resume"], "--resume: no checkpoint under"),
+    (["--collective-timeout", "0"], "--collective-timeout must be a positive number of seconds"),
+    (["--collective-timeout", "-5"], "positive number of seconds, got -5"),
+    (["--collective-timeout", "nan"], "positive number of seconds, got nan"),
+    (["--collective-timeout", "inf"], "positive number of seconds, got inf"),
+    (["--collective-timeout", "soon"], "'soon'"),
     (
         ["--sharding-type", "table_wise", "--nproc-per-node", "5"],
         "world size 5 is larger than the 4 tables allow",

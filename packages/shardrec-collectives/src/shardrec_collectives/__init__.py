@@ -24,8 +24,10 @@ from shardrec_collectives.reduce_scatter import (
     variable_batch_reduce_scatter_pooled,
 )
 from shardrec_collectives.sequence import sequence_all_to_all
+from shardrec_collectives.watchdog import EXIT_STATUS, Watchdog
 
 __all__ = [
+    "EXIT_STATUS",
     "Awaitable",
     "HostGroups",
     "KJTAllToAllAwaitable",
@@ -35,6 +37,7 @@ __all__ = [
     "NoWait",
     "PeerError",
     "ShardingEnv",
+    "Watchdog",
     "agree_on_error",
     "all_gather_object",
     "all_gather_pooled",

@@ -19,6 +19,7 @@ DATASETS = ("movielens-100k", "criteo-tsv", "criteo-npy", "synthetic")
 MODELS = ("dlrm", "dlrm_dcn")
 BACKENDS = ("auto", "gloo", "nccl")
 DENSE_OPTIMIZERS = ("adam", "adagrad", "sgd")
+DEFAULT_COLLECTIVE_TIMEOUT_S = 600.0
 FORCEABLE_SHARDING_TYPES = (
     ShardingType.DATA_PARALLEL,
     ShardingType.TABLE_WISE,
@@ -63,6 +64,7 @@ class TrainOptions:
     pipeline: bool
     nproc_per_node: int
     nnodes: int
+    collective_timeout: float = DEFAULT_COLLECTIVE_TIMEOUT_S
 
     @property
     def world_size(self) -> int:
@@ -284,6 +286,14 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     launch.add_argument("--master-addr", default=None, help="static rendezvous: rank 0's host")
     launch.add_argument("--master-port", type=int, default=None)
     launch.add_argument("--max-restarts", type=int, default=None, help="torchrun restarts")
+    launch.add_argument(
+        "--collective-timeout",
+        type=float,
+        default=DEFAULT_COLLECTIVE_TIMEOUT_S,
+        metavar="SECONDS",
+        help="process-group timeout: a collective (or joining) waits at most this long; a rank "
+        "whose heartbeat is silent for half of it stops the job, naming it (default %(default)g)",
+    )
 
 
 TORCHRUN_FLAGS = (
@@ -344,4 +354,5 @@ def options_from_namespace(ns: argparse.Namespace) -> TrainOptions:
         pipeline=ns.pipeline,
         nproc_per_node=ns.nproc_per_node,
         nnodes=ns.nnodes,
+        collective_timeout=ns.collective_timeout,
     )

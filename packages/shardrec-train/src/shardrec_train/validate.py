@@ -41,6 +41,11 @@ def number_problems(opts: TrainOptions) -> list[str]:
     ):
         if not rate > 0:
             problems.append(f"{flag} must be > 0, got {rate}")
+    if not 0 < opts.collective_timeout < float("inf"):
+        problems.append(
+            f"--collective-timeout must be a positive number of seconds, got "
+            f"{opts.collective_timeout:g} (e.g. 60; the default is 600)"
+        )
     if opts.dense_arch[-1] != opts.embedding_dim:
         arch = ",".join(map(str, opts.dense_arch))
         problems.append(

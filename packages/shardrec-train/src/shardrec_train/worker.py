@@ -1,6 +1,7 @@
 """One rank of `shardrec train` (inside torchrun): the run as a short script of named steps.
 
-1. process group: nccl when CUDA GPUs are visible (and --backend auto), else gloo;
+1. process group: nccl when CUDA GPUs are visible (and --backend auto), else gloo, with
+   `--collective-timeout`, and the heartbeat watchdog (shardrec_collectives.Watchdog);
 2. dataset, model, plan, DistributedModelParallel, optimizers (`build`);
 3. rank 0 prints the plan report and charts the plan's per-rank load;
 4. --resume: load the latest checkpoint (model + both optimizers) and the history;
@@ -12,15 +13,17 @@ from __future__ import annotations
 
 import datetime
 import importlib.util
+import sys
 import time
 import warnings
 from collections.abc import Mapping
 
 import torch
 import torch.distributed as dist
-from torch.distributed.distributed_c10d import PrefixStore
+from torch.distributed.distributed_c10d import PrefixStore, Store
 from torch.distributed.rendezvous import rendezvous
 
+from shardrec_collectives import EXIT_STATUS, Watchdog
 from shardrec_dmp import load, save
 from shardrec_planner import save_plan_chart
 from shardrec_planner.report import format_report
@@ -32,8 +35,6 @@ from shardrec_train.options import TrainOptions
 from shardrec_train.progress import LOSS_EVERY, Progress
 from shardrec_train.report import format_summary, save_charts, summarize, write_summary
 
-PROCESS_GROUP_TIMEOUT = datetime.timedelta(minutes=10)
-
 
 def choose_backend(requested: str, cuda_available: bool) -> str:
     """`auto`: nccl when CUDA GPUs are visible, gloo otherwise."""
@@ -42,8 +43,8 @@ def choose_backend(requested: str, cuda_available: bool) -> str:
     return requested
 
 
-def init_distributed(opts: TrainOptions, environ: Mapping[str, str]) -> torch.device:
-    """Join torchrun's process group; returns this rank's device.
+def init_distributed(opts: TrainOptions, environ: Mapping[str, str]) -> tuple[torch.device, Store]:
+    """Join torchrun's process group; returns this rank's device and the group's store.
 
     The store keys of each torchrun attempt (`--max-restarts`) get their own prefix: torchrun
     keeps one store across restarts, and without the prefix a restarted rank can read the
@@ -55,15 +56,11 @@ def init_distributed(opts: TrainOptions, environ: Mapping[str, str]) -> torch.de
         device = torch.device("cuda", int(environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(device)
     attempt = int(environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    store, rank, world_size = next(rendezvous("env://", timeout=PROCESS_GROUP_TIMEOUT))
-    dist.init_process_group(
-        backend,
-        store=PrefixStore(f"shardrec/attempt_{attempt}", store),
-        rank=rank,
-        world_size=world_size,
-        timeout=PROCESS_GROUP_TIMEOUT,
-    )
-    return device
+    timeout = datetime.timedelta(seconds=opts.collective_timeout)
+    store, rank, world_size = next(rendezvous("env://", timeout=timeout))
+    store = PrefixStore(f"shardrec/attempt_{attempt}", store)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
+    return device, store
 
 
 def train_worker(opts: TrainOptions, environ: Mapping[str, str]) -> int:
@@ -76,15 +73,34 @@ def train_worker(opts: TrainOptions, environ: Mapping[str, str]) -> int:
     )
     # The kernel packages warn once per process when fbgemm is missing; rank 0 says it once.
     warnings.filterwarnings("ignore", message=r"fbgemm_gpu.* unavailable")
-    device = init_distributed(opts, environ)
+    device, store = init_distributed(opts, environ)
+    watchdog = Watchdog(
+        store,
+        rank=dist.get_rank(),
+        world_size=dist.get_world_size(),
+        timeout=datetime.timedelta(seconds=opts.collective_timeout),
+    ).start()
     try:
-        return _train(opts, environ, device, started)
+        return _train(opts, environ, device, started, watchdog)
+    except Exception:
+        # A peer that the watchdog stopped closes its sockets, so this rank's collective may
+        # fail before its own watchdog reads the verdict: report the cause, not the symptom.
+        verdict = watchdog.verdict()
+        if verdict is None:
+            raise
+        print(f"[rank {dist.get_rank()}] {verdict}", file=sys.stderr, flush=True)
+        return EXIT_STATUS
     finally:
+        watchdog.stop()
         dist.destroy_process_group()
 
 
 def _train(
-    opts: TrainOptions, environ: Mapping[str, str], device: torch.device, started: float
+    opts: TrainOptions,
+    environ: Mapping[str, str],
+    device: torch.device,
+    started: float,
+    watchdog: Watchdog,
 ) -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
     local_world = int(environ.get("LOCAL_WORLD_SIZE", str(world)))
@@ -143,6 +159,7 @@ def _train(
             for loss in trainer.steps(batches, end - step):
                 losses.append(loss)
                 step += 1
+                watchdog.progress = step
                 shown = float(loss) if lead and step % LOSS_EVERY == 0 else None
                 progress.step(step, shown)
         history.train_loss += list(
