@@ -1,5 +1,6 @@
 """The heartbeat watchdog with real processes: a SIGSTOPped rank is named and every rank stops
-within the timeout; ranks that finish at different times raise no alarm.
+within the timeout; ranks that finish at different times raise no alarm. And the attempt name
+that rank 0 gives every rank through the store (`agree_on_attempt`).
 
 The test process hosts the c10d store, as torchrun's agent does, and starts three plain Python
 ranks that run the watchdog and then sleep (or stop it after a given time).
@@ -13,12 +14,13 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
-from torch.distributed import TCPStore
+from torch.distributed import PrefixStore, TCPStore
 
-from shardrec_collectives import EXIT_STATUS, Watchdog
+from shardrec_collectives import EXIT_STATUS, Watchdog, agree_on_attempt
 
 WORLD = 3
 TIMEOUT_S = 4.0  # the silence limit is half of it
@@ -154,3 +156,49 @@ def test_started_twice(store: TCPStore) -> None:
     with pytest.raises(RuntimeError, match="already started"):
         dog.start()
     dog.stop()
+
+
+def _agree_all(port: int, world: int, order: list[int]) -> list[str]:
+    """Every rank of one attempt calls agree_on_attempt in its own thread (own store client),
+    started in `order` with a pause between them; returns the names by rank."""
+    names: list[str] = [""] * world
+    errors: list[BaseException] = []
+
+    def one(rank: int) -> None:
+        client = TCPStore("127.0.0.1", port, is_master=False)
+        try:
+            names[rank] = agree_on_attempt(
+                PrefixStore("shardrec", client),
+                rank=rank,
+                world_size=world,
+                timeout=datetime.timedelta(seconds=20),
+            )
+        except BaseException as err:  # reported by the test thread
+            errors.append(err)
+
+    threads = [threading.Thread(target=one, args=(r,)) for r in order]
+    for t in threads:
+        t.start()
+        time.sleep(0.1)
+    for t in threads:
+        t.join(timeout=30)
+    assert not errors, errors
+    return names
+
+
+def test_attempt_name_is_agreed_and_new_even_with_a_stale_attempt_in_the_store(
+    store: TCPStore,
+) -> None:
+    """A second attempt whose other ranks start before rank 0 (so they find the first
+    attempt's keys) still agrees on one name, different from the first attempt's."""
+    first = _agree_all(store.port, 3, [0, 1, 2])
+    second = _agree_all(store.port, 3, [2, 1, 0])
+    assert len(set(first)) == 1 and len(set(second)) == 1
+    assert first[0] != second[0]
+
+
+def test_attempt_times_out_naming_the_missing_rank(store: TCPStore) -> None:
+    with pytest.raises(TimeoutError, match=r"ranks \[1\] did not join"):
+        agree_on_attempt(store, rank=0, world_size=2, timeout=datetime.timedelta(seconds=0.3))
+    with pytest.raises(TimeoutError, match="rank 0 did not name this attempt"):
+        agree_on_attempt(store, rank=1, world_size=2, timeout=datetime.timedelta(seconds=0.3))

@@ -1,5 +1,6 @@
 """Awaitables, ShardingEnv and differentiable collectives for sharded embeddings."""
 
+from shardrec_collectives.attempt import agree_on_attempt
 from shardrec_collectives.awaitable import Awaitable, LazyAwaitable, NoWait
 from shardrec_collectives.env import ShardingEnv
 from shardrec_collectives.errors import PeerError, agree_on_error
@@ -38,6 +39,7 @@ __all__ = [
     "PeerError",
     "ShardingEnv",
     "Watchdog",
+    "agree_on_attempt",
     "agree_on_error",
     "all_gather_object",
     "all_gather_pooled",

@@ -23,7 +23,13 @@ import torch.distributed as dist
 from torch.distributed.distributed_c10d import PrefixStore, Store
 from torch.distributed.rendezvous import rendezvous
 
-from shardrec_collectives import EXIT_STATUS, Watchdog
+from shardrec_collectives import (
+    EXIT_STATUS,
+    ShardingEnv,
+    Watchdog,
+    agree_on_attempt,
+    all_reduce_sum,
+)
 from shardrec_dmp import load, save
 from shardrec_planner import save_plan_chart
 from shardrec_planner.report import format_report
@@ -48,17 +54,20 @@ def init_distributed(opts: TrainOptions, environ: Mapping[str, str]) -> tuple[to
 
     The store keys of each torchrun attempt (`--max-restarts`) get their own prefix: torchrun
     keeps one store across restarts, and without the prefix a restarted rank can read the
-    dead attempt's addresses and fail to connect (docs/dmp.md, fault tolerance).
+    dead attempt's addresses and fail to connect (docs/dmp.md, fault tolerance). Rank 0 names
+    the attempt (`agree_on_attempt`): torchrun's restart count differs between nodes once a
+    node's launcher has been replaced.
     """
     backend = choose_backend(opts.backend, torch.cuda.is_available())
     device = torch.device("cpu")
     if backend == "nccl":
         device = torch.device("cuda", int(environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(device)
-    attempt = int(environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     timeout = datetime.timedelta(seconds=opts.collective_timeout)
     store, rank, world_size = next(rendezvous("env://", timeout=timeout))
-    store = PrefixStore(f"shardrec/attempt_{attempt}", store)
+    store = PrefixStore("shardrec", store)
+    attempt = agree_on_attempt(store, rank=rank, world_size=world_size, timeout=timeout)
+    store = PrefixStore(f"attempt_{attempt}", store)
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
     return device, store
 
@@ -130,7 +139,14 @@ def _train(
 
     start, history = 0, History()
     # A torchrun restart (--max-restarts) resumes from the latest checkpoint by itself.
+    # Agreed over the ranks: after a node's launcher was replaced, its ranks are not counted
+    # as restarted by their (new) torchrun agent while the other nodes' ranks are.
     restarted = int(environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
+    wanted = torch.tensor([int(opts.resume or restarted)], device=device)
+    world_pg = dist.group.WORLD
+    assert world_pg is not None  # init_distributed made it
+    env = ShardingEnv.from_process_group(world_pg, device=device)
+    restarted = bool(all_reduce_sum(env, wanted).wait().item() > 0)
     latest = latest_checkpoint(out)
     if opts.resume and latest is None:
         raise FileNotFoundError(f"--resume: no checkpoint under {out / 'checkpoints'}")
