@@ -14,24 +14,10 @@ from collections.abc import Callable
 
 # A tiny synthetic model: 4 tables of 64 rows, 2 dense features, batches of 32 per rank.
 TINY = [
-    "--dataset",
-    "synthetic",
-    "--dataset-option",
-    "num_embeddings=64",
-    "--dataset-option",
-    "num_sparse=4",
-    "--dataset-option",
-    "num_dense=2",
-    "--dataset-option",
-    "num_test_samples=128",
-    "--embedding-dim",
-    "8",
-    "--dense-arch",
-    "16,8",
-    "--over-arch",
-    "16,1",
-    "--batch-size",
-    "32",
+    *("--dataset", "synthetic", "--embedding-dim", "8", "--batch-size", "32"),
+    *("--dense-arch", "16,8", "--over-arch", "16,1"),
+    *(f"--dataset-option={kv}" for kv in ("num_embeddings=64", "num_sparse=4", "num_dense=2")),
+    "--dataset-option=num_test_samples=128",
 ]
 
 
