@@ -37,10 +37,31 @@ def start_train(args: list[str], log: pathlib.Path) -> subprocess.Popen[bytes]:
         )
 
 
+def _descendants(root: int) -> list[int]:
+    """`root` and every process below it (torchrun starts each rank in a session of its own,
+    so the launcher's process group does not reach the ranks)."""
+    children: dict[int, list[int]] = {}
+    for entry in pathlib.Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo += children.get(pid, [])
+    return found
+
+
 def kill_tree(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the session of `proc` (launcher, torchrun agent, ranks) and reap `proc`."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
+    """SIGKILL `proc` (the launcher), its torchrun agent and every rank below it, and reap
+    `proc`: what a machine that dies does to them."""
+    for pid in _descendants(proc.pid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=30)
 
@@ -71,7 +92,7 @@ def wait_until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
     while not check():
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: not within {timeout_s} s")
-        time.sleep(0.1)
+        time.sleep(0.05)
 
 
 def pid_alive(pid: int) -> bool:
