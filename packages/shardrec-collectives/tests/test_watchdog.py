@@ -23,7 +23,7 @@ from torch.distributed import PrefixStore, TCPStore
 from shardrec_collectives import EXIT_STATUS, Watchdog, agree_on_attempt
 
 WORLD = 3
-TIMEOUT_S = 4.0  # the silence limit is half of it
+TIMEOUT_S = 6.0  # the silence limit is half of it: 3 s, long for a heartbeat thread to starve
 # Process start (torch import) on a busy 2-core machine, plus exit and reaping.
 SLACK_S = 6.0
 
@@ -93,6 +93,7 @@ def store() -> TCPStore:
     return TCPStore("127.0.0.1", 0, is_master=True, timeout=datetime.timedelta(seconds=30))
 
 
+@pytest.mark.slow
 def test_stopped_rank_is_named_and_every_rank_stops(store: TCPStore) -> None:
     procs = _start_ranks(store.port, [60.0] * WORLD)
     try:
@@ -115,6 +116,7 @@ def test_stopped_rank_is_named_and_every_rank_stops(store: TCPStore) -> None:
         assert "finished" not in logs[rank]
 
 
+@pytest.mark.slow
 def test_ranks_finishing_at_different_times_raise_no_alarm(store: TCPStore) -> None:
     """Rank 1 finishes long before the others (past the silence limit): its watcher, rank 0,
     must skip it and watch rank 2 instead, and nobody may give a verdict."""
@@ -127,6 +129,26 @@ def test_ranks_finishing_at_different_times_raise_no_alarm(store: TCPStore) -> N
         assert p.returncode == 0, logs[rank]
         assert logs[rank].endswith("finished\n"), logs[rank]
     assert not store.check(["shardrec/attempt_0/watchdog/verdict"])
+
+
+@pytest.mark.slow
+def test_store_that_stops_answering_stops_every_rank_saying_so() -> None:
+    """The store's host (torchrun's agent; rank 0 on several nodes) stopped: nobody can be
+    named, every rank exits within the limit (plus one store timeout) saying so."""
+    master = TCPStore("127.0.0.1", 0, is_master=True, timeout=datetime.timedelta(seconds=30))
+    procs = _start_ranks(master.port, [60.0] * WORLD)
+    try:
+        _wait_started(procs)
+        del master  # the server goes with its last reference
+        t0 = time.monotonic()
+        logs = [p.communicate(timeout=TIMEOUT_S + SLACK_S)[0] for p in procs]
+        elapsed = time.monotonic() - t0
+    finally:
+        _kill(procs)
+    assert elapsed < TIMEOUT_S + SLACK_S
+    for rank, p in enumerate(procs):
+        assert p.returncode == EXIT_STATUS, logs[rank]
+        assert f"the c10d store has not answered rank {rank} for" in logs[rank]
 
 
 def test_verdict_is_none_without_one_and_readable_with_one(store: TCPStore) -> None:

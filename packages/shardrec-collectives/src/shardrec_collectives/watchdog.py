@@ -150,23 +150,23 @@ class Watchdog:
                     self._exit(store.get(_VERDICT).decode())
                 target, value = self._next_running(store)
                 last_ok = now
+                if target is None:
+                    continue
+                if target != watched or value != seen:
+                    watched, seen, seen_at = target, value, now
+                elif now - seen_at > self.silence_limit_s:
+                    self._give_verdict(store, target, value, now - seen_at)
             except RuntimeError as err:
                 if self._stop.is_set():
                     return
-                if now - last_ok > self.silence_limit_s:
+                failing_s = time.monotonic() - last_ok
+                if failing_s > self.silence_limit_s:
                     self._exit(
                         f"shardrec watchdog: the c10d store has not answered rank {self.rank} "
-                        f"for {now - last_ok:.1f} s ({type(err).__name__}: {err}); the process "
-                        "that hosts it (the torchrun agent, or rank 0 without torchrun) stopped"
+                        f"for {failing_s:.1f} s ({type(err).__name__}: {err}); the process that "
+                        "hosts it stopped (torchrun's agent; rank 0 on several nodes or "
+                        "without torchrun)"
                     )
-                continue
-            if target is None:
-                continue
-            if target != watched or value != seen:
-                watched, seen, seen_at = target, value, now
-                continue
-            if now - seen_at > self.silence_limit_s:
-                self._give_verdict(store, target, value, now - seen_at)
 
     def _next_running(self, store: Store) -> tuple[int | None, str]:
         """The first rank after this one in the ring that has not finished, and its heartbeat
