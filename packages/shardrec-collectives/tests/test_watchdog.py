@@ -16,6 +16,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 from torch.distributed import PrefixStore, TCPStore
@@ -88,6 +89,23 @@ def _kill(procs: list[subprocess.Popen[str]]) -> None:
             p.wait()
 
 
+def _disturb_and_collect(
+    procs: list[subprocess.Popen[str]], disturb: Callable[[], None]
+) -> list[str]:
+    """Once every rank runs its watchdog, `disturb` them; every rank must then exit within
+    the timeout (plus slack). Returns their output."""
+    try:
+        _wait_started(procs)
+        disturb()
+        t0 = time.monotonic()
+        logs = [p.communicate(timeout=TIMEOUT_S + SLACK_S)[0] for p in procs]
+        elapsed = time.monotonic() - t0
+    finally:
+        _kill(procs)
+    assert elapsed < TIMEOUT_S + SLACK_S
+    return logs
+
+
 @pytest.fixture
 def store() -> TCPStore:
     return TCPStore("127.0.0.1", 0, is_master=True, timeout=datetime.timedelta(seconds=30))
@@ -96,16 +114,8 @@ def store() -> TCPStore:
 @pytest.mark.slow
 def test_stopped_rank_is_named_and_every_rank_stops(store: TCPStore) -> None:
     procs = _start_ranks(store.port, [60.0] * WORLD)
-    try:
-        _wait_started(procs)
-        stopped = procs[2]
-        os.kill(stopped.pid, signal.SIGSTOP)
-        t0 = time.monotonic()
-        logs = [p.communicate(timeout=TIMEOUT_S + SLACK_S)[0] for p in procs]
-        elapsed = time.monotonic() - t0
-    finally:
-        _kill(procs)
-    assert elapsed < TIMEOUT_S + SLACK_S
+    stopped = procs[2]
+    logs = _disturb_and_collect(procs, lambda: os.kill(stopped.pid, signal.SIGSTOP))
     # Rank 1 watches rank 2 (the ring) and SIGKILLs it: it runs on this host.
     assert stopped.returncode == -signal.SIGKILL
     for rank in (0, 1):
@@ -135,17 +145,10 @@ def test_ranks_finishing_at_different_times_raise_no_alarm(store: TCPStore) -> N
 def test_store_that_stops_answering_stops_every_rank_saying_so() -> None:
     """The store's host (torchrun's agent; rank 0 on several nodes) stopped: nobody can be
     named, every rank exits within the limit (plus one store timeout) saying so."""
-    master = TCPStore("127.0.0.1", 0, is_master=True, timeout=datetime.timedelta(seconds=30))
-    procs = _start_ranks(master.port, [60.0] * WORLD)
-    try:
-        _wait_started(procs)
-        del master  # the server goes with its last reference
-        t0 = time.monotonic()
-        logs = [p.communicate(timeout=TIMEOUT_S + SLACK_S)[0] for p in procs]
-        elapsed = time.monotonic() - t0
-    finally:
-        _kill(procs)
-    assert elapsed < TIMEOUT_S + SLACK_S
+    masters = [TCPStore("127.0.0.1", 0, is_master=True, timeout=datetime.timedelta(seconds=30))]
+    procs = _start_ranks(masters[0].port, [60.0] * WORLD)
+    # The server goes with its last reference.
+    logs = _disturb_and_collect(procs, masters.clear)
     for rank, p in enumerate(procs):
         assert p.returncode == EXIT_STATUS, logs[rank]
         assert f"the c10d store has not answered rank {rank} for" in logs[rank]
