@@ -37,6 +37,7 @@ from torch import Tensor, nn
 from torch.distributed.distributed_c10d import PrefixStore
 from torch.distributed.rendezvous import rendezvous
 
+from shardrec_collectives import Watchdog, agree_on_attempt
 from shardrec_dmp import DistributedModelParallel, full_state_dict, load, save
 from shardrec_embedding import EmbeddingBagCollection, EmbeddingBagConfig
 from shardrec_jagged import KeyedJaggedTensor
@@ -116,14 +117,19 @@ def build() -> tuple[DistributedModelParallel, CombinedOptimizer]:
     return model, CombinedOptimizer([model.fused_optimizer, dense])
 
 
-def init_distributed(attempt: int, timeout: datetime.timedelta) -> None:
+def init_distributed(timeout: datetime.timedelta) -> Watchdog:
     """`init_process_group("gloo")` from torchrun's environment, with the store keys of this
-    attempt under their own prefix. torchrun keeps one store across restarts; without the
-    prefix a restarted rank can read the dead attempt's gloo addresses and fail to connect
-    ("Connection refused" in connectFullMesh), seen with both the static and c10d rendezvous."""
+    attempt under their own prefix, and the heartbeat watchdog started. torchrun keeps one
+    store across restarts; without the prefix a restarted rank can read the dead attempt's
+    gloo addresses and fail to connect ("Connection refused" in connectFullMesh), seen with
+    both the static and c10d rendezvous. Rank 0 names the attempt (`agree_on_attempt`):
+    torchrun's restart count differs between nodes once a node was replaced."""
     store, rank, world_size = next(rendezvous("env://", timeout=timeout))
-    store = PrefixStore(f"shardrec/attempt_{attempt}", store)
+    store = PrefixStore("shardrec", store)
+    name = agree_on_attempt(store, rank=rank, world_size=world_size, timeout=timeout)
+    store = PrefixStore(f"attempt_{name}", store)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size, timeout=timeout)
+    return Watchdog(store, rank=rank, world_size=world_size, timeout=timeout).start()
 
 
 def main() -> None:
@@ -144,7 +150,7 @@ def main() -> None:
 
     # Entry point: torchrun's environment is read here and nowhere else.
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    init_distributed(attempt, datetime.timedelta(seconds=args.timeout_s))
+    watchdog = init_distributed(datetime.timedelta(seconds=args.timeout_s))
     rank = dist.get_rank()
     model, opt = build()
 
@@ -171,6 +177,7 @@ def main() -> None:
     if rank == 0 and args.out:
         torch.save(state, args.out)
     print(f"[rank {rank}] finished {args.steps} steps", flush=True)
+    watchdog.stop()
     dist.destroy_process_group()
 
 

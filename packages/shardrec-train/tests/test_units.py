@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pathlib
+import subprocess
+import types
 
 import numpy as np
 import pytest
@@ -240,3 +242,25 @@ def test_host_memory_flag_sets_the_cpu_cap(tmp_path: pathlib.Path) -> None:
     assert "host memory 3.0 GiB (--host-memory-gib" in report
     cap, report = plan_for()
     assert cap <= detect_host().memory_bytes // 2 and "(detected;" in report
+
+
+@pytest.mark.parametrize("multi_node", [False, True])
+def test_launch_turns_off_the_shared_agent_store_only_for_several_nodes(
+    monkeypatch: pytest.MonkeyPatch, multi_node: bool
+) -> None:
+    """With several nodes, torchrun's shared agent store left a replacement node waiting for
+    an address (docs/multi-node.md); one node keeps it (the watchdog can then name rank 0)."""
+    from shardrec_train import launch as launch_module
+
+    seen: list[dict[str, str]] = []
+
+    def fake_run(cmd: list[str], env: dict[str, str], check: bool) -> object:
+        seen.append(env)
+        return types.SimpleNamespace(returncode=0)
+
+    monkeypatch.delenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", raising=False)
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    cmd = ["python", "-m", "torch.distributed.run"]
+    cmd += ["--nnodes", "2"] if multi_node else ["--standalone"]
+    assert launch_module.launch(cmd, 2) == 0
+    assert ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE" in seen[0]) == multi_node

@@ -1,5 +1,6 @@
 """Awaitables, ShardingEnv and differentiable collectives for sharded embeddings."""
 
+from shardrec_collectives.attempt import agree_on_attempt
 from shardrec_collectives.awaitable import Awaitable, LazyAwaitable, NoWait
 from shardrec_collectives.env import ShardingEnv
 from shardrec_collectives.errors import PeerError, agree_on_error
@@ -24,8 +25,10 @@ from shardrec_collectives.reduce_scatter import (
     variable_batch_reduce_scatter_pooled,
 )
 from shardrec_collectives.sequence import sequence_all_to_all
+from shardrec_collectives.watchdog import EXIT_STATUS, Watchdog
 
 __all__ = [
+    "EXIT_STATUS",
     "Awaitable",
     "HostGroups",
     "KJTAllToAllAwaitable",
@@ -35,6 +38,8 @@ __all__ = [
     "NoWait",
     "PeerError",
     "ShardingEnv",
+    "Watchdog",
+    "agree_on_attempt",
     "agree_on_error",
     "all_gather_object",
     "all_gather_pooled",

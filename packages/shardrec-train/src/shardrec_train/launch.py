@@ -59,6 +59,13 @@ def launch(cmd: Sequence[str], nproc_per_node: int) -> int:
     # torchrun would set 1 and warn; share the cores between the local ranks instead.
     cores = os.cpu_count() or 1
     env.setdefault("OMP_NUM_THREADS", str(max(1, cores // nproc_per_node)))
+    if "--standalone" not in cmd:
+        # Several nodes: the ranks' store is then hosted by rank 0 for each attempt, not shared
+        # by torchrun's agents across attempts. With the shared store, a node that rejoins
+        # after its launcher was replaced waited for a MASTER_ADDR that the surviving rank-0
+        # agent never republished (torch 2.13), and the restart hung until the rendezvous
+        # timeout (docs/multi-node.md, restarts).
+        env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     try:
         return subprocess.run(list(cmd), env=env, check=False).returncode
     except KeyboardInterrupt:

@@ -22,6 +22,7 @@ import argparse
 import dataclasses
 import datetime
 import functools
+import math
 import pathlib
 import typing
 from collections.abc import Callable, Mapping
@@ -276,6 +277,14 @@ class TrainOptions:
     master_addr: str | None = _torchrun("static rendezvous: rank 0's host")
     master_port: int | None = _torchrun("static rendezvous: rank 0's port")
     max_restarts: int | None = _torchrun("torchrun restarts")
+    collective_timeout: float = option(
+        "process-group timeout in seconds: a collective (or joining) waits at most this long; a "
+        "rank whose heartbeat is silent for half of it stops the job, naming it",
+        group=LAUNCH,
+        default=600.0,
+        above=0,
+        metavar="SECONDS",
+    )
 
     @property
     def world_size(self) -> int:
@@ -432,8 +441,8 @@ def number_problems(opts: TrainOptions) -> list[str]:
             continue
         if f.meta.at_least is not None and value < f.meta.at_least:
             problems.append(f"{f.spelling} must be >= {f.meta.at_least}, got {value}")
-        if f.meta.above is not None and not value > f.meta.above:
-            problems.append(f"{f.spelling} must be > {f.meta.above:g}, got {value}")
+        if f.meta.above is not None and not f.meta.above < value < math.inf:
+            problems.append(f"{f.spelling} must be a finite number > {f.meta.above:g}, got {value}")
     if opts.dense_arch[-1] != opts.embedding_dim:
         arch = ",".join(map(str, opts.dense_arch))
         problems.append(

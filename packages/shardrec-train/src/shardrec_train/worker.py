@@ -1,6 +1,7 @@
 """One rank of `shardrec train` (inside torchrun): the run as a short script of named steps.
 
-1. process group: nccl when CUDA GPUs are visible (and --backend auto), else gloo;
+1. process group: nccl when CUDA GPUs are visible (and --backend auto), else gloo, with
+   `--collective-timeout`, and the heartbeat watchdog (shardrec_collectives.Watchdog);
 2. dataset, model, plan, DistributedModelParallel, optimizers (`build`);
 3. rank 0 prints the plan report and charts the plan's per-rank load;
 4. --resume: load the latest checkpoint that verifies (model + both optimizers), the history;
@@ -12,16 +13,23 @@ from __future__ import annotations
 
 import datetime
 import importlib.util
+import sys
 import time
 import warnings
 from collections.abc import Mapping
 
 import torch
 import torch.distributed as dist
-from torch.distributed.distributed_c10d import PrefixStore
+from torch.distributed.distributed_c10d import PrefixStore, Store
 from torch.distributed.rendezvous import rendezvous
 
-from shardrec_collectives import ShardingEnv
+from shardrec_collectives import (
+    EXIT_STATUS,
+    ShardingEnv,
+    Watchdog,
+    agree_on_attempt,
+    all_reduce_sum,
+)
 from shardrec_dmp import load, save
 from shardrec_planner import save_plan_chart
 from shardrec_planner.report import format_report
@@ -41,7 +49,6 @@ from shardrec_train.options import TrainOptions
 from shardrec_train.progress import LOSS_EVERY, Progress
 from shardrec_train.report import format_summary, save_charts, summarize, write_summary
 
-PROCESS_GROUP_TIMEOUT = datetime.timedelta(minutes=10)
 OUTPUTS = "summary.json, history.json, plan.json, loss.png, auc.png, plan_load.png, checkpoints/"
 """What rank 0 leaves in OUT (report.py describes each)."""
 
@@ -53,28 +60,27 @@ def choose_backend(requested: str, cuda_available: bool) -> str:
     return requested
 
 
-def init_distributed(opts: TrainOptions, environ: Mapping[str, str]) -> torch.device:
-    """Join torchrun's process group; returns this rank's device.
+def init_distributed(opts: TrainOptions, environ: Mapping[str, str]) -> tuple[torch.device, Store]:
+    """Join torchrun's process group; returns this rank's device and the group's store.
 
     The store keys of each torchrun attempt (`--max-restarts`) get their own prefix: torchrun
     keeps one store across restarts, and without the prefix a restarted rank can read the
-    dead attempt's addresses and fail to connect (docs/dmp.md, fault tolerance).
+    dead attempt's addresses and fail to connect (docs/dmp.md, fault tolerance). Rank 0 names
+    the attempt (`agree_on_attempt`): torchrun's restart count differs between nodes once a
+    node's launcher has been replaced.
     """
     backend = choose_backend(opts.backend, torch.cuda.is_available())
     device = torch.device("cpu")
     if backend == "nccl":
         device = torch.device("cuda", int(environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(device)
-    attempt = int(environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    store, rank, world_size = next(rendezvous("env://", timeout=PROCESS_GROUP_TIMEOUT))
-    dist.init_process_group(
-        backend,
-        store=PrefixStore(f"shardrec/attempt_{attempt}", store),
-        rank=rank,
-        world_size=world_size,
-        timeout=PROCESS_GROUP_TIMEOUT,
-    )
-    return device
+    timeout = datetime.timedelta(seconds=opts.collective_timeout)
+    store, rank, world_size = next(rendezvous("env://", timeout=timeout))
+    store = PrefixStore("shardrec", store)
+    attempt = agree_on_attempt(store, rank=rank, world_size=world_size, timeout=timeout)
+    store = PrefixStore(f"attempt_{attempt}", store)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
+    return device, store
 
 
 def train_worker(opts: TrainOptions, environ: Mapping[str, str]) -> int:
@@ -85,15 +91,34 @@ def train_worker(opts: TrainOptions, environ: Mapping[str, str]) -> int:
     warnings.filterwarnings(
         "ignore", message=r".*is deprecated. Please use", category=FutureWarning
     )
-    device = init_distributed(opts, environ)
+    device, store = init_distributed(opts, environ)
+    watchdog = Watchdog(
+        store,
+        rank=dist.get_rank(),
+        world_size=dist.get_world_size(),
+        timeout=datetime.timedelta(seconds=opts.collective_timeout),
+    ).start()
     try:
-        return _train(opts, environ, device, started)
+        return _train(opts, environ, device, started, watchdog)
+    except Exception:
+        # A peer that the watchdog stopped closes its sockets, so this rank's collective may
+        # fail before its own watchdog reads the verdict: report the cause, not the symptom.
+        verdict = watchdog.verdict()
+        if verdict is None:
+            raise
+        print(f"[rank {dist.get_rank()}] {verdict}", file=sys.stderr, flush=True)
+        return EXIT_STATUS
     finally:
+        watchdog.stop()
         dist.destroy_process_group()
 
 
 def _train(
-    opts: TrainOptions, environ: Mapping[str, str], device: torch.device, started: float
+    opts: TrainOptions,
+    environ: Mapping[str, str],
+    device: torch.device,
+    started: float,
+    watchdog: Watchdog,
 ) -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
     local_world = int(environ.get("LOCAL_WORLD_SIZE", str(world)))
@@ -123,7 +148,14 @@ def _train(
 
     start, history = 0, History()
     # A torchrun restart (--max-restarts) resumes from the latest checkpoint by itself.
+    # Agreed over the ranks: after a node's launcher was replaced, its ranks are not counted
+    # as restarted by their (new) torchrun agent while the other nodes' ranks are.
     restarted = int(environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
+    wanted = torch.tensor([int(opts.resume or restarted)], device=device)
+    world_pg = dist.group.WORLD
+    assert world_pg is not None  # init_distributed made it
+    env = ShardingEnv.from_process_group(world_pg, device=device)
+    restarted = bool(all_reduce_sum(env, wanted).wait().item() > 0)
     latest = latest_checkpoint(out)
     if opts.resume and latest is None:
         raise FileNotFoundError(f"--resume: no checkpoint under {out / 'checkpoints'}")
@@ -155,6 +187,7 @@ def _train(
             for loss in trainer.steps(batches, end - step):
                 losses.append(loss)
                 step += 1
+                watchdog.progress = step
                 shown = float(loss) if lead and step % LOSS_EVERY == 0 else None
                 progress.step(step, shown)
         history.train_loss += list(
