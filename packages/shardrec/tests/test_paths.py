@@ -167,6 +167,17 @@ PATHS = [
     ("shardrec.distributed.planner.types", "Topology", "shardrec_planner"),
 ]
 
+# TorchRec 1.8's torchrec.optim / .modules / .models names added for issue 19.
+PATHS += [
+    ("shardrec.optim", "GradientClipping", "shardrec_optim"),
+    ("shardrec.optim", "GradientClippingOptimizer", "shardrec_optim"),
+    ("shardrec.optim", "RowWiseAdagrad", "shardrec_optim"),
+    ("shardrec.optim.rowwise_adagrad", "RowWiseAdagrad", "shardrec_optim"),
+    ("shardrec.optim.clipping", "_batch_cal_norm", "shardrec_optim.clipping"),
+    ("shardrec.optim.clipping", "_compute_total_norm", "shardrec_optim.clipping"),
+    ("shardrec.optim.clipping", "_get_grads", "shardrec_optim.clipping"),
+]
+
 
 # Added to shared modules by the quantization work and tested there.
 QUANTIZATION_PATHS = {("shardrec.modules.embedding_configs", "QuantConfig")}
