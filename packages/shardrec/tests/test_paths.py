@@ -176,6 +176,16 @@ PATHS += [
     ("shardrec.optim.clipping", "_batch_cal_norm", "shardrec_optim.clipping"),
     ("shardrec.optim.clipping", "_compute_total_norm", "shardrec_optim.clipping"),
     ("shardrec.optim.clipping", "_get_grads", "shardrec_optim.clipping"),
+    ("shardrec.modules.feature_processor_", "FeatureProcessor", "shardrec_embedding"),
+    ("shardrec.modules.feature_processor_", "FeatureProcessorsCollection", "shardrec_embedding"),
+    (
+        "shardrec.modules.fp_embedding_modules",
+        "FeatureProcessorDictWrapper",
+        "shardrec_embedding",
+    ),
+    ("shardrec.modules.crossnet", "CrossNet", "shardrec_models"),
+    ("shardrec.modules.crossnet", "VectorCrossNet", "shardrec_models"),
+    ("shardrec.modules.crossnet", "LowRankMixtureCrossNet", "shardrec_models"),
 ]
 
 

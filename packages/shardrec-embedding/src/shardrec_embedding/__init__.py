@@ -22,6 +22,9 @@ from shardrec_embedding.embedding_bag_collection import EmbeddingBagCollection
 from shardrec_embedding.embedding_collection import EmbeddingCollection
 from shardrec_embedding.feature_processors import (
     FeatureProcessedEmbeddingBagCollection,
+    FeatureProcessor,
+    FeatureProcessorDictWrapper,
+    FeatureProcessorsCollection,
     PositionWeightedModule,
     PositionWeightedModuleCollection,
 )
@@ -47,6 +50,9 @@ __all__ = [
     "EmbeddingCollection",
     "EmbeddingConfig",
     "FeatureProcessedEmbeddingBagCollection",
+    "FeatureProcessor",
+    "FeatureProcessorDictWrapper",
+    "FeatureProcessorsCollection",
     "FusedEmbeddingBagCollection",
     "FusedEmbeddingOptimizer",
     "FusedTableSpec",

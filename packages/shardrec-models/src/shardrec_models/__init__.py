@@ -7,7 +7,12 @@ from shardrec_models.arches import (
     OverArch,
     SparseArch,
 )
-from shardrec_models.crossnet import LowRankCrossNet
+from shardrec_models.crossnet import (
+    CrossNet,
+    LowRankCrossNet,
+    LowRankMixtureCrossNet,
+    VectorCrossNet,
+)
 from shardrec_models.dlrm import DLRM, DLRM_DCN
 from shardrec_models.mlp import MLP, Perceptron
 from shardrec_models.train import BatchLike, DLRMTrain
@@ -17,12 +22,15 @@ __all__ = [
     "DLRM_DCN",
     "MLP",
     "BatchLike",
+    "CrossNet",
     "DLRMTrain",
     "DenseArch",
     "InteractionArch",
     "InteractionDCNArch",
     "LowRankCrossNet",
+    "LowRankMixtureCrossNet",
     "OverArch",
     "Perceptron",
     "SparseArch",
+    "VectorCrossNet",
 ]
