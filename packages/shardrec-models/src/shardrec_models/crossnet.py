@@ -15,7 +15,8 @@ parameters `U_kernels: (K, N, r)`, `V_kernels: (K, r, N)`, `C_kernels: (K, r, r)
 `bias: (N, 1)`, `gates.<i>: Linear(N, 1, bias=False)` (all indexed `.<l>` by layer). With
 one expert the mixture has no gates and the expert's output is used as is. Kernels start
 Xavier-normal, biases at zero, gates as `nn.Linear`; parameters are created in TorchRec's
-order, so the same seed gives the same weights. References: Wang et al., https://arxiv.org/abs/1708.05123 (DCN) and
+order, so the same seed gives the same weights. References: Wang et al.,
+https://arxiv.org/abs/1708.05123 (DCN) and
 https://arxiv.org/abs/2008.13535 (DCN-v2).
 
 No `from __future__ import annotations` here: `torch.fx.Tracer` records string annotations
