@@ -186,6 +186,10 @@ PATHS += [
     ("shardrec.modules.crossnet", "CrossNet", "shardrec_models"),
     ("shardrec.modules.crossnet", "VectorCrossNet", "shardrec_models"),
     ("shardrec.modules.crossnet", "LowRankMixtureCrossNet", "shardrec_models"),
+    ("shardrec.models.dlrm", "DLRM_Projection", "shardrec_models"),
+    ("shardrec.models.dlrm", "DLRMWrapper", "shardrec_models"),
+    ("shardrec.models.dlrm", "InteractionProjectionArch", "shardrec_models"),
+    ("shardrec.models.dlrm", "choose", "shardrec_models"),
 ]
 
 

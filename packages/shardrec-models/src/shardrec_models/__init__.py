@@ -4,8 +4,11 @@ from shardrec_models.arches import (
     DenseArch,
     InteractionArch,
     InteractionDCNArch,
+    InteractionProjectionArch,
+    ModelConfigError,
     OverArch,
     SparseArch,
+    choose,
 )
 from shardrec_models.crossnet import (
     CrossNet,
@@ -13,7 +16,7 @@ from shardrec_models.crossnet import (
     LowRankMixtureCrossNet,
     VectorCrossNet,
 )
-from shardrec_models.dlrm import DLRM, DLRM_DCN
+from shardrec_models.dlrm import DLRM, DLRM_DCN, DLRM_Projection, DLRMWrapper
 from shardrec_models.mlp import MLP, Perceptron
 from shardrec_models.train import BatchLike, DLRMTrain
 
@@ -24,13 +27,18 @@ __all__ = [
     "BatchLike",
     "CrossNet",
     "DLRMTrain",
+    "DLRMWrapper",
+    "DLRM_Projection",
     "DenseArch",
     "InteractionArch",
     "InteractionDCNArch",
+    "InteractionProjectionArch",
     "LowRankCrossNet",
     "LowRankMixtureCrossNet",
+    "ModelConfigError",
     "OverArch",
     "Perceptron",
     "SparseArch",
     "VectorCrossNet",
+    "choose",
 ]
