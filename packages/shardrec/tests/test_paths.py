@@ -190,6 +190,13 @@ PATHS += [
     ("shardrec.models.dlrm", "DLRMWrapper", "shardrec_models"),
     ("shardrec.models.dlrm", "InteractionProjectionArch", "shardrec_models"),
     ("shardrec.models.dlrm", "choose", "shardrec_models"),
+    ("shardrec.modules.regroup", "KTRegroupAsDict", "shardrec_embedding"),
+    ("shardrec.modules.regroup", "PermuteMultiEmbedding", "shardrec_embedding"),
+    ("shardrec.modules.regroup", "module_init", "shardrec_embedding"),
+    ("shardrec.modules.regroup", "_split_to_tensor_dict", "shardrec_embedding.regroup"),
+    ("shardrec.modules.regroup", "_to_tensor_dict", "shardrec_embedding.regroup"),
+    ("shardrec.types", "CacheMixin", "shardrec_embedding"),
+    ("shardrec.types", "DataType", "shardrec_embedding"),
 ]
 
 

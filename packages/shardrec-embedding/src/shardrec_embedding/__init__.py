@@ -40,10 +40,17 @@ from shardrec_embedding.quant import (
     QuantEmbeddingCollection,
     quantize_inference_model,
 )
+from shardrec_embedding.regroup import (
+    CacheMixin,
+    KTRegroupAsDict,
+    PermuteMultiEmbedding,
+    module_init,
+)
 
 __all__ = [
     "BaseEmbeddingConfig",
     "BatchedFusedEmbeddingBag",
+    "CacheMixin",
     "DataType",
     "EmbeddingBagCollection",
     "EmbeddingBagConfig",
@@ -57,6 +64,8 @@ __all__ = [
     "FusedEmbeddingOptimizer",
     "FusedTableSpec",
     "GradWorkspace",
+    "KTRegroupAsDict",
+    "PermuteMultiEmbedding",
     "PoolingType",
     "PositionWeightedModule",
     "PositionWeightedModuleCollection",
@@ -68,6 +77,7 @@ __all__ = [
     "batched_embedding_bag",
     "data_type_to_dtype",
     "dtype_to_data_type",
+    "module_init",
     "packed_weight",
     "quantize_inference_model",
     "repack_",
