@@ -197,6 +197,12 @@ PATHS += [
     ("shardrec.modules.regroup", "_to_tensor_dict", "shardrec_embedding.regroup"),
     ("shardrec.types", "CacheMixin", "shardrec_embedding"),
     ("shardrec.types", "DataType", "shardrec_embedding"),
+    ("shardrec.modules.activation", "SwishLayerNorm", "shardrec_models"),
+    ("shardrec.modules.deepfm", "DeepFM", "shardrec_models"),
+    ("shardrec.modules.deepfm", "FactorizationMachine", "shardrec_models"),
+    ("shardrec.modules.embedding_tower", "EmbeddingTower", "shardrec_embedding"),
+    ("shardrec.modules.embedding_tower", "EmbeddingTowerCollection", "shardrec_embedding"),
+    ("shardrec.modules.embedding_tower", "tower_input_params", "shardrec_embedding"),
 ]
 
 

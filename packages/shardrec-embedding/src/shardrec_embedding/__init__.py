@@ -20,6 +20,11 @@ from shardrec_embedding.configs import (
 )
 from shardrec_embedding.embedding_bag_collection import EmbeddingBagCollection
 from shardrec_embedding.embedding_collection import EmbeddingCollection
+from shardrec_embedding.embedding_tower import (
+    EmbeddingTower,
+    EmbeddingTowerCollection,
+    tower_input_params,
+)
 from shardrec_embedding.feature_processors import (
     FeatureProcessedEmbeddingBagCollection,
     FeatureProcessor,
@@ -56,6 +61,8 @@ __all__ = [
     "EmbeddingBagConfig",
     "EmbeddingCollection",
     "EmbeddingConfig",
+    "EmbeddingTower",
+    "EmbeddingTowerCollection",
     "FeatureProcessedEmbeddingBagCollection",
     "FeatureProcessor",
     "FeatureProcessorDictWrapper",
@@ -82,4 +89,5 @@ __all__ = [
     "quantize_inference_model",
     "repack_",
     "shift_ids",
+    "tower_input_params",
 ]

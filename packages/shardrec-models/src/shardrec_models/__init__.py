@@ -1,5 +1,6 @@
 """DLRM, DLRM_DCN and DLRMTrain with TorchRec's semantics and state_dict names."""
 
+from shardrec_models.activation import SwishLayerNorm
 from shardrec_models.arches import (
     DenseArch,
     InteractionArch,
@@ -16,6 +17,7 @@ from shardrec_models.crossnet import (
     LowRankMixtureCrossNet,
     VectorCrossNet,
 )
+from shardrec_models.deepfm import DeepFM, FactorizationMachine
 from shardrec_models.dlrm import DLRM, DLRM_DCN, DLRM_Projection, DLRMWrapper
 from shardrec_models.mlp import MLP, Perceptron
 from shardrec_models.train import BatchLike, DLRMTrain
@@ -29,7 +31,9 @@ __all__ = [
     "DLRMTrain",
     "DLRMWrapper",
     "DLRM_Projection",
+    "DeepFM",
     "DenseArch",
+    "FactorizationMachine",
     "InteractionArch",
     "InteractionDCNArch",
     "InteractionProjectionArch",
@@ -39,6 +43,7 @@ __all__ = [
     "OverArch",
     "Perceptron",
     "SparseArch",
+    "SwishLayerNorm",
     "VectorCrossNet",
     "choose",
 ]
