@@ -203,6 +203,12 @@ PATHS += [
     ("shardrec.modules.embedding_tower", "EmbeddingTower", "shardrec_embedding"),
     ("shardrec.modules.embedding_tower", "EmbeddingTowerCollection", "shardrec_embedding"),
     ("shardrec.modules.embedding_tower", "tower_input_params", "shardrec_embedding"),
+    ("shardrec.models.deepfm", "DenseArch", "shardrec_models.deepfm_nn"),
+    ("shardrec.models.deepfm", "FMInteractionArch", "shardrec_models"),
+    ("shardrec.models.deepfm", "OverArch", "shardrec_models.deepfm_nn"),
+    ("shardrec.models.deepfm", "SimpleDeepFMNN", "shardrec_models"),
+    ("shardrec.models.deepfm", "SimpleDeepFMNNWrapper", "shardrec_models"),
+    ("shardrec.models.deepfm", "SparseArch", "shardrec_models.deepfm_nn"),
 ]
 
 

@@ -18,6 +18,7 @@ from shardrec_models.crossnet import (
     VectorCrossNet,
 )
 from shardrec_models.deepfm import DeepFM, FactorizationMachine
+from shardrec_models.deepfm_nn import FMInteractionArch, SimpleDeepFMNN, SimpleDeepFMNNWrapper
 from shardrec_models.dlrm import DLRM, DLRM_DCN, DLRM_Projection, DLRMWrapper
 from shardrec_models.mlp import MLP, Perceptron
 from shardrec_models.train import BatchLike, DLRMTrain
@@ -33,6 +34,7 @@ __all__ = [
     "DLRM_Projection",
     "DeepFM",
     "DenseArch",
+    "FMInteractionArch",
     "FactorizationMachine",
     "InteractionArch",
     "InteractionDCNArch",
@@ -42,6 +44,8 @@ __all__ = [
     "ModelConfigError",
     "OverArch",
     "Perceptron",
+    "SimpleDeepFMNN",
+    "SimpleDeepFMNNWrapper",
     "SparseArch",
     "SwishLayerNorm",
     "VectorCrossNet",
