@@ -164,3 +164,12 @@ def outputs_by_table(tables: Sequence[BaseEmbeddingConfig], plan: TablePlan) -> 
     for seg in plan.segments:
         out[seg.table_index].append(seg.embedding_name)
     return out
+
+
+def tables_on_meta(modules: nn.ModuleDict) -> bool:
+    """Whether the tables live on `meta` (one table is looked at: they share a device, and
+    this runs at every forward)."""
+    for module in modules.values():
+        weight = module.weight
+        return isinstance(weight, torch.Tensor) and weight.device.type == "meta"
+    return False

@@ -16,6 +16,7 @@ from shardrec_embedding._tables import (
     group_weights,
     materialize_and_init,
     repack_all,
+    tables_on_meta,
     traced_input,
     validate_tables,
 )
@@ -121,7 +122,7 @@ class EmbeddingBagCollection(TorchScriptable, nn.Module):
         )
         # Per table, the features it pools, in output order (the plain forward's loop).
         self._table_features = features_by_table(bag_configs, self._plan)
-        if not _on_meta(self.embedding_bags):
+        if not tables_on_meta(self.embedding_bags):
             with torch.no_grad():
                 for t in bag_configs:
                     # TorchRec's nn.EmbeddingBag draws N(0, 1) weights before the inits run:
@@ -135,7 +136,7 @@ class EmbeddingBagCollection(TorchScriptable, nn.Module):
         # Nested ifs: TorchScript drops only the body of `if not is_scripting()`.
         if not torch._jit_internal.is_scripting():  # noqa: SIM102
             if not traced_input(features):
-                if _on_meta(self.embedding_bags):
+                if tables_on_meta(self.embedding_bags):
                     return self._forward_meta(features)
                 return self._forward_eager(features)
         return self._forward_plain(features)
@@ -265,10 +266,6 @@ class EmbeddingBagCollection(TorchScriptable, nn.Module):
             for g in self._plan.groups
         )
         return f"is_weighted={self._is_weighted}, lookup groups: [{groups}]"
-
-
-def _on_meta(modules: nn.Module) -> bool:
-    return any(p.device.type == "meta" for p in modules.parameters())
 
 
 def _weight(module: nn.Module) -> torch.Tensor:

@@ -16,6 +16,7 @@ from shardrec_embedding._tables import (
     materialize_and_init,
     outputs_by_table,
     repack_all,
+    tables_on_meta,
     traced_input,
     validate_tables,
 )
@@ -92,7 +93,7 @@ class EmbeddingCollection(TorchScriptable, nn.Module):
         # Per table, the features it reads and their output names (the plain forward's loop).
         self._table_features = features_by_table(configs, self._plan)
         self._table_outputs = outputs_by_table(configs, self._plan)
-        if not _on_meta(self.embeddings):
+        if not tables_on_meta(self.embeddings):
             with torch.no_grad():
                 for t in configs:
                     # TorchRec draws each nn.Embedding's N(0, 1) weights, then runs its init,
@@ -106,7 +107,7 @@ class EmbeddingCollection(TorchScriptable, nn.Module):
         `(N_f, D)` fp32 rows, one per id, with the feature's `(B,)` lengths."""
         # Nested ifs: TorchScript drops only the body of `if not is_scripting()`.
         if not torch._jit_internal.is_scripting():  # noqa: SIM102
-            if not traced_input(features) and not _on_meta(self.embeddings):
+            if not traced_input(features) and not tables_on_meta(self.embeddings):
                 return self._forward_eager(features)
         return self._forward_plain(features)
 
@@ -191,10 +192,6 @@ class EmbeddingCollection(TorchScriptable, nn.Module):
         result: nn.Module = super()._apply(fn, recurse)  # type: ignore[no-untyped-call]  # untyped in torch
         repack_all(self._grouped)
         return result
-
-
-def _on_meta(modules: nn.Module) -> bool:
-    return any(p.device.type == "meta" for p in modules.parameters())
 
 
 def _weight(module: nn.Module) -> torch.Tensor:
