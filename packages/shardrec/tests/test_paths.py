@@ -209,6 +209,30 @@ PATHS += [
     ("shardrec.models.deepfm", "SimpleDeepFMNN", "shardrec_models"),
     ("shardrec.models.deepfm", "SimpleDeepFMNNWrapper", "shardrec_models"),
     ("shardrec.models.deepfm", "SparseArch", "shardrec_models.deepfm_nn"),
+    ("shardrec.modules.utils", "check_module_output_dimension", "shardrec_embedding.module_utils"),
+    ("shardrec.modules.utils", "construct_jagged_tensors", "shardrec_embedding.module_utils"),
+    (
+        "shardrec.modules.utils",
+        "construct_modulelist_from_single_module",
+        "shardrec_embedding.module_utils",
+    ),
+    (
+        "shardrec.modules.utils",
+        "convert_list_of_modules_to_modulelist",
+        "shardrec_embedding.module_utils",
+    ),
+    ("shardrec.modules.utils", "deterministic_dedup", "shardrec_embedding.module_utils"),
+    (
+        "shardrec.modules.utils",
+        "extract_module_or_tensor_callable",
+        "shardrec_embedding.module_utils",
+    ),
+    ("shardrec.modules.utils", "get_module_output_dimension", "shardrec_embedding.module_utils"),
+    (
+        "shardrec.modules.utils",
+        "init_mlp_weights_xavier_uniform",
+        "shardrec_embedding.module_utils",
+    ),
 ]
 
 

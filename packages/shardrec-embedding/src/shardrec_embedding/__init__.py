@@ -39,6 +39,7 @@ from shardrec_embedding.fused import (
     FusedEmbeddingOptimizer,
     FusedTableSpec,
 )
+from shardrec_embedding.module_utils import construct_jagged_tensors, deterministic_dedup
 from shardrec_embedding.quant import (
     QuantConfig,
     QuantEmbeddingBagCollection,
@@ -82,7 +83,9 @@ __all__ = [
     "allocate_packed",
     "batched_embedding",
     "batched_embedding_bag",
+    "construct_jagged_tensors",
     "data_type_to_dtype",
+    "deterministic_dedup",
     "dtype_to_data_type",
     "module_init",
     "packed_weight",

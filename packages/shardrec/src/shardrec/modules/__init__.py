@@ -12,6 +12,7 @@ from shardrec.modules import (
     fused_embedding_modules,
     mlp,
     regroup,
+    utils,
 )
 
 __all__ = [
@@ -26,4 +27,5 @@ __all__ = [
     "fused_embedding_modules",
     "mlp",
     "regroup",
+    "utils",
 ]
