@@ -209,6 +209,8 @@ PATHS += [
     ("shardrec.models.deepfm", "SimpleDeepFMNN", "shardrec_models"),
     ("shardrec.models.deepfm", "SimpleDeepFMNNWrapper", "shardrec_models"),
     ("shardrec.models.deepfm", "SparseArch", "shardrec_models.deepfm_nn"),
+    ("shardrec.modules.lazy_extension", "LazyModuleExtensionMixin", "shardrec_models"),
+    ("shardrec.modules.lazy_extension", "lazy_apply", "shardrec_models"),
     ("shardrec.modules.utils", "check_module_output_dimension", "shardrec_embedding.module_utils"),
     ("shardrec.modules.utils", "construct_jagged_tensors", "shardrec_embedding.module_utils"),
     (

@@ -20,6 +20,7 @@ from shardrec_models.crossnet import (
 from shardrec_models.deepfm import DeepFM, FactorizationMachine
 from shardrec_models.deepfm_nn import FMInteractionArch, SimpleDeepFMNN, SimpleDeepFMNNWrapper
 from shardrec_models.dlrm import DLRM, DLRM_DCN, DLRM_Projection, DLRMWrapper
+from shardrec_models.lazy_extension import LazyModuleExtensionMixin, lazy_apply
 from shardrec_models.mlp import MLP, Perceptron
 from shardrec_models.train import BatchLike, DLRMTrain
 
@@ -39,6 +40,7 @@ __all__ = [
     "InteractionArch",
     "InteractionDCNArch",
     "InteractionProjectionArch",
+    "LazyModuleExtensionMixin",
     "LowRankCrossNet",
     "LowRankMixtureCrossNet",
     "ModelConfigError",
@@ -50,4 +52,5 @@ __all__ = [
     "SwishLayerNorm",
     "VectorCrossNet",
     "choose",
+    "lazy_apply",
 ]
