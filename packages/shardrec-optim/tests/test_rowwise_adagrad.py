@@ -69,3 +69,21 @@ def test_bad_input() -> None:
     p.grad = torch.zeros(3, 2).to_sparse()
     with pytest.raises(TypeError, match=r"dense gradients"):
         opt.step()
+
+
+def test_applied_in_backward_matches_stepping_it_and_maps_to_the_fused_spec() -> None:
+    from shardrec_optim import EmbOptimType, apply_optimizer_in_backward, fused_spec_of_param
+
+    w0 = torch.randn(4, 3, generator=torch.Generator().manual_seed(5))
+    a, b = torch.nn.Parameter(w0.clone()), torch.nn.Parameter(w0.clone())
+    apply_optimizer_in_backward(RowWiseAdagrad, [a], {"lr": 0.2, "eps": 1e-8})
+    ref = RowWiseAdagrad([b], lr=0.2, eps=1e-8)
+    x = torch.randn(5, 4, generator=torch.Generator().manual_seed(6))
+    for _ in range(3):
+        (x @ a).pow(2).sum().backward()  # the update runs inside backward
+        (x @ b).pow(2).sum().backward()
+        ref.step()
+        ref.zero_grad()
+        torch.testing.assert_close(a.detach(), b.detach())
+    spec = fused_spec_of_param(a)
+    assert spec is not None and spec.optimizer is EmbOptimType.EXACT_ROWWISE_ADAGRAD
