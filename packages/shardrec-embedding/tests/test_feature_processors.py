@@ -141,3 +141,22 @@ def test_collection_leaves_unlisted_features_at_weight_one() -> None:
                 keys=["f2"], values=torch.tensor([1, 2, 3, 4]), lengths=torch.tensor([4])
             )
         )
+
+
+def test_user_feature_processor_with_torchrec_s_signature() -> None:
+    """A processor written for TorchRec (`forward(self, jt)`) plugs into the FP-EBC."""
+    from shardrec_embedding import FeatureProcessor
+
+    class Halve(FeatureProcessor):
+        def forward(self, features: JaggedTensor) -> JaggedTensor:
+            ones = torch.full((features.values().numel(),), 0.5)
+            return JaggedTensor(values=features.values(), lengths=features.lengths(), weights=ones)
+
+    ebc = EmbeddingBagCollection(_tables(), is_weighted=True)
+    fp = FeatureProcessedEmbeddingBagCollection(ebc, {"f1": Halve(), "f2": Halve()})
+    kjt = KeyedJaggedTensor(
+        keys=["f1", "f2"], values=torch.tensor([1, 2, 3]), lengths=torch.tensor([2, 0, 1, 0])
+    )
+    plain = EmbeddingBagCollection(_tables())
+    plain.load_state_dict(ebc.state_dict())
+    assert_close(fp(kjt).values(), plain(kjt).values() * 0.5)

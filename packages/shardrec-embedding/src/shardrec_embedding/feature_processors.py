@@ -65,10 +65,11 @@ def _position_weights(
 torch.fx.wrap("_position_weights")
 
 
-def _check_max_length(lengths: torch.Tensor, max_length: int, feature: str) -> None:
+def _check_max_length(lengths: torch.Tensor, max_length: int, feature: str | None) -> None:
     if lengths.numel() and int(lengths.max()) > max_length:
+        which = f"feature {feature!r} has" if feature is not None else "the feature has"
         raise ValueError(
-            f"feature {feature!r} has a bag of {int(lengths.max())} ids, longer than its "
+            f"{which} a bag of {int(lengths.max())} ids, longer than its "
             f"max_feature_length {max_length}; truncate the bags or raise the maximum"
         )
 
@@ -107,11 +108,11 @@ class PositionWeightedModule(FeatureProcessor):
         with torch.no_grad():
             self.position_weight.fill_(1.0)
 
-    def forward(self, features: JaggedTensor, feature: str = "feature") -> JaggedTensor:
+    def forward(self, features: JaggedTensor) -> JaggedTensor:
         # Nested ifs: TorchScript drops only the body of `if not is_scripting()`.
         if not torch._jit_internal.is_scripting():  # noqa: SIM102
             if not traced_input(features):
-                _check_max_length(features.lengths(), self.max_feature_length, feature)
+                _check_max_length(features.lengths(), self.max_feature_length, None)
         values = features.values()
         offsets = features.offsets()
         pos = _positions(offsets, values.numel())
@@ -210,7 +211,7 @@ class FeatureProcessorDictWrapper(FeatureProcessorsCollection):
         for key in features.keys():  # noqa: SIM118  # a KJT, not a dict
             jt = jts[key]
             if key in self._feature_processors:
-                weights.append(self._feature_processors[key](jt, key).weights())
+                weights.append(self._feature_processors[key](jt).weights())
             else:
                 weights.append(torch.ones(jt.values().numel(), device=jt.values().device))
         return KeyedJaggedTensor(
@@ -288,7 +289,7 @@ class FeatureProcessedEmbeddingBagCollection(TorchScriptable, nn.Module):
             lengths: list[torch.Tensor] = []
             weights: list[torch.Tensor] = []
             for name, processor in processors.items():  # type: ignore[operator]  # a ModuleDict here
-                jt: JaggedTensor = processor(jts[name], name)
+                jt: JaggedTensor = processor(jts[name])
                 values.append(jt.values())
                 lengths.append(jt.lengths())
                 weights.append(jt.weights())
