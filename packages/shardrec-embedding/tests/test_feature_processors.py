@@ -108,10 +108,21 @@ def test_feature_processed_ebc_bad_setup() -> None:
         FeatureProcessedEmbeddingBagCollection(
             EmbeddingBagCollection(_tables(), is_weighted=True), {"f1": PositionWeightedModule(2)}
         )
-    coll = PositionWeightedModuleCollection({"f3": 2})
+    fp = FeatureProcessedEmbeddingBagCollection(
+        EmbeddingBagCollection(_tables(), is_weighted=True),
+        {"f1": PositionWeightedModule(2), "f2": PositionWeightedModule(2)},
+    )
     kjt = KeyedJaggedTensor(keys=["f1"], values=torch.tensor([1]), lengths=torch.tensor([1]))
-    with pytest.raises(ValueError, match=r"lacks feature\(s\) \['f3'\]"):
-        coll(kjt)
+    with pytest.raises(ValueError, match=r"lacks feature\(s\) \['f2'\]"):
+        fp(kjt)
+
+
+def test_collection_passes_through_features_it_has_no_length_for() -> None:
+    """As TorchRec's: a maximum for a feature the KJT lacks is simply unused."""
+    coll = PositionWeightedModuleCollection({"f3": 2})
+    kjt = KeyedJaggedTensor(keys=["f1"], values=torch.tensor([1, 2]), lengths=torch.tensor([2]))
+    out = coll(kjt)
+    assert out.weights().tolist() == [1.0, 1.0] and out.keys() == ["f1"]
 
 
 def test_collection_leaves_unlisted_features_at_weight_one() -> None:
@@ -130,3 +141,22 @@ def test_collection_leaves_unlisted_features_at_weight_one() -> None:
                 keys=["f2"], values=torch.tensor([1, 2, 3, 4]), lengths=torch.tensor([4])
             )
         )
+
+
+def test_user_feature_processor_with_torchrec_s_signature() -> None:
+    """A processor written for TorchRec (`forward(self, jt)`) plugs into the FP-EBC."""
+    from shardrec_embedding import FeatureProcessor
+
+    class Halve(FeatureProcessor):
+        def forward(self, features: JaggedTensor) -> JaggedTensor:
+            ones = torch.full((features.values().numel(),), 0.5)
+            return JaggedTensor(values=features.values(), lengths=features.lengths(), weights=ones)
+
+    ebc = EmbeddingBagCollection(_tables(), is_weighted=True)
+    fp = FeatureProcessedEmbeddingBagCollection(ebc, {"f1": Halve(), "f2": Halve()})
+    kjt = KeyedJaggedTensor(
+        keys=["f1", "f2"], values=torch.tensor([1, 2, 3]), lengths=torch.tensor([2, 0, 1, 0])
+    )
+    plain = EmbeddingBagCollection(_tables())
+    plain.load_state_dict(ebc.state_dict())
+    assert_close(fp(kjt).values(), plain(kjt).values() * 0.5)

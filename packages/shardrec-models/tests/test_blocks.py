@@ -45,8 +45,9 @@ def test_module_activation_is_copied_per_layer() -> None:
 
 
 def test_bad_activation() -> None:
-    with pytest.raises(ValueError, match="activation 'swish_layernorm' is not one of"):
-        MLP(2, [2], activation="swish_layernorm")
+    with pytest.raises(ValueError, match="activation 'gelu_tanh' is not one of"):
+        MLP(2, [2], activation="gelu_tanh")
+
     with pytest.raises(TypeError, match="activation must be a str or a callable, got 3"):
         Perceptron(2, 2, activation=3)  # type: ignore[arg-type]
 

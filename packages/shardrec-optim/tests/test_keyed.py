@@ -220,3 +220,44 @@ def test_clipping_rejects_bad_bounds() -> None:
         GradientClippingOptimizer(inner, clipping="norm", max_gradient=-1.0)
     with pytest.raises(ValueError, match=r"'sideways'"):
         GradientClippingOptimizer(inner, clipping="sideways")
+
+
+def test_init_state_gives_sparse_zero_grads_to_named_params() -> None:
+    dense = torch.nn.Parameter(torch.ones(2, 3))
+    emb = torch.nn.Parameter(torch.ones(4, 2))
+    opt = KeyedOptimizerWrapper(
+        {"dense": dense, "emb": emb}, lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.5)
+    )
+    opt.init_state({"emb"})
+    assert emb.grad is not None and emb.grad.is_sparse
+    assert dense.grad is not None and not dense.grad.is_sparse
+    assert torch.equal(emb.detach(), torch.ones(4, 2))  # zero gradients move nothing
+    assert set(opt.state_dict()["state"]) == {"dense", "emb"}  # type: ignore[call-overload]  # nested dict
+
+
+class _Stateful:
+    def __init__(self, t: torch.Tensor) -> None:
+        self.t = t
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {"t": self.t}
+
+    def load_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
+        self.t.copy_(sd["t"])
+
+
+def test_stateful_objects_save_their_state_dict_and_load_in_place() -> None:
+    p = torch.nn.Parameter(torch.zeros(2))
+    obj = _Stateful(torch.tensor([1.0, 2.0]))
+    opt = KeyedOptimizer({"p": p}, {p: {"obj": obj, "n": 3}}, [{"params": [p]}])
+    sd = opt.state_dict()
+    assert torch.equal(sd["state"]["p"]["obj"]["t"], torch.tensor([1.0, 2.0]))  # type: ignore[index]  # nested dict
+    opt.load_state_dict({"state": {"p": {"obj": {"t": torch.tensor([5.0, 6.0])}, "n": 4}}})
+    assert torch.equal(obj.t, torch.tensor([5.0, 6.0]))
+    assert opt.state[p]["n"] == 4
+
+
+def test_stray_state_message_names_the_keys() -> None:
+    p = torch.nn.Parameter(torch.zeros(2))
+    with pytest.raises(ValueError, match=r"All state keys must be params.*'other'"):
+        KeyedOptimizer({"p": p}, {p: {}, "other": 1.0}, [{"params": [p]}])

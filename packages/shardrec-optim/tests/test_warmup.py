@@ -72,3 +72,32 @@ def test_bad_stages() -> None:
         WarmupStage(policy="exp")  # type: ignore[arg-type]  # bad input under test
     with pytest.raises(ValueError, match=r"-1"):
         WarmupOptimizer(_opt(), [], lr=-1)
+
+
+def test_interpolate_follows_the_formula_and_positional_policy() -> None:
+    stage = WarmupStage(
+        WarmupPolicy.INTERPOLATE,
+        max_iters=20,
+        value=0.2,
+        start_interpolating_iters=8,
+        end_value=0.6,
+    )
+    got = _lrs([stage], 21, lr=2.0)
+    want = [2.0 * (0.2 + 0.4 * (i - 8) / 12) for i in range(21)]
+    assert got == pytest.approx(want)
+    assert WarmupPolicy.COSINE_ANNEALING_WARM_RESTARTS is WarmupPolicy.COSINE
+
+
+def test_interpolate_needs_its_fields() -> None:
+    with pytest.raises(ValueError, match=r"end_value=None"):
+        WarmupStage(WarmupPolicy.INTERPOLATE, max_iters=5, start_interpolating_iters=1)
+    with pytest.raises(ValueError, match=r"start_interpolating_iters.*got 5"):
+        WarmupStage(WarmupPolicy.INTERPOLATE, 5, start_interpolating_iters=5, end_value=1.0)
+
+
+def test_state_view_holds_the_schedule_position() -> None:
+    opt = WarmupOptimizer(_opt(), [WarmupStage(max_iters=3)], lr=1.0)
+    for _ in range(5):
+        opt.step()
+    entries = [s["warmup"] for s in opt.state.values() if "warmup" in s]
+    assert [e.tolist() for e in entries] == [[5, 1]]

@@ -167,6 +167,76 @@ PATHS = [
     ("shardrec.distributed.planner.types", "Topology", "shardrec_planner"),
 ]
 
+# TorchRec 1.8's torchrec.optim / .modules / .models names added for issue 19.
+PATHS += [
+    ("shardrec.optim", "GradientClipping", "shardrec_optim"),
+    ("shardrec.optim", "GradientClippingOptimizer", "shardrec_optim"),
+    ("shardrec.optim", "RowWiseAdagrad", "shardrec_optim"),
+    ("shardrec.optim.rowwise_adagrad", "RowWiseAdagrad", "shardrec_optim"),
+    ("shardrec.optim.clipping", "_batch_cal_norm", "shardrec_optim.clipping"),
+    ("shardrec.optim.clipping", "_compute_total_norm", "shardrec_optim.clipping"),
+    ("shardrec.optim.clipping", "_get_grads", "shardrec_optim.clipping"),
+    ("shardrec.modules.feature_processor_", "FeatureProcessor", "shardrec_embedding"),
+    ("shardrec.modules.feature_processor_", "FeatureProcessorsCollection", "shardrec_embedding"),
+    (
+        "shardrec.modules.fp_embedding_modules",
+        "FeatureProcessorDictWrapper",
+        "shardrec_embedding",
+    ),
+    ("shardrec.modules.crossnet", "CrossNet", "shardrec_models"),
+    ("shardrec.modules.crossnet", "VectorCrossNet", "shardrec_models"),
+    ("shardrec.modules.crossnet", "LowRankMixtureCrossNet", "shardrec_models"),
+    ("shardrec.models.dlrm", "DLRM_Projection", "shardrec_models"),
+    ("shardrec.models.dlrm", "DLRMWrapper", "shardrec_models"),
+    ("shardrec.models.dlrm", "InteractionProjectionArch", "shardrec_models"),
+    ("shardrec.models.dlrm", "choose", "shardrec_models"),
+    ("shardrec.modules.regroup", "KTRegroupAsDict", "shardrec_embedding"),
+    ("shardrec.modules.regroup", "PermuteMultiEmbedding", "shardrec_embedding"),
+    ("shardrec.modules.regroup", "module_init", "shardrec_embedding"),
+    ("shardrec.modules.regroup", "_split_to_tensor_dict", "shardrec_embedding.regroup"),
+    ("shardrec.modules.regroup", "_to_tensor_dict", "shardrec_embedding.regroup"),
+    ("shardrec.types", "CacheMixin", "shardrec_embedding"),
+    ("shardrec.types", "DataType", "shardrec_embedding"),
+    ("shardrec.modules.activation", "SwishLayerNorm", "shardrec_models"),
+    ("shardrec.modules.deepfm", "DeepFM", "shardrec_models"),
+    ("shardrec.modules.deepfm", "FactorizationMachine", "shardrec_models"),
+    ("shardrec.modules.embedding_tower", "EmbeddingTower", "shardrec_embedding"),
+    ("shardrec.modules.embedding_tower", "EmbeddingTowerCollection", "shardrec_embedding"),
+    ("shardrec.modules.embedding_tower", "tower_input_params", "shardrec_embedding"),
+    ("shardrec.models.deepfm", "DenseArch", "shardrec_models.deepfm_nn"),
+    ("shardrec.models.deepfm", "FMInteractionArch", "shardrec_models"),
+    ("shardrec.models.deepfm", "OverArch", "shardrec_models.deepfm_nn"),
+    ("shardrec.models.deepfm", "SimpleDeepFMNN", "shardrec_models"),
+    ("shardrec.models.deepfm", "SimpleDeepFMNNWrapper", "shardrec_models"),
+    ("shardrec.models.deepfm", "SparseArch", "shardrec_models.deepfm_nn"),
+    ("shardrec.modules.lazy_extension", "LazyModuleExtensionMixin", "shardrec_models"),
+    ("shardrec.modules.lazy_extension", "lazy_apply", "shardrec_models"),
+    ("shardrec.modules.utils", "check_module_output_dimension", "shardrec_embedding.module_utils"),
+    ("shardrec.modules.utils", "construct_jagged_tensors", "shardrec_embedding.module_utils"),
+    (
+        "shardrec.modules.utils",
+        "construct_modulelist_from_single_module",
+        "shardrec_embedding.module_utils",
+    ),
+    (
+        "shardrec.modules.utils",
+        "convert_list_of_modules_to_modulelist",
+        "shardrec_embedding.module_utils",
+    ),
+    ("shardrec.modules.utils", "deterministic_dedup", "shardrec_embedding.module_utils"),
+    (
+        "shardrec.modules.utils",
+        "extract_module_or_tensor_callable",
+        "shardrec_embedding.module_utils",
+    ),
+    ("shardrec.modules.utils", "get_module_output_dimension", "shardrec_embedding.module_utils"),
+    (
+        "shardrec.modules.utils",
+        "init_mlp_weights_xavier_uniform",
+        "shardrec_embedding.module_utils",
+    ),
+]
+
 
 # Added to shared modules by the quantization work and tested there.
 QUANTIZATION_PATHS = {("shardrec.modules.embedding_configs", "QuantConfig")}

@@ -20,8 +20,16 @@ from shardrec_embedding.configs import (
 )
 from shardrec_embedding.embedding_bag_collection import EmbeddingBagCollection
 from shardrec_embedding.embedding_collection import EmbeddingCollection
+from shardrec_embedding.embedding_tower import (
+    EmbeddingTower,
+    EmbeddingTowerCollection,
+    tower_input_params,
+)
 from shardrec_embedding.feature_processors import (
     FeatureProcessedEmbeddingBagCollection,
+    FeatureProcessor,
+    FeatureProcessorDictWrapper,
+    FeatureProcessorsCollection,
     PositionWeightedModule,
     PositionWeightedModuleCollection,
 )
@@ -31,26 +39,41 @@ from shardrec_embedding.fused import (
     FusedEmbeddingOptimizer,
     FusedTableSpec,
 )
+from shardrec_embedding.module_utils import construct_jagged_tensors, deterministic_dedup
 from shardrec_embedding.quant import (
     QuantConfig,
     QuantEmbeddingBagCollection,
     QuantEmbeddingCollection,
     quantize_inference_model,
 )
+from shardrec_embedding.regroup import (
+    CacheMixin,
+    KTRegroupAsDict,
+    PermuteMultiEmbedding,
+    module_init,
+)
 
 __all__ = [
     "BaseEmbeddingConfig",
     "BatchedFusedEmbeddingBag",
+    "CacheMixin",
     "DataType",
     "EmbeddingBagCollection",
     "EmbeddingBagConfig",
     "EmbeddingCollection",
     "EmbeddingConfig",
+    "EmbeddingTower",
+    "EmbeddingTowerCollection",
     "FeatureProcessedEmbeddingBagCollection",
+    "FeatureProcessor",
+    "FeatureProcessorDictWrapper",
+    "FeatureProcessorsCollection",
     "FusedEmbeddingBagCollection",
     "FusedEmbeddingOptimizer",
     "FusedTableSpec",
     "GradWorkspace",
+    "KTRegroupAsDict",
+    "PermuteMultiEmbedding",
     "PoolingType",
     "PositionWeightedModule",
     "PositionWeightedModuleCollection",
@@ -60,10 +83,14 @@ __all__ = [
     "allocate_packed",
     "batched_embedding",
     "batched_embedding_bag",
+    "construct_jagged_tensors",
     "data_type_to_dtype",
+    "deterministic_dedup",
     "dtype_to_data_type",
+    "module_init",
     "packed_weight",
     "quantize_inference_model",
     "repack_",
     "shift_ids",
+    "tower_input_params",
 ]

@@ -10,7 +10,7 @@ from torch import nn
 from shardrec_embedding._grouping import TablePlan
 from shardrec_embedding.batched_lookup import allocate_packed, packed_weight, repack_
 from shardrec_embedding.configs import TRAINABLE_DATA_TYPES, BaseEmbeddingConfig
-from shardrec_jagged import KeyedJaggedTensor
+from shardrec_jagged import KeyedJaggedTensor, register_torchscript_types
 
 __all__ = [
     "build_packed_modules",
@@ -136,3 +136,40 @@ def check_features(
             f"{features.stride_per_key()}) is not supported by unsharded modules"
         )
     return values, weights
+
+
+def traced_input(features: object) -> bool:
+    """True when `features` is a torch.fx Proxy (symbolic tracing); then also registers the
+    TorchScript forms of the value types, so the traced module scripts
+    (docs/design/torchscript.md)."""
+    import torch.fx
+
+    if isinstance(features, torch.fx.Proxy):
+        register_torchscript_types()
+        return True
+    return False
+
+
+def features_by_table(tables: Sequence[BaseEmbeddingConfig], plan: TablePlan) -> list[list[str]]:
+    """Per table, the features it reads, in the order of the plan's output segments."""
+    out: list[list[str]] = [[] for _ in tables]
+    for seg in plan.segments:
+        out[seg.table_index].append(seg.feature)
+    return out
+
+
+def outputs_by_table(tables: Sequence[BaseEmbeddingConfig], plan: TablePlan) -> list[list[str]]:
+    """Per table, its output names (`feature` or `feature@table`), in segment order."""
+    out: list[list[str]] = [[] for _ in tables]
+    for seg in plan.segments:
+        out[seg.table_index].append(seg.embedding_name)
+    return out
+
+
+def tables_on_meta(modules: nn.ModuleDict) -> bool:
+    """Whether the tables live on `meta` (one table is looked at: they share a device, and
+    this runs at every forward)."""
+    for module in modules.values():
+        weight = module.weight
+        return isinstance(weight, torch.Tensor) and weight.device.type == "meta"
+    return False

@@ -12,9 +12,12 @@ from shardrec_embedding._native import native_applies, native_pooled_lookup
 from shardrec_embedding._tables import (
     build_packed_modules,
     check_features,
+    features_by_table,
     group_weights,
     materialize_and_init,
     repack_all,
+    tables_on_meta,
+    traced_input,
     validate_tables,
 )
 from shardrec_embedding.batched_lookup import GradWorkspace, batched_embedding_bag, split_rows
@@ -24,14 +27,14 @@ from shardrec_embedding.configs import (
     PoolingType,
     data_type_to_dtype,
 )
-from shardrec_jagged import KeyedJaggedTensor, KeyedTensor
+from shardrec_jagged import KeyedJaggedTensor, KeyedTensor, TorchScriptable
 
 __all__ = ["EmbeddingBagCollection"]
 
 _OWNER = "EmbeddingBagCollection"
 
 
-class EmbeddingBagCollection(nn.Module):
+class EmbeddingBagCollection(TorchScriptable, nn.Module):
     """Pooled embeddings of a list of tables (TorchRec's `EmbeddingBagCollection`).
 
     Args:
@@ -58,7 +61,22 @@ class EmbeddingBagCollection(nn.Module):
     On CPU with fp32 tables (dim <= 1024) the forward is one call of the native kernel
     `shardrec::pooled_lookup` for all tables, writing each block straight into the output
     (docs/design/native-kernels.md); otherwise, or without a C compiler, the torch path above.
+
+    Under `torch.jit.script`, `torch.fx` tracing (the KJT is a Proxy) and on `meta` weights the
+    forward is TorchRec's plain form instead: one `nn.EmbeddingBag` call per (table, feature),
+    which scripts, traces op by op and computes shapes without data (docs/embedding.md).
+    Built with the same seed, the tables hold TorchRec's initial weights (each bag's N(0, 1)
+    draw, then the configs' inits, in TorchRec's order).
     """
+
+    __jit_unused_properties__ = ["device"]  # noqa: RUF012  # read by torch.jit.script
+    # Python-only state the scripted forward never reads.
+    __jit_ignored_attributes__ = [  # noqa: RUF012
+        "_embedding_bag_configs",
+        "_plan",
+        "_grouped",
+        "_workspaces",
+    ]
 
     def __init__(
         self,
@@ -102,12 +120,53 @@ class EmbeddingBagCollection(nn.Module):
         self._segment_names = "\x1f".join(
             part for s in self._plan.segments for part in (s.feature, s.table)
         )
-        if torch.device(device if device is not None else "cpu").type != "meta":
+        # Per table, the features it pools, in output order (the plain forward's loop).
+        self._table_features = features_by_table(bag_configs, self._plan)
+        if not tables_on_meta(self.embedding_bags):
+            with torch.no_grad():
+                for t in bag_configs:
+                    # TorchRec's nn.EmbeddingBag draws N(0, 1) weights before the inits run:
+                    # drawing them too makes a seed give TorchRec's weights.
+                    _weight(self.embedding_bags[t.name]).normal_()
             self.reset_parameters()
 
     def forward(self, features: KeyedJaggedTensor) -> KeyedTensor:
         """features: KJT with (at least) every feature the tables read; `(F * B,)` lengths.
         Returns `KeyedTensor` `(B, sum of dims)`, fp32."""
+        # Nested ifs: TorchScript drops only the body of `if not is_scripting()`.
+        if not torch._jit_internal.is_scripting():  # noqa: SIM102
+            if not traced_input(features):
+                if tables_on_meta(self.embedding_bags):
+                    return self._forward_meta(features)
+                return self._forward_eager(features)
+        return self._forward_plain(features)
+
+    @torch.jit.unused
+    def _forward_meta(self, features: KeyedJaggedTensor) -> KeyedTensor:
+        """The output's shape and keys on `meta`, without reading any id."""
+        width = sum(self._lengths_per_embedding)
+        values = torch.empty(features.stride(), width, device="meta")
+        return KeyedTensor(
+            keys=self._embedding_names, length_per_key=self._lengths_per_embedding, values=values
+        )
+
+    def _forward_plain(self, features: KeyedJaggedTensor) -> KeyedTensor:
+        """One `nn.EmbeddingBag` call per (table, feature): TorchScript, fx and meta."""
+        jts = features.to_dict()
+        pooled: list[torch.Tensor] = []
+        for i, bag in enumerate(self.embedding_bags.values()):
+            for name in self._table_features[i]:
+                jt = jts[name]
+                weights = jt.weights() if self._is_weighted else None
+                pooled.append(bag(jt.values(), jt.offsets(), per_sample_weights=weights).float())
+        return KeyedTensor(
+            keys=self._embedding_names,
+            length_per_key=self._lengths_per_embedding,
+            values=torch.cat(pooled, dim=1),
+        )
+
+    @torch.jit.unused
+    def _forward_eager(self, features: KeyedJaggedTensor) -> KeyedTensor:
         values, weights = check_features(features, weighted=self._is_weighted, owner=_OWNER)
         keys = features.keys()
         feature_index = self._plan.feature_indices(keys)
@@ -155,6 +214,7 @@ class EmbeddingBagCollection(nn.Module):
             keys=self._embedding_names, length_per_key=self._lengths_per_embedding, values=out
         )
 
+    @torch.jit.unused
     def _grad_buffers(self) -> list[torch.Tensor]:
         """Zeroed dense gradients per table (table order), views of each group's reused
         `GradWorkspace` buffer, for the native backward."""

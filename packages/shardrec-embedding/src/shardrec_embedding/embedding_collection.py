@@ -11,9 +11,13 @@ from shardrec_embedding._grouping import TablePlan
 from shardrec_embedding._tables import (
     build_packed_modules,
     check_features,
+    features_by_table,
     group_weights,
     materialize_and_init,
+    outputs_by_table,
     repack_all,
+    tables_on_meta,
+    traced_input,
     validate_tables,
 )
 from shardrec_embedding.batched_lookup import GradWorkspace, batched_embedding
@@ -23,14 +27,14 @@ from shardrec_embedding.configs import (
     PoolingType,
     data_type_to_dtype,
 )
-from shardrec_jagged import JaggedTensor, KeyedJaggedTensor
+from shardrec_jagged import JaggedTensor, KeyedJaggedTensor, TorchScriptable
 
 __all__ = ["EmbeddingCollection"]
 
 _OWNER = "EmbeddingCollection"
 
 
-class EmbeddingCollection(nn.Module):
+class EmbeddingCollection(TorchScriptable, nn.Module):
     """Unpooled embeddings of a list of tables (TorchRec's `EmbeddingCollection`).
 
     Args:
@@ -42,7 +46,20 @@ class EmbeddingCollection(nn.Module):
     `forward(features)` returns `{name: JaggedTensor}` with `values()` `(N_f, D)` fp32 and the
     feature's lengths, named like `EmbeddingBagCollection`'s keys (`feature` or
     `feature@table`). `state_dict()` keys: `embeddings.<table>.weight`.
+
+    Under `torch.jit.script`, `torch.fx` tracing and on `meta` weights the forward is
+    TorchRec's plain form (one `nn.Embedding` call per (table, feature)); a seed gives
+    TorchRec's initial weights (see `EmbeddingBagCollection`).
     """
+
+    __jit_unused_properties__ = ["device"]  # noqa: RUF012  # read by torch.jit.script
+    # Python-only state the scripted forward never reads.
+    __jit_ignored_attributes__ = [  # noqa: RUF012
+        "_embedding_configs",
+        "_plan",
+        "_grouped",
+        "_workspaces",
+    ]
 
     def __init__(
         self,
@@ -73,12 +90,45 @@ class EmbeddingCollection(nn.Module):
             [self.embeddings[configs[i].name] for i in g.tables] for g in self._plan.groups
         ]
         self._workspaces = [GradWorkspace() for _ in self._plan.groups]
-        if torch.device(device if device is not None else "cpu").type != "meta":
-            self.reset_parameters()
+        # Per table, the features it reads and their output names (the plain forward's loop).
+        self._table_features = features_by_table(configs, self._plan)
+        self._table_outputs = outputs_by_table(configs, self._plan)
+        if not tables_on_meta(self.embeddings):
+            with torch.no_grad():
+                for t in configs:
+                    # TorchRec draws each nn.Embedding's N(0, 1) weights, then runs its init,
+                    # table by table: the same draws make a seed give TorchRec's weights.
+                    weight = _weight(self.embeddings[t.name])
+                    weight.normal_()
+                    t.init_weight_(weight)
 
     def forward(self, features: KeyedJaggedTensor) -> dict[str, JaggedTensor]:
         """features: KJT with every feature the tables read. Returns name -> JaggedTensor of
         `(N_f, D)` fp32 rows, one per id, with the feature's `(B,)` lengths."""
+        # Nested ifs: TorchScript drops only the body of `if not is_scripting()`.
+        if not torch._jit_internal.is_scripting():  # noqa: SIM102
+            if not traced_input(features) and not tables_on_meta(self.embeddings):
+                return self._forward_eager(features)
+        return self._forward_plain(features)
+
+    def _forward_plain(self, features: KeyedJaggedTensor) -> dict[str, JaggedTensor]:
+        """One `nn.Embedding` call per (table, feature): TorchScript, fx and meta."""
+        jts = features.to_dict()
+        out: dict[str, JaggedTensor] = {}
+        for i, emb in enumerate(self.embeddings.values()):
+            for name, key in zip(self._table_features[i], self._table_outputs[i], strict=True):
+                jt = jts[name]
+                ids = jt.values()
+                rows: torch.Tensor = emb(ids)
+                out[key] = JaggedTensor(
+                    values=rows.float(),
+                    lengths=jt.lengths(),
+                    weights=ids if self._need_indices else None,
+                )
+        return out
+
+    @torch.jit.unused
+    def _forward_eager(self, features: KeyedJaggedTensor) -> dict[str, JaggedTensor]:
         values, _ = check_features(features, weighted=False, owner=_OWNER)
         keys = features.keys()
         feature_index = self._plan.feature_indices(keys)
@@ -142,6 +192,12 @@ class EmbeddingCollection(nn.Module):
         result: nn.Module = super()._apply(fn, recurse)  # type: ignore[no-untyped-call]  # untyped in torch
         repack_all(self._grouped)
         return result
+
+
+def _weight(module: nn.Module) -> torch.Tensor:
+    weight = module.weight
+    assert isinstance(weight, torch.Tensor)
+    return weight
 
 
 def _make_embedding(config: BaseEmbeddingConfig, weight: torch.Tensor) -> nn.Module:

@@ -6,35 +6,70 @@ learnable `(max_feature_length,)` Parameter initialized to 1:
 ```
 bag [id_a, id_b, id_c]  ->  weights [w[0], w[1], w[2]]  ->  SUM pooling: sum_p w[p] * row(id_p)
 ```
+
+The modules script with `torch.jit.script` and trace with `torch.fx` (their forwards use only
+KJT methods and tensor ops; the per-key loop is one wrapped function, `_position_weights`). In
+eager mode a bag longer than its maximum raises `ValueError`; scripted or traced, it raises
+torch's index error.
+
+No `from __future__ import annotations` here: TorchScript compiles `_position_weights` from
+its source and reads its annotations.
 """
 
-from __future__ import annotations
-
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import torch
+import torch.fx
 from torch import nn
 
+from shardrec_embedding._tables import traced_input
 from shardrec_embedding.embedding_bag_collection import EmbeddingBagCollection
-from shardrec_jagged import JaggedTensor, KeyedJaggedTensor, KeyedTensor
+from shardrec_jagged import JaggedTensor, KeyedJaggedTensor, KeyedTensor, TorchScriptable
 
 __all__ = [
     "FeatureProcessedEmbeddingBagCollection",
+    "FeatureProcessor",
+    "FeatureProcessorDictWrapper",
+    "FeatureProcessorsCollection",
     "PositionWeightedModule",
     "PositionWeightedModuleCollection",
 ]
 
 
-def _positions(offsets: torch.Tensor, lengths: torch.Tensor, num_ids: int) -> torch.Tensor:
-    """`(N,)` position of each id within its bag. offsets: `(B + 1,)`, lengths: `(B,)`."""
-    starts = torch.repeat_interleave(offsets[:-1].long(), lengths.long(), output_size=num_ids)
+def _positions(offsets: torch.Tensor, num_ids: int) -> torch.Tensor:
+    """`(N,)` position of each id within its bag. offsets: `(B + 1,)` (or `(F * B + 1,)`)."""
+    offsets = offsets.long()
+    starts = torch.repeat_interleave(offsets[:-1], offsets[1:] - offsets[:-1], output_size=num_ids)
     return torch.arange(num_ids, device=offsets.device) - starts
 
 
-def _check_max_length(lengths: torch.Tensor, max_length: int, feature: str) -> None:
+def _position_weights(
+    positions: torch.Tensor,
+    features: KeyedJaggedTensor,
+    weights_by_key: dict[str, torch.Tensor],
+) -> torch.Tensor:
+    """Each id's weight: its feature's position weight at its position, 1 for features
+    without one. positions: `(N,)`; returns `(N,)` float."""
+    parts: list[torch.Tensor] = []
+    per_key = torch.split(positions, features.length_per_key())
+    for key, pos in zip(features.keys(), per_key):  # noqa: B905  # TorchScript has no strict
+        if key in weights_by_key:
+            parts.append(weights_by_key[key].index_select(0, pos))
+        else:
+            parts.append(torch.ones(pos.shape[0], device=positions.device))
+    if len(parts) == 0:
+        return torch.ones(0, device=positions.device)
+    return torch.cat(parts)
+
+
+torch.fx.wrap("_position_weights")
+
+
+def _check_max_length(lengths: torch.Tensor, max_length: int, feature: str | None) -> None:
     if lengths.numel() and int(lengths.max()) > max_length:
+        which = f"feature {feature!r} has" if feature is not None else "the feature has"
         raise ValueError(
-            f"feature {feature!r} has a bag of {int(lengths.max())} ids, longer than its "
+            f"{which} a bag of {int(lengths.max())} ids, longer than its "
             f"max_feature_length {max_length}; truncate the bags or raise the maximum"
         )
 
@@ -44,11 +79,22 @@ def _check_length(name: str, length: int) -> None:
         raise ValueError(f"max_feature_length of {name!r} must be a positive int, got {length!r}")
 
 
-class PositionWeightedModule(nn.Module):
+class FeatureProcessor(TorchScriptable, nn.Module):
+    """Base of per-feature processors: `forward(JaggedTensor) -> JaggedTensor` with weights
+    (TorchRec's `torchrec.modules.feature_processor_.FeatureProcessor`)."""
+
+
+class FeatureProcessorsCollection(TorchScriptable, nn.Module):
+    """Base of processors of a whole KJT: `forward(KJT) -> KJT` with weights (TorchRec's
+    `FeatureProcessorsCollection`)."""
+
+
+class PositionWeightedModule(FeatureProcessor):
     """Weights one feature's ids by their position in the bag (TorchRec's module of this name).
 
     forward(JaggedTensor) -> the same ids and lengths with `weights` `(N,)` = `position_weight`
     gathered at each id's position. `ValueError` for a bag longer than `max_feature_length`.
+    State: `position_weight`.
     """
 
     def __init__(self, max_feature_length: int, device: torch.device | str | None = None) -> None:
@@ -62,24 +108,32 @@ class PositionWeightedModule(nn.Module):
         with torch.no_grad():
             self.position_weight.fill_(1.0)
 
-    def forward(self, features: JaggedTensor, feature: str = "feature") -> JaggedTensor:
-        lengths, offsets, values = features.lengths(), features.offsets(), features.values()
-        _check_max_length(lengths, self.max_feature_length, feature)
-        pos = _positions(offsets, lengths, values.numel())
+    def forward(self, features: JaggedTensor) -> JaggedTensor:
+        # Nested ifs: TorchScript drops only the body of `if not is_scripting()`.
+        if not torch._jit_internal.is_scripting():  # noqa: SIM102
+            if not traced_input(features):
+                _check_max_length(features.lengths(), self.max_feature_length, None)
+        values = features.values()
+        offsets = features.offsets()
+        pos = _positions(offsets, values.numel())
         return JaggedTensor(
             values=values,
-            lengths=lengths,
-            offsets=offsets,
             weights=self.position_weight.index_select(0, pos),
+            lengths=features.lengths(),
+            offsets=offsets,
         )
 
 
-class PositionWeightedModuleCollection(nn.Module):
+class PositionWeightedModuleCollection(FeatureProcessorsCollection):
     """Position weights for several features of a KJT at once (TorchRec's module of this name).
 
     forward(KJT) -> the same KJT with `weights` set; features without a maximum length get
-    weight 1. `position_weights[feature]` holds each feature's `(max_length,)` Parameter.
+    weight 1. State: `position_weights.<feature>` `(max_length,)`; `position_weights_dict` is
+    a plain dict of the same Parameters (TorchRec's attribute; kept in step across `.to()` and
+    `load_state_dict(assign=True)`).
     """
+
+    position_weights_dict: dict[str, torch.Tensor]
 
     def __init__(
         self, max_feature_lengths: Mapping[str, int], device: torch.device | str | None = None
@@ -92,58 +146,98 @@ class PositionWeightedModuleCollection(nn.Module):
             {k: nn.Parameter(torch.empty(n, device=device)) for k, n in max_feature_lengths.items()}
         )
         self.reset_parameters()
+        self.register_load_state_dict_post_hook(_resync)  # type: ignore[no-untyped-call]  # untyped in torch
+
+    def _sync_dict(self) -> None:
+        self.position_weights_dict = dict(self.position_weights.items())
 
     def reset_parameters(self) -> None:
         with torch.no_grad():
             for p in self.position_weights.values():
                 p.fill_(1.0)
+        self._sync_dict()
+
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> nn.Module:
+        result: nn.Module = super()._apply(fn, recurse)  # type: ignore[no-untyped-call]  # untyped in torch
+        self._sync_dict()
+        return result
 
     def forward(self, features: KeyedJaggedTensor) -> KeyedJaggedTensor:
-        keys = features.keys()
-        missing = [k for k in self.max_feature_lengths if k not in keys]
-        if missing:
-            raise ValueError(
-                f"PositionWeightedModuleCollection: the KeyedJaggedTensor lacks feature(s) "
-                f"{missing}; it has keys {keys}"
-            )
-        values, lengths = features.values(), features.lengths()
-        pos = _positions(features.offsets(), lengths, values.numel())
-        offset_per_key = features.offset_per_key()
-        batch = features.stride()
-        parts: list[torch.Tensor] = []
-        for k, key in enumerate(keys):
-            start, end = offset_per_key[k], offset_per_key[k + 1]
-            if key in self.max_feature_lengths:
-                _check_max_length(
-                    lengths[k * batch : (k + 1) * batch], self.max_feature_lengths[key], key
-                )
-                parts.append(self.position_weights[key].index_select(0, pos[start:end]))
-            else:
-                parts.append(torch.ones(end - start, device=values.device))
+        # Nested ifs: TorchScript drops only the body of `if not is_scripting()`.
+        if not torch._jit_internal.is_scripting():  # noqa: SIM102
+            if not traced_input(features):
+                self._check(features)
+        values = features.values()
+        offsets = features.offsets()
+        pos = _positions(offsets, values.numel())
         return KeyedJaggedTensor(
-            keys=keys,
+            keys=features.keys(),
             values=values,
-            weights=torch.cat(parts) if parts else torch.ones(0, device=values.device),
-            lengths=lengths,
-            stride=batch,
+            weights=_position_weights(pos, features, self.position_weights_dict),
+            lengths=features.lengths(),
+            offsets=offsets,
+            stride=features.stride(),
+            length_per_key=features.length_per_key(),
+        )
+
+    @torch.jit.unused
+    def _check(self, features: KeyedJaggedTensor) -> None:
+        keys = features.keys()
+        batch = features.stride()
+        lengths = features.lengths()
+        for k, key in enumerate(keys):
+            if key in self.max_feature_lengths:
+                rows = lengths[k * batch : (k + 1) * batch]
+                _check_max_length(rows, self.max_feature_lengths[key], key)
+
+
+def _resync(module: nn.Module, incompatible_keys: object) -> None:
+    """After `load_state_dict` (which may assign new Parameters): refresh the plain dict."""
+    assert isinstance(module, PositionWeightedModuleCollection)
+    module._sync_dict()
+
+
+class FeatureProcessorDictWrapper(FeatureProcessorsCollection):
+    """`{feature: FeatureProcessor}` applied to a KJT: features without a processor get
+    weight 1 (what `FeatureProcessedEmbeddingBagCollection.split()` returns for a dict)."""
+
+    def __init__(self, feature_processors: nn.ModuleDict) -> None:
+        super().__init__()
+        self._feature_processors = feature_processors
+
+    def forward(self, features: KeyedJaggedTensor) -> KeyedJaggedTensor:
+        jts = features.to_dict()
+        weights: list[torch.Tensor] = []
+        for key in features.keys():  # noqa: SIM118  # a KJT, not a dict
+            jt = jts[key]
+            if key in self._feature_processors:
+                weights.append(self._feature_processors[key](jt).weights())
+            else:
+                weights.append(torch.ones(jt.values().numel(), device=jt.values().device))
+        return KeyedJaggedTensor(
+            keys=features.keys(),
+            values=features.values(),
+            weights=torch.cat(weights) if weights else torch.ones(0),
+            lengths=features.lengths(),
+            stride=features.stride(),
         )
 
 
-class FeatureProcessedEmbeddingBagCollection(nn.Module):
+class FeatureProcessedEmbeddingBagCollection(TorchScriptable, nn.Module):
     """A weighted `EmbeddingBagCollection` fed by feature processors (TorchRec's module).
 
     Args:
         embedding_bag_collection: must be built with `is_weighted=True`.
         feature_processors: `{feature: PositionWeightedModule}` covering exactly the features
-            the tables read, or one `PositionWeightedModuleCollection`.
-    forward(KJT without weights) -> the EBC's `KeyedTensor`; gradients reach the position
-    weights as well as the tables.
+            the tables read, or one `FeatureProcessorsCollection`.
+    forward(KJT without weights; extra features ignored) -> the EBC's `KeyedTensor`; gradients
+    reach the position weights as well as the tables. `split()` returns the two halves.
     """
 
     def __init__(
         self,
         embedding_bag_collection: EmbeddingBagCollection,
-        feature_processors: Mapping[str, PositionWeightedModule] | PositionWeightedModuleCollection,
+        feature_processors: Mapping[str, FeatureProcessor] | FeatureProcessorsCollection,
     ) -> None:
         super().__init__()
         if not embedding_bag_collection.is_weighted():
@@ -159,7 +253,7 @@ class FeatureProcessedEmbeddingBagCollection(nn.Module):
         )
         self._feature_names = features
         self._feature_processors: nn.Module
-        if isinstance(feature_processors, PositionWeightedModuleCollection):
+        if isinstance(feature_processors, FeatureProcessorsCollection):
             self._feature_processors = feature_processors
         else:
             if set(feature_processors) != set(features):
@@ -167,30 +261,55 @@ class FeatureProcessedEmbeddingBagCollection(nn.Module):
                     f"feature_processors cover {sorted(feature_processors)} but the tables read "
                     f"{sorted(features)}; give exactly one processor per feature"
                 )
-            self._feature_processors = nn.ModuleDict(dict(feature_processors))
+            # In the tables' feature order: the scripted forward walks it with .items().
+            self._feature_processors = nn.ModuleDict({f: feature_processors[f] for f in features})
 
     def is_weighted(self) -> bool:
         return True
 
-    def forward(self, features: KeyedJaggedTensor) -> KeyedTensor:
+    def split(self) -> tuple[FeatureProcessorsCollection, EmbeddingBagCollection]:
+        """`(processors as a KJT -> KJT module, the EBC)`: applied in turn they give forward."""
         processors = self._feature_processors
-        if isinstance(processors, PositionWeightedModuleCollection):
-            pooled: KeyedTensor = self._embedding_bag_collection(processors(features))
-            return pooled
-        assert isinstance(processors, nn.ModuleDict)
-        jts = features.to_dict()
-        missing = [f for f in self._feature_names if f not in jts]
+        if isinstance(processors, nn.ModuleDict):
+            return FeatureProcessorDictWrapper(processors), self._embedding_bag_collection
+        assert isinstance(processors, FeatureProcessorsCollection)
+        return processors, self._embedding_bag_collection
+
+    def forward(self, features: KeyedJaggedTensor) -> KeyedTensor:
+        # Nested ifs: TorchScript drops only the body of `if not is_scripting()`.
+        if not torch._jit_internal.is_scripting():  # noqa: SIM102
+            if not traced_input(features):
+                self._check(features)
+        processors = self._feature_processors
+        if isinstance(processors, FeatureProcessorsCollection):
+            processed_kjt = processors(features)
+        else:
+            jts = features.to_dict()
+            values: list[torch.Tensor] = []
+            lengths: list[torch.Tensor] = []
+            weights: list[torch.Tensor] = []
+            for name, processor in processors.items():  # type: ignore[operator]  # a ModuleDict here
+                jt: JaggedTensor = processor(jts[name])
+                values.append(jt.values())
+                lengths.append(jt.lengths())
+                weights.append(jt.weights())
+            processed_kjt = KeyedJaggedTensor(
+                keys=self._feature_names,
+                values=torch.cat(values),
+                weights=torch.cat(weights),
+                lengths=torch.cat(lengths),
+                stride=features.stride(),
+            )
+        out: KeyedTensor = self._embedding_bag_collection(processed_kjt)
+        return out
+
+    @torch.jit.unused
+    def _check(self, features: KeyedJaggedTensor) -> None:
+        if isinstance(self._feature_processors, FeatureProcessorsCollection):
+            return
+        keys = set(features.keys())
+        missing = [f for f in self._feature_names if f not in keys]
         if missing:
             raise ValueError(
                 f"the KeyedJaggedTensor lacks feature(s) {missing}; it has keys {features.keys()}"
             )
-        processed = [processors[f](jts[f], f) for f in self._feature_names]
-        kjt = KeyedJaggedTensor(
-            keys=self._feature_names,
-            values=torch.cat([jt.values() for jt in processed]),
-            lengths=torch.cat([jt.lengths() for jt in processed]),
-            weights=torch.cat([jt.weights() for jt in processed]),
-            stride=features.stride(),
-        )
-        out: KeyedTensor = self._embedding_bag_collection(kjt)
-        return out

@@ -12,13 +12,19 @@ sparse_features (KJT) --SparseArch--> (B, F, D) ----+
 `InteractionArch` (DLRM): I = D + (F + 1) * F / 2, the dense output followed by the dot
 products of every pair of the F + 1 vectors (upper triangle, row by row).
 `InteractionDCNArch` (DLRM_DCN): I = N, a low-rank cross net over `[dense, f_1, ..., f_F]`.
+`InteractionProjectionArch` (DLRM_Projection): I = D + F1 * F2, the dense output followed by
+the products `P1 @ P2` of two learned projections of `[dense, f_1, ..., f_F]`:
+`P1 = branch1(x).view(B, F1, D)`, `P2 = branch2(x).view(B, D, F2)`.
+
+No `from __future__ import annotations` here: `torch.fx` records string annotations that
+TorchScript cannot read, and the arches are traced then scripted as TorchRec's are.
 """
 
-from __future__ import annotations
-
+import math
 from collections.abc import Sequence
 
 import torch
+import torch.fx
 from torch import Tensor, nn
 
 from shardrec_embedding import EmbeddingBagCollection
@@ -26,7 +32,30 @@ from shardrec_jagged import KeyedJaggedTensor, KeyedTensor
 from shardrec_models.crossnet import LowRankCrossNet
 from shardrec_models.mlp import MLP, check_width
 
-__all__ = ["DenseArch", "InteractionArch", "InteractionDCNArch", "OverArch", "SparseArch"]
+__all__ = [
+    "DenseArch",
+    "InteractionArch",
+    "InteractionDCNArch",
+    "InteractionProjectionArch",
+    "OverArch",
+    "SparseArch",
+    "choose",
+]
+
+
+class ModelConfigError(ValueError, AssertionError):
+    """A model built from inconsistent sizes. Also an AssertionError: TorchRec asserts these
+    conditions, and ported code may catch that type."""
+
+
+def is_proxy(value: object) -> bool:
+    """True for a torch.fx Proxy: the module is being symbolically traced."""
+    return isinstance(value, torch.fx.Proxy)
+
+
+def choose(n: int, k: int) -> int:
+    """The binomial coefficient C(n, k); 0 when k < 0 or k > n (TorchRec's `choose`)."""
+    return math.comb(n, k) if 0 <= k <= n else 0
 
 
 class SparseArch(nn.Module):
@@ -42,13 +71,13 @@ class SparseArch(nn.Module):
         super().__init__()
         configs = embedding_bag_collection.embedding_bag_configs()
         if not configs:
-            raise ValueError(
+            raise ModelConfigError(
                 "DLRM needs at least one embedding table; the EmbeddingBagCollection has none"
             )
         dims = {c.embedding_dim for c in configs}
         if len(dims) != 1:
             per_table = ", ".join(f"{c.name}: {c.embedding_dim}" for c in configs)
-            raise ValueError(
+            raise ModelConfigError(
                 "DLRM needs every table to have the same embedding_dim (the interaction takes "
                 f"dot products between them); got {per_table}"
             )
@@ -89,6 +118,12 @@ class DenseArch(nn.Module):
         self.model = MLP(in_features, layer_sizes, device=device)
 
     def forward(self, features: Tensor) -> Tensor:
+        # fx traces with a Proxy, which has no shape to check: the check is left out of the
+        # traced graph. TorchScript drops this block and compiles the check.
+        if not torch._jit_internal.is_scripting():  # noqa: SIM102
+            if is_proxy(features):
+                traced: Tensor = self.model(features)
+                return traced
         if features.dim() != 2 or features.shape[1] != self.in_features:
             raise ValueError(_width_error(list(features.shape), self.in_features))
         out: Tensor = self.model(features)
@@ -171,6 +206,39 @@ class InteractionDCNArch(nn.Module):
         combined = torch.cat((dense_features, sparse_features.flatten(1)), dim=1)
         out: Tensor = self.crossnet(combined)
         return out
+
+
+class InteractionProjectionArch(nn.Module):
+    """The dense output followed by the flattened `(F1, F2)` product of two projections of
+    `[dense, f_1, ..., f_F]` (module docstring; TorchRec's DLRM_Projection interaction).
+
+    Args:
+        num_sparse_features: F.
+        interaction_branch1, interaction_branch2: modules mapping `(B, (F + 1) * D)` to
+            `(B, F1 * D)` and `(B, F2 * D)` (DLRM_Projection uses a `DenseArch` each).
+
+    forward: `dense_features: (B, D)`, `sparse_features: (B, F, D)` -> `(B, D + F1 * F2)`.
+    """
+
+    def __init__(
+        self,
+        num_sparse_features: int,
+        interaction_branch1: nn.Module,
+        interaction_branch2: nn.Module,
+    ) -> None:
+        super().__init__()
+        self.F = num_sparse_features
+        self.interaction_branch1 = interaction_branch1
+        self.interaction_branch2 = interaction_branch2
+
+    def forward(self, dense_features: Tensor, sparse_features: Tensor) -> Tensor:
+        if self.F <= 0:
+            return dense_features
+        batch, dim = dense_features.shape[0], dense_features.shape[1]
+        combined = torch.cat((dense_features.unsqueeze(1), sparse_features), dim=1).flatten(1)
+        p1 = self.interaction_branch1(combined).reshape(batch, -1, dim)  # (B, F1, D)
+        p2 = self.interaction_branch2(combined).reshape(batch, dim, -1)  # (B, D, F2)
+        return torch.cat((dense_features, torch.bmm(p1, p2).flatten(1)), dim=1)
 
 
 class OverArch(nn.Module):

@@ -10,11 +10,15 @@ State-dict keys are TorchRec's, so a checkpoint moves between the two libraries 
 `dense_arch.model._mlp.<i>._linear.{weight,bias}`, `over_arch.model.0._mlp.<i>._linear...`,
 `over_arch.model.1.{weight,bias}`, and for DLRM_DCN `inter_arch.crossnet.{W_kernels,V_kernels,
 bias}.<l>`.
+
+No `from __future__ import annotations` here: the models are fx-traced then scripted, as
+TorchRec's are, and TorchScript cannot read the string annotations fx would record.
 """
 
-from __future__ import annotations
+from typing import Protocol
 
 import torch
+import torch.fx
 from torch import Tensor, nn
 
 from shardrec_embedding import EmbeddingBagCollection
@@ -23,13 +27,29 @@ from shardrec_models.arches import (
     DenseArch,
     InteractionArch,
     InteractionDCNArch,
+    InteractionProjectionArch,
+    ModelConfigError,
     OverArch,
     SparseArch,
+    is_proxy,
 )
 from shardrec_models.crossnet import LowRankCrossNet
 from shardrec_models.mlp import check_layer_sizes
 
-__all__ = ["DLRM", "DLRM_DCN"]
+__all__ = ["DLRM", "DLRM_DCN", "DLRMWrapper", "DLRM_Projection"]
+
+
+class _ModelInput(Protocol):
+    """What DLRMWrapper reads from its input (TorchRec's test `ModelInput` has these)."""
+
+    @property
+    def float_features(self) -> Tensor: ...
+
+    @property
+    def idlist_features(self) -> KeyedJaggedTensor: ...
+
+    @property
+    def label(self) -> Tensor: ...
 
 
 def _device(device: torch.device | str | None) -> torch.device | None:
@@ -72,7 +92,7 @@ class DLRM(nn.Module):
         self.sparse_arch = SparseArch(embedding_bag_collection)
         dim, num_features = self.sparse_arch.D, self.sparse_arch.F
         if dense_sizes[-1] != dim:
-            raise ValueError(
+            raise ModelConfigError(
                 f"dense_arch_layer_sizes[-1] is {dense_sizes[-1]}, but the tables' "
                 f"embedding_dim is {dim}: the dense arch's output takes part in the dot products "
                 f"with the embeddings, so end dense_arch_layer_sizes with {dim}"
@@ -81,6 +101,7 @@ class DLRM(nn.Module):
         self.inter_arch: nn.Module = InteractionArch(num_features)
         over_in = dim + num_features * (num_features + 1) // 2
         self.over_arch = OverArch(over_in, over_sizes, device=device)
+        self._cuda_graph_enabled = False
 
     def forward(self, dense_features: Tensor, sparse_features: KeyedJaggedTensor) -> Tensor:
         # The lookup is started first: a sharded collection returns while its output
@@ -88,14 +109,38 @@ class DLRM(nn.Module):
         pooled = self.sparse_arch.embedding_bag_collection(sparse_features)
         embedded_dense = self.dense_arch(dense_features)
         embedded_sparse = self.sparse_arch.stack(pooled)
-        if embedded_sparse.shape[0] != embedded_dense.shape[0]:
-            raise ValueError(
-                f"dense_features has {embedded_dense.shape[0]} rows but sparse_features has "
-                f"batch size {embedded_sparse.shape[0]}; both must describe the same samples"
-            )
+        # fx traces with Proxies (no sizes to compare); TorchScript drops the first branch.
+        if not torch._jit_internal.is_scripting():
+            if not is_proxy(embedded_dense):
+                _check_batch(embedded_dense.shape[0], embedded_sparse.shape[0])
+        else:
+            _check_batch(embedded_dense.shape[0], embedded_sparse.shape[0])
         interacted = self.inter_arch(embedded_dense, embedded_sparse)
         logits: Tensor = self.over_arch(interacted)
         return logits
+
+    @torch.jit.unused
+    def compile_dense_path(self, compile_mode: str = "reduce-overhead") -> None:
+        """Wrap `dense_arch`, `inter_arch` and `over_arch` in `torch.compile(mode=...)`
+        (TorchRec's method; on CUDA the default mode captures CUDA graphs). The sparse arch
+        stays eager: its input shapes change every batch. Idempotent."""
+        if self._cuda_graph_enabled:
+            return
+        self.dense_arch = torch.compile(self.dense_arch, mode=compile_mode)  # type: ignore[assignment]  # a compiled wrapper of the module
+        self.inter_arch = torch.compile(self.inter_arch, mode=compile_mode)  # type: ignore[assignment]  # a compiled wrapper of the module
+        self.over_arch = torch.compile(self.over_arch, mode=compile_mode)  # type: ignore[assignment]  # a compiled wrapper of the module
+        self._cuda_graph_enabled = True
+
+
+def _check_batch(dense_rows: int, sparse_rows: int) -> None:
+    if dense_rows != sparse_rows:
+        raise ValueError(
+            "dense_features has "
+            + str(dense_rows)
+            + " rows but sparse_features has batch size "
+            + str(sparse_rows)
+            + "; both must describe the same samples"
+        )
 
 
 class DLRM_DCN(DLRM):
@@ -134,3 +179,75 @@ class DLRM_DCN(DLRM):
         crossnet = LowRankCrossNet(width, dcn_num_layers, dcn_low_rank_dim, device=device)
         self.inter_arch = InteractionDCNArch(num_features, crossnet)
         self.over_arch = OverArch(width, list(over_arch_layer_sizes), device=device)
+
+
+class DLRM_Projection(DLRM):
+    """DLRM whose interaction is `InteractionProjectionArch` (TorchRec's DLRM_Projection).
+
+    Args: those of `DLRM`, plus
+        interaction_branch1_layer_sizes, interaction_branch2_layer_sizes: the layer sizes of
+            the two projection `DenseArch`s over `[dense, f_1, ..., f_F]` (width
+            `(F + 1) * D`); each must end with a multiple of D, F1 * D and F2 * D.
+
+    The over arch reads `D + F1 * F2` features.
+    """
+
+    def __init__(
+        self,
+        embedding_bag_collection: EmbeddingBagCollection,
+        dense_in_features: int,
+        dense_arch_layer_sizes: list[int],
+        over_arch_layer_sizes: list[int],
+        interaction_branch1_layer_sizes: list[int],
+        interaction_branch2_layer_sizes: list[int],
+        dense_device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__(
+            embedding_bag_collection,
+            dense_in_features,
+            dense_arch_layer_sizes,
+            over_arch_layer_sizes,
+            dense_device,
+        )
+        device = _device(dense_device)
+        dim, num_features = self.sparse_arch.D, self.sparse_arch.F
+        width = (num_features + 1) * dim
+        projected = []
+        branches = []
+        for branch, sizes in (
+            (1, interaction_branch1_layer_sizes),
+            (2, interaction_branch2_layer_sizes),
+        ):
+            name = f"interaction_branch{branch}_layer_sizes"
+            checked = check_layer_sizes(name, sizes)
+            if checked[-1] % dim:
+                raise ValueError(
+                    f"{name} ends with {checked[-1]}, which is not a multiple of the tables' "
+                    f"embedding_dim {dim}: the projection is read as (B, F{branch}, {dim})"
+                )
+            projected.append(checked[-1] // dim)
+            branches.append(DenseArch(width, checked, device=device))
+        self.inter_arch = InteractionProjectionArch(num_features, branches[0], branches[1])
+        self.over_arch = OverArch(
+            dim + projected[0] * projected[1], list(over_arch_layer_sizes), device=device
+        )
+
+
+class DLRMWrapper(DLRM):
+    """A `DLRM` whose forward takes one model input (TorchRec's DLRMWrapper): any object with
+    `float_features` `(B, dense_in_features)`, `idlist_features` (KJT) and `label` `(B,)`.
+
+    forward: in training mode `(loss, logits)` with the mean binary cross entropy of the
+    logits against `label`; in eval mode the logits `(B, over_arch_layer_sizes[-1])`.
+    """
+
+    def forward(  # type: ignore[override]  # TorchRec's signature: one model input
+        self, model_input: "_ModelInput"
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        logits = super().forward(model_input.float_features, model_input.idlist_features)
+        if not self.training:
+            return logits
+        loss = nn.functional.binary_cross_entropy_with_logits(
+            logits.squeeze(-1), model_input.label.float()
+        )
+        return loss, logits

@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
+from shardrec_models.activation import SwishLayerNorm
+
 __all__ = ["MLP", "Activation", "Perceptron", "check_layer_sizes", "check_width"]
 
 
@@ -63,6 +65,10 @@ def _activation(activation: Activation) -> Callable[[Tensor], Tensor]:
     raise TypeError(f"activation must be a str or a callable, got {activation!r}")
 
 
+def _as_device(device: torch.device | str | None) -> torch.device | None:
+    return None if device is None else torch.device(device)
+
+
 class Perceptron(nn.Module):
     """One `nn.Linear` (`_linear`) followed by `activation` (`_activation_fn`), as TorchRec's
     `torchrec.modules.mlp.Perceptron`.
@@ -95,8 +101,8 @@ class MLP(nn.Module):
         layer_sizes: each layer's output width; empty is the identity (TorchRec's OverArch wraps
             all but its last layer in an MLP; a one-layer over arch leaves that MLP empty).
         bias: linear layers with a bias.
-        activation: applied after every layer (see `Activation`); TorchRec's
-            `"swish_layernorm"` is not provided.
+        activation: applied after every layer (see `Activation`); `"swish_layernorm"` gives
+            each layer its own `SwishLayerNorm` of its width, as TorchRec's MLP.
         device, dtype: of the parameters.
         activation_on_last: `False` leaves the last layer linear.
 
@@ -116,13 +122,21 @@ class MLP(nn.Module):
         super().__init__()
         widths = [in_size, *layer_sizes]
         last = len(layer_sizes) - 1
+
+        def layer_activation(i: int) -> Activation:
+            if not activation_on_last and i == last:
+                return nn.Identity()
+            if activation == "swish_layernorm":
+                return SwishLayerNorm(widths[i + 1], device=_as_device(device))
+            return activation
+
         self._mlp = nn.Sequential(
             *[
                 Perceptron(
                     widths[i],
                     widths[i + 1],
                     bias=bias,
-                    activation=activation if activation_on_last or i < last else nn.Identity(),
+                    activation=layer_activation(i),
                     device=device,
                     dtype=dtype,
                 )

@@ -14,6 +14,7 @@ from shardrec_optim.keyed import (
     OptimizerFactory,
     OptimizerWrapper,
 )
+from shardrec_optim.rowwise_adagrad import RowWiseAdagrad
 from shardrec_optim.sparse_kernels import (
     OptimState,
     coalesce_rows,
@@ -43,6 +44,7 @@ __all__ = [
     "OptimState",
     "OptimizerFactory",
     "OptimizerWrapper",
+    "RowWiseAdagrad",
     "WarmupOptimizer",
     "WarmupPolicy",
     "WarmupStage",

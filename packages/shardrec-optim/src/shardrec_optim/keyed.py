@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import torch
@@ -51,8 +52,9 @@ class KeyedOptimizer(torch.optim.Optimizer):
         known = {id(p) for p in self._params.values()}
         stray = [k for k in self._state if id(k) not in known]
         if stray:
+            # TorchRec's wording first: code ported from TorchRec matches on it.
             raise ValueError(
-                f"{len(stray)} state entries belong to tensors missing from params "
+                f"All state keys must be params. The following keys are not: {stray!r} "
                 f"(params: {sorted(self._params)})"
             )
 
@@ -162,20 +164,42 @@ class KeyedOptimizer(torch.optim.Optimizer):
     def post_load_state_dict(self) -> None:
         """Hook run after `load_state_dict` (wrappers re-derive their settings here)."""
 
-    def init_state(self) -> None:
+    def init_state(self, sparse_grad_parameter_names: AbstractSet[str] | None = None) -> None:
         """Create lazily-initialized state now (a step on zero gradients), so that a checkpoint
-        can be loaded in place. Parameters that do not require grad are skipped."""
-        for p in self.params.values():
+        can be loaded in place. Parameters that do not require grad are skipped; those named in
+        `sparse_grad_parameter_names` get a sparse zero gradient (the form an
+        `nn.Embedding(sparse=True)` produces), so optimizers that branch on sparsity build the
+        state they would build in training."""
+        sparse = sparse_grad_parameter_names or set()
+        for key, p in self.params.items():
             if p.requires_grad:
-                p.grad = torch.zeros_like(p)
+                zeros = torch.zeros_like(p)
+                p.grad = zeros.to_sparse() if key in sparse else zeros
         self.step()
 
 
+def _is_sharded(value: object) -> bool:
+    """A `torch.distributed` ShardedTensor (looked up lazily: torch builds without distributed
+    support still import this package)."""
+    if not torch.distributed.is_available():
+        return False
+    from torch.distributed._shard.sharded_tensor.api import ShardedTensor
+
+    return isinstance(value, ShardedTensor)
+
+
 def _detach_tree(value: object) -> object:
+    """The saved form of one state value: nested mappings recursed, tensors detached (sharded
+    tensors kept as they are: the checkpoint writer reads their shards), objects with a
+    `state_dict()` (the PyTorch stateful protocol) replaced by it, anything else copied."""
     if isinstance(value, Mapping):
         return {k: _detach_tree(v) for k, v in value.items()}
+    if _is_sharded(value):
+        return value
     if isinstance(value, Tensor):
         return value.detach()
+    if callable(getattr(value, "state_dict", None)):
+        return value.state_dict()  # type: ignore[attr-defined]  # checked just above
     return copy.deepcopy(value)
 
 
@@ -199,6 +223,10 @@ def _copy_into(current: Mapping[str, Any], new: object, path: str) -> None:
         where = f"{path}/{k}"
         if isinstance(v, Mapping):
             _copy_into(v, new[k], where)
+        elif _is_sharded(v):
+            _copy_shards(v, new[k], where)
+        elif not isinstance(v, Tensor) and callable(getattr(v, "load_state_dict", None)):
+            v.load_state_dict(new[k])
         elif isinstance(v, Tensor):
             src = new[k]
             if not isinstance(src, Tensor) or src.shape != v.shape:
@@ -208,6 +236,25 @@ def _copy_into(current: Mapping[str, Any], new: object, path: str) -> None:
         else:
             assert isinstance(current, MutableMapping)
             current[k] = copy.deepcopy(new[k])
+
+
+def _copy_shards(current: Any, new: Any, path: str) -> None:
+    """Copy ShardedTensor `new`'s local shards into ShardedTensor `current`'s, in place."""
+    if not _is_sharded(new):
+        raise ValueError(f"state {path!r} is a ShardedTensor; got {type(new).__name__}")
+    mine, theirs = current.local_shards(), new.local_shards()
+    if len(mine) != len(theirs):
+        raise ValueError(
+            f"state {path!r} has {len(theirs)} local shards, expected {len(mine)} (was the "
+            "checkpoint saved with another sharding plan?)"
+        )
+    for shard, other in zip(mine, theirs, strict=True):
+        if shard.tensor.shape != other.tensor.shape:
+            raise ValueError(
+                f"state {path!r}: a local shard has shape {tuple(other.tensor.shape)}, expected "
+                f"{tuple(shard.tensor.shape)}"
+            )
+        shard.tensor.detach().copy_(other.tensor)
 
 
 class KeyedOptimizerWrapper(KeyedOptimizer):

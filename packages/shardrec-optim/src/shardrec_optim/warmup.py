@@ -13,9 +13,11 @@ training* (not of the stage), as in TorchRec:
 | STEP     | `value ** (it // decay_iters)`                              |
 | COSINE   | `value + (1 - value) * 0.5 * (1 + cos(pi * (it % sgdr_period) / sgdr_period))` |
 | INVSQRT  | `1 / sqrt(it)` (`it >= 1`)                                  |
+| INTERPOLATE | `value + (end_value - value) * (it - s) / (max_iters - s)` (see below) |
 
-`decay_iters` defaults to `max_iters` (POLY) or 1 (STEP). The iteration count is saved in the
-optimizer state under the pseudo-parameter `"__warmup"` and restored by `load_state_dict`.
+s is `start_interpolating_iters`. `decay_iters` defaults to `max_iters` (POLY) or 1 (STEP).
+The iteration count is saved in the optimizer state under the pseudo-parameter `"__warmup"`
+and restored by `load_state_dict`.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from typing import Any
 
 import torch
 
@@ -38,6 +41,8 @@ class WarmupPolicy(enum.StrEnum):
     STEP = "step"
     INVSQRT = "inv_sqrt"
     COSINE = "cosine_annealing_warm_restarts"
+    COSINE_ANNEALING_WARM_RESTARTS = "cosine_annealing_warm_restarts"  # TorchRec's name
+    INTERPOLATE = "interpolate"
 
     @classmethod
     def _missing_(cls, value: object) -> WarmupPolicy | None:
@@ -52,9 +57,12 @@ class WarmupPolicy(enum.StrEnum):
         )
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+# Positional fields, unlike our other configs: TorchRec's WarmupStage is a plain dataclass and
+# ported code writes `WarmupStage(WarmupPolicy.LINEAR, max_iters=100)`.
+@dataclasses.dataclass(frozen=True)
 class WarmupStage:
-    """One stage of a warmup schedule (see the module table)."""
+    """One stage of a warmup schedule (see the module table). INTERPOLATE needs
+    `start_interpolating_iters` (< `max_iters`) and `end_value`."""
 
     policy: WarmupPolicy = WarmupPolicy.LINEAR
     max_iters: int = 1
@@ -62,9 +70,23 @@ class WarmupStage:
     lr_scale: float = 1.0
     decay_iters: int = -1
     sgdr_period: int = 1
+    start_interpolating_iters: int | None = None
+    end_value: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "policy", WarmupPolicy(self.policy))
+        if self.policy is WarmupPolicy.INTERPOLATE:
+            start = self.start_interpolating_iters
+            if start is None or self.end_value is None:
+                raise ValueError(
+                    "WarmupPolicy.INTERPOLATE needs start_interpolating_iters and end_value, got "
+                    f"start_interpolating_iters={start!r}, end_value={self.end_value!r}"
+                )
+            if not 0 <= start < self.max_iters:
+                raise ValueError(
+                    f"start_interpolating_iters must be in [0, max_iters={self.max_iters}), "
+                    f"got {start}"
+                )
         if self.max_iters < 1:
             raise ValueError(f"max_iters must be >= 1, got {self.max_iters}")
         if self.sgdr_period < 1:
@@ -91,6 +113,10 @@ class WarmupStage:
         elif p is WarmupPolicy.COSINE:
             t = (it % self.sgdr_period) / self.sgdr_period
             m = self.value + (1.0 - self.value) * 0.5 * (1.0 + math.cos(math.pi * t))
+        elif p is WarmupPolicy.INTERPOLATE:
+            start, end = self.start_interpolating_iters, self.end_value
+            assert start is not None and end is not None  # checked in __post_init__
+            m = self.value + (end - self.value) * (it - start) / (self.max_iters - start)
         else:
             m = 1.0
         return m * self.lr_scale
@@ -136,6 +162,19 @@ class WarmupOptimizer(OptimizerWrapper):
     def params(self) -> dict[str, torch.Tensor]:
         return {**self._optimizer.params, self._param_name: self._warmup_param}
 
+    @property  # type: ignore[override]  # a view: the wrapped state plus the schedule's entry
+    def state(self) -> MutableMapping[torch.Tensor, Any]:
+        """The wrapped optimizer's state plus `{warmup_param: {"warmup": tensor([it, stage])}}`
+        (where TorchRec keeps the schedule's position)."""
+        return {**self._optimizer.state, self._warmup_param: self._warmup_state()}
+
+    @state.setter
+    def state(self, value: MutableMapping[torch.Tensor, Any]) -> None:
+        self._optimizer.state = value
+
+    def _warmup_state(self) -> dict[str, torch.Tensor]:
+        return {"warmup": torch.tensor([self._iter, self._stage], dtype=torch.long)}
+
     @property
     def iteration(self) -> int:
         """Steps taken so far."""
@@ -161,7 +200,7 @@ class WarmupOptimizer(OptimizerWrapper):
     def state_dict(self) -> dict[str, object]:
         sd = self._optimizer.state_dict()
         state = dict(sd["state"])  # type: ignore[call-overload]  # "state" is a mapping
-        state[self._param_name] = {"warmup": torch.tensor([self._iter, self._stage])}
+        state[self._param_name] = self._warmup_state()
         return {**sd, "state": state}
 
     def load_state_dict(self, state_dict: Mapping[str, object]) -> None:

@@ -1,5 +1,5 @@
 """Recommendation models (TorchRec path `torchrec.models`)."""
 
-from shardrec.models import dlrm
+from shardrec.models import deepfm, dlrm
 
-__all__ = ["dlrm"]
+__all__ = ["deepfm", "dlrm"]

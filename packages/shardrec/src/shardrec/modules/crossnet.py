@@ -1,5 +1,5 @@
 """Cross networks (TorchRec path `torchrec.modules.crossnet`)."""
 
-from shardrec_models import LowRankCrossNet
+from shardrec_models import CrossNet, LowRankCrossNet, LowRankMixtureCrossNet, VectorCrossNet
 
-__all__ = ["LowRankCrossNet"]
+__all__ = ["CrossNet", "LowRankCrossNet", "LowRankMixtureCrossNet", "VectorCrossNet"]

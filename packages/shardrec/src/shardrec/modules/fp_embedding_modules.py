@@ -1,5 +1,5 @@
 """Feature-processed collections (TorchRec path `torchrec.modules.fp_embedding_modules`)."""
 
-from shardrec_embedding import FeatureProcessedEmbeddingBagCollection
+from shardrec_embedding import FeatureProcessedEmbeddingBagCollection, FeatureProcessorDictWrapper
 
-__all__ = ["FeatureProcessedEmbeddingBagCollection"]
+__all__ = ["FeatureProcessedEmbeddingBagCollection", "FeatureProcessorDictWrapper"]

@@ -1,10 +1,21 @@
 """Optimizers (TorchRec path `torchrec.optim`)."""
 
+from shardrec.optim import (
+    apply_optimizer_in_backward,
+    clipping,
+    keyed,
+    optimizers,
+    rowwise_adagrad,
+    warmup,
+)
 from shardrec_optim import (
     CombinedOptimizer,
+    GradientClipping,
+    GradientClippingOptimizer,
     KeyedOptimizer,
     KeyedOptimizerWrapper,
     OptimizerWrapper,
+    RowWiseAdagrad,
     WarmupOptimizer,
     WarmupPolicy,
     WarmupStage,
@@ -12,10 +23,19 @@ from shardrec_optim import (
 
 __all__ = [
     "CombinedOptimizer",
+    "GradientClipping",
+    "GradientClippingOptimizer",
     "KeyedOptimizer",
     "KeyedOptimizerWrapper",
     "OptimizerWrapper",
+    "RowWiseAdagrad",
     "WarmupOptimizer",
     "WarmupPolicy",
     "WarmupStage",
+    "apply_optimizer_in_backward",
+    "clipping",
+    "keyed",
+    "optimizers",
+    "rowwise_adagrad",
+    "warmup",
 ]
