@@ -1,0 +1,90 @@
+"""The shared shape of ratio-of-sums metrics (NE, calibration, CTR, MSE, MAE, accuracy, ...).
+
+Each batch contributes per-task float64 sums (`_batch_states`); lifetime and window values
+are formulas of those sums, so they are exact across ranks: summing the sums over ranks
+gives the sums of the pooled samples.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+
+from shardrec_metrics.rec.metrics_namespace import MetricName, MetricPrefix
+from shardrec_metrics.rec.rec_metric import (
+    MetricComputationReport,
+    RecMetricComputation,
+    RecMetricException,
+)
+
+StateGetter = Callable[[str], Tensor]
+
+
+class SumStatesComputation(RecMetricComputation):
+    """A computation whose states are (n_tasks,) float64 sums, each with a window."""
+
+    _state_names: ClassVar[tuple[str, ...]]
+    _needs_weights: ClassVar[bool] = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name in self._state_names:
+            self._add_state(
+                name,
+                torch.zeros(self._n_tasks, dtype=torch.double),
+                add_window_state=True,
+                dist_reduce_fx="sum",
+                persistent=True,
+            )
+
+    @abc.abstractmethod
+    def _batch_states(
+        self, labels: Tensor, predictions: Tensor, weights: Tensor
+    ) -> dict[str, Tensor]:
+        """Per-task sums of one batch: (n_tasks,) each, from (n_tasks, B) inputs."""
+
+    def update(
+        self,
+        *,
+        predictions: Tensor | None,
+        labels: Tensor,
+        weights: Tensor | None,
+        **kwargs: Any,
+    ) -> None:
+        if predictions is None or (weights is None and self._needs_weights):
+            raise RecMetricException(
+                f"Inputs 'predictions' and 'weights' should not be None for "
+                f"{type(self).__name__} update"
+            )
+        if weights is None:
+            weights = torch.ones_like(predictions)
+        self._add_states(self._batch_states(labels, predictions, weights), labels.shape[-1])
+
+    def _lifetime(self, name: str) -> Tensor:
+        state = getattr(self, name)
+        assert isinstance(state, Tensor)
+        return state
+
+    def _reports(
+        self, name: MetricName, formula: Callable[[StateGetter], Tensor]
+    ) -> list[MetricComputationReport]:
+        """The lifetime and window reports of `formula(state getter)`."""
+        return [
+            MetricComputationReport(
+                name=name, metric_prefix=MetricPrefix.LIFETIME, value=formula(self._lifetime)
+            ),
+            MetricComputationReport(
+                name=name, metric_prefix=MetricPrefix.WINDOW, value=formula(self.get_window_state)
+            ),
+        ]
+
+
+def ratio_or_zero(num: Tensor, denom: Tensor) -> Tensor:
+    """num / denom, 0 where denom == 0 (TorchRec's convention for rates of nothing)."""
+    return torch.where(
+        denom == 0.0, torch.zeros_like(num, dtype=torch.double), num / denom
+    ).double()

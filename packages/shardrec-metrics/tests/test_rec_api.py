@@ -1,0 +1,301 @@
+"""TorchRec's RecMetric API (shardrec_metrics.rec) against naive per-sample references."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from unittest import mock
+
+import _rec_reference as ref
+import pytest
+import torch
+
+from shardrec_metrics.rec import (
+    RecComputeMode,
+    RecMetricDef,
+    RecMetricEnum,
+    RecMetricModule,
+    RecTaskInfo,
+    ThroughputDef,
+    ThroughputMetric,
+    generate_metric_module,
+)
+from shardrec_metrics.rec.accuracy import AccuracyMetric
+from shardrec_metrics.rec.auc import AUCMetric
+from shardrec_metrics.rec.auprc import AUPRCMetric
+from shardrec_metrics.rec.calibration import CalibrationMetric
+from shardrec_metrics.rec.ctr import CTRMetric
+from shardrec_metrics.rec.mae import MAEMetric
+from shardrec_metrics.rec.metrics_config import MetricsConfig
+from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace, compose_metric_key
+from shardrec_metrics.rec.mse import MSEMetric
+from shardrec_metrics.rec.ne import NEMetric
+from shardrec_metrics.rec.precision import PrecisionMetric
+from shardrec_metrics.rec.rec_metric import RecMetric
+from shardrec_metrics.rec.recall import RecallMetric
+from shardrec_metrics.rec.weighted_avg import WeightedAvgMetric
+
+TASKS = ["t1", "t2"]
+CLASSES: dict[str, type[RecMetric]] = {
+    "ne": NEMetric,
+    "calibration": CalibrationMetric,
+    "ctr": CTRMetric,
+    "mse": MSEMetric,
+    "mae": MAEMetric,
+    "accuracy": AccuracyMetric,
+    "precision": PrecisionMetric,
+    "recall": RecallMetric,
+    "weighted_avg": WeightedAvgMetric,
+}
+Batches = dict[str, list[ref.Batch]]
+
+
+def _batches(seed: int, sizes: Sequence[int], ties: bool = False) -> Batches:
+    g = torch.Generator().manual_seed(seed)
+    out: Batches = {t: [] for t in TASKS}
+    for b in sizes:
+        for t in TASKS:
+            p = torch.rand(b, generator=g, dtype=torch.double)
+            if ties:
+                p = (p * 4).floor() / 4
+            y = torch.randint(0, 2, (b,), generator=g).double()
+            w = torch.rand(b, generator=g, dtype=torch.double)
+            out[t].append(list(zip(p.tolist(), y.tolist(), w.tolist(), strict=True)))
+    return out
+
+
+def _feed(metric: RecMetric, data: Batches, fused: bool) -> None:
+    for i in range(len(data[TASKS[0]])):
+        cols = {t: torch.tensor(data[t][i], dtype=torch.double).T for t in TASKS}
+        p = {t: c[0] for t, c in cols.items()}
+        y = {t: c[1] for t, c in cols.items()}
+        w = {t: c[2] for t, c in cols.items()}
+        if fused:
+            stack = lambda d: torch.stack([d[t] for t in TASKS])  # noqa: E731
+            metric.update(predictions=stack(p), labels=stack(y), weights=stack(w))
+        else:
+            metric.update(predictions=p, labels=y, weights=w)
+
+
+def _make(
+    cls: type[RecMetric], mode: RecComputeMode, window: int, batch: int = 4, **kw: object
+) -> RecMetric:
+    tasks = [RecTaskInfo(name=t) for t in TASKS]
+    return cls(
+        world_size=1,
+        my_rank=0,
+        batch_size=batch,
+        tasks=tasks,
+        compute_mode=mode,
+        window_size=window,
+        **kw,
+    )
+
+
+@pytest.mark.parametrize("name", sorted(CLASSES))
+@pytest.mark.parametrize("mode", list(RecComputeMode))
+def test_sum_metrics_lifetime_and_window_match_naive_loops(name: str, mode: RecComputeMode) -> None:
+    data = _batches(hash(name) % 1000, [4, 3, 4, 2, 4])
+    metric = _make(CLASSES[name], mode, window=9)
+    _feed(metric, data, fused=mode != RecComputeMode.UNFUSED_TASKS_COMPUTATION)
+    out = metric.compute()
+    local = metric.local_compute()
+    formula = ref.SUM_METRICS[name]
+    for t in TASKS:
+        lifetime = formula([s for b in data[t] for s in b])
+        window = formula([s for b in ref.window_batches(data[t], 9) for s in b])
+        assert float(out[f"{name}-{t}|lifetime_{name}"]) == pytest.approx(lifetime, rel=1e-9)
+        assert float(out[f"{name}-{t}|window_{name}"]) == pytest.approx(window, rel=1e-9)
+        assert float(local[f"{name}-{t}|local_window_{name}"]) == pytest.approx(window, rel=1e-9)
+
+
+def test_ne_logloss_and_mse_extras() -> None:
+    data = _batches(5, [4, 4])
+    ne = _make(NEMetric, RecComputeMode.UNFUSED_TASKS_COMPUTATION, 100, include_logloss=True)
+    mse = _make(MSEMetric, RecComputeMode.FUSED_TASKS_COMPUTATION, 100, include_r_squared=True)
+    _feed(ne, data, fused=False)
+    _feed(mse, data, fused=True)
+    a, b = ne.compute(), mse.compute()
+    for t in TASKS:
+        samples = [s for batch in data[t] for s in batch]
+        assert float(a[f"ne-{t}|lifetime_logloss"]) == pytest.approx(ref.logloss(samples), rel=1e-9)
+        assert float(b[f"mse-{t}|window_rmse"]) == pytest.approx(ref.rmse(samples), rel=1e-9)
+        mean = sum(w * y for _, y, w in samples) / sum(w for _, _, w in samples)
+        sst = sum(w * (y - mean) ** 2 for _, y, w in samples)
+        sse = sum(w * (y - p) ** 2 for p, y, w in samples)
+        assert float(b[f"mse-{t}|lifetime_r_squared"]) == pytest.approx(1 - sse / sst, rel=1e-9)
+
+
+@pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.parametrize(
+    "mode", [RecComputeMode.UNFUSED_TASKS_COMPUTATION, RecComputeMode.FUSED_TASKS_COMPUTATION]
+)
+def test_auc_and_auprc_over_the_sample_window(ties: bool, mode: RecComputeMode) -> None:
+    data = _batches(11, [5, 5, 5, 3], ties=ties)
+    auc = _make(AUCMetric, mode, window=12, batch=5)
+    auprc = _make(AUPRCMetric, mode, window=12, batch=5)
+    fused = mode != RecComputeMode.UNFUSED_TASKS_COMPUTATION
+    _feed(auc, data, fused)
+    _feed(auprc, data, fused)
+    a, b = auc.compute(), auprc.compute()
+    assert not any("lifetime" in k for k in [*a, *b])  # TorchRec reports window values only
+    for t in TASKS:
+        window = ref.window_samples(data[t], 12)
+        assert float(a[f"auc-{t}|window_auc"]) == pytest.approx(ref.auc(window), rel=1e-6)
+        assert float(b[f"auprc-{t}|window_auprc"]) == pytest.approx(ref.auprc(window), rel=1e-6)
+
+
+def test_auc_no_signal_is_half() -> None:
+    metric = _make(AUCMetric, RecComputeMode.UNFUSED_TASKS_COMPUTATION, 8)
+    assert float(metric.compute()["auc-t1|window_auc"]) == 0.5
+    one_class = {t: torch.ones(4, dtype=torch.double) for t in TASKS}
+    metric.update(
+        predictions={t: torch.rand(4) for t in TASKS}, labels=one_class, weights=one_class
+    )
+    assert float(metric.compute()["auc-t2|window_auc"]) == 0.5
+
+
+def test_fused_update_limit_buffers_but_gives_the_same_values() -> None:
+    data = _batches(3, [4, 4, 4, 4, 4])
+    plain = _make(NEMetric, RecComputeMode.UNFUSED_TASKS_COMPUTATION, 1000)
+    buffered = _make(NEMetric, RecComputeMode.UNFUSED_TASKS_COMPUTATION, 1000, fused_update_limit=3)
+    _feed(plain, data, fused=False)
+    _feed(buffered, data, fused=False)
+    assert {k: float(v) for k, v in plain.compute().items()} == pytest.approx(
+        {k: float(v) for k, v in buffered.compute().items()}
+    )
+
+
+def test_validate_update_masks_a_task_without_weight() -> None:
+    metric = _make(
+        CTRMetric, RecComputeMode.FUSED_TASKS_COMPUTATION, 100, should_validate_update=True
+    )
+    w = torch.stack([torch.ones(4), torch.zeros(4)])
+    metric.update(predictions=torch.rand(2, 4), labels=torch.ones(2, 4), weights=w)
+    out = metric.compute()
+    assert float(out["ctr-t1|lifetime_ctr"]) == 1.0 and float(out["ctr-t2|lifetime_ctr"]) == 0.0
+
+
+def test_reset_forgets_everything_and_keys_follow_torchrec() -> None:
+    metric = _make(NEMetric, RecComputeMode.UNFUSED_TASKS_COMPUTATION, 100)
+    _feed(metric, _batches(1, [4]), fused=False)
+    metric.reset()
+    assert all(math.isnan(float(v)) for v in metric.compute().values())
+    assert compose_metric_key(MetricNamespace.NE, "DefaultTask", MetricName.NE, "lifetime_") == (
+        "ne-DefaultTask|lifetime_ne"
+    )
+    assert f"{MetricNamespace.AUC}" == "auc" and str(MetricName.LOG_LOSS) == "logloss"
+
+
+def test_bad_arguments_name_the_problem() -> None:
+    tasks = [RecTaskInfo()]
+    with pytest.raises(ValueError, match="Local window size"):
+        NEMetric(world_size=2, my_rank=0, batch_size=64, tasks=tasks, window_size=100)
+    with pytest.raises(ValueError, match="fused update"):
+        NEMetric(
+            world_size=1,
+            my_rank=0,
+            batch_size=4,
+            tasks=tasks,
+            window_size=100,
+            compute_mode=RecComputeMode.FUSED_TASKS_COMPUTATION,
+            fused_update_limit=2,
+        )
+    with pytest.raises(TypeError, match="unexpected"):
+        NEMetric(world_size=1, my_rank=0, batch_size=4, tasks=tasks, window_size=100, bogus=1)
+    with pytest.raises(ValueError, match="my_rank"):
+        NEMetric(world_size=2, my_rank=2, batch_size=4, tasks=tasks, window_size=100)
+    with pytest.raises(ValueError, match="threshold"):
+        AccuracyMetric(
+            world_size=1, my_rank=0, batch_size=4, tasks=tasks, window_size=100, threshold=2.0
+        )
+    metric = NEMetric(world_size=1, my_rank=0, batch_size=4, tasks=tasks, window_size=100)
+    with pytest.raises(ValueError, match="same samples"):
+        metric.update(
+            predictions={"DefaultTask": torch.rand(4)},
+            labels={"DefaultTask": torch.ones(3)},
+            weights=None,
+        )
+    fused = NEMetric(
+        world_size=1,
+        my_rank=0,
+        batch_size=4,
+        tasks=tasks,
+        window_size=100,
+        compute_mode=RecComputeMode.FUSED_TASKS_COMPUTATION,
+    )
+    with pytest.raises(ValueError, match="DefaultTask"):
+        fused.update(
+            predictions={"other": torch.rand(4)}, labels={"other": torch.ones(4)}, weights=None
+        )
+
+
+def test_throughput_against_hand_computed_rates() -> None:
+    times = iter([0.0, 1.0, 2.0, 4.0, 5.0, 9.0])
+    with mock.patch(
+        "shardrec_metrics.rec.throughput.time.monotonic", side_effect=lambda: next(times)
+    ):
+        tp = ThroughputMetric(batch_size=8, world_size=2, window_seconds=5, warmup_steps=2)
+        for _ in range(6):
+            tp.update()
+    out = tp.compute()
+    assert int(out["throughput-throughput|total_examples"]) == 96
+    # after warmup (ends at t=1): 4 steps of 16 examples in 8 s; window: lapses 1+4 = 5 s
+    assert float(out["throughput-throughput|lifetime_throughput"]) == pytest.approx(64 / 8)
+    assert float(out["throughput-throughput|window_throughput"]) == pytest.approx(2 * 16 / 5)
+    with pytest.raises(ValueError, match="window_seconds"):
+        ThroughputMetric(batch_size=1, world_size=1, window_seconds=0)
+
+
+def test_generate_metric_module_from_a_config() -> None:
+    tasks = [
+        RecTaskInfo(name="click"),
+        RecTaskInfo(name="like", label_name="l2", prediction_name="p2", weight_name="w2"),
+    ]
+    config = MetricsConfig(
+        rec_tasks=tasks,
+        rec_metrics={
+            RecMetricEnum.NE: RecMetricDef(rec_task_indices=[0, 1], window_size=40),
+            RecMetricEnum.AUC: RecMetricDef(rec_tasks=[tasks[1]], window_size=40),
+        },
+        throughput_metric=ThroughputDef(window_size=10, warmup_steps=1),
+        compute_interval_steps=2,
+    )
+    module = generate_metric_module(
+        RecMetricModule,
+        config,
+        batch_size=4,
+        world_size=1,
+        my_rank=0,
+        state_metrics_mapping={},
+        device="cpu",
+    )
+    data = _batches(9, [4, 4])
+    for i in range(2):
+        cols = {t: torch.tensor(data[t][i], dtype=torch.double).T for t in TASKS}
+        module.update(
+            {
+                "label": cols["t1"][1],
+                "prediction": cols["t1"][0],
+                "weight": cols["t1"][2],
+                "l2": cols["t2"][1],
+                "p2": cols["t2"][0],
+                "w2": cols["t2"][2],
+            }
+        )
+    assert module.should_compute()
+    out = module.compute()
+    click = [s for b in data["t1"] for s in b]
+    like = [s for b in data["t2"] for s in b]
+    assert float(out["ne-click|lifetime_ne"]) == pytest.approx(ref.ne(click), rel=1e-9)
+    assert float(out["auc-like|window_auc"]) == pytest.approx(ref.auc(like), rel=1e-6)
+    assert int(out["throughput-throughput|total_examples"]) == 8
+    with pytest.raises(ValueError, match="out of range"):
+        MetricsConfig(
+            rec_tasks=tasks, rec_metrics={RecMetricEnum.NE: RecMetricDef(rec_task_indices=[2])}
+        )
+    bad = MetricsConfig(
+        rec_tasks=tasks, rec_metrics={RecMetricEnum.NDCG: RecMetricDef(rec_tasks=tasks)}
+    )
+    with pytest.raises(ValueError, match="not implemented"):
+        generate_metric_module(RecMetricModule, bad, 4, 1, 0, {}, "cpu")
