@@ -129,6 +129,18 @@ def auprc(samples: Sequence[Sample]) -> float:
     return area
 
 
+def sum_weights(samples: Sequence[Sample]) -> float:
+    return sum(w for _, _, w in samples)
+
+
+def num_positive_samples(samples: Sequence[Sample]) -> float:
+    return sum(w * y for _, y, w in samples)
+
+
+def weighted_sum_predictions(samples: Sequence[Sample]) -> float:
+    return sum(w * p for p, _, w in samples)
+
+
 SUM_METRICS: dict[str, Callable[[Sequence[Sample]], float]] = {
     "ne": ne,
     "calibration": calibration,
@@ -139,4 +151,7 @@ SUM_METRICS: dict[str, Callable[[Sequence[Sample]], float]] = {
     "precision": precision,
     "recall": recall,
     "weighted_avg": weighted_avg,
+    "sum_weights": sum_weights,
+    "num_positive_samples": num_positive_samples,
+    "weighted_sum_predictions": weighted_sum_predictions,
 }

@@ -30,10 +30,14 @@ from shardrec_metrics.rec.metrics_config import MetricsConfig
 from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace, compose_metric_key
 from shardrec_metrics.rec.mse import MSEMetric
 from shardrec_metrics.rec.ne import NEMetric
+from shardrec_metrics.rec.num_missing_labels import NumMissingLabelsMetric
+from shardrec_metrics.rec.num_positive_samples import NumPositiveSamplesMetric
 from shardrec_metrics.rec.precision import PrecisionMetric
 from shardrec_metrics.rec.rec_metric import RecMetric
 from shardrec_metrics.rec.recall import RecallMetric
+from shardrec_metrics.rec.sum_weights import SumWeightsMetric
 from shardrec_metrics.rec.weighted_avg import WeightedAvgMetric
+from shardrec_metrics.rec.weighted_sum_predictions import WeightedSumPredictionsMetric
 
 TASKS = ["t1", "t2"]
 CLASSES: dict[str, type[RecMetric]] = {
@@ -46,6 +50,9 @@ CLASSES: dict[str, type[RecMetric]] = {
     "precision": PrecisionMetric,
     "recall": RecallMetric,
     "weighted_avg": WeightedAvgMetric,
+    "sum_weights": SumWeightsMetric,
+    "num_positive_samples": NumPositiveSamplesMetric,
+    "weighted_sum_predictions": WeightedSumPredictionsMetric,
 }
 Batches = dict[str, list[ref.Batch]]
 
@@ -299,3 +306,13 @@ def test_generate_metric_module_from_a_config() -> None:
     )
     with pytest.raises(ValueError, match="not implemented"):
         generate_metric_module(RecMetricModule, bad, 4, 1, 0, {}, "cpu")
+
+
+def test_missing_labels_counts_nan_label_weight() -> None:
+    metric = _make(NumMissingLabelsMetric, RecComputeMode.FUSED_TASKS_COMPUTATION, 100)
+    labels = torch.tensor([[1.0, math.nan, 0.0, math.nan], [math.nan, 1.0, 1.0, 0.0]])
+    weights = torch.tensor([[1.0, 2.0, 3.0, 4.0], [0.5, 1.0, 1.0, 1.0]])
+    metric.update(predictions=torch.rand(2, 4), labels=labels, weights=weights)
+    out = metric.compute()
+    assert float(out["num_missing_labels-t1|lifetime_num_missing_labels"]) == 6.0
+    assert float(out["num_missing_labels-t2|window_num_missing_labels"]) == 0.5

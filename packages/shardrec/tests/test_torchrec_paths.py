@@ -37,6 +37,10 @@ METRIC_MODULES = [
     "recall",
     "throughput",
     "weighted_avg",
+    "sum_weights",
+    "num_positive_samples",
+    "num_missing_labels",
+    "weighted_sum_predictions",
 ]
 
 

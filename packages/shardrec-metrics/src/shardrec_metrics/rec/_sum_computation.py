@@ -88,3 +88,13 @@ def ratio_or_zero(num: Tensor, denom: Tensor) -> Tensor:
     return torch.where(
         denom == 0.0, torch.zeros_like(num, dtype=torch.double), num / denom
     ).double()
+
+
+class SingleSumComputation(SumStatesComputation):
+    """A metric that reports one weighted sum as is (sum of weights, of positives, ...)."""
+
+    _needs_weights = False
+    _metric_name: ClassVar[MetricName]
+
+    def _compute(self) -> list[MetricComputationReport]:
+        return self._reports(self._metric_name, lambda get: get(self._state_names[0]))

@@ -43,11 +43,15 @@ from shardrec_metrics.rec.metrics_namespace import (
 from shardrec_metrics.rec.model_utils import parse_task_model_outputs
 from shardrec_metrics.rec.mse import MSEMetric
 from shardrec_metrics.rec.ne import NEMetric
+from shardrec_metrics.rec.num_missing_labels import NumMissingLabelsMetric
+from shardrec_metrics.rec.num_positive_samples import NumPositiveSamplesMetric
 from shardrec_metrics.rec.precision import PrecisionMetric
 from shardrec_metrics.rec.rec_metric import RecMetric, RecMetricList
 from shardrec_metrics.rec.recall import RecallMetric
+from shardrec_metrics.rec.sum_weights import SumWeightsMetric
 from shardrec_metrics.rec.throughput import ThroughputMetric
 from shardrec_metrics.rec.weighted_avg import WeightedAvgMetric
+from shardrec_metrics.rec.weighted_sum_predictions import WeightedSumPredictionsMetric
 
 __all__ = [
     "REC_METRICS_MAPPING",
@@ -74,6 +78,10 @@ REC_METRICS_MAPPING: dict[RecMetricEnumBase, type[RecMetric]] = {
     RecMetricEnum.ACCURACY: AccuracyMetric,
     RecMetricEnum.PRECISION: PrecisionMetric,
     RecMetricEnum.RECALL: RecallMetric,
+    RecMetricEnum.SUM_WEIGHTS: SumWeightsMetric,
+    RecMetricEnum.NUM_POSITIVE_SAMPLES: NumPositiveSamplesMetric,
+    RecMetricEnum.NUM_MISSING_LABELS: NumMissingLabelsMetric,
+    RecMetricEnum.WEIGHTED_SUM_PREDICTIONS: WeightedSumPredictionsMetric,
 }
 """The metrics shardrec implements (docs/porting.md lists TorchRec's others and why not)."""
 
