@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from shardrec_metrics.rec import (
+    BatchSizeStage,
     RecComputeMode,
     RecMetricDef,
     RecMetricEnum,
@@ -316,3 +317,35 @@ def test_missing_labels_counts_nan_label_weight() -> None:
     out = metric.compute()
     assert float(out["num_missing_labels-t1|lifetime_num_missing_labels"]) == 6.0
     assert float(out["num_missing_labels-t2|window_num_missing_labels"]) == 0.5
+
+
+def test_throughput_batch_size_stages_and_their_checkpoint() -> None:
+    stages = [BatchSizeStage(256, 1), BatchSizeStage(512, None)]
+    tp = ThroughputMetric(batch_size=32, world_size=2, window_seconds=100, batch_size_stages=stages)
+    tp.update()
+    assert int(tp.compute()["throughput-throughput|batch_size"]) == 256
+    tp.update()
+    out = tp.compute()
+    assert int(out["throughput-throughput|batch_size"]) == 512
+    assert int(out["throughput-throughput|total_examples"]) == (256 + 512) * 2
+    state = tp.state_dict()
+    assert int(state["num_batch"]) == 2
+    fresh = ThroughputMetric(
+        batch_size=32, world_size=2, window_seconds=100, batch_size_stages=stages
+    )
+    fresh.load_state_dict(state)
+    assert fresh._num_batch == 2
+    plain = ThroughputMetric(batch_size=32, world_size=2, window_seconds=100)
+    plain.load_state_dict(state)  # a checkpoint with stages loads into a metric without them
+    assert not hasattr(plain, "_num_batch") and "num_batch" not in plain.state_dict()
+    with pytest.raises(ValueError, match="max_iters"):
+        generate_metric_module(
+            RecMetricModule,
+            MetricsConfig(),
+            4,
+            1,
+            0,
+            {},
+            "cpu",
+            batch_size_stages=[BatchSizeStage(4, 1), BatchSizeStage(8, 2)],
+        )

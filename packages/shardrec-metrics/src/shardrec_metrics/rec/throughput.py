@@ -66,7 +66,12 @@ class ThroughputMetric(nn.Module):
         self._window_seconds = min(window_seconds, MAX_WINDOW_TS)
         self._warmup_steps = warmup_steps
         self._batch_size_stages = copy.deepcopy(batch_size_stages)
-        self._num_batch = 0
+        if self._batch_size_stages is not None:
+            # the iteration count picks the stage; checkpointed as `num_batch` (hooks below)
+            self._num_batch = 0
+        # torch leaves both registration methods unannotated
+        self._register_load_state_dict_pre_hook(self.load_state_dict_hook)  # type: ignore[no-untyped-call]
+        self.register_state_dict_post_hook(self.state_dict_hook)  # type: ignore[no-untyped-call]
         self.total_examples: Tensor
         self.warmup_examples: Tensor
         self.time_lapse_after_warmup: Tensor
@@ -97,7 +102,31 @@ class ThroughputMetric(nn.Module):
         self._batch_size_key = _key(MetricName.BATCH_SIZE)
 
     def set_num_batch(self, num_batch: int) -> None:
-        self._num_batch = num_batch
+        if self._batch_size_stages is not None:
+            self._num_batch = num_batch
+
+    @staticmethod
+    def state_dict_hook(
+        module: nn.Module, state_dict: dict[str, Tensor], prefix: str, local_metadata: object
+    ) -> None:
+        """Adds `<prefix>num_batch` when the module follows batch size stages."""
+        if getattr(module, "_batch_size_stages", None) is not None:
+            state_dict[f"{prefix}num_batch"] = torch.tensor(module._num_batch, dtype=torch.long)
+
+    def load_state_dict_hook(
+        self,
+        state_dict: dict[str, Tensor],
+        prefix: str,
+        local_metadata: object,
+        strict: bool,
+        missing_keys: list[str],
+        unexpected_keys: list[str],
+        error_msgs: list[str],
+    ) -> None:
+        """Restores the iteration count saved by `state_dict_hook` (ignored without stages)."""
+        saved = state_dict.pop(f"{prefix}num_batch", None)
+        if saved is not None and self._batch_size_stages is not None:
+            self._num_batch = int(saved.item())
 
     def _get_batch_size(self) -> int:
         if not self._batch_size_stages:
@@ -114,7 +143,8 @@ class ThroughputMetric(nn.Module):
         """One trained step on every rank, ending now."""
         now = time.monotonic()
         self._steps += 1
-        self._num_batch += 1
+        if self._batch_size_stages is not None:
+            self._num_batch += 1
         examples = self._batch_examples()
         self.total_examples += examples
         self.attempt_examples += examples
