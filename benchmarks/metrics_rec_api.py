@@ -4,7 +4,7 @@ One process, T tasks, N samples in batches of B, window W (global). For each met
 mode it prints the largest absolute difference over every key of `compute()` and
 `local_compute()`, and the median time of feeding all batches plus one compute. TorchRec is
 imported only here (never by the packages); without it only our times are printed.
-`--quick` runs a small shape once.
+`--quick` runs a small shape once; `--threads 1` pins torch to one intra-op thread.
 """
 
 from __future__ import annotations
@@ -96,7 +96,10 @@ def _median_s(fn: Callable[[], object], repeats: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--threads", type=int, default=0, help="intra-op threads (0: torch's)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     n, b, tasks, window, repeats = (
         (2_000, 100, 2, 1_000, 1) if args.quick else (200_000, 1_000, 3, 50_000, 5)
     )

@@ -37,6 +37,7 @@ from shardrec_metrics.rec.precision import PrecisionMetric
 from shardrec_metrics.rec.rec_metric import RecMetric
 from shardrec_metrics.rec.recall import RecallMetric
 from shardrec_metrics.rec.sum_weights import SumWeightsMetric
+from shardrec_metrics.rec.unweighted_ne import UnweightedNEMetric
 from shardrec_metrics.rec.weighted_avg import WeightedAvgMetric
 from shardrec_metrics.rec.weighted_sum_predictions import WeightedSumPredictionsMetric
 
@@ -348,4 +349,20 @@ def test_throughput_batch_size_stages_and_their_checkpoint() -> None:
             {},
             "cpu",
             batch_size_stages=[BatchSizeStage(4, 1), BatchSizeStage(8, 2)],
+        )
+
+
+def test_unweighted_ne_ignores_weights() -> None:
+    data = _batches(21, [4, 4, 4])
+    metric = _make(UnweightedNEMetric, RecComputeMode.UNFUSED_TASKS_COMPUTATION, 8)
+    _feed(metric, data, fused=False)
+    out = metric.compute()
+    for t in TASKS:
+        unit = [[(p, y, 1.0) for p, y, _ in b] for b in data[t]]
+        window = [s for b in ref.window_batches(unit, 8) for s in b]
+        assert float(out[f"unweighted_ne-{t}|lifetime_unweighted_ne"]) == pytest.approx(
+            ref.ne([s for b in unit for s in b]), rel=1e-9
+        )
+        assert float(out[f"unweighted_ne-{t}|window_unweighted_ne"]) == pytest.approx(
+            ref.ne(window), rel=1e-9
         )

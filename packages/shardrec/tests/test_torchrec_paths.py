@@ -41,6 +41,7 @@ METRIC_MODULES = [
     "num_positive_samples",
     "num_missing_labels",
     "weighted_sum_predictions",
+    "unweighted_ne",
 ]
 
 

@@ -50,6 +50,7 @@ from shardrec_metrics.rec.rec_metric import RecMetric, RecMetricList
 from shardrec_metrics.rec.recall import RecallMetric
 from shardrec_metrics.rec.sum_weights import SumWeightsMetric
 from shardrec_metrics.rec.throughput import ThroughputMetric
+from shardrec_metrics.rec.unweighted_ne import UnweightedNEMetric
 from shardrec_metrics.rec.weighted_avg import WeightedAvgMetric
 from shardrec_metrics.rec.weighted_sum_predictions import WeightedSumPredictionsMetric
 
@@ -79,6 +80,7 @@ REC_METRICS_MAPPING: dict[RecMetricEnumBase, type[RecMetric]] = {
     RecMetricEnum.PRECISION: PrecisionMetric,
     RecMetricEnum.RECALL: RecallMetric,
     RecMetricEnum.SUM_WEIGHTS: SumWeightsMetric,
+    RecMetricEnum.UNWEIGHTED_NE: UnweightedNEMetric,
     RecMetricEnum.NUM_POSITIVE_SAMPLES: NumPositiveSamplesMetric,
     RecMetricEnum.NUM_MISSING_LABELS: NumMissingLabelsMetric,
     RecMetricEnum.WEIGHTED_SUM_PREDICTIONS: WeightedSumPredictionsMetric,

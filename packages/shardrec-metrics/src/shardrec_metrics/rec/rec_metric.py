@@ -218,7 +218,6 @@ class RecMetric(nn.Module, abc.ABC):
             else self._stack(weights, "weights").reshape(n, -1)
         )
         _check_shapes("all tasks", pred, lab, w)
-        pred, lab, w = _dense(pred, lab, w)
         computation = self._computations()[0]
         if self._should_validate_update:
             valid = torch.count_nonzero(w, dim=-1) > 0
@@ -258,7 +257,6 @@ class RecMetric(nn.Module, abc.ABC):
                 else cast(dict[str, Tensor], weights)[task.name].reshape(1, -1)
             )
             _check_shapes(f"task {task.name!r}", pred, lab, w)
-            pred, lab, w = _dense(pred, lab, w)
             if self._should_validate_update:
                 valid = torch.count_nonzero(w, dim=-1) > 0
                 if not bool(valid[0]):
@@ -340,12 +338,6 @@ class RecMetric(nn.Module, abc.ABC):
                 for t in window.buffers:
                     out[t] = t.numel() * t.element_size()
         return out
-
-
-def _dense(*tensors: Tensor) -> tuple[Tensor, ...]:
-    # Row slices of a wider (n_tasks, N) tensor are strided; elementwise math on them measured
-    # 150x slower than on a contiguous copy (6 ms vs 0.04 ms for 3 x 1000 float64 on CPU).
-    return tuple(t.contiguous() for t in tensors)
 
 
 def _check_shapes(where: str, pred: Tensor, lab: Tensor, w: Tensor) -> None:
