@@ -24,6 +24,7 @@ from shardrec_metrics.rec import (
 from shardrec_metrics.rec.accuracy import AccuracyMetric
 from shardrec_metrics.rec.auc import AUCMetric
 from shardrec_metrics.rec.auprc import AUPRCMetric
+from shardrec_metrics.rec.average import AverageMetric
 from shardrec_metrics.rec.calibration import CalibrationMetric
 from shardrec_metrics.rec.ctr import CTRMetric
 from shardrec_metrics.rec.mae import MAEMetric
@@ -31,6 +32,7 @@ from shardrec_metrics.rec.metrics_config import MetricsConfig
 from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace, compose_metric_key
 from shardrec_metrics.rec.mse import MSEMetric
 from shardrec_metrics.rec.ne import NEMetric
+from shardrec_metrics.rec.nmse import NMSEMetric
 from shardrec_metrics.rec.num_missing_labels import NumMissingLabelsMetric
 from shardrec_metrics.rec.num_positive_samples import NumPositiveSamplesMetric
 from shardrec_metrics.rec.precision import PrecisionMetric
@@ -365,4 +367,28 @@ def test_unweighted_ne_ignores_weights() -> None:
         )
         assert float(out[f"unweighted_ne-{t}|window_unweighted_ne"]) == pytest.approx(
             ref.ne(window), rel=1e-9
+        )
+
+
+def test_nmse_and_averages_match_naive_loops() -> None:
+    data = _batches(33, [4, 4, 4])
+    nmse = _make(NMSEMetric, RecComputeMode.FUSED_TASKS_COMPUTATION, 8)
+    avg = _make(AverageMetric, RecComputeMode.UNFUSED_TASKS_COMPUTATION, 8)
+    _feed(nmse, data, fused=True)
+    _feed(avg, data, fused=False)
+    a, b = nmse.compute(), avg.compute()
+    for t in TASKS:
+        window = [s for batch in ref.window_batches(data[t], 8) for s in batch]
+        baseline = ref.mse([(1.0, y, w) for _, y, w in window])
+        assert float(a[f"nmse-{t}|window_nmse"]) == pytest.approx(ref.mse(window) / baseline)
+        assert float(a[f"nmse-{t}|window_nrmse"]) == pytest.approx(
+            math.sqrt(ref.mse(window)) / math.sqrt(baseline)
+        )
+        everything = [s for batch in data[t] for s in batch]
+        total = sum(w for _, _, w in everything)
+        assert float(b[f"average-{t}|lifetime_label_average"]) == pytest.approx(
+            sum(w * y for _, y, w in everything) / total
+        )
+        assert float(b[f"average-{t}|window_prediction_average"]) == pytest.approx(
+            ref.weighted_avg(window)
         )

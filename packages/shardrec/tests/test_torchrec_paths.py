@@ -42,6 +42,8 @@ METRIC_MODULES = [
     "num_missing_labels",
     "weighted_sum_predictions",
     "unweighted_ne",
+    "nmse",
+    "average",
 ]
 
 

@@ -23,6 +23,7 @@ from shardrec_collectives import ShardingEnv, all_gather_object
 from shardrec_metrics.rec.accuracy import AccuracyMetric
 from shardrec_metrics.rec.auc import AUCMetric
 from shardrec_metrics.rec.auprc import AUPRCMetric
+from shardrec_metrics.rec.average import AverageMetric
 from shardrec_metrics.rec.calibration import CalibrationMetric
 from shardrec_metrics.rec.ctr import CTRMetric
 from shardrec_metrics.rec.mae import MAEMetric
@@ -43,6 +44,7 @@ from shardrec_metrics.rec.metrics_namespace import (
 from shardrec_metrics.rec.model_utils import parse_task_model_outputs
 from shardrec_metrics.rec.mse import MSEMetric
 from shardrec_metrics.rec.ne import NEMetric
+from shardrec_metrics.rec.nmse import NMSEMetric
 from shardrec_metrics.rec.num_missing_labels import NumMissingLabelsMetric
 from shardrec_metrics.rec.num_positive_samples import NumPositiveSamplesMetric
 from shardrec_metrics.rec.precision import PrecisionMetric
@@ -81,6 +83,8 @@ REC_METRICS_MAPPING: dict[RecMetricEnumBase, type[RecMetric]] = {
     RecMetricEnum.RECALL: RecallMetric,
     RecMetricEnum.SUM_WEIGHTS: SumWeightsMetric,
     RecMetricEnum.UNWEIGHTED_NE: UnweightedNEMetric,
+    RecMetricEnum.NMSE: NMSEMetric,
+    RecMetricEnum.AVERAGE: AverageMetric,
     RecMetricEnum.NUM_POSITIVE_SAMPLES: NumPositiveSamplesMetric,
     RecMetricEnum.NUM_MISSING_LABELS: NumMissingLabelsMetric,
     RecMetricEnum.WEIGHTED_SUM_PREDICTIONS: WeightedSumPredictionsMetric,
