@@ -60,10 +60,17 @@ class SampleWindowComputation(RecMetricComputation, abc.ABC):
         for name, value in new.items():
             chunks: list[Tensor] = getattr(self, name)
             chunks.append(value.detach())
-        held = sum(c.shape[-1] for c in getattr(self, PREDICTIONS))
-        if held > self._window_size:
+        chunks = getattr(self, PREDICTIONS)
+        excess = sum(c.shape[-1] for c in chunks) - self._window_size
+        # drop whole old batches, then cut the oldest kept one: no copy of the window
+        while excess > 0 and chunks[0].shape[-1] <= excess:
+            excess -= chunks[0].shape[-1]
             for name in _SAMPLE_STATES:
-                setattr(self, name, [self._samples(name)[:, held - self._window_size :]])
+                getattr(self, name).pop(0)
+        if excess > 0:
+            for name in _SAMPLE_STATES:
+                kept: list[Tensor] = getattr(self, name)
+                kept[0] = kept[0][:, excess:]
 
     def per_task(self, fn: PerTask) -> Tensor:
         """(n_tasks,) values of `fn(predictions, labels, weights)` over each task's samples."""
