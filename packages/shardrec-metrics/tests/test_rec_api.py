@@ -32,6 +32,7 @@ from shardrec_metrics.rec.metrics_config import MetricsConfig
 from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace, compose_metric_key
 from shardrec_metrics.rec.mse import MSEMetric
 from shardrec_metrics.rec.ne import NEMetric
+from shardrec_metrics.rec.ne_positive import NEPositiveMetric
 from shardrec_metrics.rec.nmse import NMSEMetric
 from shardrec_metrics.rec.num_missing_labels import NumMissingLabelsMetric
 from shardrec_metrics.rec.num_positive_samples import NumPositiveSamplesMetric
@@ -392,3 +393,17 @@ def test_nmse_and_averages_match_naive_loops() -> None:
         assert float(b[f"average-{t}|window_prediction_average"]) == pytest.approx(
             ref.weighted_avg(window)
         )
+
+
+def test_ne_positive_matches_a_naive_loop() -> None:
+    data = _batches(44, [4, 4])
+    metric = _make(NEPositiveMetric, RecComputeMode.FUSED_TASKS_COMPUTATION, 100)
+    _feed(metric, data, fused=True)
+    out = metric.compute()
+    for t in TASKS:
+        s = [x for b in data[t] for x in b]
+        ce_pos = sum(-w * y * math.log2(min(max(p, 1e-12), 1 - 1e-12)) for p, y, w in s)
+        full_ce = sum(-w * (y * math.log2(p) + (1 - y) * math.log2(1 - p)) for p, y, w in s)
+        # NE+ / NE = positive cross entropy / full cross entropy (same normalizer)
+        expected = ref.ne(s) * ce_pos / full_ce
+        assert float(out[f"ne_positive-{t}|lifetime_ne_positive"]) == pytest.approx(expected)

@@ -44,6 +44,7 @@ METRIC_MODULES = [
     "unweighted_ne",
     "nmse",
     "average",
+    "ne_positive",
 ]
 
 
