@@ -407,3 +407,30 @@ def test_ne_positive_matches_a_naive_loop() -> None:
         # NE+ / NE = positive cross entropy / full cross entropy (same normalizer)
         expected = ref.ne(s) * ce_pos / full_ce
         assert float(out[f"ne_positive-{t}|lifetime_ne_positive"]) == pytest.approx(expected)
+
+
+def test_parse_task_model_outputs() -> None:
+    from shardrec_metrics.rec.model_utils import parse_task_model_outputs
+
+    tasks = [
+        RecTaskInfo(name="a"),
+        RecTaskInfo(name="b", label_name="lb", prediction_name="", weight_name=""),
+    ]
+    out = {
+        "label": torch.ones(3, 1),
+        "prediction": torch.rand(3, 1),
+        "weight": torch.ones(3),
+        "lb": torch.zeros(3),
+    }
+    labels, preds, weights, required = parse_task_model_outputs(tasks, out, ["extra"])
+    assert (
+        labels["a"].shape == (3,)
+        and preds["a"].shape == (3,)
+        and "b" in labels
+        and "b" not in preds
+    )
+    assert required == {}
+    with pytest.raises(ValueError, match="Prediction name prediction not found"):
+        parse_task_model_outputs(tasks[:1], {"label": torch.ones(3)})
+    with pytest.raises(ValueError, match="same number of elements"):
+        parse_task_model_outputs(tasks[:1], {**out, "weight": torch.ones(4)})

@@ -17,21 +17,17 @@ __all__ = [
 ]
 
 
-def is_empty_signals(labels: Tensor, predictions: Tensor, weights: Tensor | None) -> bool:
+def is_empty_signals(labels: Tensor, predictions: Tensor, weights: Tensor) -> bool:
     """True when the batch holds no sample."""
-    return (
-        labels.numel() == 0
-        and predictions.numel() == 0
-        and (weights is None or weights.numel() == 0)
-    )
+    return labels.numel() == 0 and predictions.numel() == 0 and weights.numel() == 0
 
 
-def _get(model_out: Mapping[str, Tensor], key: str, task: str, what: str) -> Tensor:
+def _get(model_out: Mapping[str, Tensor], key: str, what: str) -> Tensor:
     if key not in model_out:
-        raise KeyError(
-            f"task {task!r}: the model output has no {what} {key!r}; keys are {sorted(model_out)}"
+        raise ValueError(
+            f"{what} name {key} not found in model output; its keys are {sorted(model_out)}"
         )
-    return model_out[key]
+    return model_out[key].squeeze()
 
 
 def parse_model_outputs(
@@ -39,46 +35,70 @@ def parse_model_outputs(
     prediction_name: str,
     weight_name: str,
     model_out: Mapping[str, Tensor],
-    weighted: bool = True,
-) -> tuple[Tensor, Tensor, Tensor | None]:
-    """(labels, predictions, weights) of one task, each flattened to (B,) where 2-d with one
-    column. Weights are ones when `weighted` is False."""
-    labels = _get(model_out, label_name, prediction_name, "label").squeeze()
-    predictions = _get(model_out, prediction_name, prediction_name, "prediction").squeeze()
-    if not weighted:
-        return labels, predictions, torch.ones_like(labels, dtype=predictions.dtype)
-    weights = _get(model_out, weight_name, prediction_name, "weight").squeeze()
-    if predictions.dim() == 0:  # a batch of one squeezes to a scalar
-        labels, predictions, weights = labels.reshape(1), predictions.reshape(1), weights.reshape(1)
+) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """(labels, predictions, weights) of one task, squeezed to (B,) (a batch of one stays (1,)).
+
+    An empty `prediction_name` (a label-only task) gives `(labels, None, None)`. Labels,
+    predictions and weights must hold the same number of samples.
+    """
+    labels = _get(model_out, label_name, "Label")
+    if not prediction_name:
+        if weight_name:
+            raise ValueError(f"weight name {weight_name!r} given without a prediction name")
+        return labels, None, None
+    predictions = _get(model_out, prediction_name, "Prediction")
+    weights = _get(model_out, weight_name, "Weight")
+    if not is_empty_signals(labels, predictions, weights):
+        per_sample = predictions.numel() // (
+            predictions.shape[-1] if predictions.dim() > labels.dim() else 1
+        )
+        if not labels.numel() == per_sample == weights.numel() and labels.dim() != 2:
+            raise ValueError(
+                f"Expect the same number of elements in labels, predictions, and weights. "
+                f"Instead got {labels.numel()}, {predictions.numel()}, {weights.numel()}"
+            )
+        if labels.dim() == 0:
+            labels, predictions, weights = (
+                labels.reshape(1),
+                predictions.reshape(1),
+                weights.reshape(1),
+            )
     return labels, predictions, weights
 
 
 def parse_required_inputs(
-    model_out: Mapping[str, Tensor], required_inputs_name: Iterable[str] | None
+    model_out: Mapping[str, Tensor],
+    required_inputs_name: Iterable[str] | None,
+    ndcg_transform_input: bool = False,
+    device: torch.device | None = None,
 ) -> dict[str, Tensor]:
-    """The extra model outputs some metrics need (e.g. grouping keys), flattened."""
-    return {
-        name: model_out[name].squeeze() for name in required_inputs_name or () if name in model_out
-    }
+    """The extra model outputs some metrics need (e.g. a task's `tensor_name`), squeezed."""
+    out: dict[str, Tensor] = {}
+    for name in required_inputs_name or ():
+        if name in model_out:
+            value = model_out[name].squeeze()
+            out[name] = value if device is None else value.to(device)
+    return out
 
 
 def parse_task_model_outputs(
     tasks: list[RecTaskInfo],
     model_out: Mapping[str, Tensor],
-    required_inputs_name: Iterable[str] | None = None,
+    required_inputs_list: Iterable[str] | None = None,
 ) -> tuple[dict[str, Tensor], dict[str, Tensor], dict[str, Tensor], dict[str, Tensor]]:
-    """`({task: labels}, {task: predictions}, {task: weights}, required inputs)`; tasks whose
-    batch is empty are left out."""
+    """`({task: labels}, {task: predictions}, {task: weights}, required inputs)`; a task whose
+    batch is empty is left out."""
     labels: dict[str, Tensor] = {}
     predictions: dict[str, Tensor] = {}
     weights: dict[str, Tensor] = {}
     for task in tasks:
         lab, pred, w = parse_model_outputs(
-            task.label_name, task.prediction_name, task.weight_name, model_out, task.weighted
+            task.label_name, task.prediction_name, task.weight_name, model_out
         )
-        if pred.numel() == 0:
+        if pred is None or w is None:
+            if lab.numel():
+                labels[task.name] = lab
             continue
-        labels[task.name], predictions[task.name] = lab, pred
-        if w is not None:
-            weights[task.name] = w
-    return labels, predictions, weights, parse_required_inputs(model_out, required_inputs_name)
+        if not is_empty_signals(lab, pred, w):
+            labels[task.name], predictions[task.name], weights[task.name] = lab, pred, w
+    return labels, predictions, weights, parse_required_inputs(model_out, required_inputs_list)
