@@ -428,6 +428,7 @@ def test_parse_task_model_outputs() -> None:
         and preds["a"].shape == (3,)
         and "b" in labels
         and "b" not in preds
+        and weights["a"].shape == (3,)
     )
     assert required == {}
     with pytest.raises(ValueError, match="Prediction name prediction not found"):
