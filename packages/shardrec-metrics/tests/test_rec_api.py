@@ -435,3 +435,38 @@ def test_parse_task_model_outputs() -> None:
         parse_task_model_outputs(tasks[:1], {"label": torch.ones(3)})
     with pytest.raises(ValueError, match="same number of elements"):
         parse_task_model_outputs(tasks[:1], {**out, "weight": torch.ones(4)})
+
+
+@pytest.mark.parametrize(
+    "mode", [RecComputeMode.UNFUSED_TASKS_COMPUTATION, RecComputeMode.FUSED_TASKS_COMPUTATION]
+)
+def test_tensor_weighted_avg_of_a_named_output(mode: RecComputeMode) -> None:
+    from shardrec_metrics.rec.tensor_weighted_avg import TensorWeightedAvgMetric
+
+    tasks = [
+        RecTaskInfo(name="a", tensor_name="ta"),
+        RecTaskInfo(name="b", tensor_name="tb", weighted=False),
+    ]
+    metric = TensorWeightedAvgMetric(
+        world_size=1, my_rank=0, batch_size=4, tasks=tasks, compute_mode=mode, window_size=8
+    )
+    assert metric.get_required_inputs() == {"ta", "tb"}
+    g = torch.Generator().manual_seed(7)
+    seen: dict[str, list[list[tuple[float, float]]]] = {"a": [], "b": []}
+    for _ in range(3):
+        w = {t: torch.rand(4, generator=g, dtype=torch.double) for t in "ab"}
+        x = {t: torch.rand(4, generator=g, dtype=torch.double) for t in "ab"}
+        y = {t: torch.ones(4, dtype=torch.double) for t in "ab"}
+        args: dict[str, object] = {"predictions": x, "labels": y, "weights": w}
+        if mode == RecComputeMode.FUSED_TASKS_COMPUTATION:
+            args = {k: torch.stack([v["a"], v["b"]]) for k, v in args.items()}  # type: ignore[attr-defined]
+        metric.update(**args, required_inputs={"ta": x["a"], "tb": x["b"]})  # type: ignore[arg-type]
+        seen["a"].append(list(zip(x["a"].tolist(), w["a"].tolist(), strict=True)))
+        seen["b"].append([(v, 1.0) for v in x["b"].tolist()])  # unweighted task: plain mean
+    out = metric.compute()
+    for t in "ab":
+        everything = [s for b in seen[t] for s in b]
+        window = [s for b in seen[t][-2:] for s in b]  # 8 samples: the last two batches
+        for key, samples in (("lifetime", everything), ("window", window)):
+            expected = sum(v * w for v, w in samples) / sum(w for _, w in samples)
+            assert float(out[f"weighted_avg-{t}|{key}_weighted_avg"]) == pytest.approx(expected)

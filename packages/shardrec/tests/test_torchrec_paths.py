@@ -45,6 +45,7 @@ METRIC_MODULES = [
     "nmse",
     "average",
     "ne_positive",
+    "tensor_weighted_avg",
 ]
 
 

@@ -52,6 +52,7 @@ from shardrec_metrics.rec.precision import PrecisionMetric
 from shardrec_metrics.rec.rec_metric import RecMetric, RecMetricList
 from shardrec_metrics.rec.recall import RecallMetric
 from shardrec_metrics.rec.sum_weights import SumWeightsMetric
+from shardrec_metrics.rec.tensor_weighted_avg import TensorWeightedAvgMetric
 from shardrec_metrics.rec.throughput import ThroughputMetric
 from shardrec_metrics.rec.unweighted_ne import UnweightedNEMetric
 from shardrec_metrics.rec.weighted_avg import WeightedAvgMetric
@@ -86,6 +87,7 @@ REC_METRICS_MAPPING: dict[RecMetricEnumBase, type[RecMetric]] = {
     RecMetricEnum.UNWEIGHTED_NE: UnweightedNEMetric,
     RecMetricEnum.NMSE: NMSEMetric,
     RecMetricEnum.NE_POSITIVE: NEPositiveMetric,
+    RecMetricEnum.TENSOR_WEIGHTED_AVG: TensorWeightedAvgMetric,
     RecMetricEnum.AVERAGE: AverageMetric,
     RecMetricEnum.NUM_POSITIVE_SAMPLES: NumPositiveSamplesMetric,
     RecMetricEnum.NUM_MISSING_LABELS: NumMissingLabelsMetric,

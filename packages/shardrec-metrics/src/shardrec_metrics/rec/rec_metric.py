@@ -218,6 +218,16 @@ class RecMetric(nn.Module, abc.ABC):
             else self._stack(weights, "weights").reshape(n, -1)
         )
         _check_shapes("all tasks", pred, lab, w)
+        required = kwargs.get("required_inputs")
+        if required is not None:
+            targets = [
+                required[t.tensor_name]
+                for t in self._tasks
+                if t.tensor_name is not None and t.tensor_name in required
+            ]
+            if targets:  # TorchRec's name for the tasks' tensors stacked (n_tasks, B)
+                required = {**required, "target_tensor": torch.stack(targets).reshape(n, -1)}
+                kwargs = {**kwargs, "required_inputs": required}
         computation = self._computations()[0]
         if self._should_validate_update:
             valid = torch.count_nonzero(w, dim=-1) > 0
