@@ -470,3 +470,19 @@ def test_tensor_weighted_avg_of_a_named_output(mode: RecComputeMode) -> None:
         for key, samples in (("lifetime", everything), ("window", window)):
             expected = sum(v * w for v, w in samples) / sum(w for _, w in samples)
             assert float(out[f"weighted_avg-{t}|{key}_weighted_avg"]) == pytest.approx(expected)
+
+
+def test_cali_free_ne_matches_a_naive_loop() -> None:
+    from shardrec_metrics.rec.cali_free_ne import CaliFreeNEMetric
+
+    data = _batches(55, [4, 4, 4])
+    metric = _make(CaliFreeNEMetric, RecComputeMode.UNFUSED_TASKS_COMPUTATION, 8)
+    _feed(metric, data, fused=False)
+    out = metric.compute()
+    for t in TASKS:
+        window = [s for b in ref.window_batches(data[t], 8) for s in b]
+        total = sum(w for _, _, w in window)
+        pos = sum(w * y for _, y, w in window)
+        q = sum(w * p for p, _, w in window) / total
+        expected = ref.ne(window) / (-pos * math.log2(q) - (total - pos) * math.log2(1 - q))
+        assert float(out[f"cali_free_ne-{t}|window_cali_free_ne"]) == pytest.approx(expected)

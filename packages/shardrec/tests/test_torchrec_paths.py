@@ -46,6 +46,7 @@ METRIC_MODULES = [
     "average",
     "ne_positive",
     "tensor_weighted_avg",
+    "cali_free_ne",
 ]
 
 

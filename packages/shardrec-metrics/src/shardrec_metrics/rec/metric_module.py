@@ -24,6 +24,7 @@ from shardrec_metrics.rec.accuracy import AccuracyMetric
 from shardrec_metrics.rec.auc import AUCMetric
 from shardrec_metrics.rec.auprc import AUPRCMetric
 from shardrec_metrics.rec.average import AverageMetric
+from shardrec_metrics.rec.cali_free_ne import CaliFreeNEMetric
 from shardrec_metrics.rec.calibration import CalibrationMetric
 from shardrec_metrics.rec.ctr import CTRMetric
 from shardrec_metrics.rec.mae import MAEMetric
@@ -87,6 +88,7 @@ REC_METRICS_MAPPING: dict[RecMetricEnumBase, type[RecMetric]] = {
     RecMetricEnum.UNWEIGHTED_NE: UnweightedNEMetric,
     RecMetricEnum.NMSE: NMSEMetric,
     RecMetricEnum.NE_POSITIVE: NEPositiveMetric,
+    RecMetricEnum.CALI_FREE_NE: CaliFreeNEMetric,
     RecMetricEnum.TENSOR_WEIGHTED_AVG: TensorWeightedAvgMetric,
     RecMetricEnum.AVERAGE: AverageMetric,
     RecMetricEnum.NUM_POSITIVE_SAMPLES: NumPositiveSamplesMetric,
