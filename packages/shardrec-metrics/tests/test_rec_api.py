@@ -486,3 +486,33 @@ def test_cali_free_ne_matches_a_naive_loop() -> None:
         q = sum(w * p for p, _, w in window) / total
         expected = ref.ne(window) / (-pos * math.log2(q) - (total - pos) * math.log2(1 - q))
         assert float(out[f"cali_free_ne-{t}|window_cali_free_ne"]) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    "mode", [RecComputeMode.UNFUSED_TASKS_COMPUTATION, RecComputeMode.FUSED_TASKS_COMPUTATION]
+)
+def test_multiclass_recall_at_k_matches_a_naive_loop(mode: RecComputeMode) -> None:
+    from shardrec_metrics.rec.multiclass_recall import MulticlassRecallMetric
+
+    classes = 4
+    metric = _make(MulticlassRecallMetric, mode, 100, number_of_classes=classes)
+    g = torch.Generator().manual_seed(3)
+    scores = torch.rand(2, 8, classes, generator=g, dtype=torch.double)
+    labels = torch.randint(0, classes, (2, 8), generator=g)
+    weights = torch.rand(2, 8, generator=g, dtype=torch.double)
+    if mode == RecComputeMode.FUSED_TASKS_COMPUTATION:
+        metric.update(predictions=scores, labels=labels, weights=weights)
+    else:
+        split = lambda x: {t: x[i] for i, t in enumerate(TASKS)}  # noqa: E731
+        metric.update(predictions=split(scores), labels=split(labels), weights=split(weights))
+    out = metric.compute()
+    for i, t in enumerate(TASKS):
+        got = out[f"multiclass_recall-{t}|lifetime_multiclass_recall"].reshape(-1).tolist()
+        total = float(weights[i].sum())
+        for k in range(classes):
+            hits = 0.0
+            for b in range(8):
+                order = sorted(range(classes), key=lambda c: -float(scores[i, b, c]))
+                if int(labels[i, b]) in order[: k + 1]:
+                    hits += float(weights[i, b])
+            assert got[k] == pytest.approx(hits / total)

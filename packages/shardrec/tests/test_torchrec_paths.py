@@ -47,6 +47,7 @@ METRIC_MODULES = [
     "ne_positive",
     "tensor_weighted_avg",
     "cali_free_ne",
+    "multiclass_recall",
 ]
 
 

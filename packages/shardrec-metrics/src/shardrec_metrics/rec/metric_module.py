@@ -44,6 +44,7 @@ from shardrec_metrics.rec.metrics_namespace import (
 )
 from shardrec_metrics.rec.model_utils import parse_task_model_outputs
 from shardrec_metrics.rec.mse import MSEMetric
+from shardrec_metrics.rec.multiclass_recall import MulticlassRecallMetric
 from shardrec_metrics.rec.ne import NEMetric
 from shardrec_metrics.rec.ne_positive import NEPositiveMetric
 from shardrec_metrics.rec.nmse import NMSEMetric
@@ -89,6 +90,7 @@ REC_METRICS_MAPPING: dict[RecMetricEnumBase, type[RecMetric]] = {
     RecMetricEnum.NMSE: NMSEMetric,
     RecMetricEnum.NE_POSITIVE: NEPositiveMetric,
     RecMetricEnum.CALI_FREE_NE: CaliFreeNEMetric,
+    RecMetricEnum.MULTICLASS_RECALL: MulticlassRecallMetric,
     RecMetricEnum.TENSOR_WEIGHTED_AVG: TensorWeightedAvgMetric,
     RecMetricEnum.AVERAGE: AverageMetric,
     RecMetricEnum.NUM_POSITIVE_SAMPLES: NumPositiveSamplesMetric,
