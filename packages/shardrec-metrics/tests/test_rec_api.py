@@ -516,3 +516,26 @@ def test_multiclass_recall_at_k_matches_a_naive_loop(mode: RecComputeMode) -> No
                 if int(labels[i, b]) in order[: k + 1]:
                     hits += float(weights[i, b])
             assert got[k] == pytest.approx(hits / total)
+
+
+def test_serving_metrics_add_total_examples() -> None:
+    from shardrec_metrics.rec.serving_calibration import ServingCalibrationMetric
+    from shardrec_metrics.rec.serving_ne import ServingNEMetric
+
+    data = _batches(66, [4, 4, 4])
+    for t in TASKS:  # one zero weight per task
+        p, y, _ = data[t][0][0]
+        data[t][0][0] = (p, y, 0.0)
+    ne = _make(ServingNEMetric, RecComputeMode.FUSED_TASKS_COMPUTATION, 8)
+    cal = _make(ServingCalibrationMetric, RecComputeMode.UNFUSED_TASKS_COMPUTATION, 8)
+    _feed(ne, data, fused=True)
+    _feed(cal, data, fused=False)
+    a, b = ne.compute(), cal.compute()
+    for t in TASKS:
+        window = [s for batch in ref.window_batches(data[t], 8) for s in batch]
+        assert float(a[f"serving_ne-{t}|window_ne"]) == pytest.approx(ref.ne(window), rel=1e-9)
+        assert float(b[f"serving_calibration-{t}|window_calibration"]) == pytest.approx(
+            ref.calibration(window), rel=1e-9
+        )
+        assert int(a[f"serving_ne-{t}|total_examples"]) == 11
+        assert int(b[f"serving_calibration-{t}|total_examples"]) == 11

@@ -48,6 +48,8 @@ METRIC_MODULES = [
     "tensor_weighted_avg",
     "cali_free_ne",
     "multiclass_recall",
+    "serving_ne",
+    "serving_calibration",
 ]
 
 

@@ -98,3 +98,39 @@ class SingleSumComputation(SumStatesComputation):
 
     def _compute(self) -> list[MetricComputationReport]:
         return self._reports(self._metric_name, lambda get: get(self._state_names[0]))
+
+
+NUM_EXAMPLES = "num_examples"
+
+
+class ServingComputation(SumStatesComputation):
+    """A sum-states metric that also counts its examples of nonzero weight (`num_examples`,
+    lifetime only, reported as `total_examples`): TorchRec's serving metrics."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._add_state(
+            NUM_EXAMPLES,
+            torch.zeros(self._n_tasks, dtype=torch.long),
+            add_window_state=False,
+            persistent=True,
+        )
+
+    def update(
+        self,
+        *,
+        predictions: Tensor | None,
+        labels: Tensor,
+        weights: Tensor | None,
+        **kwargs: Any,
+    ) -> None:
+        super().update(predictions=predictions, labels=labels, weights=weights, **kwargs)
+        if weights is not None:
+            self._add_states({NUM_EXAMPLES: torch.count_nonzero(weights, dim=-1)}, 0, window=False)
+
+    def _total_examples(self) -> MetricComputationReport:
+        return MetricComputationReport(
+            name=MetricName.TOTAL_EXAMPLES,
+            metric_prefix=MetricPrefix.DEFAULT,
+            value=self._lifetime(NUM_EXAMPLES).detach(),
+        )

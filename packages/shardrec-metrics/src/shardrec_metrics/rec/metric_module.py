@@ -53,6 +53,8 @@ from shardrec_metrics.rec.num_positive_samples import NumPositiveSamplesMetric
 from shardrec_metrics.rec.precision import PrecisionMetric
 from shardrec_metrics.rec.rec_metric import RecMetric, RecMetricList
 from shardrec_metrics.rec.recall import RecallMetric
+from shardrec_metrics.rec.serving_calibration import ServingCalibrationMetric
+from shardrec_metrics.rec.serving_ne import ServingNEMetric
 from shardrec_metrics.rec.sum_weights import SumWeightsMetric
 from shardrec_metrics.rec.tensor_weighted_avg import TensorWeightedAvgMetric
 from shardrec_metrics.rec.throughput import ThroughputMetric
@@ -91,6 +93,8 @@ REC_METRICS_MAPPING: dict[RecMetricEnumBase, type[RecMetric]] = {
     RecMetricEnum.NE_POSITIVE: NEPositiveMetric,
     RecMetricEnum.CALI_FREE_NE: CaliFreeNEMetric,
     RecMetricEnum.MULTICLASS_RECALL: MulticlassRecallMetric,
+    RecMetricEnum.SERVING_NE: ServingNEMetric,
+    RecMetricEnum.SERVING_CALIBRATION: ServingCalibrationMetric,
     RecMetricEnum.TENSOR_WEIGHTED_AVG: TensorWeightedAvgMetric,
     RecMetricEnum.AVERAGE: AverageMetric,
     RecMetricEnum.NUM_POSITIVE_SAMPLES: NumPositiveSamplesMetric,
