@@ -81,6 +81,13 @@ class WindowBuffer:
     def buffers(self) -> collections.deque[Tensor]:
         return self._buffers
 
+    def exact_total(self, like: Tensor) -> Tensor:
+        """The kept batches' states summed afresh: the running add/subtract leaves rounding
+        residue (a sum that should be 0 reads 1e-17, and a rate of nothing becomes 0.75)."""
+        if not self._buffers:
+            return torch.zeros_like(like)
+        return torch.stack(list(self._buffers)).sum(dim=0).to(like.dtype)
+
 
 class RecMetricComputation(nn.Module, abc.ABC):
     """States and formulas of one metric for `n_tasks` tasks (subclasses: update, _compute).
@@ -212,10 +219,16 @@ class RecMetricComputation(nn.Module, abc.ABC):
             return None
         return group
 
+    def _refresh_windows(self) -> None:
+        for name, window in self._windows.items():
+            current = getattr(self, name)
+            setattr(self, name, window.exact_total(current))
+
     def sync(self) -> None:
         """Replace the states with their values over every rank (a collective)."""
         if self._synced is not None:
             return
+        self._refresh_windows()
         group = self._group()
         local = {n: getattr(self, n) for n in self._defaults}
         self._synced = local
@@ -267,6 +280,8 @@ class RecMetricComputation(nn.Module, abc.ABC):
         return reports if self._my_rank == 0 or self._compute_on_all_ranks else []
 
     def local_compute(self) -> list[MetricComputationReport]:
+        if self._synced is None:
+            self._refresh_windows()
         return self._compute()
 
     def reset(self) -> None:
