@@ -552,3 +552,24 @@ def test_window_sums_that_should_be_zero_are_zero() -> None:
     out = {**metric.compute(), **metric.local_compute()}
     assert float(out["precision-t2|window_precision"]) == 0.0
     assert float(out["precision-t2|local_window_precision"]) == 0.0
+
+
+def test_rauc_counts_label_pairs_ordered_like_predictions() -> None:
+    from shardrec_metrics.rec.rauc import RAUCMetric
+
+    g = torch.Generator().manual_seed(5)
+    metric = _make(RAUCMetric, RecComputeMode.FUSED_TASKS_COMPUTATION, 12, batch=5)
+    preds, labels = [], []
+    for _ in range(4):
+        p = (torch.rand(2, 5, generator=g, dtype=torch.double) * 4).floor()  # ties on purpose
+        y = (torch.rand(2, 5, generator=g, dtype=torch.double) * 3).floor()
+        metric.update(predictions=p, labels=y, weights=torch.ones(2, 5, dtype=torch.double))
+        preds.append(p)
+        labels.append(y)
+    out = metric.compute()
+    p_all, y_all = torch.cat(preds, dim=1)[:, -12:], torch.cat(labels, dim=1)[:, -12:]
+    for i, t in enumerate(TASKS):
+        order = sorted(zip(p_all[i].tolist(), y_all[i].tolist(), strict=True))
+        ys = [y for _, y in order]
+        inversions = sum(ys[a] > ys[b] for a in range(12) for b in range(a + 1, 12))
+        assert float(out[f"rauc-{t}|window_rauc"]) == pytest.approx(1 - inversions / 66)

@@ -50,6 +50,7 @@ METRIC_MODULES = [
     "multiclass_recall",
     "serving_ne",
     "serving_calibration",
+    "rauc",
 ]
 
 

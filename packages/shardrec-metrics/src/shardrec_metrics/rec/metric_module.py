@@ -51,6 +51,7 @@ from shardrec_metrics.rec.nmse import NMSEMetric
 from shardrec_metrics.rec.num_missing_labels import NumMissingLabelsMetric
 from shardrec_metrics.rec.num_positive_samples import NumPositiveSamplesMetric
 from shardrec_metrics.rec.precision import PrecisionMetric
+from shardrec_metrics.rec.rauc import RAUCMetric
 from shardrec_metrics.rec.rec_metric import RecMetric, RecMetricList
 from shardrec_metrics.rec.recall import RecallMetric
 from shardrec_metrics.rec.serving_calibration import ServingCalibrationMetric
@@ -94,6 +95,7 @@ REC_METRICS_MAPPING: dict[RecMetricEnumBase, type[RecMetric]] = {
     RecMetricEnum.CALI_FREE_NE: CaliFreeNEMetric,
     RecMetricEnum.MULTICLASS_RECALL: MulticlassRecallMetric,
     RecMetricEnum.SERVING_NE: ServingNEMetric,
+    RecMetricEnum.RAUC: RAUCMetric,
     RecMetricEnum.SERVING_CALIBRATION: ServingCalibrationMetric,
     RecMetricEnum.TENSOR_WEIGHTED_AVG: TensorWeightedAvgMetric,
     RecMetricEnum.AVERAGE: AverageMetric,
