@@ -87,20 +87,11 @@ class NEMetricComputation(SumStatesComputation):
         "neg_labels",
     )
 
-    def __init__(
-        self,
-        *args: Any,
-        include_logloss: bool = False,
-        allow_missing_label_with_zero_weight: bool = False,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(
-            *args,
-            allow_missing_label_with_zero_weight=allow_missing_label_with_zero_weight,
-            **kwargs,
-        )
+    eta = ETA
+
+    def __init__(self, *args: Any, include_logloss: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self._include_logloss = include_logloss
-        self.eta = ETA
 
     def _batch_states(
         self, labels: Tensor, predictions: Tensor, weights: Tensor

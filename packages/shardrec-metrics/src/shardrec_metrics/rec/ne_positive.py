@@ -8,7 +8,7 @@ With `allow_missing_label_with_zero_weight`, a total weight of 0 in any task giv
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -68,15 +68,7 @@ class NEPositiveMetricComputation(SumStatesComputation):
         "neg_labels",
     )
 
-    def __init__(
-        self, *args: Any, allow_missing_label_with_zero_weight: bool = False, **kwargs: Any
-    ) -> None:
-        super().__init__(
-            *args,
-            allow_missing_label_with_zero_weight=allow_missing_label_with_zero_weight,
-            **kwargs,
-        )
-        self.eta = ETA
+    eta = ETA  # allow_missing_label_with_zero_weight is a RecMetricComputation argument
 
     def _batch_states(
         self, labels: Tensor, predictions: Tensor, weights: Tensor
