@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import sys
 import types
 
 import pytest
@@ -55,7 +56,6 @@ PATHS = [
     ("shardrec.datasets", "SyntheticDataset", "shardrec_data"),
     ("shardrec.datasets", "load_dataset", "shardrec_data"),
     ("shardrec.datasets", "shard_indices", "shardrec_data"),
-    ("shardrec.datasets.utils", "Batch", "shardrec_data"),
     ("shardrec.metrics", "AUC", "shardrec_metrics"),
     ("shardrec.metrics", "NE", "shardrec_metrics"),
     ("shardrec.metrics", "Accuracy", "shardrec_metrics"),
@@ -238,6 +238,42 @@ PATHS += [
 ]
 
 
+def _names_of(component: str, path: str) -> list[tuple[str, str, str]]:
+    """Every name of `path`'s `__all__`, defined (or re-exported) by `component`."""
+    return [(path, n, component) for n in importlib.import_module(path).__all__]
+
+
+# TorchRec's dataset modules (shardrec.datasets.utils is the component module itself:
+# test_torchrec_paths.py).
+PATHS += [
+    *[
+        (p, n, c)
+        for p, n, c in _names_of("shardrec_data", "shardrec.datasets.criteo")
+        if n in ("BinaryCriteoUtils", "InMemoryBinaryCriteoIterDataPipe")
+    ],
+    *[
+        (p, n, "shardrec_data.datapipes")
+        for p, n, _ in _names_of("", "shardrec.datasets.criteo")
+        if n in ("PATH_MANAGER_KEY", "Batch", "LoadFiles", "ReadLinesFromCSV", "safe_cast")
+    ],
+    *[
+        (p, n, "shardrec_data.criteo_pipes")
+        for p, n, _ in _names_of("", "shardrec.datasets.criteo")
+        if n
+        not in (
+            "BinaryCriteoUtils",
+            "InMemoryBinaryCriteoIterDataPipe",
+            "PATH_MANAGER_KEY",
+            "Batch",
+            "LoadFiles",
+            "ReadLinesFromCSV",
+            "safe_cast",
+        )
+    ],
+    *_names_of("shardrec_data.movielens_pipes", "shardrec.datasets.movielens"),
+    *_names_of("shardrec_data", "shardrec.datasets.random"),
+]
+
 # Added to shared modules by the quantization work and tested there.
 QUANTIZATION_PATHS = {("shardrec.modules.embedding_configs", "QuantConfig")}
 
@@ -252,7 +288,9 @@ def test_path_reexports_component_object(path: str, name: str, component: str) -
 def _umbrella_modules() -> list[types.ModuleType]:
     mods = [shardrec]
     for info in pkgutil.walk_packages(shardrec.__path__, prefix="shardrec."):
-        mods.append(importlib.import_module(info.name))
+        mod = importlib.import_module(info.name)
+        if mod.__name__ == info.name:  # an alias of a component module is checked by PATHS
+            mods.append(mod)
     return mods
 
 
@@ -267,7 +305,9 @@ def test_every_exported_name_is_a_component_object() -> None:
         for name in mod.__all__:
             obj = getattr(mod, name)
             if isinstance(obj, types.ModuleType):
-                assert obj.__name__ == f"{mod.__name__}.{name}", (mod.__name__, name)
+                # a TorchRec path may be the component module itself (shardrec.datasets.utils)
+                path = f"{mod.__name__}.{name}"
+                assert obj.__name__ == path or sys.modules[path] is obj, (mod.__name__, name)
                 continue
             walked += 1
             if (mod.__name__, name) in component_of:  # incl. type aliases without __module__

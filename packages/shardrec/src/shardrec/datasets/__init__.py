@@ -1,6 +1,6 @@
 """Datasets of (dense, KeyedJaggedTensor, labels) batches (TorchRec path `torchrec.datasets`)."""
 
-from shardrec.datasets import utils
+from shardrec.datasets import criteo, movielens, random, utils
 from shardrec_data import (
     DATASET_NAMES,
     SPLITS,
@@ -23,7 +23,10 @@ __all__ = [
     "SparseFeature",
     "SyntheticConfig",
     "SyntheticDataset",
+    "criteo",
     "load_dataset",
+    "movielens",
+    "random",
     "shard_indices",
     "utils",
 ]

@@ -1,0 +1,78 @@
+"""The shared shape of ranking metrics (AUC, AUPRC): the last window of samples, gathered.
+
+A ranking metric is not a sum over samples, so each rank keeps its last `window_size`
+samples (to the sample: the oldest batch is cut, as TorchRec) as (n_tasks, N) float32
+predictions, labels and weights; `compute` concatenates every rank's samples and ranks them.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from shardrec_metrics.rec.rec_metric import RecMetricComputation, RecMetricException
+
+PREDICTIONS = "predictions"
+LABELS = "labels"
+WEIGHTS = "weights"
+_SAMPLE_STATES = (PREDICTIONS, LABELS, WEIGHTS)
+
+PerTask = Callable[[Tensor, Tensor, Tensor], Tensor]
+
+
+class SampleWindowComputation(RecMetricComputation, abc.ABC):
+    """Keeps the last `window_size` samples of this rank per task."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name in _SAMPLE_STATES:
+            self._add_state(
+                name, [], add_window_state=False, dist_reduce_fx="cat", persistent=False
+            )
+
+    def _samples(self, name: str) -> Tensor:
+        chunks: list[Tensor] = getattr(self, name)
+        if not chunks:
+            return torch.zeros((self._n_tasks, 0), dtype=torch.float32)
+        if len(chunks) > 1:
+            setattr(self, name, [torch.cat(chunks, dim=1)])  # concatenate once, keep the result
+        kept: list[Tensor] = getattr(self, name)
+        return kept[0]
+
+    def update(
+        self,
+        *,
+        predictions: Tensor | None,
+        labels: Tensor,
+        weights: Tensor | None,
+        **kwargs: Any,
+    ) -> None:
+        if predictions is None or weights is None:
+            raise RecMetricException(
+                "Inputs 'predictions' and 'weights' should not be None for "
+                f"{type(self).__name__} update"
+            )
+        new = {PREDICTIONS: predictions.float(), LABELS: labels.float(), WEIGHTS: weights.float()}
+        for name, value in new.items():
+            chunks: list[Tensor] = getattr(self, name)
+            chunks.append(value.detach())
+        chunks = getattr(self, PREDICTIONS)
+        excess = sum(c.shape[-1] for c in chunks) - self._window_size
+        # drop whole old batches, then cut the oldest kept one: no copy of the window
+        while excess > 0 and chunks[0].shape[-1] <= excess:
+            excess -= chunks[0].shape[-1]
+            for name in _SAMPLE_STATES:
+                getattr(self, name).pop(0)
+        if excess > 0:
+            for name in _SAMPLE_STATES:
+                kept: list[Tensor] = getattr(self, name)
+                kept[0] = kept[0][:, excess:]
+
+    def per_task(self, fn: PerTask) -> Tensor:
+        """(n_tasks,) values of `fn(predictions, labels, weights)` over each task's samples."""
+        p, y, w = (self._samples(n) for n in _SAMPLE_STATES)
+        return torch.stack([fn(p[t], y[t], w[t]).reshape(()) for t in range(self._n_tasks)])

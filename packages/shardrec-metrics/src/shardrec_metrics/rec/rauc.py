@@ -1,0 +1,85 @@
+"""RAUC (regression AUC) over the window of samples: the share of sample pairs that the
+predictions order the same way as the labels.
+
+Samples are sorted by (prediction, label); RAUC = 1 - inversions / (n (n - 1) / 2), where an
+inversion is a pair i < j (in that order) whose labels satisfy label_i > label_j. Weights are
+not used (as TorchRec). Window only, as TorchRec.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from shardrec_metrics.rec._sample_window import SampleWindowComputation
+from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace, MetricPrefix
+from shardrec_metrics.rec.rec_metric import MetricComputationReport, RecMetric, RecMetricException
+
+__all__ = ["RAUCMetric", "RAUCMetricComputation", "compute_rauc", "count_inversions"]
+
+
+def count_inversions(values: list[float]) -> int:
+    """Pairs i < j with values[i] > values[j], in O(n log n) (a Fenwick tree over value ranks)."""
+    ranks = {v: r for r, v in enumerate(sorted(set(values)), start=1)}
+    tree = [0] * (len(ranks) + 1)
+    inversions = 0
+    for seen, v in enumerate(values):
+        r = ranks[v]
+        at_most = 0  # earlier values <= v
+        i = r
+        while i > 0:
+            at_most += tree[i]
+            i -= i & -i
+        inversions += seen - at_most
+        i = r
+        while i < len(tree):
+            tree[i] += 1
+            i += i & -i
+    return inversions
+
+
+def _rauc(predictions: Tensor, labels: Tensor, weights: Tensor) -> Tensor:
+    n = predictions.numel()
+    ordered = [
+        y
+        for y, _ in sorted(
+            zip(labels.tolist(), predictions.tolist(), strict=True), key=lambda s: (s[1], s[0])
+        )
+    ]
+    pairs = n * (n - 1) / 2
+    return torch.tensor(1 - count_inversions(ordered) / pairs, dtype=torch.double)
+
+
+def compute_rauc(
+    n_tasks: int,
+    predictions: list[Tensor] | Tensor,
+    labels: list[Tensor] | Tensor,
+    weights: list[Tensor] | Tensor,
+) -> Tensor:
+    """(n_tasks,) RAUC of (n_tasks, N) samples (or lists of such blocks, concatenated)."""
+    p, y, w = (
+        torch.cat(t, dim=-1) if isinstance(t, list) else t for t in (predictions, labels, weights)
+    )
+    p, y, w = (t.reshape(n_tasks, -1) for t in (p, y, w))
+    return torch.stack([_rauc(p[i], y[i], w[i]) for i in range(n_tasks)])
+
+
+class RAUCMetricComputation(SampleWindowComputation):
+    def __init__(self, *args: Any, grouped_rauc: bool = False, **kwargs: Any) -> None:
+        if grouped_rauc:
+            raise RecMetricException("grouped_rauc is not supported by shardrec's RAUCMetric")
+        super().__init__(*args, **kwargs)
+
+    def _compute(self) -> list[MetricComputationReport]:
+        return [
+            MetricComputationReport(
+                name=MetricName.RAUC, metric_prefix=MetricPrefix.WINDOW, value=self.per_task(_rauc)
+            )
+        ]
+
+
+class RAUCMetric(RecMetric):
+    _namespace = MetricNamespace.RAUC
+    _computation_class = RAUCMetricComputation
