@@ -1,6 +1,27 @@
 """Awaitables, ShardingEnv and differentiable collectives for sharded embeddings."""
 
 from shardrec_collectives.awaitable import Awaitable, LazyAwaitable, NoWait
+from shardrec_collectives.comm import (
+    get_group_rank,
+    get_local_rank,
+    get_local_size,
+    get_num_groups,
+    intra_and_cross_node_pg,
+)
+from shardrec_collectives.dist_data import (
+    EmbeddingsAllToOne,
+    EmbeddingsAllToOneReduce,
+    KJTAllToAll,
+    KJTAllToAllSplitsAwaitable,
+    KJTOneToAll,
+    PooledEmbeddingsAllGather,
+    PooledEmbeddingsAllToAll,
+    PooledEmbeddingsAwaitable,
+    PooledEmbeddingsReduceScatter,
+    SeqEmbeddingsAllToOne,
+    SequenceEmbeddingsAllToAll,
+    SequenceEmbeddingsAwaitable,
+)
 from shardrec_collectives.env import ShardingEnv
 from shardrec_collectives.errors import PeerError, agree_on_error
 from shardrec_collectives.gather import all_gather_pooled
@@ -23,17 +44,29 @@ from shardrec_collectives.reduce_scatter import (
     reduce_scatter_pooled,
     variable_batch_reduce_scatter_pooled,
 )
-from shardrec_collectives.sequence import sequence_all_to_all
+from shardrec_collectives.sequence import sequence_all_to_all, sequence_all_to_all_by_counts
 
 __all__ = [
     "Awaitable",
+    "EmbeddingsAllToOne",
+    "EmbeddingsAllToOneReduce",
     "HostGroups",
+    "KJTAllToAll",
     "KJTAllToAllAwaitable",
     "KJTAllToAllLayout",
+    "KJTAllToAllSplitsAwaitable",
+    "KJTOneToAll",
     "KeySelection",
     "LazyAwaitable",
     "NoWait",
     "PeerError",
+    "PooledEmbeddingsAllGather",
+    "PooledEmbeddingsAllToAll",
+    "PooledEmbeddingsAwaitable",
+    "PooledEmbeddingsReduceScatter",
+    "SeqEmbeddingsAllToOne",
+    "SequenceEmbeddingsAllToAll",
+    "SequenceEmbeddingsAwaitable",
     "ShardingEnv",
     "agree_on_error",
     "all_gather_object",
@@ -41,10 +74,16 @@ __all__ = [
     "all_reduce_sum",
     "barrier",
     "broadcast_",
+    "get_group_rank",
+    "get_local_rank",
+    "get_local_size",
+    "get_num_groups",
+    "intra_and_cross_node_pg",
     "kjt_all_to_all",
     "pooled_all_to_all",
     "reduce_scatter_pooled",
     "sequence_all_to_all",
+    "sequence_all_to_all_by_counts",
     "split_by_host",
     "variable_batch_pooled_all_to_all",
     "variable_batch_reduce_scatter_pooled",

@@ -9,14 +9,16 @@ asked for an attribute, or used with an operator. It is what a sharded module's 
 so that code written for the unsharded module keeps working unchanged.
 
 Awaitables never nest: a `wait()` that would produce another awaitable raises `TypeError`
-(TorchRec's `.wait().wait()` is what this rule removes). Chain with `then` instead.
+(TorchRec's `.wait().wait()` is what this rule removes). Chain with `then` instead. The one
+exception is TorchRec's two-stage `KJTAllToAll` module (`dist_data.py`), whose awaitable class
+sets `nests = True` so that code written for TorchRec's `.wait().wait()` runs unchanged.
 """
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Generic, TypeVar
+from typing import ClassVar, Generic, TypeVar
 
 import torch
 import torch.fx
@@ -36,6 +38,9 @@ class Awaitable(Generic[T]):
     Either pass `wait_fn` (called once, on the first `wait()`), or subclass and override
     `_wait_impl`. `callbacks` (functions `T -> T`) run in order on the result of the first wait.
     """
+
+    # Whether `wait()` may produce another awaitable (only TorchRec's two-stage form sets it).
+    nests: ClassVar[bool] = False
 
     def __init__(self, wait_fn: Callable[[], T] | None = None) -> None:
         self._wait_fn = wait_fn
@@ -74,7 +79,7 @@ class Awaitable(Generic[T]):
             result = self._wait_impl()
             for fn in self._callbacks:
                 result = fn(result)
-            if isinstance(result, Awaitable):
+            if isinstance(result, Awaitable) and not self.nests:
                 raise TypeError(
                     f"{type(self).__name__}.wait() produced another awaitable "
                     f"({type(result).__name__}); awaitables never nest, chain with then()"
