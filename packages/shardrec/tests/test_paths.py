@@ -76,6 +76,8 @@ PATHS = [
     ("shardrec", "Pipelineable", "shardrec_dmp"),
     ("shardrec.distributed.model_parallel", "DistributedModelParallel", "shardrec_dmp"),
     ("shardrec.distributed.model_parallel", "default_sharders", "shardrec_dmp"),
+    ("shardrec.distributed.model_parallel", "DataParallelWrapper", "shardrec_dmp"),
+    ("shardrec.distributed.model_parallel", "DefaultDataParallelWrapper", "shardrec_dmp"),
     ("shardrec", "JaggedTensor", "shardrec_jagged"),
     ("shardrec", "KeyedJaggedTensor", "shardrec_jagged"),
     ("shardrec", "KeyedTensor", "shardrec_jagged"),

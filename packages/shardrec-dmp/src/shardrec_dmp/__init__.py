@@ -9,6 +9,7 @@ from shardrec_dmp.checkpoint import (
     saved_shapes,
     verify,
 )
+from shardrec_dmp.data_parallel import DataParallelWrapper, DefaultDataParallelWrapper
 from shardrec_dmp.full_state import full_state_dict, iter_full_state_dict
 from shardrec_dmp.model_parallel import DistributedModelParallel, default_sharders
 from shardrec_dmp.train_pipeline import Pipelineable, TrainPipelineSparseDist
@@ -16,6 +17,8 @@ from shardrec_dmp.train_pipeline import Pipelineable, TrainPipelineSparseDist
 __all__ = [
     "FORMAT_VERSION",
     "CheckpointError",
+    "DataParallelWrapper",
+    "DefaultDataParallelWrapper",
     "DistributedModelParallel",
     "Pipelineable",
     "TrainPipelineSparseDist",
