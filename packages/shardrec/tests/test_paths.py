@@ -188,6 +188,16 @@ PATHS = [
     ("shardrec.distributed.dist_data", "SeqEmbeddingsAllToOne", "shardrec_collectives"),
     ("shardrec.distributed.dist_data", "SequenceEmbeddingsAllToAll", "shardrec_collectives"),
     ("shardrec.distributed.dist_data", "SequenceEmbeddingsAwaitable", "shardrec_collectives"),
+    (
+        "shardrec.distributed.test_utils.multi_process",
+        "MultiProcessContext",
+        "shardrec_testing",
+    ),
+    (
+        "shardrec.distributed.test_utils.multi_process",
+        "MultiProcessTestBase",
+        "shardrec_testing",
+    ),
     ("shardrec.distributed.comm", "get_group_rank", "shardrec_collectives"),
     ("shardrec.distributed.comm", "get_local_rank", "shardrec_collectives"),
     ("shardrec.distributed.comm", "get_local_size", "shardrec_collectives"),
