@@ -10,7 +10,13 @@ from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
 from shardrec_collectives import ShardingEnv
-from shardrec_dmp import DataParallelWrapper, DefaultDataParallelWrapper, DistributedModelParallel
+from shardrec_dmp import (
+    DataParallelWrapper,
+    DefaultDataParallelWrapper,
+    DistributedModelParallel,
+    get_module,
+    get_unwrapped_module,
+)
 from shardrec_embedding import EmbeddingBagCollection, EmbeddingBagConfig
 from shardrec_jagged import KeyedJaggedTensor
 from shardrec_testing import RankContext, assert_close, random_lengths, seeded_generator
@@ -76,6 +82,8 @@ def check_default_wrapper(ctx: RankContext) -> bool:
         assert got is not None
         assert_close(got, refs[ctx.rank][name])
     dmp.init_data_parallel()  # already wrapped: unchanged
+    assert get_module(dmp) is inner and get_unwrapped_module(dmp) is dmp.module
+    assert get_unwrapped_module(inner) is inner.module
     return dmp._dmp_wrapped_module is inner
 
 
@@ -128,3 +136,6 @@ def test_local_env_is_left_unwrapped() -> None:
         data_parallel_wrapper=DefaultDataParallelWrapper(),
     )
     assert not isinstance(dmp._dmp_wrapped_module, DistributedDataParallel)
+    assert get_module(dmp) is get_unwrapped_module(dmp) is dmp.module
+    plain = nn.Linear(1, 1)
+    assert get_module(plain) is get_unwrapped_module(plain) is plain

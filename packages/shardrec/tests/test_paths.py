@@ -78,6 +78,8 @@ PATHS = [
     ("shardrec.distributed.model_parallel", "default_sharders", "shardrec_dmp"),
     ("shardrec.distributed.model_parallel", "DataParallelWrapper", "shardrec_dmp"),
     ("shardrec.distributed.model_parallel", "DefaultDataParallelWrapper", "shardrec_dmp"),
+    ("shardrec.distributed.model_parallel", "get_module", "shardrec_dmp"),
+    ("shardrec.distributed.model_parallel", "get_unwrapped_module", "shardrec_dmp"),
     ("shardrec", "JaggedTensor", "shardrec_jagged"),
     ("shardrec", "KeyedJaggedTensor", "shardrec_jagged"),
     ("shardrec", "KeyedTensor", "shardrec_jagged"),

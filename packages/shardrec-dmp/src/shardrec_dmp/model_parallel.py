@@ -33,7 +33,7 @@ from shardrec_optim import CombinedOptimizer, KeyedOptimizer
 from shardrec_planner import EmbeddingShardingPlanner, PlannerSharder, ShardingPlan, Topology
 from shardrec_sharding import EmbeddingBagCollectionSharder, EmbeddingCollectionSharder
 
-__all__ = ["DistributedModelParallel", "default_sharders"]
+__all__ = ["DistributedModelParallel", "default_sharders", "get_module", "get_unwrapped_module"]
 
 
 def default_sharders() -> list[PlannerSharder]:
@@ -372,3 +372,23 @@ class DistributedModelParallel(nn.Module):
             state_dict, strict=strict, assign=assign
         )
         return result
+
+
+def get_module(module: nn.Module) -> nn.Module:
+    """`module` without its `DistributedModelParallel` wrappers (a DDP wrapper stays)."""
+    while isinstance(module, DistributedModelParallel):
+        module = module._dmp_wrapped_module
+    return module
+
+
+def get_unwrapped_module(module: nn.Module) -> nn.Module:
+    """`module` without its `DistributedModelParallel` and `DistributedDataParallel` wrappers."""
+    while isinstance(module, DistributedModelParallel | DistributedDataParallel):
+        inner = (
+            module._dmp_wrapped_module
+            if isinstance(module, DistributedModelParallel)
+            else module.module
+        )
+        assert isinstance(inner, nn.Module)
+        module = inner
+    return module

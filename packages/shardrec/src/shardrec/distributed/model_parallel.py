@@ -5,6 +5,8 @@ from shardrec_dmp import (
     DefaultDataParallelWrapper,
     DistributedModelParallel,
     default_sharders,
+    get_module,
+    get_unwrapped_module,
 )
 
 __all__ = [
@@ -12,4 +14,6 @@ __all__ = [
     "DefaultDataParallelWrapper",
     "DistributedModelParallel",
     "default_sharders",
+    "get_module",
+    "get_unwrapped_module",
 ]
