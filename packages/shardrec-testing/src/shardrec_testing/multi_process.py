@@ -134,8 +134,13 @@ class MultiProcessTestBase(unittest.TestCase):
 
     `callable` must be importable by the ranks (a top-level function of the test module) and
     takes `rank` and `world_size` keywords besides the ones passed through. The pool's backend
-    is `backend` from those keywords (default gloo).
+    is `backend` from those keywords (default gloo). `mp_init_mode` is accepted for TorchRec's
+    signature and unused: the pool's ranks are already started.
     """
+
+    def __init__(self, methodName: str = "runTest", mp_init_mode: str = "forkserver") -> None:
+        super().__init__(methodName)
+        self._mp_init_mode = mp_init_mode
 
     def _run_multi_process_test(
         self,
