@@ -200,6 +200,16 @@ PATHS = [
         "MultiProcessTestBase",
         "shardrec_testing",
     ),
+    (
+        "shardrec.distributed.dist_data",
+        "VariableBatchPooledEmbeddingsAllToAll",
+        "shardrec_collectives",
+    ),
+    (
+        "shardrec.distributed.dist_data",
+        "VariableBatchPooledEmbeddingsReduceScatter",
+        "shardrec_collectives",
+    ),
     ("shardrec.distributed.comm", "get_group_rank", "shardrec_collectives"),
     ("shardrec.distributed.comm", "get_local_rank", "shardrec_collectives"),
     ("shardrec.distributed.comm", "get_local_size", "shardrec_collectives"),

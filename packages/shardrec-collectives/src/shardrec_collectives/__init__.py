@@ -22,6 +22,10 @@ from shardrec_collectives.dist_data import (
     SequenceEmbeddingsAllToAll,
     SequenceEmbeddingsAwaitable,
 )
+from shardrec_collectives.dist_data_vb import (
+    VariableBatchPooledEmbeddingsAllToAll,
+    VariableBatchPooledEmbeddingsReduceScatter,
+)
 from shardrec_collectives.env import ShardingEnv
 from shardrec_collectives.errors import PeerError, agree_on_error
 from shardrec_collectives.gather import all_gather_pooled
@@ -68,6 +72,8 @@ __all__ = [
     "SequenceEmbeddingsAllToAll",
     "SequenceEmbeddingsAwaitable",
     "ShardingEnv",
+    "VariableBatchPooledEmbeddingsAllToAll",
+    "VariableBatchPooledEmbeddingsReduceScatter",
     "agree_on_error",
     "all_gather_object",
     "all_gather_pooled",

@@ -60,6 +60,14 @@ def _no_codecs(owner: str, codecs: object) -> None:
         )
 
 
+def _one_per_rank(name: str, values: Sequence[object], pg: dist.ProcessGroup) -> None:
+    if len(values) != pg.size():
+        raise ValueError(
+            f"{name} {list(values)} has {len(values)} entries; it needs one per rank of the "
+            f"process group ({pg.size()})"
+        )
+
+
 def _env(pg: dist.ProcessGroup, device: torch.device | None = None) -> ShardingEnv:
     return ShardingEnv.from_process_group(pg, device)
 
@@ -140,11 +148,7 @@ class KJTAllToAll(nn.Module):
 
     def __init__(self, pg: dist.ProcessGroup, splits: list[int], stagger: int = 1) -> None:
         super().__init__()
-        if len(splits) != pg.size():
-            raise ValueError(
-                f"splits {list(splits)} has {len(splits)} entries; it needs one per rank of the "
-                f"process group ({pg.size()})"
-            )
+        _one_per_rank("splits", splits, pg)
         if any(s < 0 for s in splits):
             raise ValueError(f"splits {list(splits)} must be >= 0 keys per rank")
         if stagger != 1:
@@ -311,11 +315,7 @@ class SequenceEmbeddingsAllToAll(nn.Module):
     ) -> None:
         super().__init__()
         _no_codecs("SequenceEmbeddingsAllToAll", codecs)
-        if len(features_per_rank) != pg.size():
-            raise ValueError(
-                f"features_per_rank {list(features_per_rank)} needs one entry per rank "
-                f"({pg.size()})"
-            )
+        _one_per_rank("features_per_rank", features_per_rank, pg)
         self._pg = pg
         self._device = device
         self._local_split = features_per_rank[dist.get_rank(pg)]

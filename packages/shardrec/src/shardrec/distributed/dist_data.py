@@ -13,6 +13,8 @@ from shardrec_collectives import (
     SeqEmbeddingsAllToOne,
     SequenceEmbeddingsAllToAll,
     SequenceEmbeddingsAwaitable,
+    VariableBatchPooledEmbeddingsAllToAll,
+    VariableBatchPooledEmbeddingsReduceScatter,
 )
 
 __all__ = [
@@ -28,4 +30,6 @@ __all__ = [
     "SeqEmbeddingsAllToOne",
     "SequenceEmbeddingsAllToAll",
     "SequenceEmbeddingsAwaitable",
+    "VariableBatchPooledEmbeddingsAllToAll",
+    "VariableBatchPooledEmbeddingsReduceScatter",
 ]
