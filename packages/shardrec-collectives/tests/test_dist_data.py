@@ -111,11 +111,14 @@ def check_sequence_round_trip(ctx: RankContext) -> int:
         perm = None
         if case == 2:  # a permutation callback, as row-wise bucketizing needs
             perm = torch.randperm(kjt.values().numel(), generator=seeded_generator("p", me))
+        lengths = out_kjt.lengths()
+        if case == 0 and landed:  # TorchRec passes them as (F_rank, sum_s B_s)
+            lengths = lengths.view(len(landed), -1)
         got = seq(
             local,
-            out_kjt.lengths(),
-            layout.recv_values_per_rank,
-            list(layout.sent_values_per_rank),
+            lengths,
+            list(layout.sent_values_per_rank),  # the KJT all-to-all's input splits
+            layout.recv_values_per_rank,  # and its output splits
             unbucketize_permute_tensor=perm,
             batch_size_per_rank=batches,
         ).wait()
@@ -201,7 +204,7 @@ def check_errors(ctx: RankContext) -> int:
     seq = SequenceEmbeddingsAllToAll(pg, [1] * world)
     lengths = torch.ones(world * 2, dtype=torch.long)
     with pytest.raises(ValueError, match="disagrees"):
-        seq(torch.zeros(world * 2, 3), lengths, [1] * world, [2] * world)
+        seq(torch.zeros(world * 2, 3), lengths, [2] * world, [1] * world)
     with pytest.raises(ValueError, match="bags"):
         seq(
             torch.zeros(world * 2, 3),

@@ -299,10 +299,11 @@ class SequenceEmbeddingsAllToAll(nn.Module):
     `forward(local_embs, lengths, input_splits, output_splits, unbucketize_permute_tensor=None,
     batch_size_per_rank=None)`:
         local_embs: `(N_recv, D)`, one row per id of the received KJT (its value order).
-        lengths: `(F_rank * sum_s B_s,)` that KJT's lengths. batch_size_per_rank: `[B_s]`
-            (even when not given).
-        input_splits: `[S]` ids received from each rank (rows going back to it).
-        output_splits: `[S]` ids this rank sent each rank (rows coming back).
+        lengths: that KJT's lengths, `(F_rank * sum_s B_s,)` or, as TorchRec passes them,
+            `(F_rank, sum_s B_s)`. batch_size_per_rank: `[B_s]` (even when not given).
+        input_splits: `[S]` the KJT all-to-all's input splits: ids this rank sent each rank
+            (rows coming back). output_splits: its output splits: ids received from each rank
+            (rows going back to it).
     The awaitable gives `(N_sent, D)`, in the order this rank's input KJT held the ids.
     """
 
@@ -345,12 +346,12 @@ class SequenceEmbeddingsAllToAll(nn.Module):
             batch_size_per_rank = _even_split("each key of lengths", per_key, world)
         counts = _counts_per_key_per_rank(lengths, keys, batch_size_per_rank)
         received = [sum(col) for col in zip(*counts, strict=True)] if counts else [0] * world
-        if received != list(input_splits):
+        if received != list(output_splits):
             raise ValueError(
-                f"input_splits {list(input_splits)} disagrees with the ids per rank in lengths "
+                f"output_splits {list(output_splits)} disagrees with the ids per rank in lengths "
                 f"{received}; pass the splits of the same KJTAllToAll"
             )
-        moved = sequence_all_to_all_by_counts(env, local_embs, counts, output_splits)
+        moved = sequence_all_to_all_by_counts(env, local_embs, counts, input_splits)
         return SequenceEmbeddingsAwaitable(moved, unbucketize_permute_tensor, local_embs.shape[1])
 
 
@@ -364,7 +365,7 @@ def _counts_per_key_per_rank(
             f"lengths has {lengths.numel()} bags but {keys} keys x batch_size_per_rank "
             f"{list(batch_size_per_rank)} make {sum(bags)}"
         )
-    ends = torch.cumsum(lengths.long(), 0)
+    ends = torch.cumsum(lengths.reshape(-1).long(), 0)
     bounds = torch.tensor([0, *itertools.accumulate(bags)], dtype=torch.long)
     totals = torch.cat([ends.new_zeros(1), ends])[bounds.to(ends.device)]
     sums = (totals[1:] - totals[:-1]).tolist()
