@@ -7,6 +7,7 @@ import torch
 import torch.distributed as dist
 
 from shardrec_collectives import (
+    ShardingEnv,
     get_group_rank,
     get_local_rank,
     get_local_size,
@@ -47,6 +48,11 @@ def test_bad_environment_value() -> None:
         get_local_size(4, environ={"LOCAL_WORLD_SIZE": "two"})
 
 
+def test_sharding_env_has_torchrec_process_group_name() -> None:
+    env = ShardingEnv.from_local(2, 1)
+    assert env.process_group is env.pg is None
+
+
 def check_groups(ctx: RankContext, local: int) -> tuple[int, int, float, float]:
     intra, cross = intra_and_cross_node_pg(environ={"LOCAL_WORLD_SIZE": str(local)})
     assert intra is not None and cross is not None
@@ -55,6 +61,7 @@ def check_groups(ctx: RankContext, local: int) -> tuple[int, int, float, float]:
     dist.all_reduce(a, group=intra)
     dist.all_reduce(b, group=cross)
     assert intra_and_cross_node_pg(torch.device("meta")) == (None, None)
+    assert ShardingEnv.from_process_group(ctx.pg).process_group is ctx.pg
     return intra.size(), cross.size(), float(a), float(b)
 
 

@@ -141,6 +141,7 @@ PATHS = [
     ("shardrec.distributed", "EmbeddingCollectionSharder", "shardrec_sharding"),
     ("shardrec.distributed.types", "Awaitable", "shardrec_collectives"),
     ("shardrec.distributed.types", "LazyAwaitable", "shardrec_collectives"),
+    ("shardrec.distributed.types", "LazyNoWait", "shardrec_collectives"),
     ("shardrec.distributed.types", "NoWait", "shardrec_collectives"),
     ("shardrec.distributed.types", "ShardingEnv", "shardrec_collectives"),
     ("shardrec.distributed.types", "ParameterSharding", "shardrec_planner"),

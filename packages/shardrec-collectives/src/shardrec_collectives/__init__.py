@@ -1,6 +1,6 @@
 """Awaitables, ShardingEnv and differentiable collectives for sharded embeddings."""
 
-from shardrec_collectives.awaitable import Awaitable, LazyAwaitable, NoWait
+from shardrec_collectives.awaitable import Awaitable, LazyAwaitable, LazyNoWait, NoWait
 from shardrec_collectives.comm import (
     get_group_rank,
     get_local_rank,
@@ -62,6 +62,7 @@ __all__ = [
     "KJTOneToAll",
     "KeySelection",
     "LazyAwaitable",
+    "LazyNoWait",
     "NoWait",
     "PeerError",
     "PooledEmbeddingsAllGather",

@@ -24,7 +24,7 @@ import torch
 import torch.fx
 from torch.utils._pytree import tree_map
 
-__all__ = ["Awaitable", "LazyAwaitable", "NoWait"]
+__all__ = ["Awaitable", "LazyAwaitable", "LazyNoWait", "NoWait"]
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -150,6 +150,15 @@ class LazyAwaitable(Awaitable[T]):
     def __iter__(self) -> Iterator[object]:
         items: Iterator[object] = iter(self.wait())  # type: ignore[call-overload]  # T is iterable when this is used
         return items
+
+
+class LazyNoWait(LazyAwaitable[T]):
+    """A `LazyAwaitable` whose value is already here (TorchRec's name)."""
+
+    def __init__(self, obj: T) -> None:
+        if isinstance(obj, Awaitable):
+            raise TypeError(f"LazyNoWait of an awaitable ({type(obj).__name__}); pass the value")
+        super().__init__(lambda: obj)
 
 
 def _install_operators() -> None:

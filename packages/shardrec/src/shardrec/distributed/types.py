@@ -1,6 +1,6 @@
 """Sharding types and environment (TorchRec path `torchrec.distributed.types`)."""
 
-from shardrec_collectives import Awaitable, LazyAwaitable, NoWait, ShardingEnv
+from shardrec_collectives import Awaitable, LazyAwaitable, LazyNoWait, NoWait, ShardingEnv
 from shardrec_planner import (
     EmbeddingModuleShardingPlan,
     EnumerableShardingSpec,
@@ -16,6 +16,7 @@ __all__ = [
     "EmbeddingModuleShardingPlan",
     "EnumerableShardingSpec",
     "LazyAwaitable",
+    "LazyNoWait",
     "ModuleSharder",
     "NoWait",
     "ParameterSharding",
