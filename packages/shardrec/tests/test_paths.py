@@ -145,6 +145,7 @@ PATHS = [
     ("shardrec.distributed.types", "Awaitable", "shardrec_collectives"),
     ("shardrec.distributed.types", "LazyAwaitable", "shardrec_collectives"),
     ("shardrec.distributed.types", "LazyNoWait", "shardrec_collectives"),
+    ("shardrec.distributed.types", "DataType", "shardrec_embedding"),
     ("shardrec.distributed.types", "NoWait", "shardrec_collectives"),
     ("shardrec.distributed.types", "ShardingEnv", "shardrec_collectives"),
     ("shardrec.distributed.types", "ParameterSharding", "shardrec_planner"),
