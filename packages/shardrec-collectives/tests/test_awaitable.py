@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from shardrec_collectives import Awaitable, LazyAwaitable, NoWait
+from shardrec_collectives import Awaitable, LazyAwaitable, LazyNoWait, NoWait
 
 
 class Counter:
@@ -100,3 +100,16 @@ def test_lazy_awaitable_of_dict_like_result() -> None:
     lazy = LazyAwaitable(lambda: {"a": torch.tensor([1.0])})
     assert lazy["a"].tolist() == [1.0]  # type: ignore[attr-defined]  # a tensor at runtime
     assert list(lazy.keys()) == ["a"]  # type: ignore[operator]  # forwarded attribute
+
+
+def test_lazy_no_wait_forwards_to_its_value() -> None:
+    t = torch.arange(3.0)
+    lazy = LazyNoWait(t)
+    both = torch.cat([lazy, lazy])  # type: ignore[list-item]  # waited by __torch_function__
+    assert torch.equal(both, torch.cat([t, t]))
+    added: object = lazy + 1  # type: ignore[operator]  # forwarded to the waited tensor
+    assert isinstance(added, torch.Tensor) and torch.equal(added, t + 1)
+    assert lazy.shape == t.shape
+    assert lazy.wait() is t
+    with pytest.raises(TypeError, match="LazyNoWait of an awaitable"):
+        LazyNoWait(NoWait(t))

@@ -1,7 +1,32 @@
 """Awaitables, ShardingEnv and differentiable collectives for sharded embeddings."""
 
 from shardrec_collectives.attempt import agree_on_attempt
-from shardrec_collectives.awaitable import Awaitable, LazyAwaitable, NoWait
+from shardrec_collectives.awaitable import Awaitable, LazyAwaitable, LazyNoWait, NoWait
+from shardrec_collectives.comm import (
+    get_group_rank,
+    get_local_rank,
+    get_local_size,
+    get_num_groups,
+    intra_and_cross_node_pg,
+)
+from shardrec_collectives.dist_data import (
+    EmbeddingsAllToOne,
+    EmbeddingsAllToOneReduce,
+    KJTAllToAll,
+    KJTAllToAllSplitsAwaitable,
+    KJTOneToAll,
+    PooledEmbeddingsAllGather,
+    PooledEmbeddingsAllToAll,
+    PooledEmbeddingsAwaitable,
+    PooledEmbeddingsReduceScatter,
+    SeqEmbeddingsAllToOne,
+    SequenceEmbeddingsAllToAll,
+    SequenceEmbeddingsAwaitable,
+)
+from shardrec_collectives.dist_data_vb import (
+    VariableBatchPooledEmbeddingsAllToAll,
+    VariableBatchPooledEmbeddingsReduceScatter,
+)
 from shardrec_collectives.env import ShardingEnv
 from shardrec_collectives.errors import PeerError, agree_on_error
 from shardrec_collectives.gather import all_gather_pooled
@@ -24,20 +49,35 @@ from shardrec_collectives.reduce_scatter import (
     reduce_scatter_pooled,
     variable_batch_reduce_scatter_pooled,
 )
-from shardrec_collectives.sequence import sequence_all_to_all
+from shardrec_collectives.sequence import sequence_all_to_all, sequence_all_to_all_by_counts
 from shardrec_collectives.watchdog import EXIT_STATUS, Watchdog
 
 __all__ = [
     "EXIT_STATUS",
     "Awaitable",
+    "EmbeddingsAllToOne",
+    "EmbeddingsAllToOneReduce",
     "HostGroups",
+    "KJTAllToAll",
     "KJTAllToAllAwaitable",
     "KJTAllToAllLayout",
+    "KJTAllToAllSplitsAwaitable",
+    "KJTOneToAll",
     "KeySelection",
     "LazyAwaitable",
+    "LazyNoWait",
     "NoWait",
     "PeerError",
+    "PooledEmbeddingsAllGather",
+    "PooledEmbeddingsAllToAll",
+    "PooledEmbeddingsAwaitable",
+    "PooledEmbeddingsReduceScatter",
+    "SeqEmbeddingsAllToOne",
+    "SequenceEmbeddingsAllToAll",
+    "SequenceEmbeddingsAwaitable",
     "ShardingEnv",
+    "VariableBatchPooledEmbeddingsAllToAll",
+    "VariableBatchPooledEmbeddingsReduceScatter",
     "Watchdog",
     "agree_on_attempt",
     "agree_on_error",
@@ -46,10 +86,16 @@ __all__ = [
     "all_reduce_sum",
     "barrier",
     "broadcast_",
+    "get_group_rank",
+    "get_local_rank",
+    "get_local_size",
+    "get_num_groups",
+    "intra_and_cross_node_pg",
     "kjt_all_to_all",
     "pooled_all_to_all",
     "reduce_scatter_pooled",
     "sequence_all_to_all",
+    "sequence_all_to_all_by_counts",
     "split_by_host",
     "variable_batch_pooled_all_to_all",
     "variable_batch_reduce_scatter_pooled",

@@ -9,20 +9,22 @@ asked for an attribute, or used with an operator. It is what a sharded module's 
 so that code written for the unsharded module keeps working unchanged.
 
 Awaitables never nest: a `wait()` that would produce another awaitable raises `TypeError`
-(TorchRec's `.wait().wait()` is what this rule removes). Chain with `then` instead.
+(TorchRec's `.wait().wait()` is what this rule removes). Chain with `then` instead. The one
+exception is TorchRec's two-stage `KJTAllToAll` module (`dist_data.py`), whose awaitable class
+sets `nests = True` so that code written for TorchRec's `.wait().wait()` runs unchanged.
 """
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Generic, TypeVar
+from typing import ClassVar, Generic, TypeVar
 
 import torch
 import torch.fx
 from torch.utils._pytree import tree_map
 
-__all__ = ["Awaitable", "LazyAwaitable", "NoWait"]
+__all__ = ["Awaitable", "LazyAwaitable", "LazyNoWait", "NoWait"]
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -36,6 +38,9 @@ class Awaitable(Generic[T]):
     Either pass `wait_fn` (called once, on the first `wait()`), or subclass and override
     `_wait_impl`. `callbacks` (functions `T -> T`) run in order on the result of the first wait.
     """
+
+    # Whether `wait()` may produce another awaitable (only TorchRec's two-stage form sets it).
+    nests: ClassVar[bool] = False
 
     def __init__(self, wait_fn: Callable[[], T] | None = None) -> None:
         self._wait_fn = wait_fn
@@ -74,7 +79,7 @@ class Awaitable(Generic[T]):
             result = self._wait_impl()
             for fn in self._callbacks:
                 result = fn(result)
-            if isinstance(result, Awaitable):
+            if isinstance(result, Awaitable) and not self.nests:
                 raise TypeError(
                     f"{type(self).__name__}.wait() produced another awaitable "
                     f"({type(result).__name__}); awaitables never nest, chain with then()"
@@ -145,6 +150,15 @@ class LazyAwaitable(Awaitable[T]):
     def __iter__(self) -> Iterator[object]:
         items: Iterator[object] = iter(self.wait())  # type: ignore[call-overload]  # T is iterable when this is used
         return items
+
+
+class LazyNoWait(LazyAwaitable[T]):
+    """A `LazyAwaitable` whose value is already here (TorchRec's name)."""
+
+    def __init__(self, obj: T) -> None:
+        if isinstance(obj, Awaitable):
+            raise TypeError(f"LazyNoWait of an awaitable ({type(obj).__name__}); pass the value")
+        super().__init__(lambda: obj)
 
 
 def _install_operators() -> None:

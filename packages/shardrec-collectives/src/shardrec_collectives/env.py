@@ -67,6 +67,11 @@ class ShardingEnv:
         return cls(world_size=world_size, rank=rank, pg=None, device=torch.device(device))
 
     @property
+    def process_group(self) -> dist.ProcessGroup | None:
+        """`pg` under TorchRec's name (code written for TorchRec reads `env.process_group`)."""
+        return self.pg
+
+    @property
     def backend(self) -> str:
         """The process group's backend ("gloo", "nccl"), or "local" without one."""
         return "local" if self.pg is None else str(dist.get_backend(self.pg))

@@ -94,11 +94,14 @@ class HostGroups:
         return self.cross.rank
 
 
-def split_by_host(env: ShardingEnv, local_world_size: int) -> HostGroups:
+def split_by_host(
+    env: ShardingEnv, local_world_size: int, *, backend: str | None = None
+) -> HostGroups:
     """Create the per-host and cross-host process groups (a collective: every rank calls it).
 
     Ranks `h * local_world_size .. (h + 1) * local_world_size - 1` form host h. With
-    `local_world_size == world_size` (one host), `cross` has one rank.
+    `local_world_size == world_size` (one host), `cross` has one rank. `backend` is the new
+    groups' backend (default: the world group's).
     """
     if local_world_size < 1 or env.world_size % local_world_size != 0:
         raise ValueError(
@@ -117,12 +120,12 @@ def split_by_host(env: ShardingEnv, local_world_size: int) -> HostGroups:
     intra_pg = cross_pg = None
     for h in range(hosts):
         members = ranks[h * local_world_size : (h + 1) * local_world_size]
-        group = dist.new_group(members, use_local_synchronization=False)
+        group = dist.new_group(members, backend=backend, use_local_synchronization=False)
         if h == host:
             intra_pg = group
     for lr in range(local_world_size):
         members = ranks[lr::local_world_size]
-        group = dist.new_group(members, use_local_synchronization=False)
+        group = dist.new_group(members, backend=backend, use_local_synchronization=False)
         if lr == local:
             cross_pg = group
     assert intra_pg is not None and cross_pg is not None

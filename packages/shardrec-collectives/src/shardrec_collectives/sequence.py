@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from shardrec_collectives import _primitives as prim
@@ -10,7 +12,7 @@ from shardrec_collectives.awaitable import Awaitable
 from shardrec_collectives.env import ShardingEnv
 from shardrec_collectives.kjt_all_to_all import KJTAllToAllLayout
 
-__all__ = ["sequence_all_to_all"]
+__all__ = ["sequence_all_to_all", "sequence_all_to_all_by_counts"]
 
 
 def sequence_all_to_all(
@@ -25,24 +27,43 @@ def sequence_all_to_all(
         values, in that order. Works unchanged for variable batch per feature.
     Backward: the reverse all-to-all (and reordering) of the gradient.
     """
+    if len(layout.sent_values_per_rank) != env.world_size:
+        raise ValueError(
+            f"layout is for {len(layout.sent_values_per_rank)} ranks, env has {env.world_size}"
+        )
+    return sequence_all_to_all_by_counts(
+        env,
+        embeddings,
+        [list(r) for r in layout.recv_values_per_key_per_rank],
+        list(layout.sent_values_per_rank),
+    )
+
+
+def sequence_all_to_all_by_counts(
+    env: ShardingEnv,
+    embeddings: torch.Tensor,
+    recv_values_per_key_per_rank: Sequence[Sequence[int]],
+    sent_values_per_rank: Sequence[int],
+) -> Awaitable[torch.Tensor]:
+    """`sequence_all_to_all` with the layout given as counts.
+
+    recv_values_per_key_per_rank: `[F][S]` ids of local key f received from rank s (the rows
+        of `embeddings`, feature-major). sent_values_per_rank: `[S]` ids this rank sent rank s.
+    """
     if embeddings.dim() != 2:
         raise ValueError(f"embeddings must be (N, D), got shape {tuple(embeddings.shape)}")
-    recv_per_rank = layout.recv_values_per_rank
+    recv_per_rank = [sum(col) for col in zip(*recv_values_per_key_per_rank, strict=True)]
+    if not recv_values_per_key_per_rank:
+        recv_per_rank = [0] * env.world_size
     if embeddings.shape[0] != sum(recv_per_rank):
         raise ValueError(
             f"embeddings has {embeddings.shape[0]} rows but the all-to-all delivered "
             f"{sum(recv_per_rank)} ids {recv_per_rank} (per rank)"
         )
-    if len(layout.sent_values_per_rank) != env.world_size:
-        raise ValueError(
-            f"layout is for {len(layout.sent_values_per_rank)} ranks, env has {env.world_size}"
-        )
     # feature-major rows -> source-major rows, the order each source sent its ids in.
-    send = prim.transpose_segments(
-        embeddings, [list(r) for r in layout.recv_values_per_key_per_rank]
-    )
+    send = prim.transpose_segments(embeddings, [list(r) for r in recv_values_per_key_per_rank])
     in_splits = recv_per_rank
-    out_splits = list(layout.sent_values_per_rank)
+    out_splits = list(sent_values_per_rank)
     pending = prim.all_to_all(env, send.detach(), in_splits, out_splits)
     grad = prim.needs_grad(env, send)
 

@@ -9,18 +9,28 @@ from shardrec_dmp.checkpoint import (
     saved_shapes,
     verify,
 )
+from shardrec_dmp.data_parallel import DataParallelWrapper, DefaultDataParallelWrapper
 from shardrec_dmp.full_state import full_state_dict, iter_full_state_dict
-from shardrec_dmp.model_parallel import DistributedModelParallel, default_sharders
+from shardrec_dmp.model_parallel import (
+    DistributedModelParallel,
+    default_sharders,
+    get_module,
+    get_unwrapped_module,
+)
 from shardrec_dmp.train_pipeline import Pipelineable, TrainPipelineSparseDist
 
 __all__ = [
     "FORMAT_VERSION",
     "CheckpointError",
+    "DataParallelWrapper",
+    "DefaultDataParallelWrapper",
     "DistributedModelParallel",
     "Pipelineable",
     "TrainPipelineSparseDist",
     "default_sharders",
     "full_state_dict",
+    "get_module",
+    "get_unwrapped_module",
     "iter_full_state_dict",
     "load",
     "read_metadata",

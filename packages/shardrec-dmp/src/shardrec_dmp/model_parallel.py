@@ -28,11 +28,12 @@ from torch.nn.modules.module import _IncompatibleKeys
 from torch.nn.parallel import DistributedDataParallel
 
 from shardrec_collectives import ShardingEnv
+from shardrec_dmp.data_parallel import DataParallelWrapper, dmp_default_wrapper
 from shardrec_optim import CombinedOptimizer, KeyedOptimizer
 from shardrec_planner import EmbeddingShardingPlanner, PlannerSharder, ShardingPlan, Topology
 from shardrec_sharding import EmbeddingBagCollectionSharder, EmbeddingCollectionSharder
 
-__all__ = ["DistributedModelParallel", "default_sharders"]
+__all__ = ["DistributedModelParallel", "default_sharders", "get_module", "get_unwrapped_module"]
 
 
 def default_sharders() -> list[PlannerSharder]:
@@ -139,6 +140,10 @@ class DistributedModelParallel(nn.Module):
         init_data_parallel: wrap the model in `DistributedDataParallel` (dense gradients are
             averaged over ranks); sharded modules' parameters are excluded from it.
         init_parameters: materialize and initialize the dense part's `meta` parameters.
+        data_parallel_wrapper: how the dense part is replicated (`init_data_parallel`); default
+            plain `DistributedDataParallel` (DDP's own defaults). TorchRec's wrappers work:
+            `DefaultDataParallelWrapper(static_graph=True, ...)` or a `DataParallelWrapper`
+            subclass whose `wrap(dmp, env, device)` sets `dmp._dmp_wrapped_module`.
 
     Gradient scaling (as in TorchRec): DDP *averages* dense gradients over ranks, while sharded
     tables receive the gradient of the *sum* of every rank's loss (docs/dmp.md).
@@ -156,6 +161,7 @@ class DistributedModelParallel(nn.Module):
         sharders: Sequence[PlannerSharder] | None = None,
         init_data_parallel: bool = True,
         init_parameters: bool = True,
+        data_parallel_wrapper: DataParallelWrapper | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(module, nn.Module):
@@ -178,9 +184,19 @@ class DistributedModelParallel(nn.Module):
             _materialize_dense(module, set(self._sharded), self._device)
         _move_dense(module, set(self._sharded), self._device)
         # Step 5: data parallel for the dense part.
-        self._dmp_wrapped_module: nn.Module = (
-            self._data_parallel(module) if init_data_parallel else module
+        if data_parallel_wrapper is not None and not callable(
+            getattr(data_parallel_wrapper, "wrap", None)
+        ):
+            raise TypeError(
+                f"data_parallel_wrapper must have wrap(dmp, env, device), got "
+                f"{type(data_parallel_wrapper).__name__}"
+            )
+        self._data_parallel_wrapper = (
+            dmp_default_wrapper() if data_parallel_wrapper is None else data_parallel_wrapper
         )
+        self._dmp_wrapped_module: nn.Module = module
+        if init_data_parallel:
+            self.init_data_parallel()
 
     # -- construction steps -------------------------------------------------------------------
 
@@ -228,28 +244,15 @@ class DistributedModelParallel(nn.Module):
             module = _replace(module, path, new)
         return module, sharded
 
-    def _data_parallel(self, module: nn.Module) -> nn.Module:
-        if self._env.pg is None:
-            return module
-        ignored = [
-            name
-            for name, _ in [*module.named_parameters(), *module.named_buffers()]
-            if any(name.startswith(f"{p}.") or not p for p in self._sharded)
-        ]
-        ignored_set = set(ignored)
-        if not any(p.requires_grad for n, p in module.named_parameters() if n not in ignored_set):
-            return module  # nothing dense to synchronize; DDP refuses such a module
-        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(  # type: ignore[no-untyped-call]  # untyped in torch; the documented way to exclude parameters
-            module, ignored
-        )
-        device_ids = [self._device] if self._device.type == "cuda" else None
-        return DistributedDataParallel(
-            module,
-            device_ids=device_ids,
-            process_group=self._env.pg,
-        )
-
     # -- the public surface -------------------------------------------------------------------
+
+    def init_data_parallel(self) -> None:
+        """Replicate the dense part with the data-parallel wrapper (a collective).
+
+        Done by the constructor unless `init_data_parallel=False`: then call it once the dense
+        parameters are initialized. Calling it again does nothing with the default wrapper.
+        """
+        self._data_parallel_wrapper.wrap(self, self._env, self._device)
 
     def forward(self, *args: object, **kwargs: object) -> object:
         """The model's forward on this rank's batch."""
@@ -340,7 +343,7 @@ class DistributedModelParallel(nn.Module):
         new._device = target
         new._dmp_wrapped_module.to(target)
         if isinstance(inner, DistributedDataParallel):
-            new._dmp_wrapped_module = new._data_parallel(new._dmp_wrapped_module)
+            new.init_data_parallel()
         return new
 
     def named_parameters(
@@ -369,3 +372,23 @@ class DistributedModelParallel(nn.Module):
             state_dict, strict=strict, assign=assign
         )
         return result
+
+
+def get_module(module: nn.Module) -> nn.Module:
+    """`module` without its `DistributedModelParallel` wrappers (a DDP wrapper stays)."""
+    while isinstance(module, DistributedModelParallel):
+        module = module._dmp_wrapped_module
+    return module
+
+
+def get_unwrapped_module(module: nn.Module) -> nn.Module:
+    """`module` without its `DistributedModelParallel` and `DistributedDataParallel` wrappers."""
+    while isinstance(module, DistributedModelParallel | DistributedDataParallel):
+        inner = (
+            module._dmp_wrapped_module
+            if isinstance(module, DistributedModelParallel)
+            else module.module
+        )
+        assert isinstance(inner, nn.Module)
+        module = inner
+    return module

@@ -1,5 +1,10 @@
 """Sharders and sharded embedding modules: one strategy per sharding type."""
 
+from shardrec_sharding.defaults import (
+    apply_to_all,
+    get_default_sharders,
+    get_module_to_default_sharders,
+)
 from shardrec_sharding.embedding import (
     EmbeddingCollectionSharder,
     ShardedEmbeddingCollection,
@@ -54,7 +59,10 @@ __all__ = [
     "ShardedStateDict",
     "TableMaker",
     "TableSharding",
+    "apply_to_all",
     "check_plan",
+    "get_default_sharders",
+    "get_module_to_default_sharders",
     "shard_quant_model",
     "strategy_for",
 ]

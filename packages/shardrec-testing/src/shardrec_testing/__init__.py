@@ -2,6 +2,7 @@
 
 from shardrec_testing._ports import free_port
 from shardrec_testing.context import RankContext
+from shardrec_testing.multi_process import MultiProcessContext, MultiProcessTestBase
 from shardrec_testing.pool import (
     RankError,
     RankPool,
@@ -14,6 +15,8 @@ from shardrec_testing.seeding import random_lengths, seed_everything, seed_from,
 from shardrec_testing.tolerance import assert_close, tolerance
 
 __all__ = [
+    "MultiProcessContext",
+    "MultiProcessTestBase",
     "RankContext",
     "RankError",
     "RankPool",

@@ -1,5 +1,19 @@
 """DistributedModelParallel (TorchRec path `torchrec.distributed.model_parallel`)."""
 
-from shardrec_dmp import DistributedModelParallel, default_sharders
+from shardrec_dmp import (
+    DataParallelWrapper,
+    DefaultDataParallelWrapper,
+    DistributedModelParallel,
+    default_sharders,
+    get_module,
+    get_unwrapped_module,
+)
 
-__all__ = ["DistributedModelParallel", "default_sharders"]
+__all__ = [
+    "DataParallelWrapper",
+    "DefaultDataParallelWrapper",
+    "DistributedModelParallel",
+    "default_sharders",
+    "get_module",
+    "get_unwrapped_module",
+]

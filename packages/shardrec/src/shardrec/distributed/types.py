@@ -1,6 +1,7 @@
 """Sharding types and environment (TorchRec path `torchrec.distributed.types`)."""
 
-from shardrec_collectives import Awaitable, LazyAwaitable, NoWait, ShardingEnv
+from shardrec_collectives import Awaitable, LazyAwaitable, LazyNoWait, NoWait, ShardingEnv
+from shardrec_embedding import DataType
 from shardrec_planner import (
     EmbeddingModuleShardingPlan,
     EnumerableShardingSpec,
@@ -13,9 +14,11 @@ from shardrec_planner import (
 
 __all__ = [
     "Awaitable",
+    "DataType",
     "EmbeddingModuleShardingPlan",
     "EnumerableShardingSpec",
     "LazyAwaitable",
+    "LazyNoWait",
     "ModuleSharder",
     "NoWait",
     "ParameterSharding",
