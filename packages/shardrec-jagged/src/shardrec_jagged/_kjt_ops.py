@@ -1,24 +1,27 @@
 """KeyedJaggedTensor operations beside the class: ``concat``, ``from_jt_dict``, ``split``.
 
-``concat`` and ``from_jt_dict`` are ``torch.fx.wrap``-ed, so a symbolically traced module
-records one leaf call instead of iterating over Proxies.
+The class is passed in (``cls``, or read off an input KJT), never imported at runtime: the class
+module imports this one (docs/design/jagged-module-split.md). The class module wraps
+``concat``/``from_jt_dict`` with ``torch.fx.wrap``, so a traced module records one leaf call.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 import torch.fx
 
 from shardrec_jagged._validation import check_segments
 from shardrec_jagged.jagged_tensor import JaggedTensor
-from shardrec_jagged.keyed_jagged_tensor import KeyedJaggedTensor
+
+if TYPE_CHECKING:
+    from shardrec_jagged.keyed_jagged_tensor import KeyedJaggedTensor
 
 __all__ = ["from_jt_dict", "kjt_concat", "kjt_split"]
 
 
-@torch.fx.wrap
 def kjt_concat(kjt_list: Sequence[KeyedJaggedTensor]) -> KeyedJaggedTensor:
     if len(kjt_list) == 0:
         raise ValueError("concat needs at least one KeyedJaggedTensor, got an empty list")
@@ -75,7 +78,7 @@ def kjt_concat(kjt_list: Sequence[KeyedJaggedTensor]) -> KeyedJaggedTensor:
         raise ValueError("cannot concat KeyedJaggedTensors where only some have inverse_indices")
     if variable:
         stride = max(k._stride for k in kjt_list)
-    return KeyedJaggedTensor._unchecked(
+    return type(first)._unchecked(
         keys=keys,
         values=torch.cat([k._values for k in kjt_list]),
         weights=torch.cat([k.weights() for k in kjt_list]) if weighted else None,
@@ -88,12 +91,13 @@ def kjt_concat(kjt_list: Sequence[KeyedJaggedTensor]) -> KeyedJaggedTensor:
     )
 
 
-@torch.fx.wrap
-def from_jt_dict(jt_dict: Mapping[str, JaggedTensor]) -> KeyedJaggedTensor:
+def from_jt_dict(
+    cls: type[KeyedJaggedTensor], jt_dict: Mapping[str, JaggedTensor]
+) -> KeyedJaggedTensor:
     keys = list(jt_dict.keys())
     jts = list(jt_dict.values())
     if not jts:
-        return KeyedJaggedTensor.empty().sync()
+        return cls.empty().sync()
     weighted = [jt.weights_or_none() is not None for jt in jts]
     if any(weighted) and not all(weighted):
         bad = keys[weighted.index(not weighted[0])]
@@ -103,7 +107,7 @@ def from_jt_dict(jt_dict: Mapping[str, JaggedTensor]) -> KeyedJaggedTensor:
         )
     strides = [jt.lengths().numel() for jt in jts]
     same = all(s == strides[0] for s in strides)
-    return KeyedJaggedTensor(
+    return cls(
         keys=keys,
         values=torch.cat([jt.values() for jt in jts]),
         weights=torch.cat([jt.weights() for jt in jts]) if weighted[0] else None,
@@ -131,7 +135,7 @@ def kjt_split(kjt: KeyedJaggedTensor, segments: Sequence[int]) -> list[KeyedJagg
         else:
             v0, v1 = opk[start], opk[end]
             out.append(
-                KeyedJaggedTensor._unchecked(
+                type(kjt)._unchecked(
                     keys=kjt._keys[start:end],
                     values=kjt._values[v0:v1],
                     weights=None if w is None else w[v0:v1],

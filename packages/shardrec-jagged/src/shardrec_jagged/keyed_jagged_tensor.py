@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 import torch
 import torch.fx
 
-from shardrec_jagged import _kernels
+from shardrec_jagged import _kernels, _kjt_ops
 from shardrec_jagged._format import kjt_repr
 from shardrec_jagged._fx import ProxyableMeta
 from shardrec_jagged._kjt_device import (
@@ -38,6 +38,7 @@ from shardrec_jagged._kjt_device import (
     kjt_to,
 )
 from shardrec_jagged._kjt_layout import cumsum, resolve_batch_layout
+from shardrec_jagged._kjt_pytree import register_kjt_pytree
 from shardrec_jagged._validation import (
     UnknownKeyError,
     as_index_tensor,
@@ -264,12 +265,12 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
     @staticmethod
     def from_jt_dict(jt_dict: Mapping[str, JaggedTensor]) -> KeyedJaggedTensor:
         """One JaggedTensor per key -> KJT; differing bag counts give variable batch per key."""
-        return _kjt_ops.from_jt_dict(jt_dict)
+        return _from_jt_dict(jt_dict)
 
     @staticmethod
     def concat(kjt_list: Sequence[KeyedJaggedTensor]) -> KeyedJaggedTensor:
         """Keys of every KJT, in order; all must share the batch size and weightedness."""
-        return _kjt_ops.kjt_concat(kjt_list)
+        return _kjt_concat(kjt_list)
 
     @staticmethod
     def empty(
@@ -583,8 +584,16 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
         return kjt_repr(self)
 
 
-# Imported last: both modules need the class defined above. _kjt_pytree registers the pytree
-# node. _kjt_ops holds concat/from_jt_dict; imported here rather than on first use because
-# their torch.fx.wrap registration must exist before a module calling them is traced (and a
-# per-call import statement costs ~0.3 us).
-from shardrec_jagged import _kjt_ops, _kjt_pytree  # noqa: E402, F401
+register_kjt_pytree(KeyedJaggedTensor)
+
+
+# Leaves for torch.fx: a traced module records one call instead of iterating Proxies. Module
+# globals of this file, so that fx's patching of them reaches the static methods above.
+@torch.fx.wrap
+def _kjt_concat(kjt_list: Sequence[KeyedJaggedTensor]) -> KeyedJaggedTensor:
+    return _kjt_ops.kjt_concat(kjt_list)
+
+
+@torch.fx.wrap
+def _from_jt_dict(jt_dict: Mapping[str, JaggedTensor]) -> KeyedJaggedTensor:
+    return _kjt_ops.from_jt_dict(KeyedJaggedTensor, jt_dict)
