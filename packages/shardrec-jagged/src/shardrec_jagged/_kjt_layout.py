@@ -92,8 +92,4 @@ def resolve_batch_layout(
         )
     if stride < 0:
         raise ValueError(f"stride must be >= 0, got {stride}")
-    if n_bags == 0 and values.size(0) != 0:
-        raise ValueError(
-            f"lengths is empty (sum 0) but values has {values.size(0)} entries; they must be equal"
-        )
     return stride, spkpr, spk

@@ -78,10 +78,13 @@ def kjt_concat(kjt_list: Sequence[KeyedJaggedTensor]) -> KeyedJaggedTensor:
         raise ValueError("cannot concat KeyedJaggedTensors where only some have inverse_indices")
     if variable:
         stride = max(k._stride for k in kjt_list)
+    last = len(kjt_list) - 1
     return type(first)._unchecked(
         keys=keys,
-        values=torch.cat([k._values for k in kjt_list]),
-        weights=torch.cat([k.weights() for k in kjt_list]) if weighted else None,
+        values=torch.cat([_used(k, k._values, i == last) for i, k in enumerate(kjt_list)]),
+        weights=torch.cat([_used(k, k.weights(), i == last) for i, k in enumerate(kjt_list)])
+        if weighted
+        else None,
         lengths=torch.cat([k.lengths() for k in kjt_list]),
         offsets=None,
         stride=first._stride if stride is None else stride,
@@ -89,6 +92,15 @@ def kjt_concat(kjt_list: Sequence[KeyedJaggedTensor]) -> KeyedJaggedTensor:
         length_per_key=lpk,
         inverse_indices=inverse,
     )
+
+
+def _used(kjt: KeyedJaggedTensor, data: torch.Tensor, is_last: bool) -> torch.Tensor:
+    """``data`` without the unused tail of a longer values buffer (a tail of the last input is
+    harmless; any other would shift the following inputs' values)."""
+    if is_last:
+        return data
+    total = kjt.offset_per_key()[-1]  # cached on synced inputs
+    return data if data.size(0) == total else data[:total]
 
 
 def from_jt_dict(

@@ -28,7 +28,7 @@ import torch
 import torch.fx
 
 from shardrec_jagged import _kernels, _kjt_ops
-from shardrec_jagged._format import kjt_repr
+from shardrec_jagged._format import kjt_repr, kjt_str
 from shardrec_jagged._fx import ProxyableMeta
 from shardrec_jagged._kjt_device import (
     empty_like_or_none,
@@ -42,12 +42,14 @@ from shardrec_jagged._kjt_pytree import register_kjt_pytree
 from shardrec_jagged._validation import (
     UnknownKeyError,
     as_index_tensor,
+    check_key_bounds,
     check_keys,
     check_length_per_key,
     check_lengths_offsets_sizes,
     check_permute_indices,
     check_values_weights,
     validate_jagged,
+    validate_offsets,
 )
 from shardrec_jagged.jagged_tensor import JaggedTensor
 
@@ -99,7 +101,9 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
         check_values_weights(values, weights)
         lengths = as_index_tensor(lengths, "lengths", values.device)
         offsets = as_index_tensor(offsets, "offsets", values.device)
-        check_lengths_offsets_sizes(lengths, offsets)
+        if lengths is None and offsets is None and not keys_:
+            lengths = values.new_empty(0, dtype=torch.int32)  # TorchRec's KJT([], values)
+        lengths, offsets = check_lengths_offsets_sizes(lengths, offsets)
         stride, spkpr, spk = resolve_batch_layout(
             keys_,
             values,
@@ -428,20 +432,52 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
         if n_keys == 0:
             return []
         lengths, offsets = self._lengths, self._offsets
-        if self._stride_per_key_per_rank is None and offsets is not None:
+        n_bags = lengths.numel() if lengths is not None else max(offsets.numel() - 1, 0)  # type: ignore[union-attr]  # one is set
+        if n_bags == 0:
+            return [0] * n_keys
+        if self._values.is_meta:
+            # A meta KJT has no contents to read: spread values.size(0) over the keys (TorchRec's
+            # placeholder), so that shape-only code (module construction, tracing) runs.
+            total = self._values.size(0)
+            return [total // n_keys + (total % n_keys if i == 0 else 0) for i in range(n_keys)]
+        if torch.compiler.is_compiling():
+            # Data-dependent checks cannot be traced: check_length_per_key states them as
+            # torch._check asserts instead.
+            out = self._length_per_key_compiled()
+        elif self._stride_per_key_per_rank is None and offsets is not None:
             # Cheapest when offsets exist: read F + 1 of them (a strided view), diff on host.
-            out = _kernels.length_per_key_from_offsets(offsets, n_keys, self._stride)
+            bounds, drops = _kernels.offsets_at(offsets, self._stride)
+            check_key_bounds(bounds, self._keys, self._values.size(0))
+            if drops:
+                validate_offsets(offsets, self._values.size(0))  # names where
+            out = [bounds[i + 1] - bounds[i] for i in range(n_keys)]
         elif self._stride_per_key_per_rank is None and lengths is not None:
-            out = _kernels.length_per_key(lengths, n_keys, self._stride)
+            out, smallest = _kernels.length_per_key_and_min(lengths, n_keys, self._stride)
+            if smallest < 0:
+                i = int((lengths < 0).nonzero()[0, 0])
+                raise ValueError(
+                    f"lengths[{i}] = {int(lengths[i])} is negative (key "
+                    f"{self._keys[i // self._stride]!r}, sample {i % self._stride}); lengths "
+                    "count ids per bag and must be >= 0"
+                )
         else:
             # Per-key boundaries of the offsets: one gather of F + 1 entries.
-            bounds = torch.tensor(self.lengths_offset_per_key(), device=self._values.device)
-            ends = self.offsets()
-            if ends.numel() == 0:
-                ends = ends.new_zeros(1)
-            picked = ends[bounds]
-            out = (picked[1:] - picked[:-1]).tolist()
+            index = torch.tensor(self.lengths_offset_per_key(), device=self._values.device)
+            picked: list[int] = self.offsets()[index].tolist()
+            check_key_bounds(picked, self._keys, self._values.size(0))
+            out = [picked[i + 1] - picked[i] for i in range(n_keys)]
         check_length_per_key(out, self._keys, self._values.size(0))
+        return out
+
+    def _length_per_key_compiled(self) -> list[int]:
+        n_keys, lengths, offsets = len(self._keys), self._lengths, self._offsets
+        if self._stride_per_key_per_rank is None and offsets is not None:
+            return _kernels.length_per_key_from_offsets(offsets, n_keys, self._stride)
+        if self._stride_per_key_per_rank is None and lengths is not None:
+            return _kernels.length_per_key(lengths, n_keys, self._stride)
+        index = torch.tensor(self.lengths_offset_per_key(), device=self._values.device)
+        picked = self.offsets()[index]
+        out: list[int] = (picked[1:] - picked[:-1]).tolist()
         return out
 
     def sync(self) -> KeyedJaggedTensor:
@@ -491,10 +527,10 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
             self._jt_dict = {}
             return self._jt_dict
         lpk = self.length_per_key()
-        values = self._values.split_with_sizes(lpk)
+        values = _used(self._values, lpk).split_with_sizes(lpk)
         w = self._weights
         weights: Sequence[torch.Tensor | None] = (
-            [None] * n_keys if w is None else w.split_with_sizes(lpk)
+            [None] * n_keys if w is None else _used(w, lpk).split_with_sizes(lpk)
         )
         lengths = self.lengths()
         offsets: Sequence[torch.Tensor | None]
@@ -534,13 +570,14 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
         lpk = self.length_per_key()
         spkpr = self._stride_per_key_per_rank
         lengths = self.lengths()
-        w = self._weights
+        w = None if self._weights is None else _used(self._weights, lpk)
+        used = _used(self._values, lpk)
         if spkpr is None:
             values, weights, new_lengths = _kernels.permute_kjt(
-                self._values, w, lengths, lpk, order, self._stride
+                used, w, lengths, lpk, order, self._stride
             )
         else:
-            values = _kernels.permute_segments(self._values, lpk, order)
+            values = _kernels.permute_segments(used, lpk, order)
             weights = None if w is None else _kernels.permute_segments(w, lpk, order)
             new_lengths = _kernels.permute_segments(lengths, self.stride_per_key(), order)
         return KeyedJaggedTensor._unchecked(
@@ -583,8 +620,20 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
     def __repr__(self) -> str:
         return kjt_repr(self)
 
+    def __str__(self) -> str:
+        """TorchRec's text: every key's bags. ``repr()`` is the bounded one."""
+        return kjt_str(self)
+
 
 register_kjt_pytree(KeyedJaggedTensor)
+
+
+def _used(data: torch.Tensor, length_per_key: list[int]) -> torch.Tensor:
+    """``data`` without the unused tail of a values buffer longer than the lengths use."""
+    total = sum(length_per_key)
+    if torch.compiler.is_compiling():
+        return data[:total]  # no data-dependent branch under compile; a view either way
+    return data if data.size(0) == total else data[:total]
 
 
 # Leaves for torch.fx: a traced module records one call instead of iterating Proxies. Module

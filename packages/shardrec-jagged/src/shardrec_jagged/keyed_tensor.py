@@ -20,7 +20,7 @@ import torch
 import torch.fx
 from torch.utils._pytree import register_pytree_node
 
-from shardrec_jagged._format import dense_rows
+from shardrec_jagged._format import dense_rows, kt_str
 from shardrec_jagged._fx import ProxyableMeta
 from shardrec_jagged._validation import UnknownKeyError, check_keys
 
@@ -165,6 +165,10 @@ class KeyedTensor(metaclass=ProxyableMeta):
             lines.append(f"  {k!r}: {dense_rows(self[k])}")
         lines.append("}")
         return "\n".join(lines)
+
+    def __str__(self) -> str:
+        """TorchRec's text: every key's block. ``repr()`` is the bounded one."""
+        return kt_str(self._keys, [self[k] for k in self._keys])
 
 
 @torch.fx.wrap
