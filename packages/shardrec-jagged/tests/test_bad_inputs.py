@@ -188,14 +188,24 @@ def test_variable_batch_strides_that_do_not_match_lengths() -> None:
         kjt(stride_per_key_per_rank=[[1, 1], [2]])
 
 
-# --- weights of a different length than values -------------------------------------------------
+# --- weights shorter than values (a longer weights buffer is accepted, as TorchRec) -------------
 
 
-def test_weights_length_differs_from_values() -> None:
+def test_weights_shorter_than_values() -> None:
     with pytest.raises(ValueError, match=r"weights has 3 entries but values has 4"):
         kjt(weights=torch.ones(3))
-    with pytest.raises(ValueError, match=r"weights has 5 entries but values has 4"):
-        JaggedTensor(torch.arange(4), weights=torch.ones(5), lengths=torch.tensor([4]))
+    with pytest.raises(ValueError, match=r"weights has 3 entries but values has 4"):
+        JaggedTensor(torch.arange(4), weights=torch.ones(3), lengths=torch.tensor([4]))
+
+
+def test_weights_buffer_longer_than_values() -> None:
+    weights = torch.arange(10, dtype=torch.float32)
+    longer = kjt(weights=weights)
+    exact = kjt(weights=weights[:4])
+    for key in ("a", "b"):
+        assert torch.equal(longer[key].weights(), exact[key].weights())
+        assert torch.equal(longer.to_dict()[key].weights(), exact.to_dict()[key].weights())
+    assert torch.equal(longer.permute([1, 0]).weights(), exact.permute([1, 0]).weights())
 
 
 # --- duplicate keys ------------------------------------------------------------------------------

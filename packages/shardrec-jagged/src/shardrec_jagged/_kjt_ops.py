@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.fx
 
+from shardrec_jagged._kjt_device import empty_like_or_none
 from shardrec_jagged._validation import check_segments
 from shardrec_jagged.jagged_tensor import JaggedTensor
 
@@ -160,3 +161,36 @@ def kjt_split(kjt: KeyedJaggedTensor, segments: Sequence[int]) -> list[KeyedJagg
             )
         start = end
     return out
+
+
+def kjt_empty_like(kjt: KeyedJaggedTensor, device: torch.device | None) -> KeyedJaggedTensor:
+    """Without ``device``: no keys, same dtypes, stride and variable-batch layout (TorchRec's).
+
+    With ``device``: same keys and shapes, uninitialized tensors on ``device``.
+    """
+    if device is None:
+        dev = kjt.device()
+        w = kjt.weights_or_none()
+        spkpr = kjt._stride_per_key_per_rank
+        return type(kjt)._unchecked(
+            keys=[],
+            values=torch.empty(0, dtype=kjt._values.dtype, device=dev),
+            weights=None if w is None else torch.empty(0, dtype=w.dtype, device=dev),
+            lengths=torch.empty(0, dtype=kjt.lengths().dtype, device=dev),
+            offsets=None,
+            stride=kjt.stride(),
+            stride_per_key_per_rank=spkpr,  # kept, as TorchRec keeps it
+        )
+    inv = kjt._inverse_indices
+    return type(kjt)._unchecked(
+        keys=kjt._keys,
+        values=torch.empty_like(kjt._values, device=device),
+        weights=empty_like_or_none(kjt._weights, device),
+        lengths=empty_like_or_none(kjt._lengths, device),
+        offsets=empty_like_or_none(kjt._offsets, device),
+        stride=kjt._stride,
+        stride_per_key_per_rank=kjt._stride_per_key_per_rank,
+        length_per_key=kjt._length_per_key,
+        offset_per_key=kjt._offset_per_key,
+        inverse_indices=None if inv is None else (inv[0], torch.empty_like(inv[1], device=device)),
+    )

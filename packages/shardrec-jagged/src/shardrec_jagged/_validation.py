@@ -109,10 +109,11 @@ def check_values_weights(values: torch.Tensor, weights: torch.Tensor | None) -> 
         raise ValueError("values must have at least one dimension, got a 0-d tensor")
     if weights is not None:
         check_tensor(weights, "weights")
-        if weights.dim() == 0 or weights.size(0) != values.size(0):
+        if weights.dim() == 0 or weights.size(0) < values.size(0):
             raise ValueError(
                 f"weights has {weights.size(0) if weights.dim() else 0} entries but values has "
-                f"{values.size(0)}; weights must hold one entry per value"
+                f"{values.size(0)}; weights must hold one entry per value (a longer weights "
+                "buffer is fine: its tail is unused)"
             )
 
 

@@ -107,7 +107,7 @@ class JaggedTensor(metaclass=ProxyableMeta):
             values=torch.empty(0, dtype=values_dtype, device=device),
             weights=weights,
             lengths=torch.empty(0, dtype=lengths_dtype, device=device),
-            offsets=torch.zeros(1, dtype=lengths_dtype, device=device),
+            offsets=torch.empty(0, dtype=lengths_dtype, device=device),  # TorchRec's: no entry
         )
 
     @staticmethod
@@ -144,20 +144,7 @@ class JaggedTensor(metaclass=ProxyableMeta):
         values: torch.Tensor, lengths: torch.Tensor, weights: torch.Tensor | None = None
     ) -> JaggedTensor:
         """Padded ``values: (B, L)``, ``lengths: (B,)`` -> the first ``lengths[b]`` of each row."""
-        if values.dim() < 2:
-            raise ValueError(f"from_dense_lengths needs values (B, L), got {tuple(values.shape)}")
-        if lengths.dim() != 1 or lengths.numel() != values.size(0):
-            raise ValueError(
-                f"from_dense_lengths: lengths has shape {tuple(lengths.shape)} but values has "
-                f"{values.size(0)} rows; lengths must be ({values.size(0)},)"
-            )
-        pos = torch.arange(values.size(1), device=values.device)
-        mask = pos.unsqueeze(0) < lengths.unsqueeze(1)
-        return JaggedTensor(
-            values=values[mask],
-            weights=None if weights is None else weights[mask],
-            lengths=lengths,
-        )
+        return _from_dense_lengths(values, lengths, weights)
 
     # --- accessors --------------------------------------------------------------------------
 
@@ -294,6 +281,26 @@ def _to(
     t: torch.Tensor | None, device: torch.device | str, non_blocking: bool
 ) -> torch.Tensor | None:
     return None if t is None else t.to(device, non_blocking=non_blocking)
+
+
+@torch.fx.wrap  # one leaf under symbolic tracing: the checks below branch on shapes
+def _from_dense_lengths(
+    values: torch.Tensor, lengths: torch.Tensor, weights: torch.Tensor | None
+) -> JaggedTensor:
+    if values.dim() < 2:
+        raise ValueError(f"from_dense_lengths needs values (B, L), got {tuple(values.shape)}")
+    if lengths.dim() != 1 or lengths.numel() != values.size(0):
+        raise ValueError(
+            f"from_dense_lengths: lengths has shape {tuple(lengths.shape)} but values has "
+            f"{values.size(0)} rows; lengths must be ({values.size(0)},)"
+        )
+    pos = torch.arange(values.size(1), device=values.device)
+    mask = pos.unsqueeze(0) < lengths.unsqueeze(1)
+    return JaggedTensor(
+        values=values[mask],
+        weights=None if weights is None else weights[mask],
+        lengths=lengths,
+    )
 
 
 # --- pytree: the four tensors are leaves; no static context --------------------------------

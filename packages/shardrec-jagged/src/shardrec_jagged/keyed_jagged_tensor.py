@@ -31,25 +31,23 @@ from shardrec_jagged import _kernels, _kjt_ops
 from shardrec_jagged._format import kjt_repr, kjt_str
 from shardrec_jagged._fx import ProxyableMeta
 from shardrec_jagged._kjt_device import (
-    empty_like_or_none,
     kjt_copy_,
     kjt_pin_memory,
     kjt_record_stream,
     kjt_to,
 )
 from shardrec_jagged._kjt_layout import cumsum, resolve_batch_layout
+from shardrec_jagged._kjt_lengths import compute_length_per_key
 from shardrec_jagged._kjt_pytree import register_kjt_pytree
 from shardrec_jagged._validation import (
     UnknownKeyError,
     as_index_tensor,
-    check_key_bounds,
     check_keys,
     check_length_per_key,
     check_lengths_offsets_sizes,
     check_permute_indices,
     check_values_weights,
     validate_jagged,
-    validate_offsets,
 )
 from shardrec_jagged.jagged_tensor import JaggedTensor
 
@@ -299,34 +297,23 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
 
         With ``device``: same keys and shapes, uninitialized tensors on ``device``.
         """
-        if device is None:
-            dev = kjt.device()
-            w = kjt.weights_or_none()
-            spkpr = kjt._stride_per_key_per_rank
-            return KeyedJaggedTensor._unchecked(
-                keys=[],
-                values=torch.empty(0, dtype=kjt._values.dtype, device=dev),
-                weights=None if w is None else torch.empty(0, dtype=w.dtype, device=dev),
-                lengths=torch.empty(0, dtype=kjt.lengths().dtype, device=dev),
-                offsets=None,
-                stride=kjt.stride(),
-                stride_per_key_per_rank=None if spkpr is None else [],
-            )
-        inv = kjt._inverse_indices
-        return KeyedJaggedTensor._unchecked(
-            keys=kjt._keys,
-            values=torch.empty_like(kjt._values, device=device),
-            weights=empty_like_or_none(kjt._weights, device),
-            lengths=empty_like_or_none(kjt._lengths, device),
-            offsets=empty_like_or_none(kjt._offsets, device),
-            stride=kjt._stride,
-            stride_per_key_per_rank=kjt._stride_per_key_per_rank,
-            length_per_key=kjt._length_per_key,
-            offset_per_key=kjt._offset_per_key,
-            inverse_indices=None
-            if inv is None
-            else (inv[0], torch.empty_like(inv[1], device=device)),
-        )
+        return _kjt_empty_like(kjt, device)
+
+    @staticmethod
+    def _empty_like_impl(kjt: KeyedJaggedTensor, device: torch.device | None) -> KeyedJaggedTensor:
+        return _kjt_ops.kjt_empty_like(kjt, device)
+
+    def clear_storage(self) -> None:
+        """Free the memory of every tensor (their storages shrink to 0 bytes; shapes stay).
+
+        For a KJT kept only for its host metadata; its contents are garbage afterwards.
+        """
+        inv = self._inverse_indices
+        for t in (self._values, self._weights, self._lengths, self._offsets):
+            if t is not None:
+                t.untyped_storage().resize_(0)
+        if inv is not None:
+            inv[1].untyped_storage().resize_(0)
 
     # --- accessors --------------------------------------------------------------------------
 
@@ -428,57 +415,7 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
         return self._offset_per_key
 
     def _compute_length_per_key(self) -> list[int]:
-        n_keys = len(self._keys)
-        if n_keys == 0:
-            return []
-        lengths, offsets = self._lengths, self._offsets
-        n_bags = lengths.numel() if lengths is not None else max(offsets.numel() - 1, 0)  # type: ignore[union-attr]  # one is set
-        if n_bags == 0:
-            return [0] * n_keys
-        if self._values.is_meta:
-            # A meta KJT has no contents to read: spread values.size(0) over the keys (TorchRec's
-            # placeholder), so that shape-only code (module construction, tracing) runs.
-            total = self._values.size(0)
-            return [total // n_keys + (total % n_keys if i == 0 else 0) for i in range(n_keys)]
-        if torch.compiler.is_compiling():
-            # Data-dependent checks cannot be traced: check_length_per_key states them as
-            # torch._check asserts instead.
-            out = self._length_per_key_compiled()
-        elif self._stride_per_key_per_rank is None and offsets is not None:
-            # Cheapest when offsets exist: read F + 1 of them (a strided view), diff on host.
-            bounds, drops = _kernels.offsets_at(offsets, self._stride)
-            check_key_bounds(bounds, self._keys, self._values.size(0))
-            if drops:
-                validate_offsets(offsets, self._values.size(0))  # names where
-            out = [bounds[i + 1] - bounds[i] for i in range(n_keys)]
-        elif self._stride_per_key_per_rank is None and lengths is not None:
-            out, smallest = _kernels.length_per_key_and_min(lengths, n_keys, self._stride)
-            if smallest < 0:
-                i = int((lengths < 0).nonzero()[0, 0])
-                raise ValueError(
-                    f"lengths[{i}] = {int(lengths[i])} is negative (key "
-                    f"{self._keys[i // self._stride]!r}, sample {i % self._stride}); lengths "
-                    "count ids per bag and must be >= 0"
-                )
-        else:
-            # Per-key boundaries of the offsets: one gather of F + 1 entries.
-            index = torch.tensor(self.lengths_offset_per_key(), device=self._values.device)
-            picked: list[int] = self.offsets()[index].tolist()
-            check_key_bounds(picked, self._keys, self._values.size(0))
-            out = [picked[i + 1] - picked[i] for i in range(n_keys)]
-        check_length_per_key(out, self._keys, self._values.size(0))
-        return out
-
-    def _length_per_key_compiled(self) -> list[int]:
-        n_keys, lengths, offsets = len(self._keys), self._lengths, self._offsets
-        if self._stride_per_key_per_rank is None and offsets is not None:
-            return _kernels.length_per_key_from_offsets(offsets, n_keys, self._stride)
-        if self._stride_per_key_per_rank is None and lengths is not None:
-            return _kernels.length_per_key(lengths, n_keys, self._stride)
-        index = torch.tensor(self.lengths_offset_per_key(), device=self._values.device)
-        picked = self.offsets()[index]
-        out: list[int] = (picked[1:] - picked[:-1]).tolist()
-        return out
+        return compute_length_per_key(self)
 
     def sync(self) -> KeyedJaggedTensor:
         """Compute ``length_per_key``/``offset_per_key`` now (one device-to-host copy)."""
@@ -537,11 +474,12 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
         if self._stride_per_key_per_rank is None:
             lengths_2d = lengths.reshape(n_keys, self._stride)
             per_key_lengths: Sequence[torch.Tensor] = lengths_2d.unbind(0)
-            offsets = (
-                _kernels.batched_lengths_to_offsets(lengths_2d).unbind(0)
-                if compute_offsets
-                else [None] * n_keys
-            )
+            if not compute_offsets:
+                offsets = [None] * n_keys
+            elif self._stride == 0:
+                offsets = per_key_lengths  # no bags: empty offsets, as TorchRec
+            else:
+                offsets = _kernels.batched_lengths_to_offsets(lengths_2d).unbind(0)
         else:
             per_key_lengths = lengths.split_with_sizes(self.stride_per_key())
             offsets = (
@@ -641,6 +579,14 @@ def _used(data: torch.Tensor, length_per_key: list[int]) -> torch.Tensor:
 @torch.fx.wrap
 def _kjt_concat(kjt_list: Sequence[KeyedJaggedTensor]) -> KeyedJaggedTensor:
     return _kjt_ops.kjt_concat(kjt_list)
+
+
+@torch.fx.wrap
+def _kjt_empty_like(
+    kjt: KeyedJaggedTensor, device: torch.device | None = None
+) -> KeyedJaggedTensor:
+    # Body in the TorchScript subset: scripted, it calls the twin's method of the same name.
+    return KeyedJaggedTensor._empty_like_impl(kjt, device)
 
 
 @torch.fx.wrap

@@ -18,7 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import torch
 import torch.fx
-from torch.utils._pytree import register_pytree_node
+from torch.fx._pytree import register_pytree_flatten_spec
+from torch.utils._pytree import TreeSpec, register_pytree_node
 
 from shardrec_jagged._format import dense_rows, kt_str
 from shardrec_jagged._fx import ProxyableMeta
@@ -52,14 +53,14 @@ class KeyedTensor(metaclass=ProxyableMeta):
             raise ValueError(f"length_per_key has {len(lpk)} entries for {len(keys_)} keys {keys_}")
         if not isinstance(values, torch.Tensor):
             raise TypeError(f"values must be a torch.Tensor, got {type(values).__name__}")
-        if not -values.dim() <= key_dim < max(values.dim(), 1):
+        if keys_ and not -values.dim() <= key_dim < max(values.dim(), 1):
             raise ValueError(
                 f"key_dim {key_dim} is out of range for values of shape {tuple(values.shape)}"
             )
         for k, n in zip(keys_, lpk, strict=True):
             if n < 0:
                 raise ValueError(f"length_per_key for key {k!r} is {n}; it must be >= 0")
-        if sum(lpk) != values.size(key_dim):
+        if keys_ and sum(lpk) != values.size(key_dim):
             raise ValueError(
                 f"length_per_key {lpk} sums to {sum(lpk)} but values has size "
                 f"{values.size(key_dim)} along key_dim {key_dim} (shape {tuple(values.shape)})"
@@ -238,9 +239,24 @@ def _kt_unflatten(leaves: Iterable[torch.Tensor], ctx: _KTContext) -> KeyedTenso
     return kt
 
 
+def _kt_flatten_spec(kt: KeyedTensor, spec: TreeSpec) -> list[torch.Tensor]:
+    """Flatten ``kt`` into the layout ``spec`` recorded (an exported program's input): the same
+    keys may come in another order, so the values are regrouped into the spec's key order."""
+    keys, _widths, key_dim = spec.context
+    if kt._keys == list(keys):
+        return [kt._values]
+    missing = [k for k in keys if k not in kt._key_indices()]
+    if missing or len(keys) != len(kt._keys):
+        raise ValueError(
+            f"KeyedTensor with keys {kt._keys} does not match the recorded keys {list(keys)}"
+        )
+    return [torch.cat([kt[k] for k in keys], dim=key_dim)]
+
+
 register_pytree_node(
     KeyedTensor,
     _kt_flatten,
     _kt_unflatten,
     serialized_type_name="shardrec_jagged.KeyedTensor",
 )
+register_pytree_flatten_spec(KeyedTensor, _kt_flatten_spec)
