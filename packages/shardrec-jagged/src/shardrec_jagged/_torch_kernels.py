@@ -31,6 +31,19 @@ def index_tensor(
     return torch.tensor(list(indices), dtype=dtype, device=device)
 
 
+def to_host_list(tensor: torch.Tensor) -> list[int]:
+    """``tensor.tolist()`` for a 1-D integer tensor on any device (TorchRec's ``_safe_tolist``:
+    on CUDA, one copy to the host on the current stream instead of a device-wide sync)."""
+    if tensor.device.type == "cpu":
+        out: list[int] = tensor.tolist()
+        return out
+    host = tensor.to("cpu", non_blocking=True)
+    if tensor.device.type == "cuda":
+        torch.cuda.current_stream(tensor.device).synchronize()
+    out = host.tolist()
+    return out
+
+
 def lengths_to_offsets(lengths: torch.Tensor) -> torch.Tensor:
     """``lengths: (N,)`` -> ``offsets: (N + 1,)`` starting at 0, same dtype as ``lengths``."""
     return torch.nn.functional.pad(torch.cumsum(lengths, 0, dtype=lengths.dtype), (1, 0))

@@ -130,24 +130,36 @@ class KeyedTensor(metaclass=ProxyableMeta):
         return dict(zip(self._keys, parts, strict=False))
 
     @staticmethod
-    def regroup(
-        keyed_tensors: Sequence[KeyedTensor], groups: Sequence[Sequence[str]]
-    ) -> list[torch.Tensor]:
+    def regroup(keyed_tensors: list[KeyedTensor], groups: list[list[str]]) -> list[torch.Tensor]:
         """One tensor per group: its keys' columns, concatenated in the group's order."""
         return _regroup(keyed_tensors, groups)
 
     @staticmethod
     def regroup_as_dict(
-        keyed_tensors: Sequence[KeyedTensor], groups: Sequence[Sequence[str]], keys: Sequence[str]
+        keyed_tensors: list[KeyedTensor], groups: list[list[str]], keys: list[str]
     ) -> dict[str, torch.Tensor]:
         """``regroup``, with group ``i`` named ``keys[i]``."""
+        return _regroup_as_dict(keyed_tensors, groups, keys)
+
+    # The implementations; the TorchScript twin has methods of the same names, so the
+    # module-level wrappers below compile under torch.jit.script too.
+    @staticmethod
+    def _regroup_impl(
+        keyed_tensors: Sequence[KeyedTensor], groups: Sequence[Sequence[str]]
+    ) -> list[torch.Tensor]:
+        return regroup_tensors(keyed_tensors, groups)
+
+    @staticmethod
+    def _regroup_as_dict_impl(
+        keyed_tensors: Sequence[KeyedTensor], groups: Sequence[Sequence[str]], keys: Sequence[str]
+    ) -> dict[str, torch.Tensor]:
         if len(groups) != len(keys):
             raise ValueError(
                 f"regroup_as_dict got {len(groups)} groups but {len(keys)} names {list(keys)}; "
                 "pass one name per group"
             )
         check_keys(keys, "group names")
-        return _regroup_as_dict(keyed_tensors, groups, keys)
+        return dict(zip(keys, regroup_tensors(keyed_tensors, groups), strict=True))
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> KeyedTensor:
         kt = KeyedTensor.__new__(KeyedTensor)
@@ -172,8 +184,7 @@ class KeyedTensor(metaclass=ProxyableMeta):
         return kt_str(self._keys, [self[k] for k in self._keys])
 
 
-@torch.fx.wrap
-def _regroup(
+def regroup_tensors(
     keyed_tensors: Sequence[KeyedTensor], groups: Sequence[Sequence[str]]
 ) -> list[torch.Tensor]:
     if len(keyed_tensors) == 0:
@@ -212,11 +223,18 @@ def _regroup(
     return out
 
 
+# torch.fx leaves whose bodies are in the TorchScript subset: traced, one call_function node;
+# scripted, `KeyedTensor` resolves to the twin and its method of the same name runs.
+@torch.fx.wrap
+def _regroup(keyed_tensors: list[KeyedTensor], groups: list[list[str]]) -> list[torch.Tensor]:
+    return KeyedTensor._regroup_impl(keyed_tensors, groups)
+
+
 @torch.fx.wrap
 def _regroup_as_dict(
-    keyed_tensors: Sequence[KeyedTensor], groups: Sequence[Sequence[str]], keys: Sequence[str]
+    keyed_tensors: list[KeyedTensor], groups: list[list[str]], keys: list[str]
 ) -> dict[str, torch.Tensor]:
-    return dict(zip(keys, _regroup(keyed_tensors, groups), strict=True))
+    return KeyedTensor._regroup_as_dict_impl(keyed_tensors, groups, keys)
 
 
 # --- pytree: values is the one leaf; keys, widths and key_dim are static context ----------
