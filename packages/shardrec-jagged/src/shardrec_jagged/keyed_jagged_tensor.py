@@ -26,8 +26,9 @@ from collections.abc import Mapping, Sequence
 
 import torch
 import torch.fx
+from torch._jit_internal import is_scripting
 
-from shardrec_jagged import _kernels, _kjt_ops
+from shardrec_jagged import _kernels, _kjt_ops, _script_types
 from shardrec_jagged._format import kjt_repr, kjt_str
 from shardrec_jagged._fx import ProxyableMeta
 from shardrec_jagged._kjt_device import (
@@ -224,15 +225,19 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
 
     @staticmethod
     def from_offsets_sync(
-        keys: Sequence[str],
+        keys: list[str],
         values: torch.Tensor,
         offsets: torch.Tensor,
         weights: torch.Tensor | None = None,
         stride: int | None = None,
-        stride_per_key_per_rank: Sequence[Sequence[int]] | None = None,
-        inverse_indices: tuple[Sequence[str], torch.Tensor] | None = None,
+        stride_per_key_per_rank: list[list[int]] | None = None,
+        inverse_indices: tuple[list[str], torch.Tensor] | None = None,
     ) -> KeyedJaggedTensor:
         """Build from offsets and compute the per-key metadata now (one device-to-host copy)."""
+        if is_scripting():  # the twin has no inverse indices
+            return _script_types.kjt_from_offsets_sync(  # type: ignore[return-value]  # twin
+                keys, values, offsets, weights, stride, stride_per_key_per_rank
+            )
         return KeyedJaggedTensor(
             keys=keys,
             values=values,
@@ -245,15 +250,19 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
 
     @staticmethod
     def from_lengths_sync(
-        keys: Sequence[str],
+        keys: list[str],
         values: torch.Tensor,
         lengths: torch.Tensor,
         weights: torch.Tensor | None = None,
         stride: int | None = None,
-        stride_per_key_per_rank: Sequence[Sequence[int]] | None = None,
-        inverse_indices: tuple[Sequence[str], torch.Tensor] | None = None,
+        stride_per_key_per_rank: list[list[int]] | None = None,
+        inverse_indices: tuple[list[str], torch.Tensor] | None = None,
     ) -> KeyedJaggedTensor:
         """Build from lengths and compute the per-key metadata now (one device-to-host copy)."""
+        if is_scripting():  # the twin has no inverse indices
+            return _script_types.kjt_from_lengths_sync(  # type: ignore[return-value]  # twin
+                keys, values, lengths, weights, stride, stride_per_key_per_rank
+            )
         return KeyedJaggedTensor(
             keys=keys,
             values=values,
@@ -265,7 +274,7 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
         ).sync()
 
     @staticmethod
-    def from_jt_dict(jt_dict: Mapping[str, JaggedTensor]) -> KeyedJaggedTensor:
+    def from_jt_dict(jt_dict: dict[str, JaggedTensor]) -> KeyedJaggedTensor:
         """One JaggedTensor per key -> KJT; differing bag counts give variable batch per key."""
         return _from_jt_dict(jt_dict)
 
@@ -298,10 +307,6 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
         With ``device``: same keys and shapes, uninitialized tensors on ``device``.
         """
         return _kjt_empty_like(kjt, device)
-
-    @staticmethod
-    def _empty_like_impl(kjt: KeyedJaggedTensor, device: torch.device | None) -> KeyedJaggedTensor:
-        return _kjt_ops.kjt_empty_like(kjt, device)
 
     def clear_storage(self) -> None:
         """Free the memory of every tensor (their storages shrink to 0 bytes; shapes stay).
@@ -585,10 +590,13 @@ def _kjt_concat(kjt_list: Sequence[KeyedJaggedTensor]) -> KeyedJaggedTensor:
 def _kjt_empty_like(
     kjt: KeyedJaggedTensor, device: torch.device | None = None
 ) -> KeyedJaggedTensor:
-    # Body in the TorchScript subset: scripted, it calls the twin's method of the same name.
-    return KeyedJaggedTensor._empty_like_impl(kjt, device)
+    if is_scripting():  # only this branch is compiled when scripted
+        return _script_types.kjt_empty_like(kjt, device)  # type: ignore[arg-type, return-value]  # twin
+    return _kjt_ops.kjt_empty_like(kjt, device)
 
 
 @torch.fx.wrap
-def _from_jt_dict(jt_dict: Mapping[str, JaggedTensor]) -> KeyedJaggedTensor:
+def _from_jt_dict(jt_dict: dict[str, JaggedTensor]) -> KeyedJaggedTensor:
+    if is_scripting():
+        return _script_types.kjt_from_jt_dict(jt_dict)  # type: ignore[arg-type, return-value]  # twin
     return _kjt_ops.from_jt_dict(KeyedJaggedTensor, jt_dict)

@@ -18,9 +18,11 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import torch
 import torch.fx
+from torch._jit_internal import is_scripting
 from torch.fx._pytree import register_pytree_flatten_spec
 from torch.utils._pytree import TreeSpec, register_pytree_node
 
+from shardrec_jagged import _script_types
 from shardrec_jagged._format import dense_rows, kt_str
 from shardrec_jagged._fx import ProxyableMeta
 from shardrec_jagged._validation import UnknownKeyError, check_keys
@@ -132,7 +134,7 @@ class KeyedTensor(metaclass=ProxyableMeta):
     @staticmethod
     def regroup(keyed_tensors: list[KeyedTensor], groups: list[list[str]]) -> list[torch.Tensor]:
         """One tensor per group: its keys' columns, concatenated in the group's order."""
-        return _regroup(keyed_tensors, groups)
+        return _regroup(keyed_tensors, groups)  # the one function both eager and script run
 
     @staticmethod
     def regroup_as_dict(
@@ -140,26 +142,6 @@ class KeyedTensor(metaclass=ProxyableMeta):
     ) -> dict[str, torch.Tensor]:
         """``regroup``, with group ``i`` named ``keys[i]``."""
         return _regroup_as_dict(keyed_tensors, groups, keys)
-
-    # The implementations; the TorchScript twin has methods of the same names, so the
-    # module-level wrappers below compile under torch.jit.script too.
-    @staticmethod
-    def _regroup_impl(
-        keyed_tensors: Sequence[KeyedTensor], groups: Sequence[Sequence[str]]
-    ) -> list[torch.Tensor]:
-        return regroup_tensors(keyed_tensors, groups)
-
-    @staticmethod
-    def _regroup_as_dict_impl(
-        keyed_tensors: Sequence[KeyedTensor], groups: Sequence[Sequence[str]], keys: Sequence[str]
-    ) -> dict[str, torch.Tensor]:
-        if len(groups) != len(keys):
-            raise ValueError(
-                f"regroup_as_dict got {len(groups)} groups but {len(keys)} names {list(keys)}; "
-                "pass one name per group"
-            )
-        check_keys(keys, "group names")
-        return dict(zip(keys, regroup_tensors(keyed_tensors, groups), strict=True))
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> KeyedTensor:
         kt = KeyedTensor.__new__(KeyedTensor)
@@ -223,18 +205,28 @@ def regroup_tensors(
     return out
 
 
-# torch.fx leaves whose bodies are in the TorchScript subset: traced, one call_function node;
-# scripted, `KeyedTensor` resolves to the twin and its method of the same name runs.
+# torch.fx leaves (traced: one call_function node) that also script: under torch.jit.script only
+# the is_scripting() branch is compiled, and it runs the twin's function.
 @torch.fx.wrap
 def _regroup(keyed_tensors: list[KeyedTensor], groups: list[list[str]]) -> list[torch.Tensor]:
-    return KeyedTensor._regroup_impl(keyed_tensors, groups)
+    if is_scripting():
+        return _script_types.kt_regroup(keyed_tensors, groups)  # type: ignore[arg-type]  # twin
+    return regroup_tensors(keyed_tensors, groups)
 
 
 @torch.fx.wrap
 def _regroup_as_dict(
     keyed_tensors: list[KeyedTensor], groups: list[list[str]], keys: list[str]
 ) -> dict[str, torch.Tensor]:
-    return KeyedTensor._regroup_as_dict_impl(keyed_tensors, groups, keys)
+    if is_scripting():
+        return _script_types.kt_regroup_as_dict(keyed_tensors, groups, keys)  # type: ignore[arg-type]  # twin
+    if len(groups) != len(keys):
+        raise ValueError(
+            f"regroup_as_dict got {len(groups)} groups but {len(keys)} names {list(keys)}; "
+            "pass one name per group"
+        )
+    check_keys(keys, "group names")
+    return dict(zip(keys, regroup_tensors(keyed_tensors, groups), strict=True))
 
 
 # --- pytree: values is the one leaf; keys, widths and key_dim are static context ----------

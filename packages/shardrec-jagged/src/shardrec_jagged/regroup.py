@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.fx
 
-from shardrec_jagged.keyed_tensor import KeyedTensor
+from shardrec_jagged.keyed_tensor import KeyedTensor, _regroup
 
 __all__ = ["permute_multi_embedding", "regroup_kts"]
 
@@ -25,7 +25,7 @@ def regroup_kts(keyed_tensors: list[KeyedTensor], groups: list[list[str]]) -> li
         keyed_tensors: the inputs (typically pooled embeddings, ``(B, width)`` per key).
         groups: key names per output; every name must be held by one input.
     """
-    return KeyedTensor._regroup_impl(keyed_tensors, groups)
+    return _regroup(keyed_tensors, groups)
 
 
 @torch.fx.wrap
@@ -33,4 +33,4 @@ def permute_multi_embedding(
     keyed_tensors: list[KeyedTensor], groups: list[list[str]]
 ) -> list[torch.Tensor]:
     """The same as ``regroup_kts`` (TorchRec's name for its multi-embedding permute kernel)."""
-    return KeyedTensor._regroup_impl(keyed_tensors, groups)
+    return _regroup(keyed_tensors, groups)
