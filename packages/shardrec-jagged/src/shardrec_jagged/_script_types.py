@@ -118,7 +118,7 @@ class ScriptJaggedTensor:
 
     def to_dense(self) -> list[torch.Tensor]:
         """One `(n_b,)` tensor per bag."""
-        sizes: list[int] = self.lengths().tolist()
+        sizes: list[int] = self.lengths().long().tolist()
         return list(torch.split_with_sizes(self._values, sizes))
 
 
@@ -269,7 +269,7 @@ class ScriptKeyedJaggedTensor:
                     _cumsum(self.stride_per_key()), dtype=torch.long, device=self._values.device
                 )
                 picked = self.offsets()[bounds]
-                computed: list[int] = (picked[1:] - picked[:-1]).tolist()
+                computed: list[int] = (picked[1:] - picked[:-1]).long().tolist()
                 lpk = computed
             self._length_per_key = lpk
         return lpk

@@ -23,6 +23,7 @@ it is computed on first use and cached (``sync()`` computes it eagerly, ``unsync
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.fx
@@ -51,6 +52,11 @@ from shardrec_jagged._validation import (
     validate_jagged,
 )
 from shardrec_jagged.jagged_tensor import JaggedTensor
+
+# The twins' functions take the TorchScript twins, which stand for our classes only inside
+# torch.jit.script (the is_scripting() branches): typed Any for mypy; no "# type:" comment, since
+# TorchScript reads those.
+_twins: Any = _script_types
 
 __all__ = ["KeyedJaggedTensor"]
 
@@ -235,9 +241,10 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
     ) -> KeyedJaggedTensor:
         """Build from offsets and compute the per-key metadata now (one device-to-host copy)."""
         if is_scripting():  # the twin has no inverse indices
-            return _script_types.kjt_from_offsets_sync(  # type: ignore[return-value]  # twin
+            out: KeyedJaggedTensor = _twins.kjt_from_offsets_sync(
                 keys, values, offsets, weights, stride, stride_per_key_per_rank
             )
+            return out
         return KeyedJaggedTensor(
             keys=keys,
             values=values,
@@ -260,9 +267,10 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
     ) -> KeyedJaggedTensor:
         """Build from lengths and compute the per-key metadata now (one device-to-host copy)."""
         if is_scripting():  # the twin has no inverse indices
-            return _script_types.kjt_from_lengths_sync(  # type: ignore[return-value]  # twin
+            out: KeyedJaggedTensor = _twins.kjt_from_lengths_sync(
                 keys, values, lengths, weights, stride, stride_per_key_per_rank
             )
+            return out
         return KeyedJaggedTensor(
             keys=keys,
             values=values,
@@ -368,7 +376,10 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
 
     def stride_per_key(self) -> list[int]:
         if self._stride_per_key is None:
-            self._stride_per_key = [self._stride] * len(self._keys)
+            spkpr = self._stride_per_key_per_rank  # set, but not its sums: a KJT from TorchScript
+            self._stride_per_key = (
+                [self._stride] * len(self._keys) if spkpr is None else [sum(r) for r in spkpr]
+            )
         return self._stride_per_key
 
     def stride_per_key_per_rank(self) -> list[list[int]]:
@@ -591,12 +602,14 @@ def _kjt_empty_like(
     kjt: KeyedJaggedTensor, device: torch.device | None = None
 ) -> KeyedJaggedTensor:
     if is_scripting():  # only this branch is compiled when scripted
-        return _script_types.kjt_empty_like(kjt, device)  # type: ignore[arg-type, return-value]  # twin
+        out: KeyedJaggedTensor = _twins.kjt_empty_like(kjt, device)
+        return out
     return _kjt_ops.kjt_empty_like(kjt, device)
 
 
 @torch.fx.wrap
 def _from_jt_dict(jt_dict: dict[str, JaggedTensor]) -> KeyedJaggedTensor:
     if is_scripting():
-        return _script_types.kjt_from_jt_dict(jt_dict)  # type: ignore[arg-type, return-value]  # twin
+        out: KeyedJaggedTensor = _twins.kjt_from_jt_dict(jt_dict)
+        return out
     return _kjt_ops.from_jt_dict(KeyedJaggedTensor, jt_dict)

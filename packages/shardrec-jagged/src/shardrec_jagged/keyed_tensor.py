@@ -15,6 +15,7 @@ groups); it is one ``split`` per input and one ``cat`` per group, and differenti
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.fx
@@ -26,6 +27,11 @@ from shardrec_jagged import _script_types
 from shardrec_jagged._format import dense_rows, kt_str
 from shardrec_jagged._fx import ProxyableMeta
 from shardrec_jagged._validation import UnknownKeyError, check_keys
+
+# The twins' functions take the TorchScript twins, which stand for our classes only inside
+# torch.jit.script (the is_scripting() branches): typed Any for mypy; no "# type:" comment, since
+# TorchScript reads those.
+_twins: Any = _script_types
 
 __all__ = ["KeyedTensor"]
 
@@ -210,7 +216,8 @@ def regroup_tensors(
 @torch.fx.wrap
 def _regroup(keyed_tensors: list[KeyedTensor], groups: list[list[str]]) -> list[torch.Tensor]:
     if is_scripting():
-        return _script_types.kt_regroup(keyed_tensors, groups)  # type: ignore[arg-type]  # twin
+        out: list[torch.Tensor] = _twins.kt_regroup(keyed_tensors, groups)
+        return out
     return regroup_tensors(keyed_tensors, groups)
 
 
@@ -219,7 +226,8 @@ def _regroup_as_dict(
     keyed_tensors: list[KeyedTensor], groups: list[list[str]], keys: list[str]
 ) -> dict[str, torch.Tensor]:
     if is_scripting():
-        return _script_types.kt_regroup_as_dict(keyed_tensors, groups, keys)  # type: ignore[arg-type]  # twin
+        named: dict[str, torch.Tensor] = _twins.kt_regroup_as_dict(keyed_tensors, groups, keys)
+        return named
     if len(groups) != len(keys):
         raise ValueError(
             f"regroup_as_dict got {len(groups)} groups but {len(keys)} names {list(keys)}; "

@@ -12,7 +12,8 @@ from __future__ import annotations
 import torch
 import torch.fx
 
-from shardrec_jagged.keyed_tensor import KeyedTensor, _regroup
+from shardrec_jagged import keyed_tensor as _kt
+from shardrec_jagged.keyed_tensor import KeyedTensor
 
 __all__ = ["permute_multi_embedding", "regroup_kts"]
 
@@ -25,7 +26,8 @@ def regroup_kts(keyed_tensors: list[KeyedTensor], groups: list[list[str]]) -> li
         keyed_tensors: the inputs (typically pooled embeddings, ``(B, width)`` per key).
         groups: key names per output; every name must be held by one input.
     """
-    return _regroup(keyed_tensors, groups)
+    # Through the module: under fx tracing its patched (leaf) _regroup is the one called.
+    return _kt._regroup(keyed_tensors, groups)
 
 
 @torch.fx.wrap
@@ -33,4 +35,5 @@ def permute_multi_embedding(
     keyed_tensors: list[KeyedTensor], groups: list[list[str]]
 ) -> list[torch.Tensor]:
     """The same as ``regroup_kts`` (TorchRec's name for its multi-embedding permute kernel)."""
-    return _regroup(keyed_tensors, groups)
+    # Through the module: under fx tracing its patched (leaf) _regroup is the one called.
+    return _kt._regroup(keyed_tensors, groups)
