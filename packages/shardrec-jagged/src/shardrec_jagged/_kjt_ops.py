@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING
 import torch
 import torch.fx
 
+from shardrec_jagged import _kernels
 from shardrec_jagged._kjt_device import empty_like_or_none
+from shardrec_jagged._kjt_layout import used_part
 from shardrec_jagged._validation import check_segments
 from shardrec_jagged.jagged_tensor import JaggedTensor
 
@@ -194,3 +196,39 @@ def kjt_empty_like(kjt: KeyedJaggedTensor, device: torch.device | None) -> Keyed
         offset_per_key=kjt._offset_per_key,
         inverse_indices=None if inv is None else (inv[0], torch.empty_like(inv[1], device=device)),
     )
+
+
+def kjt_to_dict(kjt: KeyedJaggedTensor, compute_offsets: bool) -> dict[str, JaggedTensor]:
+    """Key -> JaggedTensor, views into ``kjt`` (the caller caches it)."""
+    keys = kjt._keys
+    n_keys = len(keys)
+    if n_keys == 0:
+        return {}
+    lpk = kjt.length_per_key()
+    values = used_part(kjt._values, lpk).split_with_sizes(lpk)
+    w = kjt._weights
+    weights: Sequence[torch.Tensor | None] = (
+        [None] * n_keys if w is None else used_part(w, lpk).split_with_sizes(lpk)
+    )
+    lengths = kjt.lengths()
+    offsets: Sequence[torch.Tensor | None]
+    if kjt._stride_per_key_per_rank is None:
+        lengths_2d = lengths.reshape(n_keys, kjt._stride)
+        per_key_lengths: Sequence[torch.Tensor] = lengths_2d.unbind(0)
+        if not compute_offsets:
+            offsets = [None] * n_keys
+        elif kjt._stride == 0:
+            offsets = per_key_lengths  # no bags: empty offsets, as TorchRec
+        else:
+            offsets = _kernels.batched_lengths_to_offsets(lengths_2d).unbind(0)
+    else:
+        per_key_lengths = lengths.split_with_sizes(kjt.stride_per_key())
+        offsets = (
+            [_kernels.lengths_to_offsets(x) for x in per_key_lengths]
+            if compute_offsets
+            else [None] * n_keys
+        )
+    return {
+        k: JaggedTensor._unchecked(values[i], weights[i], per_key_lengths[i], offsets[i])
+        for i, k in enumerate(keys)
+    }

@@ -29,7 +29,7 @@ import torch
 import torch.fx
 from torch._jit_internal import is_scripting
 
-from shardrec_jagged import _kernels, _kjt_ops, _script_types
+from shardrec_jagged import _kernels, _kjt_ops, _script_functions
 from shardrec_jagged._format import kjt_repr, kjt_str
 from shardrec_jagged._fx import ProxyableMeta
 from shardrec_jagged._kjt_device import (
@@ -38,7 +38,7 @@ from shardrec_jagged._kjt_device import (
     kjt_record_stream,
     kjt_to,
 )
-from shardrec_jagged._kjt_layout import cumsum, resolve_batch_layout
+from shardrec_jagged._kjt_layout import cumsum, resolve_batch_layout, used_part
 from shardrec_jagged._kjt_lengths import compute_length_per_key
 from shardrec_jagged._kjt_pytree import register_kjt_pytree
 from shardrec_jagged._validation import (
@@ -56,7 +56,7 @@ from shardrec_jagged.jagged_tensor import JaggedTensor
 # The twins' functions take the TorchScript twins, which stand for our classes only inside
 # torch.jit.script (the is_scripting() branches): typed Any for mypy; no "# type:" comment, since
 # TorchScript reads those.
-_twins: Any = _script_types
+_twins: Any = _script_functions
 
 __all__ = ["KeyedJaggedTensor"]
 
@@ -472,41 +472,8 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
 
     def to_dict(self, compute_offsets: bool = True) -> dict[str, JaggedTensor]:
         """Key -> JaggedTensor (views into this KJT), cached. Works for a batch of 0 samples."""
-        if self._jt_dict is not None:
-            return self._jt_dict
-        keys = self._keys
-        n_keys = len(keys)
-        if n_keys == 0:
-            self._jt_dict = {}
-            return self._jt_dict
-        lpk = self.length_per_key()
-        values = _used(self._values, lpk).split_with_sizes(lpk)
-        w = self._weights
-        weights: Sequence[torch.Tensor | None] = (
-            [None] * n_keys if w is None else _used(w, lpk).split_with_sizes(lpk)
-        )
-        lengths = self.lengths()
-        offsets: Sequence[torch.Tensor | None]
-        if self._stride_per_key_per_rank is None:
-            lengths_2d = lengths.reshape(n_keys, self._stride)
-            per_key_lengths: Sequence[torch.Tensor] = lengths_2d.unbind(0)
-            if not compute_offsets:
-                offsets = [None] * n_keys
-            elif self._stride == 0:
-                offsets = per_key_lengths  # no bags: empty offsets, as TorchRec
-            else:
-                offsets = _kernels.batched_lengths_to_offsets(lengths_2d).unbind(0)
-        else:
-            per_key_lengths = lengths.split_with_sizes(self.stride_per_key())
-            offsets = (
-                [_kernels.lengths_to_offsets(x) for x in per_key_lengths]
-                if compute_offsets
-                else [None] * n_keys
-            )
-        self._jt_dict = {
-            k: JaggedTensor._unchecked(values[i], weights[i], per_key_lengths[i], offsets[i])
-            for i, k in enumerate(keys)
-        }
+        if self._jt_dict is None:
+            self._jt_dict = _kjt_ops.kjt_to_dict(self, compute_offsets)
         return self._jt_dict
 
     def split(self, segments: Sequence[int]) -> list[KeyedJaggedTensor]:
@@ -524,8 +491,8 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
         lpk = self.length_per_key()
         spkpr = self._stride_per_key_per_rank
         lengths = self.lengths()
-        w = None if self._weights is None else _used(self._weights, lpk)
-        used = _used(self._values, lpk)
+        w = None if self._weights is None else used_part(self._weights, lpk)
+        used = used_part(self._values, lpk)
         if spkpr is None:
             values, weights, new_lengths = _kernels.permute_kjt(
                 used, w, lengths, lpk, order, self._stride
@@ -580,14 +547,6 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
 
 
 register_kjt_pytree(KeyedJaggedTensor)
-
-
-def _used(data: torch.Tensor, length_per_key: list[int]) -> torch.Tensor:
-    """``data`` without the unused tail of a values buffer longer than the lengths use."""
-    total = sum(length_per_key)
-    if torch.compiler.is_compiling():
-        return data[:total]  # no data-dependent branch under compile; a view either way
-    return data if data.size(0) == total else data[:total]
 
 
 # Leaves for torch.fx: a traced module records one call instead of iterating Proxies. Module

@@ -23,7 +23,7 @@ from torch._jit_internal import is_scripting
 from torch.fx._pytree import register_pytree_flatten_spec
 from torch.utils._pytree import TreeSpec, register_pytree_node
 
-from shardrec_jagged import _script_types
+from shardrec_jagged import _script_functions
 from shardrec_jagged._format import dense_rows, kt_str
 from shardrec_jagged._fx import ProxyableMeta
 from shardrec_jagged._validation import UnknownKeyError, check_keys
@@ -31,7 +31,7 @@ from shardrec_jagged._validation import UnknownKeyError, check_keys
 # The twins' functions take the TorchScript twins, which stand for our classes only inside
 # torch.jit.script (the is_scripting() branches): typed Any for mypy; no "# type:" comment, since
 # TorchScript reads those.
-_twins: Any = _script_types
+_twins: Any = _script_functions
 
 __all__ = ["KeyedTensor"]
 
