@@ -21,6 +21,7 @@ from shardrec_jagged import (
     JaggedTensor,
     KeyedJaggedTensor,
     KeyedTensor,
+    is_fx_tracing,
     jt_is_equal,
     kjt_is_equal,
     permute_multi_embedding,
@@ -254,6 +255,19 @@ def test_from_offsets_sync_scripts_with_variable_batch() -> None:
     got, want = torch.jit.script(make)(), make()
     assert got.stride_per_key() == want.stride_per_key() == [1, 2]
     assert got.length_per_key() == want.length_per_key() == [2, 3]
+
+
+def test_is_fx_tracing_only_inside_symbolic_trace() -> None:
+    seen: list[bool] = []
+
+    class M(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            seen.append(is_fx_tracing())
+            return x + 1
+
+    torch.fx.symbolic_trace(M())
+    M()(torch.zeros(1))
+    assert seen == [True, False]
 
 
 def test_to_host_list() -> None:

@@ -3,7 +3,7 @@
 from shardrec_jagged._backend import FbgemmUnavailableWarning, fbgemm_available
 from shardrec_jagged._equality import jt_is_equal, kjt_is_equal
 from shardrec_jagged._validation import JaggedDtypeError, UnknownKeyError
-from shardrec_jagged.fx import Tracer, symbolic_trace
+from shardrec_jagged.fx import Tracer, is_fx_tracing, symbolic_trace
 from shardrec_jagged.jagged_tensor import JaggedTensor
 from shardrec_jagged.keyed_jagged_tensor import KeyedJaggedTensor
 from shardrec_jagged.keyed_tensor import KeyedTensor
@@ -27,6 +27,7 @@ __all__ = [
     "Tracer",
     "UnknownKeyError",
     "fbgemm_available",
+    "is_fx_tracing",
     "jt_is_equal",
     "kjt_is_equal",
     "permute_multi_embedding",

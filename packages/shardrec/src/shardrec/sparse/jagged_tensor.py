@@ -15,9 +15,11 @@ from shardrec_jagged import (
     permute_multi_embedding,
     regroup_kts,
 )
-from shardrec_jagged._torch_kernels import to_host_list as _safe_tolist
-from shardrec_jagged.regroup import regroup_kts as _fbgemm_permute_pooled_embs
-from shardrec_jagged.regroup import regroup_kts as _regroup_keyed_tensors
+from shardrec_jagged.torchrec_private import (
+    _fbgemm_permute_pooled_embs,
+    _regroup_keyed_tensors,
+    _safe_tolist,
+)
 
 __all__ = [
     "ComputeJTDictToKJT",
