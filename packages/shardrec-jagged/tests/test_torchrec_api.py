@@ -26,6 +26,7 @@ from shardrec_jagged import (
     kjt_is_equal,
     permute_multi_embedding,
     regroup_kts,
+    validate_keyed_jagged_tensor,
 )
 from shardrec_jagged._torch_kernels import to_host_list
 
@@ -268,6 +269,24 @@ def test_is_fx_tracing_only_inside_symbolic_trace() -> None:
     torch.fx.symbolic_trace(M())
     M()(torch.zeros(1))
     assert seen == [True, False]
+
+
+def test_validate_keyed_jagged_tensor_checks_contents_and_table_ranges() -> None:
+    class Table:
+        def __init__(self, features: list[str], rows: int) -> None:
+            self.feature_names, self.num_embeddings = features, rows
+
+    kjt = KeyedJaggedTensor(
+        ["a", "b"], torch.tensor([0, 4, 9, 2]), lengths=torch.tensor([2, 1, 1, 0])
+    )
+    assert validate_keyed_jagged_tensor(kjt)
+    # a: bags [0, 4], [9]; b: bags [2], []
+    assert validate_keyed_jagged_tensor(kjt, [Table(["a"], 10), Table(["b"], 3)])
+    with pytest.warns(UserWarning, match=r"feature 'a' has ids in \[0, 9\] but its table has 9"):
+        assert not validate_keyed_jagged_tensor(kjt, [Table(["a"], 9)])
+    bad = KeyedJaggedTensor(["a"], torch.arange(2), lengths=torch.tensor([3, -1]))
+    with pytest.raises(ValueError, match=r"lengths\[1\] = -1 is negative"):
+        validate_keyed_jagged_tensor(bad)
 
 
 def test_to_host_list() -> None:

@@ -93,6 +93,7 @@ PATHS = [
     ("shardrec.sparse.jagged_tensor", "KeyedTensor", "shardrec_jagged"),
     ("shardrec.sparse.jagged_tensor", "jt_is_equal", "shardrec_jagged"),
     ("shardrec.sparse.jagged_tensor", "kjt_is_equal", "shardrec_jagged"),
+    ("shardrec.sparse.jagged_tensor_validator", "validate_keyed_jagged_tensor", "shardrec_jagged"),
     ("shardrec.sparse.jagged_tensor", "ComputeJTDictToKJT", "shardrec_jagged"),
     ("shardrec.sparse.jagged_tensor", "ComputeKJTToJTDict", "shardrec_jagged"),
     ("shardrec.sparse.jagged_tensor", "permute_multi_embedding", "shardrec_jagged"),

@@ -14,6 +14,7 @@ from shardrec_jagged.torchscript import (
     register_torchscript_types,
     script_fields,
 )
+from shardrec_jagged.validator import validate_keyed_jagged_tensor
 
 __all__ = [
     "ComputeJTDictToKJT",
@@ -35,4 +36,5 @@ __all__ = [
     "regroup_kts",
     "script_fields",
     "symbolic_trace",
+    "validate_keyed_jagged_tensor",
 ]
