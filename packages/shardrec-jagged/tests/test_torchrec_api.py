@@ -29,6 +29,7 @@ from shardrec_jagged import (
     validate_keyed_jagged_tensor,
 )
 from shardrec_jagged._torch_kernels import to_host_list
+from shardrec_jagged.torchrec_private import _all_keys_used_once
 
 
 def _kjt(seed: int, n_keys: int = 3, batch: int = 4, weighted: bool = True) -> KeyedJaggedTensor:
@@ -287,6 +288,14 @@ def test_validate_keyed_jagged_tensor_checks_contents_and_table_ranges() -> None
     bad = KeyedJaggedTensor(["a"], torch.arange(2), lengths=torch.tensor([3, -1]))
     with pytest.raises(ValueError, match=r"lengths\[1\] = -1 is negative"):
         validate_keyed_jagged_tensor(bad)
+
+
+def test_all_keys_used_once_against_a_count() -> None:
+    kts = _kts(9)  # keys a, b | c
+    for groups in ([["c", "a"], ["b"]], [["a"], ["b"]], [["a", "b", "c", "a"]], [["a", "b", "c"]]):
+        named = [k for g in groups for k in g]
+        want = sorted(named) == ["a", "b", "c"]
+        assert _all_keys_used_once(kts, groups) is want
 
 
 def test_to_host_list() -> None:

@@ -99,6 +99,7 @@ PATHS = [
     ("shardrec.sparse.jagged_tensor", "permute_multi_embedding", "shardrec_jagged"),
     ("shardrec.sparse.jagged_tensor", "regroup_kts", "shardrec_jagged"),
     ("shardrec.sparse.jagged_tensor", "_safe_tolist", "shardrec_jagged.torchrec_private"),
+    ("shardrec.sparse.jagged_tensor", "_all_keys_used_once", "shardrec_jagged.torchrec_private"),
     ("shardrec.sparse.jagged_tensor", "_regroup_keyed_tensors", "shardrec_jagged.torchrec_private"),
     (
         "shardrec.sparse.jagged_tensor",

@@ -16,6 +16,7 @@ from shardrec_jagged import (
     regroup_kts,
 )
 from shardrec_jagged.torchrec_private import (
+    _all_keys_used_once,
     _fbgemm_permute_pooled_embs,
     _regroup_keyed_tensors,
     _safe_tolist,
@@ -27,6 +28,7 @@ __all__ = [
     "JaggedTensor",
     "KeyedJaggedTensor",
     "KeyedTensor",
+    "_all_keys_used_once",
     "_fbgemm_permute_pooled_embs",
     "_regroup_keyed_tensors",
     "_safe_tolist",
