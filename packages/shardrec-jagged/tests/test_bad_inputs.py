@@ -26,6 +26,14 @@ def test_lengths_offsets_disagree_in_size_at_construction() -> None:
         kjt(offsets=torch.tensor([0, 1, 2, 4]))
 
 
+def test_lengths_offsets_disagree_in_content_at_first_read() -> None:
+    both = kjt(offsets=torch.tensor([0, 1, 3, 4, 4]))  # lengths say bag 1 holds 1 id
+    with pytest.raises(ValueError, match=r"disagree at bag 1: lengths\[1\] = 1 .* = 2"):
+        both.length_per_key()
+    agreeing = kjt(offsets=torch.tensor([0, 1, 2, 4, 4]))
+    assert agreeing.length_per_key() == [2, 2]
+
+
 def test_lengths_offsets_disagree_in_content_on_validate() -> None:
     with pytest.raises(ValueError, match=r"disagree at bag 1: lengths\[1\] = 1 .* = 2"):
         kjt(offsets=torch.tensor([0, 1, 3, 4, 4]), validate=True)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from shardrec_jagged import _kernels
-from shardrec_jagged._validation import check_key_bounds, check_length_per_key
+from shardrec_jagged._validation import check_key_bounds, check_length_per_key, validate_agree
 
 if TYPE_CHECKING:
     from shardrec_jagged.keyed_jagged_tensor import KeyedJaggedTensor
@@ -35,6 +35,10 @@ def compute_length_per_key(kjt: KeyedJaggedTensor) -> list[int]:
         # placeholder), so that shape-only code (module construction, tracing) runs.
         total = kjt._values.size(0)
         return [total // n_keys + (total % n_keys if i == 0 else 0) for i in range(n_keys)]
+    if kjt._check_agree and not torch.compiler.is_compiling():
+        assert lengths is not None and offsets is not None
+        validate_agree(lengths, offsets)  # names the first bag where they differ
+        kjt._check_agree = False
     if torch.compiler.is_compiling():
         # Data-dependent checks cannot be traced: check_length_per_key states them as
         # torch._check asserts instead.

@@ -82,6 +82,7 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
     """
 
     _fields = ("_values", "_weights", "_lengths", "_offsets", "_inverse_indices")
+    _check_agree: bool = False  # class default: a KJT returned by TorchScript never sets it
 
     def __init__(
         self,
@@ -175,6 +176,9 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
         self._inverse_indices: tuple[list[str], torch.Tensor] | None = (
             None if inverse_indices is None else (list(inverse_indices[0]), inverse_indices[1])
         )
+        # Both given by the caller: their agreement is checked at the first host read (a full
+        # pass, paid only by KJTs built this way; derived ones compute one from the other).
+        self._check_agree = lengths is not None and offsets is not None
         if validate:
             self.validate()
 
@@ -213,6 +217,7 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
         kjt._index_per_key = None
         kjt._jt_dict = None
         kjt._inverse_indices = inverse_indices
+        kjt._check_agree = False
         return kjt
 
     def validate(self) -> KeyedJaggedTensor:
