@@ -26,6 +26,14 @@ def test_lengths_offsets_disagree_in_size_at_construction() -> None:
         kjt(offsets=torch.tensor([0, 1, 2, 4]))
 
 
+def test_lengths_offsets_disagree_in_content_at_first_read() -> None:
+    both = kjt(offsets=torch.tensor([0, 1, 3, 4, 4]))  # lengths say bag 1 holds 1 id
+    with pytest.raises(ValueError, match=r"disagree at bag 1: lengths\[1\] = 1 .* = 2"):
+        both.length_per_key()
+    agreeing = kjt(offsets=torch.tensor([0, 1, 2, 4, 4]))
+    assert agreeing.length_per_key() == [2, 2]
+
+
 def test_lengths_offsets_disagree_in_content_on_validate() -> None:
     with pytest.raises(ValueError, match=r"disagree at bag 1: lengths\[1\] = 1 .* = 2"):
         kjt(offsets=torch.tensor([0, 1, 3, 4, 4]), validate=True)
@@ -36,37 +44,65 @@ def test_lengths_offsets_disagree_in_content_on_validate() -> None:
         jt.validate()
 
 
-# --- lengths that do not sum to values.numel() -------------------------------------------------
+# --- lengths against values.size(0): a longer buffer is accepted, a shorter one is not ---------
 
 
-def test_lengths_not_summing_to_values_fails_at_first_method_that_sees_it() -> None:
-    bad = kjt(values=torch.arange(5))  # lengths sum to 4
-    with pytest.raises(ValueError, match=r"lengths sum to 4 .* values has 5 entries"):
+def test_lengths_summing_past_values_fail_at_first_method_that_sees_it() -> None:
+    bad = kjt(values=torch.arange(3))  # lengths sum to 4
+    with pytest.raises(ValueError, match=r"lengths sum to 4 .* values has only 3 entries"):
         bad.length_per_key()
-    with pytest.raises(ValueError, match=r"lengths sum to 4 .* values has 5 entries"):
+    with pytest.raises(ValueError, match=r"lengths sum to 4 .* values has only 3 entries"):
         bad.to_dict()
-    with pytest.raises(ValueError, match=r"sum to 4 but values has 5"):
-        kjt(values=torch.arange(5), validate=True)
+    with pytest.raises(ValueError, match=r"sum to 4 but values has only 3"):
+        kjt(values=torch.arange(3), validate=True)
 
 
-def test_offsets_not_ending_at_values_numel() -> None:
-    bad = kjt(lengths=None, offsets=torch.tensor([0, 1, 2, 4, 4]), values=torch.arange(6))
-    with pytest.raises(ValueError, match=r"lengths sum to 4 .* values has 6 entries"):
+def test_values_buffer_longer_than_lengths_use_is_accepted() -> None:
+    # TorchRec accepts it (a preallocated buffer): the tail is never read.
+    longer = kjt(values=torch.arange(7))  # lengths [1, 1 | 2, 0] use 4
+    reference = kjt(values=torch.arange(4))
+    assert longer.length_per_key() == reference.length_per_key() == [2, 2]
+    for key in ("a", "b"):
+        assert torch.equal(longer[key].values(), reference[key].values())
+        assert torch.equal(longer.to_dict()[key].values(), reference.to_dict()[key].values())
+    assert torch.equal(longer.permute([1, 0]).values()[:4], reference.permute([1, 0]).values())
+    both = KeyedJaggedTensor.concat([longer, kjt(keys=["c", "d"])])
+    assert torch.equal(both["c"].values(), torch.arange(4)[:2])
+    kjt(values=torch.arange(7), validate=True)  # content check agrees
+    JaggedTensor(torch.arange(5), lengths=torch.tensor([1, 2]), validate=True)
+
+
+def test_offsets_ending_past_values() -> None:
+    bad = kjt(lengths=None, offsets=torch.tensor([0, 1, 2, 4, 6]), values=torch.arange(5))
+    with pytest.raises(ValueError, match=r"offsets\[-1\] = 6 but values has only 5 entries"):
         bad.length_per_key()
-    with pytest.raises(ValueError, match=r"offsets\[-1\] = 4 but values has 6"):
+    with pytest.raises(ValueError, match=r"offsets\[-1\] = 6 but values has only 5"):
         bad.validate()
 
 
-def test_values_without_bags() -> None:
-    with pytest.raises(ValueError, match=r"lengths is empty \(sum 0\) but values has 3 entries"):
-        kjt(lengths=torch.empty(0, dtype=torch.int64), values=torch.arange(3))
+def test_values_without_bags_are_an_unused_buffer() -> None:
+    empty = kjt(lengths=torch.empty(0, dtype=torch.int64), values=torch.arange(3))
+    assert empty.stride() == 0 and empty.length_per_key() == [0, 0]
+    assert empty["a"].values().numel() == 0
 
 
 def test_given_length_per_key_checked_against_values() -> None:
-    with pytest.raises(ValueError, match=r"lengths sum to 3 \(length_per_key=\[1, 2\]\)"):
-        kjt(length_per_key=[1, 2])
+    with pytest.raises(ValueError, match=r"lengths sum to 5 \(length_per_key=\[2, 3\]\)"):
+        kjt(length_per_key=[2, 3])
     with pytest.raises(ValueError, match=r"length_per_key has 1 entries for 2 keys"):
         kjt(length_per_key=[4])
+
+
+def test_jagged_tensor_lengths_past_values_or_negative() -> None:
+    # JaggedTensor reads its lengths only in to_dense / to_padded_dense / str: it checks there.
+    short = JaggedTensor(torch.arange(3), lengths=torch.tensor([2, 2]))
+    for call in (short.to_dense, short.to_padded_dense, short.__str__):
+        with pytest.raises(ValueError, match=r"lengths sum to 4 but values has only 3"):
+            call()
+    negative = JaggedTensor(torch.arange(3), lengths=torch.tensor([3, -1, 1]))
+    for call in (negative.to_dense, negative.to_padded_dense):
+        with pytest.raises(ValueError, match=r"lengths\[1\] = -1 is negative"):
+            call()
 
 
 # --- negative lengths --------------------------------------------------------------------------
@@ -77,10 +113,14 @@ def test_negative_lengths() -> None:
         kjt(lengths=torch.tensor([1, 2, -1, 2]), validate=True)
     with pytest.raises(ValueError, match=r"lengths\[0\] = -2 is negative"):
         JaggedTensor(torch.arange(1), lengths=torch.tensor([-2, 3]), validate=True)
-    # A key whose lengths sum negative is caught without validate, by length_per_key.
-    bad = kjt(lengths=torch.tensor([-1, 0, 3, 2]))
-    with pytest.raises(ValueError, match=r"length_per_key for key 'a' is -1"):
-        bad.length_per_key()
+    # Caught without validate, by length_per_key, also where the key's sum is not negative.
+    for lengths, where in (
+        ([-1, 0, 3, 2], r"lengths\[0\] = -1 .*key 'a', sample 0"),
+        ([1, 1, 3, -1], r"lengths\[3\] = -1 .*key 'b', sample 1"),
+    ):
+        bad = kjt(lengths=torch.tensor(lengths))
+        with pytest.raises(ValueError, match=where):
+            bad.length_per_key()
 
 
 def test_decreasing_offsets() -> None:
@@ -88,6 +128,17 @@ def test_decreasing_offsets() -> None:
         kjt(lengths=None, offsets=torch.tensor([0, 3, 1, 4, 4]), validate=True)
     with pytest.raises(ValueError, match=r"offsets\[0\] = 1; offsets must start at 0"):
         JaggedTensor(torch.arange(3), offsets=torch.tensor([1, 3]), validate=True)
+    # Without validate: named as an offsets problem, not as a lengths one.
+    not_at_zero = kjt(lengths=None, offsets=torch.tensor([2, 3, 4, 4, 4]))
+    with pytest.raises(ValueError, match=r"offsets\[0\] = 2; offsets must start at 0"):
+        not_at_zero.length_per_key()
+    falling = kjt(lengths=None, offsets=torch.tensor([0, 3, 4, 4, 2]))
+    within_b = r"offsets decrease within key 'b' \(from 4 at its first bag to 2"
+    with pytest.raises(ValueError, match=within_b):
+        falling.length_per_key()
+    inside = kjt(lengths=None, offsets=torch.tensor([0, 3, 4, 1, 4]))  # inside key 'b'
+    with pytest.raises(ValueError, match=r"offsets decrease at index 3 \(4 -> 1\)"):
+        inside.validate()  # a full pass: not done for free
 
 
 # --- non-integer lengths / offsets ------------------------------------------------------------
@@ -145,14 +196,24 @@ def test_variable_batch_strides_that_do_not_match_lengths() -> None:
         kjt(stride_per_key_per_rank=[[1, 1], [2]])
 
 
-# --- weights of a different length than values -------------------------------------------------
+# --- weights shorter than values (a longer weights buffer is accepted, as TorchRec) -------------
 
 
-def test_weights_length_differs_from_values() -> None:
+def test_weights_shorter_than_values() -> None:
     with pytest.raises(ValueError, match=r"weights has 3 entries but values has 4"):
         kjt(weights=torch.ones(3))
-    with pytest.raises(ValueError, match=r"weights has 5 entries but values has 4"):
-        JaggedTensor(torch.arange(4), weights=torch.ones(5), lengths=torch.tensor([4]))
+    with pytest.raises(ValueError, match=r"weights has 3 entries but values has 4"):
+        JaggedTensor(torch.arange(4), weights=torch.ones(3), lengths=torch.tensor([4]))
+
+
+def test_weights_buffer_longer_than_values() -> None:
+    weights = torch.arange(10, dtype=torch.float32)
+    longer = kjt(weights=weights)
+    exact = kjt(weights=weights[:4])
+    for key in ("a", "b"):
+        assert torch.equal(longer[key].weights(), exact[key].weights())
+        assert torch.equal(longer.to_dict()[key].weights(), exact.to_dict()[key].weights())
+    assert torch.equal(longer.permute([1, 0]).weights(), exact.permute([1, 0]).weights())
 
 
 # --- duplicate keys ------------------------------------------------------------------------------

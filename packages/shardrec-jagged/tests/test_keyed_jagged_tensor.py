@@ -274,7 +274,7 @@ def test_zero_sample_batch_to_dict_returns_empty_per_key_tensors() -> None:
     for jt in d.values():
         assert jt.values().numel() == 0
         assert jt.lengths().numel() == 0
-        assert jt.offsets().tolist() == [0]
+        assert jt.offsets().tolist() == []  # TorchRec: no entry for zero bags
     assert kjt["a"].values().numel() == 0
     assert kjt.permute([1, 0]).keys() == ["b", "a"]
     assert [p.keys() for p in kjt.split([1, 1])] == [["a"], ["b"]]

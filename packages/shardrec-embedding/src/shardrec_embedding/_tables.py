@@ -114,6 +114,11 @@ def check_features(
     if not isinstance(features, KeyedJaggedTensor):
         raise TypeError(f"{owner}.forward takes a KeyedJaggedTensor, got {type(features).__name__}")
     values = features.values()
+    if values.dim() != 1:  # a KJT may hold per-id vectors; a lookup needs one id per entry
+        raise ValueError(
+            f"{owner}: ids must be 1-D (N,), got KeyedJaggedTensor values of shape "
+            f"{tuple(values.shape)}; pass one id per entry (values.flatten() if each row is one id)"
+        )
     if values.is_floating_point() or values.is_complex() or values.dtype == torch.bool:
         raise TypeError(
             f"{owner}: ids must be an integer tensor, got values of dtype {values.dtype}; "

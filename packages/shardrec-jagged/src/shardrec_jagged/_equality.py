@@ -21,8 +21,11 @@ def _same(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
     return a.shape == b.shape and bool(torch.equal(a, b))
 
 
-def jt_is_equal(jt_1: JaggedTensor, jt_2: JaggedTensor) -> bool:
-    """True when both JaggedTensors hold the same bags (values, lengths, weights)."""
+def jt_is_equal(jt_1: object, jt_2: object) -> bool:
+    """True when both JaggedTensors hold the same bags (values, lengths, weights); False when
+    either is not a JaggedTensor."""
+    if not isinstance(jt_1, JaggedTensor) or not isinstance(jt_2, JaggedTensor):
+        return False
     return (
         _same(jt_1.lengths(), jt_2.lengths())
         and _same(jt_1.values(), jt_2.values())
@@ -30,8 +33,11 @@ def jt_is_equal(jt_1: JaggedTensor, jt_2: JaggedTensor) -> bool:
     )
 
 
-def kjt_is_equal(kjt_1: KeyedJaggedTensor, kjt_2: KeyedJaggedTensor) -> bool:
-    """True when both KJTs have the same keys, per-key batch sizes and bags."""
+def kjt_is_equal(kjt_1: object, kjt_2: object) -> bool:
+    """True when both KJTs have the same keys, per-key batch sizes and bags; False when either is
+    not a KeyedJaggedTensor."""
+    if not isinstance(kjt_1, KeyedJaggedTensor) or not isinstance(kjt_2, KeyedJaggedTensor):
+        return False
     return (
         kjt_1.keys() == kjt_2.keys()
         and kjt_1.stride() == kjt_2.stride()

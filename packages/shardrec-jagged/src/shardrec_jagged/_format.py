@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING
 
 import torch
@@ -74,3 +75,69 @@ def kjt_repr(kjt: KeyedJaggedTensor) -> str:
         lines.append(f"  {k!r}: {text}")
     lines.append("}")
     return "\n".join(lines)
+
+
+# --- TorchRec's str() format: every value, JSON-like, one line per key -------------------------
+
+
+def _bag_texts(values: torch.Tensor, bounds: list[int]) -> list[str]:
+    """``str`` of each bag ``values[bounds[i]:bounds[i + 1]]`` as TorchRec prints it (1-D or 2-D
+    values; one host copy of the data)."""
+    if values.dim() > 2:
+        raise ValueError(
+            f"str() prints 1-D or 2-D values, got shape {tuple(values.shape)}; use repr()"
+        )
+    flat = values.detach().cpu().tolist()
+    return [
+        "[" + ", ".join(str(v) if values.dim() == 1 else _row(v) for v in flat[a:b]) + "]"
+        for a, b in itertools.pairwise(bounds)
+    ]
+
+
+def _row(row: list[object]) -> str:
+    return "[" + ", ".join(str(v) for v in row) + "]"
+
+
+def jt_str(values: torch.Tensor, weights: torch.Tensor | None, offsets: torch.Tensor) -> str:
+    """TorchRec's ``str(JaggedTensor)``."""
+    bounds = [int(o) for o in offsets.tolist()]
+    vals = "[" + ", ".join(_bag_texts(values, bounds)) + "]"
+    if weights is None:
+        return "JaggedTensor({\n    " + vals + "\n})\n"
+    wts = "[" + ", ".join(_bag_texts(weights, bounds)) + "]"
+    return 'JaggedTensor({\n    "values": ' + vals + ',\n    "weights": ' + wts + "\n})\n"
+
+
+def kjt_str(kjt: KeyedJaggedTensor) -> str:
+    """TorchRec's ``str(KeyedJaggedTensor)``: one entry per key, each key's bags."""
+    if not kjt._keys:
+        return "KeyedJaggedTensor()\n"
+    bounds = [int(o) for o in kjt.offsets().tolist()]
+    vals = _bag_texts(kjt._values, bounds)
+    w = kjt._weights
+    wts = None if w is None else _bag_texts(w, bounds)
+    lopk = kjt.lengths_offset_per_key()
+    entries = []
+    for i, key in enumerate(kjt._keys):
+        v = "[" + ", ".join(vals[lopk[i] : lopk[i + 1]]) + "]"
+        if wts is None:
+            entries.append(f'    "{key}": {v}')
+        else:
+            ws = "[" + ", ".join(wts[lopk[i] : lopk[i + 1]]) + "]"
+            entries.append(
+                f'    "{key}": {{\n        "values": {v},\n        "weights": {ws}\n    }}'
+            )
+    return "KeyedJaggedTensor({\n" + ",\n".join(entries) + "\n})\n"
+
+
+def kt_str(keys: list[str], per_key: list[torch.Tensor]) -> str:
+    """TorchRec's ``str(KeyedTensor)``: each key's block, row by row."""
+    if not keys:
+        return "KeyedTensor()\n"
+    entries = []
+    for key, block in zip(keys, per_key, strict=True):
+        if block.dim() != 2:
+            raise ValueError(f"str() prints 2-D KeyedTensors, got shape {tuple(block.shape)}")
+        rows = ", ".join(_row(r) for r in block.detach().cpu().tolist())
+        entries.append(f'    "{key}": [{rows}]')
+    return "KeyedTensor({\n" + ",\n".join(entries) + "\n})\n"

@@ -13,11 +13,24 @@ from torch.fx._symbolic_trace import ProxyableClassMeta, is_fx_symbolic_tracing
 
 
 class ProxyableMeta(ProxyableClassMeta):
-    """``ProxyableClassMeta`` with a plain fast path.
+    """``ProxyableClassMeta`` with a plain fast path, and the hook that lets TorchScript compile
+    code naming the class.
 
     torch's own ``__call__`` asks ``is_fx_tracing()``, which logs a warning on first use and
     is also true under ``torch.export``; we only need the Proxy handling in symbolic tracing.
     """
+
+    @property
+    def _jit_override_qualname(cls) -> str:
+        """The qualified name of the class's TorchScript twin (docs/design/torchscript.md).
+
+        Only ``torch.jit`` reads this attribute (to map a Python class to its script class), so
+        reading it is the moment a script compilation first meets one of our classes: the twins
+        are compiled then, once, instead of at import or by an explicit call.
+        """
+        from shardrec_jagged import torchscript  # lazy: torchscript imports the classes
+
+        return torchscript.script_qualname(cls)
 
     # Returns Any like the base class: mypy then keeps each class's own __init__ signature.
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:

@@ -15,7 +15,9 @@ import torch
 from shardrec_jagged import _fbgemm_kernels, _torch_kernels
 from shardrec_jagged._backend import fbgemm_available
 from shardrec_jagged._torch_kernels import (
+    length_per_key_and_min,
     length_per_key_from_offsets,
+    offsets_at,
     offsets_to_lengths,
     padded_dense,
     permute_segments,
@@ -25,8 +27,10 @@ __all__ = [
     "FBGEMM_OPS",
     "batched_lengths_to_offsets",
     "length_per_key",
+    "length_per_key_and_min",
     "length_per_key_from_offsets",
     "lengths_to_offsets",
+    "offsets_at",
     "offsets_to_lengths",
     "padded_dense",
     "permute_kjt",

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["cumsum", "resolve_batch_layout"]
+__all__ = ["cumsum", "resolve_batch_layout", "used_part"]
 
 
 def cumsum(xs: Sequence[int]) -> list[int]:
@@ -92,8 +92,12 @@ def resolve_batch_layout(
         )
     if stride < 0:
         raise ValueError(f"stride must be >= 0, got {stride}")
-    if n_bags == 0 and values.size(0) != 0:
-        raise ValueError(
-            f"lengths is empty (sum 0) but values has {values.size(0)} entries; they must be equal"
-        )
     return stride, spkpr, spk
+
+
+def used_part(data: torch.Tensor, length_per_key: Sequence[int]) -> torch.Tensor:
+    """``data`` without the unused tail of a values buffer longer than the lengths use."""
+    total = sum(length_per_key)
+    if torch.compiler.is_compiling():
+        return data[:total]  # no data-dependent branch under compile; a view either way
+    return data if data.size(0) == total else data[:total]

@@ -1,24 +1,30 @@
 """KeyedJaggedTensor operations beside the class: ``concat``, ``from_jt_dict``, ``split``.
 
-``concat`` and ``from_jt_dict`` are ``torch.fx.wrap``-ed, so a symbolically traced module
-records one leaf call instead of iterating over Proxies.
+The class is passed in (``cls``, or read off an input KJT), never imported at runtime: the class
+module imports this one (docs/design/jagged-module-split.md). The class module wraps
+``concat``/``from_jt_dict`` with ``torch.fx.wrap``, so a traced module records one leaf call.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 import torch.fx
 
+from shardrec_jagged import _kernels
+from shardrec_jagged._kjt_device import empty_like_or_none
+from shardrec_jagged._kjt_layout import used_part
 from shardrec_jagged._validation import check_segments
 from shardrec_jagged.jagged_tensor import JaggedTensor
-from shardrec_jagged.keyed_jagged_tensor import KeyedJaggedTensor
+
+if TYPE_CHECKING:
+    from shardrec_jagged.keyed_jagged_tensor import KeyedJaggedTensor
 
 __all__ = ["from_jt_dict", "kjt_concat", "kjt_split"]
 
 
-@torch.fx.wrap
 def kjt_concat(kjt_list: Sequence[KeyedJaggedTensor]) -> KeyedJaggedTensor:
     if len(kjt_list) == 0:
         raise ValueError("concat needs at least one KeyedJaggedTensor, got an empty list")
@@ -75,10 +81,13 @@ def kjt_concat(kjt_list: Sequence[KeyedJaggedTensor]) -> KeyedJaggedTensor:
         raise ValueError("cannot concat KeyedJaggedTensors where only some have inverse_indices")
     if variable:
         stride = max(k._stride for k in kjt_list)
-    return KeyedJaggedTensor._unchecked(
+    last = len(kjt_list) - 1
+    return type(first)._unchecked(
         keys=keys,
-        values=torch.cat([k._values for k in kjt_list]),
-        weights=torch.cat([k.weights() for k in kjt_list]) if weighted else None,
+        values=torch.cat([_used(k, k._values, i == last) for i, k in enumerate(kjt_list)]),
+        weights=torch.cat([_used(k, k.weights(), i == last) for i, k in enumerate(kjt_list)])
+        if weighted
+        else None,
         lengths=torch.cat([k.lengths() for k in kjt_list]),
         offsets=None,
         stride=first._stride if stride is None else stride,
@@ -88,12 +97,22 @@ def kjt_concat(kjt_list: Sequence[KeyedJaggedTensor]) -> KeyedJaggedTensor:
     )
 
 
-@torch.fx.wrap
-def from_jt_dict(jt_dict: Mapping[str, JaggedTensor]) -> KeyedJaggedTensor:
+def _used(kjt: KeyedJaggedTensor, data: torch.Tensor, is_last: bool) -> torch.Tensor:
+    """``data`` without the unused tail of a longer values buffer (a tail of the last input is
+    harmless; any other would shift the following inputs' values)."""
+    if is_last:
+        return data
+    total = kjt.offset_per_key()[-1]  # cached on synced inputs
+    return data if data.size(0) == total else data[:total]
+
+
+def from_jt_dict(
+    cls: type[KeyedJaggedTensor], jt_dict: Mapping[str, JaggedTensor]
+) -> KeyedJaggedTensor:
     keys = list(jt_dict.keys())
     jts = list(jt_dict.values())
     if not jts:
-        return KeyedJaggedTensor.empty().sync()
+        return cls.empty().sync()
     weighted = [jt.weights_or_none() is not None for jt in jts]
     if any(weighted) and not all(weighted):
         bad = keys[weighted.index(not weighted[0])]
@@ -103,7 +122,7 @@ def from_jt_dict(jt_dict: Mapping[str, JaggedTensor]) -> KeyedJaggedTensor:
         )
     strides = [jt.lengths().numel() for jt in jts]
     same = all(s == strides[0] for s in strides)
-    return KeyedJaggedTensor(
+    return cls(
         keys=keys,
         values=torch.cat([jt.values() for jt in jts]),
         weights=torch.cat([jt.weights() for jt in jts]) if weighted[0] else None,
@@ -131,7 +150,7 @@ def kjt_split(kjt: KeyedJaggedTensor, segments: Sequence[int]) -> list[KeyedJagg
         else:
             v0, v1 = opk[start], opk[end]
             out.append(
-                KeyedJaggedTensor._unchecked(
+                type(kjt)._unchecked(
                     keys=kjt._keys[start:end],
                     values=kjt._values[v0:v1],
                     weights=None if w is None else w[v0:v1],
@@ -144,3 +163,72 @@ def kjt_split(kjt: KeyedJaggedTensor, segments: Sequence[int]) -> list[KeyedJagg
             )
         start = end
     return out
+
+
+def kjt_empty_like(kjt: KeyedJaggedTensor, device: torch.device | None) -> KeyedJaggedTensor:
+    """Without ``device``: no keys, same dtypes, stride and variable-batch layout (TorchRec's).
+
+    With ``device``: same keys and shapes, uninitialized tensors on ``device``.
+    """
+    if device is None:
+        dev = kjt.device()
+        w = kjt.weights_or_none()
+        spkpr = kjt._stride_per_key_per_rank
+        return type(kjt)._unchecked(
+            keys=[],
+            values=torch.empty(0, dtype=kjt._values.dtype, device=dev),
+            weights=None if w is None else torch.empty(0, dtype=w.dtype, device=dev),
+            lengths=torch.empty(0, dtype=kjt.lengths().dtype, device=dev),
+            offsets=None,
+            stride=kjt.stride(),
+            stride_per_key_per_rank=spkpr,  # kept, as TorchRec keeps it
+        )
+    inv = kjt._inverse_indices
+    return type(kjt)._unchecked(
+        keys=kjt._keys,
+        values=torch.empty_like(kjt._values, device=device),
+        weights=empty_like_or_none(kjt._weights, device),
+        lengths=empty_like_or_none(kjt._lengths, device),
+        offsets=empty_like_or_none(kjt._offsets, device),
+        stride=kjt._stride,
+        stride_per_key_per_rank=kjt._stride_per_key_per_rank,
+        length_per_key=kjt._length_per_key,
+        offset_per_key=kjt._offset_per_key,
+        inverse_indices=None if inv is None else (inv[0], torch.empty_like(inv[1], device=device)),
+    )
+
+
+def kjt_to_dict(kjt: KeyedJaggedTensor, compute_offsets: bool) -> dict[str, JaggedTensor]:
+    """Key -> JaggedTensor, views into ``kjt`` (the caller caches it)."""
+    keys = kjt._keys
+    n_keys = len(keys)
+    if n_keys == 0:
+        return {}
+    lpk = kjt.length_per_key()
+    values = used_part(kjt._values, lpk).split_with_sizes(lpk)
+    w = kjt._weights
+    weights: Sequence[torch.Tensor | None] = (
+        [None] * n_keys if w is None else used_part(w, lpk).split_with_sizes(lpk)
+    )
+    lengths = kjt.lengths()
+    offsets: Sequence[torch.Tensor | None]
+    if kjt._stride_per_key_per_rank is None:
+        lengths_2d = lengths.reshape(n_keys, kjt._stride)
+        per_key_lengths: Sequence[torch.Tensor] = lengths_2d.unbind(0)
+        if not compute_offsets:
+            offsets = [None] * n_keys
+        elif kjt._stride == 0:
+            offsets = per_key_lengths  # no bags: empty offsets, as TorchRec
+        else:
+            offsets = _kernels.batched_lengths_to_offsets(lengths_2d).unbind(0)
+    else:
+        per_key_lengths = lengths.split_with_sizes(kjt.stride_per_key())
+        offsets = (
+            [_kernels.lengths_to_offsets(x) for x in per_key_lengths]
+            if compute_offsets
+            else [None] * n_keys
+        )
+    return {
+        k: JaggedTensor._unchecked(values[i], weights[i], per_key_lengths[i], offsets[i])
+        for i, k in enumerate(keys)
+    }

@@ -111,7 +111,7 @@ class ScriptJaggedTensor:
 
     def to_dense(self) -> list[torch.Tensor]:
         """One `(n_b,)` tensor per bag."""
-        sizes: list[int] = self.lengths().tolist()
+        sizes: list[int] = self.lengths().long().tolist()
         return list(torch.split_with_sizes(self._values, sizes))
 
 
@@ -132,7 +132,7 @@ class ScriptKeyedJaggedTensor:
     ) -> None:
         if lengths is None and offsets is None:
             raise ValueError("KeyedJaggedTensor needs lengths or offsets; got neither")
-        if weights is not None and weights.numel() != values.numel():
+        if weights is not None and weights.size(0) < values.size(0):
             raise ValueError(
                 "weights have "
                 + str(weights.numel())
@@ -185,8 +185,11 @@ class ScriptKeyedJaggedTensor:
         lengths: torch.Tensor,
         weights: torch.Tensor | None = None,
         stride: int | None = None,
+        stride_per_key_per_rank: list[list[int]] | None = None,
     ) -> "ScriptKeyedJaggedTensor":
-        kjt = ScriptKeyedJaggedTensor(keys, values, weights, lengths, None, stride)
+        kjt = ScriptKeyedJaggedTensor(
+            keys, values, weights, lengths, None, stride, stride_per_key_per_rank
+        )
         kjt.offset_per_key()
         return kjt
 
@@ -197,8 +200,11 @@ class ScriptKeyedJaggedTensor:
         offsets: torch.Tensor,
         weights: torch.Tensor | None = None,
         stride: int | None = None,
+        stride_per_key_per_rank: list[list[int]] | None = None,
     ) -> "ScriptKeyedJaggedTensor":
-        kjt = ScriptKeyedJaggedTensor(keys, values, weights, None, offsets, stride)
+        kjt = ScriptKeyedJaggedTensor(
+            keys, values, weights, None, offsets, stride, stride_per_key_per_rank
+        )
         kjt.offset_per_key()
         return kjt
 
@@ -256,7 +262,7 @@ class ScriptKeyedJaggedTensor:
                     _cumsum(self.stride_per_key()), dtype=torch.long, device=self._values.device
                 )
                 picked = self.offsets()[bounds]
-                computed: list[int] = (picked[1:] - picked[:-1]).tolist()
+                computed: list[int] = (picked[1:] - picked[:-1]).long().tolist()
                 lpk = computed
             self._length_per_key = lpk
         return lpk

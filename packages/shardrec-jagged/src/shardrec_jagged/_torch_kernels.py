@@ -31,6 +31,19 @@ def index_tensor(
     return torch.tensor(list(indices), dtype=dtype, device=device)
 
 
+def to_host_list(tensor: torch.Tensor) -> list[int]:
+    """``tensor.tolist()`` for a 1-D integer tensor on any device (TorchRec's ``_safe_tolist``:
+    on CUDA, one copy to the host on the current stream instead of a device-wide sync)."""
+    if tensor.device.type == "cpu":
+        out: list[int] = tensor.tolist()
+        return out
+    host = tensor.to("cpu", non_blocking=True)
+    if tensor.device.type == "cuda":
+        torch.cuda.current_stream(tensor.device).synchronize()
+    out = host.tolist()
+    return out
+
+
 def lengths_to_offsets(lengths: torch.Tensor) -> torch.Tensor:
     """``lengths: (N,)`` -> ``offsets: (N + 1,)`` starting at 0, same dtype as ``lengths``."""
     return torch.nn.functional.pad(torch.cumsum(lengths, 0, dtype=lengths.dtype), (1, 0))
@@ -70,6 +83,31 @@ def length_per_key(lengths: torch.Tensor, num_keys: int, stride: int) -> list[in
     """
     dtype = lengths.dtype if lengths.dtype in _WIDE_INTS else torch.int64
     out: list[int] = lengths.view(num_keys, stride).sum(1, dtype=dtype).tolist()
+    return out
+
+
+def length_per_key_and_min(
+    lengths: torch.Tensor, num_keys: int, stride: int
+) -> tuple[list[int], int]:
+    """``length_per_key`` and the smallest length (a negative length would otherwise hide
+    inside a key's sum).
+
+    On CPU two small reads (+2.4 us on 13k lengths, measured; one ``cat`` of the two results
+    costs 45 us); elsewhere one device-to-host copy of both.
+    """
+    dtype = lengths.dtype if lengths.dtype in _WIDE_INTS else torch.int64
+    sums = lengths.view(num_keys, stride).sum(1, dtype=dtype)
+    if lengths.device.type == "cpu":
+        out: list[int] = sums.tolist()
+        return out, int(lengths.min())
+    both: list[int] = torch.cat([sums, lengths.min().view(1).to(dtype)]).tolist()
+    return both[:-1], both[-1]
+
+
+def offsets_at(offsets: torch.Tensor, stride: int) -> list[int]:
+    """Every ``stride``-th offset: each key's first bag, then the end (F + 1 host ints, one
+    strided read)."""
+    out: list[int] = offsets[:: max(stride, 1)].tolist()
     return out
 
 

@@ -30,6 +30,14 @@ class UnknownKeyError(KeyError, ValueError):
         return str(self.args[0]) if self.args else ""
 
 
+class JaggedDtypeError(TypeError, AssertionError):
+    """Non-integer ``lengths``/``offsets`` with entries.
+
+    A ``TypeError`` (the kind of mistake it is) and an ``AssertionError`` (what TorchRec raises,
+    so ``except AssertionError`` written against TorchRec still catches it).
+    """
+
+
 def check_keys(keys: Sequence[str], what: str = "keys") -> list[str]:
     """Return ``keys`` as a list; reject non-strings and duplicates."""
     if type(keys) is list:  # the common case: skip the (slow) ABC isinstance check
@@ -79,16 +87,20 @@ def as_index_tensor(
     return torch.tensor(list(x), dtype=torch.int64, device=device)
 
 
-def check_index_tensor(t: torch.Tensor, name: str) -> None:
-    """``lengths``/``offsets`` must be 1-D integer tensors."""
+def check_index_tensor(t: torch.Tensor, name: str) -> torch.Tensor:
+    """``lengths``/``offsets`` must be 1-D integer tensors. An empty one of any dtype or shape
+    (``torch.tensor([])`` is float) is accepted as TorchRec does, and returned 1-D."""
     check_tensor(t, name)
-    if t.dtype not in _INDEX_DTYPES:
-        raise TypeError(
+    if t.dtype not in _INDEX_DTYPES and t.numel() > 0:
+        raise JaggedDtypeError(
             f"{name} must be an integer tensor (int32 or int64), got dtype {t.dtype}; "
             f"convert with {name}.to(torch.int32)"
         )
     if t.dim() != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {tuple(t.shape)}")
+        if t.numel() == 0:
+            return t.reshape(0)
+        raise ValueError(f"{name} must be 1-D, got shape {tuple(t.shape)}; pass {name}.flatten()")
+    return t
 
 
 def check_values_weights(values: torch.Tensor, weights: torch.Tensor | None) -> None:
@@ -97,21 +109,25 @@ def check_values_weights(values: torch.Tensor, weights: torch.Tensor | None) -> 
         raise ValueError("values must have at least one dimension, got a 0-d tensor")
     if weights is not None:
         check_tensor(weights, "weights")
-        if weights.dim() == 0 or weights.size(0) != values.size(0):
+        if weights.dim() == 0 or weights.size(0) < values.size(0):
             raise ValueError(
                 f"weights has {weights.size(0) if weights.dim() else 0} entries but values has "
-                f"{values.size(0)}; weights must hold one entry per value"
+                f"{values.size(0)}; weights must hold one entry per value (a longer weights "
+                "buffer is fine: its tail is unused)"
             )
 
 
-def check_lengths_offsets_sizes(lengths: torch.Tensor | None, offsets: torch.Tensor | None) -> None:
-    """When both are given, ``offsets`` has one more entry than ``lengths`` (or both are empty)."""
+def check_lengths_offsets_sizes(
+    lengths: torch.Tensor | None, offsets: torch.Tensor | None
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """When both are given, ``offsets`` has one more entry than ``lengths`` (or both are empty).
+    Returns both, 1-D."""
     if lengths is None and offsets is None:
         raise ValueError("pass lengths or offsets (or both); got neither")
     if lengths is not None:
-        check_index_tensor(lengths, "lengths")
+        lengths = check_index_tensor(lengths, "lengths")
     if offsets is not None:
-        check_index_tensor(offsets, "offsets")
+        offsets = check_index_tensor(offsets, "offsets")
     if lengths is not None and offsets is not None:
         n, m = lengths.numel(), offsets.numel()
         if m != n + 1 and not (n == 0 and m == 0):
@@ -119,6 +135,7 @@ def check_lengths_offsets_sizes(lengths: torch.Tensor | None, offsets: torch.Ten
                 f"lengths and offsets disagree: lengths has {n} entries, offsets has {m}; "
                 f"offsets must have len(lengths) + 1 = {n + 1}"
             )
+    return lengths, offsets
 
 
 def check_length_per_key(length_per_key: Sequence[int], keys: Sequence[str], n_values: int) -> None:
@@ -129,7 +146,7 @@ def check_length_per_key(length_per_key: Sequence[int], keys: Sequence[str], n_v
         for n in length_per_key:
             torch._check(n >= 0, lambda: "negative length_per_key")  # type: ignore[no-untyped-call]
         total = sum(length_per_key)
-        torch._check(total == n_values, lambda: "bad lengths sum")  # type: ignore[no-untyped-call]
+        torch._check(total <= n_values, lambda: "bad lengths sum")  # type: ignore[no-untyped-call]
         return
     if len(length_per_key) != len(keys):
         raise ValueError(
@@ -140,10 +157,48 @@ def check_length_per_key(length_per_key: Sequence[int], keys: Sequence[str], n_v
             if n < 0:
                 raise ValueError(f"length_per_key for key {k!r} is {n}; it must be >= 0")
     total = sum(length_per_key)
-    if total != n_values:
+    if total > n_values:
         raise ValueError(
-            f"lengths sum to {total} (length_per_key={list(length_per_key)}) but values has "
-            f"{n_values} entries; they must be equal"
+            f"lengths sum to {total} (length_per_key={list(length_per_key)}) but values has only "
+            f"{n_values} entries; the bags need values.size(0) >= {total} (a longer values "
+            "buffer is fine: its tail is unused)"
+        )
+
+
+def check_key_bounds(bounds: Sequence[int], keys: Sequence[str], n_values: int) -> None:
+    """``bounds``: the offsets at each key's first bag, then the last offset (F + 1 host ints).
+
+    Catches offsets that do not start at 0 or that decrease between keys, and names them as an
+    offsets problem (the per-key lengths they imply would only look negative).
+    """
+    if bounds[0] != 0:
+        raise ValueError(
+            f"offsets[0] = {bounds[0]}; offsets must start at 0 (offsets[i] is where bag i "
+            "starts in values)"
+        )
+    for i in range(len(keys)):
+        if bounds[i + 1] < bounds[i]:
+            raise ValueError(
+                f"offsets decrease within key {keys[i]!r} (from {bounds[i]} at its first bag "
+                f"to {bounds[i + 1]} at its end); offsets must be non-decreasing"
+            )
+    if bounds[-1] > n_values:
+        raise ValueError(
+            f"offsets[-1] = {bounds[-1]} but values has only {n_values} entries; the bags need "
+            f"values.size(0) >= {bounds[-1]}"
+        )
+
+
+def check_bag_lengths(lengths: Sequence[int], n_values: int) -> None:
+    """Host ``lengths`` of a JaggedTensor against its values (where it reads them anyway)."""
+    for i, n in enumerate(lengths):
+        if n < 0:
+            raise ValueError(f"lengths[{i}] = {n} is negative; lengths must be >= 0")
+    total = sum(lengths)
+    if total > n_values:
+        raise ValueError(
+            f"lengths sum to {total} but values has only {n_values} entries; the bags need "
+            f"values.size(0) >= {total} (a longer values buffer is fine: its tail is unused)"
         )
 
 
@@ -176,30 +231,28 @@ def check_permute_indices(indices: Sequence[int], keys: Sequence[str]) -> list[i
 
 def validate_lengths(lengths: torch.Tensor, n_values: int, name: str = "lengths") -> None:
     if lengths.numel() == 0:
-        if n_values != 0:
-            raise ValueError(
-                f"{name} is empty (sum 0) but values has {n_values} entries; they must be equal"
-            )
         return
     neg = (lengths < 0).nonzero()
     if neg.numel() > 0:
         i = int(neg[0, 0])
         raise ValueError(f"{name}[{i}] = {int(lengths[i])} is negative; lengths must be >= 0")
     total = int(lengths.sum())
-    if total != n_values:
+    if total > n_values:
         raise ValueError(
-            f"{name} sum to {total} but values has {n_values} entries; they must be equal"
+            f"{name} sum to {total} but values has only {n_values} entries; the bags need "
+            f"values.size(0) >= {total} (a longer values buffer is fine: its tail is unused)"
         )
 
 
 def validate_offsets(offsets: torch.Tensor, n_values: int) -> None:
     if offsets.numel() == 0:
-        if n_values != 0:
-            raise ValueError(f"offsets is empty but values has {n_values} entries")
         return
     first, last = int(offsets[0]), int(offsets[-1])
     if first != 0:
-        raise ValueError(f"offsets[0] = {first}; offsets must start at 0")
+        raise ValueError(
+            f"offsets[0] = {first}; offsets must start at 0 (offsets[i] is where bag i starts "
+            "in values)"
+        )
     drop = (offsets[1:] < offsets[:-1]).nonzero()
     if drop.numel() > 0:
         i = int(drop[0, 0]) + 1
@@ -207,9 +260,10 @@ def validate_offsets(offsets: torch.Tensor, n_values: int) -> None:
             f"offsets decrease at index {i} ({int(offsets[i - 1])} -> {int(offsets[i])}); "
             "offsets must be non-decreasing (that is, lengths must be >= 0)"
         )
-    if last != n_values:
+    if last > n_values:
         raise ValueError(
-            f"offsets[-1] = {last} but values has {n_values} entries; they must be equal"
+            f"offsets[-1] = {last} but values has only {n_values} entries; the bags need "
+            f"values.size(0) >= {last}"
         )
 
 

@@ -20,7 +20,13 @@ from torch import nn
 
 from shardrec_jagged.torchscript import TorchScriptable
 
-__all__ = ["Tracer", "symbolic_trace"]
+__all__ = ["Tracer", "is_fx_tracing", "symbolic_trace"]
+
+
+def is_fx_tracing() -> bool:
+    """True while ``torch.fx`` traces symbolically (TorchRec's ``torchrec.fx.tracer`` helper, for
+    forwards that branch on it)."""
+    return bool(torch.fx._symbolic_trace.is_fx_symbolic_tracing())
 
 
 class Tracer(torch.fx.Tracer):

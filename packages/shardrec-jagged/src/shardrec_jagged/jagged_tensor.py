@@ -21,10 +21,11 @@ import torch.fx
 from torch.utils._pytree import GetAttrKey, KeyEntry, register_pytree_node
 
 from shardrec_jagged import _kernels
-from shardrec_jagged._format import jagged_rows
+from shardrec_jagged._format import jagged_rows, jt_str
 from shardrec_jagged._fx import ProxyableMeta
 from shardrec_jagged._validation import (
     as_index_tensor,
+    check_bag_lengths,
     check_lengths_offsets_sizes,
     check_values_weights,
     validate_jagged,
@@ -61,7 +62,7 @@ class JaggedTensor(metaclass=ProxyableMeta):
         check_values_weights(values, weights)
         lengths = as_index_tensor(lengths, "lengths", values.device)
         offsets = as_index_tensor(offsets, "offsets", values.device)
-        check_lengths_offsets_sizes(lengths, offsets)
+        lengths, offsets = check_lengths_offsets_sizes(lengths, offsets)
         self._values = values
         self._weights = weights
         self._lengths = lengths
@@ -106,7 +107,7 @@ class JaggedTensor(metaclass=ProxyableMeta):
             values=torch.empty(0, dtype=values_dtype, device=device),
             weights=weights,
             lengths=torch.empty(0, dtype=lengths_dtype, device=device),
-            offsets=torch.zeros(1, dtype=lengths_dtype, device=device),
+            offsets=torch.empty(0, dtype=lengths_dtype, device=device),  # TorchRec's: no entry
         )
 
     @staticmethod
@@ -143,20 +144,7 @@ class JaggedTensor(metaclass=ProxyableMeta):
         values: torch.Tensor, lengths: torch.Tensor, weights: torch.Tensor | None = None
     ) -> JaggedTensor:
         """Padded ``values: (B, L)``, ``lengths: (B,)`` -> the first ``lengths[b]`` of each row."""
-        if values.dim() < 2:
-            raise ValueError(f"from_dense_lengths needs values (B, L), got {tuple(values.shape)}")
-        if lengths.dim() != 1 or lengths.numel() != values.size(0):
-            raise ValueError(
-                f"from_dense_lengths: lengths has shape {tuple(lengths.shape)} but values has "
-                f"{values.size(0)} rows; lengths must be ({values.size(0)},)"
-            )
-        pos = torch.arange(values.size(1), device=values.device)
-        mask = pos.unsqueeze(0) < lengths.unsqueeze(1)
-        return JaggedTensor(
-            values=values[mask],
-            weights=None if weights is None else weights[mask],
-            lengths=lengths,
-        )
+        return _from_dense_lengths(values, lengths, weights)
 
     # --- accessors --------------------------------------------------------------------------
 
@@ -204,12 +192,18 @@ class JaggedTensor(metaclass=ProxyableMeta):
 
     def to_dense(self) -> list[torch.Tensor]:
         """One tensor per bag (views into ``values``). One host copy of ``lengths``."""
-        return list(self._values.split_with_sizes(self.lengths().tolist()))
+        return self._split(self._values)
 
     def to_dense_weights(self) -> list[torch.Tensor] | None:
         if self._weights is None:
             return None
-        return list(self._weights.split_with_sizes(self.lengths().tolist()))
+        return self._split(self._weights)
+
+    def _split(self, data: torch.Tensor) -> list[torch.Tensor]:
+        sizes: list[int] = self.lengths().tolist()
+        check_bag_lengths(sizes, data.size(0))
+        total = sum(sizes)
+        return list(data[:total].split_with_sizes(sizes)) if sizes else []
 
     def to_padded_dense(
         self, desired_length: int | None = None, padding_value: float = 0.0
@@ -228,8 +222,16 @@ class JaggedTensor(metaclass=ProxyableMeta):
         self, data: torch.Tensor, desired_length: int | None, padding_value: float
     ) -> torch.Tensor:
         lengths = self.lengths()
+        longest = 0
+        if lengths.numel() > 0:
+            # One host copy for the checks and the longest bag.
+            low, total, longest = torch.stack(
+                [lengths.min(), lengths.sum(), lengths.max()]
+            ).tolist()
+            if low < 0 or total > data.size(0):
+                check_bag_lengths(lengths.tolist(), data.size(0))  # names the offending entry
         if desired_length is None:
-            length = int(lengths.max()) if lengths.numel() > 0 else 0
+            length = longest
         else:
             if desired_length < 0:
                 raise ValueError(f"desired_length must be >= 0, got {desired_length}")
@@ -269,11 +271,36 @@ class JaggedTensor(metaclass=ProxyableMeta):
             body += f", weights={jagged_rows(self._weights, self.lengths())}"
         return f"JaggedTensor({body})"
 
+    def __str__(self) -> str:
+        """TorchRec's text: every bag's values (and weights). ``repr()`` is the bounded one."""
+        check_bag_lengths(self.lengths().tolist(), self._values.size(0))
+        return jt_str(self._values, self._weights, self.offsets())
+
 
 def _to(
     t: torch.Tensor | None, device: torch.device | str, non_blocking: bool
 ) -> torch.Tensor | None:
     return None if t is None else t.to(device, non_blocking=non_blocking)
+
+
+@torch.fx.wrap  # one leaf under symbolic tracing: the checks below branch on shapes
+def _from_dense_lengths(
+    values: torch.Tensor, lengths: torch.Tensor, weights: torch.Tensor | None
+) -> JaggedTensor:
+    if values.dim() < 2:
+        raise ValueError(f"from_dense_lengths needs values (B, L), got {tuple(values.shape)}")
+    if lengths.dim() != 1 or lengths.numel() != values.size(0):
+        raise ValueError(
+            f"from_dense_lengths: lengths has shape {tuple(lengths.shape)} but values has "
+            f"{values.size(0)} rows; lengths must be ({values.size(0)},)"
+        )
+    pos = torch.arange(values.size(1), device=values.device)
+    mask = pos.unsqueeze(0) < lengths.unsqueeze(1)
+    return JaggedTensor(
+        values=values[mask],
+        weights=None if weights is None else weights[mask],
+        lengths=lengths,
+    )
 
 
 # --- pytree: the four tensors are leaves; no static context --------------------------------

@@ -23,21 +23,24 @@ it is computed on first use and cached (``sync()`` computes it eagerly, ``unsync
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.fx
+from torch._jit_internal import is_scripting
 
-from shardrec_jagged import _kernels
-from shardrec_jagged._format import kjt_repr
+from shardrec_jagged import _kernels, _kjt_ops, _script_functions
+from shardrec_jagged._format import kjt_repr, kjt_str
 from shardrec_jagged._fx import ProxyableMeta
 from shardrec_jagged._kjt_device import (
-    empty_like_or_none,
     kjt_copy_,
     kjt_pin_memory,
     kjt_record_stream,
     kjt_to,
 )
-from shardrec_jagged._kjt_layout import cumsum, resolve_batch_layout
+from shardrec_jagged._kjt_layout import cumsum, resolve_batch_layout, used_part
+from shardrec_jagged._kjt_lengths import compute_length_per_key
+from shardrec_jagged._kjt_pytree import register_kjt_pytree
 from shardrec_jagged._validation import (
     UnknownKeyError,
     as_index_tensor,
@@ -49,6 +52,11 @@ from shardrec_jagged._validation import (
     validate_jagged,
 )
 from shardrec_jagged.jagged_tensor import JaggedTensor
+
+# The twins' functions take the TorchScript twins, which stand for our classes only inside
+# torch.jit.script (the is_scripting() branches): typed Any for mypy; no "# type:" comment, since
+# TorchScript reads those.
+_twins: Any = _script_functions
 
 __all__ = ["KeyedJaggedTensor"]
 
@@ -74,6 +82,7 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
     """
 
     _fields = ("_values", "_weights", "_lengths", "_offsets", "_inverse_indices")
+    _check_agree: bool = False  # class default: a KJT returned by TorchScript never sets it
 
     def __init__(
         self,
@@ -98,7 +107,9 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
         check_values_weights(values, weights)
         lengths = as_index_tensor(lengths, "lengths", values.device)
         offsets = as_index_tensor(offsets, "offsets", values.device)
-        check_lengths_offsets_sizes(lengths, offsets)
+        if lengths is None and offsets is None and not keys_:
+            lengths = values.new_empty(0, dtype=torch.int32)  # TorchRec's KJT([], values)
+        lengths, offsets = check_lengths_offsets_sizes(lengths, offsets)
         stride, spkpr, spk = resolve_batch_layout(
             keys_,
             values,
@@ -165,6 +176,9 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
         self._inverse_indices: tuple[list[str], torch.Tensor] | None = (
             None if inverse_indices is None else (list(inverse_indices[0]), inverse_indices[1])
         )
+        # Both given by the caller: their agreement is checked at the first host read (a full
+        # pass, paid only by KJTs built this way; derived ones compute one from the other).
+        self._check_agree = lengths is not None and offsets is not None
         if validate:
             self.validate()
 
@@ -203,6 +217,7 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
         kjt._index_per_key = None
         kjt._jt_dict = None
         kjt._inverse_indices = inverse_indices
+        kjt._check_agree = False
         return kjt
 
     def validate(self) -> KeyedJaggedTensor:
@@ -221,15 +236,20 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
 
     @staticmethod
     def from_offsets_sync(
-        keys: Sequence[str],
+        keys: list[str],
         values: torch.Tensor,
         offsets: torch.Tensor,
         weights: torch.Tensor | None = None,
         stride: int | None = None,
-        stride_per_key_per_rank: Sequence[Sequence[int]] | None = None,
-        inverse_indices: tuple[Sequence[str], torch.Tensor] | None = None,
+        stride_per_key_per_rank: list[list[int]] | None = None,
+        inverse_indices: tuple[list[str], torch.Tensor] | None = None,
     ) -> KeyedJaggedTensor:
         """Build from offsets and compute the per-key metadata now (one device-to-host copy)."""
+        if is_scripting():  # the twin has no inverse indices
+            out: KeyedJaggedTensor = _twins.kjt_from_offsets_sync(
+                keys, values, offsets, weights, stride, stride_per_key_per_rank
+            )
+            return out
         return KeyedJaggedTensor(
             keys=keys,
             values=values,
@@ -242,15 +262,20 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
 
     @staticmethod
     def from_lengths_sync(
-        keys: Sequence[str],
+        keys: list[str],
         values: torch.Tensor,
         lengths: torch.Tensor,
         weights: torch.Tensor | None = None,
         stride: int | None = None,
-        stride_per_key_per_rank: Sequence[Sequence[int]] | None = None,
-        inverse_indices: tuple[Sequence[str], torch.Tensor] | None = None,
+        stride_per_key_per_rank: list[list[int]] | None = None,
+        inverse_indices: tuple[list[str], torch.Tensor] | None = None,
     ) -> KeyedJaggedTensor:
         """Build from lengths and compute the per-key metadata now (one device-to-host copy)."""
+        if is_scripting():  # the twin has no inverse indices
+            out: KeyedJaggedTensor = _twins.kjt_from_lengths_sync(
+                keys, values, lengths, weights, stride, stride_per_key_per_rank
+            )
+            return out
         return KeyedJaggedTensor(
             keys=keys,
             values=values,
@@ -262,14 +287,14 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
         ).sync()
 
     @staticmethod
-    def from_jt_dict(jt_dict: Mapping[str, JaggedTensor]) -> KeyedJaggedTensor:
+    def from_jt_dict(jt_dict: dict[str, JaggedTensor]) -> KeyedJaggedTensor:
         """One JaggedTensor per key -> KJT; differing bag counts give variable batch per key."""
-        return _kjt_ops.from_jt_dict(jt_dict)
+        return _from_jt_dict(jt_dict)
 
     @staticmethod
     def concat(kjt_list: Sequence[KeyedJaggedTensor]) -> KeyedJaggedTensor:
         """Keys of every KJT, in order; all must share the batch size and weightedness."""
-        return _kjt_ops.kjt_concat(kjt_list)
+        return _kjt_concat(kjt_list)
 
     @staticmethod
     def empty(
@@ -294,34 +319,19 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
 
         With ``device``: same keys and shapes, uninitialized tensors on ``device``.
         """
-        if device is None:
-            dev = kjt.device()
-            w = kjt.weights_or_none()
-            spkpr = kjt._stride_per_key_per_rank
-            return KeyedJaggedTensor._unchecked(
-                keys=[],
-                values=torch.empty(0, dtype=kjt._values.dtype, device=dev),
-                weights=None if w is None else torch.empty(0, dtype=w.dtype, device=dev),
-                lengths=torch.empty(0, dtype=kjt.lengths().dtype, device=dev),
-                offsets=None,
-                stride=kjt.stride(),
-                stride_per_key_per_rank=None if spkpr is None else [],
-            )
-        inv = kjt._inverse_indices
-        return KeyedJaggedTensor._unchecked(
-            keys=kjt._keys,
-            values=torch.empty_like(kjt._values, device=device),
-            weights=empty_like_or_none(kjt._weights, device),
-            lengths=empty_like_or_none(kjt._lengths, device),
-            offsets=empty_like_or_none(kjt._offsets, device),
-            stride=kjt._stride,
-            stride_per_key_per_rank=kjt._stride_per_key_per_rank,
-            length_per_key=kjt._length_per_key,
-            offset_per_key=kjt._offset_per_key,
-            inverse_indices=None
-            if inv is None
-            else (inv[0], torch.empty_like(inv[1], device=device)),
-        )
+        return _kjt_empty_like(kjt, device)
+
+    def clear_storage(self) -> None:
+        """Free the memory of every tensor (their storages shrink to 0 bytes; shapes stay).
+
+        For a KJT kept only for its host metadata; its contents are garbage afterwards.
+        """
+        inv = self._inverse_indices
+        for t in (self._values, self._weights, self._lengths, self._offsets):
+            if t is not None:
+                t.untyped_storage().resize_(0)
+        if inv is not None:
+            inv[1].untyped_storage().resize_(0)
 
     # --- accessors --------------------------------------------------------------------------
 
@@ -371,7 +381,10 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
 
     def stride_per_key(self) -> list[int]:
         if self._stride_per_key is None:
-            self._stride_per_key = [self._stride] * len(self._keys)
+            spkpr = self._stride_per_key_per_rank  # set, but not its sums: a KJT from TorchScript
+            self._stride_per_key = (
+                [self._stride] * len(self._keys) if spkpr is None else [sum(r) for r in spkpr]
+            )
         return self._stride_per_key
 
     def stride_per_key_per_rank(self) -> list[list[int]]:
@@ -423,25 +436,7 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
         return self._offset_per_key
 
     def _compute_length_per_key(self) -> list[int]:
-        n_keys = len(self._keys)
-        if n_keys == 0:
-            return []
-        lengths, offsets = self._lengths, self._offsets
-        if self._stride_per_key_per_rank is None and offsets is not None:
-            # Cheapest when offsets exist: read F + 1 of them (a strided view), diff on host.
-            out = _kernels.length_per_key_from_offsets(offsets, n_keys, self._stride)
-        elif self._stride_per_key_per_rank is None and lengths is not None:
-            out = _kernels.length_per_key(lengths, n_keys, self._stride)
-        else:
-            # Per-key boundaries of the offsets: one gather of F + 1 entries.
-            bounds = torch.tensor(self.lengths_offset_per_key(), device=self._values.device)
-            ends = self.offsets()
-            if ends.numel() == 0:
-                ends = ends.new_zeros(1)
-            picked = ends[bounds]
-            out = (picked[1:] - picked[:-1]).tolist()
-        check_length_per_key(out, self._keys, self._values.size(0))
-        return out
+        return compute_length_per_key(self)
 
     def sync(self) -> KeyedJaggedTensor:
         """Compute ``length_per_key``/``offset_per_key`` now (one device-to-host copy)."""
@@ -482,40 +477,8 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
 
     def to_dict(self, compute_offsets: bool = True) -> dict[str, JaggedTensor]:
         """Key -> JaggedTensor (views into this KJT), cached. Works for a batch of 0 samples."""
-        if self._jt_dict is not None:
-            return self._jt_dict
-        keys = self._keys
-        n_keys = len(keys)
-        if n_keys == 0:
-            self._jt_dict = {}
-            return self._jt_dict
-        lpk = self.length_per_key()
-        values = self._values.split_with_sizes(lpk)
-        w = self._weights
-        weights: Sequence[torch.Tensor | None] = (
-            [None] * n_keys if w is None else w.split_with_sizes(lpk)
-        )
-        lengths = self.lengths()
-        offsets: Sequence[torch.Tensor | None]
-        if self._stride_per_key_per_rank is None:
-            lengths_2d = lengths.reshape(n_keys, self._stride)
-            per_key_lengths: Sequence[torch.Tensor] = lengths_2d.unbind(0)
-            offsets = (
-                _kernels.batched_lengths_to_offsets(lengths_2d).unbind(0)
-                if compute_offsets
-                else [None] * n_keys
-            )
-        else:
-            per_key_lengths = lengths.split_with_sizes(self.stride_per_key())
-            offsets = (
-                [_kernels.lengths_to_offsets(x) for x in per_key_lengths]
-                if compute_offsets
-                else [None] * n_keys
-            )
-        self._jt_dict = {
-            k: JaggedTensor._unchecked(values[i], weights[i], per_key_lengths[i], offsets[i])
-            for i, k in enumerate(keys)
-        }
+        if self._jt_dict is None:
+            self._jt_dict = _kjt_ops.kjt_to_dict(self, compute_offsets)
         return self._jt_dict
 
     def split(self, segments: Sequence[int]) -> list[KeyedJaggedTensor]:
@@ -533,13 +496,14 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
         lpk = self.length_per_key()
         spkpr = self._stride_per_key_per_rank
         lengths = self.lengths()
-        w = self._weights
+        w = None if self._weights is None else used_part(self._weights, lpk)
+        used = used_part(self._values, lpk)
         if spkpr is None:
             values, weights, new_lengths = _kernels.permute_kjt(
-                self._values, w, lengths, lpk, order, self._stride
+                used, w, lengths, lpk, order, self._stride
             )
         else:
-            values = _kernels.permute_segments(self._values, lpk, order)
+            values = _kernels.permute_segments(used, lpk, order)
             weights = None if w is None else _kernels.permute_segments(w, lpk, order)
             new_lengths = _kernels.permute_segments(lengths, self.stride_per_key(), order)
         return KeyedJaggedTensor._unchecked(
@@ -582,9 +546,34 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
     def __repr__(self) -> str:
         return kjt_repr(self)
 
+    def __str__(self) -> str:
+        """TorchRec's text: every key's bags. ``repr()`` is the bounded one."""
+        return kjt_str(self)
 
-# Imported last: both modules need the class defined above. _kjt_pytree registers the pytree
-# node. _kjt_ops holds concat/from_jt_dict; imported here rather than on first use because
-# their torch.fx.wrap registration must exist before a module calling them is traced (and a
-# per-call import statement costs ~0.3 us).
-from shardrec_jagged import _kjt_ops, _kjt_pytree  # noqa: E402, F401
+
+register_kjt_pytree(KeyedJaggedTensor)
+
+
+# Leaves for torch.fx: a traced module records one call instead of iterating Proxies. Module
+# globals of this file, so that fx's patching of them reaches the static methods above.
+@torch.fx.wrap
+def _kjt_concat(kjt_list: Sequence[KeyedJaggedTensor]) -> KeyedJaggedTensor:
+    return _kjt_ops.kjt_concat(kjt_list)
+
+
+@torch.fx.wrap
+def _kjt_empty_like(
+    kjt: KeyedJaggedTensor, device: torch.device | None = None
+) -> KeyedJaggedTensor:
+    if is_scripting():  # only this branch is compiled when scripted
+        out: KeyedJaggedTensor = _twins.kjt_empty_like(kjt, device)
+        return out
+    return _kjt_ops.kjt_empty_like(kjt, device)
+
+
+@torch.fx.wrap
+def _from_jt_dict(jt_dict: dict[str, JaggedTensor]) -> KeyedJaggedTensor:
+    if is_scripting():
+        out: KeyedJaggedTensor = _twins.kjt_from_jt_dict(jt_dict)
+        return out
+    return _kjt_ops.from_jt_dict(KeyedJaggedTensor, jt_dict)

@@ -15,14 +15,23 @@ groups); it is one ``split`` per input and one ``cat`` per group, and differenti
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.fx
-from torch.utils._pytree import register_pytree_node
+from torch._jit_internal import is_scripting
+from torch.fx._pytree import register_pytree_flatten_spec
+from torch.utils._pytree import TreeSpec, register_pytree_node
 
-from shardrec_jagged._format import dense_rows
+from shardrec_jagged import _script_functions
+from shardrec_jagged._format import dense_rows, kt_str
 from shardrec_jagged._fx import ProxyableMeta
 from shardrec_jagged._validation import UnknownKeyError, check_keys
+
+# The twins' functions take the TorchScript twins, which stand for our classes only inside
+# torch.jit.script (the is_scripting() branches): typed Any for mypy; no "# type:" comment, since
+# TorchScript reads those.
+_twins: Any = _script_functions
 
 __all__ = ["KeyedTensor"]
 
@@ -52,14 +61,14 @@ class KeyedTensor(metaclass=ProxyableMeta):
             raise ValueError(f"length_per_key has {len(lpk)} entries for {len(keys_)} keys {keys_}")
         if not isinstance(values, torch.Tensor):
             raise TypeError(f"values must be a torch.Tensor, got {type(values).__name__}")
-        if not -values.dim() <= key_dim < max(values.dim(), 1):
+        if keys_ and not -values.dim() <= key_dim < max(values.dim(), 1):
             raise ValueError(
                 f"key_dim {key_dim} is out of range for values of shape {tuple(values.shape)}"
             )
         for k, n in zip(keys_, lpk, strict=True):
             if n < 0:
                 raise ValueError(f"length_per_key for key {k!r} is {n}; it must be >= 0")
-        if sum(lpk) != values.size(key_dim):
+        if keys_ and sum(lpk) != values.size(key_dim):
             raise ValueError(
                 f"length_per_key {lpk} sums to {sum(lpk)} but values has size "
                 f"{values.size(key_dim)} along key_dim {key_dim} (shape {tuple(values.shape)})"
@@ -129,23 +138,15 @@ class KeyedTensor(metaclass=ProxyableMeta):
         return dict(zip(self._keys, parts, strict=False))
 
     @staticmethod
-    def regroup(
-        keyed_tensors: Sequence[KeyedTensor], groups: Sequence[Sequence[str]]
-    ) -> list[torch.Tensor]:
+    def regroup(keyed_tensors: list[KeyedTensor], groups: list[list[str]]) -> list[torch.Tensor]:
         """One tensor per group: its keys' columns, concatenated in the group's order."""
-        return _regroup(keyed_tensors, groups)
+        return _regroup(keyed_tensors, groups)  # the one function both eager and script run
 
     @staticmethod
     def regroup_as_dict(
-        keyed_tensors: Sequence[KeyedTensor], groups: Sequence[Sequence[str]], keys: Sequence[str]
+        keyed_tensors: list[KeyedTensor], groups: list[list[str]], keys: list[str]
     ) -> dict[str, torch.Tensor]:
         """``regroup``, with group ``i`` named ``keys[i]``."""
-        if len(groups) != len(keys):
-            raise ValueError(
-                f"regroup_as_dict got {len(groups)} groups but {len(keys)} names {list(keys)}; "
-                "pass one name per group"
-            )
-        check_keys(keys, "group names")
         return _regroup_as_dict(keyed_tensors, groups, keys)
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> KeyedTensor:
@@ -166,9 +167,12 @@ class KeyedTensor(metaclass=ProxyableMeta):
         lines.append("}")
         return "\n".join(lines)
 
+    def __str__(self) -> str:
+        """TorchRec's text: every key's block. ``repr()`` is the bounded one."""
+        return kt_str(self._keys, [self[k] for k in self._keys])
 
-@torch.fx.wrap
-def _regroup(
+
+def regroup_tensors(
     keyed_tensors: Sequence[KeyedTensor], groups: Sequence[Sequence[str]]
 ) -> list[torch.Tensor]:
     if len(keyed_tensors) == 0:
@@ -207,11 +211,30 @@ def _regroup(
     return out
 
 
+# torch.fx leaves (traced: one call_function node) that also script: under torch.jit.script only
+# the is_scripting() branch is compiled, and it runs the twin's function.
+@torch.fx.wrap
+def _regroup(keyed_tensors: list[KeyedTensor], groups: list[list[str]]) -> list[torch.Tensor]:
+    if is_scripting():
+        out: list[torch.Tensor] = _twins.kt_regroup(keyed_tensors, groups)
+        return out
+    return regroup_tensors(keyed_tensors, groups)
+
+
 @torch.fx.wrap
 def _regroup_as_dict(
-    keyed_tensors: Sequence[KeyedTensor], groups: Sequence[Sequence[str]], keys: Sequence[str]
+    keyed_tensors: list[KeyedTensor], groups: list[list[str]], keys: list[str]
 ) -> dict[str, torch.Tensor]:
-    return dict(zip(keys, _regroup(keyed_tensors, groups), strict=True))
+    if is_scripting():
+        named: dict[str, torch.Tensor] = _twins.kt_regroup_as_dict(keyed_tensors, groups, keys)
+        return named
+    if len(groups) != len(keys):
+        raise ValueError(
+            f"regroup_as_dict got {len(groups)} groups but {len(keys)} names {list(keys)}; "
+            "pass one name per group"
+        )
+    check_keys(keys, "group names")
+    return dict(zip(keys, regroup_tensors(keyed_tensors, groups), strict=True))
 
 
 # --- pytree: values is the one leaf; keys, widths and key_dim are static context ----------
@@ -234,9 +257,24 @@ def _kt_unflatten(leaves: Iterable[torch.Tensor], ctx: _KTContext) -> KeyedTenso
     return kt
 
 
+def _kt_flatten_spec(kt: KeyedTensor, spec: TreeSpec) -> list[torch.Tensor]:
+    """Flatten ``kt`` into the layout ``spec`` recorded (an exported program's input): the same
+    keys may come in another order, so the values are regrouped into the spec's key order."""
+    keys, _widths, key_dim = spec.context
+    if kt._keys == list(keys):
+        return [kt._values]
+    missing = [k for k in keys if k not in kt._key_indices()]
+    if missing or len(keys) != len(kt._keys):
+        raise ValueError(
+            f"KeyedTensor with keys {kt._keys} does not match the recorded keys {list(keys)}"
+        )
+    return [torch.cat([kt[k] for k in keys], dim=key_dim)]
+
+
 register_pytree_node(
     KeyedTensor,
     _kt_flatten,
     _kt_unflatten,
     serialized_type_name="shardrec_jagged.KeyedTensor",
 )
+register_pytree_flatten_spec(KeyedTensor, _kt_flatten_spec)

@@ -22,6 +22,7 @@ from shardrec_jagged.keyed_tensor import KeyedTensor
 __all__ = ["TorchScriptable", "register_torchscript_types", "script_fields"]
 
 _registered: list[bool] = [False]
+_qualnames: dict[type, str] = {}
 
 
 def register_torchscript_types() -> None:
@@ -41,9 +42,20 @@ def register_torchscript_types() -> None:
             raise RuntimeError(f"TorchScript did not register {qualified}")
         # Annotations and constructor calls naming the Python class resolve to the twin ...
         _jit_state._add_script_class(python_class, script_class)
-        # ... also where TorchScript looks classes up by qualified name.
-        python_class._jit_override_qualname = qualified  # type: ignore[attr-defined]  # torch.jit hook
+        # ... also where TorchScript looks classes up by qualified name (the classes' metaclass
+        # answers `_jit_override_qualname` from this table).
+        _qualnames[python_class] = qualified
     _registered[0] = True
+
+
+def script_qualname(python_class: type) -> str:
+    """The TorchScript twin's qualified name for one of the three classes (compiles the twins
+    on first use)."""
+    register_torchscript_types()
+    for klass in python_class.__mro__:  # a user's subclass scripts as its base class's twin
+        if klass in _qualnames:
+            return _qualnames[klass]
+    raise AttributeError(f"{python_class.__name__} has no TorchScript twin")
 
 
 class TorchScriptable:
