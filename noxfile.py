@@ -275,11 +275,12 @@ def _uv() -> str:
     return str(nox.virtualenv.UV)
 
 
-def _build_all(session: nox.Session, out: pathlib.Path) -> None:
-    """A wheel and an sdist of every package into `out` (uv build, hatchling)."""
+def _build_all(session: nox.Session, out: pathlib.Path, sdist: bool = True) -> None:
+    """A wheel (and an sdist) of every package into `out` (uv build, hatchling)."""
     out.mkdir(parents=True, exist_ok=True)
+    kinds = [] if sdist else ["--wheel"]
     for dist in PACKAGES:
-        session.run(_uv(), "build", "-q", "--out-dir", str(out), str(PACKAGES_DIR / dist))
+        session.run(_uv(), "build", "-q", *kinds, "--out-dir", str(out), str(PACKAGES_DIR / dist))
 
 
 @nox.session(python=False)
@@ -300,7 +301,7 @@ def wheels(session: nox.Session) -> None:
     tmp = pathlib.Path(session.create_tmp()).resolve()
     dist = tmp / "dist"
     shutil.rmtree(dist, ignore_errors=True)
-    _build_all(session, dist)
+    _build_all(session, dist, sdist=False)
     cases = {"shardrec": _closure("shardrec", extras=False), "shardrec-jagged": ["shardrec-jagged"]}
     for top, expected in cases.items():
         venv = tmp / f"venv-{top}"
@@ -326,16 +327,17 @@ def wheels(session: nox.Session) -> None:
         session.run(py, str(ROOT / "examples" / "tutorial_intro.py"), env=env, external=True)
 
 
-def _conformance_counts(work: pathlib.Path, files: list[str]) -> dict[str, int]:
+def _conformance_counts(works: list[pathlib.Path], files: list[str]) -> dict[str, int]:
     """Per file: the TorchRec-passing tests (run.sh's baseline) that pass on shardrec too."""
     passing: dict[str, int] = {}
     for line in (SHARED / "torchrec-conformance" / "torchrec_passing.tsv").read_text().splitlines():
         f = line.split("\t")[0]
         passing[f] = passing.get(f, 0) + 1
     lost: dict[str, int] = {}
-    for line in (work / "results" / "lost_srl.tsv").read_text().splitlines():
-        f = line.split("\t")[0]
-        lost[f] = lost.get(f, 0) + 1
+    for work in works:
+        for line in (work / "results" / "lost_srl.tsv").read_text().splitlines():
+            f = line.split("\t")[0]
+            lost[f] = lost.get(f, 0) + 1
     return {f: passing.get(f, 0) - lost.get(f, 0) for f in files}
 
 
@@ -343,7 +345,8 @@ def _conformance_counts(work: pathlib.Path, files: list[str]) -> dict[str, int]:
 def conformance(session: nox.Session) -> None:
     """TorchRec 1.8's own tests ported to shardrec (../shared/torchrec-conformance/run.sh, lenient
     port); fails when a file's count of TorchRec-passing tests that pass here drops below
-    tools/conformance_floor.json. `-- FILE...` runs those files only."""
+    tools/conformance_floor.json. `-- FILE...` runs those files only. The files are split over
+    SHARDREC_CONFORMANCE_JOBS (default 2) runners at once, each file in its own pytest."""
     run_sh = SHARED / "torchrec-conformance" / "run.sh"
     if not run_sh.is_file():
         session.skip(f"{run_sh} is missing: the TorchRec conformance suite lives in ../shared")
@@ -351,12 +354,24 @@ def conformance(session: nox.Session) -> None:
     files = list(session.posargs) or list(floor["files"])
     _install_packages(session, PACKAGES, extra="")
     _install(session, *CONFORMANCE_DEPS)
+    jobs = max(1, min(len(files), int(os.environ.get("SHARDREC_CONFORMANCE_JOBS", "2"))))
     # Outside the repository: pytest must not take the repository's pytest settings there.
-    work = pathlib.Path(tempfile.gettempdir()) / f"shardrec-conformance-{ROOT.resolve().name}"
+    base = pathlib.Path(tempfile.gettempdir()) / f"shardrec-conformance-{ROOT.resolve().name}"
+    works = [base / f"part{k}" for k in range(jobs)]
     py = str(pathlib.Path(session.bin) / "python")
-    env = {"PY": py, "W": str(work), "FILES": " ".join(files), "PYTHONPATH": ""}
-    session.run("bash", str(run_sh), env=env, external=True)
-    counts = _conformance_counts(work, files)
+    base.mkdir(exist_ok=True)
+    runs = []
+    for k, work in enumerate(works):
+        part = files[k::jobs]  # neighbours (similar cost) go to different runners
+        env = {**os.environ, "PY": py, "W": str(work), "FILES": " ".join(part), "PYTHONPATH": ""}
+        log = open(work.with_suffix(".log"), "w+b")  # noqa: SIM115 (closed below)
+        runs.append((subprocess.Popen(["bash", str(run_sh)], env=env, stdout=log, stderr=log), log))
+    for proc, log in runs:
+        proc.wait()
+        log.seek(0)
+        print(log.read().decode(errors="replace"), flush=True)
+        log.close()
+    counts = _conformance_counts(works, files)
     low = {f: (n, floor["files"].get(f, 0)) for f, n in counts.items()}
     low = {f: v for f, v in low.items() if v[0] < v[1]}
     total, want = sum(counts.values()), sum(floor["files"].get(f, 0) for f in files)

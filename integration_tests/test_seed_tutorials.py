@@ -275,7 +275,20 @@ def _seed(name: str) -> str:
 
 
 def test_intro_tutorial(tmp_path: Path) -> None:
-    """Introduction to TorchRec, up to its Inference section (the seed stops at QuantConfig)."""
+    """Introduction to TorchRec, up to its Inference section (the seed stops at QuantConfig),
+    with fbgemm's `EmbOptimType` from the stand-in unless fbgemm imports."""
+    check_intro(tmp_path)
+
+
+@pytest.mark.fbgemm
+def test_intro_tutorial_with_fbgemm(tmp_path: Path) -> None:
+    """The same with fbgemm-gpu-cpu's own enum (nox -s fbgemm)."""
+    if not fbgemm_imports():
+        pytest.skip("fbgemm_gpu does not import (install fbgemm-gpu-cpu==1.8.0)")
+    check_intro(tmp_path)
+
+
+def check_intro(tmp_path: Path) -> None:
     cells = _code_cells_intro(_seed("torchrec_intro_tutorial.txt"))
     out = run_seed(tmp_path, "intro.py", script("intro", cells))
     # The JaggedTensor and KeyedJaggedTensor values the tutorial builds.
