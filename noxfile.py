@@ -406,7 +406,7 @@ def demo(session: nox.Session) -> None:
 @nox.session
 def movielens(session: nox.Session) -> None:
     """The main job: DLRM_DCN on MovieLens-100k, 2 gloo ranks, plan report to test AUC (< 5 min)."""
-    _install_packages(session, _closure("shardrec-train"), extra="")
+    _install_packages(session, _closure("shardrec-train", extras=False), extra="")
     out = pathlib.Path(session.create_tmp()) / "movielens-100k"
     if out.exists():
         shutil.rmtree(out)  # a fresh run each time (an old run's checkpoints would be refused)
