@@ -434,10 +434,15 @@ TEST_SESSIONS = [
 ]  # fmt: skip
 
 
-def _outcome(rc: int, log: pathlib.Path) -> str:
-    if rc != 0:
+def _outcome(rc: int, report: pathlib.Path) -> str:
+    """passed, skipped or failed, from the child nox's --report file."""
+    try:
+        results = [s["result"] for s in json.loads(report.read_text())["sessions"]]
+    except (OSError, ValueError, KeyError):
+        results = []
+    if rc != 0 or not results or any(r not in ("success", "skipped") for r in results):
         return "failed"
-    return "skipped" if "was skipped" in log.read_text(errors="replace") else "passed"
+    return "skipped" if all(r == "skipped" for r in results) else "passed"
 
 
 @nox.session(python=False)
@@ -459,6 +464,7 @@ def tests(session: nox.Session) -> None:
             name = todo.pop(0)
             log = logs / (name.replace("(", "-").replace(")", "") + ".log")
             cmd = [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", name]
+            cmd += ["--report", str(log.with_suffix(".json"))]
             with open(log, "wb") as fh:
                 proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT)
             running[name] = (proc, time.monotonic(), log)
@@ -469,7 +475,7 @@ def tests(session: nox.Session) -> None:
             if rc is None:
                 continue
             del running[name]
-            outcome, secs = _outcome(rc, log), time.monotonic() - start
+            outcome, secs = _outcome(rc, log.with_suffix(".json")), time.monotonic() - start
             done[name] = (outcome, secs)
             print(f"\n===== {name}: {outcome} in {secs:.0f} s (log {log}) =====", flush=True)
             print(log.read_text(errors="replace"), flush=True)
