@@ -1,40 +1,52 @@
-"""TorchRec's "Concepts" page (../shared/seeds/torchrec_concepts.txt), run on shardrec.
+"""Concepts: how shardrec represents a batch of sparse features, in one screen.
 
-The page's one code block (Jagged Tensor and Keyed Jagged Tensor) as written, after the imports
-it leaves implicit: `torch`, and `JaggedTensor` / `KeyedJaggedTensor` from shardrec's path for
-`torchrec.sparse.jagged_tensor`. Lengths and offsets are plain Python lists there, and values
-float item ids, exactly as on the page.
+A recommendation batch holds, per example, a variable number of ids for each sparse feature
+(the movies a user watched, the genres of a movie). shardrec stores such a batch the way TorchRec
+does, under the same names:
 
-Run: ``python examples/tutorial_concepts.py``.
+- `JaggedTensor`: one feature; all ids in one flat `values` tensor, plus `lengths` (ids per
+  example) or, equivalently, `offsets` (where each example starts);
+- `KeyedJaggedTensor` (KJT): several features of one batch; `lengths` runs feature by feature;
+- `KeyedTensor`: what an `EmbeddingBagCollection` returns, one pooled block per feature.
+
+Run: ``python examples/tutorial_concepts.py`` (any install of the `shardrec` umbrella).
 """
 
 import torch
 
-from shardrec.sparse.jagged_tensor import JaggedTensor, KeyedJaggedTensor
+import shardrec as torchrec
 
-# Jagged Tensor
+# Three viewers watched 1, 0 and 2 movies: lengths, or offsets (a leading 0, cumulative sums).
+watched = torchrec.JaggedTensor(values=torch.tensor([7, 3, 9]), lengths=torch.tensor([1, 0, 2]))
+same = torchrec.JaggedTensor(values=torch.tensor([7, 3, 9]), offsets=torch.tensor([0, 1, 1, 3]))
+print("per viewer:", watched.to_dense())
+print("offsets from lengths:", watched.offsets().tolist())
+assert [t.tolist() for t in same.to_dense()] == [t.tolist() for t in watched.to_dense()]
 
-# User interactions:
-# - User 1 interacted with 2 items
-# - User 2 interacted with 3 items
-# - User 3 interacted with 1 item
-lengths = [2, 3, 1]
-offsets = [0, 2, 5]  # Starting index of each user's interactions
-values = torch.Tensor([101, 102, 201, 202, 203, 301])  # Item IDs interacted with
-jt = JaggedTensor(lengths=lengths, values=values)
-# OR
-jt = JaggedTensor(offsets=offsets, values=values)
+# Two features of the same 3 examples: `lengths` holds all "movie" bags, then all "genre" bags.
+batch = torchrec.KeyedJaggedTensor(
+    keys=["movie", "genre"],
+    values=torch.tensor([7, 3, 9, 1, 1, 2]),
+    lengths=torch.tensor([1, 0, 2, 1, 1, 1]),
+)
+print("batch size:", batch.stride(), "features:", batch.keys())
+print("genre ids per example:", batch["genre"].to_dense())
 
-# Keyed Jagged Tensor
-keys = ["user_features", "item_features"]
-# Lengths of interactions:
-# - User features: 2 users, with 2 and 3 interactions respectively
-# - Item features: 2 items, with 1 and 2 interactions respectively
-lengths = [2, 3, 1, 2]
-values = torch.Tensor([11, 12, 21, 22, 23, 101, 102, 201])
-# Create a KeyedJaggedTensor
-kjt = KeyedJaggedTensor(keys=keys, lengths=lengths, values=values)
-# Access the features by key
-print(kjt["user_features"])
-# Outputs user features
-print(kjt["item_features"])
+# Pool each feature's embeddings per example: one (3, dim) block per feature, side by side.
+# One table per feature: (feature, numbers per row, rows).
+shapes = [("movie", 4, 10), ("genre", 2, 3)]
+tables = [
+    torchrec.EmbeddingBagConfig(
+        name=f"{feature}_table", embedding_dim=dim, num_embeddings=rows, feature_names=[feature]
+    )
+    for feature, dim, rows in shapes
+]
+ebc = torchrec.EmbeddingBagCollection(tables=tables)
+pooled = ebc(batch)
+print("pooled:", {k: tuple(v.shape) for k, v in pooled.to_dict().items()})
+
+# The pooling is a sum of table rows: viewer 2 watched movies 3 and 9.
+rows = ebc.embedding_bags["movie_table"].weight
+assert torch.allclose(pooled["movie"][2], rows[3] + rows[9])
+assert torch.equal(pooled["movie"][1], torch.zeros(4))  # an empty bag pools to zeros
+print("viewer 2's movie embedding is rows 3 + 9: ok")

@@ -1,465 +1,101 @@
-# ruff: noqa: E402, E501, I001, UP006, UP035
-"""TorchRec's "Introduction to TorchRec" (../shared/seeds/torchrec_intro_tutorial.txt), run on shardrec.
+"""Introduction: embedding tables, a plan, a sharded model, and training it, on one CPU process.
 
-The tutorial's code up to its "Inference" section (the quantization cells are
-examples/tutorial_intro_inference.py), kept as written except for:
+The journey of TorchRec's introduction, on shardrec (`import shardrec as torchrec`):
 
-- `import shardrec as torchrec`, and `from torchrec.X import Y` written `from shardrec.X import Y`;
-- `cuda` -> `cpu` (devices, `Topology(compute_device=...)`, `kjt.to(...)`), `nccl` -> `gloo`;
-- MASTER_PORT is a free port instead of 29500 (the machine may run other jobs);
-- a bare expression at the end of a notebook cell, which the notebook displays, is printed.
+1. describe the tables (`EmbeddingBagConfig`) and build an `EmbeddingBagCollection`;
+2. start a process group (one rank, gloo: a laptop is enough) and let the planner choose where
+   each table lives;
+3. wrap the collection in `DistributedModelParallel` (DMP), which shards it by that plan, and
+   check that the sharded model computes what the plain one does;
+4. train with the optimizer fused into the backward pass (no `optimizer.step()`: the tables
+   update as their gradients are computed) and check each step against `torch.optim.SGD` on the
+   plain collection.
 
-`from fbgemm_gpu.split_embedding_configs import EmbOptimType` stays: shardrec's sharders accept
-fbgemm's enum members. Run: ``python examples/tutorial_intro.py`` (needs fbgemm-gpu-cpu, or any
-`fbgemm_gpu` package defining that enum, importable).
+On several ranks the same code shards the tables across them: examples/tutorial_sharding.py.
+Run: ``python examples/tutorial_intro.py``.
 """
 
+from __future__ import annotations
+
+import copy
+import os
 import socket
 
+import torch
+import torch.distributed as dist
 
-def _free_port() -> str:
+import shardrec as torchrec
+from shardrec.distributed import DistributedModelParallel
+from shardrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+from shardrec.distributed.planner import EmbeddingShardingPlanner, Topology
+
+LEARNING_RATE = 0.1
+
+
+def free_port() -> str:
     with socket.socket() as s:
         s.bind(("localhost", 0))
         return str(s.getsockname()[1])
 
 
-import torch
+def make_batch(seed: int) -> torchrec.KeyedJaggedTensor:
+    """Four examples, each with 0..3 user ids and 0..3 item ids."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(0, 4, (2 * 4,), generator=g)
+    n_user, n_item = int(lengths[:4].sum()), int(lengths[4:].sum())
+    values = torch.cat([torch.randint(0, 1000, (n_user,), generator=g),
+                        torch.randint(0, 500, (n_item,), generator=g)])  # fmt: skip
+    return torchrec.KeyedJaggedTensor(keys=["user", "item"], values=values, lengths=lengths)
 
-######################################################################
-# Embeddings in PyTorch
-# ---------------------
-#
-# In this section, we will go over a very brief introduction to performing
-# embedding lookups by passing in indices into the table.
-#
-num_embeddings, embedding_dim = 10, 4
 
-# Initialize our embedding table
-weights = torch.rand(num_embeddings, embedding_dim)
-print("Weights:", weights)
+def main() -> None:
+    # 1. Tables: 1000 users and 500 items, 16 numbers each; bags pooled by sum.
+    torch.manual_seed(0)
+    tables = [
+        torchrec.EmbeddingBagConfig(name="user_table", embedding_dim=16, num_embeddings=1000,
+                                    feature_names=["user"]),
+        torchrec.EmbeddingBagConfig(name="item_table", embedding_dim=16, num_embeddings=500,
+                                    feature_names=["item"]),
+    ]  # fmt: skip
+    ebc = torchrec.EmbeddingBagCollection(tables=tables)
+    plain = copy.deepcopy(ebc)  # the reference: never sharded, trained by torch.optim.SGD
+    batch = make_batch(0)
+    print(batch)
 
-# Pass in pre-generated weights just for example, typically weights are randomly initialized
-embedding_collection = torch.nn.Embedding(num_embeddings, embedding_dim, _weight=weights)
-embedding_bag_collection = torch.nn.EmbeddingBag(num_embeddings, embedding_dim, _weight=weights)
-
-# Print out the tables, we should see the same weights as above
-print("Embedding Collection Table: ", embedding_collection.weight)
-print("Embedding Bag Collection Table: ", embedding_bag_collection.weight)
-
-# Lookup rows (ids for embedding ids) from the embedding tables
-# 2D tensor with shape (batch_size, ids for each batch)
-ids = torch.tensor([[1, 3]])
-print("Input row IDS: ", ids)
-
-embeddings = embedding_collection(ids)
-
-# Print out the embedding lookups
-# You should see the specific embeddings be the same as the rows (ids) of the embedding tables above
-print("Embedding Collection Results: ")
-print(embeddings)
-print("Shape: ", embeddings.shape)
-
-# ``nn.EmbeddingBag`` default pooling is mean, so should be mean of batch dimension of values above
-pooled_embeddings = embedding_bag_collection(ids)
-
-print("Embedding Bag Collection Results: ")
-print(pooled_embeddings)
-print("Shape: ", pooled_embeddings.shape)
-
-# ``nn.EmbeddingBag`` is the same as ``nn.Embedding`` but just with pooling (mean, sum, and so on)
-# We can see that the mean of the embeddings of embedding_collection is the same as the output of the embedding_bag_collection
-print("Mean: ", torch.mean(embedding_collection(ids), dim=1))
-
-######################################################################
-# TorchRec Features Overview
-# ^^^^^^^^^^^^^^^^^^^^^^^^^^^
-#
-# Let's begin with importing TorchRec:
-import shardrec as torchrec
-
-######################################################################
-# From ``EmbeddingBag`` to ``EmbeddingBagCollection``
-# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-#
-# In the example code below, we create an ``EmbeddingBagCollection`` (EBC)
-# with two embedding bags, 1 representing **products** and 1 representing **users**.
-# Each table, ``product_table`` and ``user_table``, is represented by a 64 dimension
-# embedding of size 4096.
-#
-ebc = torchrec.EmbeddingBagCollection(
-    device="cpu",
-    tables=[
-        torchrec.EmbeddingBagConfig(
-            name="product_table",
-            embedding_dim=64,
-            num_embeddings=4096,
-            feature_names=["product"],
-            pooling=torchrec.PoolingType.SUM,
-        ),
-        torchrec.EmbeddingBagConfig(
-            name="user_table",
-            embedding_dim=64,
-            num_embeddings=4096,
-            feature_names=["user"],
-            pooling=torchrec.PoolingType.SUM,
-        ),
-    ],
-)
-print(ebc.embedding_bags)
-
-######################################################################
-# Let’s inspect the forward method for ``EmbeddingBagCollection`` and the
-# module’s inputs and outputs:
-#
-import inspect
-
-# Let's look at the ``EmbeddingBagCollection`` forward method
-# What is a ``KeyedJaggedTensor`` and ``KeyedTensor``?
-print(inspect.getsource(ebc.forward))
-
-######################################################################
-# TorchRec Input/Output Data Types
-# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-#
-# A simple representation is shown below, where we have a ``lengths``
-# tensor denoting how many indices are in an example for a batch and a
-# ``values`` tensor containing the indices themselves.
-#
-
-# Batch Size 2
-# 1 ID in example 1, 2 IDs in example 2
-id_list_feature_lengths = torch.tensor([1, 2])
-
-# Values (IDs) tensor: ID 5 is in example 1, ID 7, 1 is in example 2
-id_list_feature_values = torch.tensor([5, 7, 1])
-
-######################################################################
-# Next, let's look at the offsets as well as what is contained in each batch
-#
-
-# Lengths can be converted to offsets for easy indexing of values
-id_list_feature_offsets = torch.cumsum(id_list_feature_lengths, dim=0)
-
-print("Offsets: ", id_list_feature_offsets)
-print("First Batch: ", id_list_feature_values[: id_list_feature_offsets[0]])
-print(
-    "Second Batch: ",
-    id_list_feature_values[id_list_feature_offsets[0] : id_list_feature_offsets[1]],
-)
-
-from shardrec import JaggedTensor
-
-# ``JaggedTensor`` is just a wrapper around lengths/offsets and values tensors!
-jt = JaggedTensor(values=id_list_feature_values, lengths=id_list_feature_lengths)
-
-# Automatically compute offsets from lengths
-print("Offsets: ", jt.offsets())
-
-# Convert to list of values
-print("List of Values: ", jt.to_dense())
-
-# ``__str__`` representation
-print(jt)
-
-from shardrec import KeyedJaggedTensor
-
-# ``JaggedTensor`` represents IDs for 1 feature, but we have multiple features in an ``EmbeddingBagCollection``
-# That's where ``KeyedJaggedTensor`` comes in! ``KeyedJaggedTensor`` is just multiple ``JaggedTensors`` for multiple id_list_feature_offsets
-# From before, we have our two features "product" and "user". Let's create ``JaggedTensors`` for both!
-
-product_jt = JaggedTensor(values=torch.tensor([1, 2, 1, 5]), lengths=torch.tensor([3, 1]))
-user_jt = JaggedTensor(values=torch.tensor([2, 3, 4, 1]), lengths=torch.tensor([2, 2]))
-
-# Q1: How many batches are there, and which values are in the first batch for ``product_jt`` and ``user_jt``?
-kjt = KeyedJaggedTensor.from_jt_dict({"product": product_jt, "user": user_jt})
-
-# Look at our feature keys for the ``KeyedJaggedTensor``
-print("Keys: ", kjt.keys())
-
-# Look at the overall lengths for the ``KeyedJaggedTensor``
-print("Lengths: ", kjt.lengths())
-
-# Look at all values for ``KeyedJaggedTensor``
-print("Values: ", kjt.values())
-
-# Can convert ``KeyedJaggedTensor`` to dictionary representation
-print("to_dict: ", kjt.to_dict())
-
-# ``KeyedJaggedTensor`` string representation
-print(kjt)
-
-# Q2: What are the offsets for the ``KeyedJaggedTensor``?
-
-# Now we can run a forward pass on our ``EmbeddingBagCollection`` from before
-result = ebc(kjt)
-print(result)
-
-# Result is a ``KeyedTensor``, which contains a list of the feature names and the embedding results
-print(result.keys())
-
-# The results shape is [2, 128], as batch size of 2. Reread previous section if you need a refresher on how the batch size is determined
-# 128 for dimension of embedding. If you look at where we initialized the ``EmbeddingBagCollection``, we have two tables "product" and "user" of dimension 64 each
-# meaning embeddings for both features are of size 64. 64 + 64 = 128
-print(result.values().shape)
-
-# Nice to_dict method to determine the embeddings that belong to each feature
-result_dict = result.to_dict()
-for key, embedding in result_dict.items():
-    print(key, embedding.shape)
-
-######################################################################
-# Distributed Training and Sharding
-# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-#
-# In the example code below, we set up our PyTorch distributed environment.
-#
-import os
-
-import torch.distributed as dist
-
-# Set up environment variables for distributed training
-# RANK is which GPU we are on, default 0
-os.environ["RANK"] = "0"
-# How many devices in our "world", colab notebook can only handle 1 process
-os.environ["WORLD_SIZE"] = "1"
-# Localhost as we are training locally
-os.environ["MASTER_ADDR"] = "localhost"
-# Port for distributed training
-os.environ["MASTER_PORT"] = _free_port()
-
-# nccl backend is for GPUs, gloo is for CPUs
-dist.init_process_group(backend="gloo")
-
-print(f"Distributed environment initialized: {dist}")
-
-######################################################################
-# Sharded Modules
-# ~~~~~~~~~~~~~~~
-#
-
-# Refresher of our ``EmbeddingBagCollection`` module
-print(ebc)
-
-from shardrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
-from shardrec.distributed.planner import EmbeddingShardingPlanner, Topology
-from shardrec.distributed.types import ShardingEnv
-
-# Corresponding sharder for ``EmbeddingBagCollection`` module
-sharder = EmbeddingBagCollectionSharder()
-
-# ``ProcessGroup`` from torch.distributed initialized 2 cells above
-pg = dist.GroupMember.WORLD
-assert pg is not None, "Process group is not initialized"
-
-print(f"Process Group: {pg}")
-
-######################################################################
-# Planner
-# ~~~~~~~
-#
-
-# In our case, 1 GPU and compute on CUDA device
-planner = EmbeddingShardingPlanner(
-    topology=Topology(
-        world_size=1,
-        compute_device="cpu",
+    # 2. A process group of one rank, and a plan for it.
+    os.environ.setdefault("MASTER_ADDR", "localhost")
+    os.environ["MASTER_PORT"] = free_port()
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    sharder = EmbeddingBagCollectionSharder(
+        fused_params={"optimizer": "exact_sgd", "learning_rate": LEARNING_RATE}
     )
-)
+    planner = EmbeddingShardingPlanner(topology=Topology(world_size=1, compute_device="cpu"))
+    plan = planner.collective_plan(ebc, [sharder], dist.group.WORLD)
+    print(plan)
 
-# Run planner to get plan for sharding
-plan = planner.collective_plan(ebc, [sharder], pg)
+    # 3. Shard by the plan; the outputs match the plain collection.
+    model = DistributedModelParallel(ebc, plan=plan, sharders=[sharder], device=torch.device("cpu"))
+    pooled = model(batch).wait()
+    print("pooled features:", pooled.keys(), "shape", tuple(pooled.values().shape))
+    torch.testing.assert_close(pooled.values(), plain(batch).values())
+    print("sharded output equals the plain collection's: ok")
+    print(model.fused_optimizer)
 
-print(f"Sharding Plan generated: {plan}")
-
-######################################################################
-# Planner Result
-# ~~~~~~~~~~~~~~
-#
-# The result of running the planner is a static plan, which can be reused
-# for sharding! Below, we use the sharding plan to finally generate our
-# ``ShardedEmbeddingBagCollection``.
-#
-
-# The static plan that was generated
-print(plan)
-
-env = ShardingEnv.from_process_group(pg)
-
-# Shard the ``EmbeddingBagCollection`` module using the ``EmbeddingBagCollectionSharder``
-sharded_ebc = sharder.shard(ebc, plan.plan[""], env, torch.device("cpu"))
-
-print(f"Sharded EBC Module: {sharded_ebc}")
-
-######################################################################
-# GPU Training with ``LazyAwaitable``
-# ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
-#
-# All a ``LazyAwaitable`` type does is delay calculating some
-# result as long as possible, and it does it by acting like an async type.
-#
-
-from typing import List
-
-from shardrec.distributed.types import LazyAwaitable
+    # 4. Train: pull the pooled embeddings towards 1. The fused optimizer updates in backward.
+    reference_opt = torch.optim.SGD(plain.parameters(), lr=LEARNING_RATE)
+    for step in range(3):
+        batch = make_batch(step + 1)
+        loss = (model(batch).wait().values() - 1).pow(2).sum()
+        loss.backward()
+        reference_opt.zero_grad()
+        (plain(batch).values() - 1).pow(2).sum().backward()
+        reference_opt.step()
+        print(f"step {step}: loss {loss.item():.4f}")
+    after = model(batch).wait().values()
+    torch.testing.assert_close(after, plain(batch).values())
+    print("after 3 fused steps, equal to torch.optim.SGD on the plain collection: ok")
+    dist.destroy_process_group()
 
 
-# Demonstrate a ``LazyAwaitable`` type:
-class ExampleAwaitable(LazyAwaitable[torch.Tensor]):
-    def __init__(self, size: List[int]) -> None:
-        super().__init__()
-        self._size = size
-
-    def _wait_impl(self) -> torch.Tensor:
-        return torch.ones(self._size)
-
-
-awaitable = ExampleAwaitable([3, 2])
-print(awaitable.wait())
-
-kjt = kjt.to("cpu")
-output = sharded_ebc(kjt)
-# The output of our sharded ``EmbeddingBagCollection`` module is an `Awaitable`?
-print(output)
-
-kt = output.wait()
-# Now we have our ``KeyedTensor`` after calling ``.wait()``
-# If you are confused as to why we have a ``KeyedTensor ``output,
-# give yourself a refresher on the unsharded ``EmbeddingBagCollection`` module
-print(type(kt))
-
-print(kt.keys())
-
-print(kt.values().shape)
-
-# Same output format as unsharded ``EmbeddingBagCollection``
-result_dict = kt.to_dict()
-for key, embedding in result_dict.items():
-    print(key, embedding.shape)
-
-######################################################################
-# Anatomy of Sharded TorchRec modules
-# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-#
-# * ``input_dist``: Handles distributing inputs from GPU to GPU.
-# * ``lookups``: Does the actual embedding lookup in an optimized,
-#   batched manner using FBGEMM TBE (more on this later).
-# * ``output_dist``: Handles distributing outputs from GPU to GPU.
-#
-
-print(sharded_ebc)
-
-# Distribute input KJTs to all other GPUs and receive KJTs
-print(sharded_ebc._input_dists)
-
-# Distribute output embeddings to all other GPUs and receive embeddings
-print(sharded_ebc._output_dists)
-
-######################################################################
-# Optimizing Embedding Lookups
-# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-#
-# The ``ShardedEmbeddingBagCollection`` uses the FBGEMM TBE as the lookup
-# instead of traditional ``nn.EmbeddingBags`` for optimized embedding
-# lookups.
-#
-
-print(sharded_ebc._lookups)
-
-######################################################################
-# ``DistributedModelParallel``
-# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-#
-# In this toy example, since we have two embedding tables and one GPU,
-# TorchRec will place both on the single GPU.
-#
-
-print(ebc)
-
-model = torchrec.distributed.DistributedModelParallel(ebc, device=torch.device("cpu"))
-
-out = model(kjt)
-print(out.wait())
-
-print(model)
-
-######################################################################
-# Adding an Optimizer to ``EmbeddingBagCollection``
-# ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
-#
-# We will do this in two ways, which are equivalent, but give you options
-# depending on your preferences:
-#
-# 1. Passing optimizer kwargs through ``fused_params`` in sharder.
-# 2. Through ``apply_optimizer_in_backward``, which converts the optimizer
-#    parameters to ``fused_params`` to pass to the ``TBE`` in the ``EmbeddingBagCollection`` or ``EmbeddingCollection``.
-#
-
-# Option 1: Passing optimizer kwargs through fused parameters
-from shardrec.optim.optimizers import in_backward_optimizer_filter
-from fbgemm_gpu.split_embedding_configs import EmbOptimType
-
-# We initialize the sharder with
-fused_params = {
-    "optimizer": EmbOptimType.EXACT_ROWWISE_ADAGRAD,
-    "learning_rate": 0.02,
-    "eps": 0.002,
-}
-
-# Initialize sharder with ``fused_params``
-sharder_with_fused_params = EmbeddingBagCollectionSharder(fused_params=fused_params)
-
-# We'll use same plan and unsharded EBC as before but this time with our new sharder
-sharded_ebc_fused_params = sharder_with_fused_params.shard(
-    ebc, plan.plan[""], env, torch.device("cpu")
-)
-
-# Looking at the optimizer of each, we can see that the learning rate changed, which indicates our optimizer has been applied correctly.
-# If seen, we can also look at the TBE logs of the cell to see that our new optimizer is indeed being applied
-print(f"Original Sharded EBC fused optimizer: {sharded_ebc.fused_optimizer}")
-print(
-    f"Sharded EBC with fused parameters fused optimizer: {sharded_ebc_fused_params.fused_optimizer}"
-)
-
-print(f"Type of optimizer: {type(sharded_ebc_fused_params.fused_optimizer)}")
-
-from torch.distributed.optim import _apply_optimizer_in_backward as apply_optimizer_in_backward
-import copy
-
-# Option 2: Applying optimizer through apply_optimizer_in_backward
-# Note: we need to call apply_optimizer_in_backward on unsharded model first and then shard it
-
-# We can achieve the same result as we did in the previous
-ebc_apply_opt = copy.deepcopy(ebc)
-optimizer_kwargs = {"lr": 0.5}
-
-for name, param in ebc_apply_opt.named_parameters():
-    print(f"{name=}")
-    apply_optimizer_in_backward(torch.optim.SGD, [param], optimizer_kwargs)
-
-sharded_ebc_apply_opt = sharder.shard(ebc_apply_opt, plan.plan[""], env, torch.device("cpu"))
-
-# Now when we print the optimizer, we will see our new learning rate, you can verify momentum through the TBE logs as well if outputted
-print(sharded_ebc_apply_opt.fused_optimizer)
-print(type(sharded_ebc_apply_opt.fused_optimizer))
-
-# We can also check through the filter other parameters that aren't associated with the "fused" optimizer(s)
-# Practically, just non TorchRec module parameters. Since our module is just a TorchRec EBC
-# there are no other parameters that aren't associated with TorchRec
-print("Non Fused Model Parameters:")
-print(dict(in_backward_optimizer_filter(sharded_ebc_fused_params.named_parameters())).keys())
-
-# Here we do a dummy backwards call and see that parameter updates for fused
-# optimizers happen as a result of the backward pass
-
-ebc_output = sharded_ebc_fused_params(kjt).wait().values()
-loss = torch.sum(torch.ones_like(ebc_output) - ebc_output)
-print(f"First Iteration Loss: {loss}")
-
-loss.backward()
-
-ebc_output = sharded_ebc_fused_params(kjt).wait().values()
-loss = torch.sum(torch.ones_like(ebc_output) - ebc_output)
-# We don't call an optimizer.step(), so for the loss to have changed here,
-# that means that the gradients were somehow updated, which is what the
-# fused optimizer automatically handles for us
-print(f"Second Iteration Loss: {loss}")
+if __name__ == "__main__":
+    main()

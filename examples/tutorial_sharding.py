@@ -1,192 +1,99 @@
-# ruff: noqa: E402, F401, F811, F821, I001, SIM300, UP006, UP035
-"""TorchRec's sharding tutorial notebook (../shared/seeds/sharding_tutorial.txt), run on shardrec.
+"""Sharding: the same tables split four ways across two processes, each checked exactly.
 
-The notebook's code cells in order, kept as written except for:
+TorchRec's sharding journey on shardrec: two ranks (processes on this machine, gloo), a planner
+told which sharding type each table may use (`ParameterConstraints`), `collective_plan` so that
+every rank holds the same plan, and `DistributedModelParallel` to shard by it. Each rank then
+feeds its own batch and compares the sharded output with the plain collection's on that batch.
 
-- `import shardrec as torchrec`, and `from torchrec.X import Y` written `from shardrec.X import Y`;
-- `torch.multiprocessing` in place of the `multiprocess` package (imported under that name);
-- `cuda` -> `cpu` (the module's device, `Topology(compute_device=...)`), `nccl` -> `gloo`;
-- MASTER_PORT is a free port instead of 29500, chosen once: the forkserver that starts the ranks
-  imports this file again and must keep the parent's port;
-- the cells that run the simulation sit under `if __name__ == "__main__":`, so that the
-  forkserver's import of this file defines the functions without running them, and there the
-  forkserver is told to preload torch and shardrec (a speed-up only);
-- besides table_wise and row_wise, whose output the notebook shows, it runs the two other types
-  the notebook names, table_row_wise and column_wise (TorchRec itself runs neither on CPU).
+- table_wise: each table whole on one rank;
+- row_wise: each table's rows split in blocks, one block per rank;
+- column_wise: each table's embedding columns in slices, each slice placed on one rank (at 32
+  columns the planner keeps one slice per table);
+- table_row_wise: row blocks over the ranks of one host (here: both ranks).
 
-Python 3.11's forkserver re-imports this file in every rank (it forks from a server that has
-torch and shardrec loaded, so that is quick). The other types (data_parallel, which needs the
-dense kernel the notebook's constraints leave out, and table_column_wise) and a check of every
-sharded output against the unsharded module are in integration_tests/test_dmp_tutorials.py.
-
-The notebook's shell cells (conda, pip, `sys.path`) are dropped. Run:
-``python examples/tutorial_sharding.py``.
+Run: ``python examples/tutorial_sharding.py`` (starts 2 processes; docs/sharding-types.md draws
+each type).
 """
 
+from __future__ import annotations
+
+import copy
+import os
 import socket
 
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 
-def _free_port() -> str:
+import shardrec as torchrec
+from shardrec.distributed import DistributedModelParallel
+from shardrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+from shardrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology
+from shardrec.distributed.types import ShardingEnv
+
+WORLD_SIZE = 2
+SHARDING_TYPES = ["table_wise", "row_wise", "column_wise", "table_row_wise"]
+
+
+def tables() -> list[torchrec.EmbeddingBagConfig]:
+    """Two large and two small tables, 32 numbers per row."""
+    sizes = {"large_0": 2048, "large_1": 2048, "small_0": 256, "small_1": 256}
+    return [
+        torchrec.EmbeddingBagConfig(name=name, embedding_dim=32, num_embeddings=rows,
+                                    feature_names=[f"f_{name}"])
+        for name, rows in sizes.items()
+    ]  # fmt: skip
+
+
+def batch_for(rank: int) -> torchrec.KeyedJaggedTensor:
+    """Eight examples with 0..2 ids per feature; different on each rank."""
+    g = torch.Generator().manual_seed(100 + rank)
+    configs = tables()
+    lengths = torch.randint(0, 3, (len(configs) * 8,), generator=g)
+    per_feature = lengths.view(len(configs), 8).sum(1).tolist()
+    values = torch.cat([
+        torch.randint(0, t.num_embeddings, (n,), generator=g)
+        for t, n in zip(configs, per_feature, strict=True)
+    ])  # fmt: skip
+    keys = [t.feature_names[0] for t in configs]
+    return torchrec.KeyedJaggedTensor(keys=keys, values=values, lengths=lengths)
+
+
+def run_rank(rank: int, port: str) -> None:
+    os.environ["MASTER_ADDR"] = "localhost"
+    os.environ["MASTER_PORT"] = port
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD_SIZE)
+    pg = dist.group.WORLD
+    for sharding_type in SHARDING_TYPES:
+        torch.manual_seed(0)  # the same initial tables on every rank
+        module = torchrec.EmbeddingBagCollection(tables=tables())
+        plain = copy.deepcopy(module)
+        constraints = {t.name: ParameterConstraints(sharding_types=[sharding_type])
+                       for t in tables()}  # fmt: skip
+        planner = EmbeddingShardingPlanner(
+            topology=Topology(world_size=WORLD_SIZE, compute_device="cpu"),
+            constraints=constraints,
+        )
+        sharders = [EmbeddingBagCollectionSharder()]
+        plan = planner.collective_plan(module, sharders, pg)
+        model = DistributedModelParallel(
+            module, env=ShardingEnv.from_process_group(pg), plan=plan, sharders=sharders,
+            device=torch.device("cpu"),
+        )  # fmt: skip
+        batch = batch_for(rank)
+        torch.testing.assert_close(model(batch).wait().values(), plain(batch).values())
+        if rank == 0:
+            print(f"== {sharding_type}\n{plan}")
+        dist.barrier()
+        print(f"rank {rank}: {sharding_type} output equals the plain collection's", flush=True)
+    dist.destroy_process_group()
+
+
+def free_port() -> str:
     with socket.socket() as s:
         s.bind(("localhost", 0))
         return str(s.getsockname()[1])
 
 
-# Distributed Setup
-import os
-import torch
-import shardrec as torchrec
-
-os.environ["MASTER_ADDR"] = "localhost"
-os.environ["MASTER_PORT"] = os.environ.get("MASTER_PORT") or _free_port()
-
-# Constructing our embedding model
-from shardrec.distributed.planner.types import ParameterConstraints
-from shardrec.distributed.embedding_types import EmbeddingComputeKernel
-from shardrec.distributed.types import ShardingType
-from typing import Dict
-
-large_table_cnt = 2
-small_table_cnt = 2
-large_tables = [
-    torchrec.EmbeddingBagConfig(
-        name="large_table_" + str(i),
-        embedding_dim=64,
-        num_embeddings=4096,
-        feature_names=["large_table_feature_" + str(i)],
-        pooling=torchrec.PoolingType.SUM,
-    )
-    for i in range(large_table_cnt)
-]
-small_tables = [
-    torchrec.EmbeddingBagConfig(
-        name="small_table_" + str(i),
-        embedding_dim=64,
-        num_embeddings=1024,
-        feature_names=["small_table_feature_" + str(i)],
-        pooling=torchrec.PoolingType.SUM,
-    )
-    for i in range(small_table_cnt)
-]
-
-
-def gen_constraints(
-    sharding_type: ShardingType = ShardingType.TABLE_WISE,
-) -> Dict[str, ParameterConstraints]:
-    large_table_constraints = {
-        "large_table_" + str(i): ParameterConstraints(
-            sharding_types=[sharding_type.value],
-            compute_kernels=[EmbeddingComputeKernel.BATCHED_FUSED.value],
-        )
-        for i in range(large_table_cnt)
-    }
-    small_table_constraints = {
-        "small_table_" + str(i): ParameterConstraints(
-            sharding_types=[sharding_type.value],
-            compute_kernels=[EmbeddingComputeKernel.BATCHED_FUSED.value],
-        )
-        for i in range(small_table_cnt)
-    }
-    constraints = {**large_table_constraints, **small_table_constraints}
-    return constraints
-
-
-ebc = torchrec.EmbeddingBagCollection(device="cpu", tables=large_tables + small_tables)
-
-# DistributedModelParallel in multiprocessing
-import torch.nn as nn
-
-
-def single_rank_execution(
-    rank: int,
-    world_size: int,
-    constraints: Dict[str, ParameterConstraints],
-    module: nn.Module,
-    backend: str,
-) -> None:
-    import os
-    import torch
-    import torch.nn as nn
-    import torch.distributed as dist
-    from shardrec.distributed.planner import EmbeddingShardingPlanner, Topology
-    from shardrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
-    from shardrec.distributed.model_parallel import DistributedModelParallel
-    from shardrec.distributed.types import ModuleSharder
-    from shardrec.distributed.types import ShardingEnv
-    from typing import cast
-
-    from typing import Optional
-
-    def init_distributed_single_host(
-        rank: int,
-        world_size: int,
-        backend: str,
-        # pyre-fixme[11]: Annotation `ProcessGroup` is not defined as a type.
-    ) -> dist.ProcessGroup:
-        os.environ["RANK"] = f"{rank}"
-        os.environ["WORLD_SIZE"] = f"{world_size}"
-        dist.init_process_group(rank=rank, world_size=world_size, backend=backend)
-        return dist.group.WORLD
-
-    if backend == "nccl":
-        device = torch.device(f"cuda:{rank}")
-        torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
-    topology = Topology(world_size=world_size, compute_device="cpu")
-    pg = init_distributed_single_host(rank, world_size, backend)
-    planner = EmbeddingShardingPlanner(
-        topology=topology,
-        constraints=constraints,
-    )
-    sharders = [cast(ModuleSharder[torch.nn.Module], EmbeddingBagCollectionSharder())]
-    plan: ShardingPlan = planner.collective_plan(module, sharders, pg)
-
-    sharded_model = DistributedModelParallel(
-        module,
-        env=ShardingEnv.from_process_group(pg),
-        plan=plan,
-        sharders=sharders,
-        device=device,
-    )
-    print(f"rank:{rank},sharding plan: {plan}")
-    return sharded_model
-
-
-# Multiprocessing Execution
-import torch.multiprocessing as multiprocess
-
-
-def spmd_sharing_simulation(
-    sharding_type: ShardingType = ShardingType.TABLE_WISE,
-    world_size=2,
-):
-    ctx = multiprocess.get_context("forkserver")
-    processes = []
-    for rank in range(world_size):
-        p = ctx.Process(
-            target=single_rank_execution,
-            args=(rank, world_size, gen_constraints(sharding_type), ebc, "gloo"),
-        )
-        p.start()
-        processes.append(p)
-
-    for p in processes:
-        p.join()
-        assert 0 == p.exitcode
-
-
 if __name__ == "__main__":
-    # Not in the notebook: the forkserver imports torch and shardrec once, then forks each rank
-    # from that warm process instead of starting a cold interpreter per rank.
-    multiprocess.set_forkserver_preload(["torch", "shardrec"])
-
-    # Table Wise Sharding
-    spmd_sharing_simulation(ShardingType.TABLE_WISE)
-
-    # Explore other sharding modes
-    spmd_sharing_simulation(ShardingType.ROW_WISE)
-
-    # The other sharding types the notebook names
-    spmd_sharing_simulation(ShardingType.TABLE_ROW_WISE)
-    spmd_sharing_simulation(ShardingType.COLUMN_WISE)
+    mp.spawn(run_rank, args=(free_port(),), nprocs=WORLD_SIZE)

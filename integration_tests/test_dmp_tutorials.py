@@ -1,4 +1,4 @@
-"""The DMP parts of TorchRec's tutorials (../shared/seeds/) run on CPU with gloo.
+"""The DMP flows of TorchRec's tutorials (docs/tutorials.md), on CPU with gloo, every type.
 
 - torchrec_intro_tutorial: `DistributedModelParallel(ebc, device=...)` with the default plan,
   `model(kjt).wait()`, the fused optimizer and `in_backward_optimizer_filter`;
