@@ -131,7 +131,9 @@ def test_hang_is_killed_and_pool_restarts() -> None:
     with RankPool(2, timeout_s=60.0) as pool:
         old = pool.pids
         with pytest.raises(RankTimeoutError, match=r"ranks \[1\] did not finish") as info:
-            pool.run(sleep_on, 1, 600.0, timeout_s=1.0)
+            pool.run(
+                sleep_on, 1, 600.0, timeout_s=5.0
+            )  # rank 0 must answer in time on a loaded machine
         assert info.value.ranks == [1]
         assert not pool.running
         assert pool.run(identify, 2) == [(0, 2, 0), (1, 2, 2)]
