@@ -1,10 +1,16 @@
 """The sharding plan data model and the planner that chooses it."""
 
+from shardrec_planner.cache_params import (
+    BoundsCheckMode,
+    CacheAlgorithm,
+    CacheParams,
+    KeyValueParams,
+)
 from shardrec_planner.calibration import Calibration, calibrate
 from shardrec_planner.chart import save_plan_chart
 from shardrec_planner.constraints import ParameterConstraints
 from shardrec_planner.enums import EmbeddingComputeKernel, ShardingType
-from shardrec_planner.errors import PlannerError
+from shardrec_planner.errors import PlannerError, PlannerErrorType
 from shardrec_planner.geometry import MIN_CW_DIM, column_block_size, row_block_sizes, shard_geometry
 from shardrec_planner.manual import (
     ParameterShardingGenerator,
@@ -18,7 +24,10 @@ from shardrec_planner.manual import (
     table_wise,
 )
 from shardrec_planner.parameter_sharding import ParameterSharding
+from shardrec_planner.perf_models import NoopPerfModel, NoopStorageModel
 from shardrec_planner.planner import EmbeddingShardingPlanner
+from shardrec_planner.planner_types import DeviceHardware, Perf, Shard, ShardingOption, Storage
+from shardrec_planner.probe_search import BinarySearchPredicate, LuusJaakolaSearch
 from shardrec_planner.shard_metadata import EnumerableShardingSpec, ShardMetadata, placement
 from shardrec_planner.sharder import (
     EmbeddingTableSharder,
@@ -32,23 +41,37 @@ from shardrec_planner.topology import Topology
 
 __all__ = [
     "MIN_CW_DIM",
+    "BinarySearchPredicate",
+    "BoundsCheckMode",
+    "CacheAlgorithm",
+    "CacheParams",
     "Calibration",
+    "DeviceHardware",
     "EmbeddingComputeKernel",
     "EmbeddingModuleShardingPlan",
     "EmbeddingShardingPlanner",
     "EmbeddingTableSharder",
     "EnumerableShardingSpec",
+    "KeyValueParams",
+    "LuusJaakolaSearch",
     "ModuleSharder",
+    "NoopPerfModel",
+    "NoopStorageModel",
     "ParameterConstraints",
     "ParameterSharding",
     "ParameterShardingGenerator",
+    "Perf",
     "PlanStats",
     "PlannerError",
+    "PlannerErrorType",
     "PlannerSharder",
     "RankStats",
+    "Shard",
     "ShardMetadata",
+    "ShardingOption",
     "ShardingPlan",
     "ShardingType",
+    "Storage",
     "TableDecision",
     "TableInfo",
     "Topology",

@@ -10,11 +10,21 @@ from shardrec_planner import (
     ShardingType,
     ShardMetadata,
 )
+from shardrec_planner.cache_params import (
+    BoundsCheckMode,
+    CacheAlgorithm,
+    CacheParams,
+    KeyValueParams,
+)
 
 __all__ = [
     "Awaitable",
+    "BoundsCheckMode",
+    "CacheAlgorithm",
+    "CacheParams",
     "EmbeddingModuleShardingPlan",
     "EnumerableShardingSpec",
+    "KeyValueParams",
     "LazyAwaitable",
     "ModuleSharder",
     "NoWait",
