@@ -232,6 +232,21 @@ PATHS = [
     ("shardrec.distributed.planner.utils", "sharder_name", "shardrec_planner.planner_utils"),
     ("shardrec.distributed.planner.utils", "storage_repr_in_gb", "shardrec_planner.planner_utils"),
     ("shardrec.distributed.planner.types", "DeviceHardware", "shardrec_planner.planner_types"),
+    (
+        "shardrec.distributed.planner.storage_reservations",
+        "FixedAbsoluteStorageReservation",
+        "shardrec_planner",
+    ),
+    (
+        "shardrec.distributed.planner.storage_reservations",
+        "FixedPercentageStorageReservation",
+        "shardrec_planner",
+    ),
+    (
+        "shardrec.distributed.planner.storage_reservations",
+        "HeuristicalStorageReservation",
+        "shardrec_planner",
+    ),
     ("shardrec.distributed.embeddingbag", "EmbeddingBagCollectionSharder", "shardrec_sharding"),
     ("shardrec.distributed.embeddingbag", "ShardedEmbeddingBagCollection", "shardrec_sharding"),
     ("shardrec.distributed.embedding", "EmbeddingCollectionSharder", "shardrec_sharding"),

@@ -37,6 +37,11 @@ from shardrec_planner.sharder import (
 )
 from shardrec_planner.sharding_plan import EmbeddingModuleShardingPlan, ShardingPlan
 from shardrec_planner.stats import PlanStats, RankStats, TableDecision
+from shardrec_planner.storage_reservations import (
+    FixedAbsoluteStorageReservation,
+    FixedPercentageStorageReservation,
+    HeuristicalStorageReservation,
+)
 from shardrec_planner.topology import Topology
 
 __all__ = [
@@ -52,6 +57,9 @@ __all__ = [
     "EmbeddingShardingPlanner",
     "EmbeddingTableSharder",
     "EnumerableShardingSpec",
+    "FixedAbsoluteStorageReservation",
+    "FixedPercentageStorageReservation",
+    "HeuristicalStorageReservation",
     "KeyValueParams",
     "LuusJaakolaSearch",
     "ModuleSharder",
