@@ -16,10 +16,14 @@ from hypothesis import strategies as st
 
 from shardrec_planner import (
     BinarySearchPredicate,
+    BoundsCheckMode,
+    CacheAlgorithm,
     CacheParams,
+    KeyValueParams,
     LuusJaakolaSearch,
     NoopPerfModel,
     NoopStorageModel,
+    ParameterConstraints,
     Perf,
     PlannerError,
     PlannerErrorType,
@@ -33,6 +37,15 @@ from shardrec_planner.constants import (
     HBM_MEM_BW,
     HBM_TO_DDR_MEM_BW,
     kernel_bw_lookup,
+)
+from shardrec_planner.imbalance import (
+    chi_sq_divergence,
+    kl_divergence,
+    max_chi_sq_divergence,
+    max_kl_divergence,
+    normalize,
+    total_distance,
+    total_variation,
 )
 from shardrec_planner.planner_utils import find_imbalance_tables, reset_shard_rank
 
@@ -191,3 +204,49 @@ def test_cache_params_validate() -> None:
         CacheParams(load_factor=1.5)
     with pytest.raises(ValueError, match=r"reserved_memory.*-1"):
         CacheParams(reserved_memory=-1.0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.floats(0.01, 100), min_size=1, max_size=12))
+def test_imbalance_measures_against_their_definitions(loads: list[float]) -> None:
+    p = normalize(loads)
+    k = len(p)
+    assert sum(p) == pytest.approx(1.0)
+    dev = [abs(x - 1 / k) for x in p]
+    assert total_variation(p) == pytest.approx(max(dev))
+    assert total_distance(p) == pytest.approx(sum(dev))
+    assert chi_sq_divergence(p) == pytest.approx(sum(d * d * k for d in dev))
+    assert kl_divergence(p) == pytest.approx(sum(x * math.log(x * k) for x in p))
+    # The extremes: even load is 0, all load on one rank is the documented maximum.
+    assert kl_divergence([1 / k] * k) == pytest.approx(0.0, abs=1e-12)
+    one = [1.0] + [0.0] * (k - 1)
+    assert kl_divergence(one) == pytest.approx(max_kl_divergence(k))
+    assert chi_sq_divergence(one) == pytest.approx(max_chi_sq_divergence(k))
+
+
+def test_normalize_refuses_all_zero() -> None:
+    with pytest.raises(ValueError, match=r"sum to 0"):
+        normalize([0, 0])
+
+
+def test_constraints_carry_torchrec_kernel_options() -> None:
+    cache = CacheParams(algorithm=CacheAlgorithm.LFU, load_factor=0.2)
+    c = ParameterConstraints(
+        cache_params=cache,
+        bounds_check_mode=BoundsCheckMode.IGNORE,
+        feature_names=["f1", "f2"],
+        key_value_params=KeyValueParams(l2_cache_size=8),
+    )
+    assert c.cache_params is cache and c.feature_names == ("f1", "f2")
+    assert hash(c) == hash(
+        ParameterConstraints(
+            cache_params=CacheParams(algorithm=CacheAlgorithm.LFU, load_factor=0.2),
+            bounds_check_mode=BoundsCheckMode.IGNORE,
+            feature_names=["f1", "f2"],
+            key_value_params=KeyValueParams(l2_cache_size=8),
+        )
+    )
+    with pytest.raises(TypeError, match=r"cache_params must be a CacheParams"):
+        ParameterConstraints(cache_params={"load_factor": 0.2})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"feature_names.*'f1'"):
+        ParameterConstraints(feature_names="f1")

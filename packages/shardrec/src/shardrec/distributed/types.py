@@ -1,6 +1,7 @@
 """Sharding types and environment (TorchRec path `torchrec.distributed.types`)."""
 
 from shardrec_collectives import Awaitable, LazyAwaitable, NoWait, ShardingEnv
+from shardrec_embedding import DataType
 from shardrec_planner import (
     EmbeddingModuleShardingPlan,
     EnumerableShardingSpec,
@@ -22,6 +23,7 @@ __all__ = [
     "BoundsCheckMode",
     "CacheAlgorithm",
     "CacheParams",
+    "DataType",
     "EmbeddingModuleShardingPlan",
     "EnumerableShardingSpec",
     "KeyValueParams",
