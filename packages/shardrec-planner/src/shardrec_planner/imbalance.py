@@ -33,7 +33,7 @@ def total_distance(p: Sequence[float]) -> float:
 def chi_sq_divergence(p: Sequence[float]) -> float:
     """sum_i (p_i - 1/k)^2 / (1/k)."""
     k = len(p)
-    return sum(abs(pi - 1 / k) ** 2.0 * k for pi in p)
+    return sum((pi - 1 / k) * (pi - 1 / k) * k for pi in p)
 
 
 def kl_divergence(p: Sequence[float]) -> float:
