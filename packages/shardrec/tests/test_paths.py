@@ -233,6 +233,12 @@ PATHS = [
     ("shardrec.distributed.planner.utils", "sharder_name", "shardrec_planner.planner_utils"),
     ("shardrec.distributed.planner.utils", "storage_repr_in_gb", "shardrec_planner.planner_utils"),
     ("shardrec.distributed.planner.types", "DeviceHardware", "shardrec_planner.planner_types"),
+    (
+        "shardrec.distributed.planner.types",
+        "StorageReservation",
+        "shardrec_planner.storage_reservations",
+    ),
+    ("shardrec.distributed.planner.planners", "EmbeddingShardingPlanner", "shardrec_planner"),
     ("shardrec.distributed.planner.stats", "chi_sq_divergence", "shardrec_planner.imbalance"),
     ("shardrec.distributed.planner.stats", "kl_divergence", "shardrec_planner.imbalance"),
     ("shardrec.distributed.planner.stats", "max_chi_sq_divergence", "shardrec_planner.imbalance"),

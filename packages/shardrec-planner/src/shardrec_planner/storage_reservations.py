@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 import torch
 from torch import nn
@@ -34,6 +35,42 @@ from shardrec_planner.topology import Topology
 DENSE_PARAMETER_MULTIPLIER = 6.0
 # Two pipelined batches, each with ten internal copies of its ids.
 KJT_COPIES = 20
+
+
+class StorageReservation(Protocol):
+    """What the planner asks of a storage reservation (TorchRec's `StorageReservation`)."""
+
+    def reserve(
+        self,
+        topology: Topology,
+        batch_size: int,
+        module: nn.Module,
+        sharders: Sequence[PlannerSharder],
+        constraints: Mapping[str, ParameterConstraints] | None = None,
+    ) -> Topology: ...
+
+
+def reserved_caps(reserved: object, by: object) -> tuple[float, float]:
+    """(device bytes, host bytes) per rank that a reserved topology leaves for tables.
+
+    The smallest rank bounds every rank (our search gives all ranks one cap). Device memory is
+    HBM on accelerators and DDR on cpu; host memory (for UVM kernels) is DDR on accelerators
+    and 0 on cpu.
+    """
+    if not isinstance(reserved, Topology):
+        raise TypeError(
+            f"{type(by).__name__}.reserve returned {type(reserved).__name__}, not a Topology"
+        )
+    cpu = reserved.compute_device == "cpu"
+    device = min(d.storage.ddr if cpu else d.storage.hbm for d in reserved.devices)
+    host = 0 if cpu else min(d.storage.ddr for d in reserved.devices)
+    if device <= 0:
+        raise PlannerError(
+            f"{type(by).__name__} left {device} bytes per rank for embedding tables; "
+            "reserve less (a lower percentage or fewer bytes) or use ranks with more memory",
+            error_type=PlannerErrorType.INSUFFICIENT_STORAGE,
+        )
+    return float(device), float(max(host, 0))
 
 
 def _tensor_bytes(t: torch.Tensor) -> int:

@@ -3,6 +3,7 @@
 from shardrec_planner import ParameterConstraints, PlannerError, Topology
 from shardrec_planner.errors import PlannerErrorType
 from shardrec_planner.planner_types import DeviceHardware, Perf, Shard, ShardingOption, Storage
+from shardrec_planner.storage_reservations import StorageReservation
 
 __all__ = [
     "DeviceHardware",
@@ -13,5 +14,6 @@ __all__ = [
     "Shard",
     "ShardingOption",
     "Storage",
+    "StorageReservation",
     "Topology",
 ]
