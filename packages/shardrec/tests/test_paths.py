@@ -239,6 +239,11 @@ PATHS = [
         "shardrec_planner.storage_reservations",
     ),
     ("shardrec.distributed.planner.planners", "EmbeddingShardingPlanner", "shardrec_planner"),
+    (
+        "shardrec.distributed.planner.planners",
+        "validate_compute_kernels",
+        "shardrec_planner.kernel_validation",
+    ),
     ("shardrec.distributed.planner.stats", "chi_sq_divergence", "shardrec_planner.imbalance"),
     ("shardrec.distributed.planner.stats", "kl_divergence", "shardrec_planner.imbalance"),
     ("shardrec.distributed.planner.stats", "max_chi_sq_divergence", "shardrec_planner.imbalance"),

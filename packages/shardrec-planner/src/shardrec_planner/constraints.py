@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from shardrec_embedding import DataType
 from shardrec_planner.cache_params import BoundsCheckMode, CacheParams, KeyValueParams
-from shardrec_planner.enums import EmbeddingComputeKernel, ShardingType
+from shardrec_planner.enums import ShardingType, executable_kernel
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -66,7 +66,7 @@ class ParameterConstraints:
                 raise ValueError("sharding_types must not be empty (use None for any)")
             object.__setattr__(self, "sharding_types", types)
         if self.compute_kernels is not None:
-            kernels = tuple(EmbeddingComputeKernel(k) for k in self.compute_kernels)
+            kernels = tuple(executable_kernel(k, "compute_kernels") for k in self.compute_kernels)
             if not kernels:
                 raise ValueError("compute_kernels must not be empty (use None for any)")
             object.__setattr__(self, "compute_kernels", kernels)
