@@ -1,14 +1,16 @@
 """validate_compute_kernels lists every kernel choice inconsistent with its shards; TorchRec-only
-kernels are named but refused where a plan would run them."""
+kernels are named, allowed in constraints, never chosen, and refused in a plan."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from _planner_models import make_ebc, sharder
 
 from shardrec_planner import (
     CacheParams,
     EmbeddingComputeKernel,
+    EmbeddingShardingPlanner,
     ParameterConstraints,
     ParameterSharding,
     PlannerError,
@@ -16,6 +18,7 @@ from shardrec_planner import (
     Shard,
     ShardingOption,
     Storage,
+    Topology,
 )
 from shardrec_planner.kernel_validation import validate_compute_kernels
 
@@ -81,6 +84,12 @@ def test_every_violation_is_listed(options: list[ShardingOption], needles: list[
 def test_torchrec_only_kernels_are_refused_where_a_plan_would_run_them(kernel: str) -> None:
     assert EmbeddingComputeKernel(kernel).value == kernel
     with pytest.raises(ValueError, match=rf"'{kernel}' is a TorchRec kernel.*use 'fused'"):
-        ParameterConstraints(compute_kernels=[kernel])
-    with pytest.raises(ValueError, match=rf"'{kernel}' is a TorchRec kernel"):
         ParameterSharding(sharding_type="data_parallel", compute_kernel=kernel, ranks=(0,))
+    # A constraint may list it (TorchRec configurations do); the search never picks it.
+    both = {"t": ParameterConstraints(compute_kernels=["fused", kernel])}
+    topo = Topology(world_size=2, compute_device="cuda")
+    plan = EmbeddingShardingPlanner(topo, 8, both).plan(make_ebc([("t", 100, 8)]), [sharder()])
+    assert plan.plan[""]["t"].compute_kernel is EmbeddingComputeKernel.FUSED
+    only = {"t": ParameterConstraints(compute_kernels=[kernel])}
+    with pytest.raises(PlannerError, match="'t'"):
+        EmbeddingShardingPlanner(topo, 8, only).plan(make_ebc([("t", 100, 8)]), [sharder()])

@@ -93,8 +93,22 @@ def test_a_reservation_that_leaves_too_little_is_a_storage_error() -> None:
     nothing = EmbeddingShardingPlanner(
         topo, 64, storage_reservation=FixedAbsoluteStorageReservation.from_gb(3)
     )
-    with pytest.raises(PlannerError, match="left 0 bytes per rank"):
+    with pytest.raises(PlannerError, match=r"\(3 GB per device of HBM\) left 0 bytes per rank"):
         nothing.plan(ebc, [sharder()])
+
+
+def test_error_type_says_whether_the_cluster_or_the_constraints_are_short() -> None:
+    topo = Topology(world_size=2, compute_device="cuda", hbm_cap=2 * GiB)
+    one_big = make_ebc([("big", 3_000_000, 128)])  # 1.4 GiB: fits the cluster, not one rank
+    tw_only = [sharder(sharding_types=["table_wise"], compute_kernels=["fused"])]
+    res = FixedPercentageStorageReservation(0.5)
+    with pytest.raises(PlannerError, match=r"50% of HBM per device") as info:
+        EmbeddingShardingPlanner(topo, 64, storage_reservation=res).plan(one_big, tw_only)
+    assert info.value.error_type is PlannerErrorType.STRICT_CONSTRAINTS
+    four_big = make_ebc([(f"b{i}", 3_000_000, 128) for i in range(4)])  # 5.7 GiB > 2 x 1 GiB
+    with pytest.raises(PlannerError) as info:
+        EmbeddingShardingPlanner(topo, 64, storage_reservation=res).plan(four_big, tw_only)
+    assert info.value.error_type is PlannerErrorType.INSUFFICIENT_STORAGE
 
 
 def test_bad_reservations_and_timeout_alias() -> None:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from shardrec_embedding import DataType
 from shardrec_planner.cache_params import BoundsCheckMode, CacheParams, KeyValueParams
-from shardrec_planner.enums import ShardingType, executable_kernel
+from shardrec_planner.enums import EmbeddingComputeKernel, ShardingType
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -21,6 +21,9 @@ class ParameterConstraints:
     - `num_poolings`: poolings per sample for each feature (default 1.0 each).
     - `batch_sizes`: per-rank batch size for each feature (default: the planner's batch_size).
     - `is_weighted`: ids carry per-id weights (more input bytes, slower backward).
+
+    `compute_kernels` may name TorchRec's kernels shardrec does not execute (`key_value`, ...):
+    the search never picks them, and a table left with only those raises `PlannerError`.
 
     TorchRec's kernel options, carried for the sharder (the planner's search does not read
     them): `cache_params` (a UVM-cached table's cache), `enforce_hbm`, `stochastic_rounding`,
@@ -66,7 +69,7 @@ class ParameterConstraints:
                 raise ValueError("sharding_types must not be empty (use None for any)")
             object.__setattr__(self, "sharding_types", types)
         if self.compute_kernels is not None:
-            kernels = tuple(executable_kernel(k, "compute_kernels") for k in self.compute_kernels)
+            kernels = tuple(EmbeddingComputeKernel(k) for k in self.compute_kernels)
             if not kernels:
                 raise ValueError("compute_kernels must not be empty (use None for any)")
             object.__setattr__(self, "compute_kernels", kernels)

@@ -32,7 +32,11 @@ from shardrec_planner.shard_metadata import EnumerableShardingSpec, ShardMetadat
 from shardrec_planner.sharder import PlannerSharder, TableInfo, table_infos
 from shardrec_planner.sharding_plan import ShardingPlan
 from shardrec_planner.stats import PlanStats, RankStats, TableDecision
-from shardrec_planner.storage_reservations import StorageReservation, reserved_caps
+from shardrec_planner.storage_reservations import (
+    StorageReservation,
+    describe_reservation,
+    reserved_caps,
+)
 from shardrec_planner.topology import Topology
 
 DEFAULT_BATCH_SIZE = 512
@@ -346,7 +350,7 @@ class EmbeddingShardingPlanner:
                 "memory_reserve_fraction",
             )
         else:
-            reserve = f"less what {type(self.storage_reservation).__name__} reserved"
+            reserve = f"less {describe_reservation(self.storage_reservation)}"
             knob = "what the storage reservation reserves"
         raise PlannerError(
             f"cannot place {len(bad)} table(s) {names}: each rank has "
@@ -356,7 +360,11 @@ class EmbeddingShardingPlanner:
             + "\n".join(lines)
             + f"\nOr add ranks, give devices more memory (Topology hbm_cap/ddr_cap), or lower "
             f"{knob}.",
-            error_type=PlannerErrorType.INSUFFICIENT_STORAGE,
+            # TorchRec's classification: the model exceeds the cluster, or the allowed options
+            # (constraints, sharder) are what keep it from fitting.
+            error_type=PlannerErrorType.INSUFFICIENT_STORAGE
+            if need_total > cap * world
+            else PlannerErrorType.STRICT_CONSTRAINTS,
         )
 
     def _build(

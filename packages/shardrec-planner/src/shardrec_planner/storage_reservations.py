@@ -27,7 +27,12 @@ from shardrec_planner.constants import BIGINT_DTYPE, POOLING_FACTOR
 from shardrec_planner.constraints import ParameterConstraints
 from shardrec_planner.errors import PlannerError, PlannerErrorType
 from shardrec_planner.planner_types import Storage
-from shardrec_planner.planner_utils import gb_to_bytes, sharder_name, storage_repr_in_gb
+from shardrec_planner.planner_utils import (
+    bytes_to_gb,
+    gb_to_bytes,
+    sharder_name,
+    storage_repr_in_gb,
+)
 from shardrec_planner.sharder import PlannerSharder
 from shardrec_planner.topology import Topology
 
@@ -66,11 +71,18 @@ def reserved_caps(reserved: object, by: object) -> tuple[float, float]:
     host = 0 if cpu else min(d.storage.ddr for d in reserved.devices)
     if device <= 0:
         raise PlannerError(
-            f"{type(by).__name__} left {device} bytes per rank for embedding tables; "
+            f"{describe_reservation(by)} left {device} bytes per rank for embedding tables; "
             "reserve less (a lower percentage or fewer bytes) or use ranks with more memory",
             error_type=PlannerErrorType.INSUFFICIENT_STORAGE,
         )
     return float(device), float(max(host, 0))
+
+
+def describe_reservation(reservation: object) -> str:
+    """What a reservation keeps back, for messages: its own `describe()` if it has one."""
+    describe = getattr(reservation, "describe", None)
+    name = type(reservation).__name__
+    return f"{name} ({describe()})" if callable(describe) else name
 
 
 def _tensor_bytes(t: torch.Tensor) -> int:
@@ -181,6 +193,9 @@ class FixedPercentageStorageReservation:
         """A copy of what the last `reserve` returned (None before the first)."""
         return copy.deepcopy(self._last_reserved_topology)
 
+    def describe(self) -> str:
+        return f"{self._percentage:.0%} of HBM per device"
+
 
 class FixedAbsoluteStorageReservation(FixedPercentageStorageReservation):
     """Keeps back `hbm_reserved_bytes` of every rank's HBM (floored at zero)."""
@@ -194,6 +209,9 @@ class FixedAbsoluteStorageReservation(FixedPercentageStorageReservation):
     @classmethod
     def from_gb(cls, hbm_reserved_gb: float) -> FixedAbsoluteStorageReservation:
         return cls(hbm_reserved_bytes=gb_to_bytes(hbm_reserved_gb))
+
+    def describe(self) -> str:
+        return f"{bytes_to_gb(self._hbm_reserved_bytes):.4g} GB per device of HBM"
 
     def reserve(
         self,
@@ -276,3 +294,9 @@ class HeuristicalStorageReservation:
     @property
     def last_reserved_topology(self) -> Topology | None:
         return self._last_reserved_topology
+
+    def describe(self) -> str:
+        return (
+            f"{self._percentage:.0%} of HBM, dense {storage_repr_in_gb(self._dense_storage)}, "
+            f"input batches {storage_repr_in_gb(self._kjt_storage)} per device"
+        )
