@@ -169,3 +169,11 @@ def test_plan_prints_as_table() -> None:
     assert plan.get_plan_for_module("") is plan.plan[""]
     assert plan.get_plan_for_module("missing") is None
     assert "written by hand" in plan.report()
+
+
+def test_sharding_plan_takes_its_dict_positionally_as_torchrec() -> None:
+    from shardrec_planner import ShardingPlan
+
+    assert ShardingPlan({}) == ShardingPlan(plan={})
+    with pytest.raises(TypeError):
+        ShardingPlan({}, None)  # type: ignore[misc]  # stats stays keyword-only

@@ -27,7 +27,8 @@ class ShardingPlan:
     for a hand-written plan.
     """
 
-    plan: dict[str, EmbeddingModuleShardingPlan]
+    # positional too: TorchRec's users write ShardingPlan({path: module_plan})
+    plan: dict[str, EmbeddingModuleShardingPlan] = dataclasses.field(kw_only=False)
     stats: PlanStats | None = None
 
     def __post_init__(self) -> None:
