@@ -5,16 +5,19 @@ from __future__ import annotations
 import json
 
 import pytest
+from _planner_models import make_ebc, sharder
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardrec_planner import (
     EmbeddingComputeKernel,
+    EmbeddingShardingPlanner,
     EnumerableShardingSpec,
     ParameterSharding,
     ShardingPlan,
     ShardingType,
     ShardMetadata,
+    Topology,
     placement,
     shard_geometry,
 )
@@ -169,3 +172,14 @@ def test_plan_prints_as_table() -> None:
     assert plan.get_plan_for_module("") is plan.plan[""]
     assert plan.get_plan_for_module("missing") is None
     assert "written by hand" in plan.report()
+
+
+def test_sharding_plan_takes_its_dict_positionally_as_torchrec() -> None:
+    assert ShardingPlan({}) == ShardingPlan(plan={})
+    # Equality is the placement, not the planner's estimates.
+    planned = EmbeddingShardingPlanner(Topology(world_size=2, compute_device="cpu")).plan(
+        make_ebc([("t", 100, 8)]), [sharder()]
+    )
+    assert planned.stats is not None and planned == ShardingPlan(planned.plan)
+    with pytest.raises(TypeError):
+        ShardingPlan({}, None)  # type: ignore[misc]  # stats stays keyword-only

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from shardrec_embedding import DataType
+from shardrec_planner.cache_params import BoundsCheckMode, CacheParams, KeyValueParams
 from shardrec_planner.enums import EmbeddingComputeKernel, ShardingType
 
 
@@ -19,6 +21,13 @@ class ParameterConstraints:
     - `num_poolings`: poolings per sample for each feature (default 1.0 each).
     - `batch_sizes`: per-rank batch size for each feature (default: the planner's batch_size).
     - `is_weighted`: ids carry per-id weights (more input bytes, slower backward).
+
+    `compute_kernels` may name TorchRec's kernels shardrec does not execute (`key_value`, ...):
+    the search never picks them, and a table left with only those raises `PlannerError`.
+
+    TorchRec's kernel options, carried for the sharder (the planner's search does not read
+    them): `cache_params` (a UVM-cached table's cache), `enforce_hbm`, `stochastic_rounding`,
+    `bounds_check_mode`, `feature_names`, `output_dtype`, `device_group`, `key_value_params`.
     """
 
     sharding_types: Sequence[str] | None = None
@@ -28,8 +37,32 @@ class ParameterConstraints:
     num_poolings: Sequence[float] | None = None
     batch_sizes: Sequence[int] | None = None
     is_weighted: bool = False
+    cache_params: CacheParams | None = None
+    enforce_hbm: bool | None = None
+    stochastic_rounding: bool | None = None
+    bounds_check_mode: BoundsCheckMode | None = None
+    feature_names: Sequence[str] | None = None
+    output_dtype: DataType | None = None
+    device_group: str | None = None
+    key_value_params: KeyValueParams | None = None
 
     def __post_init__(self) -> None:
+        typed = (
+            ("cache_params", CacheParams),
+            ("bounds_check_mode", BoundsCheckMode),
+            ("output_dtype", DataType),
+            ("key_value_params", KeyValueParams),
+        )
+        for field, kind in typed:
+            value = getattr(self, field)
+            if value is not None and not isinstance(value, kind):
+                raise TypeError(f"{field} must be a {kind.__name__} or None, got {value!r}")
+        if self.feature_names is not None:
+            if isinstance(self.feature_names, str):
+                raise TypeError(
+                    f"feature_names must be a list of names, got the string {self.feature_names!r}"
+                )
+            object.__setattr__(self, "feature_names", tuple(self.feature_names))
         if self.sharding_types is not None:
             types = tuple(ShardingType(t) for t in self.sharding_types)
             if not types:

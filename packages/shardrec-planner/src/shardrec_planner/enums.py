@@ -49,6 +49,15 @@ class EmbeddingComputeKernel(enum.StrEnum):
     FUSED_UVM_CACHING = "fused_uvm_caching"
     BATCHED_DENSE = "dense"  # alias: TorchRec tutorials still use this name
     BATCHED_FUSED = "fused"  # alias: TorchRec tutorials still use this name
+    # TorchRec's names for kernels shardrec does not execute (quantized-inference UVM, SSD and
+    # parameter-server stores). They are named so TorchRec's planner parts can reason about
+    # them; plans, constraints and our search refuse them (TORCHREC_ONLY_KERNELS).
+    QUANT = "quant"
+    QUANT_UVM = "quant_uvm"
+    QUANT_UVM_CACHING = "quant_uvm_caching"
+    KEY_VALUE = "key_value"
+    SSD_VIRTUAL_TABLE = "ssd_virtual_table"
+    DRAM_VIRTUAL_TABLE = "dram_virtual_table"
 
     @classmethod
     def _missing_(cls, value: object) -> EmbeddingComputeKernel:
@@ -57,3 +66,27 @@ class EmbeddingComputeKernel(enum.StrEnum):
             return legacy[value]
         valid = ", ".join(repr(m.value) for m in cls)
         raise ValueError(f"unknown compute kernel {value!r}; valid: {valid}")
+
+
+TORCHREC_ONLY_KERNELS: frozenset[EmbeddingComputeKernel] = frozenset(
+    {
+        EmbeddingComputeKernel.QUANT,
+        EmbeddingComputeKernel.QUANT_UVM,
+        EmbeddingComputeKernel.QUANT_UVM_CACHING,
+        EmbeddingComputeKernel.KEY_VALUE,
+        EmbeddingComputeKernel.SSD_VIRTUAL_TABLE,
+        EmbeddingComputeKernel.DRAM_VIRTUAL_TABLE,
+    }
+)
+
+
+def executable_kernel(value: str, what: str) -> EmbeddingComputeKernel:
+    """`value` as a kernel shardrec runs; a TorchRec-only kernel is refused with the fix."""
+    kernel = EmbeddingComputeKernel(value)
+    if kernel in TORCHREC_ONLY_KERNELS:
+        raise ValueError(
+            f"{what}: compute kernel {kernel.value!r} is a TorchRec kernel shardrec does not "
+            "execute (no SSD / parameter-server store, quantized kernels are planned as "
+            "'dense'); use 'fused' (or 'fused_uvm_caching' on GPUs)"
+        )
+    return kernel

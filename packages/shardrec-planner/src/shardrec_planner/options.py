@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from shardrec_planner.constraints import ParameterConstraints
-from shardrec_planner.enums import EmbeddingComputeKernel, ShardingType
+from shardrec_planner.enums import TORCHREC_ONLY_KERNELS, EmbeddingComputeKernel, ShardingType
 from shardrec_planner.errors import PlannerError
 from shardrec_planner.estimator import UVM_KERNELS, Workload, estimate_shards
 from shardrec_planner.geometry import (
@@ -176,7 +176,7 @@ def table_options(
     kernel_conflicts: list[str] = []
     for st in types:
         # kernels this planner does not model (e.g. TorchRec's key_value) are ignored
-        known = {k.value for k in EmbeddingComputeKernel}
+        known = {k.value for k in EmbeddingComputeKernel if k not in TORCHREC_ONLY_KERNELS}
         kernels = [
             EmbeddingComputeKernel(k) for k in sharder_kernels.get(st.value, []) if k in known
         ]

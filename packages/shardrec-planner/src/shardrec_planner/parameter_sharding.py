@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from shardrec_planner.enums import EmbeddingComputeKernel, ShardingType
+from shardrec_planner.enums import EmbeddingComputeKernel, ShardingType, executable_kernel
 from shardrec_planner.shard_metadata import EnumerableShardingSpec, ShardMetadata
 
 
@@ -25,7 +25,8 @@ class ParameterSharding:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sharding_type", ShardingType(self.sharding_type))
-        object.__setattr__(self, "compute_kernel", EmbeddingComputeKernel(self.compute_kernel))
+        kernel = executable_kernel(self.compute_kernel, "ParameterSharding")
+        object.__setattr__(self, "compute_kernel", kernel)
         object.__setattr__(self, "ranks", tuple(int(r) for r in self.ranks))
         if not self.ranks:
             raise ValueError(f"ranks must not be empty for a {self.sharding_type} table")

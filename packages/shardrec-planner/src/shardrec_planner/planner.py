@@ -21,7 +21,7 @@ from torch import nn
 from shardrec_planner.constraints import ParameterConstraints
 from shardrec_planner.distributed import broadcast_plan_text
 from shardrec_planner.enums import ShardingType
-from shardrec_planner.errors import PlannerError
+from shardrec_planner.errors import PlannerError, PlannerErrorType
 from shardrec_planner.estimator import Workload, estimate_shards, optimizer_state
 from shardrec_planner.geometry import ShardArrays
 from shardrec_planner.options import PLACEMENT_KIND, Option, table_options
@@ -32,6 +32,11 @@ from shardrec_planner.shard_metadata import EnumerableShardingSpec, ShardMetadat
 from shardrec_planner.sharder import PlannerSharder, TableInfo, table_infos
 from shardrec_planner.sharding_plan import ShardingPlan
 from shardrec_planner.stats import PlanStats, RankStats, TableDecision
+from shardrec_planner.storage_reservations import (
+    StorageReservation,
+    describe_reservation,
+    reserved_caps,
+)
 from shardrec_planner.topology import Topology
 
 DEFAULT_BATCH_SIZE = 512
@@ -64,7 +69,13 @@ class EmbeddingShardingPlanner:
     - `constraints`: table name -> ParameterConstraints (every name must be a table of the model).
     - `memory_reserve_fraction`: share of each rank's memory kept free for the dense model,
       activations and allocator slack (TorchRec reserves 15% too).
-    - `time_budget_s`: the local search stops after this long (it usually converges sooner).
+    - `time_budget_s`: the local search stops after this long (it usually converges sooner);
+      `timeout_seconds` is TorchRec's name for it.
+    - `storage_reservation`: a TorchRec storage reservation (`HeuristicalStorageReservation`,
+      `FixedPercentageStorageReservation`, ... or the user's own). When given, it replaces
+      `memory_reserve_fraction`: each `plan` asks it to reserve, and the tables may use what
+      the reserved topology's ranks have left (the smallest rank's HBM on accelerators, DDR on
+      cpu).
     """
 
     def __init__(
@@ -75,7 +86,18 @@ class EmbeddingShardingPlanner:
         *,
         memory_reserve_fraction: float = 0.15,
         time_budget_s: float = 30.0,
+        storage_reservation: StorageReservation | None = None,
+        timeout_seconds: float | None = None,
     ) -> None:
+        if timeout_seconds is not None:
+            time_budget_s = timeout_seconds
+        if storage_reservation is not None and not callable(
+            getattr(storage_reservation, "reserve", None)
+        ):
+            raise TypeError(
+                "storage_reservation must have a reserve(topology, batch_size, module, "
+                f"sharders, constraints) method, got {type(storage_reservation).__name__}"
+            )
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if not 0.0 <= memory_reserve_fraction < 1.0:
@@ -94,21 +116,37 @@ class EmbeddingShardingPlanner:
         self.constraints = dict(constraints or {})
         self.memory_reserve_fraction = memory_reserve_fraction
         self.time_budget_s = time_budget_s
+        self.storage_reservation = storage_reservation
+        self._reserved_caps: tuple[float, float] | None = None
         self._optimizers: dict[str, tuple[float, float]] = {}
 
     @property
     def memory_cap(self) -> float:
         """Bytes of device memory per rank the tables may use."""
+        if self._reserved_caps is not None:
+            return self._reserved_caps[0]
         return self.topology.device_memory * (1.0 - self.memory_reserve_fraction)
 
     @property
     def host_memory_cap(self) -> float:
         """Bytes of host memory per rank UVM kernels may use (0 on cpu)."""
+        if self._reserved_caps is not None:
+            return self._reserved_caps[1]
         return self.topology.host_memory * (1.0 - self.memory_reserve_fraction)
+
+    def _reserve(self, module: nn.Module, sharders: Sequence[PlannerSharder]) -> None:
+        """Ask the user's storage reservation what the ranks have left for tables."""
+        if self.storage_reservation is None:
+            return
+        reserved = self.storage_reservation.reserve(
+            self.topology, self.batch_size, module, list(sharders), self.constraints
+        )
+        self._reserved_caps = reserved_caps(reserved, self.storage_reservation)
 
     def plan(self, module: nn.Module, sharders: Sequence[PlannerSharder]) -> ShardingPlan:
         """The best plan found for `module`; raises PlannerError when none fits."""
         start = time.perf_counter()
+        self._reserve(module, sharders)
         tables, options = self._options(module, sharders)
         cap = self.memory_cap
         self._check_each_fits(tables, options)
@@ -306,14 +344,27 @@ class EmbeddingShardingPlanner:
         if len(bad) > 10:
             lines.append(f"  ... and {len(bad) - 10} more")
         names = [t.name for t in bad[:20]] + (["..."] if len(bad) > 20 else [])
+        if self.storage_reservation is None:
+            reserve, knob = (
+                f"{self.memory_reserve_fraction:.0%} reserved",
+                "memory_reserve_fraction",
+            )
+        else:
+            reserve = f"less {describe_reservation(self.storage_reservation)}"
+            knob = "what the storage reservation reserves"
         raise PlannerError(
             f"cannot place {len(bad)} table(s) {names}: each rank has "
-            f"{format_bytes(cap)} for tables ({format_bytes(self.topology.device_memory)} minus "
-            f"{self.memory_reserve_fraction:.0%} reserved); the model needs at least "
+            f"{format_bytes(cap)} for tables ({format_bytes(self.topology.device_memory)} "
+            f"{reserve}); the model needs at least "
             f"{format_bytes(need_total)} of the {format_bytes(cap * world)} on {world} rank(s).\n"
             + "\n".join(lines)
-            + "\nOr add ranks, give devices more memory (Topology hbm_cap/ddr_cap), or lower "
-            "memory_reserve_fraction."
+            + f"\nOr add ranks, give devices more memory (Topology hbm_cap/ddr_cap), or lower "
+            f"{knob}.",
+            # TorchRec's classification: the model exceeds the cluster, or the allowed options
+            # (constraints, sharder) are what keep it from fitting.
+            error_type=PlannerErrorType.INSUFFICIENT_STORAGE
+            if need_total > cap * world
+            else PlannerErrorType.STRICT_CONSTRAINTS,
         )
 
     def _build(

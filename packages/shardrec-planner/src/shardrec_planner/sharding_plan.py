@@ -24,11 +24,14 @@ class ShardingPlan:
     """The plan of every sharded module of a model, keyed by module path (`""` is the root).
 
     `stats` holds the planner's estimates (per-rank memory and cost, per-table reasons); it is None
-    for a hand-written plan.
+    for a hand-written plan, and equality ignores it.
     """
 
-    plan: dict[str, EmbeddingModuleShardingPlan]
-    stats: PlanStats | None = None
+    # positional too: TorchRec's users write ShardingPlan({path: module_plan})
+    plan: dict[str, EmbeddingModuleShardingPlan] = dataclasses.field(kw_only=False)
+    # Not part of a plan's identity: two plans placing every shard alike are equal, whatever
+    # the planner estimated or how long it took.
+    stats: PlanStats | None = dataclasses.field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         for path, tables in self.plan.items():

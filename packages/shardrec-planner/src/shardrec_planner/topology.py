@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import pathlib
 
 from shardrec_planner.calibration import Calibration
 from shardrec_planner.host import HostInfo, detect_host
+from shardrec_planner.planner_types import DeviceHardware, Perf, Storage
 
 GiB = 1024**3
 
@@ -94,6 +96,24 @@ class Topology:
                 raise ValueError(f"{field} must be > 0, got {value!r}")
         if not 0.0 <= self.uvm_cache_ratio <= 1.0:
             raise ValueError(f"uvm_cache_ratio must be in [0, 1], got {self.uvm_cache_ratio}")
+
+    @functools.cached_property
+    def devices(self) -> list[DeviceHardware]:
+        """TorchRec's per-rank view: each rank's storage (bytes) and the perf placed on it.
+
+        A mutable list, made once per topology: TorchRec's storage reservations return a copy
+        whose ranks have less storage. An accelerator rank has `hbm_cap` of HBM and `ddr_cap`
+        of host memory; a cpu rank has no HBM.
+        """
+        hbm = 0 if self.compute_device == "cpu" else int(self.hbm_cap or 0)
+        return [
+            DeviceHardware(
+                rank=rank,
+                storage=Storage(hbm=hbm, ddr=int(self.ddr_cap or 0)),
+                perf=Perf(fwd_compute=0, fwd_comms=0, bwd_compute=0, bwd_comms=0),
+            )
+            for rank in range(self.world_size)
+        ]
 
     @property
     def local_size(self) -> int:

@@ -11,12 +11,22 @@ from shardrec_planner import (
     ShardingType,
     ShardMetadata,
 )
+from shardrec_planner.cache_params import (
+    BoundsCheckMode,
+    CacheAlgorithm,
+    CacheParams,
+    KeyValueParams,
+)
 
 __all__ = [
     "Awaitable",
+    "BoundsCheckMode",
+    "CacheAlgorithm",
+    "CacheParams",
     "DataType",
     "EmbeddingModuleShardingPlan",
     "EnumerableShardingSpec",
+    "KeyValueParams",
     "LazyAwaitable",
     "LazyNoWait",
     "ModuleSharder",

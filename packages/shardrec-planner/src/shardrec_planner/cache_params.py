@@ -1,0 +1,73 @@
+"""Per-table kernel options a plan carries: cache, key-value store and bounds-check settings.
+
+TorchRec's names (`torchrec.distributed.types.CacheParams`, `CacheAlgorithm`, `KeyValueParams`,
+`BoundsCheckMode`). They travel from `ParameterConstraints` through the planner's
+`ShardingOption` to the sharder. On CPU there is no device cache: a table planned with a UVM or
+key-value kernel is looked up by the plain fused kernel, and the plan report says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+
+class CacheAlgorithm(enum.Enum):
+    """Which rows a device cache of a UVM table evicts first."""
+
+    LRU = 0
+    LFU = 1
+
+
+class BoundsCheckMode(enum.Enum):
+    """What a lookup does with an id outside the table (fbgemm's numbering)."""
+
+    FATAL = 0
+    WARNING = 1
+    IGNORE = 2
+    NONE = 3
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CacheParams:
+    """The device cache of a `fused_uvm_caching` table.
+
+    `load_factor` is the fraction of the table's rows the cache holds (0..1); `reserved_memory`
+    the bytes (GB in TorchRec's sharders) set aside for it; `precision` the cache's data type;
+    `prefetch_pipeline` whether a pipeline fills the cache one batch ahead.
+    """
+
+    algorithm: CacheAlgorithm | None = None
+    load_factor: float | None = None
+    reserved_memory: float | None = None
+    precision: object | None = None
+    prefetch_pipeline: bool | None = None
+    stats: object | None = None
+    multipass_prefetch_config: object | None = None
+
+    def __post_init__(self) -> None:
+        if self.load_factor is not None and not 0.0 <= self.load_factor <= 1.0:
+            raise ValueError(
+                f"CacheParams.load_factor must be in [0, 1] (the cached fraction of rows), "
+                f"got {self.load_factor}"
+            )
+        if self.reserved_memory is not None and self.reserved_memory < 0:
+            raise ValueError(
+                f"CacheParams.reserved_memory must be >= 0, got {self.reserved_memory}"
+            )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class KeyValueParams:
+    """Settings of a `key_value` table (rows in an SSD or parameter-server store)."""
+
+    ssd_storage_directory: str | None = None
+    ssd_rocksdb_write_buffer_size: int | None = None
+    ssd_rocksdb_shards: int | None = None
+    gather_ssd_cache_stats: bool | None = None
+    l2_cache_size: int | None = None
+    ps_hosts: tuple[tuple[str, int], ...] | None = None
+    ps_client_thread_num: int | None = None
+    ps_max_key_per_request: int | None = None
+    ps_max_local_index_length: int | None = None
+    enable_async_update: bool | None = None
