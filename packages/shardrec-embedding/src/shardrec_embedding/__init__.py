@@ -28,7 +28,6 @@ from shardrec_embedding.feature_processors import (
 from shardrec_embedding.fused import (
     BatchedFusedEmbeddingBag,
     FusedEmbeddingBagCollection,
-    FusedEmbeddingOptimizer,
     FusedTableSpec,
 )
 from shardrec_embedding.quant import (
@@ -48,7 +47,6 @@ __all__ = [
     "EmbeddingConfig",
     "FeatureProcessedEmbeddingBagCollection",
     "FusedEmbeddingBagCollection",
-    "FusedEmbeddingOptimizer",
     "FusedTableSpec",
     "GradWorkspace",
     "PoolingType",

@@ -5,16 +5,7 @@ rows and the optimizer-state rows in place; rows not listed are left alone (lazy
 fbgemm's TBE does). Legend: `weight: (R, D)`, `rows: (U,)` unique int64 row ids,
 `grads: (U, D)` the summed gradient of each listed row.
 
-State per optimizer (`R` rows, `D` columns; "rowwise" state has one value per row):
-
-| optimizer                        | momentum1 | momentum2 |
-|----------------------------------|-----------|-----------|
-| SGD, EXACT_SGD                   | -         | -         |
-| EXACT_ADAGRAD                    | (R, D)    | -         |
-| (EXACT_)ROWWISE_ADAGRAD          | (R,)      | -         |
-| ADAM, LAMB                       | (R, D)    | (R, D)    |
-| PARTIAL_ROWWISE_ADAM / _LAMB     | (R, D)    | (R,)      |
-| LARS_SGD                         | (R, D)    | -         |
+The state each optimizer keeps (names, shapes) is its rule in `rules.py`.
 
 Formulas (`t` = 1-based step count of the state, `g` the coalesced row gradient, `w` the row):
 
@@ -48,46 +39,6 @@ from torch import Tensor
 from shardrec_optim.spec import FusedOptimSpec
 from shardrec_optim.types import EmbOptimType, WeightDecayMode
 
-OptimState = dict[str, Tensor]
-"""Optimizer state of one weight: `"momentum1"` / `"momentum2"` -> tensor (see module table)."""
-
-# (name, rowwise) of each state tensor, in fbgemm's order.
-_STATE_LAYOUT: Mapping[EmbOptimType, tuple[tuple[str, bool], ...]] = {
-    EmbOptimType.SGD: (),
-    EmbOptimType.EXACT_SGD: (),
-    EmbOptimType.EXACT_ADAGRAD: (("momentum1", False),),
-    EmbOptimType.EXACT_ROWWISE_ADAGRAD: (("momentum1", True),),
-    EmbOptimType.ROWWISE_ADAGRAD: (("momentum1", True),),
-    EmbOptimType.ADAM: (("momentum1", False), ("momentum2", False)),
-    EmbOptimType.PARTIAL_ROWWISE_ADAM: (("momentum1", False), ("momentum2", True)),
-    EmbOptimType.LAMB: (("momentum1", False), ("momentum2", False)),
-    EmbOptimType.PARTIAL_ROWWISE_LAMB: (("momentum1", False), ("momentum2", True)),
-    EmbOptimType.LARS_SGD: (("momentum1", False),),
-}
-
-
-def state_shapes(
-    optimizer: EmbOptimType | str, num_rows: int, dim: int
-) -> dict[str, tuple[int, ...]]:
-    """Shape of each state tensor `optimizer` keeps for a `(num_rows, dim)` weight."""
-    layout = _STATE_LAYOUT[EmbOptimType(optimizer)]
-    return {name: (num_rows,) if rowwise else (num_rows, dim) for name, rowwise in layout}
-
-
-def init_state(
-    optimizer: EmbOptimType | str,
-    num_rows: int,
-    dim: int,
-    *,
-    dtype: torch.dtype = torch.float32,
-    device: torch.device | str | None = None,
-) -> OptimState:
-    """Zero-initialized optimizer state for a `(num_rows, dim)` weight."""
-    return {
-        name: torch.zeros(shape, dtype=dtype, device=device)
-        for name, shape in state_shapes(optimizer, num_rows, dim).items()
-    }
-
 
 def sparse_update(
     spec: FusedOptimSpec,
@@ -104,7 +55,7 @@ def sparse_update(
     Args:
         spec: optimizer and hyper-parameters.
         weight: `(R, D)` table (or concatenation of tables); updated in place.
-        state: from `init_state(spec.optimizer, R, D)`; updated in place.
+        state: from `rules.init_state(spec.optimizer, R, D)`; updated in place.
         rows: `(U,)` int64, *unique* row ids (the caller coalesces, see `coalesce_rows`).
         grads: `(U, D)` summed gradient per row. Used as scratch: its content is destroyed.
         step: 1-based count of steps taken with this state (bias correction of Adam/LAMB).

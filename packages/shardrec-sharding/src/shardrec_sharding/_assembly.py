@@ -19,9 +19,10 @@ from shardrec_collectives import ShardingEnv
 from shardrec_embedding import BaseEmbeddingConfig
 from shardrec_optim import FusedOptimSpec
 from shardrec_planner import ParameterSharding, ShardingType
+from shardrec_sharding.fused_optimizer import ShardedFusedOptimizer
 from shardrec_sharding.layout import LocalTable, TableSharding, check_plan
 from shardrec_sharding.lookup import LookupTable
-from shardrec_sharding.state_dict import ShardedFusedOptimizer, ShardedStateDict
+from shardrec_sharding.state_dict import ShardedStateDict
 from shardrec_sharding.types import PooledStrategy, SequenceStrategy, TableMaker
 
 __all__ = ["ShardedParts", "assemble"]

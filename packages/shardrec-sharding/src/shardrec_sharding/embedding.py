@@ -22,9 +22,9 @@ from shardrec_planner import EmbeddingComputeKernel, ParameterSharding, Sharding
 from shardrec_sharding._assembly import assemble
 from shardrec_sharding.checks import FeatureChecker
 from shardrec_sharding.embeddingbag import table_optimizer
+from shardrec_sharding.fused_optimizer import ShardedFusedOptimizer
 from shardrec_sharding.layout import segments_of
 from shardrec_sharding.registry import SEQUENCE_STRATEGIES
-from shardrec_sharding.state_dict import ShardedFusedOptimizer
 from shardrec_sharding.strategies._kjt import expand_variable_batch
 from shardrec_sharding.types import SequenceInput, SequenceStrategy
 

@@ -28,9 +28,9 @@ from shardrec_optim import EmbOptimType, FusedOptimSpec, fused_spec_of_param
 from shardrec_planner import EmbeddingComputeKernel, ParameterSharding, ShardingType
 from shardrec_sharding._assembly import assemble
 from shardrec_sharding.checks import FeatureChecker
+from shardrec_sharding.fused_optimizer import ShardedFusedOptimizer
 from shardrec_sharding.layout import segments_of
 from shardrec_sharding.registry import POOLED_STRATEGIES
-from shardrec_sharding.state_dict import ShardedFusedOptimizer
 from shardrec_sharding.strategies._kjt import expand_variable_batch
 from shardrec_sharding.types import DistInput, PooledStrategy
 
