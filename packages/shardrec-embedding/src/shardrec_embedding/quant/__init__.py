@@ -14,9 +14,11 @@ from shardrec_embedding.quant.lookup import (
     SequenceLookup,
     check_kjt_input,
     check_segment_ids,
+    eager_lookup_args,
     kjt_lookup_args,
     kjt_segment_index,
-    sequence_outputs,
+    kjt_sequence_index,
+    sequence_forward,
 )
 from shardrec_embedding.quant.rowwise import (
     QUANT_DATA_TYPES,
@@ -41,11 +43,13 @@ __all__ = [
     "check_kjt_input",
     "check_segment_ids",
     "dequantize",
+    "eager_lookup_args",
     "kjt_lookup_args",
     "kjt_segment_index",
+    "kjt_sequence_index",
     "quantize",
     "quantize_inference_model",
     "row_bytes",
     "scale_bias",
-    "sequence_outputs",
+    "sequence_forward",
 ]

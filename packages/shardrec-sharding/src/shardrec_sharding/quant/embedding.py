@@ -32,9 +32,8 @@ from shardrec_embedding.quant import (
     SegmentMeta,
     SequenceLookup,
     check_kjt_input,
-    check_segment_ids,
-    kjt_segment_index,
-    sequence_outputs,
+    kjt_sequence_index,
+    sequence_forward,
 )
 from shardrec_jagged import JaggedTensor, KeyedJaggedTensor, TorchScriptable
 from shardrec_planner import ParameterSharding, ShardingType
@@ -70,7 +69,7 @@ class ShardedSequenceLookup(nn.Module):
         super().__init__()
         self.ranks = nn.ModuleList(ranks)
         self.devices = devices
-        self.unsharded = unsharded
+        self.segments = unsharded
         self.inputs = inputs
         self.row_lo = row_lo
         self.row_hi = row_hi
@@ -89,17 +88,9 @@ class ShardedSequenceLookup(nn.Module):
     def forward(
         self, values: torch.Tensor, offset_per_key: list[int], feature_index: list[int]
     ) -> list[torch.Tensor]:
-        meta = self.unsharded
+        meta = self.segments
         if self.check_ids:
-            check_segment_ids(
-                values,
-                offset_per_key,
-                feature_index,
-                meta.rows,
-                meta.min_rows,
-                meta.features,
-                meta.tables,
-            )
+            meta.check_ids(values, offset_per_key, feature_index)
         num_segments = len(meta.rows)
         pieces: list[list[torch.Tensor]] = [[] for _ in range(num_segments)]
         masks: list[list[torch.Tensor]] = [[] for _ in range(num_segments)]
@@ -241,50 +232,15 @@ class ShardedQuantEmbeddingCollection(TorchScriptable, nn.Module):
         # `torch._jit_internal.is_scripting` is `torch.jit.is_scripting` (which torch's stubs
         # do not export); TorchScript folds the branch either way.
         if not torch._jit_internal.is_scripting():
-            return self._forward_eager(features)
-        values = features.values()
-        check_kjt_input(
-            values, features.weights_or_none(), False, "ShardedQuantEmbeddingCollection"
-        )
-        meta = self.lookup.unsharded
-        feature_index = kjt_segment_index(features.keys(), meta.features, meta.tables)
-        return self._outputs(
-            values, features.lengths(), features.offset_per_key(), feature_index, features.stride()
-        )
-
-    def _forward_eager(self, features: KeyedJaggedTensor) -> dict[str, JaggedTensor]:
-        values = features.values()
-        check_kjt_input(values, features.weights_or_none(), False, _OWNER)
-        feature_index = self._table_plan.feature_indices(features.keys())
-        return self._outputs(
-            values,
-            features.lengths(),
-            list(features.offset_per_key()),
-            feature_index,
-            features.stride(),
-        )
-
-    def _outputs(
-        self,
-        values: torch.Tensor,
-        lengths: torch.Tensor,
-        offset_per_key: list[int],
-        feature_index: list[int],
-        batch: int,
-    ) -> dict[str, JaggedTensor]:
-        rows = self.lookup(values, offset_per_key, feature_index)
+            check_kjt_input(features.values(), features.weights_or_none(), False, _OWNER)
+            feature_index = self._table_plan.feature_indices(features.keys())
+        else:
+            meta = self.lookup.segments
+            owner = "ShardedQuantEmbeddingCollection"
+            feature_index = kjt_sequence_index(features, owner, meta.features, meta.tables)
+        rows = self.lookup(features.values(), features.offset_per_key(), feature_index)
         names, dtype = self._embedding_names, self._output_dtype
-        return sequence_outputs(
-            rows,
-            values,
-            lengths,
-            offset_per_key,
-            feature_index,
-            batch,
-            names,
-            self._need_indices,
-            dtype,
-        )
+        return sequence_forward(rows, features, feature_index, names, self._need_indices, dtype)
 
     def extra_repr(self) -> str:
         return ", ".join(

@@ -34,7 +34,7 @@ from shardrec_embedding.quant import (
     PooledLookup,
     ScriptablePooledLookup,
     SegmentMeta,
-    check_segment_ids,
+    eager_lookup_args,
     kjt_lookup_args,
 )
 from shardrec_jagged import KeyedJaggedTensor, KeyedTensor, TorchScriptable
@@ -65,7 +65,7 @@ class ShardedPooledLookup(nn.Module):
         super().__init__()
         self.ranks = nn.ModuleList(ranks)
         self.devices = devices
-        self.unsharded = unsharded
+        self.segments = unsharded
         self.inputs = inputs
         self.row_lo = row_lo
         self.row_hi = row_hi
@@ -84,17 +84,9 @@ class ShardedPooledLookup(nn.Module):
         feature_index: list[int],
         batch: int,
     ) -> torch.Tensor:
-        meta = self.unsharded
+        meta = self.segments
         if self.check_ids:
-            check_segment_ids(
-                values,
-                offset_per_key,
-                feature_index,
-                meta.rows,
-                meta.min_rows,
-                meta.features,
-                meta.tables,
-            )
+            meta.check_ids(values, offset_per_key, feature_index)
         num_keys = len(offset_per_key) - 1
         per_key = lengths.view(num_keys, batch)
         all_weights = weights if weights is not None else torch.ones(values.numel())
@@ -253,32 +245,21 @@ class ShardedQuantEmbeddingBagCollection(TorchScriptable, nn.Module):
 
     def forward(self, features: KeyedJaggedTensor) -> KeyedTensor:
         if not torch._jit_internal.is_scripting():
-            return self._forward_eager(features)
-        meta = self.lookup.unsharded
-        owner = "ShardedQuantEmbeddingBagCollection"
-        args = kjt_lookup_args(features, self._is_weighted, owner, meta.features, meta.tables)
+            unsharded = self._module.get()
+            weights = features.weights_or_none()
+            if unsharded.is_weighted() != (weights is not None):
+                state = "weighted" if unsharded.is_weighted() else "unweighted"
+                raise ValueError(
+                    f"ShardedQuantEmbeddingBagCollection is {state}; the KJT disagrees"
+                )
+            feature_index = unsharded._plan.feature_indices(features.keys())
+            args = eager_lookup_args(features, weights, feature_index)
+        else:
+            meta = self.lookup.segments
+            owner = "ShardedQuantEmbeddingBagCollection"
+            args = kjt_lookup_args(features, self._is_weighted, owner, meta.features, meta.tables)
         out = self.lookup(*args)
         return KeyedTensor(self._embedding_names, self._dims, out.to(self._output_dtype))
-
-    def _forward_eager(self, features: KeyedJaggedTensor) -> KeyedTensor:
-        unsharded = self._module.get()
-        values = features.values()
-        weights = features.weights_or_none()
-        if unsharded.is_weighted() != (weights is not None):
-            state = "weighted" if unsharded.is_weighted() else "unweighted"
-            raise ValueError(f"ShardedQuantEmbeddingBagCollection is {state}; the KJT disagrees")
-        feature_index = unsharded._plan.feature_indices(features.keys())
-        out = self.lookup(
-            values,
-            features.lengths(),
-            weights,
-            list(features.offset_per_key()),
-            feature_index,
-            features.stride(),
-        )
-        names = unsharded.embedding_names()
-        dims = [s.dim for s in unsharded._plan.segments]
-        return KeyedTensor(keys=names, length_per_key=dims, values=out.to(unsharded.output_dtype()))
 
     def scriptable(self, keys: Sequence[str] | None = None) -> ScriptablePooledLookup:
         """As `QuantEmbeddingBagCollection.scriptable`, over the sharded lookups."""
