@@ -1,10 +1,11 @@
-"""What every sharded collection builds from (module, plan, env): its local lookups and their state.
+"""What every sharded collection builds from (module, plan, env), and the steps its phases share.
 
 `ShardedEmbeddingBagCollection` and `ShardedEmbeddingCollection` differ in their strategies and
-forward, not in how they are put together: check the plan, take each table's weight (unless the
+output, not in how they are put together: check the plan, take each table's weight (unless the
 module is on `meta`) and fused optimizer, let each sharding type's strategy build its lookups,
 and expose the local tables under the unsharded module's names with a sharded state_dict and
-one fused optimizer.
+one fused optimizer. Their input_dist starts the same way (`prepare_input`), and the sharders
+differ only in the module they take (`TableSharder`).
 """
 
 from __future__ import annotations
@@ -13,19 +14,35 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Generic, TypeVar
 
+import torch
 from torch import Tensor, nn
 
-from shardrec_collectives import ShardingEnv
+from shardrec_collectives import Awaitable, ShardingEnv, agree_on_error
 from shardrec_embedding import BaseEmbeddingConfig
-from shardrec_optim import FusedOptimSpec
-from shardrec_planner import ParameterSharding, ShardingType
+from shardrec_jagged import KeyedJaggedTensor
+from shardrec_optim import EmbOptimType, FusedOptimSpec, fused_spec_of_param
+from shardrec_planner import EmbeddingComputeKernel, ParameterSharding, ShardingType
+from shardrec_sharding.checks import FeatureChecker
 from shardrec_sharding.fused_optimizer import ShardedFusedOptimizer
-from shardrec_sharding.layout import LocalTable, TableSharding, check_plan
+from shardrec_sharding.layout import LocalTable, Segment, TableSharding, check_plan, segments_of
 from shardrec_sharding.lookup import LookupTable
 from shardrec_sharding.state_dict import ShardedStateDict
+from shardrec_sharding.strategies._kjt import expand_variable_batch
 from shardrec_sharding.types import PooledStrategy, SequenceStrategy, TableMaker
 
-__all__ = ["ShardedParts", "assemble"]
+__all__ = [
+    "DEFAULT_FUSED_OPTIMIZER",
+    "ShardedCollectionBase",
+    "ShardedParts",
+    "TableSharder",
+    "assemble",
+    "prepare_input",
+    "table_optimizer",
+]
+
+DEFAULT_FUSED_OPTIMIZER = FusedOptimSpec(optimizer=EmbOptimType.EXACT_SGD)
+"""What a fused table trains with when neither `fused_params` nor
+`apply_optimizer_in_backward` chose an optimizer (TorchRec's default: exact SGD, lr 0.01)."""
 
 S = TypeVar("S", PooledStrategy, SequenceStrategy)
 Builder = Callable[[Sequence[TableSharding], ShardingEnv, TableMaker], S]
@@ -35,32 +52,65 @@ Builder = Callable[[Sequence[TableSharding], ShardingEnv, TableMaker], S]
 class ShardedParts(Generic[S]):
     """The pieces a sharded collection keeps; `modules` holds this rank's local tables."""
 
+    env: ShardingEnv
+    segments: list[Segment]
     tables: list[TableSharding]
     strategies: list[S]
     modules: nn.ModuleDict
     state: ShardedStateDict
     fused_optimizer: ShardedFusedOptimizer
+    checker: FeatureChecker
+
+
+def table_optimizer(
+    module: nn.Module, weight: Tensor, fused_params: Mapping[str, object] | None
+) -> FusedOptimSpec:
+    """The fused optimizer of one table: `apply_optimizer_in_backward` on its weight first,
+    then a FusedEmbeddingBagCollection's own optimizer, then the sharder's `fused_params`."""
+    spec = fused_spec_of_param(weight)
+    if spec is not None:
+        return spec
+    own = getattr(module, "optimizer_spec", None)
+    if callable(own):
+        found = own()
+        if isinstance(found, FusedOptimSpec):
+            return found
+    if fused_params:
+        return FusedOptimSpec.from_fused_params(fused_params)
+    return DEFAULT_FUSED_OPTIMIZER
 
 
 def assemble(
     *,
+    module: nn.Module,
     configs: Sequence[BaseEmbeddingConfig],
     plan: Mapping[str, ParameterSharding],
     env: ShardingEnv,
-    weights: Mapping[str, Tensor],
-    optimizer_of: Callable[[Tensor], FusedOptimSpec],
+    device: torch.device | str | None,
+    fused_params: Mapping[str, object] | None,
     registry: Mapping[
         ShardingType, Callable[[Sequence[TableSharding], ShardingEnv, TableMaker], S]
     ],
     prefix: str,
+    weighted: bool,
+    owner: str,
 ) -> ShardedParts[S]:
-    """Build the local lookups of `configs` under `plan` on `env`.
+    """Build the local lookups of `module`'s `configs` under `plan` on `env`.
 
-    weights: each table's unsharded weight (on `meta` when the module was never materialized:
-    then each shard is initialized from its table config instead). optimizer_of: a fused
-    table's optimizer, given its weight. prefix: the module's table container name
-    (`embedding_bags` or `embeddings`), which keys the state_dict.
+    The tables are `module.<prefix>[name].weight` (on `meta` when the module was never
+    materialized: then each shard is initialized from its table config instead); a fused
+    table's optimizer is `table_optimizer`'s. device: where local shards live (default
+    `env.device`). prefix: the module's table container name (`embedding_bags` or
+    `embeddings`), which keys the state_dict. weighted / owner: for the input checks.
     """
+    if device is not None and torch.device(device) != env.device:
+        env = dataclasses.replace(env, device=torch.device(device))
+    container = getattr(module, prefix)
+    weights: dict[str, Tensor] = {}
+    for c in configs:
+        weight = container[c.name].weight
+        assert isinstance(weight, Tensor)
+        weights[c.name] = weight
     tables = check_plan(configs, plan, env.world_size, list(registry))
     full: dict[str, Tensor | None] = {}
     optimizers: dict[str, FusedOptimSpec] = {}
@@ -68,7 +118,7 @@ def assemble(
         weight = weights[t.name]
         full[t.name] = None if weight.device.type == "meta" else weight.detach()
         if t.fused:
-            optimizers[t.name] = optimizer_of(weight)
+            optimizers[t.name] = table_optimizer(module, weight, fused_params)
 
     def make_table(table: TableSharding, local: LocalTable) -> LookupTable:
         weight = full[table.name]
@@ -88,7 +138,10 @@ def assemble(
     for s in strategies:
         by_name.update(s.lookup.table_modules())
     state = ShardedStateDict(tables, env, prefix)
+    segments = segments_of(configs)
     return ShardedParts(
+        env=env,
+        segments=segments,
         tables=tables,
         strategies=strategies,
         # Registered under the unsharded module's names, so `named_parameters()` and the
@@ -99,4 +152,154 @@ def assemble(
             [(prefix, m.fused_optimizer) for s in strategies for m in s.lookup.fused_modules()],
             state,
         ),
+        checker=FeatureChecker(
+            segments,
+            {c.name: c.num_embeddings for c in configs},
+            weighted=weighted,
+            owner=owner,
+        ),
     )
+
+
+def prepare_input(
+    parts: ShardedParts[S], features: KeyedJaggedTensor | object
+) -> tuple[KeyedJaggedTensor, dict[str, int], BaseException | None]:
+    """The start of every sharded input_dist: check `features` (bad input raises on this rank
+    and a `PeerError` on every other, before any ids move), expand a variable batch, and agree
+    on the error where the first strategy's exchange does not carry it.
+
+    Returns the KJT to send (empty after an error), each feature's position, and the error the
+    first strategy's exchange must carry (or None)."""
+    error = parts.checker.check(features)
+    if not isinstance(features, KeyedJaggedTensor):  # error is set: send nothing
+        features = KeyedJaggedTensor(
+            [],
+            torch.empty(0, dtype=torch.int64),
+            lengths=torch.empty(0, dtype=torch.int32),
+            stride=0,
+        )
+    elif features.variable_stride_per_key() and error is None:
+        features = expand_variable_batch(features)
+    if not parts.strategies[0].carries_errors:
+        agree_on_error(parts.env, error)
+        error = None
+    positions = {} if error is not None else parts.checker.feature_positions(features)
+    return features, positions, error
+
+
+class ShardedCollectionBase(nn.Module, Generic[S]):
+    """What a sharded collection keeps and does whatever its strategies' output: the assembled
+    parts, the sharded state_dict hooks, the start of input_dist, TorchRec's per-type views,
+    the fused optimizer and moving the lookups' state with `.to()`."""
+
+    def __init__(self, parts: ShardedParts[S]) -> None:
+        super().__init__()
+        self.env = parts.env
+        self._device = parts.env.device
+        self._segments = parts.segments
+        self._parts: ShardedParts[S] = parts
+        self._tables = parts.tables
+        self._strategies: list[S] = parts.strategies
+        self._state = parts.state
+        self._fused_optimizer = parts.fused_optimizer
+        # Both are untyped in torch's stubs.
+        self._register_state_dict_hook(self._state.to_sharded)  # type: ignore[no-untyped-call]
+        self.register_load_state_dict_pre_hook(self._state.to_local)  # type: ignore[no-untyped-call]
+
+    def _send_features(
+        self, features: KeyedJaggedTensor | object
+    ) -> tuple[KeyedJaggedTensor, list[Awaitable[object]]]:
+        """Start every strategy's input_dist (`prepare_input` first); returns the KJT sent and
+        one pending exchange per strategy."""
+        kjt, positions, error = prepare_input(self._parts, features)
+        pending: list[Awaitable[object]] = [
+            s.input_dist(kjt, positions, error if k == 0 else None)  # type: ignore[misc]  # S's input types differ; each strategy returns its own
+            for k, s in enumerate(self._strategies)
+        ]
+        return kjt, pending
+
+    def _by_type(self, attr: str) -> dict[str, object]:
+        return {str(s.sharding_type): getattr(s, attr) for s in self._strategies}
+
+    # -- what TorchRec's tutorial prints: each sharding type's parts ---------------------------
+
+    @property
+    def _input_dists(self) -> dict[str, object]:
+        """Sharding type -> its input distribution (ids to the ranks that own their rows)."""
+        return self._by_type("input_dist")
+
+    @property
+    def _lookups(self) -> dict[str, object]:
+        """Sharding type -> its table-batched lookup over this rank's shards."""
+        return self._by_type("lookup")
+
+    @property
+    def _output_dists(self) -> dict[str, object]:
+        """Sharding type -> its output distribution (embeddings back to the batch's rank)."""
+        return self._by_type("output_dist")
+
+    @property
+    def fused_optimizer(self) -> ShardedFusedOptimizer:
+        """KeyedOptimizer over this rank's fused shards, keyed `<container>.<table>.weight`
+        (state `<table>.momentum1`, ...); `step()` is a no-op, rows update in backward."""
+        return self._fused_optimizer
+
+    @property
+    def sharding_plan(self) -> dict[str, ParameterSharding]:
+        return {t.name: t.sharding for t in self._tables}
+
+    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> nn.Module:
+        # Weights move through the table container; the lookups' optimizer state here.
+        result: nn.Module = super()._apply(fn, recurse)  # type: ignore[no-untyped-call]  # torch leaves _apply untyped
+        for s in self._strategies:
+            s.lookup.apply_(fn)
+        return result
+
+
+class TableSharder:
+    """What the EmbeddingBagCollection and EmbeddingCollection sharders share; satisfies the
+    planner's `PlannerSharder` Protocol with the class attributes a sharder sets.
+
+    Args:
+        fused_params: TorchRec's fused optimizer settings (`{"optimizer": EmbOptimType.ADAM,
+            "learning_rate": 0.01, ...}`) for tables whose weight has no optimizer from
+            `apply_optimizer_in_backward`.
+
+    Every sharding type runs on every device type (CPU with gloo included).
+    """
+
+    _modules: tuple[type[nn.Module], ...]  # the module types it shards, the first is its type
+    _container: str  # the attribute holding the tables
+    _sharding_types: Sequence[ShardingType]
+
+    def __init__(self, fused_params: Mapping[str, object] | None = None) -> None:
+        if fused_params is not None:
+            FusedOptimSpec.from_fused_params(fused_params)  # reject bad settings now
+        self._fused_params = None if fused_params is None else dict(fused_params)
+
+    @property
+    def module_type(self) -> type[nn.Module]:
+        return self._modules[0]
+
+    @property
+    def fused_params(self) -> Mapping[str, object] | None:
+        return self._fused_params
+
+    def sharding_types(self, compute_device_type: str) -> list[str]:
+        return [t.value for t in self._sharding_types]
+
+    def compute_kernels(self, sharding_type: str, compute_device_type: str) -> list[str]:
+        if ShardingType(sharding_type) is ShardingType.DATA_PARALLEL:
+            return [EmbeddingComputeKernel.DENSE.value]
+        return [EmbeddingComputeKernel.FUSED.value, EmbeddingComputeKernel.DENSE.value]
+
+    def shardable_parameters(self, module: nn.Module) -> dict[str, nn.Parameter]:
+        if not isinstance(module, self._modules):
+            raise TypeError(f"expected an {self._modules[0].__name__}, got {type(module).__name__}")
+        container = getattr(module, self._container)
+        out: dict[str, nn.Parameter] = {}
+        for name, table in container.items():
+            weight = table.weight
+            assert isinstance(weight, nn.Parameter)
+            out[name] = weight
+        return out

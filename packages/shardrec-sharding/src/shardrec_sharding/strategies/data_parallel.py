@@ -29,8 +29,6 @@ from shardrec_sharding.layout import Segment, TableSharding
 from shardrec_sharding.lookup import LocalLookup, LookupSegment, LookupTable
 from shardrec_sharding.types import DistInput, SequenceInput, TableMaker
 
-SHARDING_TYPE = ShardingType.DATA_PARALLEL
-
 
 class ReplicatedGrads:
     """Sums the gradients of replicated tables over the ranks, row-sparse when that is smaller.
@@ -126,12 +124,17 @@ def replicate(
 class DataParallelSharding:
     """Replicated tables (see module docstring)."""
 
-    sharding_type = SHARDING_TYPE
     carries_errors = False
 
     def __init__(
-        self, tables: Sequence[TableSharding], env: ShardingEnv, make_table: TableMaker
+        self,
+        sharding_type: ShardingType,
+        tables: Sequence[TableSharding],
+        env: ShardingEnv,
+        make_table: TableMaker,
     ) -> None:
+        assert sharding_type is ShardingType.DATA_PARALLEL, sharding_type
+        self.sharding_type: ShardingType = sharding_type
         self.env = env
         lookup_tables = []
         for t in tables:
@@ -190,15 +193,17 @@ class DataParallelSharding:
 class DataParallelSequence:
     """Replicated tables: a local lookup (gradients as for pooled data_parallel)."""
 
-    sharding_type = ShardingType.DATA_PARALLEL
     carries_errors = False
 
     def __init__(
         self,
+        sharding_type: ShardingType,
         tables: Sequence[TableSharding],
         env: ShardingEnv,
         make_table: TableMaker,
     ) -> None:
+        assert sharding_type is ShardingType.DATA_PARALLEL, sharding_type
+        self.sharding_type: ShardingType = sharding_type
         self.env = env
         self.segments: list[Segment] = [s for t in tables for s in t.segments]
         local_tables: list[LookupTable] = []
@@ -241,17 +246,3 @@ class DataParallelSequence:
     def output_dist(self, local: Tensor, dist_input: SequenceInput) -> Awaitable[dict[int, Tensor]]:
         parts = torch.split(local, list(dist_input.counts))
         return NoWait({s.index: p for s, p in zip(self.segments, parts, strict=True)})
-
-
-def build(
-    tables: Sequence[TableSharding], env: ShardingEnv, make_table: TableMaker
-) -> DataParallelSharding:
-    """The data_parallel strategy for `tables` on this rank of `env`."""
-    return DataParallelSharding(tables, env, make_table)
-
-
-def build_sequence(
-    tables: Sequence[TableSharding], env: ShardingEnv, make_table: TableMaker
-) -> DataParallelSequence:
-    """The data_parallel strategy for the `tables` of an EmbeddingCollection."""
-    return DataParallelSequence(tables, env, make_table)
