@@ -17,6 +17,7 @@ from shardrec_collectives.misc import (
     barrier,
     broadcast_,
     split_by_host,
+    timed_all_to_all,
 )
 from shardrec_collectives.pooled import pooled_all_to_all, variable_batch_pooled_all_to_all
 from shardrec_collectives.reduce_scatter import (
@@ -46,6 +47,7 @@ __all__ = [
     "reduce_scatter_pooled",
     "sequence_all_to_all",
     "split_by_host",
+    "timed_all_to_all",
     "variable_batch_pooled_all_to_all",
     "variable_batch_reduce_scatter_pooled",
 ]
