@@ -23,6 +23,7 @@ from shardrec_sharding.types import (
     PooledStrategy,
     SequenceFactory,
     SequenceStrategy,
+    StrategyArgs,
     StrategyFactory,
     TableMaker,
 )
@@ -40,30 +41,31 @@ __all__ = [
 class StrategyDescription:
     """One sharding type's strategy: how it communicates (`summary`) and its engines.
 
-    pooled / sequence: the engine classes; each is built as
-    `engine(sharding_type, tables, env, make_table)`.
+    pooled / sequence: the engine classes; each is built as `engine(StrategyArgs(...))`.
     """
 
     sharding_type: ShardingType
     summary: str
-    pooled: Callable[
-        [ShardingType, Sequence[TableSharding], ShardingEnv, TableMaker], PooledStrategy
-    ]
-    sequence: Callable[
-        [ShardingType, Sequence[TableSharding], ShardingEnv, TableMaker], SequenceStrategy
-    ]
+    pooled: Callable[[StrategyArgs], PooledStrategy]
+    sequence: Callable[[StrategyArgs], SequenceStrategy]
 
     def build(
         self, tables: Sequence[TableSharding], env: ShardingEnv, make_table: TableMaker
     ) -> PooledStrategy:
         """The strategy for the pooled `tables` on this rank of `env`."""
-        return self.pooled(self.sharding_type, tables, env, make_table)
+        args = StrategyArgs(
+            sharding_type=self.sharding_type, tables=tables, env=env, make_table=make_table
+        )
+        return self.pooled(args)
 
     def build_sequence(
         self, tables: Sequence[TableSharding], env: ShardingEnv, make_table: TableMaker
     ) -> SequenceStrategy:
         """The strategy for the `tables` of an EmbeddingCollection on this rank of `env`."""
-        return self.sequence(self.sharding_type, tables, env, make_table)
+        args = StrategyArgs(
+            sharding_type=self.sharding_type, tables=tables, env=env, make_table=make_table
+        )
+        return self.sequence(args)
 
 
 STRATEGIES: tuple[StrategyDescription, ...] = (
