@@ -32,6 +32,7 @@ checkpoint move between the two backends.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -66,7 +67,7 @@ def sparse_update(
     lr = spec.learning_rate if learning_rate is None else learning_rate
     if rows.numel() == 0:
         return
-    _KERNELS[spec.optimizer](spec, weight, state, rows, grads, step, lr)
+    _KERNELS[spec.optimizer](_Args(spec, weight, state, rows, grads, step, lr))
 
 
 def coalesce_rows(ids: Tensor, grads: Tensor) -> tuple[Tensor, Tensor]:
@@ -85,7 +86,19 @@ def coalesce_rows(ids: Tensor, grads: Tensor) -> tuple[Tensor, Tensor]:
     return rows, summed
 
 
-_Kernel = Callable[[FusedOptimSpec, Tensor, Mapping[str, Tensor], Tensor, Tensor, int, float], None]
+class _Args(NamedTuple):
+    """One kernel call: spec, weight `(R, D)`, state, rows `(U,)`, grads `(U, D)`, step, lr."""
+
+    spec: FusedOptimSpec
+    w: Tensor
+    st: Mapping[str, Tensor]
+    rows: Tensor
+    g: Tensor
+    t: int
+    lr: float
+
+
+_Kernel = Callable[[_Args], None]
 
 
 def _add_rows(w: Tensor, rows: Tensor, delta: Tensor) -> None:
@@ -98,27 +111,13 @@ def _add_rows(w: Tensor, rows: Tensor, delta: Tensor) -> None:
     w.index_add_(0, rows, delta)
 
 
-def _sgd(
-    spec: FusedOptimSpec,
-    w: Tensor,
-    st: Mapping[str, Tensor],
-    rows: Tensor,
-    g: Tensor,
-    t: int,
-    lr: float,
-) -> None:
+def _sgd(a: _Args) -> None:
+    w, rows, g, lr = a.w, a.rows, a.g, a.lr
     _add_rows(w, rows, g.mul_(-lr))
 
 
-def _adagrad(
-    spec: FusedOptimSpec,
-    w: Tensor,
-    st: Mapping[str, Tensor],
-    rows: Tensor,
-    g: Tensor,
-    t: int,
-    lr: float,
-) -> None:
+def _adagrad(a: _Args) -> None:
+    spec, w, st, rows, g, lr = a.spec, a.w, a.st, a.rows, a.g, a.lr
     m1 = st["momentum1"]
     m = m1.index_select(0, rows).addcmul_(g, g)
     m1.index_copy_(0, rows, m)
@@ -130,15 +129,8 @@ def _row_sq_mean(g: Tensor) -> Tensor:
     return norms.square_().div_(g.shape[1])
 
 
-def _rowwise_adagrad(
-    spec: FusedOptimSpec,
-    w: Tensor,
-    st: Mapping[str, Tensor],
-    rows: Tensor,
-    g: Tensor,
-    t: int,
-    lr: float,
-) -> None:
+def _rowwise_adagrad(a: _Args) -> None:
+    spec, w, st, rows, g, lr = a.spec, a.w, a.st, a.rows, a.g, a.lr
     m1 = st["momentum1"]
     wd, mode = spec.weight_decay, spec.weight_decay_mode
     decay = wd > 0 and mode is not WeightDecayMode.NONE
@@ -180,15 +172,8 @@ def _moments(
 
 
 def _adam(rowwise_v: bool) -> _Kernel:
-    def kernel(
-        spec: FusedOptimSpec,
-        w: Tensor,
-        st: Mapping[str, Tensor],
-        rows: Tensor,
-        g: Tensor,
-        t: int,
-        lr: float,
-    ) -> None:
+    def kernel(a: _Args) -> None:
+        spec, w, st, rows, g, t, lr = a.spec, a.w, a.st, a.rows, a.g, a.t, a.lr
         upd = _moments(spec, st, rows, g, t, rowwise_v)
         if spec.weight_decay > 0:
             upd.add_(w.index_select(0, rows), alpha=spec.weight_decay)
@@ -198,15 +183,8 @@ def _adam(rowwise_v: bool) -> _Kernel:
 
 
 def _lamb(rowwise_v: bool) -> _Kernel:
-    def kernel(
-        spec: FusedOptimSpec,
-        w: Tensor,
-        st: Mapping[str, Tensor],
-        rows: Tensor,
-        g: Tensor,
-        t: int,
-        lr: float,
-    ) -> None:
+    def kernel(a: _Args) -> None:
+        spec, w, st, rows, g, t, lr = a.spec, a.w, a.st, a.rows, a.g, a.t, a.lr
         r = _moments(spec, st, rows, g, t, rowwise_v)
         w_rows = w.index_select(0, rows)
         if spec.weight_decay > 0:
@@ -219,15 +197,8 @@ def _lamb(rowwise_v: bool) -> _Kernel:
     return kernel
 
 
-def _lars_sgd(
-    spec: FusedOptimSpec,
-    w: Tensor,
-    st: Mapping[str, Tensor],
-    rows: Tensor,
-    g: Tensor,
-    t: int,
-    lr: float,
-) -> None:
+def _lars_sgd(a: _Args) -> None:
+    spec, w, st, rows, g, lr = a.spec, a.w, a.st, a.rows, a.g, a.lr
     m1 = st["momentum1"]
     wd = spec.weight_decay
     w_rows = w.index_select(0, rows)
