@@ -4,8 +4,8 @@
 output, not in how they are put together: check the plan, take each table's weight (unless the
 module is on `meta`) and fused optimizer, let each sharding type's strategy build its lookups,
 and expose the local tables under the unsharded module's names with a sharded state_dict and
-one fused optimizer. Their input_dist starts the same way (`prepare_input`), and the sharders
-differ only in the module they take (`TableSharder`).
+one fused optimizer (`ShardedCollectionBase`). Their input_dist starts the same way, and the
+sharders differ only in the module they take (`TableSharder`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from shardrec_optim import EmbOptimType, FusedOptimSpec, fused_spec_of_param
 from shardrec_planner import EmbeddingComputeKernel, ParameterSharding, ShardingType
 from shardrec_sharding.checks import FeatureChecker
 from shardrec_sharding.fused_optimizer import ShardedFusedOptimizer
-from shardrec_sharding.layout import LocalTable, Segment, TableSharding, check_plan, segments_of
+from shardrec_sharding.layout import LocalTable, TableSharding, check_plan, segments_of
 from shardrec_sharding.lookup import LookupTable
 from shardrec_sharding.state_dict import ShardedStateDict
 from shardrec_sharding.strategies._kjt import expand_variable_batch
@@ -33,10 +33,7 @@ from shardrec_sharding.types import PooledStrategy, SequenceStrategy, TableMaker
 __all__ = [
     "DEFAULT_FUSED_OPTIMIZER",
     "ShardedCollectionBase",
-    "ShardedParts",
     "TableSharder",
-    "assemble",
-    "prepare_input",
     "table_optimizer",
 ]
 
@@ -46,20 +43,6 @@ DEFAULT_FUSED_OPTIMIZER = FusedOptimSpec(optimizer=EmbOptimType.EXACT_SGD)
 
 S = TypeVar("S", PooledStrategy, SequenceStrategy)
 Builder = Callable[[Sequence[TableSharding], ShardingEnv, TableMaker], S]
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
-class ShardedParts(Generic[S]):
-    """The pieces a sharded collection keeps; `modules` holds this rank's local tables."""
-
-    env: ShardingEnv
-    segments: list[Segment]
-    tables: list[TableSharding]
-    strategies: list[S]
-    modules: nn.ModuleDict
-    state: ShardedStateDict
-    fused_optimizer: ShardedFusedOptimizer
-    checker: FeatureChecker
 
 
 def table_optimizer(
@@ -80,128 +63,82 @@ def table_optimizer(
     return DEFAULT_FUSED_OPTIMIZER
 
 
-def assemble(
-    *,
-    module: nn.Module,
-    configs: Sequence[BaseEmbeddingConfig],
-    plan: Mapping[str, ParameterSharding],
-    env: ShardingEnv,
-    device: torch.device | str | None,
-    fused_params: Mapping[str, object] | None,
-    registry: Mapping[
-        ShardingType, Callable[[Sequence[TableSharding], ShardingEnv, TableMaker], S]
-    ],
-    prefix: str,
-    weighted: bool,
-    owner: str,
-) -> ShardedParts[S]:
-    """Build the local lookups of `module`'s `configs` under `plan` on `env`.
-
-    The tables are `module.<prefix>[name].weight` (on `meta` when the module was never
-    materialized: then each shard is initialized from its table config instead); a fused
-    table's optimizer is `table_optimizer`'s. device: where local shards live (default
-    `env.device`). prefix: the module's table container name (`embedding_bags` or
-    `embeddings`), which keys the state_dict. weighted / owner: for the input checks.
-    """
-    if device is not None and torch.device(device) != env.device:
-        env = dataclasses.replace(env, device=torch.device(device))
-    container = getattr(module, prefix)
-    weights: dict[str, Tensor] = {}
-    for c in configs:
-        weight = container[c.name].weight
-        assert isinstance(weight, Tensor)
-        weights[c.name] = weight
-    tables = check_plan(configs, plan, env.world_size, list(registry))
-    full: dict[str, Tensor | None] = {}
-    optimizers: dict[str, FusedOptimSpec] = {}
-    for t in tables:
-        weight = weights[t.name]
-        full[t.name] = None if weight.device.type == "meta" else weight.detach()
-        if t.fused:
-            optimizers[t.name] = table_optimizer(module, weight, fused_params)
-
-    def make_table(table: TableSharding, local: LocalTable) -> LookupTable:
-        weight = full[table.name]
-        return LookupTable(
-            local=local,
-            weight=None if weight is None else local.slice_of(weight),
-            init_fn=table.config.init_weight_,
-            optimizer=optimizers.get(table.name),
-        )
-
-    strategies: list[S] = []
-    for sharding_type, build in registry.items():
-        chosen = [t for t in tables if t.sharding_type is sharding_type]
-        if chosen:
-            strategies.append(build(chosen, env, make_table))
-    by_name: dict[str, nn.Module] = {}
-    for s in strategies:
-        by_name.update(s.lookup.table_modules())
-    state = ShardedStateDict(tables, env, prefix)
-    segments = segments_of(configs)
-    return ShardedParts(
-        env=env,
-        segments=segments,
-        tables=tables,
-        strategies=strategies,
-        # Registered under the unsharded module's names, so `named_parameters()` and the
-        # state_dict keys match it; the lookups themselves are not submodules.
-        modules=nn.ModuleDict({c.name: by_name[c.name] for c in configs if c.name in by_name}),
-        state=state,
-        fused_optimizer=ShardedFusedOptimizer(
-            [(prefix, m.fused_optimizer) for s in strategies for m in s.lookup.fused_modules()],
-            state,
-        ),
-        checker=FeatureChecker(
-            segments,
-            {c.name: c.num_embeddings for c in configs},
-            weighted=weighted,
-            owner=owner,
-        ),
-    )
-
-
-def prepare_input(
-    parts: ShardedParts[S], features: KeyedJaggedTensor | object
-) -> tuple[KeyedJaggedTensor, dict[str, int], BaseException | None]:
-    """The start of every sharded input_dist: check `features` (bad input raises on this rank
-    and a `PeerError` on every other, before any ids move), expand a variable batch, and agree
-    on the error where the first strategy's exchange does not carry it.
-
-    Returns the KJT to send (empty after an error), each feature's position, and the error the
-    first strategy's exchange must carry (or None)."""
-    error = parts.checker.check(features)
-    if not isinstance(features, KeyedJaggedTensor):  # error is set: send nothing
-        features = KeyedJaggedTensor(
-            [],
-            torch.empty(0, dtype=torch.int64),
-            lengths=torch.empty(0, dtype=torch.int32),
-            stride=0,
-        )
-    elif features.variable_stride_per_key() and error is None:
-        features = expand_variable_batch(features)
-    if not parts.strategies[0].carries_errors:
-        agree_on_error(parts.env, error)
-        error = None
-    positions = {} if error is not None else parts.checker.feature_positions(features)
-    return features, positions, error
-
-
 class ShardedCollectionBase(nn.Module, Generic[S]):
     """What a sharded collection keeps and does whatever its strategies' output: the assembled
     parts, the sharded state_dict hooks, the start of input_dist, TorchRec's per-type views,
     the fused optimizer and moving the lookups' state with `.to()`."""
 
-    def __init__(self, parts: ShardedParts[S]) -> None:
+    _prefix: str  # the table container (`embedding_bags` or `embeddings`)
+    _owner: str  # the class name that error messages give
+
+    def __init__(
+        self,
+        module: nn.Module,
+        configs: Sequence[BaseEmbeddingConfig],
+        plan: Mapping[str, ParameterSharding],
+        env: ShardingEnv,
+        device: torch.device | str | None,
+        fused_params: Mapping[str, object] | None,
+        registry: Mapping[
+            ShardingType, Callable[[Sequence[TableSharding], ShardingEnv, TableMaker], S]
+        ],
+    ) -> None:
         super().__init__()
-        self.env = parts.env
-        self._device = parts.env.device
-        self._segments = parts.segments
-        self._parts: ShardedParts[S] = parts
-        self._tables = parts.tables
-        self._strategies: list[S] = parts.strategies
-        self._state = parts.state
-        self._fused_optimizer = parts.fused_optimizer
+        if device is not None and torch.device(device) != env.device:
+            env = dataclasses.replace(env, device=torch.device(device))
+        self.env = env
+        self._device = env.device
+        container = getattr(module, self._prefix)
+        tables = check_plan(configs, plan, env.world_size, list(registry))
+        full: dict[str, Tensor | None] = {}
+        optimizers: dict[str, FusedOptimSpec] = {}
+        for t in tables:
+            weight = container[t.name].weight
+            assert isinstance(weight, Tensor)
+            full[t.name] = None if weight.device.type == "meta" else weight.detach()
+            if t.fused:
+                optimizers[t.name] = table_optimizer(module, weight, fused_params)
+
+        def make_table(table: TableSharding, local: LocalTable) -> LookupTable:
+            weight = full[table.name]
+            return LookupTable(
+                local=local,
+                weight=None if weight is None else local.slice_of(weight),
+                init_fn=table.config.init_weight_,
+                optimizer=optimizers.get(table.name),
+            )
+
+        strategies: list[S] = []
+        for sharding_type, build in registry.items():
+            chosen = [t for t in tables if t.sharding_type is sharding_type]
+            if chosen:
+                strategies.append(build(chosen, env, make_table))
+        by_name: dict[str, nn.Module] = {}
+        for s in strategies:
+            by_name.update(s.lookup.table_modules())
+        # Registered under the unsharded module's names, so `named_parameters()` and the
+        # state_dict keys match it; the lookups themselves are not submodules.
+        modules = nn.ModuleDict({c.name: by_name[c.name] for c in configs if c.name in by_name})
+        setattr(self, self._prefix, modules)
+        self._tables = tables
+        self._strategies: list[S] = strategies
+        self._segments = segments_of(configs)
+        self._state = ShardedStateDict(tables, env, self._prefix)
+        self._fused_optimizer = ShardedFusedOptimizer(
+            [
+                (self._prefix, m.fused_optimizer)
+                for s in strategies
+                for m in s.lookup.fused_modules()
+            ],
+            self._state,
+        )
+        is_weighted = getattr(module, "is_weighted", None)
+        self._checker = FeatureChecker(
+            self._segments,
+            {c.name: c.num_embeddings for c in configs},
+            weighted=bool(is_weighted()) if callable(is_weighted) else False,
+            owner=self._owner,
+        )
         # Both are untyped in torch's stubs.
         self._register_state_dict_hook(self._state.to_sharded)  # type: ignore[no-untyped-call]
         self.register_load_state_dict_pre_hook(self._state.to_local)  # type: ignore[no-untyped-call]
@@ -209,9 +146,27 @@ class ShardedCollectionBase(nn.Module, Generic[S]):
     def _send_features(
         self, features: KeyedJaggedTensor | object
     ) -> tuple[KeyedJaggedTensor, list[Awaitable[object]]]:
-        """Start every strategy's input_dist (`prepare_input` first); returns the KJT sent and
-        one pending exchange per strategy."""
-        kjt, positions, error = prepare_input(self._parts, features)
+        """Start every strategy's input_dist; returns the KJT sent and one pending exchange per
+        strategy.
+
+        First check `features` (bad input raises on this rank and a `PeerError` on every other,
+        before any ids move), expand a variable batch, and agree on the error where the first
+        strategy's exchange does not carry it."""
+        error = self._checker.check(features)
+        if not isinstance(features, KeyedJaggedTensor):  # error is set: send nothing
+            features = KeyedJaggedTensor(
+                [],
+                torch.empty(0, dtype=torch.int64),
+                lengths=torch.empty(0, dtype=torch.int32),
+                stride=0,
+            )
+        elif features.variable_stride_per_key() and error is None:
+            features = expand_variable_batch(features)
+        if not self._strategies[0].carries_errors:
+            agree_on_error(self.env, error)
+            error = None
+        kjt = features
+        positions = {} if error is not None else self._checker.feature_positions(kjt)
         pending: list[Awaitable[object]] = [
             s.input_dist(kjt, positions, error if k == 0 else None)  # type: ignore[misc]  # S's input types differ; each strategy returns its own
             for k, s in enumerate(self._strategies)

@@ -13,13 +13,13 @@ from collections.abc import Mapping
 from typing import cast
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from shardrec_collectives import Awaitable, LazyAwaitable, ShardingEnv
 from shardrec_embedding import EmbeddingCollection, EmbeddingConfig
 from shardrec_jagged import JaggedTensor, KeyedJaggedTensor
 from shardrec_planner import ParameterSharding
-from shardrec_sharding._assembly import ShardedCollectionBase, TableSharder, assemble
+from shardrec_sharding._assembly import ShardedCollectionBase, TableSharder
 from shardrec_sharding.registry import SEQUENCE_STRATEGIES
 from shardrec_sharding.types import SequenceInput, SequenceStrategy
 
@@ -45,6 +45,10 @@ class ShardedEmbeddingCollection(ShardedCollectionBase[SequenceStrategy]):
     type must share one column block width (one all-to-all returns all their rows).
     """
 
+    _prefix = "embeddings"
+    _owner = _OWNER
+    embeddings: nn.ModuleDict
+
     def __init__(
         self,
         module: EmbeddingCollection,
@@ -56,22 +60,9 @@ class ShardedEmbeddingCollection(ShardedCollectionBase[SequenceStrategy]):
         if not isinstance(module, EmbeddingCollection):
             raise TypeError(f"{_OWNER} shards an EmbeddingCollection, got {type(module).__name__}")
         configs: list[EmbeddingConfig] = module.embedding_configs()
-        parts = assemble(
-            module=module,
-            configs=configs,
-            plan=plan,
-            env=env,
-            device=device,
-            fused_params=fused_params,
-            registry=SEQUENCE_STRATEGIES,
-            prefix="embeddings",
-            weighted=False,
-            owner=_OWNER,
-        )
-        super().__init__(parts)
+        super().__init__(module, configs, plan, env, device, fused_params, SEQUENCE_STRATEGIES)
         self._configs = configs
         self._need_indices = module.need_indices()
-        self.embeddings = parts.modules
 
     def input_dist(self, features: KeyedJaggedTensor | object) -> Awaitable[ShardedSequenceInput]:
         """Send every id to the ranks that hold its row; bad input raises on every rank."""

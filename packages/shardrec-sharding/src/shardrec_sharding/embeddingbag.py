@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import cast
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from shardrec_collectives import Awaitable, LazyAwaitable, ShardingEnv
 from shardrec_embedding import EmbeddingBagCollection, EmbeddingBagConfig
@@ -30,7 +30,6 @@ from shardrec_sharding._assembly import (
     DEFAULT_FUSED_OPTIMIZER,
     ShardedCollectionBase,
     TableSharder,
-    assemble,
     table_optimizer,
 )
 from shardrec_sharding.registry import POOLED_STRATEGIES
@@ -76,6 +75,10 @@ class ShardedEmbeddingBagCollection(ShardedCollectionBase[PooledStrategy]):
     tables appear as `ShardedTensor`s.
     """
 
+    _prefix = "embedding_bags"
+    _owner = _OWNER
+    embedding_bags: nn.ModuleDict
+
     def __init__(
         self,
         module: PooledModule,
@@ -89,22 +92,9 @@ class ShardedEmbeddingBagCollection(ShardedCollectionBase[PooledStrategy]):
                 f"{_OWNER} shards an EmbeddingBagCollection, got {type(module).__name__}"
             )
         configs: list[EmbeddingBagConfig] = module.embedding_bag_configs()
-        parts = assemble(
-            module=module,
-            configs=configs,
-            plan=plan,
-            env=env,
-            device=device,
-            fused_params=fused_params,
-            registry=POOLED_STRATEGIES,
-            prefix="embedding_bags",
-            weighted=module.is_weighted(),
-            owner=_OWNER,
-        )
-        super().__init__(parts)
+        super().__init__(module, configs, plan, env, device, fused_params, POOLED_STRATEGIES)
         self._configs = configs
         self._is_weighted = module.is_weighted()
-        self.embedding_bags = parts.modules
         self._permutation = self._output_permutation()
 
     def _output_permutation(self) -> Tensor | None:
