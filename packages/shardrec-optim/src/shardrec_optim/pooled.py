@@ -40,7 +40,7 @@ from shardrec_optim.spec import FusedOptimSpec
 CHUNK_BYTES = 4 << 20
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@dataclasses.dataclass(frozen=True)
 class PooledGrad:
     """One fused update from a pooled lookup's backward: what every kernel reads.
 

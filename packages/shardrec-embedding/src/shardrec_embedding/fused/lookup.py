@@ -131,16 +131,8 @@ def fused_update(
     backend: see `shardrec_optim.Backend`; a forced backend that cannot run this update raises
     ValueError naming why.
     """
+    mean = pooling is PoolingType.MEAN
     grad = PooledGrad(
-        spec=spec,
-        weight=weight,
-        state=state,
-        ids=ids,
-        offsets=offsets,
-        per_sample_weights=per_sample_weights,
-        mean=pooling is PoolingType.MEAN,
-        grad_out=grad_out,
-        learning_rate=learning_rate,
-        step=step,
+        spec, weight, state, ids, offsets, per_sample_weights, mean, grad_out, learning_rate, step
     )
     pooled_update(grad, kernels=KERNELS, backend=backend)
