@@ -28,6 +28,7 @@ from shardrec_embedding.quant.rowwise import (
     row_bytes,
     scale_bias,
 )
+from shardrec_embedding.quant.split_lookup import ShardedPooledLookup, ShardedSequenceLookup
 
 __all__ = [
     "QUANT_DATA_TYPES",
@@ -40,6 +41,8 @@ __all__ = [
     "ScriptablePooledLookup",
     "SegmentMeta",
     "SequenceLookup",
+    "ShardedPooledLookup",
+    "ShardedSequenceLookup",
     "check_kjt_input",
     "check_segment_ids",
     "dequantize",
