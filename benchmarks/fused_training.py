@@ -22,11 +22,10 @@ from typing import NamedTuple
 import torch
 
 from shardrec_embedding.configs import EmbeddingBagConfig
-from shardrec_embedding.fused import FusedEmbeddingBagCollection, fbgemm_backward
-from shardrec_embedding.fused import lookup as fused_lookup
-from shardrec_embedding.fused.native_backward import native_backward_unsupported
+from shardrec_embedding.fused import KERNELS, FusedEmbeddingBagCollection
+from shardrec_embedding.fused.kernels import native_backward_unsupported
 from shardrec_jagged import KeyedJaggedTensor
-from shardrec_optim import EmbOptimType, FusedOptimSpec, state_shapes
+from shardrec_optim import EmbOptimType, FusedOptimSpec, fbgemm_kernels, state_shapes
 
 OPTIMIZERS = [
     # (ours, TorchRec optimizer class name in torch.optim / torchrec.optim, its kwargs)
@@ -141,18 +140,14 @@ def ours_step(
 
     def step(i: int) -> None:
         out = model(kjts[i % len(kjts)]).values()
-        # The probes are looked up at call time: patch them for this backward only.
-        saved_fbgemm = fbgemm_backward.fbgemm_tbe_available
-        saved_native = fused_lookup.native_backward_unsupported
-        if "fbgemm" in hide:
-            fbgemm_backward.fbgemm_tbe_available = lambda: False  # type: ignore[assignment]
-        if "native" in hide:
-            fused_lookup.native_backward_unsupported = lambda *a: "hidden"  # type: ignore[assignment]
+        # The kernel table is read at call time: take backends out for this backward only.
+        saved = dict(KERNELS)
+        for name in hide:
+            KERNELS.pop(name, None)
         try:
             out.backward(grad)
         finally:
-            fbgemm_backward.fbgemm_tbe_available = saved_fbgemm
-            fused_lookup.native_backward_unsupported = saved_native
+            KERNELS.update(saved)
 
     return step
 
@@ -209,6 +204,7 @@ def profile(spec: FusedOptimSpec, step: Callable[[int], None]) -> None:
     for key in (
         "fused.native_backward",
         "fused.fbgemm_backward",
+        "fused.torch_backward",
         "fused.sort_unique",
         "fused.segment_sum",
         "fused.optimizer_update",
@@ -272,7 +268,7 @@ def main() -> None:
         step = ours_step(spec, cfgs, data, grad)
         steps = {"ours": step}
         native = native_backward_unsupported(spec, grad, grad, None) is None
-        fbgemm = fbgemm_backward.fbgemm_applies(spec, grad, grad, None)
+        fbgemm = fbgemm_kernels.fbgemm_applies(spec, grad, grad, None)
         if native and fbgemm:
             steps["no-native"] = ours_step(spec, cfgs, data, grad, hide=("native",))
         if native or fbgemm:

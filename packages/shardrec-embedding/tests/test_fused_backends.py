@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from shardrec_embedding.configs import PoolingType
-from shardrec_embedding.fused import fbgemm_backward
 from shardrec_embedding.fused import lookup as lookup_module
 from shardrec_embedding.fused.lookup import fused_update
 from shardrec_optim import EmbOptimType, FusedOptimSpec, WeightDecayMode, init_state
+from shardrec_optim import fbgemm_kernels as fbgemm_backward
 
 
 def _fbgemm_or_skip() -> None:
@@ -153,7 +153,7 @@ def test_without_fbgemm_auto_falls_back_to_torch_and_logs_once(
 ) -> None:
     monkeypatch.setitem(sys.modules, "fbgemm_gpu", None)  # makes `import fbgemm_gpu` fail
     # "auto" prefers the native kernels where they apply; take them out to reach fbgemm.
-    monkeypatch.setattr(lookup_module, "native_backward_unsupported", lambda *a: "off")
+    monkeypatch.delitem(lookup_module.KERNELS, "native")
     fbgemm_backward.fbgemm_tbe_available.cache_clear()
     try:
         spec = SPECS[0]

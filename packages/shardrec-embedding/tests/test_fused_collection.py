@@ -9,7 +9,6 @@ from collections.abc import Callable
 import pytest
 import torch
 
-import shardrec_embedding.fused.lookup as fused_lookup
 from shardrec_embedding.configs import DataType, EmbeddingBagConfig, PoolingType
 from shardrec_embedding.embedding_bag_collection import EmbeddingBagCollection
 from shardrec_embedding.fused import FusedEmbeddingBagCollection
@@ -22,6 +21,7 @@ from shardrec_optim import (
     WarmupStage,
     in_backward_optimizer_filter,
     init_state,
+    pooled,
     sparse_update,
 )
 
@@ -207,7 +207,7 @@ def test_many_chunks_equal_one_chunk(
     gen = torch.Generator().manual_seed(3)
     kjt = _batch(gen, 8, weighted=True, dup=dup)
     _loss(a(kjt).values()).backward()
-    monkeypatch.setattr(fused_lookup, "CHUNK_BYTES", 16)  # one or two rows per chunk
+    monkeypatch.setattr(pooled, "CHUNK_BYTES", 16)  # one or two rows per chunk
     _loss(b(kjt).values()).backward()
     _assert_same_weights(a, b)
 

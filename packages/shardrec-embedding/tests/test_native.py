@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -30,7 +31,7 @@ from shardrec_embedding._native import (
 from shardrec_embedding.fused import lookup as lookup_module
 from shardrec_embedding.fused.lookup import fused_update
 from shardrec_jagged import KeyedJaggedTensor
-from shardrec_optim import EmbOptimType, FusedOptimSpec, WeightDecayMode, init_state
+from shardrec_optim import EmbOptimType, FusedOptimSpec, PooledKernel, WeightDecayMode, init_state
 from shardrec_testing import assert_close, seeded_generator
 
 needs_native = pytest.mark.skipif(
@@ -365,10 +366,11 @@ def test_auto_backend_takes_native_and_batches_grow_the_scratch(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     calls: list[int] = []
-    real = lookup_module.native_update
-    monkeypatch.setattr(lookup_module, "native_update", lambda *a: calls.append(1) or real(*a))
+    native = lookup_module.KERNELS["native"]
+    counting = dataclasses.replace(native, update=lambda *a: calls.append(1) or native.update(*a))
+    monkeypatch.setitem(lookup_module.KERNELS, "native", counting)
     # where fbgemm's kernel runs, auto prefers it for rowwise Adagrad (the next test)
-    monkeypatch.setattr(lookup_module, "fbgemm_applies", lambda *a: False)
+    monkeypatch.delitem(lookup_module.KERNELS, "fbgemm")
     spec = NATIVE_SPECS[2]
     weight, reference = torch.zeros(30, 4), torch.zeros(30, 4)
     state, ref_state = init_state(spec.optimizer, 30, 4), init_state(spec.optimizer, 30, 4)
@@ -386,9 +388,14 @@ def test_auto_prefers_fbgemm_for_rowwise_adagrad_where_it_runs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     taken: list[str] = []
-    monkeypatch.setattr(lookup_module, "fbgemm_applies", lambda *a: True)
-    monkeypatch.setattr(lookup_module, "fbgemm_update", lambda *a, **k: taken.append("fbgemm"))
-    monkeypatch.setattr(lookup_module, "native_update", lambda *a, **k: taken.append("native"))
+    fbgemm = PooledKernel(unsupported=lambda *a: None, update=lambda *a: taken.append("fbgemm"))
+    native = lookup_module.KERNELS["native"]
+    monkeypatch.setitem(lookup_module.KERNELS, "fbgemm", fbgemm)
+    monkeypatch.setitem(
+        lookup_module.KERNELS,
+        "native",
+        dataclasses.replace(native, update=lambda *a: taken.append("native")),
+    )
     for optimizer in (EmbOptimType.EXACT_ROWWISE_ADAGRAD, EmbOptimType.EXACT_SGD):
         spec = FusedOptimSpec(optimizer=optimizer, learning_rate=0.1)
         ids, offsets, psw, grad_out = _fused_batch(1, 10, 4, bags=5, weighted=False)

@@ -199,9 +199,9 @@ def _batch(rank: int, step: int) -> KeyedJaggedTensor:
 def step_syncs(ctx: RankContext, kind: str) -> list[tuple[tuple[str, str], int]]:
     """Train 3 steps; return the sync sites of the last (steady-state) step with counts."""
     # The GPU path: fbgemm's CPU kernels (used here when installed) never run on a GPU.
-    fused_lookup.fbgemm_applies = lambda *args: False
+    fused_lookup.KERNELS.pop("fbgemm", None)
     # Nor do the native CPU kernels (shardrec_embedding._native).
-    fused_lookup.native_backward_unsupported = lambda *args: "the GPU path"
+    fused_lookup.KERNELS.pop("native", None)
     env = ShardingEnv.from_process_group(ctx.pg)
     configs = [
         EmbeddingBagConfig(name=n, num_embeddings=r, embedding_dim=d, feature_names=f)
@@ -238,14 +238,14 @@ KEYS = ("tolist", "shardrec_jagged/_torch_kernels.py:length_per_key")  # input's
 HEADER = ("tolist", "shardrec_collectives/kjt_all_to_all.py:kjt_all_to_all")  # split sizes
 BUCKETS = ("tolist", "shardrec_sharding/strategies/_bucketize.py:__call__")  # per-rank counts
 AGREE = ("tolist", "shardrec_collectives/errors.py:agree_on_error")  # no all-to-all to carry it
-SEGMENTS = ("unique", "shardrec_embedding/fused/lookup.py:torch_update")  # unique rows (torch)
+SEGMENTS = ("unique", "shardrec_optim/pooled.py:torch_update")  # unique rows (torch)
 DP_ROWS = ("unique", "shardrec_sharding/strategies/data_parallel.py:reduce")  # touched rows
 DP_COUNTS = ("tolist", "shardrec_sharding/strategies/data_parallel.py:reduce")  # per-rank rows
 # CPU only, per fused group: backward processes rows in cache-sized chunks whose bounds are
 # read on the host.
 CPU_CHUNKS = [
-    ("tolist", "shardrec_embedding/fused/lookup.py:torch_update"),
-    ("host_to_device", "shardrec_embedding/fused/lookup.py:torch_update"),
+    ("tolist", "shardrec_optim/pooled.py:torch_update"),
+    ("host_to_device", "shardrec_optim/pooled.py:torch_update"),
 ]
 # CPU only: the range check first tries one aminmax (ids here exceed the smallest table, so
 # the per-id check runs too).

@@ -43,6 +43,7 @@ from shardrec_collectives.misc import (
     barrier,
     broadcast_,
     split_by_host,
+    timed_all_to_all,
 )
 from shardrec_collectives.pooled import pooled_all_to_all, variable_batch_pooled_all_to_all
 from shardrec_collectives.reduce_scatter import (
@@ -97,6 +98,7 @@ __all__ = [
     "sequence_all_to_all",
     "sequence_all_to_all_by_counts",
     "split_by_host",
+    "timed_all_to_all",
     "variable_batch_pooled_all_to_all",
     "variable_batch_reduce_scatter_pooled",
 ]

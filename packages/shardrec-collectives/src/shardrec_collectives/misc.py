@@ -4,6 +4,7 @@ dense all-reduce, broadcast of initial weights, barriers, object exchange, per-h
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import torch
 import torch.distributed as dist
@@ -61,6 +62,30 @@ def barrier(env: ShardingEnv) -> None:
     """Return once every rank has called `barrier` (nothing is exchanged)."""
     if env.world_size > 1:
         dist.barrier(group=env.require_pg())
+
+
+def timed_all_to_all(env: ShardingEnv, numel: int, repeats: int) -> list[float]:
+    """Seconds of each of `repeats` timed `all_to_all_single` calls (for calibration).
+
+    Every rank sends `numel / world` float32 values to each rank (itself included) and receives
+    as many: send, recv `(numel,)`, `numel` a multiple of `world_size`. One untimed call first
+    (gloo sets connections up lazily); the ranks meet at a barrier before each timed call, so
+    each time is one exchange, not a wait for a late peer.
+    """
+    world = env.world_size
+    if numel <= 0 or numel % world:
+        raise ValueError(f"numel must be a positive multiple of world_size={world}, got {numel}")
+    pg = env.require_pg()
+    send = torch.ones(numel, device=env.device)
+    recv = torch.empty(numel, device=env.device)
+    dist.all_to_all_single(recv, send, group=pg)
+    times: list[float] = []
+    for _ in range(repeats):
+        dist.barrier(group=pg)
+        start = time.perf_counter()
+        dist.all_to_all_single(recv, send, group=pg)
+        times.append(time.perf_counter() - start)
+    return times
 
 
 def all_gather_object(env: ShardingEnv, obj: object) -> list[object]:

@@ -36,7 +36,6 @@ from shardrec_embedding.feature_processors import (
 from shardrec_embedding.fused import (
     BatchedFusedEmbeddingBag,
     FusedEmbeddingBagCollection,
-    FusedEmbeddingOptimizer,
     FusedTableSpec,
 )
 from shardrec_embedding.module_utils import construct_jagged_tensors, deterministic_dedup
@@ -69,7 +68,6 @@ __all__ = [
     "FeatureProcessorDictWrapper",
     "FeatureProcessorsCollection",
     "FusedEmbeddingBagCollection",
-    "FusedEmbeddingOptimizer",
     "FusedTableSpec",
     "GradWorkspace",
     "KTRegroupAsDict",

@@ -5,16 +5,7 @@ rows and the optimizer-state rows in place; rows not listed are left alone (lazy
 fbgemm's TBE does). Legend: `weight: (R, D)`, `rows: (U,)` unique int64 row ids,
 `grads: (U, D)` the summed gradient of each listed row.
 
-State per optimizer (`R` rows, `D` columns; "rowwise" state has one value per row):
-
-| optimizer                        | momentum1 | momentum2 |
-|----------------------------------|-----------|-----------|
-| SGD, EXACT_SGD                   | -         | -         |
-| EXACT_ADAGRAD                    | (R, D)    | -         |
-| (EXACT_)ROWWISE_ADAGRAD          | (R,)      | -         |
-| ADAM, LAMB                       | (R, D)    | (R, D)    |
-| PARTIAL_ROWWISE_ADAM / _LAMB     | (R, D)    | (R,)      |
-| LARS_SGD                         | (R, D)    | -         |
+The state each optimizer keeps (names, shapes) is its rule in `rules.py`.
 
 Formulas (`t` = 1-based step count of the state, `g` the coalesced row gradient, `w` the row):
 
@@ -41,52 +32,13 @@ checkpoint move between the two backends.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
 from shardrec_optim.spec import FusedOptimSpec
 from shardrec_optim.types import EmbOptimType, WeightDecayMode
-
-OptimState = dict[str, Tensor]
-"""Optimizer state of one weight: `"momentum1"` / `"momentum2"` -> tensor (see module table)."""
-
-# (name, rowwise) of each state tensor, in fbgemm's order.
-_STATE_LAYOUT: Mapping[EmbOptimType, tuple[tuple[str, bool], ...]] = {
-    EmbOptimType.SGD: (),
-    EmbOptimType.EXACT_SGD: (),
-    EmbOptimType.EXACT_ADAGRAD: (("momentum1", False),),
-    EmbOptimType.EXACT_ROWWISE_ADAGRAD: (("momentum1", True),),
-    EmbOptimType.ROWWISE_ADAGRAD: (("momentum1", True),),
-    EmbOptimType.ADAM: (("momentum1", False), ("momentum2", False)),
-    EmbOptimType.PARTIAL_ROWWISE_ADAM: (("momentum1", False), ("momentum2", True)),
-    EmbOptimType.LAMB: (("momentum1", False), ("momentum2", False)),
-    EmbOptimType.PARTIAL_ROWWISE_LAMB: (("momentum1", False), ("momentum2", True)),
-    EmbOptimType.LARS_SGD: (("momentum1", False),),
-}
-
-
-def state_shapes(
-    optimizer: EmbOptimType | str, num_rows: int, dim: int
-) -> dict[str, tuple[int, ...]]:
-    """Shape of each state tensor `optimizer` keeps for a `(num_rows, dim)` weight."""
-    layout = _STATE_LAYOUT[EmbOptimType(optimizer)]
-    return {name: (num_rows,) if rowwise else (num_rows, dim) for name, rowwise in layout}
-
-
-def init_state(
-    optimizer: EmbOptimType | str,
-    num_rows: int,
-    dim: int,
-    *,
-    dtype: torch.dtype = torch.float32,
-    device: torch.device | str | None = None,
-) -> OptimState:
-    """Zero-initialized optimizer state for a `(num_rows, dim)` weight."""
-    return {
-        name: torch.zeros(shape, dtype=dtype, device=device)
-        for name, shape in state_shapes(optimizer, num_rows, dim).items()
-    }
 
 
 def sparse_update(
@@ -104,7 +56,7 @@ def sparse_update(
     Args:
         spec: optimizer and hyper-parameters.
         weight: `(R, D)` table (or concatenation of tables); updated in place.
-        state: from `init_state(spec.optimizer, R, D)`; updated in place.
+        state: from `rules.init_state(spec.optimizer, R, D)`; updated in place.
         rows: `(U,)` int64, *unique* row ids (the caller coalesces, see `coalesce_rows`).
         grads: `(U, D)` summed gradient per row. Used as scratch: its content is destroyed.
         step: 1-based count of steps taken with this state (bias correction of Adam/LAMB).
@@ -115,7 +67,7 @@ def sparse_update(
     lr = spec.learning_rate if learning_rate is None else learning_rate
     if rows.numel() == 0:
         return
-    _KERNELS[spec.optimizer](spec, weight, state, rows, grads, step, lr)
+    _KERNELS[spec.optimizer](_Args(spec, weight, state, rows, grads, step, lr))
 
 
 def coalesce_rows(ids: Tensor, grads: Tensor) -> tuple[Tensor, Tensor]:
@@ -134,7 +86,19 @@ def coalesce_rows(ids: Tensor, grads: Tensor) -> tuple[Tensor, Tensor]:
     return rows, summed
 
 
-_Kernel = Callable[[FusedOptimSpec, Tensor, Mapping[str, Tensor], Tensor, Tensor, int, float], None]
+class _Args(NamedTuple):
+    """One kernel call: spec, weight `(R, D)`, state, rows `(U,)`, grads `(U, D)`, step, lr."""
+
+    spec: FusedOptimSpec
+    w: Tensor
+    st: Mapping[str, Tensor]
+    rows: Tensor
+    g: Tensor
+    t: int
+    lr: float
+
+
+_Kernel = Callable[[_Args], None]
 
 
 def _add_rows(w: Tensor, rows: Tensor, delta: Tensor) -> None:
@@ -147,27 +111,13 @@ def _add_rows(w: Tensor, rows: Tensor, delta: Tensor) -> None:
     w.index_add_(0, rows, delta)
 
 
-def _sgd(
-    spec: FusedOptimSpec,
-    w: Tensor,
-    st: Mapping[str, Tensor],
-    rows: Tensor,
-    g: Tensor,
-    t: int,
-    lr: float,
-) -> None:
+def _sgd(a: _Args) -> None:
+    w, rows, g, lr = a.w, a.rows, a.g, a.lr
     _add_rows(w, rows, g.mul_(-lr))
 
 
-def _adagrad(
-    spec: FusedOptimSpec,
-    w: Tensor,
-    st: Mapping[str, Tensor],
-    rows: Tensor,
-    g: Tensor,
-    t: int,
-    lr: float,
-) -> None:
+def _adagrad(a: _Args) -> None:
+    spec, w, st, rows, g, lr = a.spec, a.w, a.st, a.rows, a.g, a.lr
     m1 = st["momentum1"]
     m = m1.index_select(0, rows).addcmul_(g, g)
     m1.index_copy_(0, rows, m)
@@ -179,15 +129,8 @@ def _row_sq_mean(g: Tensor) -> Tensor:
     return norms.square_().div_(g.shape[1])
 
 
-def _rowwise_adagrad(
-    spec: FusedOptimSpec,
-    w: Tensor,
-    st: Mapping[str, Tensor],
-    rows: Tensor,
-    g: Tensor,
-    t: int,
-    lr: float,
-) -> None:
+def _rowwise_adagrad(a: _Args) -> None:
+    spec, w, st, rows, g, lr = a.spec, a.w, a.st, a.rows, a.g, a.lr
     m1 = st["momentum1"]
     wd, mode = spec.weight_decay, spec.weight_decay_mode
     decay = wd > 0 and mode is not WeightDecayMode.NONE
@@ -229,15 +172,8 @@ def _moments(
 
 
 def _adam(rowwise_v: bool) -> _Kernel:
-    def kernel(
-        spec: FusedOptimSpec,
-        w: Tensor,
-        st: Mapping[str, Tensor],
-        rows: Tensor,
-        g: Tensor,
-        t: int,
-        lr: float,
-    ) -> None:
+    def kernel(a: _Args) -> None:
+        spec, w, st, rows, g, t, lr = a.spec, a.w, a.st, a.rows, a.g, a.t, a.lr
         upd = _moments(spec, st, rows, g, t, rowwise_v)
         if spec.weight_decay > 0:
             upd.add_(w.index_select(0, rows), alpha=spec.weight_decay)
@@ -247,15 +183,8 @@ def _adam(rowwise_v: bool) -> _Kernel:
 
 
 def _lamb(rowwise_v: bool) -> _Kernel:
-    def kernel(
-        spec: FusedOptimSpec,
-        w: Tensor,
-        st: Mapping[str, Tensor],
-        rows: Tensor,
-        g: Tensor,
-        t: int,
-        lr: float,
-    ) -> None:
+    def kernel(a: _Args) -> None:
+        spec, w, st, rows, g, t, lr = a.spec, a.w, a.st, a.rows, a.g, a.t, a.lr
         r = _moments(spec, st, rows, g, t, rowwise_v)
         w_rows = w.index_select(0, rows)
         if spec.weight_decay > 0:
@@ -268,15 +197,8 @@ def _lamb(rowwise_v: bool) -> _Kernel:
     return kernel
 
 
-def _lars_sgd(
-    spec: FusedOptimSpec,
-    w: Tensor,
-    st: Mapping[str, Tensor],
-    rows: Tensor,
-    g: Tensor,
-    t: int,
-    lr: float,
-) -> None:
+def _lars_sgd(a: _Args) -> None:
+    spec, w, st, rows, g, lr = a.spec, a.w, a.st, a.rows, a.g, a.lr
     m1 = st["momentum1"]
     wd = spec.weight_decay
     w_rows = w.index_select(0, rows)

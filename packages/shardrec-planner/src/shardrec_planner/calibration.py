@@ -24,6 +24,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from shardrec_collectives import ShardingEnv, timed_all_to_all
+
 CALIBRATION_FORMAT = "shardrec-calibration/1"
 
 
@@ -90,22 +92,17 @@ def _free_port() -> int:
 def _all_to_all_worker(
     rank: int, world: int, port: int, nbytes: int, repeats: int, out: str
 ) -> None:
-    # COLLECTIVE (measurement only): every rank sends nbytes / world to each peer with
-    # all_to_all_single and receives as much. It lives here, not in shardrec-collectives,
-    # because it times gloo itself rather than moving model data.
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    # The rendezvous address is an argument (tcp:// init), not environment variables: this
+    # process is a measurement worker, not an entry point.
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+    )
     try:
+        pg = dist.group.WORLD
+        assert isinstance(pg, dist.ProcessGroup)
+        env = ShardingEnv.from_process_group(pg, device="cpu")
         n = max(world, nbytes // 4 // world * world)
-        send, recv = torch.ones(n), torch.empty(n)
-        dist.all_to_all_single(recv, send)  # warm-up: connections are set up lazily
-        times = []
-        for _ in range(repeats):
-            dist.barrier()
-            start = time.perf_counter()
-            dist.all_to_all_single(recv, send)
-            times.append(time.perf_counter() - start)
+        times = timed_all_to_all(env, n, repeats)
         if rank == 0:
             sent = n * 4 * (world - 1) / world
             pathlib.Path(out).write_text(str(sent / statistics.median(times)))

@@ -16,6 +16,7 @@ from shardrec_sharding.embeddingbag import (
     ShardedEmbeddingBagCollection,
     ShardedInput,
 )
+from shardrec_sharding.fused_optimizer import ShardedFusedOptimizer
 from shardrec_sharding.layout import LocalTable, Segment, Shard, TableSharding, check_plan
 from shardrec_sharding.quant import (
     QuantEmbeddingBagCollectionSharder,
@@ -25,7 +26,7 @@ from shardrec_sharding.quant import (
     shard_quant_model,
 )
 from shardrec_sharding.registry import POOLED_STRATEGIES, SEQUENCE_STRATEGIES, strategy_for
-from shardrec_sharding.state_dict import ShardedFusedOptimizer, ShardedStateDict
+from shardrec_sharding.state_dict import ShardedStateDict
 from shardrec_sharding.types import (
     DistInput,
     PooledStrategy,

@@ -1,10 +1,11 @@
-"""What every sharded collection builds from (module, plan, env): its local lookups and their state.
+"""What every sharded collection builds from (module, plan, env), and the steps its phases share.
 
 `ShardedEmbeddingBagCollection` and `ShardedEmbeddingCollection` differ in their strategies and
-forward, not in how they are put together: check the plan, take each table's weight (unless the
+output, not in how they are put together: check the plan, take each table's weight (unless the
 module is on `meta`) and fused optimizer, let each sharding type's strategy build its lookups,
 and expose the local tables under the unsharded module's names with a sharded state_dict and
-one fused optimizer.
+one fused optimizer (`ShardedCollectionBase`). Their input_dist starts the same way, and the
+sharders differ only in the module they take (`TableSharder`).
 """
 
 from __future__ import annotations
@@ -13,89 +14,247 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Generic, TypeVar
 
+import torch
 from torch import Tensor, nn
 
-from shardrec_collectives import ShardingEnv
+from shardrec_collectives import Awaitable, ShardingEnv, agree_on_error
 from shardrec_embedding import BaseEmbeddingConfig
-from shardrec_optim import FusedOptimSpec
-from shardrec_planner import ParameterSharding, ShardingType
-from shardrec_sharding.layout import LocalTable, TableSharding, check_plan
+from shardrec_jagged import KeyedJaggedTensor
+from shardrec_optim import EmbOptimType, FusedOptimSpec, fused_spec_of_param
+from shardrec_planner import EmbeddingComputeKernel, ParameterSharding, ShardingType
+from shardrec_sharding.checks import FeatureChecker
+from shardrec_sharding.fused_optimizer import ShardedFusedOptimizer
+from shardrec_sharding.layout import LocalTable, TableSharding, check_plan, segments_of
 from shardrec_sharding.lookup import LookupTable
-from shardrec_sharding.state_dict import ShardedFusedOptimizer, ShardedStateDict
+from shardrec_sharding.state_dict import ShardedStateDict
+from shardrec_sharding.strategies._kjt import expand_variable_batch
 from shardrec_sharding.types import PooledStrategy, SequenceStrategy, TableMaker
 
-__all__ = ["ShardedParts", "assemble"]
+__all__ = [
+    "DEFAULT_FUSED_OPTIMIZER",
+    "ShardedCollectionBase",
+    "TableSharder",
+    "table_optimizer",
+]
+
+DEFAULT_FUSED_OPTIMIZER = FusedOptimSpec(optimizer=EmbOptimType.EXACT_SGD)
+"""What a fused table trains with when neither `fused_params` nor
+`apply_optimizer_in_backward` chose an optimizer (TorchRec's default: exact SGD, lr 0.01)."""
 
 S = TypeVar("S", PooledStrategy, SequenceStrategy)
 Builder = Callable[[Sequence[TableSharding], ShardingEnv, TableMaker], S]
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
-class ShardedParts(Generic[S]):
-    """The pieces a sharded collection keeps; `modules` holds this rank's local tables."""
+def table_optimizer(
+    module: nn.Module, weight: Tensor, fused_params: Mapping[str, object] | None
+) -> FusedOptimSpec:
+    """The fused optimizer of one table: `apply_optimizer_in_backward` on its weight first,
+    then a FusedEmbeddingBagCollection's own optimizer, then the sharder's `fused_params`."""
+    spec = fused_spec_of_param(weight)
+    if spec is not None:
+        return spec
+    own = getattr(module, "optimizer_spec", None)
+    if callable(own):
+        found = own()
+        if isinstance(found, FusedOptimSpec):
+            return found
+    if fused_params:
+        return FusedOptimSpec.from_fused_params(fused_params)
+    return DEFAULT_FUSED_OPTIMIZER
 
-    tables: list[TableSharding]
-    strategies: list[S]
-    modules: nn.ModuleDict
-    state: ShardedStateDict
-    fused_optimizer: ShardedFusedOptimizer
 
+class ShardedCollectionBase(nn.Module, Generic[S]):
+    """What a sharded collection keeps and does whatever its strategies' output: the assembled
+    parts, the sharded state_dict hooks, the start of input_dist, TorchRec's per-type views,
+    the fused optimizer and moving the lookups' state with `.to()`."""
 
-def assemble(
-    *,
-    configs: Sequence[BaseEmbeddingConfig],
-    plan: Mapping[str, ParameterSharding],
-    env: ShardingEnv,
-    weights: Mapping[str, Tensor],
-    optimizer_of: Callable[[Tensor], FusedOptimSpec],
-    registry: Mapping[
-        ShardingType, Callable[[Sequence[TableSharding], ShardingEnv, TableMaker], S]
-    ],
-    prefix: str,
-) -> ShardedParts[S]:
-    """Build the local lookups of `configs` under `plan` on `env`.
+    _prefix: str  # the table container (`embedding_bags` or `embeddings`)
+    _owner: str  # the class name that error messages give
 
-    weights: each table's unsharded weight (on `meta` when the module was never materialized:
-    then each shard is initialized from its table config instead). optimizer_of: a fused
-    table's optimizer, given its weight. prefix: the module's table container name
-    (`embedding_bags` or `embeddings`), which keys the state_dict.
-    """
-    tables = check_plan(configs, plan, env.world_size, list(registry))
-    full: dict[str, Tensor | None] = {}
-    optimizers: dict[str, FusedOptimSpec] = {}
-    for t in tables:
-        weight = weights[t.name]
-        full[t.name] = None if weight.device.type == "meta" else weight.detach()
-        if t.fused:
-            optimizers[t.name] = optimizer_of(weight)
+    def __init__(
+        self,
+        module: nn.Module,
+        configs: Sequence[BaseEmbeddingConfig],
+        plan: Mapping[str, ParameterSharding],
+        env: ShardingEnv,
+        device: torch.device | str | None,
+        fused_params: Mapping[str, object] | None,
+        registry: Mapping[
+            ShardingType, Callable[[Sequence[TableSharding], ShardingEnv, TableMaker], S]
+        ],
+    ) -> None:
+        super().__init__()
+        if device is not None and torch.device(device) != env.device:
+            env = dataclasses.replace(env, device=torch.device(device))
+        self.env = env
+        self._device = env.device
+        container = getattr(module, self._prefix)
+        tables = check_plan(configs, plan, env.world_size, list(registry))
+        full: dict[str, Tensor | None] = {}
+        optimizers: dict[str, FusedOptimSpec] = {}
+        for t in tables:
+            weight = container[t.name].weight
+            assert isinstance(weight, Tensor)
+            full[t.name] = None if weight.device.type == "meta" else weight.detach()
+            if t.fused:
+                optimizers[t.name] = table_optimizer(module, weight, fused_params)
 
-    def make_table(table: TableSharding, local: LocalTable) -> LookupTable:
-        weight = full[table.name]
-        return LookupTable(
-            local=local,
-            weight=None if weight is None else local.slice_of(weight),
-            init_fn=table.config.init_weight_,
-            optimizer=optimizers.get(table.name),
-        )
+        def make_table(table: TableSharding, local: LocalTable) -> LookupTable:
+            weight = full[table.name]
+            return LookupTable(
+                local=local,
+                weight=None if weight is None else local.slice_of(weight),
+                init_fn=table.config.init_weight_,
+                optimizer=optimizers.get(table.name),
+            )
 
-    strategies: list[S] = []
-    for sharding_type, build in registry.items():
-        chosen = [t for t in tables if t.sharding_type is sharding_type]
-        if chosen:
-            strategies.append(build(chosen, env, make_table))
-    by_name: dict[str, nn.Module] = {}
-    for s in strategies:
-        by_name.update(s.lookup.table_modules())
-    state = ShardedStateDict(tables, env, prefix)
-    return ShardedParts(
-        tables=tables,
-        strategies=strategies,
+        strategies: list[S] = []
+        for sharding_type, build in registry.items():
+            chosen = [t for t in tables if t.sharding_type is sharding_type]
+            if chosen:
+                strategies.append(build(chosen, env, make_table))
+        by_name: dict[str, nn.Module] = {}
+        for s in strategies:
+            by_name.update(s.lookup.table_modules())
         # Registered under the unsharded module's names, so `named_parameters()` and the
         # state_dict keys match it; the lookups themselves are not submodules.
-        modules=nn.ModuleDict({c.name: by_name[c.name] for c in configs if c.name in by_name}),
-        state=state,
-        fused_optimizer=ShardedFusedOptimizer(
-            [(prefix, m.fused_optimizer) for s in strategies for m in s.lookup.fused_modules()],
-            state,
-        ),
-    )
+        modules = nn.ModuleDict({c.name: by_name[c.name] for c in configs if c.name in by_name})
+        setattr(self, self._prefix, modules)
+        self._tables = tables
+        self._strategies: list[S] = strategies
+        self._segments = segments_of(configs)
+        self._state = ShardedStateDict(tables, env, self._prefix)
+        self._fused_optimizer = ShardedFusedOptimizer(
+            [
+                (self._prefix, m.fused_optimizer)
+                for s in strategies
+                for m in s.lookup.fused_modules()
+            ],
+            self._state,
+        )
+        is_weighted = getattr(module, "is_weighted", None)
+        self._checker = FeatureChecker(
+            self._segments,
+            {c.name: c.num_embeddings for c in configs},
+            weighted=bool(is_weighted()) if callable(is_weighted) else False,
+            owner=self._owner,
+        )
+        # Both are untyped in torch's stubs.
+        self._register_state_dict_hook(self._state.to_sharded)  # type: ignore[no-untyped-call]
+        self.register_load_state_dict_pre_hook(self._state.to_local)  # type: ignore[no-untyped-call]
+
+    def _send_features(
+        self, features: KeyedJaggedTensor | object
+    ) -> tuple[KeyedJaggedTensor, list[Awaitable[object]]]:
+        """Start every strategy's input_dist; returns the KJT sent and one pending exchange per
+        strategy.
+
+        First check `features` (bad input raises on this rank and a `PeerError` on every other,
+        before any ids move), expand a variable batch, and agree on the error where the first
+        strategy's exchange does not carry it."""
+        error = self._checker.check(features)
+        if not isinstance(features, KeyedJaggedTensor):  # error is set: send nothing
+            features = KeyedJaggedTensor(
+                [],
+                torch.empty(0, dtype=torch.int64),
+                lengths=torch.empty(0, dtype=torch.int32),
+                stride=0,
+            )
+        elif features.variable_stride_per_key() and error is None:
+            features = expand_variable_batch(features)
+        if not self._strategies[0].carries_errors:
+            agree_on_error(self.env, error)
+            error = None
+        kjt = features
+        positions = {} if error is not None else self._checker.feature_positions(kjt)
+        pending: list[Awaitable[object]] = [
+            s.input_dist(kjt, positions, error if k == 0 else None)  # type: ignore[misc]  # S's input types differ; each strategy returns its own
+            for k, s in enumerate(self._strategies)
+        ]
+        return kjt, pending
+
+    def _by_type(self, attr: str) -> dict[str, object]:
+        return {str(s.sharding_type): getattr(s, attr) for s in self._strategies}
+
+    # -- what TorchRec's tutorial prints: each sharding type's parts ---------------------------
+
+    @property
+    def _input_dists(self) -> dict[str, object]:
+        """Sharding type -> its input distribution (ids to the ranks that own their rows)."""
+        return self._by_type("input_dist")
+
+    @property
+    def _lookups(self) -> dict[str, object]:
+        """Sharding type -> its table-batched lookup over this rank's shards."""
+        return self._by_type("lookup")
+
+    @property
+    def _output_dists(self) -> dict[str, object]:
+        """Sharding type -> its output distribution (embeddings back to the batch's rank)."""
+        return self._by_type("output_dist")
+
+    @property
+    def fused_optimizer(self) -> ShardedFusedOptimizer:
+        """KeyedOptimizer over this rank's fused shards, keyed `<container>.<table>.weight`
+        (state `<table>.momentum1`, ...); `step()` is a no-op, rows update in backward."""
+        return self._fused_optimizer
+
+    @property
+    def sharding_plan(self) -> dict[str, ParameterSharding]:
+        return {t.name: t.sharding for t in self._tables}
+
+    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> nn.Module:
+        # Weights move through the table container; the lookups' optimizer state here.
+        result: nn.Module = super()._apply(fn, recurse)  # type: ignore[no-untyped-call]  # torch leaves _apply untyped
+        for s in self._strategies:
+            s.lookup.apply_(fn)
+        return result
+
+
+class TableSharder:
+    """What the EmbeddingBagCollection and EmbeddingCollection sharders share; satisfies the
+    planner's `PlannerSharder` Protocol with the class attributes a sharder sets.
+
+    Args:
+        fused_params: TorchRec's fused optimizer settings (`{"optimizer": EmbOptimType.ADAM,
+            "learning_rate": 0.01, ...}`) for tables whose weight has no optimizer from
+            `apply_optimizer_in_backward`.
+
+    Every sharding type runs on every device type (CPU with gloo included).
+    """
+
+    _modules: tuple[type[nn.Module], ...]  # the module types it shards, the first is its type
+    _container: str  # the attribute holding the tables
+    _sharding_types: Sequence[ShardingType]
+
+    def __init__(self, fused_params: Mapping[str, object] | None = None) -> None:
+        if fused_params is not None:
+            FusedOptimSpec.from_fused_params(fused_params)  # reject bad settings now
+        self._fused_params = None if fused_params is None else dict(fused_params)
+
+    @property
+    def module_type(self) -> type[nn.Module]:
+        return self._modules[0]
+
+    @property
+    def fused_params(self) -> Mapping[str, object] | None:
+        return self._fused_params
+
+    def sharding_types(self, compute_device_type: str) -> list[str]:
+        return [t.value for t in self._sharding_types]
+
+    def compute_kernels(self, sharding_type: str, compute_device_type: str) -> list[str]:
+        if ShardingType(sharding_type) is ShardingType.DATA_PARALLEL:
+            return [EmbeddingComputeKernel.DENSE.value]
+        return [EmbeddingComputeKernel.FUSED.value, EmbeddingComputeKernel.DENSE.value]
+
+    def shardable_parameters(self, module: nn.Module) -> dict[str, nn.Parameter]:
+        if not isinstance(module, self._modules):
+            raise TypeError(f"expected an {self._modules[0].__name__}, got {type(module).__name__}")
+        container = getattr(module, self._container)
+        out: dict[str, nn.Parameter] = {}
+        for name, table in container.items():
+            weight = table.weight
+            assert isinstance(weight, nn.Parameter)
+            out[name] = weight
+        return out

@@ -15,23 +15,24 @@ group instead) and its values.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from typing import cast
 
 import torch
 from torch import Tensor, nn
 
-from shardrec_collectives import Awaitable, LazyAwaitable, ShardingEnv, agree_on_error
+from shardrec_collectives import Awaitable, LazyAwaitable, ShardingEnv
 from shardrec_embedding import EmbeddingBagCollection, EmbeddingBagConfig
 from shardrec_embedding.fused import FusedEmbeddingBagCollection
 from shardrec_jagged import KeyedJaggedTensor, KeyedTensor
-from shardrec_optim import EmbOptimType, FusedOptimSpec, fused_spec_of_param
-from shardrec_planner import EmbeddingComputeKernel, ParameterSharding, ShardingType
-from shardrec_sharding._assembly import assemble
-from shardrec_sharding.checks import FeatureChecker
-from shardrec_sharding.layout import segments_of
+from shardrec_planner import ParameterSharding
+from shardrec_sharding._assembly import (
+    DEFAULT_FUSED_OPTIMIZER,
+    ShardedCollectionBase,
+    TableSharder,
+    table_optimizer,
+)
 from shardrec_sharding.registry import POOLED_STRATEGIES
-from shardrec_sharding.state_dict import ShardedFusedOptimizer
-from shardrec_sharding.strategies._kjt import expand_variable_batch
 from shardrec_sharding.types import DistInput, PooledStrategy
 
 __all__ = [
@@ -39,13 +40,10 @@ __all__ = [
     "EmbeddingBagCollectionSharder",
     "ShardedEmbeddingBagCollection",
     "ShardedInput",
+    "table_optimizer",
 ]
 
 _OWNER = "ShardedEmbeddingBagCollection"
-
-DEFAULT_FUSED_OPTIMIZER = FusedOptimSpec(optimizer=EmbOptimType.EXACT_SGD)
-"""What a fused table trains with when neither `fused_params` nor
-`apply_optimizer_in_backward` chose an optimizer (TorchRec's default: exact SGD, lr 0.01)."""
 
 PooledModule = EmbeddingBagCollection | FusedEmbeddingBagCollection
 
@@ -58,25 +56,7 @@ class ShardedInput:
     batch_size: int
 
 
-def table_optimizer(
-    module: nn.Module, weight: Tensor, fused_params: Mapping[str, object] | None
-) -> FusedOptimSpec:
-    """The fused optimizer of one table: `apply_optimizer_in_backward` on its weight first,
-    then a FusedEmbeddingBagCollection's own optimizer, then the sharder's `fused_params`."""
-    spec = fused_spec_of_param(weight)
-    if spec is not None:
-        return spec
-    own = getattr(module, "optimizer_spec", None)
-    if callable(own):
-        found = own()
-        if isinstance(found, FusedOptimSpec):
-            return found
-    if fused_params:
-        return FusedOptimSpec.from_fused_params(fused_params)
-    return DEFAULT_FUSED_OPTIMIZER
-
-
-class ShardedEmbeddingBagCollection(nn.Module):
+class ShardedEmbeddingBagCollection(ShardedCollectionBase[PooledStrategy]):
     """An EmbeddingBagCollection whose tables are spread over the ranks of `env` by `plan`.
 
     Args:
@@ -95,6 +75,10 @@ class ShardedEmbeddingBagCollection(nn.Module):
     tables appear as `ShardedTensor`s.
     """
 
+    _prefix = "embedding_bags"
+    _owner = _OWNER
+    embedding_bags: nn.ModuleDict
+
     def __init__(
         self,
         module: PooledModule,
@@ -103,48 +87,15 @@ class ShardedEmbeddingBagCollection(nn.Module):
         device: torch.device | str | None = None,
         fused_params: Mapping[str, object] | None = None,
     ) -> None:
-        super().__init__()
         if not isinstance(module, EmbeddingBagCollection | FusedEmbeddingBagCollection):
             raise TypeError(
                 f"{_OWNER} shards an EmbeddingBagCollection, got {type(module).__name__}"
             )
         configs: list[EmbeddingBagConfig] = module.embedding_bag_configs()
-        if device is not None and torch.device(device) != env.device:
-            env = dataclasses.replace(env, device=torch.device(device))
-        self.env = env
-        self._device = env.device
+        super().__init__(module, configs, plan, env, device, fused_params, POOLED_STRATEGIES)
         self._configs = configs
         self._is_weighted = module.is_weighted()
-        self._segments = segments_of(configs)
-        weights: dict[str, Tensor] = {}
-        for c in configs:
-            weight = module.embedding_bags[c.name].weight
-            assert isinstance(weight, Tensor)
-            weights[c.name] = weight
-        parts = assemble(
-            configs=configs,
-            plan=plan,
-            env=env,
-            weights=weights,
-            optimizer_of=lambda w: table_optimizer(module, w, fused_params),
-            registry=POOLED_STRATEGIES,
-            prefix="embedding_bags",
-        )
-        self._tables = parts.tables
-        self._strategies: list[PooledStrategy] = parts.strategies
-        self.embedding_bags = parts.modules
-        self._state = parts.state
-        self._fused_optimizer = parts.fused_optimizer
-        self._checker = FeatureChecker(
-            self._segments,
-            {c.name: c.num_embeddings for c in configs},
-            weighted=self._is_weighted,
-            owner=_OWNER,
-        )
         self._permutation = self._output_permutation()
-        # Both are untyped in torch's stubs.
-        self._register_state_dict_hook(self._state.to_sharded)  # type: ignore[no-untyped-call]
-        self.register_load_state_dict_pre_hook(self._state.to_local)  # type: ignore[no-untyped-call]
 
     def _output_permutation(self) -> Tensor | None:
         starts: list[int] = []
@@ -161,23 +112,6 @@ class ShardedEmbeddingBagCollection(nn.Module):
             return None
         return torch.tensor(order, dtype=torch.int64, device=self._device)
 
-    # -- what TorchRec's tutorial prints: each sharding type's parts ---------------------------
-
-    @property
-    def _input_dists(self) -> dict[str, object]:
-        """Sharding type -> its input distribution (ids to the ranks that own their rows)."""
-        return {str(s.sharding_type): s.input_dist for s in self._strategies}
-
-    @property
-    def _lookups(self) -> dict[str, object]:
-        """Sharding type -> its table-batched lookup over this rank's shards."""
-        return {str(s.sharding_type): s.lookup for s in self._strategies}
-
-    @property
-    def _output_dists(self) -> dict[str, object]:
-        """Sharding type -> its output distribution (embeddings back to the batch's rank)."""
-        return {str(s.sharding_type): s.output_dist for s in self._strategies}
-
     # -- the three phases --------------------------------------------------------------------
 
     def input_dist(self, features: KeyedJaggedTensor | object) -> Awaitable[ShardedInput]:
@@ -186,26 +120,11 @@ class ShardedEmbeddingBagCollection(nn.Module):
         Bad input (wrong type or weights, missing feature, id out of range) raises on this rank
         and a `PeerError` on every other rank, before any ids move.
         """
-        error = self._checker.check(features)
-        if not isinstance(features, KeyedJaggedTensor):  # error is set: send nothing
-            features = KeyedJaggedTensor(
-                [],
-                torch.empty(0, dtype=torch.int64),
-                lengths=torch.empty(0, dtype=torch.int32),
-                stride=0,
-            )
-        elif features.variable_stride_per_key() and error is None:
-            features = expand_variable_batch(features)
-        if not self._strategies[0].carries_errors:
-            agree_on_error(self.env, error)
-            error = None
-        positions = {} if error is not None else self._checker.feature_positions(features)
-        pending = [
-            s.input_dist(features, positions, error if k == 0 else None)
-            for k, s in enumerate(self._strategies)
-        ]
-        batch = features.stride()
-        return Awaitable(lambda: ShardedInput(tuple(p.wait() for p in pending), batch))
+        kjt, pending = self._send_features(features)
+        batch = kjt.stride()
+        return Awaitable(
+            lambda: ShardedInput(tuple(cast(DistInput, p.wait()) for p in pending), batch)
+        )
 
     def compute(self, dist_input: ShardedInput) -> list[Tensor]:
         """Local lookups: one `(rows of the received batch, local dims)` tensor per strategy."""
@@ -241,16 +160,6 @@ class ShardedEmbeddingBagCollection(nn.Module):
 
     # -- the rest of the EmbeddingBagCollection surface ---------------------------------------
 
-    @property
-    def fused_optimizer(self) -> ShardedFusedOptimizer:
-        """KeyedOptimizer over this rank's fused shards, keyed `embedding_bags.<table>.weight`
-        (state `<table>.momentum1`, ...); `step()` is a no-op, rows update in backward."""
-        return self._fused_optimizer
-
-    @property
-    def sharding_plan(self) -> dict[str, ParameterSharding]:
-        return {t.name: t.sharding for t in self._tables}
-
     def is_weighted(self) -> bool:
         return self._is_weighted
 
@@ -259,13 +168,6 @@ class ShardedEmbeddingBagCollection(nn.Module):
 
     def embedding_names(self) -> list[str]:
         return [s.name for s in self._segments]
-
-    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> nn.Module:
-        # Weights move through `embedding_bags`; the lookups' optimizer state here.
-        result: nn.Module = super()._apply(fn, recurse)  # type: ignore[no-untyped-call]  # torch leaves _apply untyped
-        for s in self._strategies:
-            s.lookup.apply_(fn)
-        return result
 
     def extra_repr(self) -> str:
         kinds = ", ".join(
@@ -276,50 +178,12 @@ class ShardedEmbeddingBagCollection(nn.Module):
         return f"rank={self.env.rank}/{self.env.world_size}, {kinds}"
 
 
-_ALL_TYPES = [t for t in POOLED_STRATEGIES]
+class EmbeddingBagCollectionSharder(TableSharder):
+    """Shards EmbeddingBagCollections (and FusedEmbeddingBagCollections); see `TableSharder`."""
 
-
-class EmbeddingBagCollectionSharder:
-    """Shards EmbeddingBagCollections; satisfies the planner's `PlannerSharder` Protocol.
-
-    Args:
-        fused_params: TorchRec's fused optimizer settings (`{"optimizer": EmbOptimType.ADAM,
-            "learning_rate": 0.01, ...}`) for tables whose weight has no optimizer from
-            `apply_optimizer_in_backward`.
-
-    Every sharding type runs on every device type (CPU with gloo included).
-    """
-
-    def __init__(self, fused_params: Mapping[str, object] | None = None) -> None:
-        if fused_params is not None:
-            FusedOptimSpec.from_fused_params(fused_params)  # reject bad settings now
-        self._fused_params = None if fused_params is None else dict(fused_params)
-
-    @property
-    def module_type(self) -> type[nn.Module]:
-        return EmbeddingBagCollection
-
-    @property
-    def fused_params(self) -> Mapping[str, object] | None:
-        return self._fused_params
-
-    def sharding_types(self, compute_device_type: str) -> list[str]:
-        return [t.value for t in _ALL_TYPES]
-
-    def compute_kernels(self, sharding_type: str, compute_device_type: str) -> list[str]:
-        if ShardingType(sharding_type) is ShardingType.DATA_PARALLEL:
-            return [EmbeddingComputeKernel.DENSE.value]
-        return [EmbeddingComputeKernel.FUSED.value, EmbeddingComputeKernel.DENSE.value]
-
-    def shardable_parameters(self, module: nn.Module) -> dict[str, nn.Parameter]:
-        if not isinstance(module, EmbeddingBagCollection | FusedEmbeddingBagCollection):
-            raise TypeError(f"expected an EmbeddingBagCollection, got {type(module).__name__}")
-        out: dict[str, nn.Parameter] = {}
-        for c in module.embedding_bag_configs():
-            weight = module.embedding_bags[c.name].weight
-            assert isinstance(weight, nn.Parameter)
-            out[c.name] = weight
-        return out
+    _modules = (EmbeddingBagCollection, FusedEmbeddingBagCollection)
+    _container = "embedding_bags"
+    _sharding_types = tuple(POOLED_STRATEGIES)
 
     def shard(
         self,

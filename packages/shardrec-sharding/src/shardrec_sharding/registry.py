@@ -1,32 +1,126 @@
-"""Sharding strategies by sharding type: the one place that maps a type to its code."""
+"""Sharding strategies by sharding type: the one place that maps a type to its code.
+
+A strategy is a description (data): its sharding type, one line on how it communicates, and
+the engine that runs it for pooled (EmbeddingBagCollection) and sequence (EmbeddingCollection)
+tables. Three engines serve the six types (docs/design/sharding-strategy-engines.md): local
+(`data_parallel`), placed (`_placed`, `_sequence.PlacedSequence`) and row blocks
+(`_row_blocks`, `_sequence.RowSequence`); a type is one engine with its sharding type bound.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 
+from shardrec_collectives import ShardingEnv
 from shardrec_planner import ShardingType
-from shardrec_sharding.strategies import (
-    column_wise,
-    data_parallel,
-    row_wise,
-    table_column_wise,
-    table_row_wise,
-    table_wise,
+from shardrec_sharding.layout import TableSharding
+from shardrec_sharding.strategies._placed import PlacedSharding
+from shardrec_sharding.strategies._row_blocks import RowBlockSharding
+from shardrec_sharding.strategies._sequence import PlacedSequence, RowSequence
+from shardrec_sharding.strategies.data_parallel import DataParallelSequence, DataParallelSharding
+from shardrec_sharding.types import (
+    PooledStrategy,
+    SequenceFactory,
+    SequenceStrategy,
+    StrategyArgs,
+    StrategyFactory,
+    TableMaker,
 )
-from shardrec_sharding.types import SequenceFactory, StrategyFactory
 
-__all__ = ["POOLED_STRATEGIES", "SEQUENCE_STRATEGIES", "strategy_for"]
+__all__ = [
+    "POOLED_STRATEGIES",
+    "SEQUENCE_STRATEGIES",
+    "STRATEGIES",
+    "StrategyDescription",
+    "strategy_for",
+]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StrategyDescription:
+    """One sharding type's strategy: how it communicates (`summary`) and its engines.
+
+    pooled / sequence: the engine classes; each is built as `engine(StrategyArgs(...))`.
+    """
+
+    sharding_type: ShardingType
+    summary: str
+    pooled: Callable[[StrategyArgs], PooledStrategy]
+    sequence: Callable[[StrategyArgs], SequenceStrategy]
+
+    def build(
+        self, tables: Sequence[TableSharding], env: ShardingEnv, make_table: TableMaker
+    ) -> PooledStrategy:
+        """The strategy for the pooled `tables` on this rank of `env`."""
+        args = StrategyArgs(
+            sharding_type=self.sharding_type, tables=tables, env=env, make_table=make_table
+        )
+        return self.pooled(args)
+
+    def build_sequence(
+        self, tables: Sequence[TableSharding], env: ShardingEnv, make_table: TableMaker
+    ) -> SequenceStrategy:
+        """The strategy for the `tables` of an EmbeddingCollection on this rank of `env`."""
+        args = StrategyArgs(
+            sharding_type=self.sharding_type, tables=tables, env=env, make_table=make_table
+        )
+        return self.sequence(args)
+
+
+STRATEGIES: tuple[StrategyDescription, ...] = (
+    StrategyDescription(
+        sharding_type=ShardingType.DATA_PARALLEL,
+        summary="the whole table on every rank; no input or output communication, gradients "
+        "all-reduced",
+        pooled=DataParallelSharding,
+        sequence=DataParallelSequence,
+    ),
+    StrategyDescription(
+        sharding_type=ShardingType.TABLE_WISE,
+        summary="the whole table on one rank; features go to the rank that holds their table "
+        "and pooled rows come back by all-to-all",
+        pooled=PlacedSharding,
+        sequence=PlacedSequence,
+    ),
+    StrategyDescription(
+        sharding_type=ShardingType.COLUMN_WISE,
+        summary="column blocks on any ranks; every block sees all ids of its features, pooled "
+        "column blocks come back by all-to-all and are put side by side",
+        pooled=PlacedSharding,
+        sequence=PlacedSequence,
+    ),
+    StrategyDescription(
+        sharding_type=ShardingType.TABLE_COLUMN_WISE,
+        summary="column blocks on the ranks of one host; communication as column_wise (the "
+        "planner keeps the blocks on one host, where the all-to-all is fast)",
+        pooled=PlacedSharding,
+        sequence=PlacedSequence,
+    ),
+    StrategyDescription(
+        sharding_type=ShardingType.ROW_WISE,
+        summary="row blocks of ceil(rows / world) on every rank; ids bucketized by row block, "
+        "partial sums reduce-scattered",
+        pooled=RowBlockSharding,
+        sequence=RowSequence,
+    ),
+    StrategyDescription(
+        sharding_type=ShardingType.TABLE_ROW_WISE,
+        summary="row blocks on the ranks of one host; ids bucketized to those ranks, partial "
+        "sums reduce-scattered (ranks of other hosts contribute zeros)",
+        pooled=RowBlockSharding,
+        sequence=RowSequence,
+    ),
+)
+"""Every strategy, in the order a collection runs them (the same on every rank)."""
 
 POOLED_STRATEGIES: Mapping[ShardingType, StrategyFactory] = {
-    m.SHARDING_TYPE: m.build
-    for m in (data_parallel, table_wise, column_wise, table_column_wise, row_wise, table_row_wise)
+    s.sharding_type: s.build for s in STRATEGIES
 }
-"""Sharding type -> factory of its strategy for pooled (EmbeddingBagCollection) tables.
-The order is the order in which a collection runs them (the same on every rank)."""
+"""Sharding type -> factory of its strategy for pooled (EmbeddingBagCollection) tables."""
 
 SEQUENCE_STRATEGIES: Mapping[ShardingType, SequenceFactory] = {
-    m.SHARDING_TYPE: m.build_sequence
-    for m in (data_parallel, table_wise, column_wise, table_column_wise, row_wise, table_row_wise)
+    s.sharding_type: s.build_sequence for s in STRATEGIES
 }
 """Sharding type -> factory of its strategy for sequence (EmbeddingCollection) tables."""
 

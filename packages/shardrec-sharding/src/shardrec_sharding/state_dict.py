@@ -15,7 +15,7 @@ docs/design/sharding-state-dict.md records why ShardedTensor rather than DTensor
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
@@ -28,11 +28,10 @@ from torch.distributed._shard.sharded_tensor.metadata import (
 from torch.distributed._shard.sharded_tensor.shard import Shard
 
 from shardrec_collectives import ShardingEnv
-from shardrec_optim import CombinedOptimizer, KeyedOptimizer
 from shardrec_planner import ShardingType
 from shardrec_sharding.layout import LocalTable, TableSharding
 
-__all__ = ["ShardedFusedOptimizer", "ShardedStateDict"]
+__all__ = ["ShardedStateDict"]
 
 
 class ShardedStateDict:
@@ -91,7 +90,7 @@ class ShardedStateDict:
 
     def state_to_sharded(self, table: str, value: Tensor) -> Tensor | ShardedTensor:
         """An optimizer state tensor of `table` as a ShardedTensor when it is per row (see
-        `ShardedFusedOptimizer`); other state (a step counter) unchanged."""
+        `fused_optimizer.ShardedFusedOptimizer`); other state (a step counter) unchanged."""
         t = next((x for x in self._tables if x.name == table), None)
         lt = self._local.get(table)
         if t is None or lt is None:
@@ -238,52 +237,3 @@ def _from_shards(name: str, value: ShardedTensor, lt: LocalTable) -> Tensor:
             )
         blocks.append(block)
     return blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=1)
-
-
-class ShardedFusedOptimizer(CombinedOptimizer):
-    """The fused optimizer of a sharded collection, checkpointable like its tables.
-
-    `state_dict()["state"]["<attr>.<table>.weight"]` holds the table's optimizer state with
-    sharded tables' per-row tensors as ShardedTensors over the table's rows: `(rows, dim)` state
-    (Adam's moments, Adagrad's sum) with the weight's shards, `(rows,)` state (row-wise
-    optimizers) with row blocks. Row-wise state of a column-split table has one `(rows,)` value
-    per rank holding blocks of it, so it becomes a `(rows, holders)` ShardedTensor, one column
-    per rank (restorable under the same plan only). `load_state_dict` takes them back (or this
-    rank's local tensors).
-    """
-
-    def __init__(
-        self, optims: Sequence[tuple[str, KeyedOptimizer]], tables: ShardedStateDict
-    ) -> None:
-        super().__init__(list(optims))
-        self._tables = tables
-
-    def state_dict(self) -> dict[str, object]:
-        out = super().state_dict()
-        state = out["state"]
-        assert isinstance(state, dict)
-        for key, entry in state.items():
-            table = key.split(".")[-2]
-            if isinstance(entry, dict):
-                for name, value in entry.items():
-                    if isinstance(value, Tensor):
-                        entry[name] = self._tables.state_to_sharded(table, value)
-        return out
-
-    def load_state_dict(self, state_dict: Mapping[str, object]) -> None:
-        state = state_dict.get("state")
-        if isinstance(state, Mapping):
-            local: dict[str, object] = {}
-            for key, entry in state.items():
-                table = str(key).split(".")[-2]
-                if isinstance(entry, Mapping):
-                    local[key] = {
-                        n: self._tables.state_to_local(table, v)
-                        if isinstance(v, ShardedTensor)
-                        else v
-                        for n, v in entry.items()
-                    }
-                else:
-                    local[key] = entry
-            state_dict = {**state_dict, "state": local}
-        super().load_state_dict(state_dict)

@@ -33,6 +33,7 @@ __all__ = [
     "SequenceFactory",
     "SequenceInput",
     "SequenceStrategy",
+    "StrategyArgs",
     "StrategyFactory",
     "TableMaker",
 ]
@@ -73,6 +74,17 @@ class SequenceInput:
 
 TableMaker = Callable[[TableSharding, LocalTable], LookupTable]
 """Builds the lookup table of a local table (its initial weight and optimizer)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
+class StrategyArgs:
+    """What every strategy engine is built from: its sharding type, the tables of that type
+    (every rank passes the same), the ranks, and how to build a lookup table of a local table."""
+
+    sharding_type: ShardingType
+    tables: Sequence[TableSharding]
+    env: ShardingEnv
+    make_table: TableMaker
 
 
 class PooledStrategy(Protocol):

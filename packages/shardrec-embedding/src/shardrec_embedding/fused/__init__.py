@@ -6,17 +6,14 @@ from shardrec_embedding.fused.collection import (
     OptimizerType,
     resolve_optimizer,
 )
-from shardrec_embedding.fused.fbgemm_backward import FbgemmUnavailableWarning
-from shardrec_embedding.fused.lookup import Backend, FusedLookupFunction, fused_update
-from shardrec_embedding.fused.optimizer import FusedEmbeddingOptimizer
+from shardrec_embedding.fused.lookup import KERNELS, Backend, FusedLookupFunction, fused_update
 from shardrec_embedding.fused.tables import FusedTableSpec
 
 __all__ = [
+    "KERNELS",
     "Backend",
     "BatchedFusedEmbeddingBag",
-    "FbgemmUnavailableWarning",
     "FusedEmbeddingBagCollection",
-    "FusedEmbeddingOptimizer",
     "FusedLookupFunction",
     "FusedTable",
     "FusedTableSpec",

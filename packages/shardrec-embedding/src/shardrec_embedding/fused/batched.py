@@ -27,9 +27,8 @@ from shardrec_embedding.batched_lookup import (
 )
 from shardrec_embedding.configs import EmbeddingBagConfig, PoolingType
 from shardrec_embedding.fused.lookup import FusedLookupFunction
-from shardrec_embedding.fused.optimizer import FusedEmbeddingOptimizer
 from shardrec_embedding.fused.tables import FusedTableSpec
-from shardrec_optim import FusedOptimSpec, init_state
+from shardrec_optim import FusedEmbeddingOptimizer, FusedOptimSpec, init_state
 
 OptimizerArg = FusedOptimSpec | Mapping[str, object]
 """A `FusedOptimSpec`, or TorchRec `fused_params` (`{"optimizer": ..., "learning_rate": ...}`)."""

@@ -14,9 +14,11 @@ from shardrec_embedding.quant.lookup import (
     SequenceLookup,
     check_kjt_input,
     check_segment_ids,
+    eager_lookup_args,
     kjt_lookup_args,
     kjt_segment_index,
-    sequence_outputs,
+    kjt_sequence_index,
+    sequence_forward,
 )
 from shardrec_embedding.quant.rowwise import (
     QUANT_DATA_TYPES,
@@ -26,6 +28,7 @@ from shardrec_embedding.quant.rowwise import (
     row_bytes,
     scale_bias,
 )
+from shardrec_embedding.quant.split_lookup import ShardedPooledLookup, ShardedSequenceLookup
 
 __all__ = [
     "QUANT_DATA_TYPES",
@@ -38,14 +41,18 @@ __all__ = [
     "ScriptablePooledLookup",
     "SegmentMeta",
     "SequenceLookup",
+    "ShardedPooledLookup",
+    "ShardedSequenceLookup",
     "check_kjt_input",
     "check_segment_ids",
     "dequantize",
+    "eager_lookup_args",
     "kjt_lookup_args",
     "kjt_segment_index",
+    "kjt_sequence_index",
     "quantize",
     "quantize_inference_model",
     "row_bytes",
     "scale_bias",
-    "sequence_outputs",
+    "sequence_forward",
 ]

@@ -12,7 +12,7 @@ from shardrec_embedding.configs import EmbeddingBagConfig, PoolingType
 from shardrec_embedding.embedding_bag_collection import EmbeddingBagCollection
 from shardrec_embedding.quant._base import QuantCollectionBase, float_weight
 from shardrec_embedding.quant.config import output_dtype_of
-from shardrec_embedding.quant.lookup import PooledLookup, kjt_lookup_args
+from shardrec_embedding.quant.lookup import PooledLookup, eager_lookup_args, kjt_lookup_args
 from shardrec_jagged import KeyedJaggedTensor, KeyedTensor
 
 __all__ = ["QuantEmbeddingBagCollection", "ScriptablePooledLookup"]
@@ -95,30 +95,15 @@ class QuantEmbeddingBagCollection(QuantCollectionBase[EmbeddingBagConfig]):
         """features: KJT `(F * B,)` lengths. Returns `KeyedTensor` `(B, sum of dims)` in
         `output_dtype`. Under `torch.jit.script` the code after the first branch runs."""
         if not torch._jit_internal.is_scripting():
-            return self._forward_eager(features)
-        meta = self.lookup.segments
-        owner = "QuantEmbeddingBagCollection"  # TorchScript reads no global str
-        args = kjt_lookup_args(features, self._is_weighted, owner, meta.features, meta.tables)
+            _, weights = check_features(features, weighted=self._is_weighted, owner=_OWNER)
+            args = eager_lookup_args(features, weights, self._plan.feature_indices(features.keys()))
+        else:
+            meta = self.lookup.segments
+            owner = "QuantEmbeddingBagCollection"  # TorchScript reads no global str
+            args = kjt_lookup_args(features, self._is_weighted, owner, meta.features, meta.tables)
         out = self.lookup(*args)
         return KeyedTensor(
             self._embedding_names, self._lengths_per_embedding, out.to(self._output_dtype)
-        )
-
-    def _forward_eager(self, features: KeyedJaggedTensor) -> KeyedTensor:
-        values, weights = check_features(features, weighted=self._is_weighted, owner=_OWNER)
-        feature_index = self._plan.feature_indices(features.keys())
-        out = self.lookup(
-            values,
-            features.lengths(),
-            weights,
-            list(features.offset_per_key()),
-            feature_index,
-            features.stride(),
-        )
-        return KeyedTensor(
-            keys=self._embedding_names,
-            length_per_key=self._lengths_per_embedding,
-            values=out.to(self._output_dtype),
         )
 
     def scriptable(self, keys: Sequence[str] | None = None) -> ScriptablePooledLookup:

@@ -12,12 +12,7 @@ from shardrec_embedding.configs import EmbeddingConfig, PoolingType
 from shardrec_embedding.embedding_collection import EmbeddingCollection
 from shardrec_embedding.quant._base import QuantCollectionBase, float_weight
 from shardrec_embedding.quant.config import output_dtype_of
-from shardrec_embedding.quant.lookup import (
-    SequenceLookup,
-    check_kjt_input,
-    kjt_segment_index,
-    sequence_outputs,
-)
+from shardrec_embedding.quant.lookup import SequenceLookup, kjt_sequence_index, sequence_forward
 from shardrec_jagged import JaggedTensor, KeyedJaggedTensor
 
 __all__ = ["QuantEmbeddingCollection"]
@@ -77,47 +72,15 @@ class QuantEmbeddingCollection(QuantCollectionBase[EmbeddingConfig]):
     def forward(self, features: KeyedJaggedTensor) -> dict[str, JaggedTensor]:
         """Under `torch.jit.script` the code after the first branch runs."""
         if not torch._jit_internal.is_scripting():
-            return self._forward_eager(features)
-        values = features.values()
-        check_kjt_input(values, features.weights_or_none(), False, "QuantEmbeddingCollection")
-        meta = self.lookup.segments
-        feature_index = kjt_segment_index(features.keys(), meta.features, meta.tables)
-        return self._outputs(
-            values, features.lengths(), features.offset_per_key(), feature_index, features.stride()
-        )
-
-    def _forward_eager(self, features: KeyedJaggedTensor) -> dict[str, JaggedTensor]:
-        values, _ = check_features(features, weighted=False, owner=_OWNER)
-        feature_index = self._plan.feature_indices(features.keys())
-        return self._outputs(
-            values,
-            features.lengths(),
-            list(features.offset_per_key()),
-            feature_index,
-            features.stride(),
-        )
-
-    def _outputs(
-        self,
-        values: torch.Tensor,
-        lengths: torch.Tensor,
-        offset_per_key: list[int],
-        feature_index: list[int],
-        batch: int,
-    ) -> dict[str, JaggedTensor]:
-        rows = self.lookup(values, offset_per_key, feature_index)
+            check_features(features, weighted=False, owner=_OWNER)
+            feature_index = self._plan.feature_indices(features.keys())
+        else:
+            meta = self.lookup.segments
+            owner = "QuantEmbeddingCollection"  # TorchScript reads no global str
+            feature_index = kjt_sequence_index(features, owner, meta.features, meta.tables)
+        rows = self.lookup(features.values(), features.offset_per_key(), feature_index)
         names, dtype = self._embedding_names, self._output_dtype
-        return sequence_outputs(
-            rows,
-            values,
-            lengths,
-            offset_per_key,
-            feature_index,
-            batch,
-            names,
-            self._need_indices,
-            dtype,
-        )
+        return sequence_forward(rows, features, feature_index, names, self._need_indices, dtype)
 
     def embedding_configs(self) -> list[EmbeddingConfig]:
         return list(self._configs)

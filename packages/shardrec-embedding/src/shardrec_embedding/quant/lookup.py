@@ -29,9 +29,11 @@ __all__ = [
     "SequenceLookup",
     "check_kjt_input",
     "check_segment_ids",
+    "eager_lookup_args",
     "kjt_lookup_args",
     "kjt_segment_index",
-    "sequence_outputs",
+    "kjt_sequence_index",
+    "sequence_forward",
 ]
 
 KIND_FLOAT = 0  # kind = bits per code for integer groups (8, 4, 2), 0 for float groups
@@ -220,20 +222,45 @@ def kjt_lookup_args(
     return values, features.lengths(), weights, features.offset_per_key(), index, features.stride()
 
 
-def sequence_outputs(
+def eager_lookup_args(
+    features: KeyedJaggedTensor, weights: torch.Tensor | None, feature_index: list[int]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, list[int], list[int], int]:
+    """An eager pooled forward's `PooledLookup` arguments from the (checked) KJT."""
+    offset_per_key = list(features.offset_per_key())
+    return (
+        features.values(),
+        features.lengths(),
+        weights,
+        offset_per_key,
+        feature_index,
+        features.stride(),
+    )
+
+
+def kjt_sequence_index(
+    features: KeyedJaggedTensor, owner: str, segment_features: list[str], segment_tables: list[str]
+) -> list[int]:
+    """A scripted unpooled forward's checks; the KJT key of each segment."""
+    check_kjt_input(features.values(), features.weights_or_none(), False, owner)
+    return kjt_segment_index(features.keys(), segment_features, segment_tables)
+
+
+def sequence_forward(
     rows: list[torch.Tensor],
-    values: torch.Tensor,
-    lengths: torch.Tensor,
-    offset_per_key: list[int],
+    features: KeyedJaggedTensor,
     feature_index: list[int],
-    batch: int,
     names: list[str],
     need_indices: bool,
     output_dtype: torch.dtype,
 ) -> dict[str, JaggedTensor]:
-    """A `SequenceLookup`'s per-segment rows as the collection's `{name: JaggedTensor}` (the
-    KJT's lengths; its ids as weights with `need_indices`); eager and scripted forwards."""
-    per_key = lengths.view(len(offset_per_key) - 1, batch)
+    """The per-segment rows of a (sharded or not) sequence lookup as the collection's
+    `{name: JaggedTensor}` (the KJT's lengths; its ids as weights with `need_indices`).
+
+    Shared by the eager and scripted forwards of `QuantEmbeddingCollection` and of its sharded
+    form; `rows` is the lookup's output for `features` and `feature_index`."""
+    values = features.values()
+    offset_per_key = features.offset_per_key()
+    per_key = features.lengths().view(len(offset_per_key) - 1, features.stride())
     out: dict[str, JaggedTensor] = {}
     for s in range(len(feature_index)):
         k = feature_index[s]
@@ -302,6 +329,20 @@ class SegmentMeta(nn.Module):
         self.group_runs = runs
         # identity shifts: a group of one table whose rows start at 0 reads the KJT ids as is
         self.no_shift = [all(row_offsets[s] == 0 for s in members) for members in group_segments]
+
+    def check_ids(
+        self, values: torch.Tensor, offset_per_key: list[int], feature_index: list[int]
+    ) -> None:
+        """`check_segment_ids` against these segments' tables (every lookup's id check)."""
+        check_segment_ids(
+            values,
+            offset_per_key,
+            feature_index,
+            self.rows,
+            self.min_rows,
+            self.features,
+            self.tables,
+        )
 
 
 def _group_ids(
@@ -379,15 +420,7 @@ class PooledLookup(nn.Module):
     ) -> torch.Tensor:
         meta = self.segments
         if self.check_ids:
-            check_segment_ids(
-                values,
-                offset_per_key,
-                feature_index,
-                meta.rows,
-                meta.min_rows,
-                meta.features,
-                meta.tables,
-            )
+            meta.check_ids(values, offset_per_key, feature_index)
         num_keys = len(offset_per_key) - 1
         per_key = lengths.view(num_keys, batch)
         dtype = torch.float16 if self.half_output else torch.float32
@@ -443,15 +476,7 @@ class SequenceLookup(nn.Module):
     ) -> list[torch.Tensor]:
         meta = self.segments
         if self.check_ids:
-            check_segment_ids(
-                values,
-                offset_per_key,
-                feature_index,
-                meta.rows,
-                meta.min_rows,
-                meta.features,
-                meta.tables,
-            )
+            meta.check_ids(values, offset_per_key, feature_index)
         out: list[torch.Tensor] = [values.new_empty(0)] * len(meta.rows)
         for g, group in enumerate(self.groups):
             members = meta.group_segments[g]

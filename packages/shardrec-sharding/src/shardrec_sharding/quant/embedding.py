@@ -29,12 +29,11 @@ from shardrec_embedding import (
     QuantEmbeddingCollection,
 )
 from shardrec_embedding.quant import (
-    SegmentMeta,
     SequenceLookup,
+    ShardedSequenceLookup,
     check_kjt_input,
-    check_segment_ids,
-    kjt_segment_index,
-    sequence_outputs,
+    kjt_sequence_index,
+    sequence_forward,
 )
 from shardrec_jagged import JaggedTensor, KeyedJaggedTensor, TorchScriptable
 from shardrec_planner import ParameterSharding, ShardingType
@@ -43,103 +42,6 @@ from shardrec_sharding.quant.embedding_bag import _slice_state, check_quant_plan
 __all__ = ["ShardedQuantEmbeddingCollection", "ShardedSequenceLookup"]
 
 _OWNER = "ShardedQuantEmbeddingCollection"
-
-
-class ShardedSequenceLookup(nn.Module):
-    """Scriptable per-id lookup over the per-device lookups; same signature as `SequenceLookup`.
-
-    forward(values `(N,)`, offset_per_key `F + 1` ints, feature_index (KJT key of each
-    unsharded segment)) -> per unsharded segment `s` its `(N_s, D)` rows, in the dtype the
-    unsharded `SequenceLookup` returns for that table.
-
-    Per device `r`, `inputs[r][j]` is the unsharded segment of its j-th sub-segment, which
-    reads rows `[row_lo, row_hi)` (`row_lo` -1: all rows) into columns `[col, col + width)`.
-    """
-
-    def __init__(
-        self,
-        ranks: list[SequenceLookup],
-        devices: list[str],
-        unsharded: SegmentMeta,
-        inputs: list[list[int]],
-        row_lo: list[list[int]],
-        row_hi: list[list[int]],
-        cols: list[list[int]],
-        check_ids: bool,
-    ) -> None:
-        super().__init__()
-        self.ranks = nn.ModuleList(ranks)
-        self.devices = devices
-        self.unsharded = unsharded
-        self.inputs = inputs
-        self.row_lo = row_lo
-        self.row_hi = row_hi
-        self.check_ids = check_ids
-        # segments whose shards are row blocks (a mask per shard selects each id's row)
-        # and the first column of each segment's shards, in the order the forward meets them
-        masked = [False] * len(unsharded.rows)
-        piece_cols: list[list[int]] = [[] for _ in unsharded.rows]
-        for r in range(len(inputs)):
-            for j, s in enumerate(inputs[r]):
-                masked[s] = masked[s] or row_lo[r][j] >= 0
-                piece_cols[s].append(cols[r][j])
-        self.masked = masked
-        self.piece_cols = piece_cols
-
-    def forward(
-        self, values: torch.Tensor, offset_per_key: list[int], feature_index: list[int]
-    ) -> list[torch.Tensor]:
-        meta = self.unsharded
-        if self.check_ids:
-            check_segment_ids(
-                values,
-                offset_per_key,
-                feature_index,
-                meta.rows,
-                meta.min_rows,
-                meta.features,
-                meta.tables,
-            )
-        num_segments = len(meta.rows)
-        pieces: list[list[torch.Tensor]] = [[] for _ in range(num_segments)]
-        masks: list[list[torch.Tensor]] = [[] for _ in range(num_segments)]
-        for r, lookup in enumerate(self.ranks):
-            device = torch.device(self.devices[r])
-            ids_parts: list[torch.Tensor] = []
-            sub_offsets = [0]
-            for j, s in enumerate(self.inputs[r]):
-                k = feature_index[s]
-                ids = values[offset_per_key[k] : offset_per_key[k + 1]].long()
-                lo = self.row_lo[r][j]
-                if lo >= 0:
-                    owned = (ids >= lo) & (ids < self.row_hi[r][j])
-                    ids = torch.where(owned, ids - lo, torch.zeros_like(ids))
-                    masks[s].append(owned)
-                ids_parts.append(ids)
-                sub_offsets.append(sub_offsets[-1] + ids.numel())
-            identity = list(range(len(ids_parts)))
-            rows = lookup(torch.cat(ids_parts).to(device), sub_offsets, identity)
-            for j, s in enumerate(self.inputs[r]):
-                pieces[s].append(rows[j].to(values.device))
-        out: list[torch.Tensor] = []
-        for s in range(num_segments):
-            parts = pieces[s]
-            first = parts[0]
-            if len(parts) == 1 and not self.masked[s] and first.shape[1] == meta.dims[s]:
-                out.append(first)  # table_wise: the shard's rows as they are
-                continue
-            block = torch.zeros(
-                first.shape[0], meta.dims[s], dtype=first.dtype, device=first.device
-            )
-            for i, part in enumerate(parts):
-                c0 = self.piece_cols[s][i]
-                target = block[:, c0 : c0 + part.shape[1]]
-                if self.masked[s]:  # row_wise: a select, not a sum: the rows stay bit-exact
-                    target.copy_(torch.where(masks[s][i].unsqueeze(1), part, target))
-                else:
-                    target.copy_(part)
-            out.append(block)
-        return out
 
 
 class ShardedQuantEmbeddingCollection(TorchScriptable, nn.Module):
@@ -241,50 +143,15 @@ class ShardedQuantEmbeddingCollection(TorchScriptable, nn.Module):
         # `torch._jit_internal.is_scripting` is `torch.jit.is_scripting` (which torch's stubs
         # do not export); TorchScript folds the branch either way.
         if not torch._jit_internal.is_scripting():
-            return self._forward_eager(features)
-        values = features.values()
-        check_kjt_input(
-            values, features.weights_or_none(), False, "ShardedQuantEmbeddingCollection"
-        )
-        meta = self.lookup.unsharded
-        feature_index = kjt_segment_index(features.keys(), meta.features, meta.tables)
-        return self._outputs(
-            values, features.lengths(), features.offset_per_key(), feature_index, features.stride()
-        )
-
-    def _forward_eager(self, features: KeyedJaggedTensor) -> dict[str, JaggedTensor]:
-        values = features.values()
-        check_kjt_input(values, features.weights_or_none(), False, _OWNER)
-        feature_index = self._table_plan.feature_indices(features.keys())
-        return self._outputs(
-            values,
-            features.lengths(),
-            list(features.offset_per_key()),
-            feature_index,
-            features.stride(),
-        )
-
-    def _outputs(
-        self,
-        values: torch.Tensor,
-        lengths: torch.Tensor,
-        offset_per_key: list[int],
-        feature_index: list[int],
-        batch: int,
-    ) -> dict[str, JaggedTensor]:
-        rows = self.lookup(values, offset_per_key, feature_index)
+            check_kjt_input(features.values(), features.weights_or_none(), False, _OWNER)
+            feature_index = self._table_plan.feature_indices(features.keys())
+        else:
+            meta = self.lookup.segments
+            owner = "ShardedQuantEmbeddingCollection"
+            feature_index = kjt_sequence_index(features, owner, meta.features, meta.tables)
+        rows = self.lookup(features.values(), features.offset_per_key(), feature_index)
         names, dtype = self._embedding_names, self._output_dtype
-        return sequence_outputs(
-            rows,
-            values,
-            lengths,
-            offset_per_key,
-            feature_index,
-            batch,
-            names,
-            self._need_indices,
-            dtype,
-        )
+        return sequence_forward(rows, features, feature_index, names, self._need_indices, dtype)
 
     def extra_repr(self) -> str:
         return ", ".join(

@@ -33,8 +33,8 @@ from shardrec_embedding import (
 from shardrec_embedding.quant import (
     PooledLookup,
     ScriptablePooledLookup,
-    SegmentMeta,
-    check_segment_ids,
+    ShardedPooledLookup,
+    eager_lookup_args,
     kjt_lookup_args,
 )
 from shardrec_jagged import KeyedJaggedTensor, KeyedTensor, TorchScriptable
@@ -43,109 +43,6 @@ from shardrec_planner import ParameterSharding, ShardingType
 __all__ = ["ShardedPooledLookup", "ShardedQuantEmbeddingBagCollection"]
 
 _BITS = {DataType.INT8: 8, DataType.INT4: 4, DataType.INT2: 2}
-
-
-class ShardedPooledLookup(nn.Module):
-    """Scriptable forward over the per-rank lookups; same signature as `PooledLookup`."""
-
-    def __init__(
-        self,
-        ranks: list[PooledLookup],
-        devices: list[str],
-        unsharded: SegmentMeta,
-        inputs: list[list[int]],
-        row_lo: list[list[int]],
-        row_hi: list[list[int]],
-        rank_dims: list[list[int]],
-        parts: list[list[int]],
-        combine_sum: list[bool],
-        divide: list[bool],
-        check_ids: bool,
-    ) -> None:
-        super().__init__()
-        self.ranks = nn.ModuleList(ranks)
-        self.devices = devices
-        self.unsharded = unsharded
-        self.inputs = inputs
-        self.row_lo = row_lo
-        self.row_hi = row_hi
-        self.rank_dims = rank_dims
-        self.parts = parts
-        self.combine_sum = combine_sum
-        self.divide = divide
-        self.check_ids = check_ids
-
-    def forward(
-        self,
-        values: torch.Tensor,
-        lengths: torch.Tensor,
-        weights: torch.Tensor | None,
-        offset_per_key: list[int],
-        feature_index: list[int],
-        batch: int,
-    ) -> torch.Tensor:
-        meta = self.unsharded
-        if self.check_ids:
-            check_segment_ids(
-                values,
-                offset_per_key,
-                feature_index,
-                meta.rows,
-                meta.min_rows,
-                meta.features,
-                meta.tables,
-            )
-        num_keys = len(offset_per_key) - 1
-        per_key = lengths.view(num_keys, batch)
-        all_weights = weights if weights is not None else torch.ones(values.numel())
-        all_weights = all_weights.to(device=values.device, dtype=torch.float32)
-        blocks: list[torch.Tensor] = []
-        for r, lookup in enumerate(self.ranks):
-            device = torch.device(self.devices[r])
-            vals: list[torch.Tensor] = []
-            lens: list[torch.Tensor] = []
-            wts: list[torch.Tensor] = []
-            opk = [0]
-            for j, s in enumerate(self.inputs[r]):
-                k = feature_index[s]
-                ids = values[offset_per_key[k] : offset_per_key[k + 1]].long()
-                w = all_weights[offset_per_key[k] : offset_per_key[k + 1]]
-                lo = self.row_lo[r][j]
-                if lo >= 0:
-                    mask = (ids >= lo) & (ids < self.row_hi[r][j])
-                    ids = torch.where(mask, ids - lo, torch.zeros_like(ids))
-                    w = w * mask.to(w.dtype)
-                vals.append(ids)
-                wts.append(w)
-                lens.append(per_key[k])
-                opk.append(opk[-1] + offset_per_key[k + 1] - offset_per_key[k])
-            identity = list(range(len(vals)))
-            out = lookup(
-                torch.cat(vals).to(device),
-                torch.cat(lens).to(device),
-                torch.cat(wts).to(device),
-                opk,
-                identity,
-                batch,
-            ).to(values.device)
-            blocks.extend(torch.split_with_sizes(out, self.rank_dims[r], dim=1))
-        pieces: list[torch.Tensor] = []
-        for s, members in enumerate(self.parts):
-            if self.combine_sum[s]:
-                piece = blocks[members[0]]
-                for i in members[1:]:
-                    piece = piece + blocks[i]
-            elif len(members) == 1:
-                piece = blocks[members[0]]
-            else:
-                piece = torch.cat([blocks[i] for i in members], dim=1)
-            if self.divide[s]:
-                count = per_key[feature_index[s]].clamp(min=1).to(piece.dtype)
-                piece = piece / count.unsqueeze(1)
-            pieces.append(piece)
-        if len(pieces) == 0:
-            return torch.zeros(batch, 0, device=values.device)
-        return torch.cat(pieces, dim=1)
 
 
 class ShardedQuantEmbeddingBagCollection(TorchScriptable, nn.Module):
@@ -253,32 +150,21 @@ class ShardedQuantEmbeddingBagCollection(TorchScriptable, nn.Module):
 
     def forward(self, features: KeyedJaggedTensor) -> KeyedTensor:
         if not torch._jit_internal.is_scripting():
-            return self._forward_eager(features)
-        meta = self.lookup.unsharded
-        owner = "ShardedQuantEmbeddingBagCollection"
-        args = kjt_lookup_args(features, self._is_weighted, owner, meta.features, meta.tables)
+            unsharded = self._module.get()
+            weights = features.weights_or_none()
+            if unsharded.is_weighted() != (weights is not None):
+                state = "weighted" if unsharded.is_weighted() else "unweighted"
+                raise ValueError(
+                    f"ShardedQuantEmbeddingBagCollection is {state}; the KJT disagrees"
+                )
+            feature_index = unsharded._plan.feature_indices(features.keys())
+            args = eager_lookup_args(features, weights, feature_index)
+        else:
+            meta = self.lookup.segments
+            owner = "ShardedQuantEmbeddingBagCollection"
+            args = kjt_lookup_args(features, self._is_weighted, owner, meta.features, meta.tables)
         out = self.lookup(*args)
         return KeyedTensor(self._embedding_names, self._dims, out.to(self._output_dtype))
-
-    def _forward_eager(self, features: KeyedJaggedTensor) -> KeyedTensor:
-        unsharded = self._module.get()
-        values = features.values()
-        weights = features.weights_or_none()
-        if unsharded.is_weighted() != (weights is not None):
-            state = "weighted" if unsharded.is_weighted() else "unweighted"
-            raise ValueError(f"ShardedQuantEmbeddingBagCollection is {state}; the KJT disagrees")
-        feature_index = unsharded._plan.feature_indices(features.keys())
-        out = self.lookup(
-            values,
-            features.lengths(),
-            weights,
-            list(features.offset_per_key()),
-            feature_index,
-            features.stride(),
-        )
-        names = unsharded.embedding_names()
-        dims = [s.dim for s in unsharded._plan.segments]
-        return KeyedTensor(keys=names, length_per_key=dims, values=out.to(unsharded.output_dtype()))
 
     def scriptable(self, keys: Sequence[str] | None = None) -> ScriptablePooledLookup:
         """As `QuantEmbeddingBagCollection.scriptable`, over the sharded lookups."""

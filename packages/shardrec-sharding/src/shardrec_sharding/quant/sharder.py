@@ -26,17 +26,21 @@ __all__ = [
 QUANT_SHARDING_TYPES = (ShardingType.TABLE_WISE, ShardingType.ROW_WISE, ShardingType.COLUMN_WISE)
 
 
-class QuantEmbeddingBagCollectionSharder:
-    """Satisfies the planner's `PlannerSharder` protocol for `QuantEmbeddingBagCollection`.
+class _ForwardOnlySharder:
+    """Satisfies the planner's `PlannerSharder` protocol for a quantized collection.
 
     No fused optimizer (`fused_params` None), so the planner sizes no optimizer state: the
     plan is forward-only. Tables are presented as meta `(rows, dim)` tensors of one byte per
-    element for integer types (an over-estimate for INT4/INT2) or their float dtype.
+    element for integer types (an over-estimate for INT4/INT2) or their float dtype. The two
+    public sharders differ only in their module type and how it lists its tables.
     """
+
+    _module: type[nn.Module]
+    _tables_method: str  # the module's method listing its table configs
 
     @property
     def module_type(self) -> type[nn.Module]:
-        return QuantEmbeddingBagCollection
+        return self._module
 
     @property
     def fused_params(self) -> Mapping[str, object] | None:
@@ -49,21 +53,24 @@ class QuantEmbeddingBagCollectionSharder:
         return [EmbeddingComputeKernel.DENSE.value]
 
     def shardable_parameters(self, module: nn.Module) -> dict[str, nn.Parameter]:
-        assert isinstance(module, QuantEmbeddingBagCollection)
-        return _meta_weights(module.embedding_bag_configs())
+        assert isinstance(module, self._module)
+        tables: Sequence[BaseEmbeddingConfig] = getattr(module, self._tables_method)()
+        return _meta_weights(tables)
 
 
-class QuantEmbeddingCollectionSharder(QuantEmbeddingBagCollectionSharder):
-    """The same forward-only view for `QuantEmbeddingCollection` (per-id lookups; the planner
+class QuantEmbeddingBagCollectionSharder(_ForwardOnlySharder):
+    """The forward-only sharder of `QuantEmbeddingBagCollection`."""
+
+    _module = QuantEmbeddingBagCollection
+    _tables_method = "embedding_bag_configs"
+
+
+class QuantEmbeddingCollectionSharder(_ForwardOnlySharder):
+    """The forward-only sharder of `QuantEmbeddingCollection` (per-id lookups; the planner
     reads its `embedding_configs()` and costs it as an unpooled collection)."""
 
-    @property
-    def module_type(self) -> type[nn.Module]:
-        return QuantEmbeddingCollection
-
-    def shardable_parameters(self, module: nn.Module) -> dict[str, nn.Parameter]:
-        assert isinstance(module, QuantEmbeddingCollection)
-        return _meta_weights(module.embedding_configs())
+    _module = QuantEmbeddingCollection
+    _tables_method = "embedding_configs"
 
 
 def _meta_weights(tables: Sequence[BaseEmbeddingConfig]) -> dict[str, nn.Parameter]:

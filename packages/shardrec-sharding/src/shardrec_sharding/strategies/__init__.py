@@ -1,1 +1,2 @@
-"""One module per sharding type; `shardrec_sharding.registry` maps types to them."""
+"""The engines of the sharding strategies; `shardrec_sharding.registry` describes each sharding
+type as one engine with its type bound."""

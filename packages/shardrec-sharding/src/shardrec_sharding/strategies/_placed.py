@@ -21,7 +21,6 @@ from torch import Tensor
 from shardrec_collectives import (
     Awaitable,
     KeySelection,
-    ShardingEnv,
     kjt_all_to_all,
     pooled_all_to_all,
 )
@@ -30,7 +29,7 @@ from shardrec_planner import ShardingType
 from shardrec_sharding.layout import LocalTable, Segment, TableSharding
 from shardrec_sharding.lookup import LocalLookup, LookupSegment
 from shardrec_sharding.strategies._kjt import empty_kjt, pooled_lookup, unique
-from shardrec_sharding.types import DistInput, TableMaker
+from shardrec_sharding.types import DistInput, StrategyArgs
 
 
 class PlacedSharding:
@@ -38,15 +37,9 @@ class PlacedSharding:
 
     carries_errors = True
 
-    def __init__(
-        self,
-        sharding_type: ShardingType,
-        tables: Sequence[TableSharding],
-        env: ShardingEnv,
-        make_table: TableMaker,
-    ) -> None:
-        self.sharding_type = sharding_type
-        self.env = env
+    def __init__(self, args: StrategyArgs) -> None:
+        self.sharding_type: ShardingType = args.sharding_type
+        tables, env, self.env = args.tables, args.env, args.env
         self._features_per_rank: list[list[str]] = []
         self.dim_per_rank: list[int] = []
         columns: dict[tuple[int, int], int] = {}
@@ -75,7 +68,7 @@ class PlacedSharding:
             for s in t.segments
         }
         own_features = self._features_per_rank[env.rank]
-        lookup_tables = [make_table(t, lt) for t, lt in mine]
+        lookup_tables = [args.make_table(t, lt) for t, lt in mine]
         segments = [LookupSegment(i, lt.dim) for i, (t, lt) in enumerate(mine) for _ in t.segments]
         self._key_index = tuple(own_features.index(s.feature) for t, _ in mine for s in t.segments)
         self.lookup = LocalLookup(lookup_tables, segments, env.device)

@@ -21,16 +21,15 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor
 
-from shardrec_collectives import Awaitable, ShardingEnv, kjt_all_to_all, reduce_scatter_pooled
+from shardrec_collectives import Awaitable, kjt_all_to_all, reduce_scatter_pooled
 from shardrec_embedding import PoolingType
 from shardrec_jagged import KeyedJaggedTensor
 from shardrec_planner import ShardingType
 from shardrec_sharding._index_cache import IndexCache
-from shardrec_sharding.layout import TableSharding
-from shardrec_sharding.lookup import LocalLookup, LookupSegment, LookupTable
 from shardrec_sharding.strategies._bucketize import RowBucketizer
 from shardrec_sharding.strategies._kjt import empty_kjt, pooled_lookup
-from shardrec_sharding.types import DistInput, TableMaker
+from shardrec_sharding.strategies._local import consecutive_columns, held_lookup
+from shardrec_sharding.types import DistInput, StrategyArgs
 
 
 class RowBlockSharding:
@@ -38,38 +37,19 @@ class RowBlockSharding:
 
     carries_errors = True
 
-    def __init__(
-        self,
-        sharding_type: ShardingType,
-        tables: Sequence[TableSharding],
-        env: ShardingEnv,
-        make_table: TableMaker,
-    ) -> None:
-        self.sharding_type = sharding_type
-        self.env = env
+    def __init__(self, args: StrategyArgs) -> None:
+        self.sharding_type: ShardingType = args.sharding_type
+        tables, env, self.env = args.tables, args.env, args.env
         self._segments = [s for t in tables for s in t.segments]
         self._keys = [s.name for s in self._segments]
         self._bucketize = RowBucketizer(self._segments, tables, env)
         self._key_tensors = IndexCache()
         table_of = {t.name: t for t in tables}
-        device = env.device
-        local_tables: list[LookupTable] = []
-        index: dict[str, int] = {}
-        for t in tables:
-            local = t.local(env.rank, pooling=PoolingType.SUM)  # partial sums; MEAN divides later
-            if local is not None:
-                index[t.name] = len(local_tables)
-                local_tables.append(make_table(t, local))
-        lookup_segments = [LookupSegment(index.get(s.table, -1), s.dim) for s in self._segments]
-        self.lookup = LocalLookup(local_tables, lookup_segments, device)
+        # partial sums; MEAN divides later
+        self.lookup, _ = held_lookup(args, self._segments, PoolingType.SUM)
         self._key_index = tuple(range(len(self._segments)))
         self._mean = [table_of[s.table].pooling is PoolingType.MEAN for s in self._segments]
-        self.output_dim = sum(s.dim for s in self._segments)
-        columns: dict[int, list[int]] = {}
-        start = 0
-        for s in self._segments:
-            columns[s.index] = list(range(start, start + s.dim))
-            start += s.dim
+        columns, self.output_dim = consecutive_columns(self._segments)
         self.segment_columns: Mapping[int, Sequence[int]] = columns
 
     def input_dist(

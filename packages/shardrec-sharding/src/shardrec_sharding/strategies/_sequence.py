@@ -21,18 +21,18 @@ from torch import Tensor
 
 from shardrec_collectives import (
     Awaitable,
-    ShardingEnv,
     kjt_all_to_all,
     sequence_all_to_all,
 )
 from shardrec_embedding import PoolingType
 from shardrec_jagged import KeyedJaggedTensor
 from shardrec_planner import ShardingType
-from shardrec_sharding.layout import Segment, TableSharding
+from shardrec_sharding.layout import Segment
 from shardrec_sharding.lookup import LocalLookup, LookupSegment, LookupTable
 from shardrec_sharding.strategies._bucketize import RowBucketizer
 from shardrec_sharding.strategies._kjt import empty_kjt
-from shardrec_sharding.types import SequenceInput, TableMaker
+from shardrec_sharding.strategies._local import held_lookup
+from shardrec_sharding.types import SequenceInput, StrategyArgs
 
 __all__ = ["PlacedSequence", "RowSequence"]
 
@@ -58,20 +58,14 @@ class PlacedSequence:
 
     carries_errors = True
 
-    def __init__(
-        self,
-        sharding_type: ShardingType,
-        tables: Sequence[TableSharding],
-        env: ShardingEnv,
-        make_table: TableMaker,
-    ) -> None:
-        self.sharding_type = sharding_type
-        self.env = env
+    def __init__(self, args: StrategyArgs) -> None:
+        self.sharding_type: ShardingType = args.sharding_type
+        tables, env, self.env = args.tables, args.env, args.env
         self.segments: list[Segment] = [s for t in tables for s in t.segments]
         widths = {sh.cols for t in tables for sh in t.shards if sh.rows and sh.cols}
         if len(widths) > 1:
             raise ValueError(
-                f"{sharding_type.value} tables {[t.name for t in tables]} of an "
+                f"{args.sharding_type.value} tables {[t.name for t in tables]} of an "
                 f"EmbeddingCollection have shards of widths {sorted(widths)}; use one width"
             )
         self.width = widths.pop() if widths else 0
@@ -88,7 +82,7 @@ class PlacedSequence:
             local = t.local(env.rank, pooling=PoolingType.SUM)
             if local is not None:
                 index[t.name] = len(local_tables)
-                local_tables.append(make_table(t, local))
+                local_tables.append(args.make_table(t, local))
         own = self._keys_per_rank[env.rank]
         self._column_start: list[int] = []
         lookup_segments = []
@@ -166,26 +160,12 @@ class RowSequence:
 
     carries_errors = True
 
-    def __init__(
-        self,
-        sharding_type: ShardingType,
-        tables: Sequence[TableSharding],
-        env: ShardingEnv,
-        make_table: TableMaker,
-    ) -> None:
-        self.sharding_type = sharding_type
-        self.env = env
+    def __init__(self, args: StrategyArgs) -> None:
+        self.sharding_type: ShardingType = args.sharding_type
+        tables, env, self.env = args.tables, args.env, args.env
         self.segments: list[Segment] = [s for t in tables for s in t.segments]
         self._bucketize = RowBucketizer(self.segments, tables, env)
-        local_tables: list[LookupTable] = []
-        index: dict[str, int] = {}
-        for t in tables:
-            local = t.local(env.rank, pooling=PoolingType.SUM)
-            if local is not None:
-                index[t.name] = len(local_tables)
-                local_tables.append(make_table(t, local))
-        segs = [LookupSegment(index.get(s.table, -1), s.dim) for s in self.segments]
-        self.lookup = LocalLookup(local_tables, segs, env.device)
+        self.lookup, _ = held_lookup(args, self.segments, PoolingType.SUM)
 
     def input_dist(
         self,

@@ -25,11 +25,10 @@ from shardrec_collectives import (
 from shardrec_embedding import PoolingType
 from shardrec_jagged import KeyedJaggedTensor
 from shardrec_planner import ShardingType
-from shardrec_sharding.layout import Segment, TableSharding
-from shardrec_sharding.lookup import LocalLookup, LookupSegment, LookupTable
-from shardrec_sharding.types import DistInput, SequenceInput, TableMaker
-
-SHARDING_TYPE = ShardingType.DATA_PARALLEL
+from shardrec_sharding.layout import Segment
+from shardrec_sharding.lookup import LocalLookup, LookupTable
+from shardrec_sharding.strategies._local import consecutive_columns, held_lookup
+from shardrec_sharding.types import DistInput, SequenceInput, StrategyArgs
 
 
 class ReplicatedGrads:
@@ -126,32 +125,18 @@ def replicate(
 class DataParallelSharding:
     """Replicated tables (see module docstring)."""
 
-    sharding_type = SHARDING_TYPE
     carries_errors = False
 
-    def __init__(
-        self, tables: Sequence[TableSharding], env: ShardingEnv, make_table: TableMaker
-    ) -> None:
-        self.env = env
-        lookup_tables = []
-        for t in tables:
-            local = t.local(env.rank)
-            assert local is not None  # data_parallel places the whole table on every rank
-            lookup_tables.append(make_table(t, local))
-        segments = [
-            LookupSegment(i, t.config.embedding_dim)
-            for i, t in enumerate(tables)
-            for _ in t.segments
-        ]
-        self._features = [s.feature for t in tables for s in t.segments]
-        self.lookup = LocalLookup(lookup_tables, segments, env.device)
-        columns: dict[int, list[int]] = {}
-        start = 0
-        for t in tables:
-            for s in t.segments:
-                columns[s.index] = list(range(start, start + s.dim))
-                start += s.dim
-        self.output_dim = start
+    def __init__(self, args: StrategyArgs) -> None:
+        assert args.sharding_type is ShardingType.DATA_PARALLEL, args.sharding_type
+        self.sharding_type: ShardingType = args.sharding_type
+        tables, env, self.env = args.tables, args.env, args.env
+        segments = [s for t in tables for s in t.segments]
+        # data_parallel places the whole table on every rank: every segment has its table
+        self.lookup, lookup_tables = held_lookup(args, segments)
+        assert len(lookup_tables) == len(tables)
+        self._features = [s.feature for s in segments]
+        columns, self.output_dim = consecutive_columns(segments)
         self.segment_columns: Mapping[int, Sequence[int]] = columns
         self._segment_tables = [t.name for t in tables for _ in t.segments]
         self._grads = replicate(env, lookup_tables, self.lookup)
@@ -190,28 +175,15 @@ class DataParallelSharding:
 class DataParallelSequence:
     """Replicated tables: a local lookup (gradients as for pooled data_parallel)."""
 
-    sharding_type = ShardingType.DATA_PARALLEL
     carries_errors = False
 
-    def __init__(
-        self,
-        tables: Sequence[TableSharding],
-        env: ShardingEnv,
-        make_table: TableMaker,
-    ) -> None:
-        self.env = env
+    def __init__(self, args: StrategyArgs) -> None:
+        assert args.sharding_type is ShardingType.DATA_PARALLEL, args.sharding_type
+        self.sharding_type: ShardingType = args.sharding_type
+        tables, env, self.env = args.tables, args.env, args.env
         self.segments: list[Segment] = [s for t in tables for s in t.segments]
-        local_tables: list[LookupTable] = []
-        for t in tables:
-            local = t.local(env.rank, pooling=PoolingType.SUM)
-            assert local is not None
-            local_tables.append(make_table(t, local))
-        segs = [
-            LookupSegment(i, t.config.embedding_dim)
-            for i, t in enumerate(tables)
-            for _ in t.segments
-        ]
-        self.lookup = LocalLookup(local_tables, segs, env.device)
+        self.lookup, local_tables = held_lookup(args, self.segments, PoolingType.SUM)
+        assert len(local_tables) == len(tables)
         self._segment_tables = [t.name for t in tables for _ in t.segments]
         self._grads = replicate(env, local_tables, self.lookup)
 
@@ -241,17 +213,3 @@ class DataParallelSequence:
     def output_dist(self, local: Tensor, dist_input: SequenceInput) -> Awaitable[dict[int, Tensor]]:
         parts = torch.split(local, list(dist_input.counts))
         return NoWait({s.index: p for s, p in zip(self.segments, parts, strict=True)})
-
-
-def build(
-    tables: Sequence[TableSharding], env: ShardingEnv, make_table: TableMaker
-) -> DataParallelSharding:
-    """The data_parallel strategy for `tables` on this rank of `env`."""
-    return DataParallelSharding(tables, env, make_table)
-
-
-def build_sequence(
-    tables: Sequence[TableSharding], env: ShardingEnv, make_table: TableMaker
-) -> DataParallelSequence:
-    """The data_parallel strategy for the `tables` of an EmbeddingCollection."""
-    return DataParallelSequence(tables, env, make_table)

@@ -1,4 +1,4 @@
-"""Optional fbgemm backend for the fused backward: fbgemm's CPU TBE backward kernels.
+"""The fbgemm backend of the fused update rules: fbgemm's CPU TBE backward kernels.
 
 fbgemm-gpu-cpu ships one CPU kernel per optimizer that sorts the ids of a batch, sums each row's
 gradient and updates the row and its state in one pass, with no `(U, D)` temporary. On the issue-4
@@ -27,29 +27,22 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
-from shardrec_embedding.configs import PoolingType
-from shardrec_optim import EmbOptimType, FusedOptimSpec, WeightDecayMode
+from shardrec_optim.pooled import PooledGrad, PooledKernel
+from shardrec_optim.rules import optimizers_on
+from shardrec_optim.spec import FusedOptimSpec
+from shardrec_optim.types import EmbOptimType, WeightDecayMode
 
 _log = logging.getLogger(__name__)
 
-# fbgemm's EmbeddingLocation.HOST and PoolingMode values.
+# fbgemm's EmbeddingLocation.HOST and PoolingMode (SUM = 0, MEAN = 1) values.
 _HOST = 3
-_POOLING = {PoolingType.SUM: 0, PoolingType.MEAN: 1}
 
-FBGEMM_OPTIMIZERS = frozenset(
-    {
-        EmbOptimType.SGD,
-        EmbOptimType.EXACT_SGD,
-        EmbOptimType.ROWWISE_ADAGRAD,
-        EmbOptimType.EXACT_ROWWISE_ADAGRAD,
-        EmbOptimType.EXACT_ADAGRAD,
-    }
-)
+FBGEMM_OPTIMIZERS = optimizers_on("fbgemm")
 """Optimizers whose fused backward runs on fbgemm's CPU kernel when fbgemm imports."""
 
 
@@ -117,27 +110,27 @@ def _one_table_meta(num_rows: int, dim: int) -> tuple[Tensor, Tensor, Tensor, Te
     )
 
 
-def fbgemm_update(
-    weight: Tensor,
-    state: Mapping[str, Tensor],
-    spec: FusedOptimSpec,
-    ids: Tensor,
-    offsets: Tensor,
-    per_sample_weights: Tensor | None,
-    pooling: PoolingType,
-    grad_out: Tensor,
-    learning_rate: float,
-) -> None:
-    """`fused_update` on fbgemm's CPU kernel (call only when `fbgemm_applies`).
+def fbgemm_unsupported(grad: PooledGrad) -> str | None:
+    """Why `fbgemm_update` cannot run this update, or None when it can."""
+    spec, weight = grad.spec, grad.weight
+    if fbgemm_applies(spec, weight, grad.grad_out, grad.per_sample_weights):
+        return None
+    return (
+        f"it cannot run {spec.optimizer.name} on a {weight.dtype} {weight.device.type} weight "
+        f"(fbgemm supports {sorted(o.name for o in FBGEMM_OPTIMIZERS)} without weight decay on "
+        "contiguous FP32 CPU weights, and needs fbgemm-gpu-cpu installed)"
+    )
 
-    weight: `(R, D)` contiguous FP32, updated in place. ids: `(N,)` int64 rows.
-    offsets: `(num_bags + 1,)` int64. per_sample_weights: `(N,)` FP32 or None.
-    grad_out: `(num_bags, D)` FP32. State as `shardrec_optim.init_state` (updated in place).
-    """
+
+def fbgemm_update(grad: PooledGrad) -> None:
+    """The fused update on fbgemm's CPU kernel (call only when `fbgemm_applies`): a contiguous
+    FP32 `(R, D)` weight and FP32 gradients; the step count is unused (no rule here reads it)."""
+    spec, weight, state = grad.spec, grad.weight, grad.state
     num_rows, dim = weight.shape
     placements, table_offsets, d_offsets, hash_size_cumsum = _one_table_meta(num_rows, dim)
+    psw = grad.per_sample_weights
     common: dict[str, object] = {
-        "grad_output": grad_out.contiguous(),
+        "grad_output": grad.grad_out.contiguous(),
         "host_weights": weight.view(-1),
         "weights_placements": placements,
         "weights_offsets": table_offsets,
@@ -145,15 +138,13 @@ def fbgemm_update(
         "max_D": dim,
         "hash_size_cumsum": hash_size_cumsum,
         "total_hash_size_bits": max(1, int(num_rows).bit_length()),
-        "indices": ids.long().contiguous(),
-        "offsets": offsets.long().contiguous(),
-        "pooling_mode": _POOLING[pooling],
+        "indices": grad.ids.long().contiguous(),
+        "offsets": grad.offsets.long().contiguous(),
+        "pooling_mode": int(grad.mean),
         # An empty tensor means "unweighted" to the CPU kernel.
-        "indice_weights": (
-            weight.new_empty(0) if per_sample_weights is None else per_sample_weights.contiguous()
-        ),
+        "indice_weights": weight.new_empty(0) if psw is None else psw.contiguous(),
         "stochastic_rounding": False,
-        "learning_rate_tensor": torch.tensor(learning_rate, dtype=torch.float32),
+        "learning_rate_tensor": torch.tensor(grad.learning_rate, dtype=torch.float32),
     }
     op: Callable[..., object]
     if spec.optimizer in (EmbOptimType.SGD, EmbOptimType.EXACT_SGD):
@@ -181,3 +172,7 @@ def fbgemm_update(
         weight_decay_mode=0,
         max_norm=0.0,
     )
+
+
+FBGEMM_KERNEL = PooledKernel(unsupported=fbgemm_unsupported, update=fbgemm_update)
+"""fbgemm's CPU kernels as a backend of `pooled.pooled_update`."""

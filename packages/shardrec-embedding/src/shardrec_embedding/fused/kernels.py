@@ -1,6 +1,11 @@
-"""The fused backward on the native CPU kernels (`shardrec_embedding._native`).
+"""This package's backends of the fused update rules: native C (CPU) and Triton (CUDA).
 
-One pass over the batch's ids updates the touched rows in place, without sorting:
+`shardrec_optim.pooled_update` dispatches; `shardrec_optim.rules` says which rule runs where.
+Both kernels live here because they are built by this package's loaders, next to the lookup
+kernels they share code with (docs/design/fused-kernel-home.md).
+
+On the native CPU kernels (`shardrec_embedding._native`), one pass over the batch's ids
+updates the touched rows in place, without sorting:
 
 - EXACT_SGD / SGD: `w[id] -= lr * scale * grad_out[bag]` for every id. SGD is linear in the
   gradient, so adding duplicate ids' contributions one by one equals one update with their
@@ -16,7 +21,6 @@ docs/design/native-kernels.md records the measurements behind preferring it on C
 from __future__ import annotations
 
 import weakref
-from collections.abc import Mapping
 
 import torch
 from torch import Tensor
@@ -27,14 +31,28 @@ from shardrec_embedding._native import (
     native_rowwise_adagrad,
     native_sgd,
 )
-from shardrec_embedding.configs import PoolingType
-from shardrec_optim import EmbOptimType, FusedOptimSpec, WeightDecayMode
+from shardrec_embedding.triton import ops as triton_ops
+from shardrec_optim import (
+    EmbOptimType,
+    FusedOptimSpec,
+    PooledGrad,
+    PooledKernel,
+    WeightDecayMode,
+    bags_and_scales,
+    optimizers_on,
+)
 
-__all__ = ["NATIVE_OPTIMIZERS", "native_backward_unsupported", "native_update"]
+__all__ = [
+    "NATIVE_KERNEL",
+    "NATIVE_OPTIMIZERS",
+    "TRITON_KERNEL",
+    "native_backward_unsupported",
+    "native_update",
+]
 
 _SGD = frozenset({EmbOptimType.SGD, EmbOptimType.EXACT_SGD})
 _ROWWISE = frozenset({EmbOptimType.EXACT_ROWWISE_ADAGRAD, EmbOptimType.ROWWISE_ADAGRAD})
-NATIVE_OPTIMIZERS = _SGD | _ROWWISE
+NATIVE_OPTIMIZERS = optimizers_on("native")
 """Optimizers the native fused backward implements."""
 
 # One scratch per optimizer state tensor (by id; dropped with the tensor). Not a
@@ -69,25 +87,15 @@ def native_backward_unsupported(
     return None
 
 
-def native_update(
-    weight: Tensor,
-    state: Mapping[str, Tensor],
-    spec: FusedOptimSpec,
-    ids: Tensor,
-    offsets: Tensor,
-    per_sample_weights: Tensor | None,
-    pooling: PoolingType,
-    grad_out: Tensor,
-    learning_rate: float,
-) -> None:
-    """`fused_update` on the native kernels (call only when `native_backward_unsupported`
-    returns None). weight: `(R, D)`; ids: `(N,)` rows; offsets: `(num_bags + 1,)`;
-    grad_out: `(num_bags, D)`."""
-    mean = pooling is PoolingType.MEAN
+def native_update(grad: PooledGrad) -> None:
+    """The fused update on the native kernels (call only when `native_backward_unsupported`
+    returns None); the weight and state are updated in place."""
+    spec, weight, lr = grad.spec, grad.weight, grad.learning_rate
+    ids, offsets, psw = grad.ids, grad.offsets, grad.per_sample_weights
     if spec.optimizer in _SGD:
-        native_sgd(weight, ids, offsets, per_sample_weights, mean, grad_out, learning_rate)
+        native_sgd(weight, ids, offsets, psw, grad.mean, grad.grad_out, lr)
         return
-    momentum = state["momentum1"]
+    momentum = grad.state["momentum1"]
     workspace = _WORKSPACES.get(id(momentum))
     if workspace is None:
         workspace = _WORKSPACES[id(momentum)] = AdagradWorkspace()
@@ -97,10 +105,42 @@ def native_update(
         momentum,
         ids,
         offsets,
-        per_sample_weights,
-        mean,
-        grad_out,
-        learning_rate=learning_rate,
+        psw,
+        grad.mean,
+        grad.grad_out,
+        learning_rate=lr,
         eps=spec.eps,
         workspace=workspace,
     )
+
+
+def triton_update(grad: PooledGrad) -> None:
+    """The fused rowwise-Adagrad update on the Triton kernel (no host sync)."""
+    bag, scale = bags_and_scales(grad, torch.float32)
+    weight = grad.weight
+    triton_ops.rowwise_adagrad_update(
+        weight,
+        grad.state["momentum1"],
+        grad.ids,
+        bag,
+        None if scale is None else scale.to(weight.dtype),
+        grad.grad_out,
+        learning_rate=grad.learning_rate,
+        eps=grad.spec.eps,
+    )
+
+
+NATIVE_KERNEL = PooledKernel(
+    unsupported=lambda g: native_backward_unsupported(
+        g.spec, g.weight, g.grad_out, g.per_sample_weights
+    ),
+    update=native_update,
+)
+"""The native C kernels as a backend of `shardrec_optim.pooled_update`."""
+
+TRITON_KERNEL = PooledKernel(
+    unsupported=lambda g: triton_ops.backward_unsupported(g.spec, g.weight),
+    preferred=lambda g: triton_ops.backward_applies(g.spec, g.weight),
+    update=triton_update,
+)
+"""The Triton kernel as a backend of `shardrec_optim.pooled_update` (auto: CUDA only)."""

@@ -18,17 +18,9 @@ from typing import Any
 
 from torch import Tensor
 
-from shardrec_optim import EmbOptimType, FusedOptimSpec, KeyedOptimizer
-
-# Optimizers whose update depends on the step count (bias correction).
-STEP_OPTIMIZERS = frozenset(
-    {
-        EmbOptimType.ADAM,
-        EmbOptimType.PARTIAL_ROWWISE_ADAM,
-        EmbOptimType.LAMB,
-        EmbOptimType.PARTIAL_ROWWISE_LAMB,
-    }
-)
+from shardrec_optim.keyed import KeyedOptimizer
+from shardrec_optim.rules import RULES
+from shardrec_optim.spec import FusedOptimSpec
 
 
 class FusedEmbeddingOptimizer(KeyedOptimizer):
@@ -63,7 +55,7 @@ class FusedEmbeddingOptimizer(KeyedOptimizer):
         out: dict[Tensor, Any] = {}
         for name, w in self._weights.items():
             entry = {f"{name}.{k}": v for k, v in per_table[name].items()}
-            if self.spec.optimizer in STEP_OPTIMIZERS:
+            if RULES[self.spec.optimizer].uses_step:
                 entry[f"{name}.step"] = self._step()
             out[w] = entry
         return out
