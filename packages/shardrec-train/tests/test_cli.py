@@ -197,9 +197,9 @@ def test_version_line_and_report() -> None:
     import torch
 
     from shardrec_embedding._native import native_available
-    from shardrec_embedding.fused.fbgemm_backward import fbgemm_tbe_available
     from shardrec_embedding.triton import triton_available
     from shardrec_jagged import fbgemm_available
+    from shardrec_optim.fbgemm_kernels import fbgemm_tbe_available
 
     assert version_line().split()[1] == importlib.metadata.version("shardrec")
     rows = dict(re.split(r"\s{2,}", line, maxsplit=1) for line in version_report().splitlines())

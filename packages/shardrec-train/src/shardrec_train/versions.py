@@ -51,9 +51,9 @@ def backend_rows() -> list[tuple[str, str]]:
     jagged ops and the fused backward, the native C kernels for CPU lookups, Triton for CUDA
     lookups (imports torch, tries each optional backend once; their warnings are the report)."""
     from shardrec_embedding._native import native_available
-    from shardrec_optim.fbgemm_kernels import fbgemm_tbe_available
     from shardrec_embedding.triton import triton_available
     from shardrec_jagged import fbgemm_available
+    from shardrec_optim.fbgemm_kernels import fbgemm_tbe_available
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # each row below says what a warning would say
