@@ -209,6 +209,25 @@ def link(
     return out
 
 
+def linked_all_to_all(
+    env: ShardingEnv, send: torch.Tensor, in_splits: Sequence[int], out_splits: Sequence[int]
+) -> Callable[[], torch.Tensor]:
+    """Launch `all_to_all` of `send` now; the returned function waits for it and `link`s the
+    result to `send` (backward: the reverse all-to-all of the gradient)."""
+    pending = all_to_all(env, send.detach(), in_splits, out_splits)
+    grad = needs_grad(env, send)
+
+    def finish() -> torch.Tensor:
+        return link(
+            send,
+            pending.wait(),
+            lambda g: all_to_all_sync(env, g, out_splits, in_splits),
+            grad,
+        )
+
+    return finish
+
+
 def exclusive_cumsum(xs: Sequence[int]) -> list[int]:
     out = [0] * len(xs)
     total = 0
