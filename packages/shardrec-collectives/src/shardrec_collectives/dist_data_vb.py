@@ -147,15 +147,5 @@ class VariableBatchPooledEmbeddingsReduceScatter(nn.Module):
             "batch_size_per_rank_per_feature", batch_size_per_rank_per_feature, embedding_dims
         )
         _checks.shape("local_embs", local_embs, (sum(counts),), f"values per rank {counts}")
-        pending = prim.reduce_scatter_v(env, local_embs.detach(), counts)
-        grad = prim.needs_grad(env, local_embs)
-
-        def finish() -> torch.Tensor:
-            return prim.link(
-                local_embs,
-                pending.wait(),
-                lambda g: prim.all_gather_v(env, g, counts).wait(),
-                grad,
-            )
-
-        return PooledEmbeddingsAwaitable(Awaitable(finish))
+        receive = prim.linked_reduce_scatter_v(env, local_embs, counts)
+        return PooledEmbeddingsAwaitable(Awaitable(receive))
