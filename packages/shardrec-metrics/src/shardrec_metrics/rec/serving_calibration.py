@@ -11,8 +11,8 @@ __all__ = ["NUM_EXAMPLES", "ServingCalibrationMetric", "ServingCalibrationMetric
 
 
 class ServingCalibrationMetricComputation(ServingComputation, CalibrationMetricComputation):
-    """Calibration's states and value (a CalibrationMetricComputation, as in TorchRec), plus
-    the serving count."""
+    """Calibration's states and value (inherited from CalibrationMetricComputation), plus the
+    serving count of nonzero-weight examples."""
 
     def _compute(self) -> list[MetricComputationReport]:
         return [*super()._compute(), self._total_examples()]
