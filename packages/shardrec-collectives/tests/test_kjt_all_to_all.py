@@ -7,12 +7,14 @@ result of the whole exchange by itself and checks its own share.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 
 import pytest
 import torch
 import torch.distributed as dist
 
 from shardrec_collectives import (
+    KJTAllToAllAwaitable,
     KJTAllToAllLayout,
     PeerError,
     ShardingEnv,
@@ -91,13 +93,20 @@ def expected_received(
     return out
 
 
-def check_kjt_cases(ctx: RankContext, seed: int) -> int:
+def exchanges(
+    ctx: RankContext, seed: int
+) -> Iterator[tuple[ShardingEnv, Case, list[KeyedJaggedTensor], KJTAllToAllAwaitable]]:
+    """Each case of `make_cases`: this rank's KJTs for every rank, and their all-to-all."""
     env = ShardingEnv.from_process_group(ctx.pg)
+    for case in make_cases(ctx.world_size, seed):
+        per_rank = [sent_kjt(case, ctx.rank, d) for d in range(ctx.world_size)]
+        yield env, case, per_rank, kjt_all_to_all(env, per_rank)
+
+
+def check_kjt_cases(ctx: RankContext, seed: int) -> int:
     world = ctx.world_size
     checked = 0
-    for case in make_cases(world, seed):
-        per_rank = [sent_kjt(case, ctx.rank, d) for d in range(world)]
-        awaitable = kjt_all_to_all(env, per_rank)
+    for _, case, per_rank, awaitable in exchanges(ctx, seed):
         layout = awaitable.layout
         got = awaitable.wait()
         expected = expected_received(case, world, ctx.rank)
@@ -242,12 +251,9 @@ def table(device: torch.device) -> torch.Tensor:
 
 
 def check_sequence_cases(ctx: RankContext, seed: int) -> int:
-    env = ShardingEnv.from_process_group(ctx.pg)
     world = ctx.world_size
     checked = 0
-    for case in make_cases(world, seed):
-        per_rank = [sent_kjt(case, ctx.rank, d) for d in range(world)]
-        awaitable = kjt_all_to_all(env, per_rank)
+    for env, case, per_rank, awaitable in exchanges(ctx, seed):
         received = awaitable.wait()
         weight = table(env.device).requires_grad_(True)
         embs = weight[received.values() % ROWS]

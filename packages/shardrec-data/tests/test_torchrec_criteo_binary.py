@@ -259,27 +259,8 @@ def test_in_memory_bad_arguments(tmp_path: pathlib.Path) -> None:
 
 
 def test_random_rec_dataset_shapes_ranges_and_cycle() -> None:
-    ds = RandomRecDataset(
-        keys=["a", "b"],
-        batch_size=6,
-        hash_sizes=[5, 9],
-        ids_per_features=[3, 4],
-        min_ids_per_features=[1, 4],
-        num_dense=2,
-        manual_seed=1,
-        num_batches=5,
-        num_generated_batches=2,
-    )
-    batches = list(ds)
-    assert len(ds) == 5 and len(batches) == 5 and batches[2] is batches[0]
-    for b in batches:
-        kjt = b.sparse_features
-        la, lb = kjt["a"].lengths(), kjt["b"].lengths()
-        assert ((la >= 1) & (la <= 3)).all() and (lb == 4).all()
-        assert (kjt["a"].values() < 5).all() and (kjt["b"].values() < 9).all()
-        assert b.dense_features.shape == (6, 2) and set(b.labels.tolist()) <= {0, 1}
-    again = list(
-        RandomRecDataset(
+    def make() -> RandomRecDataset:
+        return RandomRecDataset(
             keys=["a", "b"],
             batch_size=6,
             hash_sizes=[5, 9],
@@ -290,7 +271,17 @@ def test_random_rec_dataset_shapes_ranges_and_cycle() -> None:
             num_batches=5,
             num_generated_batches=2,
         )
-    )
+
+    ds = make()
+    batches = list(ds)
+    assert len(ds) == 5 and len(batches) == 5 and batches[2] is batches[0]
+    for b in batches:
+        kjt = b.sparse_features
+        la, lb = kjt["a"].lengths(), kjt["b"].lengths()
+        assert ((la >= 1) & (la <= 3)).all() and (lb == 4).all()
+        assert (kjt["a"].values() < 5).all() and (kjt["b"].values() < 9).all()
+        assert b.dense_features.shape == (6, 2) and set(b.labels.tolist()) <= {0, 1}
+    again = list(make())
     assert torch.equal(again[1].sparse_features.values(), batches[1].sparse_features.values())
     fresh = RandomRecDataset(keys=["a"], batch_size=2, num_generated_batches=-1, num_batches=3)
     assert len({id(b) for b in fresh}) == 3

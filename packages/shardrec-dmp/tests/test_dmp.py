@@ -45,7 +45,13 @@ from shardrec_planner import (
     table_wise,
 )
 from shardrec_sharding import EmbeddingBagCollectionSharder
-from shardrec_testing import RankContext, assert_close, random_lengths, seeded_generator
+from shardrec_testing import (
+    RankContext,
+    assert_close,
+    bce_step_per_rank,
+    random_lengths,
+    seeded_generator,
+)
 
 TABLES = [("t0", 11, 4, ["f0"]), ("t1", 7, 4, ["f1", "f2"]), ("t2", 9, 8, ["f0"])]
 FEATURES = ["f0", "f1", "f2"]
@@ -160,16 +166,7 @@ def reference(seed: str, worlds: list[int]) -> tuple[list[list[Tensor]], dict[st
         opt.param_groups[1]["lr"] = LR_DENSE / world
         batches = [make_batch(seed, r, step) for r in range(world)]
         _, logits = model(concat(batches))
-        per_rank: list[Tensor] = []
-        start = 0
-        for b in batches:
-            n = b.labels.numel()
-            per_rank.append(F.binary_cross_entropy_with_logits(logits[start : start + n], b.labels))
-            start += n
-        opt.zero_grad()
-        torch.stack(per_rank).sum().backward()
-        opt.step()
-        losses.append([x.detach() for x in per_rank])
+        losses.append(bce_step_per_rank(opt, logits, [b.labels for b in batches]))
     return losses, {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 

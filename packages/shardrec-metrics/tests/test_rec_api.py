@@ -104,6 +104,31 @@ def _make(
     )
 
 
+def _computed(
+    cls: type[RecMetric], data: Batches, window: int, fused: bool
+) -> dict[str, torch.Tensor]:
+    """`cls` fed `data` (all tasks at once when `fused`), computed."""
+    mode = (
+        RecComputeMode.FUSED_TASKS_COMPUTATION
+        if fused
+        else RecComputeMode.UNFUSED_TASKS_COMPUTATION
+    )
+    metric = _make(cls, mode, window)
+    _feed(metric, data, fused=fused)
+    return metric.compute()
+
+
+def _fused_and_unfused(
+    fused_cls: type[RecMetric], unfused_cls: type[RecMetric], data: Batches, window: int
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """`fused_cls` fed all tasks at once and `unfused_cls` task by task, both computed."""
+    fused = _make(fused_cls, RecComputeMode.FUSED_TASKS_COMPUTATION, window)
+    unfused = _make(unfused_cls, RecComputeMode.UNFUSED_TASKS_COMPUTATION, window)
+    _feed(fused, data, fused=True)
+    _feed(unfused, data, fused=False)
+    return fused.compute(), unfused.compute()
+
+
 @pytest.mark.parametrize("name", sorted(CLASSES))
 @pytest.mark.parametrize("mode", list(RecComputeMode))
 def test_sum_metrics_lifetime_and_window_match_naive_loops(name: str, mode: RecComputeMode) -> None:
@@ -201,41 +226,30 @@ def test_reset_forgets_everything_and_keys_follow_torchrec() -> None:
 
 def test_bad_arguments_name_the_problem() -> None:
     tasks = [RecTaskInfo()]
+
+    def one_rank_ne(**kw: object) -> NEMetric:
+        return NEMetric(world_size=1, my_rank=0, batch_size=4, tasks=tasks, window_size=100, **kw)
+
     with pytest.raises(ValueError, match="Local window size"):
         NEMetric(world_size=2, my_rank=0, batch_size=64, tasks=tasks, window_size=100)
     with pytest.raises(ValueError, match="fused update"):
-        NEMetric(
-            world_size=1,
-            my_rank=0,
-            batch_size=4,
-            tasks=tasks,
-            window_size=100,
-            compute_mode=RecComputeMode.FUSED_TASKS_COMPUTATION,
-            fused_update_limit=2,
-        )
+        one_rank_ne(compute_mode=RecComputeMode.FUSED_TASKS_COMPUTATION, fused_update_limit=2)
     with pytest.raises(TypeError, match="unexpected"):
-        NEMetric(world_size=1, my_rank=0, batch_size=4, tasks=tasks, window_size=100, bogus=1)
+        one_rank_ne(bogus=1)
     with pytest.raises(ValueError, match="my_rank"):
         NEMetric(world_size=2, my_rank=2, batch_size=4, tasks=tasks, window_size=100)
     with pytest.raises(ValueError, match="threshold"):
         AccuracyMetric(
             world_size=1, my_rank=0, batch_size=4, tasks=tasks, window_size=100, threshold=2.0
         )
-    metric = NEMetric(world_size=1, my_rank=0, batch_size=4, tasks=tasks, window_size=100)
+    metric = one_rank_ne()
     with pytest.raises(ValueError, match="same samples"):
         metric.update(
             predictions={"DefaultTask": torch.rand(4)},
             labels={"DefaultTask": torch.ones(3)},
             weights=None,
         )
-    fused = NEMetric(
-        world_size=1,
-        my_rank=0,
-        batch_size=4,
-        tasks=tasks,
-        window_size=100,
-        compute_mode=RecComputeMode.FUSED_TASKS_COMPUTATION,
-    )
+    fused = one_rank_ne(compute_mode=RecComputeMode.FUSED_TASKS_COMPUTATION)
     with pytest.raises(ValueError, match="DefaultTask"):
         fused.update(
             predictions={"other": torch.rand(4)}, labels={"other": torch.ones(4)}, weights=None
@@ -357,9 +371,7 @@ def test_throughput_batch_size_stages_and_their_checkpoint() -> None:
 
 def test_unweighted_ne_ignores_weights() -> None:
     data = _batches(21, [4, 4, 4])
-    metric = _make(UnweightedNEMetric, RecComputeMode.UNFUSED_TASKS_COMPUTATION, 8)
-    _feed(metric, data, fused=False)
-    out = metric.compute()
+    out = _computed(UnweightedNEMetric, data, 8, fused=False)
     for t in TASKS:
         unit = [[(p, y, 1.0) for p, y, _ in b] for b in data[t]]
         window = [s for b in ref.window_batches(unit, 8) for s in b]
@@ -373,11 +385,7 @@ def test_unweighted_ne_ignores_weights() -> None:
 
 def test_nmse_and_averages_match_naive_loops() -> None:
     data = _batches(33, [4, 4, 4])
-    nmse = _make(NMSEMetric, RecComputeMode.FUSED_TASKS_COMPUTATION, 8)
-    avg = _make(AverageMetric, RecComputeMode.UNFUSED_TASKS_COMPUTATION, 8)
-    _feed(nmse, data, fused=True)
-    _feed(avg, data, fused=False)
-    a, b = nmse.compute(), avg.compute()
+    a, b = _fused_and_unfused(NMSEMetric, AverageMetric, data, 8)
     for t in TASKS:
         window = [s for batch in ref.window_batches(data[t], 8) for s in batch]
         baseline = ref.mse([(1.0, y, w) for _, y, w in window])
@@ -397,9 +405,7 @@ def test_nmse_and_averages_match_naive_loops() -> None:
 
 def test_ne_positive_matches_a_naive_loop() -> None:
     data = _batches(44, [4, 4])
-    metric = _make(NEPositiveMetric, RecComputeMode.FUSED_TASKS_COMPUTATION, 100)
-    _feed(metric, data, fused=True)
-    out = metric.compute()
+    out = _computed(NEPositiveMetric, data, 100, fused=True)
     for t in TASKS:
         s = [x for b in data[t] for x in b]
         ce_pos = sum(-w * y * math.log2(min(max(p, 1e-12), 1 - 1e-12)) for p, y, w in s)
@@ -476,9 +482,7 @@ def test_cali_free_ne_matches_a_naive_loop() -> None:
     from shardrec_metrics.rec.cali_free_ne import CaliFreeNEMetric
 
     data = _batches(55, [4, 4, 4])
-    metric = _make(CaliFreeNEMetric, RecComputeMode.UNFUSED_TASKS_COMPUTATION, 8)
-    _feed(metric, data, fused=False)
-    out = metric.compute()
+    out = _computed(CaliFreeNEMetric, data, 8, fused=False)
     for t in TASKS:
         window = [s for b in ref.window_batches(data[t], 8) for s in b]
         total = sum(w for _, _, w in window)
@@ -526,11 +530,7 @@ def test_serving_metrics_add_total_examples() -> None:
     for t in TASKS:  # one zero weight per task
         p, y, _ = data[t][0][0]
         data[t][0][0] = (p, y, 0.0)
-    ne = _make(ServingNEMetric, RecComputeMode.FUSED_TASKS_COMPUTATION, 8)
-    cal = _make(ServingCalibrationMetric, RecComputeMode.UNFUSED_TASKS_COMPUTATION, 8)
-    _feed(ne, data, fused=True)
-    _feed(cal, data, fused=False)
-    a, b = ne.compute(), cal.compute()
+    a, b = _fused_and_unfused(ServingNEMetric, ServingCalibrationMetric, data, 8)
     for t in TASKS:
         window = [s for batch in ref.window_batches(data[t], 8) for s in batch]
         assert float(a[f"serving_ne-{t}|window_ne"]) == pytest.approx(ref.ne(window), rel=1e-9)

@@ -18,7 +18,6 @@ import sys
 
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
@@ -45,7 +44,7 @@ from shardrec_planner import (
     table_wise,
 )
 from shardrec_sharding import EmbeddingBagCollectionSharder
-from shardrec_testing import RankContext, assert_close, seeded_generator
+from shardrec_testing import RankContext, assert_close, bce_step_per_rank, seeded_generator
 
 TABLES: list[TableSpec] = [("t0", 11, ["f0"]), ("t1", 7, ["f1", "f2"]), ("t2", 9, ["f3"])]
 LIMITS = feature_limits(TABLES)
@@ -130,15 +129,7 @@ def reference(
         full = concat(batches)
         # The logits with their graph (DLRMTrain returns them detached), cut per rank below.
         logits = model.model(full.dense_features, full.sparse_features).squeeze(-1)
-        per_rank, at = [], 0
-        for b in batches:
-            n = b.labels.numel()
-            per_rank.append(F.binary_cross_entropy_with_logits(logits[at : at + n], b.labels))
-            at += n
-        opt.zero_grad()
-        torch.stack(per_rank).sum().backward()
-        opt.step()
-        losses.append([x.detach() for x in per_rank])
+        losses.append(bce_step_per_rank(opt, logits, [b.labels for b in batches]))
     return losses, {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 

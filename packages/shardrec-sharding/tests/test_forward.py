@@ -12,20 +12,12 @@ import dataclasses
 
 import pytest
 import torch
+from _sharding_placements import generator_for
 
 from shardrec_collectives import ShardingEnv
 from shardrec_embedding import EmbeddingBagCollection, EmbeddingBagConfig
 from shardrec_jagged import KeyedJaggedTensor
-from shardrec_planner import (
-    ParameterShardingGenerator,
-    column_wise,
-    construct_module_sharding_plan,
-    data_parallel,
-    row_wise,
-    table_column_wise,
-    table_row_wise,
-    table_wise,
-)
+from shardrec_planner import construct_module_sharding_plan
 from shardrec_sharding import EmbeddingBagCollectionSharder
 from shardrec_testing import RankContext, assert_close, random_lengths, seeded_generator
 
@@ -74,31 +66,12 @@ def build_ebc(case: Case) -> EmbeddingBagCollection:
     return ebc
 
 
-def generator_for(kind: str, index: int, dim: int, world: int) -> ParameterShardingGenerator:
-    # Column blocks cycle through the ranks, so world 1 puts two blocks on one rank.
-    ranks = [(index + k) % world for k in range(2)]
-    if kind == "data_parallel":
-        return data_parallel()
-    if kind == "table_wise":
-        return table_wise(rank=(index + 1) % world)
-    if kind == "column_wise":
-        return column_wise(ranks=ranks)
-    if kind == "table_column_wise":
-        host = index % 2 if world == 4 else 0
-        local = 2 if world == 4 else world
-        return table_column_wise(ranks=[host * local + k % local for k in range(2)])
-    if kind == "row_wise":
-        return row_wise()
-    assert kind == "table_row_wise"
-    return table_row_wise(host_index=(index % 2) if world == 4 else 0)
-
-
 def plan_for(ebc: EmbeddingBagCollection, case: Case, world: int) -> dict[str, object]:
     local = 2 if world == 4 else world
     return dict(
         construct_module_sharding_plan(
             ebc,
-            {n: generator_for(case.types[i], i, d, world) for i, (n, _, d, _) in enumerate(TABLES)},
+            {n: generator_for(case.types[i], i, world) for i, (n, _, _, _) in enumerate(TABLES)},
             world_size=world,
             local_world_size=local,
         )

@@ -11,6 +11,7 @@ import dataclasses
 
 import pytest
 import torch
+from _sharding_placements import generator_for
 
 from shardrec_collectives import ShardingEnv
 from shardrec_embedding import EmbeddingBagCollection, EmbeddingBagConfig
@@ -22,16 +23,7 @@ from shardrec_optim import (
     apply_optimizer_in_backward,
     fused_spec_from_optimizer,
 )
-from shardrec_planner import (
-    ParameterShardingGenerator,
-    column_wise,
-    construct_module_sharding_plan,
-    data_parallel,
-    row_wise,
-    table_column_wise,
-    table_row_wise,
-    table_wise,
-)
+from shardrec_planner import construct_module_sharding_plan, data_parallel
 from shardrec_sharding import EmbeddingBagCollectionSharder
 from shardrec_testing import RankContext, assert_close, random_lengths, seeded_generator
 
@@ -83,26 +75,6 @@ def configs(case: Case) -> list[EmbeddingBagConfig]:
 def initial_weights(case: Case) -> dict[str, torch.Tensor]:
     g = seeded_generator("train-weights", str(case))
     return {n: torch.randn(r, d, generator=g) for n, r, d, _ in TABLES}
-
-
-def generator_for(
-    kind: str, index: int, world: int, kernel: str | None = None
-) -> ParameterShardingGenerator:
-    local = 2 if world == 4 else world
-    host = index % 2 if world == 4 else 0
-    if kind == "data_parallel":
-        return data_parallel()
-    if kind == "table_wise":
-        return table_wise(rank=(index + 1) % world, compute_kernel=kernel)
-    if kind == "column_wise":
-        return column_wise(ranks=[(index + k) % world for k in range(2)], compute_kernel=kernel)
-    if kind == "table_column_wise":
-        ranks = [host * local + k % local for k in range(2)]
-        return table_column_wise(ranks=ranks, compute_kernel=kernel)
-    if kind == "row_wise":
-        return row_wise(compute_kernel=kernel)
-    assert kind == "table_row_wise"
-    return table_row_wise(host_index=host, compute_kernel=kernel)
 
 
 def batch(case: Case, rank: int, step: int) -> tuple[KeyedJaggedTensor, torch.Tensor]:

@@ -12,6 +12,9 @@ import numpy as np
 import torch
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
+# A small model: 8-dim embeddings, dense arch 16-8, over arch 16-1.
+SMALL_MODEL = ["--embedding-dim", "8", "--dense-arch", "16,8", "--over-arch", "16,1"]
+
 # Small synthetic shapes: 4 tables of 64 rows, 2 dense features, 8 batches of 32 per rank.
 SYNTHETIC = [
     "--dataset",
@@ -26,12 +29,7 @@ SYNTHETIC = [
     "num_samples=512",
     "--dataset-option",
     "num_test_samples=128",
-    "--embedding-dim",
-    "8",
-    "--dense-arch",
-    "16,8",
-    "--over-arch",
-    "16,1",
+    *SMALL_MODEL,
     "--batch-size",
     "32",
 ]

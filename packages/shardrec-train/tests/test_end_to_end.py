@@ -8,7 +8,14 @@ import shutil
 
 import pytest
 import torch
-from _train_helpers import AUC_LINE, SYNTHETIC, checkpoint_tensors, run_shardrec, write_ml100k
+from _train_helpers import (
+    AUC_LINE,
+    SMALL_MODEL,
+    SYNTHETIC,
+    checkpoint_tensors,
+    run_shardrec,
+    write_ml100k,
+)
 
 PNGS = ("loss.png", "auc.png", "plan_load.png")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -98,12 +105,7 @@ def test_raw_movielens_directory_dcn_forced_row_wise_plain_loop(tmp_path: pathli
         "--sharding-type",
         "row_wise",
         "--no-pipeline",
-        "--embedding-dim",
-        "8",
-        "--dense-arch",
-        "16,8",
-        "--over-arch",
-        "16,1",
+        *SMALL_MODEL,
         "--dcn-num-layers",
         "2",
         "--dcn-low-rank-dim",

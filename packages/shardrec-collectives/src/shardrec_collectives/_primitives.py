@@ -209,6 +209,45 @@ def link(
     return out
 
 
+def _linked(
+    env: ShardingEnv,
+    send: torch.Tensor,
+    pending: Pending,
+    reverse: Callable[[torch.Tensor], torch.Tensor],
+) -> Callable[[], torch.Tensor]:
+    grad = needs_grad(env, send)
+
+    def finish() -> torch.Tensor:
+        return link(send, pending.wait(), reverse, grad)
+
+    return finish
+
+
+def linked_all_to_all(
+    env: ShardingEnv, send: torch.Tensor, in_splits: Sequence[int], out_splits: Sequence[int]
+) -> Callable[[], torch.Tensor]:
+    """Launch `all_to_all` of `send` now; the returned function waits for it and `link`s the
+    result to `send` (backward: the reverse all-to-all of the gradient)."""
+    pending = all_to_all(env, send.detach(), in_splits, out_splits)
+    return _linked(env, send, pending, lambda g: all_to_all_sync(env, g, out_splits, in_splits))
+
+
+def linked_reduce_scatter_v(
+    env: ShardingEnv, send: torch.Tensor, counts: Sequence[int]
+) -> Callable[[], torch.Tensor]:
+    """`reduce_scatter_v` of `send` launched now, linked on wait (backward: `all_gather_v`)."""
+    pending = reduce_scatter_v(env, send.detach(), counts)
+    return _linked(env, send, pending, lambda g: all_gather_v(env, g, counts).wait())
+
+
+def linked_all_gather_v(
+    env: ShardingEnv, send: torch.Tensor, counts: Sequence[int]
+) -> Callable[[], torch.Tensor]:
+    """`all_gather_v` of `send` launched now, linked on wait (backward: `reduce_scatter_v`)."""
+    pending = all_gather_v(env, send.detach(), counts)
+    return _linked(env, send, pending, lambda g: reduce_scatter_v(env, g, counts).wait())
+
+
 def exclusive_cumsum(xs: Sequence[int]) -> list[int]:
     out = [0] * len(xs)
     total = 0

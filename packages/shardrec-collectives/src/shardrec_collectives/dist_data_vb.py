@@ -112,18 +112,8 @@ class VariableBatchPooledEmbeddingsAllToAll(nn.Module):
         _checks.shape(
             "local_embs", local_embs, (sum(in_splits),), f"values per destination {in_splits}"
         )
-        pending = prim.all_to_all(env, local_embs.detach(), in_splits, out_splits)
-        grad = prim.needs_grad(env, local_embs)
-
-        def finish() -> torch.Tensor:
-            return prim.link(
-                local_embs,
-                pending.wait(),
-                lambda g: prim.all_to_all_sync(env, g, out_splits, in_splits),
-                grad,
-            )
-
-        out = PooledEmbeddingsAwaitable(Awaitable(finish))
+        receive = prim.linked_all_to_all(env, local_embs, in_splits, out_splits)
+        out = PooledEmbeddingsAwaitable(Awaitable(receive))
         out.callbacks.extend(self._callbacks)
         return out
 
@@ -157,15 +147,5 @@ class VariableBatchPooledEmbeddingsReduceScatter(nn.Module):
             "batch_size_per_rank_per_feature", batch_size_per_rank_per_feature, embedding_dims
         )
         _checks.shape("local_embs", local_embs, (sum(counts),), f"values per rank {counts}")
-        pending = prim.reduce_scatter_v(env, local_embs.detach(), counts)
-        grad = prim.needs_grad(env, local_embs)
-
-        def finish() -> torch.Tensor:
-            return prim.link(
-                local_embs,
-                pending.wait(),
-                lambda g: prim.all_gather_v(env, g, counts).wait(),
-                grad,
-            )
-
-        return PooledEmbeddingsAwaitable(Awaitable(finish))
+        receive = prim.linked_reduce_scatter_v(env, local_embs, counts)
+        return PooledEmbeddingsAwaitable(Awaitable(receive))

@@ -34,13 +34,9 @@ def all_gather_pooled(
     dim = local.shape[1]
     counts = [b * dim for b in batch_size_per_rank]
     flat = local.reshape(-1)
-    pending = prim.all_gather_v(env, flat.detach(), counts)
-    grad = prim.needs_grad(env, local)
+    receive = prim.linked_all_gather_v(env, flat, counts)
 
     def finish() -> torch.Tensor:
-        out = prim.link(
-            flat, pending.wait(), lambda g: prim.reduce_scatter_v(env, g, counts).wait(), grad
-        )
-        return out.view(sum(batch_size_per_rank), dim)
+        return receive().view(sum(batch_size_per_rank), dim)
 
     return Awaitable(finish)

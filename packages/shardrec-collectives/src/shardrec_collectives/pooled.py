@@ -50,16 +50,10 @@ def pooled_all_to_all(
     in_splits = [b * dim for b in batch_size_per_rank]
     out_splits = [batch * d for d in dim_sum_per_rank]
     flat = local_embs.reshape(-1)
-    pending = prim.all_to_all(env, flat.detach(), in_splits, out_splits)
-    grad = prim.needs_grad(env, local_embs)
+    receive = prim.linked_all_to_all(env, flat, in_splits, out_splits)
 
     def finish() -> torch.Tensor:
-        received = prim.link(
-            flat,
-            pending.wait(),
-            lambda g: prim.all_to_all_sync(env, g, out_splits, in_splits),
-            grad,
-        )
+        received = receive()
         blocks = torch.split(received, out_splits)
         out = torch.cat(
             [b.view(batch, d) for b, d in zip(blocks, dim_sum_per_rank, strict=True)], 1
@@ -131,15 +125,4 @@ def variable_batch_pooled_all_to_all(
     ]
     # feature-major -> destination-major: the segment of (feature j, rank s) moves to (s, j).
     send = prim.transpose_segments(local_embs, sizes)
-    pending = prim.all_to_all(env, send.detach(), in_splits, out_splits)
-    grad = prim.needs_grad(env, send)
-
-    def finish() -> torch.Tensor:
-        return prim.link(
-            send,
-            pending.wait(),
-            lambda g: prim.all_to_all_sync(env, g, out_splits, in_splits),
-            grad,
-        )
-
-    return Awaitable(finish)
+    return Awaitable(prim.linked_all_to_all(env, send, in_splits, out_splits))

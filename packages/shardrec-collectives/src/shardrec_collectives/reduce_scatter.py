@@ -42,14 +42,10 @@ def reduce_scatter_pooled(
     counts = [b * dim for b in batch_size_per_rank]
     batch = batch_size_per_rank[env.rank]
     flat = partial.reshape(-1)
-    pending = prim.reduce_scatter_v(env, flat.detach(), counts)
-    grad = prim.needs_grad(env, partial)
+    receive = prim.linked_reduce_scatter_v(env, flat, counts)
 
     def finish() -> torch.Tensor:
-        out = prim.link(
-            flat, pending.wait(), lambda g: prim.all_gather_v(env, g, counts).wait(), grad
-        )
-        return out.view(batch, dim)
+        return receive().view(batch, dim)
 
     return Awaitable(finish)
 

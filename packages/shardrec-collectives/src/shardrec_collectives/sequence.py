@@ -64,15 +64,4 @@ def sequence_all_to_all_by_counts(
     send = prim.transpose_segments(embeddings, [list(r) for r in recv_values_per_key_per_rank])
     in_splits = recv_per_rank
     out_splits = list(sent_values_per_rank)
-    pending = prim.all_to_all(env, send.detach(), in_splits, out_splits)
-    grad = prim.needs_grad(env, send)
-
-    def finish() -> torch.Tensor:
-        return prim.link(
-            send,
-            pending.wait(),
-            lambda g: prim.all_to_all_sync(env, g, out_splits, in_splits),
-            grad,
-        )
-
-    return Awaitable(finish)
+    return Awaitable(prim.linked_all_to_all(env, send, in_splits, out_splits))

@@ -171,6 +171,20 @@ def _day_files(data_dir: pathlib.Path, pattern: str) -> list[pathlib.Path]:
     return [p for _, p in sorted(found)]
 
 
+def _dataset(
+    name: str, sizes: Sequence[int], parts: list[SplitArrays], test_fraction: float | None
+) -> ArrayDataset:
+    """The Criteo dataset `name` of table `sizes`, split by `_split`."""
+    train, test = _split(parts, test_fraction)
+    return ArrayDataset(
+        name=name,
+        num_dense=NUM_DENSE,
+        sparse_features=_features(sizes),
+        train=train,
+        test=test,
+    )
+
+
 def tsv_arrays(raw: RawCriteo, sizes: Sequence[int]) -> SplitArrays:
     """Parsed lines as SplitArrays: dense log-transformed, ids modulo ``sizes``."""
     ids = raw.cats % np.array(sizes, dtype=np.int64)
@@ -190,14 +204,7 @@ def load_criteo_tsv(config: CriteoTsvConfig) -> ArrayDataset:
         # Converted block by block: only one block's raw int64 fields exist at a time.
         blocks = [tsv_arrays(raw, sizes) for raw in read_tsv_blocks(f)]
         parts.append(concat_arrays(blocks) if blocks else tsv_arrays(RawCriteo.concat([]), sizes))
-    train, test = _split(parts, config.test_fraction)
-    return ArrayDataset(
-        name="criteo-tsv",
-        num_dense=NUM_DENSE,
-        sparse_features=_features(sizes),
-        train=train,
-        test=test,
-    )
+    return _dataset("criteo-tsv", sizes, parts, config.test_fraction)
 
 
 # --- criteo-npy ---------------------------------------------------------------------------------
@@ -297,11 +304,4 @@ def load_criteo_npy(config: CriteoNpyConfig) -> ArrayDataset:
             assert isinstance(ids, IdMatrix)
             modulo = IdMatrix(ids.ids, modulo=sizes)
             parts.append(SplitArrays(dense=day.dense, sparse=(modulo,), labels=day.labels))
-    train, test = _split(parts, config.test_fraction)
-    return ArrayDataset(
-        name="criteo-npy",
-        num_dense=NUM_DENSE,
-        sparse_features=_features(sizes),
-        train=train,
-        test=test,
-    )
+    return _dataset("criteo-npy", sizes, parts, config.test_fraction)

@@ -83,3 +83,12 @@ def permute_kjt(
     if flat and _fbgemm("permute_kjt") and torch.get_num_threads() > 1:
         return _fbgemm_kernels.permute_kjt(values, weights, lengths, length_per_key, order, stride)
     return _torch_kernels.permute_kjt(values, weights, lengths, length_per_key, order, stride)
+
+
+def copy_present_(
+    dst: Sequence[torch.Tensor | None], src: Sequence[torch.Tensor | None], non_blocking: bool
+) -> None:
+    """``dst[i].copy_(src[i])`` for each pair where both tensors exist (same shapes)."""
+    for mine, theirs in zip(dst, src, strict=True):
+        if mine is not None and theirs is not None:
+            mine.copy_(theirs, non_blocking=non_blocking)

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from shardrec_jagged import _kernels
+
 if TYPE_CHECKING:
     from shardrec_jagged.keyed_jagged_tensor import KeyedJaggedTensor
 
@@ -65,14 +67,11 @@ def kjt_copy_(
     dst: KeyedJaggedTensor, src: KeyedJaggedTensor, non_blocking: bool = False
 ) -> KeyedJaggedTensor:
     """Copy ``src``'s tensors into ``dst``'s (same shapes); ``dst`` adopts its host metadata."""
-    dst._values.copy_(src._values, non_blocking=non_blocking)
-    for mine, theirs in (
-        (dst._weights, src._weights),
-        (dst._lengths, src._lengths),
-        (dst._offsets, src._offsets),
-    ):
-        if mine is not None and theirs is not None:
-            mine.copy_(theirs, non_blocking=non_blocking)
+    _kernels.copy_present_(
+        (dst._values, dst._weights, dst._lengths, dst._offsets),
+        (src._values, src._weights, src._lengths, src._offsets),
+        non_blocking,
+    )
     if dst._inverse_indices is not None and src._inverse_indices is not None:
         dst._inverse_indices[1].copy_(src._inverse_indices[1], non_blocking=non_blocking)
     dst._stride = src._stride

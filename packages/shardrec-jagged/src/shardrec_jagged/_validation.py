@@ -156,13 +156,7 @@ def check_length_per_key(length_per_key: Sequence[int], keys: Sequence[str], n_v
         for k, n in zip(keys, length_per_key, strict=True):
             if n < 0:
                 raise ValueError(f"length_per_key for key {k!r} is {n}; it must be >= 0")
-    total = sum(length_per_key)
-    if total > n_values:
-        raise ValueError(
-            f"lengths sum to {total} (length_per_key={list(length_per_key)}) but values has only "
-            f"{n_values} entries; the bags need values.size(0) >= {total} (a longer values "
-            "buffer is fine: its tail is unused)"
-        )
+    _check_fits(sum(length_per_key), n_values, f" (length_per_key={list(length_per_key)})")
 
 
 def check_key_bounds(bounds: Sequence[int], keys: Sequence[str], n_values: int) -> None:
@@ -194,11 +188,15 @@ def check_bag_lengths(lengths: Sequence[int], n_values: int) -> None:
     for i, n in enumerate(lengths):
         if n < 0:
             raise ValueError(f"lengths[{i}] = {n} is negative; lengths must be >= 0")
-    total = sum(lengths)
+    _check_fits(sum(lengths), n_values, "")
+
+
+def _check_fits(total: int, n_values: int, detail: str) -> None:
+    """Bags of `total` values fit in `n_values`; `detail` follows the total in the message."""
     if total > n_values:
         raise ValueError(
-            f"lengths sum to {total} but values has only {n_values} entries; the bags need "
-            f"values.size(0) >= {total} (a longer values buffer is fine: its tail is unused)"
+            f"lengths sum to {total}{detail} but values has only {n_values} entries; the bags "
+            f"need values.size(0) >= {total} (a longer values buffer is fine: its tail is unused)"
         )
 
 

@@ -254,14 +254,11 @@ class JaggedTensor(metaclass=ProxyableMeta):
 
     def copy_(self, jt: JaggedTensor, non_blocking: bool = False) -> JaggedTensor:
         """In-place copy of ``jt``'s tensors into this one's (same shapes)."""
-        self._values.copy_(jt._values, non_blocking=non_blocking)
-        for mine, theirs in (
-            (self._weights, jt._weights),
-            (self._lengths, jt._lengths),
-            (self._offsets, jt._offsets),
-        ):
-            if mine is not None and theirs is not None:
-                mine.copy_(theirs, non_blocking=non_blocking)
+        _kernels.copy_present_(
+            (self._values, self._weights, self._lengths, self._offsets),
+            (jt._values, jt._weights, jt._lengths, jt._offsets),
+            non_blocking,
+        )
         return self
 
     def __repr__(self) -> str:

@@ -53,19 +53,20 @@ class StrategyDescription:
         self, tables: Sequence[TableSharding], env: ShardingEnv, make_table: TableMaker
     ) -> PooledStrategy:
         """The strategy for the pooled `tables` on this rank of `env`."""
-        args = StrategyArgs(
-            sharding_type=self.sharding_type, tables=tables, env=env, make_table=make_table
-        )
-        return self.pooled(args)
+        return self.pooled(self._args(tables, env, make_table))
 
     def build_sequence(
         self, tables: Sequence[TableSharding], env: ShardingEnv, make_table: TableMaker
     ) -> SequenceStrategy:
         """The strategy for the `tables` of an EmbeddingCollection on this rank of `env`."""
-        args = StrategyArgs(
+        return self.sequence(self._args(tables, env, make_table))
+
+    def _args(
+        self, tables: Sequence[TableSharding], env: ShardingEnv, make_table: TableMaker
+    ) -> StrategyArgs:
+        return StrategyArgs(
             sharding_type=self.sharding_type, tables=tables, env=env, make_table=make_table
         )
-        return self.sequence(args)
 
 
 STRATEGIES: tuple[StrategyDescription, ...] = (

@@ -11,6 +11,7 @@ from shardrec_testing.pool import (
     close_shared_pools,
     shared_pool,
 )
+from shardrec_testing.reference import bce_step_per_rank
 from shardrec_testing.seeding import random_lengths, seed_everything, seed_from, seeded_generator
 from shardrec_testing.tolerance import assert_close, tolerance
 
@@ -23,6 +24,7 @@ __all__ = [
     "RankTimeoutError",
     "RemoteTraceback",
     "assert_close",
+    "bce_step_per_rank",
     "close_shared_pools",
     "free_port",
     "random_lengths",

@@ -53,15 +53,42 @@ def _rename(
     )
 
 
-class PlacedSequence:
-    """Shards holding all rows; one key per (segment, shard) (see module docstring)."""
+class _SequenceEngine:
+    """What both engines share: their segments, and sending the per-rank KJTs."""
 
     carries_errors = True
 
     def __init__(self, args: StrategyArgs) -> None:
         self.sharding_type: ShardingType = args.sharding_type
-        tables, env, self.env = args.tables, args.env, args.env
-        self.segments: list[Segment] = [s for t in tables for s in t.segments]
+        self.env = args.env
+        self.segments: list[Segment] = [s for t in args.tables for s in t.segments]
+
+    def _send(
+        self,
+        per_rank: list[KeyedJaggedTensor],
+        features: KeyedJaggedTensor,
+        feature_pos: Mapping[str, int],
+        error: BaseException | None,
+        key_index: tuple[int, ...],
+        order: Tensor | None = None,
+    ) -> Awaitable[SequenceInput]:
+        pending = kjt_all_to_all(self.env, per_rank, error=error)
+        lengths = features.length_per_key()
+        counts = tuple(lengths[feature_pos[s.feature]] for s in self.segments)
+        layout = pending.layout
+        return pending.then(
+            lambda kjt: SequenceInput(
+                features=kjt, key_index=key_index, layout=layout, counts=counts, order=order
+            )
+        )
+
+
+class PlacedSequence(_SequenceEngine):
+    """Shards holding all rows; one key per (segment, shard) (see module docstring)."""
+
+    def __init__(self, args: StrategyArgs) -> None:
+        super().__init__(args)
+        tables, env = args.tables, args.env
         widths = {sh.cols for t in tables for sh in t.shards if sh.rows and sh.cols}
         if len(widths) > 1:
             raise ValueError(
@@ -114,16 +141,8 @@ class PlacedSequence:
                 per_rank.append(_rename(features, names, idx))
             else:
                 per_rank.append(empty_kjt(names, features))
-        pending = kjt_all_to_all(self.env, per_rank, error=error)
-        lengths = features.length_per_key()
-        counts = tuple(lengths[feature_pos[s.feature]] for s in self.segments)
         key_index = tuple(range(len(self._keys_per_rank[self.env.rank])))
-        layout = pending.layout
-        return pending.then(
-            lambda kjt: SequenceInput(
-                features=kjt, key_index=key_index, layout=layout, counts=counts
-            )
-        )
+        return self._send(per_rank, features, feature_pos, error, key_index)
 
     def compute(self, dist_input: SequenceInput) -> Tensor:
         kjt = dist_input.features
@@ -155,16 +174,12 @@ class PlacedSequence:
         return pending.then(assemble)
 
 
-class RowSequence:
+class RowSequence(_SequenceEngine):
     """Row blocks; ids bucketized, rows returned in id order (see module docstring)."""
 
-    carries_errors = True
-
     def __init__(self, args: StrategyArgs) -> None:
-        self.sharding_type: ShardingType = args.sharding_type
-        tables, env, self.env = args.tables, args.env, args.env
-        self.segments: list[Segment] = [s for t in tables for s in t.segments]
-        self._bucketize = RowBucketizer(self.segments, tables, env)
+        super().__init__(args)
+        self._bucketize = RowBucketizer(self.segments, args.tables, args.env)
         self.lookup, _ = held_lookup(args, self.segments, PoolingType.SUM)
 
     def input_dist(
@@ -178,16 +193,8 @@ class RowSequence:
             per_rank, order = self._bucketize(features, feature_pos)
         else:
             per_rank = [empty_kjt(self._bucketize.keys, features)] * self.env.world_size
-        pending = kjt_all_to_all(self.env, per_rank, error=error)
-        lengths = features.length_per_key()
-        counts = tuple(lengths[feature_pos[s.feature]] for s in self.segments)
         key_index = tuple(range(len(self.segments)))
-        layout = pending.layout
-        return pending.then(
-            lambda kjt: SequenceInput(
-                features=kjt, key_index=key_index, layout=layout, counts=counts, order=order
-            )
-        )
+        return self._send(per_rank, features, feature_pos, error, key_index, order)
 
     def compute(self, dist_input: SequenceInput) -> Tensor:
         kjt = dist_input.features

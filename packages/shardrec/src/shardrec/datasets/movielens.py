@@ -1,21 +1,6 @@
 """MovieLens 20M / 25M readers (TorchRec path `torchrec.datasets.movielens`)."""
 
-from shardrec_data.movielens_pipes import (
-    DEFAULT_COLUMN_NAMES,
-    DEFAULT_MOVIES_COLUMN_NAMES,
-    DEFAULT_RATINGS_COLUMN_NAMES,
-    MOVIES_FILENAME,
-    RATINGS_FILENAME,
-    movielens_20m,
-    movielens_25m,
-)
+from shardrec_data import movielens_pipes as _source
+from shardrec_data.movielens_pipes import *  # noqa: F403
 
-__all__ = [
-    "DEFAULT_COLUMN_NAMES",
-    "DEFAULT_MOVIES_COLUMN_NAMES",
-    "DEFAULT_RATINGS_COLUMN_NAMES",
-    "MOVIES_FILENAME",
-    "RATINGS_FILENAME",
-    "movielens_20m",
-    "movielens_25m",
-]
+__all__ = list(_source.__all__)

@@ -1,17 +1,6 @@
 """Launcher facts and per-host process groups (TorchRec path `torchrec.distributed.comm`)."""
 
-from shardrec_collectives import (
-    get_group_rank,
-    get_local_rank,
-    get_local_size,
-    get_num_groups,
-    intra_and_cross_node_pg,
-)
+from shardrec_collectives import comm as _source
+from shardrec_collectives.comm import *  # noqa: F403
 
-__all__ = [
-    "get_group_rank",
-    "get_local_rank",
-    "get_local_size",
-    "get_num_groups",
-    "intra_and_cross_node_pg",
-]
+__all__ = list(_source.__all__)

@@ -1,23 +1,6 @@
 """Metrics exact across ranks (TorchRec path `torchrec.metrics`)."""
 
-from shardrec_metrics import (
-    AUC,
-    NE,
-    Accuracy,
-    LogLoss,
-    MetricCollection,
-    RecMetric,
-    Throughput,
-    roc_auc,
-)
+import shardrec_metrics as _source
+from shardrec_metrics import *  # noqa: F403
 
-__all__ = [
-    "AUC",
-    "NE",
-    "Accuracy",
-    "LogLoss",
-    "MetricCollection",
-    "RecMetric",
-    "Throughput",
-    "roc_auc",
-]
+__all__ = list(_source.__all__)

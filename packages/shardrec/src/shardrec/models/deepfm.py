@@ -1,13 +1,6 @@
 """DeepFM model and its arches (TorchRec path `torchrec.models.deepfm`)."""
 
-from shardrec_models import FMInteractionArch, SimpleDeepFMNN, SimpleDeepFMNNWrapper
-from shardrec_models.deepfm_nn import DenseArch, OverArch, SparseArch
+from shardrec_models import deepfm_nn as _source
+from shardrec_models.deepfm_nn import *  # noqa: F403
 
-__all__ = [
-    "DenseArch",
-    "FMInteractionArch",
-    "OverArch",
-    "SimpleDeepFMNN",
-    "SimpleDeepFMNNWrapper",
-    "SparseArch",
-]
+__all__ = list(_source.__all__)

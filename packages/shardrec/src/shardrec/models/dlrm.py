@@ -1,31 +1,9 @@
 """DLRM and its arches (TorchRec path `torchrec.models.dlrm`)."""
 
-from shardrec_models import (
-    DLRM,
-    DLRM_DCN,
-    DenseArch,
-    DLRM_Projection,
-    DLRMTrain,
-    DLRMWrapper,
-    InteractionArch,
-    InteractionDCNArch,
-    InteractionProjectionArch,
-    OverArch,
-    SparseArch,
-    choose,
-)
+from shardrec_models import DLRMTrain
+from shardrec_models import arches as _arches
+from shardrec_models import dlrm as _models
+from shardrec_models.arches import *  # noqa: F403
+from shardrec_models.dlrm import *  # noqa: F403
 
-__all__ = [
-    "DLRM",
-    "DLRM_DCN",
-    "DLRMTrain",
-    "DLRMWrapper",
-    "DLRM_Projection",
-    "DenseArch",
-    "InteractionArch",
-    "InteractionDCNArch",
-    "InteractionProjectionArch",
-    "OverArch",
-    "SparseArch",
-    "choose",
-]
+__all__ = [*_arches.__all__, *_models.__all__, "DLRMTrain"]

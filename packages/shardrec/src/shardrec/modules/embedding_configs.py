@@ -1,23 +1,7 @@
 """Table configs (TorchRec path `torchrec.modules.embedding_configs`)."""
 
-from shardrec_embedding import (
-    BaseEmbeddingConfig,
-    DataType,
-    EmbeddingBagConfig,
-    EmbeddingConfig,
-    PoolingType,
-    QuantConfig,
-    data_type_to_dtype,
-    dtype_to_data_type,
-)
+from shardrec_embedding import QuantConfig
+from shardrec_embedding import configs as _source
+from shardrec_embedding.configs import *  # noqa: F403
 
-__all__ = [
-    "BaseEmbeddingConfig",
-    "DataType",
-    "EmbeddingBagConfig",
-    "EmbeddingConfig",
-    "PoolingType",
-    "QuantConfig",
-    "data_type_to_dtype",
-    "dtype_to_data_type",
-]
+__all__ = [*_source.__all__, "QuantConfig"]
