@@ -210,6 +210,26 @@ PATHS = [
     ),
     (
         "shardrec.distributed.planner.shard_estimators",
+        "EmbeddingOffloadStats",
+        "shardrec_planner.offload_stats",
+    ),
+    (
+        "shardrec.distributed.planner.shard_estimators",
+        "InvalidEstimateError",
+        "shardrec_planner.offload_stats",
+    ),
+    (
+        "shardrec.distributed.planner.shard_estimators",
+        "_validate_io_sizes",
+        "shardrec_planner.offload_stats",
+    ),
+    (
+        "shardrec.distributed.planner.shard_estimators",
+        "_validate_perf",
+        "shardrec_planner.offload_stats",
+    ),
+    (
+        "shardrec.distributed.planner.shard_estimators",
         "_calculate_cw_shard_io_sizes",
         "shardrec_planner.shard_storage",
     ),

@@ -48,6 +48,7 @@ from shardrec_planner.constants import (
 from shardrec_planner.constraints import ParameterConstraints
 from shardrec_planner.enums import ShardingType
 from shardrec_planner.errors import PlannerError
+from shardrec_planner.offload_stats import _validate_perf
 from shardrec_planner.planner_types import Perf, ShardingOption
 from shardrec_planner.shard_storage import _batch_totals, option_inputs, output_data_type_size
 from shardrec_planner.topology import Topology
@@ -153,6 +154,7 @@ class EmbeddingPerfEstimator:
                 caching_ratio=ratio,
             )
             for shard, perf in zip(option.shards, option_perfs, strict=True):
+                _validate_perf(perf, option.name, option.sharding_type)
                 shard.perf = perf
 
     @classmethod

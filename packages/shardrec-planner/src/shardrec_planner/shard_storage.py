@@ -36,6 +36,7 @@ import torch
 from shardrec_planner.constants import BIGINT_DTYPE, UVM_CACHING_RATIO
 from shardrec_planner.constraints import ParameterConstraints
 from shardrec_planner.enums import EmbeddingComputeKernel, ShardingType
+from shardrec_planner.offload_stats import _validate_io_sizes
 from shardrec_planner.planner_types import ShardingOption, Storage
 from shardrec_planner.planner_utils import prod, sharder_name
 from shardrec_planner.topology import Topology
@@ -361,6 +362,7 @@ def calculate_shard_storages(
         num_poolings,
         is_pooled,
     )
+    _validate_io_sizes(input_sizes, output_sizes, sharding_type)
     usage = getattr(sharder, "storage_usage", None)
     tiers: Mapping[str, int] = (
         usage(tensor, compute_device, compute_kernel)

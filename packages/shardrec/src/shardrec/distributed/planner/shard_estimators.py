@@ -4,6 +4,12 @@ TorchRec's perf and storage formulas, in TorchRec's units (ms, bytes); our plann
 model is `shardrec_planner.estimator` ([planner.md](../../../../../../docs/planner.md)).
 """
 
+from shardrec_planner.offload_stats import (
+    EmbeddingOffloadStats,
+    InvalidEstimateError,
+    _validate_io_sizes,
+    _validate_perf,
+)
 from shardrec_planner.shard_perf import EmbeddingPerfEstimator
 from shardrec_planner.shard_storage import (
     EmbeddingStorageEstimator,
@@ -21,8 +27,10 @@ from shardrec_planner.shard_storage import (
 )
 
 __all__ = [
+    "EmbeddingOffloadStats",
     "EmbeddingPerfEstimator",
     "EmbeddingStorageEstimator",
+    "InvalidEstimateError",
     "PipelineType",
     "_calculate_cw_shard_io_sizes",
     "_calculate_dp_shard_io_sizes",
@@ -32,6 +40,8 @@ __all__ = [
     "_calculate_tw_shard_io_sizes",
     "_calculate_twrw_shard_io_sizes",
     "_get_optimizer_multipler",
+    "_validate_io_sizes",
+    "_validate_perf",
     "calculate_pipeline_io_cost",
     "calculate_shard_storages",
 ]
