@@ -208,6 +208,26 @@ PATHS = [
         "PipelineType",
         "shardrec_planner.shard_storage",
     ),
+    ("shardrec.distributed.planner.proposers", "GreedyProposer", "shardrec_planner.proposers"),
+    ("shardrec.distributed.planner.proposers", "GridSearchProposer", "shardrec_planner.proposers"),
+    ("shardrec.distributed.planner.proposers", "Proposer", "shardrec_planner.proposers"),
+    ("shardrec.distributed.planner.types", "Proposer", "shardrec_planner.proposers"),
+    (
+        "shardrec.distributed.planner.proposers",
+        "DynamicProgrammingProposer",
+        "shardrec_planner.proposers",
+    ),
+    ("shardrec.distributed.planner.proposers", "UniformProposer", "shardrec_planner.proposers"),
+    (
+        "shardrec.distributed.planner.proposers",
+        "_sharding_option_score",
+        "shardrec_planner.proposers",
+    ),
+    (
+        "shardrec.distributed.planner.proposers",
+        "proposers_to_proposals_list",
+        "shardrec_planner.proposers",
+    ),
     (
         "shardrec.distributed.planner.shard_estimators",
         "EmbeddingOffloadStats",
