@@ -213,6 +213,32 @@ PATHS = [
     ("shardrec.distributed.planner.proposers", "Proposer", "shardrec_planner.proposers"),
     ("shardrec.distributed.planner.types", "Proposer", "shardrec_planner.proposers"),
     (
+        "shardrec.distributed.planner.partitioners",
+        "GreedyPerfPartitioner",
+        "shardrec_planner.partitioners",
+    ),
+    (
+        "shardrec.distributed.planner.partitioners",
+        "MemoryBalancedPartitioner",
+        "shardrec_planner.partitioners",
+    ),
+    (
+        "shardrec.distributed.planner.partitioners",
+        "OrderedDeviceHardware",
+        "shardrec_planner.partitioners",
+    ),
+    (
+        "shardrec.distributed.planner.partitioners",
+        "ShardingOptionGroup",
+        "shardrec_planner.partitioners",
+    ),
+    ("shardrec.distributed.planner.partitioners", "SortBy", "shardrec_planner.partitioners"),
+    (
+        "shardrec.distributed.planner.partitioners",
+        "set_hbm_per_device",
+        "shardrec_planner.partitioners",
+    ),
+    (
         "shardrec.distributed.planner.proposers",
         "DynamicProgrammingProposer",
         "shardrec_planner.proposers",
