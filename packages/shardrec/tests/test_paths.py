@@ -212,6 +212,7 @@ PATHS = [
     ("shardrec.distributed.planner.proposers", "GridSearchProposer", "shardrec_planner.proposers"),
     ("shardrec.distributed.planner.proposers", "Proposer", "shardrec_planner.proposers"),
     ("shardrec.distributed.planner.types", "Proposer", "shardrec_planner.proposers"),
+    ("shardrec.distributed.planner.types", "InvalidValueError", "shardrec_planner.errors"),
     (
         "shardrec.distributed.planner.partitioners",
         "GreedyPerfPartitioner",

@@ -16,15 +16,13 @@ from collections.abc import Sequence
 
 import torch
 
+from shardrec_planner.errors import InvalidValueError
 from shardrec_planner.planner_types import Perf
 
 
-class InvalidEstimateError(ValueError, AssertionError):
-    """An estimate that is NaN or negative: a bug in an estimator or its inputs.
-
-    A `ValueError` (our rule for bad values) that TorchRec's callers, who expect an
-    `AssertionError`, also catch.
-    """
+class InvalidEstimateError(InvalidValueError):
+    """An estimate that is NaN or negative: a bug in an estimator or its inputs (also an
+    `AssertionError`, as TorchRec's callers expect)."""
 
 
 def _check(value: float, what: str, context: str) -> None:

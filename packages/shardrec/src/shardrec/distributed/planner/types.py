@@ -2,7 +2,7 @@
 
 from shardrec_planner import ParameterConstraints, PlannerError, Topology
 from shardrec_planner.enumerators import ShardEstimator
-from shardrec_planner.errors import PlannerErrorType
+from shardrec_planner.errors import InvalidValueError, PlannerErrorType
 from shardrec_planner.planner_types import (
     DeviceHardware,
     PartitionByType,
@@ -17,6 +17,7 @@ from shardrec_planner.storage_reservations import StorageReservation
 
 __all__ = [
     "DeviceHardware",
+    "InvalidValueError",
     "ParameterConstraints",
     "PartitionByType",
     "Perf",
