@@ -105,3 +105,9 @@ def test_fixed_reservations() -> None:
 def test_bad_reservation_values(make: Callable[[], object], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         make()
+
+
+def test_negative_absolute_reservation_is_also_an_assertion_error() -> None:
+    # TorchRec asserts here; our ValueError subclass is caught by either expectation.
+    with pytest.raises(AssertionError, match=r"hbm_reserved_bytes.*-5"):
+        FixedAbsoluteStorageReservation(-5)

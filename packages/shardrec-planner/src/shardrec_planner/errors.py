@@ -31,3 +31,8 @@ class PlannerError(Exception):
     def __init__(self, message: str = "", error_type: PlannerErrorType = PlannerErrorType.OTHER):
         super().__init__(message)
         self.error_type = error_type
+
+
+class InvalidValueError(ValueError, AssertionError):
+    """A bad value where TorchRec asserts: a `ValueError` (our rule for bad values, naming the
+    value and the fix) that TorchRec's callers, who expect an `AssertionError`, also catch."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import enum
 import hashlib
 from typing import TYPE_CHECKING
 
@@ -282,3 +283,12 @@ class ShardingOption:
         ]
         lines += [f"\t{shard}" for shard in self.shards]
         return "\n".join(lines)
+
+
+class PartitionByType(enum.Enum):
+    """How a partitioner places an option's shards: on one device each, on one host, or all."""
+
+    DEVICE = "device"
+    HOST = "host"
+    UNIFORM = "uniform"
+    MULTI_HOST = "multi_host"

@@ -25,7 +25,7 @@ from torch import nn
 
 from shardrec_planner.constants import BIGINT_DTYPE, POOLING_FACTOR
 from shardrec_planner.constraints import ParameterConstraints
-from shardrec_planner.errors import PlannerError, PlannerErrorType
+from shardrec_planner.errors import InvalidValueError, PlannerError, PlannerErrorType
 from shardrec_planner.planner_types import Storage
 from shardrec_planner.planner_utils import (
     bytes_to_gb,
@@ -202,7 +202,9 @@ class FixedAbsoluteStorageReservation(FixedPercentageStorageReservation):
 
     def __init__(self, hbm_reserved_bytes: int) -> None:
         if hbm_reserved_bytes < 0:
-            raise ValueError(f"hbm_reserved_bytes must be >= 0, got {hbm_reserved_bytes}")
+            raise InvalidValueError(
+                f"hbm_reserved_bytes must be >= 0, got {hbm_reserved_bytes} (reserve 0 or more)"
+            )
         super().__init__(percentage=0.0)
         self._hbm_reserved_bytes = hbm_reserved_bytes
 

@@ -1,17 +1,32 @@
 """Planner inputs, value types and errors (TorchRec path `torchrec.distributed.planner.types`)."""
 
 from shardrec_planner import ParameterConstraints, PlannerError, Topology
-from shardrec_planner.errors import PlannerErrorType
-from shardrec_planner.planner_types import DeviceHardware, Perf, Shard, ShardingOption, Storage
+from shardrec_planner.enumerators import ShardEstimator
+from shardrec_planner.errors import InvalidValueError, PlannerErrorType
+from shardrec_planner.planner_types import (
+    DeviceHardware,
+    PartitionByType,
+    Perf,
+    Shard,
+    ShardingOption,
+    Storage,
+)
+from shardrec_planner.proposers import Proposer
+from shardrec_planner.shard_storage import PipelineType
 from shardrec_planner.storage_reservations import StorageReservation
 
 __all__ = [
     "DeviceHardware",
+    "InvalidValueError",
     "ParameterConstraints",
+    "PartitionByType",
     "Perf",
+    "PipelineType",
     "PlannerError",
     "PlannerErrorType",
+    "Proposer",
     "Shard",
+    "ShardEstimator",
     "ShardingOption",
     "Storage",
     "StorageReservation",
