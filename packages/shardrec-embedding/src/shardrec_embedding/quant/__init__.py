@@ -1,7 +1,14 @@
 """Quantized inference: row-wise quantization kernels, quantized collections, conversion."""
 
-from shardrec_embedding.quant.config import QuantConfig
-from shardrec_embedding.quant.convert import quantize_inference_model
+from shardrec_embedding.quant.config import (
+    MODULE_ATTR_QUANT_STATE_DICT_SPLIT_SCALE_BIAS,
+    QuantConfig,
+)
+from shardrec_embedding.quant.convert import (
+    quant_prep_enable_quant_state_dict_split_scale_bias,
+    quantize_embeddings,
+    quantize_inference_model,
+)
 from shardrec_embedding.quant.embedding_bag_collection import (
     QuantEmbeddingBagCollection,
     ScriptablePooledLookup,
@@ -31,6 +38,7 @@ from shardrec_embedding.quant.rowwise import (
 from shardrec_embedding.quant.split_lookup import ShardedPooledLookup, ShardedSequenceLookup
 
 __all__ = [
+    "MODULE_ATTR_QUANT_STATE_DICT_SPLIT_SCALE_BIAS",
     "QUANT_DATA_TYPES",
     "SUPPORTED_DATA_TYPES",
     "PooledLookup",
@@ -50,7 +58,9 @@ __all__ = [
     "kjt_lookup_args",
     "kjt_segment_index",
     "kjt_sequence_index",
+    "quant_prep_enable_quant_state_dict_split_scale_bias",
     "quantize",
+    "quantize_embeddings",
     "quantize_inference_model",
     "row_bytes",
     "scale_bias",

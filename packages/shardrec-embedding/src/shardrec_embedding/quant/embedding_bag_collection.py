@@ -50,6 +50,7 @@ class QuantEmbeddingBagCollection(QuantCollectionBase[EmbeddingBagConfig]):
         output_dtype: torch.dtype = torch.float32,
         *,
         check_ids: bool = True,
+        quant_state_dict_split_scale_bias: bool = False,
     ) -> None:
         super().__init__()
         for t in tables:
@@ -62,7 +63,13 @@ class QuantEmbeddingBagCollection(QuantCollectionBase[EmbeddingBagConfig]):
                     f"{_OWNER}: table {t.name!r} has MEAN pooling but is_weighted=True"
                 )
         self._is_weighted = is_weighted
-        self._init_storage(tables, [t.pooling for t in tables], device, output_dtype)
+        self._init_storage(
+            tables,
+            [t.pooling for t in tables],
+            device,
+            output_dtype,
+            quant_state_dict_split_scale_bias,
+        )
         self.lookup = PooledLookup(
             self._storage.groups,
             self._storage.segments,
@@ -86,6 +93,7 @@ class QuantEmbeddingBagCollection(QuantCollectionBase[EmbeddingBagConfig]):
             ebc.device,
             output_dtype_of(qconfig),
             check_ids=ebc._check_ids,
+            quant_state_dict_split_scale_bias=cls._split_requested(ebc),
         )
         bags = ebc.embedding_bags
         quant.load_float_weights({t.name: float_weight(bags[t.name]) for t in tables})

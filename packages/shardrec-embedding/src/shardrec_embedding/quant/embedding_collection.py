@@ -39,6 +39,7 @@ class QuantEmbeddingCollection(QuantCollectionBase[EmbeddingConfig]):
         need_indices: bool = False,
         *,
         check_ids: bool = True,
+        quant_state_dict_split_scale_bias: bool = False,
     ) -> None:
         super().__init__()
         for t in tables:
@@ -48,7 +49,13 @@ class QuantEmbeddingCollection(QuantCollectionBase[EmbeddingConfig]):
             dims = {t.name: t.embedding_dim for t in tables}
             raise ValueError(f"{_OWNER} needs one embedding_dim for all tables, got {dims}")
         self._need_indices = need_indices
-        self._init_storage(tables, [PoolingType.NONE] * len(tables), device, output_dtype)
+        self._init_storage(
+            tables,
+            [PoolingType.NONE] * len(tables),
+            device,
+            output_dtype,
+            quant_state_dict_split_scale_bias,
+        )
         self.lookup = SequenceLookup(self._storage.groups, self._storage.segments, check_ids)
         self._embedding_names = [seg.embedding_name for seg in self._plan.segments]
 
@@ -64,6 +71,7 @@ class QuantEmbeddingCollection(QuantCollectionBase[EmbeddingConfig]):
             output_dtype_of(qconfig),
             ec.need_indices(),
             check_ids=ec._check_ids,
+            quant_state_dict_split_scale_bias=cls._split_requested(ec),
         )
         tables = ec.embeddings
         quant.load_float_weights({t.name: float_weight(tables[t.name]) for t in quant._configs})

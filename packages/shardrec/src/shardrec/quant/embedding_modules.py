@@ -3,6 +3,18 @@
 
 from shardrec_embedding import QuantEmbeddingBagCollection as EmbeddingBagCollection
 from shardrec_embedding import QuantEmbeddingCollection as EmbeddingCollection
-from shardrec_embedding.quant import dequantize, quantize
+from shardrec_embedding.quant import (
+    MODULE_ATTR_QUANT_STATE_DICT_SPLIT_SCALE_BIAS,
+    dequantize,
+    quant_prep_enable_quant_state_dict_split_scale_bias,
+    quantize,
+)
 
-__all__ = ["EmbeddingBagCollection", "EmbeddingCollection", "dequantize", "quantize"]
+__all__ = [
+    "MODULE_ATTR_QUANT_STATE_DICT_SPLIT_SCALE_BIAS",
+    "EmbeddingBagCollection",
+    "EmbeddingCollection",
+    "dequantize",
+    "quant_prep_enable_quant_state_dict_split_scale_bias",
+    "quantize",
+]
