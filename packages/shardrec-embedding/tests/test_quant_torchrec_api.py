@@ -19,11 +19,13 @@ from shardrec_embedding import (
     QuantEmbeddingCollection,
 )
 from shardrec_embedding.quant import (
+    MODULE_ATTR_USE_UNFLATTENED_LENGTHS_FOR_BATCHING,
     quant_prep_enable_quant_state_dict_split_scale_bias,
     quantize_embeddings,
     quantize_inference_model,
 )
 from shardrec_jagged import KeyedJaggedTensor
+from shardrec_jagged.fx import symbolic_trace
 
 _TABLES = [
     {"name": "t1", "num_embeddings": 12, "embedding_dim": 8, "feature_names": ["f1"]},
@@ -163,3 +165,52 @@ def test_float_tables_with_a_quantized_type_train_in_fp16(data_type: DataType) -
 def test_float_tables_refuse_other_integer_types() -> None:
     with pytest.raises(ValueError, match="INT32"):
         EmbeddingCollection(_seqs(DataType.INT32))
+
+
+def _graph_calls(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    return [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.float16])
+def test_traced_bags_script_and_match_eager(dtype: torch.dtype) -> None:
+    torch.manual_seed(7)
+    q = quantize_inference_model(EmbeddingBagCollection(_bags()), dtype)
+    gm = symbolic_trace(q)
+    calls = _graph_calls(gm)
+    assert calls[0].op == "call_function" and calls[0].name == "_get_kjt_keys"
+    assert [n.target for n in calls if n.op == "call_module"] == ["lookup"]
+    scripted = torch.jit.script(gm)
+    for seed in range(3):
+        kjt = _kjt(seed)
+        want = q(kjt)
+        for got in (gm(kjt), scripted(kjt)):
+            assert got.keys() == want.keys()
+            assert torch.equal(got.values(), want.values())
+    bad = KeyedJaggedTensor.from_lengths_sync(
+        ["f1", "f2"], torch.tensor([12, 0]), torch.tensor([1, 1])
+    )
+    with pytest.raises(IndexError, match="12"):
+        gm(bad)
+
+
+def _hint_input(gm: torch.fx.GraphModule) -> str:
+    (hint,) = [n for n in _graph_calls(gm) if n.name == "batching_hinted_output"]
+    return str(hint.args[0])
+
+
+def test_traced_sequences_script_match_eager_and_hint_batching() -> None:
+    torch.manual_seed(8)
+    q = quantize_inference_model(EmbeddingCollection(_seqs()), torch.quint4x2)
+    gm = symbolic_trace(q)
+    assert _graph_calls(gm)[0].name == "_get_kjt_keys"
+    assert _hint_input(gm) == "lengths"  # the flat lengths by default
+    scripted = torch.jit.script(gm)
+    kjt = _kjt(9)
+    want = q(kjt)
+    for got in (gm(kjt), scripted(kjt)):
+        assert set(got) == set(want)
+        for key in want:
+            assert torch.equal(got[key].values(), want[key].values())
+            assert torch.equal(got[key].lengths(), want[key].lengths())
+    setattr(q, MODULE_ATTR_USE_UNFLATTENED_LENGTHS_FOR_BATCHING, True)
+    assert _hint_input(symbolic_trace(q)) == "unflattened_lengths"

@@ -15,6 +15,11 @@ import shardrec
 PATHS = [
     (
         "shardrec.quant.embedding_modules",
+        "MODULE_ATTR_USE_UNFLATTENED_LENGTHS_FOR_BATCHING",
+        "shardrec_embedding.quant",
+    ),
+    (
+        "shardrec.quant.embedding_modules",
         "MODULE_ATTR_QUANT_STATE_DICT_SPLIT_SCALE_BIAS",
         "shardrec_embedding.quant",
     ),

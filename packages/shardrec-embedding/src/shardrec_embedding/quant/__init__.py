@@ -36,9 +36,15 @@ from shardrec_embedding.quant.rowwise import (
     scale_bias,
 )
 from shardrec_embedding.quant.split_lookup import ShardedPooledLookup, ShardedSequenceLookup
+from shardrec_embedding.quant.traced import (
+    MODULE_ATTR_USE_UNFLATTENED_LENGTHS_FOR_BATCHING,
+    batching_hinted_output,
+    unflattened_lengths,
+)
 
 __all__ = [
     "MODULE_ATTR_QUANT_STATE_DICT_SPLIT_SCALE_BIAS",
+    "MODULE_ATTR_USE_UNFLATTENED_LENGTHS_FOR_BATCHING",
     "QUANT_DATA_TYPES",
     "SUPPORTED_DATA_TYPES",
     "PooledLookup",
@@ -51,6 +57,7 @@ __all__ = [
     "SequenceLookup",
     "ShardedPooledLookup",
     "ShardedSequenceLookup",
+    "batching_hinted_output",
     "check_kjt_input",
     "check_segment_ids",
     "dequantize",
@@ -65,4 +72,5 @@ __all__ = [
     "row_bytes",
     "scale_bias",
     "sequence_forward",
+    "unflattened_lengths",
 ]
