@@ -21,6 +21,7 @@ from shardrec_embedding import (
 from shardrec_embedding.quant import (
     MODULE_ATTR_USE_UNFLATTENED_LENGTHS_FOR_BATCHING,
     quant_prep_enable_quant_state_dict_split_scale_bias,
+    quant_prep_enable_quant_state_dict_split_scale_bias_for_types,
     quantize_embeddings,
     quantize_inference_model,
 )
@@ -214,3 +215,13 @@ def test_traced_sequences_script_match_eager_and_hint_batching() -> None:
             assert torch.equal(got[key].lengths(), want[key].lengths())
     setattr(q, MODULE_ATTR_USE_UNFLATTENED_LENGTHS_FOR_BATCHING, True)
     assert _hint_input(symbolic_trace(q)) == "unflattened_lengths"
+
+
+def test_split_scale_bias_for_types_marks_only_those_types() -> None:
+    model = _Holder(EmbeddingBagCollection(_bags()), EmbeddingCollection(_seqs()))
+    quant_prep_enable_quant_state_dict_split_scale_bias_for_types(model, [EmbeddingCollection])
+    quantize_inference_model(model, torch.int8)
+    keys = set(model.state_dict())
+    assert "seqs.embeddings.t1.weight_qscale" in keys
+    assert "bags.embedding_bags.t1.weight_qscaleshift" in keys
+    assert "bags.embedding_bags.t1.weight_qscale" not in keys

@@ -6,6 +6,7 @@ from shardrec_embedding.quant.config import (
 )
 from shardrec_embedding.quant.convert import (
     quant_prep_enable_quant_state_dict_split_scale_bias,
+    quant_prep_enable_quant_state_dict_split_scale_bias_for_types,
     quantize_embeddings,
     quantize_inference_model,
 )
@@ -66,6 +67,7 @@ __all__ = [
     "kjt_segment_index",
     "kjt_sequence_index",
     "quant_prep_enable_quant_state_dict_split_scale_bias",
+    "quant_prep_enable_quant_state_dict_split_scale_bias_for_types",
     "quantize",
     "quantize_embeddings",
     "quantize_inference_model",

@@ -19,6 +19,7 @@ from shardrec_embedding.quant.embedding_collection import QuantEmbeddingCollecti
 __all__ = [
     "MODULE_ATTR_QUANT_STATE_DICT_SPLIT_SCALE_BIAS",
     "quant_prep_enable_quant_state_dict_split_scale_bias",
+    "quant_prep_enable_quant_state_dict_split_scale_bias_for_types",
     "quantize_embeddings",
     "quantize_inference_model",
 ]
@@ -29,6 +30,16 @@ def quant_prep_enable_quant_state_dict_split_scale_bias(module: nn.Module) -> No
     `state_dict()` holds `<table>.weight_qscale` and `<table>.weight_qbias` (`(R, 1)` fp16
     each) instead of `<table>.weight_qscaleshift` (TorchRec's function of the same name)."""
     setattr(module, MODULE_ATTR_QUANT_STATE_DICT_SPLIT_SCALE_BIAS, True)
+
+
+def quant_prep_enable_quant_state_dict_split_scale_bias_for_types(
+    module: nn.Module, module_types: list[type[nn.Module]]
+) -> None:
+    """`quant_prep_enable_quant_state_dict_split_scale_bias` on every submodule of `module`
+    (itself included) that is an instance of one of `module_types`."""
+    for m in module.modules():
+        if isinstance(m, tuple(module_types)):
+            quant_prep_enable_quant_state_dict_split_scale_bias(m)
 
 
 def quantize_embeddings(

@@ -11,6 +11,7 @@ from shardrec_embedding.quant import (
     MODULE_ATTR_USE_UNFLATTENED_LENGTHS_FOR_BATCHING,
     dequantize,
     quant_prep_enable_quant_state_dict_split_scale_bias,
+    quant_prep_enable_quant_state_dict_split_scale_bias_for_types,
     quantize,
 )
 from shardrec_embedding.quant import batching_hinted_output as _get_batching_hinted_output
@@ -25,5 +26,6 @@ __all__ = [
     "_get_unflattened_lengths",
     "dequantize",
     "quant_prep_enable_quant_state_dict_split_scale_bias",
+    "quant_prep_enable_quant_state_dict_split_scale_bias_for_types",
     "quantize",
 ]
