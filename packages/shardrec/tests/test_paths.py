@@ -137,6 +137,11 @@ PATHS = [
         "FusedEmbeddingBagCollection",
         "shardrec_embedding",
     ),
+    (
+        "shardrec.modules.fused_embedding_modules",
+        "fuse_embedding_optimizer",
+        "shardrec_embedding.fused",
+    ),
     ("shardrec.modules.feature_processor_", "PositionWeightedModule", "shardrec_embedding"),
     (
         "shardrec.modules.feature_processor_",
