@@ -18,6 +18,7 @@ from shardrec_embedding import (
 )
 from shardrec_embedding.fused import fuse_embedding_optimizer
 from shardrec_jagged import KeyedJaggedTensor
+from shardrec_optim import FusedOptimizerModule
 
 
 def _ebc(is_weighted: bool = False) -> EmbeddingBagCollection:
@@ -95,6 +96,7 @@ def test_a_collection_itself_is_returned_fused() -> None:
 def test_fused_optimizer_call_form_is_the_property() -> None:
     fused = fuse_embedding_optimizer(_ebc(), torch.optim.Adam, {"lr": 0.01}, device=None)
     assert isinstance(fused, FusedEmbeddingBagCollection)
+    assert isinstance(fused, FusedOptimizerModule)
     opt = fused.fused_optimizer
     assert opt() is opt
     fused(_kjt(2)).values().sum().backward()

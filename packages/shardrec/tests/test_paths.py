@@ -13,6 +13,9 @@ import shardrec
 
 # (umbrella module, name, component module that defines it)
 PATHS = [
+    ("shardrec.optim.fused", "EmptyFusedOptimizer", "shardrec_optim"),
+    ("shardrec.optim.fused", "FusedOptimizer", "shardrec_optim"),
+    ("shardrec.optim.fused", "FusedOptimizerModule", "shardrec_optim"),
     (
         "shardrec.quant.embedding_modules",
         "MODULE_ATTR_USE_UNFLATTENED_LENGTHS_FOR_BATCHING",
