@@ -13,6 +13,9 @@ import shardrec
 
 # (umbrella module, name, component module that defines it)
 PATHS = [
+    ("shardrec.test_utils", "get_free_port", "shardrec_testing"),
+    ("shardrec.test_utils", "skip_if_asan", "shardrec_testing"),
+    ("shardrec.test_utils", "skip_if_asan_class", "shardrec_testing"),
     ("shardrec.optim.fused", "EmptyFusedOptimizer", "shardrec_optim"),
     ("shardrec.optim.fused", "FusedOptimizer", "shardrec_optim"),
     ("shardrec.optim.fused", "FusedOptimizerModule", "shardrec_optim"),
