@@ -343,8 +343,8 @@ def test_bad_tables_argument() -> None:
         EmbeddingBagCollection([EmbeddingConfig(name="t", num_embeddings=4, embedding_dim=2)])  # type: ignore[list-item]
     with pytest.raises(ValueError, match="pooling NONE"):
         EmbeddingBagCollection([_table("t", 4, 2, ["f"], pooling=PoolingType.NONE)])
-    with pytest.raises(ValueError, match="INT8"):
-        EmbeddingBagCollection([_table("t", 4, 2, ["f"], data_type=DataType.INT8)])
+    with pytest.raises(ValueError, match="INT64"):
+        EmbeddingBagCollection([_table("t", 4, 2, ["f"], data_type=DataType.INT64)])
     with pytest.raises(ValueError, match=r"'a\.b'"):
         EmbeddingBagCollection([_table("a.b", 4, 2, ["f"])])
 

@@ -55,3 +55,25 @@ def test_assert_close_uses_dtype_tolerance() -> None:
     assert_close(half + 5e-4, half)
     with pytest.raises(AssertionError):
         assert_close(torch.tensor([1, 2]), torch.tensor([1, 3]))
+
+
+def test_sanitizer_skips_follow_the_runtime() -> None:
+    import unittest
+
+    from shardrec_testing import sanitizer_active, skip_if_asan, skip_if_asan_class
+
+    active = sanitizer_active()
+    assert active is False  # CI's interpreter is not sanitizer-instrumented
+
+    @skip_if_asan
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    assert add(2, 3) == 5 and add.__name__ == "add"
+
+    @skip_if_asan_class
+    class Case(unittest.TestCase):
+        def test_x(self) -> None:
+            pass
+
+    assert not getattr(Case, "__unittest_skip__", False)

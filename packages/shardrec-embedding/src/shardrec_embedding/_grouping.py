@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from shardrec_embedding.batched_lookup import out_of_range_segments, shift_ids
-from shardrec_embedding.configs import BaseEmbeddingConfig, PoolingType, data_type_to_dtype
+from shardrec_embedding.configs import BaseEmbeddingConfig, DataType, PoolingType, module_dtype
 
 __all__ = ["Group", "Segment", "TablePlan", "embedding_names_by_table"]
 
@@ -70,9 +70,9 @@ class TablePlan:
     """Segments and groups of a list of table configs (pure Python, built once per module)."""
 
     def __init__(self, tables: Sequence[BaseEmbeddingConfig], poolings: Sequence[PoolingType]):
-        keys: dict[tuple[int, torch.dtype, PoolingType], list[int]] = {}
+        keys: dict[tuple[int, DataType, PoolingType], list[int]] = {}
         for i, (t, pooling) in enumerate(zip(tables, poolings, strict=True)):
-            key = (t.embedding_dim, data_type_to_dtype(t.data_type), pooling)
+            key = (t.embedding_dim, DataType(t.data_type), pooling)
             keys.setdefault(key, []).append(i)
         group_of_table: dict[int, int] = {}
         row_offset: dict[int, int] = {}
@@ -100,12 +100,12 @@ class TablePlan:
         self.groups: list[Group] = [
             Group(
                 dim=dim,
-                dtype=dtype,
+                dtype=module_dtype(data_type),
                 pooling=pooling,
                 tables=tuple(members),
                 segments=tuple(s for s, seg in enumerate(self.segments) if seg.group == g),
             )
-            for g, ((dim, dtype, pooling), members) in enumerate(keys.items())
+            for g, ((dim, data_type, pooling), members) in enumerate(keys.items())
         ]
         self.features: list[str] = list(dict.fromkeys(s.feature for s in self.segments))
         self.min_rows = min((t.num_embeddings for t in tables), default=0)

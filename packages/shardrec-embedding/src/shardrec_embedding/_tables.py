@@ -50,7 +50,7 @@ def validate_tables(
             valid = ", ".join(d.value for d in TRAINABLE_DATA_TYPES)
             raise ValueError(
                 f"{owner}: table {t.name!r} has data_type {t.data_type.value}; "
-                f"trainable tables are {valid} (integer types are for quantized inference)"
+                f"float tables are {valid}"
             )
     return list(tables)
 

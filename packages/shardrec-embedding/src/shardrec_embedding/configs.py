@@ -22,6 +22,7 @@ __all__ = [
     "PoolingType",
     "data_type_to_dtype",
     "dtype_to_data_type",
+    "module_dtype",
 ]
 
 
@@ -67,8 +68,23 @@ _TORCH_DTYPES: dict[DataType, torch.dtype] = {
     DataType.NFP8: torch.float8_e4m3fn,
 }
 
-# Types a trainable (unquantized) table may have; the integer types belong to quantized inference.
-TRAINABLE_DATA_TYPES = (DataType.FP32, DataType.FP16, DataType.BF16)
+# Types a trainable (unquantized) table may have. The row-wise quantized types are accepted too,
+# as in TorchRec: such a table trains in fp16 and is quantized to its type for serving.
+TRAINABLE_DATA_TYPES = (
+    DataType.FP32,
+    DataType.FP16,
+    DataType.BF16,
+    DataType.INT8,
+    DataType.INT4,
+    DataType.INT2,
+)
+
+
+def module_dtype(data_type: DataType | str) -> torch.dtype:
+    """The dtype of a float (trainable) collection's weights for a table of `data_type`: its
+    own for FP32 / FP16 / BF16, fp16 for INT8 / INT4 / INT2 (TorchRec's rule)."""
+    dtype = _TORCH_DTYPES[DataType(data_type)]
+    return dtype if dtype.is_floating_point else torch.float16
 
 
 def data_type_to_dtype(data_type: DataType | str) -> torch.dtype:

@@ -25,7 +25,7 @@ from shardrec_embedding.configs import (
     BaseEmbeddingConfig,
     EmbeddingBagConfig,
     PoolingType,
-    data_type_to_dtype,
+    module_dtype,
 )
 from shardrec_jagged import KeyedJaggedTensor, KeyedTensor, TorchScriptable
 
@@ -282,5 +282,5 @@ def _make_bag(config: BaseEmbeddingConfig, weight: torch.Tensor) -> nn.Module:
         mode=config.pooling.value.lower(),
         include_last_offset=True,
         _weight=weight,
-        dtype=data_type_to_dtype(config.data_type),
+        dtype=module_dtype(config.data_type),
     )

@@ -25,7 +25,7 @@ from shardrec_embedding.configs import (
     BaseEmbeddingConfig,
     EmbeddingConfig,
     PoolingType,
-    data_type_to_dtype,
+    module_dtype,
 )
 from shardrec_jagged import JaggedTensor, KeyedJaggedTensor, TorchScriptable
 
@@ -205,5 +205,5 @@ def _make_embedding(config: BaseEmbeddingConfig, weight: torch.Tensor) -> nn.Mod
         config.num_embeddings,
         config.embedding_dim,
         _weight=weight,
-        dtype=data_type_to_dtype(config.data_type),
+        dtype=module_dtype(config.data_type),
     )

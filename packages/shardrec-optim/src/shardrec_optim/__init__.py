@@ -3,7 +3,12 @@
 from shardrec_optim import pooled
 from shardrec_optim.clipping import GradientClipping, GradientClippingOptimizer
 from shardrec_optim.fbgemm_kernels import FBGEMM_KERNEL, FbgemmUnavailableWarning
-from shardrec_optim.fused_optimizer import FusedEmbeddingOptimizer
+from shardrec_optim.fused_optimizer import (
+    EmptyFusedOptimizer,
+    FusedEmbeddingOptimizer,
+    FusedOptimizer,
+    FusedOptimizerModule,
+)
 from shardrec_optim.in_backward import (
     apply_optimizer_in_backward,
     fused_spec_from_optimizer,
@@ -57,9 +62,12 @@ __all__ = [
     "Backend",
     "CombinedOptimizer",
     "EmbOptimType",
+    "EmptyFusedOptimizer",
     "FbgemmUnavailableWarning",
     "FusedEmbeddingOptimizer",
     "FusedOptimSpec",
+    "FusedOptimizer",
+    "FusedOptimizerModule",
     "GradientClipping",
     "GradientClippingOptimizer",
     "KeyedOptimizer",

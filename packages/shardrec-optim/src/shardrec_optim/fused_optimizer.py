@@ -14,7 +14,7 @@ param_groups: [{"params": [...], "lr": ...}]  -- the lr backward reads, so sched
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, MutableMapping
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from torch import Tensor
 
@@ -22,8 +22,45 @@ from shardrec_optim.keyed import KeyedOptimizer
 from shardrec_optim.rules import RULES
 from shardrec_optim.spec import FusedOptimSpec
 
+__all__ = [
+    "EmptyFusedOptimizer",
+    "FusedEmbeddingOptimizer",
+    "FusedOptimizer",
+    "FusedOptimizerModule",
+]
 
-class FusedEmbeddingOptimizer(KeyedOptimizer):
+
+class FusedOptimizer(KeyedOptimizer):
+    """A KeyedOptimizer whose parameters are updated during backward (TorchRec's
+    `torchrec.optim.fused.FusedOptimizer`): `step()` only runs `closure`, `zero_grad()` does
+    nothing. It holds the state and `param_groups` for checkpoints and learning-rate control."""
+
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]  # torch overloads on closure; one signature here
+        """No-op: rows were updated during backward. Runs `closure` if given."""
+        return None if closure is None else closure()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """No-op: fused parameters never hold a `.grad`."""
+
+
+class EmptyFusedOptimizer(FusedOptimizer):
+    """A fused optimizer over no parameters (TorchRec's; e.g. a module with no fused tables)."""
+
+    def __init__(self) -> None:
+        super().__init__({}, {}, [])
+
+
+@runtime_checkable
+class FusedOptimizerModule(Protocol):
+    """A module that trains some of its parameters in backward and exposes their optimizer
+    (TorchRec's `FusedOptimizerModule`): `FusedEmbeddingBagCollection`, the sharded
+    collections, `DistributedModelParallel`."""
+
+    @property
+    def fused_optimizer(self) -> KeyedOptimizer: ...
+
+
+class FusedEmbeddingOptimizer(FusedOptimizer):
     """Keyed view of the optimizer state of one fused lookup (see module docstring).
 
     Args:
@@ -72,13 +109,6 @@ class FusedEmbeddingOptimizer(KeyedOptimizer):
         if not lr >= 0:
             raise ValueError(f"learning rate must be >= 0, got {lr}")
         return lr
-
-    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]  # torch overloads on closure; one signature here
-        """No-op: rows were updated during backward. Runs `closure` if given."""
-        return None if closure is None else closure()
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        """No-op: fused tables never hold a `.grad`."""
 
     def __repr__(self) -> str:
         return (

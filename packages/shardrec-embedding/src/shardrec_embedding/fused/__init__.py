@@ -2,10 +2,12 @@
 
 from shardrec_embedding.fused.batched import BatchedFusedEmbeddingBag, FusedTable, OptimizerArg
 from shardrec_embedding.fused.collection import (
+    CollectionFusedOptimizer,
     FusedEmbeddingBagCollection,
     OptimizerType,
     resolve_optimizer,
 )
+from shardrec_embedding.fused.convert import fuse_embedding_optimizer
 from shardrec_embedding.fused.lookup import KERNELS, Backend, FusedLookupFunction, fused_update
 from shardrec_embedding.fused.tables import FusedTableSpec
 
@@ -13,12 +15,14 @@ __all__ = [
     "KERNELS",
     "Backend",
     "BatchedFusedEmbeddingBag",
+    "CollectionFusedOptimizer",
     "FusedEmbeddingBagCollection",
     "FusedLookupFunction",
     "FusedTable",
     "FusedTableSpec",
     "OptimizerArg",
     "OptimizerType",
+    "fuse_embedding_optimizer",
     "fused_update",
     "resolve_optimizer",
 ]

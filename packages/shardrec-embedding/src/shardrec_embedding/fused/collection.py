@@ -51,6 +51,15 @@ def resolve_optimizer(
     return FusedOptimSpec.from_fused_params({"optimizer": optimizer_type, **kwargs})
 
 
+class CollectionFusedOptimizer(CombinedOptimizer):
+    """The collection's fused optimizer, also callable (returning itself): TorchRec's unsharded
+    `FusedEmbeddingBagCollection.fused_optimizer()` is a method, its sharded modules'
+    `fused_optimizer` a property; this answers both spellings."""
+
+    def __call__(self) -> CollectionFusedOptimizer:
+        return self
+
+
 class FusedEmbeddingBagCollection(nn.Module):
     """Pooled embeddings like `EmbeddingBagCollection`, trained by an optimizer in backward.
 
@@ -110,15 +119,16 @@ class FusedEmbeddingBagCollection(nn.Module):
         ]
         by_name = {name: m for lk in self._lookups for name, m in lk.tables.items()}
         self.embedding_bags = nn.ModuleDict({t.name: by_name[t.name] for t in configs})
-        self._optim = CombinedOptimizer(
+        self._optim = CollectionFusedOptimizer(
             [("embedding_bags", lk.fused_optimizer) for lk in self._lookups]
         )
         self._embedding_names = [s.embedding_name for s in self._plan.segments]
         self._lengths_per_embedding = [s.dim for s in self._plan.segments]
 
     @property
-    def fused_optimizer(self) -> CombinedOptimizer:
-        """KeyedOptimizer over `embedding_bags.<table>.weight` (state: `<table>.momentum1`, ...)."""
+    def fused_optimizer(self) -> CollectionFusedOptimizer:
+        """KeyedOptimizer over `embedding_bags.<table>.weight` (state: `<table>.momentum1`, ...);
+        `fused_optimizer()` (TorchRec's method form) returns the same object."""
         return self._optim
 
     def forward(self, features: KeyedJaggedTensor) -> KeyedTensor:

@@ -1,7 +1,15 @@
 """Quantized inference: row-wise quantization kernels, quantized collections, conversion."""
 
-from shardrec_embedding.quant.config import QuantConfig
-from shardrec_embedding.quant.convert import quantize_inference_model
+from shardrec_embedding.quant.config import (
+    MODULE_ATTR_QUANT_STATE_DICT_SPLIT_SCALE_BIAS,
+    QuantConfig,
+)
+from shardrec_embedding.quant.convert import (
+    quant_prep_enable_quant_state_dict_split_scale_bias,
+    quant_prep_enable_quant_state_dict_split_scale_bias_for_types,
+    quantize_embeddings,
+    quantize_inference_model,
+)
 from shardrec_embedding.quant.embedding_bag_collection import (
     QuantEmbeddingBagCollection,
     ScriptablePooledLookup,
@@ -29,8 +37,15 @@ from shardrec_embedding.quant.rowwise import (
     scale_bias,
 )
 from shardrec_embedding.quant.split_lookup import ShardedPooledLookup, ShardedSequenceLookup
+from shardrec_embedding.quant.traced import (
+    MODULE_ATTR_USE_UNFLATTENED_LENGTHS_FOR_BATCHING,
+    batching_hinted_output,
+    unflattened_lengths,
+)
 
 __all__ = [
+    "MODULE_ATTR_QUANT_STATE_DICT_SPLIT_SCALE_BIAS",
+    "MODULE_ATTR_USE_UNFLATTENED_LENGTHS_FOR_BATCHING",
     "QUANT_DATA_TYPES",
     "SUPPORTED_DATA_TYPES",
     "PooledLookup",
@@ -43,6 +58,7 @@ __all__ = [
     "SequenceLookup",
     "ShardedPooledLookup",
     "ShardedSequenceLookup",
+    "batching_hinted_output",
     "check_kjt_input",
     "check_segment_ids",
     "dequantize",
@@ -50,9 +66,13 @@ __all__ = [
     "kjt_lookup_args",
     "kjt_segment_index",
     "kjt_sequence_index",
+    "quant_prep_enable_quant_state_dict_split_scale_bias",
+    "quant_prep_enable_quant_state_dict_split_scale_bias_for_types",
     "quantize",
+    "quantize_embeddings",
     "quantize_inference_model",
     "row_bytes",
     "scale_bias",
     "sequence_forward",
+    "unflattened_lengths",
 ]

@@ -12,7 +12,10 @@ from torch import nn
 
 from shardrec_embedding.configs import BaseEmbeddingConfig, PoolingType
 from shardrec_embedding.quant._storage import QuantStorage
-from shardrec_embedding.quant.config import weight_data_types
+from shardrec_embedding.quant.config import (
+    MODULE_ATTR_QUANT_STATE_DICT_SPLIT_SCALE_BIAS,
+    weight_data_types,
+)
 from shardrec_jagged import TorchScriptable
 
 __all__ = ["QuantCollectionBase", "float_weight"]
@@ -41,6 +44,7 @@ class QuantCollectionBase(TorchScriptable, nn.Module, Generic[C]):
         poolings: Sequence[PoolingType],
         device: torch.device | str | None,
         output_dtype: torch.dtype,
+        split_scale_bias: bool = False,
     ) -> None:
         if output_dtype not in (torch.float32, torch.float16):
             raise ValueError(
@@ -51,6 +55,7 @@ class QuantCollectionBase(TorchScriptable, nn.Module, Generic[C]):
             raise ValueError(f"{self._owner}: table names {names} must be non-empty and unique")
         self._configs = list(tables)
         self._output_dtype = output_dtype
+        self._split_scale_bias = split_scale_bias
         self._storage = QuantStorage(tables, poolings, device, self._owner)
         self._plan = self._storage.plan
 
@@ -68,6 +73,11 @@ class QuantCollectionBase(TorchScriptable, nn.Module, Generic[C]):
                 "quantize_inference_model"
             )
         return module, qconfig
+
+    @staticmethod
+    def _split_requested(module: nn.Module) -> bool:
+        """Whether `quant_prep_enable_quant_state_dict_split_scale_bias` marked `module`."""
+        return bool(getattr(module, MODULE_ATTR_QUANT_STATE_DICT_SPLIT_SCALE_BIAS, False))
 
     @staticmethod
     def _quantized(qconfig: object, configs: list[C]) -> list[C]:
@@ -104,7 +114,7 @@ class QuantCollectionBase(TorchScriptable, nn.Module, Generic[C]):
     def _save_to_state_dict(
         self, destination: dict[str, torch.Tensor], prefix: str, keep_vars: bool
     ) -> None:
-        self._storage.save(destination, prefix + self._state_prefix)
+        self._storage.save(destination, prefix + self._state_prefix, self._split_scale_bias)
 
     def _load_from_state_dict(
         self,
@@ -123,6 +133,7 @@ class QuantCollectionBase(TorchScriptable, nn.Module, Generic[C]):
             unexpected_keys,
             error_msgs,
             strict,
+            self._split_scale_bias,
         )
 
 

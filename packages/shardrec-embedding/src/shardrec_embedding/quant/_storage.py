@@ -119,11 +119,19 @@ class QuantStorage:
         with torch.no_grad():
             rows.copy_(to_kernel_rows(quantize(weight.to(rows.device), dt), dt))
 
-    def save(self, destination: dict[str, torch.Tensor], prefix: str) -> None:
+    def save(
+        self, destination: dict[str, torch.Tensor], prefix: str, split_scale_bias: bool = False
+    ) -> None:
         for t in self.tables:
             weight, qscaleshift = from_kernel_rows(self.rows_of(t), DataType(t.data_type))
             destination[f"{prefix}{t.name}.weight"] = weight.detach().clone()
-            if qscaleshift is not None:
+            if qscaleshift is None:
+                continue
+            if split_scale_bias:
+                halves = qscaleshift.detach().clone().view(torch.float16)  # (R, 2): scale, bias
+                destination[f"{prefix}{t.name}.weight_qscale"] = halves[:, :1].clone()
+                destination[f"{prefix}{t.name}.weight_qbias"] = halves[:, 1:].clone()
+            else:
                 destination[f"{prefix}{t.name}.weight_qscaleshift"] = qscaleshift.detach().clone()
 
     def load(
@@ -134,19 +142,23 @@ class QuantStorage:
         unexpected_keys: list[str],
         error_msgs: list[str],
         strict: bool,
+        split_scale_bias: bool = False,
     ) -> None:
+        """Load the keys `save` writes (with the same `split_scale_bias`)."""
         expected: set[str] = set()
         for t in self.tables:
             dt = DataType(t.data_type)
             rows = self.rows_of(t)
             ref_weight, ref_sb = from_kernel_rows(rows, dt)
+            refs: list[tuple[str, torch.Tensor]] = [(f"{prefix}{t.name}.weight", ref_weight)]
+            if ref_sb is not None and split_scale_bias:
+                half = ref_sb.clone().view(torch.float16)[:, :1]
+                refs += [(f"{prefix}{t.name}.weight_qscale", half)]
+                refs += [(f"{prefix}{t.name}.weight_qbias", half)]
+            elif ref_sb is not None:
+                refs.append((f"{prefix}{t.name}.weight_qscaleshift", ref_sb))
             parts: list[torch.Tensor] = []
-            for key, ref in (
-                (f"{prefix}{t.name}.weight", ref_weight),
-                (f"{prefix}{t.name}.weight_qscaleshift", ref_sb),
-            ):
-                if ref is None:
-                    continue
+            for key, ref in refs:
                 expected.add(key)
                 if key not in state_dict:
                     missing_keys.append(key)
@@ -159,10 +171,13 @@ class QuantStorage:
                     )
                     continue
                 parts.append(given.to(rows.device))
-            if len(parts) == (1 if ref_sb is None else 2):
-                stored = parts[0] if ref_sb is None else torch.cat(parts, dim=1)
-                with torch.no_grad():
-                    rows.copy_(to_kernel_rows(stored, dt))
+            if len(parts) != len(refs):
+                continue
+            if len(parts) == 3:  # weight, scale, bias: the fp16 pair as 4 bytes a row
+                parts = [parts[0], torch.cat(parts[1:], dim=1).view(torch.uint8)]
+            stored = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+            with torch.no_grad():
+                rows.copy_(to_kernel_rows(stored, dt))
         if strict:
             for key in state_dict:
                 if key.startswith(prefix) and key not in expected:

@@ -9,7 +9,17 @@ import torch
 
 from shardrec_embedding.configs import DataType
 
-__all__ = ["QuantConfig", "data_type_of_dtype", "output_dtype_of", "weight_data_types"]
+__all__ = [
+    "MODULE_ATTR_QUANT_STATE_DICT_SPLIT_SCALE_BIAS",
+    "QuantConfig",
+    "data_type_of_dtype",
+    "output_dtype_of",
+    "weight_data_types",
+]
+
+# The attribute a float collection carries to ask `from_float` for TorchRec's split state dict
+# (`weight_qscale` and `weight_qbias` instead of one `weight_qscaleshift`); TorchRec's value.
+MODULE_ATTR_QUANT_STATE_DICT_SPLIT_SCALE_BIAS = "__register_quant_state_dict_split_scale_bias"
 
 # An observer factory: `torch.ao.quantization.PlaceholderObserver.with_args(dtype=...)`.
 ObserverFactory = Callable[[], object]

@@ -4,15 +4,76 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.ao.quantization import PlaceholderObserver
+from torch.ao.quantization import PlaceholderObserver, quantize_dynamic
 
 from shardrec_embedding.embedding_bag_collection import EmbeddingBagCollection
 from shardrec_embedding.embedding_collection import EmbeddingCollection
-from shardrec_embedding.quant.config import QuantConfig, data_type_of_dtype
+from shardrec_embedding.quant.config import (
+    MODULE_ATTR_QUANT_STATE_DICT_SPLIT_SCALE_BIAS,
+    QuantConfig,
+    data_type_of_dtype,
+)
 from shardrec_embedding.quant.embedding_bag_collection import QuantEmbeddingBagCollection
 from shardrec_embedding.quant.embedding_collection import QuantEmbeddingCollection
 
-__all__ = ["quantize_inference_model"]
+__all__ = [
+    "MODULE_ATTR_QUANT_STATE_DICT_SPLIT_SCALE_BIAS",
+    "quant_prep_enable_quant_state_dict_split_scale_bias",
+    "quant_prep_enable_quant_state_dict_split_scale_bias_for_types",
+    "quantize_embeddings",
+    "quantize_inference_model",
+]
+
+
+def quant_prep_enable_quant_state_dict_split_scale_bias(module: nn.Module) -> None:
+    """Mark `module` (a float collection about to be quantized) so that its quantized form's
+    `state_dict()` holds `<table>.weight_qscale` and `<table>.weight_qbias` (`(R, 1)` fp16
+    each) instead of `<table>.weight_qscaleshift` (TorchRec's function of the same name)."""
+    setattr(module, MODULE_ATTR_QUANT_STATE_DICT_SPLIT_SCALE_BIAS, True)
+
+
+def quant_prep_enable_quant_state_dict_split_scale_bias_for_types(
+    module: nn.Module, module_types: list[type[nn.Module]]
+) -> None:
+    """`quant_prep_enable_quant_state_dict_split_scale_bias` on every submodule of `module`
+    (itself included) that is an instance of one of `module_types`."""
+    for m in module.modules():
+        if isinstance(m, tuple(module_types)):
+            quant_prep_enable_quant_state_dict_split_scale_bias(m)
+
+
+def quantize_embeddings(
+    module: nn.Module,
+    dtype: torch.dtype,
+    inplace: bool,
+    additional_qconfig_spec_keys: list[type[nn.Module]] | None = None,
+    additional_mapping: dict[type[nn.Module], type[nn.Module]] | None = None,
+    output_dtype: torch.dtype = torch.float,
+    per_table_weight_dtype: dict[str, torch.dtype] | None = None,
+) -> nn.Module:
+    """TorchRec's `torchrec.inference.modules.quantize_embeddings`: `quantize_dynamic` with a
+    `QuantConfig` storing `dtype` (per table: `per_table_weight_dtype`) and returning
+    `output_dtype`. By default only `EmbeddingBagCollection`s are swapped (for
+    `QuantEmbeddingBagCollection`); `additional_qconfig_spec_keys` / `additional_mapping` add
+    more (e.g. `EmbeddingCollection` -> `QuantEmbeddingCollection`). `inplace=False` returns a
+    converted copy and leaves `module` as it was."""
+    data_type_of_dtype(dtype, "quantize_embeddings")  # ValueError for a bad dtype first
+    qconfig = QuantConfig(
+        activation=PlaceholderObserver.with_args(dtype=output_dtype),
+        weight=PlaceholderObserver.with_args(dtype=dtype),
+        per_table_weight_dtype=per_table_weight_dtype,
+    )
+    qconfig_spec: dict[type[nn.Module], QuantConfig] = {EmbeddingBagCollection: qconfig}
+    mapping: dict[type[nn.Module], type[nn.Module]] = {
+        EmbeddingBagCollection: QuantEmbeddingBagCollection
+    }
+    for key in additional_qconfig_spec_keys or []:
+        qconfig_spec[key] = qconfig
+    mapping.update(additional_mapping or {})
+    converted: nn.Module = quantize_dynamic(  # type: ignore[no-untyped-call]
+        module, qconfig_spec=qconfig_spec, mapping=mapping, inplace=inplace
+    )
+    return converted
 
 
 def quantize_inference_model(

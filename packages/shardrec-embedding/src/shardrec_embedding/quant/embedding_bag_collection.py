@@ -7,17 +7,27 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from shardrec_embedding._tables import check_features
+from shardrec_embedding._tables import check_features, traced_input
 from shardrec_embedding.configs import EmbeddingBagConfig, PoolingType
 from shardrec_embedding.embedding_bag_collection import EmbeddingBagCollection
 from shardrec_embedding.quant._base import QuantCollectionBase, float_weight
 from shardrec_embedding.quant.config import output_dtype_of
-from shardrec_embedding.quant.lookup import PooledLookup, eager_lookup_args, kjt_lookup_args
+from shardrec_embedding.quant.lookup import (
+    PooledLookup,
+    eager_lookup_args,
+    keyed_lookup_args,
+    kjt_lookup_args,
+)
+from shardrec_embedding.quant.traced import _get_kjt_keys
 from shardrec_jagged import KeyedJaggedTensor, KeyedTensor
 
 __all__ = ["QuantEmbeddingBagCollection", "ScriptablePooledLookup"]
 
 _OWNER = "QuantEmbeddingBagCollection"
+
+# graph leaves of the fx-traced forward (quant/traced.py)
+torch.fx.wrap("_get_kjt_keys")
+torch.fx.wrap("keyed_lookup_args")
 
 
 class QuantEmbeddingBagCollection(QuantCollectionBase[EmbeddingBagConfig]):
@@ -50,6 +60,7 @@ class QuantEmbeddingBagCollection(QuantCollectionBase[EmbeddingBagConfig]):
         output_dtype: torch.dtype = torch.float32,
         *,
         check_ids: bool = True,
+        quant_state_dict_split_scale_bias: bool = False,
     ) -> None:
         super().__init__()
         for t in tables:
@@ -62,7 +73,13 @@ class QuantEmbeddingBagCollection(QuantCollectionBase[EmbeddingBagConfig]):
                     f"{_OWNER}: table {t.name!r} has MEAN pooling but is_weighted=True"
                 )
         self._is_weighted = is_weighted
-        self._init_storage(tables, [t.pooling for t in tables], device, output_dtype)
+        self._init_storage(
+            tables,
+            [t.pooling for t in tables],
+            device,
+            output_dtype,
+            quant_state_dict_split_scale_bias,
+        )
         self.lookup = PooledLookup(
             self._storage.groups,
             self._storage.segments,
@@ -86,6 +103,7 @@ class QuantEmbeddingBagCollection(QuantCollectionBase[EmbeddingBagConfig]):
             ebc.device,
             output_dtype_of(qconfig),
             check_ids=ebc._check_ids,
+            quant_state_dict_split_scale_bias=cls._split_requested(ebc),
         )
         bags = ebc.embedding_bags
         quant.load_float_weights({t.name: float_weight(bags[t.name]) for t in tables})
@@ -95,6 +113,8 @@ class QuantEmbeddingBagCollection(QuantCollectionBase[EmbeddingBagConfig]):
         """features: KJT `(F * B,)` lengths. Returns `KeyedTensor` `(B, sum of dims)` in
         `output_dtype`. Under `torch.jit.script` the code after the first branch runs."""
         if not torch._jit_internal.is_scripting():
+            if traced_input(features):
+                return self._forward_traced(features)
             _, weights = check_features(features, weighted=self._is_weighted, owner=_OWNER)
             args = eager_lookup_args(features, weights, self._plan.feature_indices(features.keys()))
         else:
@@ -102,6 +122,19 @@ class QuantEmbeddingBagCollection(QuantCollectionBase[EmbeddingBagConfig]):
             owner = "QuantEmbeddingBagCollection"  # TorchScript reads no global str
             args = kjt_lookup_args(features, self._is_weighted, owner, meta.features, meta.tables)
         out = self.lookup(*args)
+        return KeyedTensor(
+            self._embedding_names, self._lengths_per_embedding, out.to(self._output_dtype)
+        )
+
+    @torch.jit.unused
+    def _forward_traced(self, features: KeyedJaggedTensor) -> KeyedTensor:
+        """The forward `torch.fx` records (`features` is a Proxy): TorchRec's graph shape."""
+        meta = self.lookup.segments
+        keys = _get_kjt_keys(features)
+        args = keyed_lookup_args(
+            features, keys, self._is_weighted, _OWNER, meta.features, meta.tables
+        )
+        out = self.lookup(args[0], args[1], args[2], args[3], args[4], args[5])
         return KeyedTensor(
             self._embedding_names, self._lengths_per_embedding, out.to(self._output_dtype)
         )

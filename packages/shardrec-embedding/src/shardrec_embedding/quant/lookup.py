@@ -19,7 +19,7 @@ measured fastest (docs/design/quant-kernels.md). Kernels read only the looked-up
 import torch
 from torch import nn
 
-from shardrec_jagged import JaggedTensor, KeyedJaggedTensor
+from shardrec_jagged import JaggedTensor, KeyedJaggedTensor, TorchScriptable
 
 __all__ = [
     "KIND_FLOAT",
@@ -30,10 +30,13 @@ __all__ = [
     "check_kjt_input",
     "check_segment_ids",
     "eager_lookup_args",
+    "keyed_lookup_args",
+    "keyed_sequence_index",
     "kjt_lookup_args",
     "kjt_segment_index",
     "kjt_sequence_index",
     "sequence_forward",
+    "sequence_outputs",
 ]
 
 KIND_FLOAT = 0  # kind = bits per code for integer groups (8, 4, 2), 0 for float groups
@@ -215,10 +218,23 @@ def kjt_lookup_args(
     segment_tables: list[str],
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, list[int], list[int], int]:
     """A scripted pooled forward's checks and `PooledLookup` arguments from the KJT."""
+    keys = features.keys()
+    return keyed_lookup_args(features, keys, weighted, owner, segment_features, segment_tables)
+
+
+def keyed_lookup_args(
+    features: KeyedJaggedTensor,
+    keys: list[str],
+    weighted: bool,
+    owner: str,
+    segment_features: list[str],
+    segment_tables: list[str],
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, list[int], list[int], int]:
+    """`kjt_lookup_args` given the KJT's `keys` (the fx-traced forwards read them first)."""
     values = features.values()
     weights = features.weights_or_none()
     check_kjt_input(values, weights, weighted, owner)
-    index = kjt_segment_index(features.keys(), segment_features, segment_tables)
+    index = kjt_segment_index(keys, segment_features, segment_tables)
     return values, features.lengths(), weights, features.offset_per_key(), index, features.stride()
 
 
@@ -241,8 +257,20 @@ def kjt_sequence_index(
     features: KeyedJaggedTensor, owner: str, segment_features: list[str], segment_tables: list[str]
 ) -> list[int]:
     """A scripted unpooled forward's checks; the KJT key of each segment."""
+    keys = features.keys()
+    return keyed_sequence_index(features, keys, owner, segment_features, segment_tables)
+
+
+def keyed_sequence_index(
+    features: KeyedJaggedTensor,
+    keys: list[str],
+    owner: str,
+    segment_features: list[str],
+    segment_tables: list[str],
+) -> list[int]:
+    """`kjt_sequence_index` given the KJT's `keys`."""
     check_kjt_input(features.values(), features.weights_or_none(), False, owner)
-    return kjt_segment_index(features.keys(), segment_features, segment_tables)
+    return kjt_segment_index(keys, segment_features, segment_tables)
 
 
 def sequence_forward(
@@ -258,9 +286,26 @@ def sequence_forward(
 
     Shared by the eager and scripted forwards of `QuantEmbeddingCollection` and of its sharded
     form; `rows` is the lookup's output for `features` and `feature_index`."""
-    values = features.values()
     offset_per_key = features.offset_per_key()
     per_key = features.lengths().view(len(offset_per_key) - 1, features.stride())
+    values = features.values()
+    return sequence_outputs(
+        rows, values, offset_per_key, per_key, feature_index, names, need_indices, output_dtype
+    )
+
+
+def sequence_outputs(
+    rows: list[torch.Tensor],
+    values: torch.Tensor,
+    offset_per_key: list[int],
+    per_key: torch.Tensor,
+    feature_index: list[int],
+    names: list[str],
+    need_indices: bool,
+    output_dtype: torch.dtype,
+) -> dict[str, JaggedTensor]:
+    """`sequence_forward` from the KJT's parts: ids `values`, `offset_per_key` and the `(F, B)`
+    lengths `per_key`."""
     out: dict[str, JaggedTensor] = {}
     for s in range(len(feature_index)):
         k = feature_index[s]
@@ -384,7 +429,7 @@ def _group_ids(
     return ids
 
 
-class PooledLookup(nn.Module):
+class PooledLookup(TorchScriptable, nn.Module):
     """Pooled lookup of all groups of a collection; scriptable.
 
     forward(values `(N,)`, lengths `(F * B,)`, weights `(N,)` or None, offset_per_key
@@ -459,7 +504,7 @@ class PooledLookup(nn.Module):
         return out
 
 
-class SequenceLookup(nn.Module):
+class SequenceLookup(TorchScriptable, nn.Module):
     """Per-id lookup of all groups of a collection; scriptable.
 
     Same inputs as `PooledLookup`; returns per segment the `(N_s, D)` rows of its ids.

@@ -3,6 +3,7 @@
 from shardrec.optim import (
     apply_optimizer_in_backward,
     clipping,
+    fused,
     keyed,
     optimizers,
     rowwise_adagrad,
@@ -34,6 +35,7 @@ __all__ = [
     "WarmupStage",
     "apply_optimizer_in_backward",
     "clipping",
+    "fused",
     "keyed",
     "optimizers",
     "rowwise_adagrad",

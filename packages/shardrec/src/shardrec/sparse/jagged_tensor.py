@@ -2,6 +2,10 @@
 
 The private names are TorchRec's helpers that its users and tests import; each is the public
 function of the same meaning (docs/porting.md, "torchrec.sparse").
+
+Importing this module loads fbgemm_gpu when it is installed, as importing TorchRec's does, so
+ported code that calls `torch.ops.fbgemm.*` directly finds the operators (about 0.5 s, once;
+`import shardrec` alone does not load it: the components load it on the first kernel).
 """
 
 from shardrec_jagged import (
@@ -10,6 +14,7 @@ from shardrec_jagged import (
     JaggedTensor,
     KeyedJaggedTensor,
     KeyedTensor,
+    fbgemm_available,
     jt_is_equal,
     kjt_is_equal,
     permute_multi_embedding,
@@ -21,6 +26,8 @@ from shardrec_jagged.torchrec_private import (
     _regroup_keyed_tensors,
     _safe_tolist,
 )
+
+fbgemm_available()  # registers torch.ops.fbgemm when fbgemm_gpu is installed; no-op otherwise
 
 __all__ = [
     "ComputeJTDictToKJT",
