@@ -36,11 +36,11 @@ TRITON = "triton==3.9.0"
 TORCHREC = "torchrec==1.8.0"
 TORCHREC_DEPS = ["tensordict", "torchmetrics==1.0.3", "pyre-extensions", "tqdm", "iopath"]
 # What the conformance runner's python needs besides shardrec (run.sh's header).
-# pyre-extensions and numpy: TorchRec's test-support modules import them (without them the KJT
-# and Criteo test files cannot be collected).
+# pyre-extensions, numpy and tensordict: TorchRec's test-support modules import them (without
+# them the KJT, Criteo and planner test files cannot be collected or build their test models).
 CONFORMANCE_DEPS = [
     "pytest>=8", "pytest-timeout>=2", "hypothesis>=6", "parameterized", "pyre-extensions", "numpy",
-    FBGEMM,
+    "tensordict", FBGEMM,
 ]  # fmt: skip
 CONFORMANCE_FLOOR = ROOT / "tools" / "conformance_floor.json"
 CACHE = ROOT / ".nox"

@@ -45,6 +45,9 @@ def _load(package: str, name: str) -> ModuleType:
         module_name, PACKAGES / package / "tests" / f"{name}.py"
     )
     assert spec is not None and spec.loader is not None
+    tests = str(PACKAGES / package / "tests")
+    if tests not in sys.path:  # the loaded modules import their folder's helpers
+        sys.path.insert(0, tests)
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module  # the rank pool finds functions by module name and file
     spec.loader.exec_module(module)

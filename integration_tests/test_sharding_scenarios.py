@@ -18,6 +18,9 @@ import pytest
 import torch
 
 TESTS = Path(__file__).resolve().parents[1] / "packages" / "shardrec-sharding" / "tests"
+# The loaded modules import their folder's helpers (_sharding_placements), as in their conftest.
+if str(TESTS) not in sys.path:
+    sys.path.insert(0, str(TESTS))
 
 
 def _load(name: str) -> ModuleType:

@@ -4,4 +4,5 @@ from shardrec_embedding import QuantConfig
 from shardrec_embedding import configs as _source
 from shardrec_embedding.configs import *  # noqa: F403
 
-__all__ = [*_source.__all__, "QuantConfig"]
+# TorchRec's names only: `module_dtype` is shardrec's own helper (shardrec_embedding.configs).
+__all__ = [*(n for n in _source.__all__ if n != "module_dtype"), "QuantConfig"]
