@@ -156,7 +156,7 @@ def check_length_per_key(length_per_key: Sequence[int], keys: Sequence[str], n_v
         for k, n in zip(keys, length_per_key, strict=True):
             if n < 0:
                 raise ValueError(f"length_per_key for key {k!r} is {n}; it must be >= 0")
-    _check_fits(sum(length_per_key), n_values, f" (length_per_key={list(length_per_key)})")
+    _check_fits(sum(length_per_key), n_values, length_per_key)
 
 
 def check_key_bounds(bounds: Sequence[int], keys: Sequence[str], n_values: int) -> None:
@@ -188,12 +188,14 @@ def check_bag_lengths(lengths: Sequence[int], n_values: int) -> None:
     for i, n in enumerate(lengths):
         if n < 0:
             raise ValueError(f"lengths[{i}] = {n} is negative; lengths must be >= 0")
-    _check_fits(sum(lengths), n_values, "")
+    _check_fits(sum(lengths), n_values, None)
 
 
-def _check_fits(total: int, n_values: int, detail: str) -> None:
-    """Bags of `total` values fit in `n_values`; `detail` follows the total in the message."""
+def _check_fits(total: int, n_values: int, per_key: Sequence[int] | None) -> None:
+    """Bags of `total` values fit in `n_values`. `per_key` (named in the message) is formatted
+    only on failure: this check runs on every `length_per_key`, a hot path."""
     if total > n_values:
+        detail = "" if per_key is None else f" (length_per_key={list(per_key)})"
         raise ValueError(
             f"lengths sum to {total}{detail} but values has only {n_values} entries; the bags "
             f"need values.size(0) >= {total} (a longer values buffer is fine: its tail is unused)"
