@@ -26,7 +26,8 @@ def test_cli_calibrate_writes_a_file_topology_loads(
     topo = Topology.from_calibration(out, world_size=4)
     assert topo.compute_device == "cpu"
     assert topo.lookup_bandwidth == cal.lookup_bw
-    assert topo.intra_host_bw == cal.intra_host_bw
+    assert topo.intra_host_bytes_per_s == pytest.approx(cal.intra_host_bw)
+    assert topo.intra_host_bw == pytest.approx(cal.intra_host_bw / 1000)  # TorchRec: bytes/ms
     assert (
         Topology.from_calibration(cal, world_size=2, compute_device="cuda").lookup_bw
         == cal.lookup_bw

@@ -22,6 +22,7 @@ from shardrec_planner import (
     Storage,
     Topology,
 )
+from shardrec_planner.constants import SSD_CAP
 from shardrec_planner.storage_reservations import (
     FixedAbsoluteStorageReservation,
     FixedPercentageStorageReservation,
@@ -54,9 +55,10 @@ def test_heuristic_reserves_margin_dense_and_batches(device: str, batch_size: in
     kjt = 20 * 8 * (2 * batch_size)  # two tables, one feature each, pooling 1.0
     for d in out.devices:
         if device == "cuda":
-            assert d.storage == Storage(hbm=int(0.75 * 8 * GiB) - dense - kjt, ddr=16 * GiB)
+            hbm, ddr = int(0.75 * 8 * GiB) - dense - kjt, 16 * GiB
         else:
-            assert d.storage == Storage(hbm=0, ddr=16 * GiB - dense - kjt)
+            hbm, ddr = 0, 16 * GiB - dense - kjt
+        assert d.storage == Storage(hbm=hbm, ddr=ddr, ssd=SSD_CAP)  # SSD is not reserved
     # The input topology is untouched; the result is a copy.
     assert topo.devices[0].storage.hbm == (8 * GiB if device == "cuda" else 0)
     assert res.last_reserved_topology is not None

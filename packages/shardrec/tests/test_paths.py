@@ -199,6 +199,7 @@ PATHS = [
     ("shardrec.distributed.types", "KeyValueParams", "shardrec_planner"),
     ("shardrec.distributed.types", "BoundsCheckMode", "shardrec_planner"),
     ("shardrec.distributed.planner.types", "Perf", "shardrec_planner"),
+    ("shardrec.distributed.logger", "static_logger", "shardrec_planner.topology_factory"),
     ("shardrec.distributed.planner.types", "Storage", "shardrec_planner"),
     ("shardrec.distributed.planner.types", "PartitionByType", "shardrec_planner.planner_types"),
     ("shardrec.distributed.planner.types", "PipelineType", "shardrec_planner.shard_storage"),
@@ -395,6 +396,7 @@ PATHS = [
         "shardrec_planner.constants",
     ),
     ("shardrec.distributed.planner.constants", "SSD_MEM_BW", "shardrec_planner.constants"),
+    ("shardrec.distributed.planner.constants", "SSD_CAP", "shardrec_planner.constants"),
     ("shardrec.distributed.planner.constants", "UVM_CACHING_RATIO", "shardrec_planner.constants"),
     (
         "shardrec.distributed.planner.constants",
@@ -599,6 +601,25 @@ def _names_of(component: str, path: str) -> list[tuple[str, str, str]]:
     """Every name of `path`'s `__all__`, defined (or re-exported) by `component`."""
     return [(path, n, component) for n in importlib.import_module(path).__all__]
 
+
+# TorchRec's topology configs, comms models and planner-context hashing.
+_PLANNER_TYPES_BY_COMPONENT = {
+    "shardrec_planner.topology_parts": (
+        "BasicCommsBandwidths CollectiveType CustomTopologyData GeneralizedCommsBandwidth"
+    ),
+    "shardrec_planner.topology_factory": (
+        "HardwareConfig KernelConfig TrainerConfig TopologyConfigBase TopologyFactory"
+    ),
+    "shardrec_planner.hashing": (
+        "hash_planner_context_inputs hash_planner_context_inputs_str hash_sha256_str "
+        "hash_sha256_to_int round_to_nearest"
+    ),
+}
+PATHS += [
+    ("shardrec.distributed.planner.types", name, component)
+    for component, names in _PLANNER_TYPES_BY_COMPONENT.items()
+    for name in names.split()
+]
 
 # TorchRec's dataset modules (shardrec.datasets.utils is the component module itself:
 # test_torchrec_paths.py).

@@ -26,6 +26,7 @@ BIGINT_DTYPE: int = 8
 HBM_CAP: int = 32 * _GIB
 DDR_CAP: int = 128 * _GIB
 HUNDRED_GB: int = 100 * _GIB
+SSD_CAP: int = 2 * 1024 * _GIB  # 2 TiB of disk per rank (TorchRec's default)
 HBM_MEM_BW: float = 897 * _GIB / _MS_PER_S  # bytes/ms
 DDR_MEM_BW: float = 51 * _GIB / _MS_PER_S  # bytes/ms
 # A GPU reads host memory over PCIe, slower than the host reads its own DDR.

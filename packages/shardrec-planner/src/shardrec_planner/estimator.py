@@ -112,7 +112,10 @@ def _global_a2a_seconds_per_byte(topology: Topology) -> float:
     if world == 1:
         return 0.0
     same_host = (local - 1) / (world - 1)
-    return same_host / topology.intra_host_bw + (1.0 - same_host) / topology.inter_host_bw
+    return (
+        same_host / topology.intra_host_bytes_per_s
+        + (1.0 - same_host) / topology.inter_host_bytes_per_s
+    )
 
 
 UVM_KERNELS = (EmbeddingComputeKernel.FUSED_UVM, EmbeddingComputeKernel.FUSED_UVM_CACHING)
@@ -125,10 +128,10 @@ def kernel_bandwidth(kernel: EmbeddingComputeKernel, topology: Topology) -> floa
     if kernel is EmbeddingComputeKernel.DENSE:
         return bw * DENSE_KERNEL_BW_FACTOR
     if kernel is EmbeddingComputeKernel.FUSED_UVM:
-        return topology.hbm_to_ddr_bw / UVM_PENALTY
+        return topology.hbm_to_ddr_bandwidth / UVM_PENALTY
     if kernel is EmbeddingComputeKernel.FUSED_UVM_CACHING:
         ratio = topology.uvm_cache_ratio
-        return (ratio * bw + (1.0 - ratio) * topology.hbm_to_ddr_bw) / UVM_PENALTY
+        return (ratio * bw + (1.0 - ratio) * topology.hbm_to_ddr_bandwidth) / UVM_PENALTY
     return bw
 
 
@@ -186,7 +189,7 @@ def estimate_shards(
     else:
         if st in (ShardingType.TABLE_ROW_WISE, ShardingType.GRID_SHARD):
             local = topology.local_size
-            out_s = out_bytes / topology.intra_host_bw if local > 1 else 0.0 * out_bytes
+            out_s = out_bytes / topology.intra_host_bytes_per_s if local > 1 else 0.0 * out_bytes
             out_s = out_s + out_bytes / local * a2a
         else:
             out_s = out_bytes * a2a

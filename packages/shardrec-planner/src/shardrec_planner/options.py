@@ -151,6 +151,8 @@ def table_options(
     Raises PlannerError naming the table and the constraint when nothing is left.
     """
     offered = [ShardingType(t) for t in sharder_types]
+    if constraints is not None:
+        constraints.check_names(f"table {table.name!r}")
     wanted = (
         list(constraints.sharding_types) if constraints and constraints.sharding_types else None
     )
