@@ -610,6 +610,7 @@ _PLANNER_TYPES_BY_COMPONENT = {
     "shardrec_planner.topology_factory": (
         "HardwareConfig KernelConfig TrainerConfig TopologyConfigBase TopologyFactory"
     ),
+    "shardrec_planner.sharder_data": "SharderData",
     "shardrec_planner.hashing": (
         "hash_planner_context_inputs hash_planner_context_inputs_str hash_sha256_str "
         "hash_sha256_to_int round_to_nearest"
@@ -618,6 +619,15 @@ _PLANNER_TYPES_BY_COMPONENT = {
 PATHS += [
     ("shardrec.distributed.planner.types", name, component)
     for component, names in _PLANNER_TYPES_BY_COMPONENT.items()
+    for name in names.split()
+]
+PATHS += [
+    (path, name, "shardrec_planner.sharder_data")
+    for path, names in {
+        "shardrec.distributed.types": "StorageUsageType",
+        "shardrec.distributed.embedding_types": "BaseEmbeddingSharder BaseQuantEmbeddingSharder",
+        "shardrec.distributed.planner.utils": "build_sharder_data build_sharder_data_map",
+    }.items()
     for name in names.split()
 ]
 

@@ -22,6 +22,7 @@ from shardrec_embedding import BaseEmbeddingConfig
 from shardrec_jagged import KeyedJaggedTensor
 from shardrec_optim import EmbOptimType, FusedOptimSpec, fused_spec_of_param
 from shardrec_planner import EmbeddingComputeKernel, ParameterSharding, ShardingType
+from shardrec_planner.sharder_data import BaseEmbeddingSharder
 from shardrec_sharding.checks import FeatureChecker
 from shardrec_sharding.fused_optimizer import ShardedFusedOptimizer
 from shardrec_sharding.layout import LocalTable, TableSharding, check_plan, segments_of
@@ -258,3 +259,7 @@ class TableSharder:
             assert isinstance(weight, nn.Parameter)
             out[name] = weight
         return out
+
+
+# TorchRec's `isinstance(sharder, BaseEmbeddingSharder)` holds without a base class.
+BaseEmbeddingSharder.register(TableSharder)

@@ -16,6 +16,7 @@ from shardrec_embedding import (
     data_type_to_dtype,
 )
 from shardrec_planner import EmbeddingComputeKernel, ShardingType
+from shardrec_planner.sharder_data import BaseQuantEmbeddingSharder
 
 __all__ = [
     "QUANT_SHARDING_TYPES",
@@ -56,6 +57,10 @@ class _ForwardOnlySharder:
         assert isinstance(module, self._module)
         tables: Sequence[BaseEmbeddingConfig] = getattr(module, self._tables_method)()
         return _meta_weights(tables)
+
+
+# TorchRec's `isinstance(sharder, BaseQuantEmbeddingSharder)` holds without a base class.
+BaseQuantEmbeddingSharder.register(_ForwardOnlySharder)
 
 
 class QuantEmbeddingBagCollectionSharder(_ForwardOnlySharder):

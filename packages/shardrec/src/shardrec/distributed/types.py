@@ -17,6 +17,7 @@ from shardrec_planner.cache_params import (
     CacheParams,
     KeyValueParams,
 )
+from shardrec_planner.sharder_data import StorageUsageType
 
 __all__ = [
     "Awaitable",
@@ -36,4 +37,5 @@ __all__ = [
     "ShardingEnv",
     "ShardingPlan",
     "ShardingType",
+    "StorageUsageType",
 ]

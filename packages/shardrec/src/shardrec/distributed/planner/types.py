@@ -24,6 +24,7 @@ from shardrec_planner.planner_types import (
 )
 from shardrec_planner.proposers import Proposer
 from shardrec_planner.shard_storage import PipelineType
+from shardrec_planner.sharder_data import SharderData
 from shardrec_planner.storage_reservations import StorageReservation
 from shardrec_planner.topology_factory import (
     HardwareConfig,
@@ -57,6 +58,7 @@ __all__ = [
     "Proposer",
     "Shard",
     "ShardEstimator",
+    "SharderData",
     "ShardingOption",
     "Storage",
     "StorageReservation",

@@ -13,6 +13,7 @@ from shardrec_planner.planner_utils import (
 )
 from shardrec_planner.probe_search import BinarySearchPredicate, LuusJaakolaSearch
 from shardrec_planner.shard_metadata import placement
+from shardrec_planner.sharder_data import build_sharder_data, build_sharder_data_map
 
 # TorchRec's private spelling, kept so TorchRec users' code that reaches for it runs.
 _find_imbalance_tables = find_imbalance_tables
@@ -20,6 +21,8 @@ _find_imbalance_tables = find_imbalance_tables
 __all__ = [
     "BinarySearchPredicate",
     "LuusJaakolaSearch",
+    "build_sharder_data",
+    "build_sharder_data_map",
     "bytes_to_gb",
     "bytes_to_mb",
     "find_imbalance_tables",
