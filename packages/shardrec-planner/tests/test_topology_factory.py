@@ -68,7 +68,7 @@ def test_devices_have_torchrec_capacities_and_custom_per_rank_data() -> None:
     custom = CustomTopologyData(
         data={"hbm_cap": [2 * GiB, 6 * GiB], "ssd_cap": [0, 5]}, world_size=2
     )
-    topo = Topology(world_size=2, custom_topology_data=custom)
+    topo = Topology(world_size=2, custom_topology_data=custom, hbm_cap=80 * GiB)
     assert [d.storage.hbm for d in topo.devices] == [2 * GiB, 6 * GiB]
     assert [d.storage.ssd for d in topo.devices] == [0, 5]
     # our search plans against the smallest rank

@@ -151,7 +151,8 @@ class Topology:
             raise ValueError(f"uvm_cache_ratio must be in [0, 1], got {self.uvm_cache_ratio}")
 
     def _init_caps(self, local: int) -> None:
-        """Fill the scalar caps left out: the per-rank data's smallest value, then the defaults."""
+        """Set the scalar caps: the per-rank data's smallest value, else as given, else the
+        defaults."""
         custom = self.custom_topology_data
         if custom is not None:
             if custom.world_size != self.world_size:
@@ -160,7 +161,7 @@ class Topology:
                     f"has {self.world_size}; give one value per rank"
                 )
             for key in CustomTopologyData.supported_fields:
-                if custom.has_data(key) and getattr(self, key) is None:
+                if custom.has_data(key):  # over the scalar, as in TorchRec
                     object.__setattr__(self, key, min(custom.get_data(key)))
         if self.hbm_cap is None:
             object.__setattr__(self, "hbm_cap", DEFAULT_HBM_CAP)
