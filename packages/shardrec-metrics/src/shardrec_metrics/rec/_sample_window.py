@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from shardrec_metrics.rec.rec_metric import RecMetricComputation, RecMetricException
+from shardrec_metrics.rec.computation import BatchComputation
 
 PREDICTIONS = "predictions"
 LABELS = "labels"
@@ -24,7 +24,7 @@ _SAMPLE_STATES = (PREDICTIONS, LABELS, WEIGHTS)
 PerTask = Callable[[Tensor, Tensor, Tensor], Tensor]
 
 
-class SampleWindowComputation(RecMetricComputation, abc.ABC):
+class SampleWindowComputation(BatchComputation, abc.ABC):
     """Keeps the last `window_size` samples of this rank per task."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -43,19 +43,9 @@ class SampleWindowComputation(RecMetricComputation, abc.ABC):
         kept: list[Tensor] = getattr(self, name)
         return kept[0]
 
-    def update(
-        self,
-        *,
-        predictions: Tensor | None,
-        labels: Tensor,
-        weights: Tensor | None,
-        **kwargs: Any,
+    def _add_batch(
+        self, predictions: Tensor, labels: Tensor, weights: Tensor, **kwargs: Any
     ) -> None:
-        if predictions is None or weights is None:
-            raise RecMetricException(
-                "Inputs 'predictions' and 'weights' should not be None for "
-                f"{type(self).__name__} update"
-            )
         new = {PREDICTIONS: predictions.float(), LABELS: labels.float(), WEIGHTS: weights.float()}
         for name, value in new.items():
             chunks: list[Tensor] = getattr(self, name)
