@@ -47,15 +47,19 @@ class SumStatesComputation(BatchComputation):
 
     Subclasses declare `_state_names`, `_batch_sums` (called as `(labels, predictions,
     weights, *self._batch_sums_args())`) and `_formulas` (reported as every lifetime value in
-    table order, then every window value); `_compute` is overridden where reports differ.
+    table order, then every window value); `_optional_formulas` are reported after them (in
+    the same way) when their constructor flag is true (`include_logloss=True`, ...).
     """
 
     _state_names: ClassVar[tuple[str, ...]]
     _batch_sums: ClassVar[BatchSums]
     _formulas: ClassVar[tuple[Formula, ...]] = ()
+    _optional_formulas: ClassVar[tuple[tuple[str, Formula], ...]] = ()  # (flag, formula)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        wanted = tuple(f for flag, f in self._optional_formulas if kwargs.pop(flag, False))
         super().__init__(*args, **kwargs)
+        self._extra_formulas = wanted
         for name in self._state_names:
             self._add_state(
                 name,
@@ -107,7 +111,8 @@ class SumStatesComputation(BatchComputation):
         ]
 
     def _compute(self) -> list[MetricComputationReport]:
-        return self._reports(*self._formulas)
+        reports = self._reports(*self._formulas)
+        return reports + self._reports(*self._extra_formulas) if self._extra_formulas else reports
 
 
 def ratio_or_zero(num: Tensor, denom: Tensor) -> Tensor:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import Tensor
 
 from shardrec_metrics.rec._sum_computation import Formula, SumStatesComputation, ratio_or_zero
 from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace
-from shardrec_metrics.rec.rec_metric import MetricComputationReport, RecMetric
+from shardrec_metrics.rec.rec_metric import RecMetric
 
 __all__ = [
     "ERROR_SUM",
@@ -64,18 +62,9 @@ class MSEMetricComputation(SumStatesComputation):
         Formula(MetricName.MSE, compute_mse, (ERROR_SUM, WEIGHTED_NUM_SAMPES)),
         Formula(MetricName.RMSE, compute_rmse, (ERROR_SUM, WEIGHTED_NUM_SAMPES)),
     )
-
-    def __init__(self, *args: Any, include_r_squared: bool = False, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._include_r_squared = include_r_squared
-
-    def _compute(self) -> list[MetricComputationReport]:
-        reports = super()._compute()
-        if self._include_r_squared:
-            reports += self._reports(
-                Formula(MetricName.R_SQUARED, compute_r_squared, self._state_names)
-            )
-        return reports
+    _optional_formulas = (
+        ("include_r_squared", Formula(MetricName.R_SQUARED, compute_r_squared, _state_names)),
+    )
 
 
 class MSEMetric(RecMetric):

@@ -16,7 +16,7 @@ from torch import Tensor
 from shardrec_metrics.ne import ETA
 from shardrec_metrics.rec._sum_computation import Formula, SumStatesComputation
 from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace
-from shardrec_metrics.rec.rec_metric import MetricComputationReport, RecMetric
+from shardrec_metrics.rec.rec_metric import RecMetric
 
 __all__ = [
     "NEMetric",
@@ -114,16 +114,7 @@ class NEMetricComputation(EntropyComputation):
     _state_names = NE_STATES
     _batch_sums = staticmethod(get_ne_states)
     _formulas = (Formula(MetricName.NE, compute_ne, NE_STATES, NE_OPTIONS),)
-
-    def __init__(self, *args: Any, include_logloss: bool = False, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._include_logloss = include_logloss
-
-    def _compute(self) -> list[MetricComputationReport]:
-        reports = super()._compute()
-        if self._include_logloss:
-            reports += self._reports(_LOG_LOSS)
-        return reports
+    _optional_formulas = (("include_logloss", _LOG_LOSS),)
 
 
 class NEMetric(RecMetric):
