@@ -12,6 +12,10 @@ function of named states (TorchRec's `compute_<metric>`):
         _state_names = (CTR_NUM, CTR_DENOM)
         _batch_sums = staticmethod(get_ctr_states)
         _formulas = (Formula(MetricName.CTR, compute_ctr, (CTR_NUM, CTR_DENOM)),)
+
+Those few lines, with TorchRec's `RecMetric` wrapper after them, are all a metric module adds
+to its own formulas; modules of metrics with as many states read alike line by line (the
+`duplicates` tool pairs them), but each holds only its own metric's data.
 """
 
 from __future__ import annotations

@@ -58,12 +58,13 @@ class _Part(Protocol):
     def reset(self) -> None: ...
 
 
-class _Parts:
+class _Parts(abc.ABC):
     """`sync`, `unsync` and `reset` of a whole: each of its parts in order (a metric's
     computations, a list's metrics)."""
 
+    @abc.abstractmethod
     def _parts(self) -> Sequence[_Part]:
-        return ()
+        """The parts, in the same order on every rank (their sync is a collective)."""
 
     def sync(self) -> None:
         for part in self._parts():
@@ -78,7 +79,7 @@ class _Parts:
             part.reset()
 
 
-class RecMetric(_Parts, nn.Module, abc.ABC):
+class RecMetric(_Parts, nn.Module):
     """One metric over several tasks (TorchRec's constructor, `update`, `compute` and keys).
 
     Subclasses set `_namespace` and `_computation_class`. `window_size` is global (samples over
