@@ -57,7 +57,7 @@ class SumStatesComputation(BatchComputation):
 
     _state_names: ClassVar[tuple[str, ...]]
     _batch_sums: ClassVar[BatchSums]
-    _formulas: ClassVar[tuple[Formula, ...]] = ()
+    _formulas: ClassVar[tuple[Formula, ...]]
     _optional_formulas: ClassVar[tuple[tuple[str, Formula], ...]] = ()  # (flag, formula)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -115,8 +115,7 @@ class SumStatesComputation(BatchComputation):
         ]
 
     def _compute(self) -> list[MetricComputationReport]:
-        reports = self._reports(*self._formulas)
-        return reports + self._reports(*self._extra_formulas) if self._extra_formulas else reports
+        return self._reports(*self._formulas) + self._reports(*self._extra_formulas)
 
 
 def ratio_or_zero(num: Tensor, denom: Tensor) -> Tensor:
