@@ -8,12 +8,16 @@ window keeps each recent sample's C float64 values (8 * C bytes per sample, for 
 
 from __future__ import annotations
 
+import abc
+from typing import ClassVar
+
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
 from shardrec_metrics._comm import all_reduce_sum
 from shardrec_metrics._window import SampleWindow
+from shardrec_metrics.rec_metric import RecMetric
 
 
 class SumState:
@@ -47,3 +51,34 @@ class SumState:
         if group is not None:
             both = all_reduce_sum(both, group)
         return both[:cols], both[cols:]
+
+
+class SumMetric(RecMetric):
+    """A metric that is a function of `_columns` per-sample sums (NE, log loss, accuracy):
+    subclasses give the columns of a batch and the value of their sums."""
+
+    _columns: ClassVar[int]
+
+    def __init__(
+        self, *, window_size: int = 100_000, process_group: dist.ProcessGroup | None = None
+    ) -> None:
+        super().__init__(window_size=window_size, process_group=process_group)
+        self._sums = SumState(self._columns, window_size)
+
+    def reset(self) -> None:
+        self._sums.clear()
+
+    def _update(self, predictions: Tensor, labels: Tensor, weights: Tensor) -> None:
+        self._sums.add(torch.stack(self._per_sample(predictions, labels, weights)))
+
+    def _compute(self, group: dist.ProcessGroup | None) -> tuple[float, float]:
+        lifetime, window = self._sums.totals(group)
+        return self._value(lifetime.tolist()), self._value(window.tolist())
+
+    @abc.abstractmethod
+    def _per_sample(self, predictions: Tensor, labels: Tensor, weights: Tensor) -> list[Tensor]:
+        """The `_columns` float64 (B,) values of each sample of a validated batch."""
+
+    @abc.abstractmethod
+    def _value(self, sums: list[float]) -> float:
+        """The metric of the column sums (NaN when they hold no weight)."""

@@ -5,18 +5,18 @@ A prediction p counts as class 1 when p >= threshold (TorchRec's rule). No sampl
 
 from __future__ import annotations
 
-import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from shardrec_metrics._sums import SumState
-from shardrec_metrics.rec_metric import NO_SAMPLES, RecMetric
+from shardrec_metrics._sums import SumMetric
+from shardrec_metrics.rec_metric import NO_SAMPLES
 
 
-class Accuracy(RecMetric):
+class Accuracy(SumMetric):
     """Weighted accuracy at `threshold` (default 0.5), lifetime and window."""
 
     name = "accuracy"
+    _columns = 2  # weight of correct samples, weight
 
     def __init__(
         self,
@@ -29,22 +29,12 @@ class Accuracy(RecMetric):
         if isinstance(threshold, bool) or not 0.0 <= threshold <= 1.0:
             raise ValueError(f"threshold must be a probability in [0, 1], got {threshold!r}")
         self.threshold = float(threshold)
-        # columns: weight of correct samples, weight
-        self._sums = SumState(2, window_size)
 
-    def reset(self) -> None:
-        self._sums.clear()
-
-    def _update(self, predictions: Tensor, labels: Tensor, weights: Tensor) -> None:
+    def _per_sample(self, predictions: Tensor, labels: Tensor, weights: Tensor) -> list[Tensor]:
         w = weights.double()
         correct = ((predictions >= self.threshold).double() == labels.double()).double()
-        self._sums.add(torch.stack([w * correct, w]))
+        return [w * correct, w]
 
-    def _compute(self, group: dist.ProcessGroup | None) -> tuple[float, float]:
-        lifetime, window = self._sums.totals(group)
-        return _share(lifetime), _share(window)
-
-
-def _share(sums: Tensor) -> float:
-    correct, weight = (float(v) for v in sums.tolist())
-    return correct / weight if weight > 0 else NO_SAMPLES
+    def _value(self, sums: list[float]) -> float:
+        correct, weight = sums
+        return correct / weight if weight > 0 else NO_SAMPLES

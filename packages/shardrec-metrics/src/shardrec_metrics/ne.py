@@ -12,11 +12,10 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
 
-from shardrec_metrics._sums import SumState
-from shardrec_metrics.rec_metric import NO_SAMPLES, RecMetric
+from shardrec_metrics._sums import SumMetric
+from shardrec_metrics.rec_metric import NO_SAMPLES
 
 ETA = 1e-12
 """TorchRec's clamp for probabilities inside logs."""
@@ -50,30 +49,16 @@ def normalized_entropy(ce_sum: float, weight: float, pos: float, neg: float) -> 
     return ce_sum / norm
 
 
-class NE(RecMetric):
+class NE(SumMetric):
     """Normalized entropy (TorchRec's NE), lifetime and window."""
 
     name = "ne"
+    _columns = 4  # cross entropy (nats), weight, positive weight, negative weight
 
-    def __init__(
-        self, *, window_size: int = 100_000, process_group: dist.ProcessGroup | None = None
-    ) -> None:
-        super().__init__(window_size=window_size, process_group=process_group)
-        # columns: cross entropy (nats), weight, positive weight, negative weight
-        self._sums = SumState(4, window_size)
-
-    def reset(self) -> None:
-        self._sums.clear()
-
-    def _update(self, predictions: Tensor, labels: Tensor, weights: Tensor) -> None:
+    def _per_sample(self, predictions: Tensor, labels: Tensor, weights: Tensor) -> list[Tensor]:
         w = weights.double()
         y = labels.double()
-        ce = cross_entropy(predictions, labels, weights)
-        self._sums.add(torch.stack([ce, w, w * y, w * (1.0 - y)]))
+        return [cross_entropy(predictions, labels, weights), w, w * y, w * (1.0 - y)]
 
-    def _compute(self, group: dist.ProcessGroup | None) -> tuple[float, float]:
-        lifetime, window = self._sums.totals(group)
-        return (
-            normalized_entropy(*[float(v) for v in lifetime.tolist()]),
-            normalized_entropy(*[float(v) for v in window.tolist()]),
-        )
+    def _value(self, sums: list[float]) -> float:
+        return normalized_entropy(*sums)

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
-from shardrec_metrics.rec.rec_metric import RecMetricComputation, RecMetricException
+from shardrec_metrics.rec.computation import BatchComputation, MetricComputationReport
+from shardrec_metrics.rec.metrics_namespace import MetricName, MetricPrefix
 
 PREDICTIONS = "predictions"
 LABELS = "labels"
@@ -24,8 +25,12 @@ _SAMPLE_STATES = (PREDICTIONS, LABELS, WEIGHTS)
 PerTask = Callable[[Tensor, Tensor, Tensor], Tensor]
 
 
-class SampleWindowComputation(RecMetricComputation, abc.ABC):
-    """Keeps the last `window_size` samples of this rank per task."""
+class SampleWindowComputation(BatchComputation, abc.ABC):
+    """Keeps the last `window_size` samples of this rank per task and reports
+    `_metric_name`: `_of_samples(predictions, labels, weights)` of each task's samples."""
+
+    _metric_name: ClassVar[MetricName]
+    _of_samples: ClassVar[Callable[..., Tensor]]  # a PerTask function
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -43,19 +48,9 @@ class SampleWindowComputation(RecMetricComputation, abc.ABC):
         kept: list[Tensor] = getattr(self, name)
         return kept[0]
 
-    def update(
-        self,
-        *,
-        predictions: Tensor | None,
-        labels: Tensor,
-        weights: Tensor | None,
-        **kwargs: Any,
+    def _add_batch(
+        self, predictions: Tensor, labels: Tensor, weights: Tensor, **kwargs: Any
     ) -> None:
-        if predictions is None or weights is None:
-            raise RecMetricException(
-                "Inputs 'predictions' and 'weights' should not be None for "
-                f"{type(self).__name__} update"
-            )
         new = {PREDICTIONS: predictions.float(), LABELS: labels.float(), WEIGHTS: weights.float()}
         for name, value in new.items():
             chunks: list[Tensor] = getattr(self, name)
@@ -76,3 +71,15 @@ class SampleWindowComputation(RecMetricComputation, abc.ABC):
         """(n_tasks,) values of `fn(predictions, labels, weights)` over each task's samples."""
         p, y, w = (self._samples(n) for n in _SAMPLE_STATES)
         return torch.stack([fn(p[t], y[t], w[t]).reshape(()) for t in range(self._n_tasks)])
+
+    def _value_of_samples(self, predictions: Tensor, labels: Tensor, weights: Tensor) -> Tensor:
+        return self._of_samples(predictions, labels, weights)
+
+    def _compute(self) -> list[MetricComputationReport]:
+        return [
+            MetricComputationReport(
+                name=self._metric_name,
+                metric_prefix=MetricPrefix.WINDOW,
+                value=self.per_task(self._value_of_samples),
+            )
+        ]

@@ -3,35 +3,67 @@
 Each batch contributes per-task float64 sums (`_batch_states`); lifetime and window values
 are formulas of those sums, so they are exact across ranks: summing the sums over ranks
 gives the sums of the pooled samples.
+
+A metric of this family is a declaration, not code: its state names, the function that sums
+one batch (TorchRec's `get_<metric>_states`) and a table of the values it reports, each a
+function of named states (TorchRec's `compute_<metric>`):
+
+    class CTRMetricComputation(SumStatesComputation):
+        _state_names = (CTR_NUM, CTR_DENOM)
+        _batch_sums = staticmethod(get_ctr_states)
+        _formulas = (Formula(MetricName.CTR, compute_ctr, (CTR_NUM, CTR_DENOM)),)
+
+Those few lines, with TorchRec's `RecMetric` wrapper after them, are all a metric module adds
+to its own formulas; modules of metrics with as many states read alike line by line (the
+`duplicates` tool pairs them), but each holds only its own metric's data.
 """
 
 from __future__ import annotations
 
-import abc
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
+from shardrec_metrics.rec.computation import BatchComputation
 from shardrec_metrics.rec.metrics_namespace import MetricName, MetricPrefix
-from shardrec_metrics.rec.rec_metric import (
-    MetricComputationReport,
-    RecMetricComputation,
-    RecMetricException,
-)
+from shardrec_metrics.rec.rec_metric import MetricComputationReport
 
 StateGetter = Callable[[str], Tensor]
+BatchSums = Callable[..., dict[str, Tensor]]
 
 
-class SumStatesComputation(RecMetricComputation):
-    """A computation whose states are (n_tasks,) float64 sums, each with a window."""
+@dataclass(frozen=True)
+class Formula:
+    """One reported value: `fn` of the lifetime (or window) states named in `states`, in order,
+    and of the keyword `options` it takes from the computation (`eta`, ...)."""
+
+    name: MetricName
+    fn: Callable[..., Tensor]
+    states: tuple[str, ...]
+    options: tuple[str, ...] = ()
+
+
+class SumStatesComputation(BatchComputation):
+    """A computation whose states are (n_tasks,) float64 sums, each with a window.
+
+    Subclasses declare `_state_names`, `_batch_sums` (called as `(labels, predictions,
+    weights, *self._batch_sums_args())`) and `_formulas` (reported as every lifetime value in
+    table order, then every window value); `_optional_formulas` are reported after them (in
+    the same way) when their constructor flag is true (`include_logloss=True`, ...).
+    """
 
     _state_names: ClassVar[tuple[str, ...]]
-    _needs_weights: ClassVar[bool] = True
+    _batch_sums: ClassVar[BatchSums]
+    _formulas: ClassVar[tuple[Formula, ...]]
+    _optional_formulas: ClassVar[tuple[tuple[str, Formula], ...]] = ()  # (flag, formula)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        wanted = tuple(f for flag, f in self._optional_formulas if kwargs.pop(flag, False))
         super().__init__(*args, **kwargs)
+        self._extra_formulas = wanted
         for name in self._state_names:
             self._add_state(
                 name,
@@ -41,27 +73,23 @@ class SumStatesComputation(RecMetricComputation):
                 persistent=True,
             )
 
-    @abc.abstractmethod
+    def _batch_sums_args(self) -> tuple[Any, ...]:
+        """What `_batch_sums` takes after (labels, predictions, weights)."""
+        return ()
+
+    def _formula_options(self) -> dict[str, Any]:
+        """The keyword options a formula may name (`Formula.options`)."""
+        return {}
+
     def _batch_states(
         self, labels: Tensor, predictions: Tensor, weights: Tensor
     ) -> dict[str, Tensor]:
         """Per-task sums of one batch: (n_tasks,) each, from (n_tasks, B) inputs."""
+        return self._batch_sums(labels, predictions, weights, *self._batch_sums_args())
 
-    def update(
-        self,
-        *,
-        predictions: Tensor | None,
-        labels: Tensor,
-        weights: Tensor | None,
-        **kwargs: Any,
+    def _add_batch(
+        self, predictions: Tensor, labels: Tensor, weights: Tensor, **kwargs: Any
     ) -> None:
-        if predictions is None or (weights is None and self._needs_weights):
-            raise RecMetricException(
-                f"Inputs 'predictions' and 'weights' should not be None for "
-                f"{type(self).__name__} update"
-            )
-        if weights is None:
-            weights = torch.ones_like(predictions)
         self._add_states(self._batch_states(labels, predictions, weights), labels.shape[-1])
 
     def _lifetime(self, name: str) -> Tensor:
@@ -69,18 +97,25 @@ class SumStatesComputation(RecMetricComputation):
         assert isinstance(state, Tensor)
         return state
 
-    def _reports(
-        self, name: MetricName, formula: Callable[[StateGetter], Tensor]
-    ) -> list[MetricComputationReport]:
-        """The lifetime and window reports of `formula(state getter)`."""
+    def _value(self, formula: Formula, get: StateGetter) -> Tensor:
+        options = self._formula_options()
+        return formula.fn(
+            *(get(s) for s in formula.states), **{k: options[k] for k in formula.options}
+        )
+
+    def _reports(self, *formulas: Formula) -> list[MetricComputationReport]:
+        """The lifetime reports of `formulas` in order, then their window reports."""
         return [
-            MetricComputationReport(
-                name=name, metric_prefix=MetricPrefix.LIFETIME, value=formula(self._lifetime)
-            ),
-            MetricComputationReport(
-                name=name, metric_prefix=MetricPrefix.WINDOW, value=formula(self.get_window_state)
-            ),
+            MetricComputationReport(name=f.name, metric_prefix=prefix, value=self._value(f, get))
+            for prefix, get in (
+                (MetricPrefix.LIFETIME, self._lifetime),
+                (MetricPrefix.WINDOW, self.get_window_state),
+            )
+            for f in formulas
         ]
+
+    def _compute(self) -> list[MetricComputationReport]:
+        return self._reports(*self._formulas) + self._reports(*self._extra_formulas)
 
 
 def ratio_or_zero(num: Tensor, denom: Tensor) -> Tensor:
@@ -90,14 +125,20 @@ def ratio_or_zero(num: Tensor, denom: Tensor) -> Tensor:
     ).double()
 
 
+def weights_or_ones(weights: Tensor | None, like: Tensor) -> Tensor:
+    """`weights`, or ones shaped as `like` for the public state functions' `weights=None`."""
+    return torch.ones_like(like) if weights is None else weights
+
+
 class SingleSumComputation(SumStatesComputation):
-    """A metric that reports one weighted sum as is (sum of weights, of positives, ...)."""
+    """A metric that reports its one weighted sum as is (sum of weights, of positives, ...)."""
 
     _needs_weights = False
     _metric_name: ClassVar[MetricName]
 
     def _compute(self) -> list[MetricComputationReport]:
-        return self._reports(self._metric_name, lambda get: get(self._state_names[0]))
+        identity = Formula(self._metric_name, lambda total: total, self._state_names)
+        return self._reports(identity)
 
 
 NUM_EXAMPLES = "num_examples"
@@ -105,7 +146,7 @@ NUM_EXAMPLES = "num_examples"
 
 class ServingComputation(SumStatesComputation):
     """A sum-states metric that also counts its examples of nonzero weight (`num_examples`,
-    lifetime only, reported as `total_examples`): TorchRec's serving metrics."""
+    lifetime only, reported last as `total_examples`): TorchRec's serving metrics."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -116,21 +157,16 @@ class ServingComputation(SumStatesComputation):
             persistent=True,
         )
 
-    def update(
-        self,
-        *,
-        predictions: Tensor | None,
-        labels: Tensor,
-        weights: Tensor | None,
-        **kwargs: Any,
+    def _add_batch(
+        self, predictions: Tensor, labels: Tensor, weights: Tensor, **kwargs: Any
     ) -> None:
-        super().update(predictions=predictions, labels=labels, weights=weights, **kwargs)
-        if weights is not None:
-            self._add_states({NUM_EXAMPLES: torch.count_nonzero(weights, dim=-1)}, 0, window=False)
+        super()._add_batch(predictions, labels, weights, **kwargs)
+        self._add_states({NUM_EXAMPLES: torch.count_nonzero(weights, dim=-1)}, 0, window=False)
 
-    def _total_examples(self) -> MetricComputationReport:
-        return MetricComputationReport(
+    def _compute(self) -> list[MetricComputationReport]:
+        total = MetricComputationReport(
             name=MetricName.TOTAL_EXAMPLES,
             metric_prefix=MetricPrefix.DEFAULT,
             value=self._lifetime(NUM_EXAMPLES).detach(),
         )
+        return [*super()._compute(), total]

@@ -17,3 +17,6 @@ class ThresholdedComputation(SumStatesComputation):
         if isinstance(threshold, bool) or not 0.0 <= float(threshold) <= 1.0:
             raise ValueError(f"threshold must be a probability in [0, 1], got {threshold!r}")
         self._threshold = float(threshold)
+
+    def _batch_sums_args(self) -> tuple[Any, ...]:
+        return (self._threshold,)

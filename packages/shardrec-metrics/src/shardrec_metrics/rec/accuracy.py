@@ -5,15 +5,12 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
-
-import torch
 from torch import Tensor
 
-from shardrec_metrics.rec._sum_computation import ratio_or_zero
+from shardrec_metrics.rec._sum_computation import Formula, ratio_or_zero, weights_or_ones
 from shardrec_metrics.rec._thresholded import ThresholdedComputation
 from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace
-from shardrec_metrics.rec.rec_metric import MetricComputationReport, RecMetric
+from shardrec_metrics.rec.rec_metric import RecMetric
 
 __all__ = [
     "AccuracyMetric",
@@ -37,7 +34,7 @@ def compute_accuracy_sum(
 def get_accuracy_states(
     labels: Tensor, predictions: Tensor, weights: Tensor | None, threshold: float = 0.5
 ) -> dict[str, Tensor]:
-    w = torch.ones_like(predictions) if weights is None else weights
+    w = weights_or_ones(weights, predictions)
     return {
         "accuracy_sum": compute_accuracy_sum(labels, predictions, w, threshold),
         "weighted_num_samples": w.sum(dim=-1),
@@ -45,18 +42,9 @@ def get_accuracy_states(
 
 
 class AccuracyMetricComputation(ThresholdedComputation):
-    _state_names: ClassVar[tuple[str, ...]] = ("accuracy_sum", "weighted_num_samples")
-
-    def _batch_states(
-        self, labels: Tensor, predictions: Tensor, weights: Tensor
-    ) -> dict[str, Tensor]:
-        return get_accuracy_states(labels, predictions, weights, self._threshold)
-
-    def _compute(self) -> list[MetricComputationReport]:
-        return self._reports(
-            MetricName.ACCURACY,
-            lambda get: compute_accuracy(get("accuracy_sum"), get("weighted_num_samples")),
-        )
+    _state_names = ("accuracy_sum", "weighted_num_samples")
+    _batch_sums = staticmethod(get_accuracy_states)
+    _formulas = (Formula(MetricName.ACCURACY, compute_accuracy, _state_names),)
 
 
 class AccuracyMetric(RecMetric):

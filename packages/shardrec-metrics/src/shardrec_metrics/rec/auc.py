@@ -15,8 +15,8 @@ from torch import Tensor
 
 from shardrec_metrics.auc import _auc_of_samples
 from shardrec_metrics.rec._sample_window import SampleWindowComputation
-from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace, MetricPrefix
-from shardrec_metrics.rec.rec_metric import MetricComputationReport, RecMetric, RecMetricException
+from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace
+from shardrec_metrics.rec.rec_metric import RecMetric, RecMetricException
 
 __all__ = ["AUCMetric", "AUCMetricComputation", "compute_auc"]
 
@@ -48,6 +48,8 @@ def compute_auc(
 class AUCMetricComputation(SampleWindowComputation):
     """Window AUC per task; `apply_bin` makes labels >= 0.039 positive."""
 
+    _metric_name = MetricName.AUC
+
     def __init__(
         self, *args: Any, grouped_auc: bool = False, apply_bin: bool = False, **kwargs: Any
     ) -> None:
@@ -56,13 +58,8 @@ class AUCMetricComputation(SampleWindowComputation):
         super().__init__(*args, **kwargs)
         self._apply_bin = apply_bin
 
-    def _compute(self) -> list[MetricComputationReport]:
-        value = self.per_task(lambda p, y, w: _auc(p, y, w, self._apply_bin))
-        return [
-            MetricComputationReport(
-                name=MetricName.AUC, metric_prefix=MetricPrefix.WINDOW, value=value
-            )
-        ]
+    def _value_of_samples(self, predictions: Tensor, labels: Tensor, weights: Tensor) -> Tensor:
+        return _auc(predictions, labels, weights, self._apply_bin)
 
 
 class AUCMetric(RecMetric):

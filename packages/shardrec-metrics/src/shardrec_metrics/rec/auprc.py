@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from shardrec_metrics.rec._sample_window import SampleWindowComputation
-from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace, MetricPrefix
-from shardrec_metrics.rec.rec_metric import MetricComputationReport, RecMetric
+from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace
+from shardrec_metrics.rec.rec_metric import RecMetric
 
 __all__ = ["AUPRCMetric", "AUPRCMetricComputation", "compute_auprc"]
 
@@ -44,13 +44,8 @@ def compute_auprc(n_tasks: int, predictions: Tensor, labels: Tensor, weights: Te
 
 
 class AUPRCMetricComputation(SampleWindowComputation):
-    def _compute(self) -> list[MetricComputationReport]:
-        value = self.per_task(_auprc)
-        return [
-            MetricComputationReport(
-                name=MetricName.AUPRC, metric_prefix=MetricPrefix.WINDOW, value=value
-            )
-        ]
+    _metric_name = MetricName.AUPRC
+    _of_samples = staticmethod(_auprc)
 
 
 class AUPRCMetric(RecMetric):

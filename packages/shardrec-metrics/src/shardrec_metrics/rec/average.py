@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 from torch import Tensor
 
-from shardrec_metrics.rec._sum_computation import SumStatesComputation, ratio_or_zero
+from shardrec_metrics.rec._sum_computation import Formula, SumStatesComputation, ratio_or_zero
 from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace
-from shardrec_metrics.rec.rec_metric import MetricComputationReport, RecMetric
+from shardrec_metrics.rec.rec_metric import RecMetric
 
 __all__ = [
     "LABEL_SUM",
@@ -38,23 +36,14 @@ def get_average_states(labels: Tensor, predictions: Tensor, weights: Tensor) -> 
 
 
 class AverageMetricComputation(SumStatesComputation):
-    _state_names: ClassVar[tuple[str, ...]] = (LABEL_SUM, PREDICTION_SUM, WEIGHTED_NUM_SAMPLES)
-
-    def _batch_states(
-        self, labels: Tensor, predictions: Tensor, weights: Tensor
-    ) -> dict[str, Tensor]:
-        return get_average_states(labels, predictions, weights)
-
-    def _compute(self) -> list[MetricComputationReport]:
-        label = self._reports(
-            MetricName.LABEL_AVERAGE,
-            lambda get: compute_average(get(LABEL_SUM), get(WEIGHTED_NUM_SAMPLES)),
-        )
-        prediction = self._reports(
-            MetricName.PREDICTION_AVERAGE,
-            lambda get: compute_average(get(PREDICTION_SUM), get(WEIGHTED_NUM_SAMPLES)),
-        )
-        return [label[0], prediction[0], label[1], prediction[1]]
+    _state_names = (LABEL_SUM, PREDICTION_SUM, WEIGHTED_NUM_SAMPLES)
+    _batch_sums = staticmethod(get_average_states)
+    _formulas = (
+        Formula(MetricName.LABEL_AVERAGE, compute_average, (LABEL_SUM, WEIGHTED_NUM_SAMPLES)),
+        Formula(
+            MetricName.PREDICTION_AVERAGE, compute_average, (PREDICTION_SUM, WEIGHTED_NUM_SAMPLES)
+        ),
+    )
 
 
 class AverageMetric(RecMetric):

@@ -9,16 +9,20 @@ TorchRec). With `allow_missing_label_with_zero_weight`, a total weight of 0 in a
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 import torch
 from torch import Tensor
 
-from shardrec_metrics.ne import ETA
-from shardrec_metrics.rec._sum_computation import StateGetter, SumStatesComputation
+from shardrec_metrics.rec._sum_computation import Formula
 from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace
-from shardrec_metrics.rec.ne import compute_cross_entropy, compute_ne
-from shardrec_metrics.rec.rec_metric import MetricComputationReport, RecMetric
+from shardrec_metrics.rec.ne import (
+    NE_OPTIONS,
+    NE_STATES,
+    EntropyComputation,
+    compute_cross_entropy,
+    compute_ne,
+    get_ne_states,
+)
+from shardrec_metrics.rec.rec_metric import RecMetric
 
 __all__ = [
     "CaliFreeNEMetric",
@@ -51,43 +55,15 @@ def get_cali_free_ne_states(
     labels: Tensor, predictions: Tensor, weights: Tensor, eta: float
 ) -> dict[str, Tensor]:
     return {
-        "cross_entropy_sum": compute_cross_entropy(labels, predictions, weights, eta).sum(dim=-1),
-        "weighted_num_samples": weights.sum(dim=-1),
-        "pos_labels": (weights * labels).sum(dim=-1),
-        "neg_labels": (weights * (1.0 - labels)).sum(dim=-1),
+        **get_ne_states(labels, predictions, weights, eta),
         "weighted_sum_predictions": (weights * predictions).sum(dim=-1),
     }
 
 
-class CaliFreeNEMetricComputation(SumStatesComputation):
-    _state_names: ClassVar[tuple[str, ...]] = (
-        "cross_entropy_sum",
-        "weighted_num_samples",
-        "pos_labels",
-        "neg_labels",
-        "weighted_sum_predictions",
-    )
-
-    eta = ETA  # allow_missing_label_with_zero_weight is a RecMetricComputation argument
-
-    def _batch_states(
-        self, labels: Tensor, predictions: Tensor, weights: Tensor
-    ) -> dict[str, Tensor]:
-        return get_cali_free_ne_states(labels, predictions, weights, self.eta)
-
-    def _value(self, get: StateGetter) -> Tensor:
-        return compute_cali_free_ne(
-            get("cross_entropy_sum"),
-            get("weighted_num_samples"),
-            get("pos_labels"),
-            get("neg_labels"),
-            get("weighted_sum_predictions"),
-            self.eta,
-            self._allow_missing_label_with_zero_weight,
-        )
-
-    def _compute(self) -> list[MetricComputationReport]:
-        return self._reports(MetricName.CALI_FREE_NE, self._value)
+class CaliFreeNEMetricComputation(EntropyComputation):
+    _state_names = (*NE_STATES, "weighted_sum_predictions")
+    _batch_sums = staticmethod(get_cali_free_ne_states)
+    _formulas = (Formula(MetricName.CALI_FREE_NE, compute_cali_free_ne, _state_names, NE_OPTIONS),)
 
 
 class CaliFreeNEMetric(RecMetric):

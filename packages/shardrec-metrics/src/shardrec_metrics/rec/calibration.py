@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 import torch
 from torch import Tensor
 
-from shardrec_metrics.rec._sum_computation import SumStatesComputation
+from shardrec_metrics.rec._sum_computation import Formula, SumStatesComputation
 from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace
-from shardrec_metrics.rec.rec_metric import MetricComputationReport, RecMetric
+from shardrec_metrics.rec.rec_metric import RecMetric
 
 __all__ = [
     "CALIBRATION_DENOM",
@@ -40,18 +38,9 @@ def get_calibration_states(
 
 
 class CalibrationMetricComputation(SumStatesComputation):
-    _state_names: ClassVar[tuple[str, ...]] = (CALIBRATION_NUM, CALIBRATION_DENOM)
-
-    def _batch_states(
-        self, labels: Tensor, predictions: Tensor, weights: Tensor
-    ) -> dict[str, Tensor]:
-        return get_calibration_states(labels, predictions, weights)
-
-    def _compute(self) -> list[MetricComputationReport]:
-        return self._reports(
-            MetricName.CALIBRATION,
-            lambda get: compute_calibration(get(CALIBRATION_NUM), get(CALIBRATION_DENOM)),
-        )
+    _state_names = (CALIBRATION_NUM, CALIBRATION_DENOM)
+    _batch_sums = staticmethod(get_calibration_states)
+    _formulas = (Formula(MetricName.CALIBRATION, compute_calibration, _state_names),)
 
 
 class CalibrationMetric(RecMetric):

@@ -17,7 +17,7 @@ import abc
 import collections
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import torch
 import torch.distributed as dist
@@ -29,6 +29,7 @@ from shardrec_metrics.rec.metrics_namespace import MetricName, MetricPrefix
 
 __all__ = [
     "IGNORED_KWARGS",
+    "BatchComputation",
     "MetricComputationReport",
     "RecMetricComputation",
     "RecMetricException",
@@ -195,6 +196,9 @@ class RecMetricComputation(nn.Module, abc.ABC):
             if window:
                 self._aggregate_window_state(name, value.to(state.dtype), num_samples)
 
+    # TorchRec's contract for a custom computation; shardrec's own implement it once, in
+    # BatchComputation below (the same signature twice, on purpose: a custom computation
+    # written for TorchRec still overrides `update` alone)
     @abc.abstractmethod
     def update(
         self,
@@ -294,6 +298,38 @@ class RecMetricComputation(nn.Module, abc.ABC):
             else:
                 setattr(self, n, [])
         self._windows = {n: WindowBuffer(self._window_size) for n in self._windows}
+
+
+class BatchComputation(RecMetricComputation):
+    """A computation that adds every batch as it comes (the sum-state and sample-window
+    metrics): `update` checks TorchRec's input contract once for all of them, fills weights
+    with ones where the metric does not need them (`_needs_weights = False`), and hands the
+    batch to `_add_batch`."""
+
+    _needs_weights: ClassVar[bool] = True
+
+    def update(
+        self,
+        *,
+        predictions: Tensor | None,
+        labels: Tensor,
+        weights: Tensor | None,
+        **kwargs: Any,
+    ) -> None:
+        if predictions is None or (weights is None and self._needs_weights):
+            raise RecMetricException(
+                "Inputs 'predictions' and 'weights' should not be None for "
+                f"{type(self).__name__} update"
+            )
+        if weights is None:
+            weights = torch.ones_like(predictions)
+        self._add_batch(predictions, labels, weights, **kwargs)
+
+    @abc.abstractmethod
+    def _add_batch(
+        self, predictions: Tensor, labels: Tensor, weights: Tensor, **kwargs: Any
+    ) -> None:
+        """Add one checked batch of (n_tasks, B) tensors."""
 
 
 def _cat_samples(chunks: list[Tensor], n_tasks: int) -> Tensor:

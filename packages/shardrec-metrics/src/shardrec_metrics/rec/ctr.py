@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 from torch import Tensor
 
-from shardrec_metrics.rec._sum_computation import SumStatesComputation, ratio_or_zero
+from shardrec_metrics.rec._sum_computation import Formula, SumStatesComputation, ratio_or_zero
 from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace
-from shardrec_metrics.rec.rec_metric import MetricComputationReport, RecMetric
+from shardrec_metrics.rec.rec_metric import RecMetric
 
 __all__ = [
     "CTR_DENOM",
@@ -32,15 +30,9 @@ def get_ctr_states(labels: Tensor, predictions: Tensor, weights: Tensor) -> dict
 
 
 class CTRMetricComputation(SumStatesComputation):
-    _state_names: ClassVar[tuple[str, ...]] = (CTR_NUM, CTR_DENOM)
-
-    def _batch_states(
-        self, labels: Tensor, predictions: Tensor, weights: Tensor
-    ) -> dict[str, Tensor]:
-        return get_ctr_states(labels, predictions, weights)
-
-    def _compute(self) -> list[MetricComputationReport]:
-        return self._reports(MetricName.CTR, lambda get: compute_ctr(get(CTR_NUM), get(CTR_DENOM)))
+    _state_names = (CTR_NUM, CTR_DENOM)
+    _batch_sums = staticmethod(get_ctr_states)
+    _formulas = (Formula(MetricName.CTR, compute_ctr, _state_names),)
 
 
 class CTRMetric(RecMetric):

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 from torch import Tensor
 
-from shardrec_metrics.rec._sum_computation import SumStatesComputation, ratio_or_zero
+from shardrec_metrics.rec._sum_computation import Formula, SumStatesComputation, ratio_or_zero
 from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace
-from shardrec_metrics.rec.rec_metric import MetricComputationReport, RecMetric
+from shardrec_metrics.rec.rec_metric import RecMetric
 
 __all__ = [
     "MAEMetric",
@@ -35,17 +33,9 @@ def get_mae_states(labels: Tensor, predictions: Tensor, weights: Tensor) -> dict
 
 
 class MAEMetricComputation(SumStatesComputation):
-    _state_names: ClassVar[tuple[str, ...]] = ("error_sum", "weighted_num_samples")
-
-    def _batch_states(
-        self, labels: Tensor, predictions: Tensor, weights: Tensor
-    ) -> dict[str, Tensor]:
-        return get_mae_states(labels, predictions, weights)
-
-    def _compute(self) -> list[MetricComputationReport]:
-        return self._reports(
-            MetricName.MAE, lambda get: compute_mae(get("error_sum"), get("weighted_num_samples"))
-        )
+    _state_names = ("error_sum", "weighted_num_samples")
+    _batch_sums = staticmethod(get_mae_states)
+    _formulas = (Formula(MetricName.MAE, compute_mae, _state_names),)
 
 
 class MAEMetric(RecMetric):

@@ -37,6 +37,9 @@ class RecMetricEnumBase(StrValueMixin, Enum):
     """Base of metric enums."""
 
 
+# TorchRec's public enum, member for member. Its names repeat MetricNamespace's (and
+# MetricName's) in long runs, but the three are separate enums in TorchRec whose values differ
+# in places ("log_loss" / "logloss", "tower_qps" / "qps"), so each is written out.
 class RecMetricEnum(RecMetricEnumBase):
     NE = "ne"
     NE_POSITIVE = "ne_positive"

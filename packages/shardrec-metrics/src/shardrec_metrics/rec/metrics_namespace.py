@@ -38,6 +38,8 @@ class StrValueMixin:
         return format(self.value, spec)
 
 
+# MetricName and MetricNamespace are TorchRec's public enums, written out member for member
+# (their long common runs are TorchRec's data, see RecMetricEnum in metrics_config.py).
 class MetricNameBase(StrValueMixin, Enum):
     """Base of metric-name enums (TorchRec lets users extend the names)."""
 

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
-
 import torch
 from torch import Tensor
 
-from shardrec_metrics.rec._sum_computation import StateGetter, SumStatesComputation, ratio_or_zero
+from shardrec_metrics.rec._sum_computation import Formula, SumStatesComputation, ratio_or_zero
 from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace
-from shardrec_metrics.rec.rec_metric import MetricComputationReport, RecMetric
+from shardrec_metrics.rec.rec_metric import RecMetric
 
 __all__ = [
     "ERROR_SUM",
@@ -58,39 +56,15 @@ def get_mse_states(labels: Tensor, predictions: Tensor, weights: Tensor) -> dict
 
 
 class MSEMetricComputation(SumStatesComputation):
-    _state_names: ClassVar[tuple[str, ...]] = (
-        ERROR_SUM,
-        WEIGHTED_NUM_SAMPES,
-        "label_sum",
-        "label_squared_sum",
+    _state_names = (ERROR_SUM, WEIGHTED_NUM_SAMPES, "label_sum", "label_squared_sum")
+    _batch_sums = staticmethod(get_mse_states)
+    _formulas = (
+        Formula(MetricName.MSE, compute_mse, (ERROR_SUM, WEIGHTED_NUM_SAMPES)),
+        Formula(MetricName.RMSE, compute_rmse, (ERROR_SUM, WEIGHTED_NUM_SAMPES)),
     )
-
-    def __init__(self, *args: Any, include_r_squared: bool = False, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._include_r_squared = include_r_squared
-
-    def _batch_states(
-        self, labels: Tensor, predictions: Tensor, weights: Tensor
-    ) -> dict[str, Tensor]:
-        return get_mse_states(labels, predictions, weights)
-
-    @staticmethod
-    def _r_squared(get: StateGetter) -> Tensor:
-        return compute_r_squared(
-            get(ERROR_SUM), get(WEIGHTED_NUM_SAMPES), get("label_sum"), get("label_squared_sum")
-        )
-
-    def _compute(self) -> list[MetricComputationReport]:
-        mse = self._reports(
-            MetricName.MSE, lambda get: compute_mse(get(ERROR_SUM), get(WEIGHTED_NUM_SAMPES))
-        )
-        rmse = self._reports(
-            MetricName.RMSE, lambda get: compute_rmse(get(ERROR_SUM), get(WEIGHTED_NUM_SAMPES))
-        )
-        reports = [mse[0], rmse[0], mse[1], rmse[1]]
-        if self._include_r_squared:
-            reports += self._reports(MetricName.R_SQUARED, self._r_squared)
-        return reports
+    _optional_formulas = (
+        ("include_r_squared", Formula(MetricName.R_SQUARED, compute_r_squared, _state_names)),
+    )
 
 
 class MSEMetric(RecMetric):

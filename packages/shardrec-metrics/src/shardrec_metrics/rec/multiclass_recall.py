@@ -7,14 +7,14 @@ Predictions are (..., B, n_classes) scores, labels (..., B) class indices. Pass
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from shardrec_metrics.rec._sum_computation import SumStatesComputation
+from shardrec_metrics.rec._sum_computation import Formula, SumStatesComputation
 from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace
-from shardrec_metrics.rec.rec_metric import MetricComputationReport, RecMetric
+from shardrec_metrics.rec.rec_metric import RecMetric
 
 __all__ = [
     "MulticlassRecallMetric",
@@ -49,7 +49,14 @@ def get_multiclass_recall_states(
 
 
 class MulticlassRecallMetricComputation(SumStatesComputation):
-    _state_names: ClassVar[tuple[str, ...]] = ()  # added with their (n_tasks, C) shape below
+    _state_names = ()  # added with their (n_tasks, C) shape below
+    _formulas = (
+        Formula(
+            MetricName.MULTICLASS_RECALL,
+            compute_multiclass_recall_at_k,
+            ("tp_at_k", "total_weights"),
+        ),
+    )
 
     def __init__(self, *args: Any, number_of_classes: int, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -71,12 +78,6 @@ class MulticlassRecallMetricComputation(SumStatesComputation):
                 f"number_of_classes is {self._n_classes}"
             )
         return get_multiclass_recall_states(predictions, labels, weights, self._n_classes)
-
-    def _compute(self) -> list[MetricComputationReport]:
-        return self._reports(
-            MetricName.MULTICLASS_RECALL,
-            lambda get: compute_multiclass_recall_at_k(get("tp_at_k"), get("total_weights")),
-        )
 
 
 class MulticlassRecallMetric(RecMetric):

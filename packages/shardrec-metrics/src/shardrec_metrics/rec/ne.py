@@ -8,15 +8,15 @@ P, N, W: positive, negative and total weight. Log loss = sum w CE / (P + N) in b
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from shardrec_metrics.ne import ETA
-from shardrec_metrics.rec._sum_computation import StateGetter, SumStatesComputation
+from shardrec_metrics.rec._sum_computation import Formula, SumStatesComputation
 from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace
-from shardrec_metrics.rec.rec_metric import MetricComputationReport, RecMetric
+from shardrec_metrics.rec.rec_metric import RecMetric
 
 __all__ = [
     "NEMetric",
@@ -65,59 +65,56 @@ def compute_logloss(ce_sum: Tensor, pos_labels: Tensor, neg_labels: Tensor, eta:
     return ce_sum / (pos_labels + neg_labels).clamp(min=eta)
 
 
-def get_ne_states(
-    labels: Tensor, predictions: Tensor, weights: Tensor, eta: float
-) -> dict[str, Tensor]:
-    """Per-task sums of one batch (inputs (n_tasks, B))."""
+def label_sums(labels: Tensor, weights: Tensor) -> dict[str, Tensor]:
+    """The NE family's per-task weight sums: total, positive and negative."""
     return {
-        "cross_entropy_sum": compute_cross_entropy(labels, predictions, weights, eta).sum(dim=-1),
         "weighted_num_samples": weights.sum(dim=-1),
         "pos_labels": (weights * labels).sum(dim=-1),
         "neg_labels": (weights * (1.0 - labels)).sum(dim=-1),
     }
 
 
-class NEMetricComputation(SumStatesComputation):
-    """NE, and log loss with `include_logloss=True`."""
+def get_ne_states(
+    labels: Tensor, predictions: Tensor, weights: Tensor, eta: float
+) -> dict[str, Tensor]:
+    """Per-task sums of one batch (inputs (n_tasks, B))."""
+    ce = compute_cross_entropy(labels, predictions, weights, eta)
+    return {"cross_entropy_sum": ce.sum(dim=-1), **label_sums(labels, weights)}
 
-    _state_names: ClassVar[tuple[str, ...]] = (
-        "cross_entropy_sum",
-        "weighted_num_samples",
-        "pos_labels",
-        "neg_labels",
-    )
+
+NE_STATES = ("cross_entropy_sum", "weighted_num_samples", "pos_labels", "neg_labels")
+NE_OPTIONS = ("eta", "allow_missing_label_with_zero_weight")
+_LOG_LOSS = Formula(
+    MetricName.LOG_LOSS,
+    compute_logloss,
+    ("cross_entropy_sum", "pos_labels", "neg_labels"),
+    ("eta",),
+)
+
+
+class EntropyComputation(SumStatesComputation):
+    """A sum-states metric of the NE family: its sums and formulas take TorchRec's clamp `eta`
+    (and `allow_missing_label_with_zero_weight`, a RecMetricComputation argument)."""
 
     eta = ETA
 
-    def __init__(self, *args: Any, include_logloss: bool = False, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._include_logloss = include_logloss
+    def _batch_sums_args(self) -> tuple[Any, ...]:
+        return (self.eta,)
 
-    def _batch_states(
-        self, labels: Tensor, predictions: Tensor, weights: Tensor
-    ) -> dict[str, Tensor]:
-        return get_ne_states(labels, predictions, weights, self.eta)
+    def _formula_options(self) -> dict[str, Any]:
+        return {
+            "eta": self.eta,
+            "allow_missing_label_with_zero_weight": self._allow_missing_label_with_zero_weight,
+        }
 
-    def _ne(self, get: StateGetter) -> Tensor:
-        return compute_ne(
-            get("cross_entropy_sum"),
-            get("weighted_num_samples"),
-            get("pos_labels"),
-            get("neg_labels"),
-            self.eta,
-            self._allow_missing_label_with_zero_weight,
-        )
 
-    def _logloss(self, get: StateGetter) -> Tensor:
-        return compute_logloss(
-            get("cross_entropy_sum"), get("pos_labels"), get("neg_labels"), self.eta
-        )
+class NEMetricComputation(EntropyComputation):
+    """NE, and log loss with `include_logloss=True`."""
 
-    def _compute(self) -> list[MetricComputationReport]:
-        reports = self._reports(MetricName.NE, self._ne)
-        if self._include_logloss:
-            reports += self._reports(MetricName.LOG_LOSS, self._logloss)
-        return reports
+    _state_names = NE_STATES
+    _batch_sums = staticmethod(get_ne_states)
+    _formulas = (Formula(MetricName.NE, compute_ne, NE_STATES, NE_OPTIONS),)
+    _optional_formulas = (("include_logloss", _LOG_LOSS),)
 
 
 class NEMetric(RecMetric):

@@ -8,16 +8,19 @@ With `allow_missing_label_with_zero_weight`, a total weight of 0 in any task giv
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 import torch
 from torch import Tensor
 
-from shardrec_metrics.ne import ETA
-from shardrec_metrics.rec._sum_computation import StateGetter, SumStatesComputation
+from shardrec_metrics.rec._sum_computation import Formula
 from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace
-from shardrec_metrics.rec.ne import compute_ne
-from shardrec_metrics.rec.rec_metric import MetricComputationReport, RecMetric
+from shardrec_metrics.rec.ne import (
+    NE_OPTIONS,
+    NE_STATES,
+    EntropyComputation,
+    compute_ne,
+    label_sums,
+)
+from shardrec_metrics.rec.rec_metric import RecMetric
 
 __all__ = [
     "NEPositiveMetric",
@@ -52,41 +55,13 @@ def get_ne_positive_states(
     labels: Tensor, predictions: Tensor, weights: Tensor, eta: float
 ) -> dict[str, Tensor]:
     ce = compute_cross_entropy_positive(labels, predictions, weights, eta)
-    return {
-        "cross_entropy_positive_sum": ce.sum(dim=-1),
-        "weighted_num_samples": weights.sum(dim=-1),
-        "pos_labels": (weights * labels).sum(dim=-1),
-        "neg_labels": (weights * (1.0 - labels)).sum(dim=-1),
-    }
+    return {"cross_entropy_positive_sum": ce.sum(dim=-1), **label_sums(labels, weights)}
 
 
-class NEPositiveMetricComputation(SumStatesComputation):
-    _state_names: ClassVar[tuple[str, ...]] = (
-        "cross_entropy_positive_sum",
-        "weighted_num_samples",
-        "pos_labels",
-        "neg_labels",
-    )
-
-    eta = ETA  # allow_missing_label_with_zero_weight is a RecMetricComputation argument
-
-    def _batch_states(
-        self, labels: Tensor, predictions: Tensor, weights: Tensor
-    ) -> dict[str, Tensor]:
-        return get_ne_positive_states(labels, predictions, weights, self.eta)
-
-    def _ne_positive(self, get: StateGetter) -> Tensor:
-        return compute_ne_positive(
-            get("cross_entropy_positive_sum"),
-            get("weighted_num_samples"),
-            get("pos_labels"),
-            get("neg_labels"),
-            self.eta,
-            self._allow_missing_label_with_zero_weight,
-        )
-
-    def _compute(self) -> list[MetricComputationReport]:
-        return self._reports(MetricName.NE_POSITIVE, self._ne_positive)
+class NEPositiveMetricComputation(EntropyComputation):
+    _state_names = ("cross_entropy_positive_sum", *NE_STATES[1:])
+    _batch_sums = staticmethod(get_ne_positive_states)
+    _formulas = (Formula(MetricName.NE_POSITIVE, compute_ne_positive, _state_names, NE_OPTIONS),)
 
 
 class NEPositiveMetric(RecMetric):

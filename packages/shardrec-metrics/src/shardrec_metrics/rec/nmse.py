@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
-from shardrec_metrics.rec._sum_computation import StateGetter, SumStatesComputation
+from shardrec_metrics.rec._sum_computation import Formula, SumStatesComputation
 from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace
 from shardrec_metrics.rec.mse import (
     ERROR_SUM,
     WEIGHTED_NUM_SAMPES,
+    MSEMetricComputation,
     compute_error_sum,
     compute_mse,
     compute_rmse,
     get_mse_states,
 )
-from shardrec_metrics.rec.rec_metric import MetricComputationReport, RecMetric
+from shardrec_metrics.rec.rec_metric import RecMetric
 
 __all__ = [
     "CONST_PRED_ERROR_SUM",
@@ -41,38 +42,25 @@ def get_norm_mse_states(labels: Tensor, predictions: Tensor, weights: Tensor) ->
     return {**get_mse_states(labels, predictions, weights), CONST_PRED_ERROR_SUM: baseline}
 
 
+def _normalized(error: Callable[[Tensor, Tensor], Tensor]) -> Callable[..., Tensor]:
+    """`error` (MSE or RMSE) of the model over that of the constant prediction 1."""
+
+    def normalized(error_sum: Tensor, const_error_sum: Tensor, num_samples: Tensor) -> Tensor:
+        return compute_norm(error(error_sum, num_samples), error(const_error_sum, num_samples))
+
+    return normalized
+
+
+_NORM_STATES = (ERROR_SUM, CONST_PRED_ERROR_SUM, WEIGHTED_NUM_SAMPES)
+
+
 class NMSEMetricComputation(SumStatesComputation):
-    _state_names: ClassVar[tuple[str, ...]] = (
-        ERROR_SUM,
-        WEIGHTED_NUM_SAMPES,
-        "label_sum",
-        "label_squared_sum",
-        CONST_PRED_ERROR_SUM,
+    _state_names = (*MSEMetricComputation._state_names, CONST_PRED_ERROR_SUM)
+    _batch_sums = staticmethod(get_norm_mse_states)
+    _formulas = (
+        Formula(MetricName.NMSE, _normalized(compute_mse), _NORM_STATES),
+        Formula(MetricName.NRMSE, _normalized(compute_rmse), _NORM_STATES),
     )
-
-    def _batch_states(
-        self, labels: Tensor, predictions: Tensor, weights: Tensor
-    ) -> dict[str, Tensor]:
-        return get_norm_mse_states(labels, predictions, weights)
-
-    @staticmethod
-    def _nmse(get: StateGetter) -> Tensor:
-        n = get(WEIGHTED_NUM_SAMPES)
-        return compute_norm(
-            compute_mse(get(ERROR_SUM), n), compute_mse(get(CONST_PRED_ERROR_SUM), n)
-        )
-
-    @staticmethod
-    def _nrmse(get: StateGetter) -> Tensor:
-        n = get(WEIGHTED_NUM_SAMPES)
-        return compute_norm(
-            compute_rmse(get(ERROR_SUM), n), compute_rmse(get(CONST_PRED_ERROR_SUM), n)
-        )
-
-    def _compute(self) -> list[MetricComputationReport]:
-        nmse = self._reports(MetricName.NMSE, self._nmse)
-        nrmse = self._reports(MetricName.NRMSE, self._nrmse)
-        return [nmse[0], nrmse[0], nmse[1], nrmse[1]]
 
 
 class NMSEMetric(RecMetric):

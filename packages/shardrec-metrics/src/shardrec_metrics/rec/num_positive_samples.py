@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 import torch
 from torch import Tensor
 
-from shardrec_metrics.rec._sum_computation import SingleSumComputation
+from shardrec_metrics.rec._sum_computation import SingleSumComputation, weights_or_ones
 from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace
 from shardrec_metrics.rec.rec_metric import RecMetric
 
@@ -26,18 +24,14 @@ def compute_weighted_pos_sum(labels: Tensor, predictions: Tensor, weights: Tenso
 def get_num_positive_sample_states(
     labels: Tensor, predictions: Tensor, weights: Tensor | None
 ) -> dict[str, Tensor]:
-    w = torch.ones_like(labels) if weights is None else weights
+    w = weights_or_ones(weights, labels)
     return {"weighted_pos_sum": compute_weighted_pos_sum(labels, predictions, w)}
 
 
 class NumPositiveSamplesMetricComputation(SingleSumComputation):
-    _state_names: ClassVar[tuple[str, ...]] = ("weighted_pos_sum",)
+    _state_names = ("weighted_pos_sum",)
+    _batch_sums = staticmethod(get_num_positive_sample_states)
     _metric_name = MetricName.NUM_POSITIVE_SAMPLES
-
-    def _batch_states(
-        self, labels: Tensor, predictions: Tensor, weights: Tensor
-    ) -> dict[str, Tensor]:
-        return get_num_positive_sample_states(labels, predictions, weights)
 
 
 class NumPositiveSamplesMetric(RecMetric):

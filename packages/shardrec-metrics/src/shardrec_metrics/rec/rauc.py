@@ -14,8 +14,8 @@ import torch
 from torch import Tensor
 
 from shardrec_metrics.rec._sample_window import SampleWindowComputation
-from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace, MetricPrefix
-from shardrec_metrics.rec.rec_metric import MetricComputationReport, RecMetric, RecMetricException
+from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace
+from shardrec_metrics.rec.rec_metric import RecMetric, RecMetricException
 
 __all__ = ["RAUCMetric", "RAUCMetricComputation", "compute_rauc", "count_inversions"]
 
@@ -67,17 +67,13 @@ def compute_rauc(
 
 
 class RAUCMetricComputation(SampleWindowComputation):
+    _metric_name = MetricName.RAUC
+    _of_samples = staticmethod(_rauc)
+
     def __init__(self, *args: Any, grouped_rauc: bool = False, **kwargs: Any) -> None:
         if grouped_rauc:
             raise RecMetricException("grouped_rauc is not supported by shardrec's RAUCMetric")
         super().__init__(*args, **kwargs)
-
-    def _compute(self) -> list[MetricComputationReport]:
-        return [
-            MetricComputationReport(
-                name=MetricName.RAUC, metric_prefix=MetricPrefix.WINDOW, value=self.per_task(_rauc)
-            )
-        ]
 
 
 class RAUCMetric(RecMetric):

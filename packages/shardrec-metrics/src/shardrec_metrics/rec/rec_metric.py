@@ -14,8 +14,8 @@ import abc
 import collections
 import itertools
 import math
-from collections.abc import Iterator
-from typing import Any, ClassVar, cast
+from collections.abc import Iterator, Sequence
+from typing import Any, ClassVar, Protocol, cast
 
 import torch
 import torch.distributed as dist
@@ -50,7 +50,36 @@ _FUSED = (RecComputeMode.FUSED_TASKS_COMPUTATION, RecComputeMode.FUSED_TASKS_AND
 _Report = tuple[RecTaskInfo, MetricName, Tensor, str, str | None]
 
 
-class RecMetric(nn.Module, abc.ABC):
+class _Part(Protocol):
+    def sync(self) -> None: ...
+
+    def unsync(self) -> None: ...
+
+    def reset(self) -> None: ...
+
+
+class _Parts(abc.ABC):
+    """`sync`, `unsync` and `reset` of a whole: each of its parts in order (a metric's
+    computations, a list's metrics)."""
+
+    @abc.abstractmethod
+    def _parts(self) -> Sequence[_Part]:
+        """The parts, in the same order on every rank (their sync is a collective)."""
+
+    def sync(self) -> None:
+        for part in self._parts():
+            part.sync()
+
+    def unsync(self) -> None:
+        for part in self._parts():
+            part.unsync()
+
+    def reset(self) -> None:
+        for part in self._parts():
+            part.reset()
+
+
+class RecMetric(_Parts, nn.Module):
     """One metric over several tasks (TorchRec's constructor, `update`, `compute` and keys).
 
     Subclasses set `_namespace` and `_computation_class`. `window_size` is global (samples over
@@ -129,6 +158,9 @@ class RecMetric(nn.Module, abc.ABC):
 
     def _computations(self) -> list[RecMetricComputation]:
         return [cast(RecMetricComputation, c) for c in self._metrics_computations]
+
+    def _parts(self) -> Sequence[_Part]:
+        return self._computations()
 
     def _get_task_kwargs(self, task_config: RecTaskInfo | list[RecTaskInfo]) -> dict[str, Any]:
         return {}
@@ -324,19 +356,10 @@ class RecMetric(nn.Module, abc.ABC):
             for task, name, value, prefix, description in reports
         }
 
-    def sync(self) -> None:
-        for computation in self._computations():
-            computation.sync()
-
-    def unsync(self) -> None:
-        for computation in self._computations():
-            computation.unsync()
-
     def reset(self) -> None:
         for v in self._update_buffers.values():
             v.clear()
-        for computation in self._computations():
-            computation.reset()
+        super().reset()
 
     def get_memory_usage(self) -> dict[Tensor, int]:
         """Bytes of every state tensor and window buffer."""
@@ -369,7 +392,7 @@ def _fuse(outputs: list[RecModelOutput]) -> RecModelOutput:
     return {name: torch.cat(ts) for name, ts in by_task.items()}
 
 
-class RecMetricList(nn.Module):
+class RecMetricList(_Parts, nn.Module):
     """Several RecMetrics updated and computed together (in list order on every rank)."""
 
     def __init__(self, rec_metrics: list[RecMetric]) -> None:
@@ -382,6 +405,9 @@ class RecMetricList(nn.Module):
 
     def _metrics(self) -> list[RecMetric]:
         return [cast(RecMetric, m) for m in self.rec_metrics]
+
+    def _parts(self) -> Sequence[_Part]:
+        return self._metrics()
 
     def __len__(self) -> int:
         return len(self.rec_metrics)
@@ -414,15 +440,3 @@ class RecMetricList(nn.Module):
         for m in self._metrics():
             out.update(m.local_compute())
         return out
-
-    def sync(self) -> None:
-        for m in self._metrics():
-            m.sync()
-
-    def unsync(self) -> None:
-        for m in self._metrics():
-            m.unsync()
-
-    def reset(self) -> None:
-        for m in self._metrics():
-            m.reset()

@@ -6,16 +6,13 @@ false negative (TP: p >= threshold, FN: p <= threshold).
 
 from __future__ import annotations
 
-from typing import ClassVar
-
-import torch
 from torch import Tensor
 
-from shardrec_metrics.rec._sum_computation import ratio_or_zero
+from shardrec_metrics.rec._sum_computation import Formula, ratio_or_zero, weights_or_ones
 from shardrec_metrics.rec._thresholded import ThresholdedComputation
 from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace
 from shardrec_metrics.rec.precision import compute_true_pos_sum
-from shardrec_metrics.rec.rec_metric import MetricComputationReport, RecMetric
+from shardrec_metrics.rec.rec_metric import RecMetric
 
 __all__ = [
     "RecallMetric",
@@ -40,7 +37,7 @@ def compute_false_neg_sum(
 def get_recall_states(
     labels: Tensor, predictions: Tensor, weights: Tensor | None, threshold: float = 0.5
 ) -> dict[str, Tensor]:
-    w = torch.ones_like(predictions) if weights is None else weights
+    w = weights_or_ones(weights, predictions)
     return {
         "true_pos_sum": compute_true_pos_sum(labels, predictions, w, threshold),
         "false_neg_sum": compute_false_neg_sum(labels, predictions, w, threshold),
@@ -48,17 +45,9 @@ def get_recall_states(
 
 
 class RecallMetricComputation(ThresholdedComputation):
-    _state_names: ClassVar[tuple[str, ...]] = ("true_pos_sum", "false_neg_sum")
-
-    def _batch_states(
-        self, labels: Tensor, predictions: Tensor, weights: Tensor
-    ) -> dict[str, Tensor]:
-        return get_recall_states(labels, predictions, weights, self._threshold)
-
-    def _compute(self) -> list[MetricComputationReport]:
-        return self._reports(
-            MetricName.RECALL, lambda get: compute_recall(get("true_pos_sum"), get("false_neg_sum"))
-        )
+    _state_names = ("true_pos_sum", "false_neg_sum")
+    _batch_sums = staticmethod(get_recall_states)
+    _formulas = (Formula(MetricName.RECALL, compute_recall, _state_names),)
 
 
 class RecallMetric(RecMetric):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from shardrec_metrics.rec._sum_computation import NUM_EXAMPLES, ServingComputation
 from shardrec_metrics.rec.calibration import CalibrationMetricComputation
 from shardrec_metrics.rec.metrics_namespace import MetricNamespace
-from shardrec_metrics.rec.rec_metric import MetricComputationReport, RecMetric
+from shardrec_metrics.rec.rec_metric import RecMetric
 
 __all__ = ["NUM_EXAMPLES", "ServingCalibrationMetric", "ServingCalibrationMetricComputation"]
 
@@ -13,9 +13,6 @@ __all__ = ["NUM_EXAMPLES", "ServingCalibrationMetric", "ServingCalibrationMetric
 class ServingCalibrationMetricComputation(ServingComputation, CalibrationMetricComputation):
     """Calibration's states and value (inherited from CalibrationMetricComputation), plus the
     serving count of nonzero-weight examples."""
-
-    def _compute(self) -> list[MetricComputationReport]:
-        return [*super()._compute(), self._total_examples()]
 
 
 class ServingCalibrationMetric(RecMetric):

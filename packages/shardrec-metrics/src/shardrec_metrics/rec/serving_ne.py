@@ -2,44 +2,21 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
-
-from torch import Tensor
-
-from shardrec_metrics.ne import ETA
-from shardrec_metrics.rec._sum_computation import NUM_EXAMPLES, ServingComputation, StateGetter
+from shardrec_metrics.rec._sum_computation import NUM_EXAMPLES, Formula, ServingComputation
 from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace
-from shardrec_metrics.rec.ne import compute_ne, get_ne_states
-from shardrec_metrics.rec.rec_metric import MetricComputationReport, RecMetric
+from shardrec_metrics.rec.ne import NE_STATES, EntropyComputation, compute_ne, get_ne_states
+from shardrec_metrics.rec.rec_metric import RecMetric
 
 __all__ = ["NUM_EXAMPLES", "ServingNEMetric", "ServingNEMetricComputation"]
 
 
-class ServingNEMetricComputation(ServingComputation):
-    _state_names: ClassVar[tuple[str, ...]] = (
-        "cross_entropy_sum",
-        "weighted_num_samples",
-        "pos_labels",
-        "neg_labels",
-    )
-    eta = ETA
+class ServingNEMetricComputation(ServingComputation, EntropyComputation):
+    """NE's states and value (eta only: TorchRec's serving NE ignores missing labels), plus
+    the serving count of nonzero-weight examples."""
 
-    def _batch_states(
-        self, labels: Tensor, predictions: Tensor, weights: Tensor
-    ) -> dict[str, Tensor]:
-        return get_ne_states(labels, predictions, weights, self.eta)
-
-    def _ne(self, get: StateGetter) -> Tensor:
-        return compute_ne(
-            get("cross_entropy_sum"),
-            get("weighted_num_samples"),
-            get("pos_labels"),
-            get("neg_labels"),
-            self.eta,
-        )
-
-    def _compute(self) -> list[MetricComputationReport]:
-        return [*self._reports(MetricName.NE, self._ne), self._total_examples()]
+    _state_names = NE_STATES
+    _batch_sums = staticmethod(get_ne_states)
+    _formulas = (Formula(MetricName.NE, compute_ne, NE_STATES, ("eta",)),)
 
 
 class ServingNEMetric(RecMetric):

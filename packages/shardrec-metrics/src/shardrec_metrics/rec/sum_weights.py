@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
-
-import torch
 from torch import Tensor
 
-from shardrec_metrics.rec._sum_computation import SingleSumComputation
+from shardrec_metrics.rec._sum_computation import SingleSumComputation, weights_or_ones
 from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace
 from shardrec_metrics.rec.rec_metric import RecMetric
 
@@ -26,18 +23,14 @@ def compute_weighted_sum(labels: Tensor, predictions: Tensor, weights: Tensor) -
 def get_weighted_sum_states(
     labels: Tensor, predictions: Tensor, weights: Tensor | None
 ) -> dict[str, Tensor]:
-    w = torch.ones_like(labels) if weights is None else weights
+    w = weights_or_ones(weights, labels)
     return {"weighted_sum": compute_weighted_sum(labels, predictions, w)}
 
 
 class SumWeightsMetricComputation(SingleSumComputation):
-    _state_names: ClassVar[tuple[str, ...]] = ("weighted_sum",)
+    _state_names = ("weighted_sum",)
+    _batch_sums = staticmethod(get_weighted_sum_states)
     _metric_name = MetricName.SUM_WEIGHTS
-
-    def _batch_states(
-        self, labels: Tensor, predictions: Tensor, weights: Tensor
-    ) -> dict[str, Tensor]:
-        return get_weighted_sum_states(labels, predictions, weights)
 
 
 class SumWeightsMetric(RecMetric):

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from shardrec_metrics.rec._sum_computation import SumStatesComputation
+from shardrec_metrics.rec._sum_computation import Formula, SumStatesComputation
 from shardrec_metrics.rec.metrics_config import RecTaskInfo
 from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace
 from shardrec_metrics.rec.rec_metric import MetricComputationReport, RecMetric, RecMetricException
@@ -22,6 +22,7 @@ class TensorWeightedAvgMetricComputation(SumStatesComputation):
     """Weighted mean of `required_inputs[task.tensor_name]` per task."""
 
     _state_names = ("weighted_sum", "weighted_num_samples")
+    _formulas = (Formula(MetricName.WEIGHTED_AVG, get_mean, _state_names),)
 
     def __init__(
         self, *args: Any, tasks: list[RecTaskInfo], description: str | None = None, **kwargs: Any
@@ -38,13 +39,8 @@ class TensorWeightedAvgMetricComputation(SumStatesComputation):
         self._weighted = torch.tensor([t.weighted for t in self.tasks]).unsqueeze(-1)
         self._target: Tensor | None = None
 
-    def update(
-        self,
-        *,
-        predictions: Tensor | None,
-        labels: Tensor,
-        weights: Tensor | None,
-        **kwargs: Any,
+    def _add_batch(
+        self, predictions: Tensor, labels: Tensor, weights: Tensor, **kwargs: Any
     ) -> None:
         required = kwargs.get("required_inputs")
         if required is None:
@@ -56,7 +52,7 @@ class TensorWeightedAvgMetricComputation(SumStatesComputation):
                 f"got {sorted(required)}"
             )
         self._target = required[key].reshape(labels.shape)
-        super().update(predictions=predictions, labels=labels, weights=weights, **kwargs)
+        super()._add_batch(predictions, labels, weights, **kwargs)
 
     def _batch_states(
         self, labels: Tensor, predictions: Tensor, weights: Tensor
@@ -68,13 +64,9 @@ class TensorWeightedAvgMetricComputation(SumStatesComputation):
         return {"weighted_sum": values.sum(dim=-1), "weighted_num_samples": counts.sum(dim=-1)}
 
     def _compute(self) -> list[MetricComputationReport]:
-        reports = self._reports(
-            MetricName.WEIGHTED_AVG,
-            lambda get: get_mean(get("weighted_sum"), get("weighted_num_samples")),
-        )
         return [
             MetricComputationReport(r.name, r.metric_prefix, r.value, self._description)
-            for r in reports
+            for r in super()._compute()
         ]
 
 

@@ -5,8 +5,16 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from shardrec_metrics.rec._sum_computation import Formula
 from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace
-from shardrec_metrics.rec.ne import NEMetricComputation, compute_cross_entropy, compute_ne
+from shardrec_metrics.rec.ne import (
+    NE_OPTIONS,
+    NE_STATES,
+    NEMetricComputation,
+    compute_cross_entropy,
+    compute_ne,
+    get_ne_states,
+)
 from shardrec_metrics.rec.rec_metric import MetricComputationReport, RecMetric
 
 __all__ = [
@@ -22,25 +30,18 @@ def get_unweighted_ne_states(
     labels: Tensor, predictions: Tensor, weights: Tensor, eta: float
 ) -> dict[str, Tensor]:
     """NE's per-task sums with unit weights (`weights` is ignored)."""
-    ones = torch.ones_like(labels, dtype=torch.double)
-    return {
-        "cross_entropy_sum": compute_cross_entropy(labels, predictions, ones, eta).sum(dim=-1),
-        "weighted_num_samples": ones.sum(dim=-1),
-        "pos_labels": (ones * labels).sum(dim=-1),
-        "neg_labels": (ones * (1.0 - labels)).sum(dim=-1),
-    }
+    return get_ne_states(labels, predictions, torch.ones_like(labels, dtype=torch.double), eta)
 
 
 class UnweightedNEMetricComputation(NEMetricComputation):
-    _needs_weights = False
+    """NE of unit weights; no log loss (TorchRec's unweighted NE reports NE only)."""
 
-    def _batch_states(
-        self, labels: Tensor, predictions: Tensor, weights: Tensor
-    ) -> dict[str, Tensor]:
-        return get_unweighted_ne_states(labels, predictions, weights, self.eta)
+    _needs_weights = False
+    _batch_sums = staticmethod(get_unweighted_ne_states)
+    _formulas = (Formula(MetricName.UNWEIGHTED_NE, compute_ne, NE_STATES, NE_OPTIONS),)
 
     def _compute(self) -> list[MetricComputationReport]:
-        return self._reports(MetricName.UNWEIGHTED_NE, self._ne)
+        return self._reports(*self._formulas)
 
 
 class UnweightedNEMetric(RecMetric):
