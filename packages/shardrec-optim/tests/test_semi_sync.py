@@ -11,7 +11,13 @@ import pytest
 import torch
 from torch import Tensor
 
-from shardrec_optim import CombinedOptimizer, DiLoCo, KeyedOptimizerWrapper, SemisyncOptimizer
+from shardrec_optim import (
+    CombinedOptimizer,
+    DiLoCo,
+    FusedOptimizer,
+    KeyedOptimizerWrapper,
+    SemisyncOptimizer,
+)
 from shardrec_optim.semi_sync import (
     SEMISYNC_GLOBAL_STEP_COUNTER_KEY,
     SEMISYNC_LOCAL_STEP_COUNTER_KEY,
@@ -316,3 +322,32 @@ def test_bad_state_dicts() -> None:
     unknown = {"state": {**state, "nope": {}}}
     with pytest.raises(ValueError, match=r"unknown parameters \['nope'\]"):
         opt.load_state_dict(unknown)
+
+
+def test_local_with_a_fused_part() -> None:
+    """A fused table's optimizer (updates in backward, `step()` a no-op) as part of the local
+    CombinedOptimizer: its weight still takes part in the global step. The "backward" update is
+    an SGD step written here; the reference applies the same SGD with torch.optim."""
+    params = _params(12)
+    grads = _grads(12, 9, params)
+    expected = _reference(params, lambda ps: torch.optim.SGD(ps, lr=0.1), 3, OUTERS[0], grads)
+    w, b = params["dense.weight"], params["dense.bias"]
+    local = CombinedOptimizer(
+        [
+            ("fused", FusedOptimizer({"t.weight": w}, {}, [{"params": [w], "lr": 0.1}])),
+            ("dense", KeyedOptimizerWrapper({"bias": b}, lambda ps: torch.optim.SGD(ps, lr=0.1))),
+        ]
+    )
+    glob = KeyedOptimizerWrapper(
+        {"fused.t.weight": w, "dense.bias": b},
+        lambda ps: DiLoCo(ps, all_reduce_mean=None),
+    )
+    opt = SemisyncOptimizer([w, b], local, glob, num_local_steps=3)
+    for gw, gb in grads:
+        with torch.no_grad():
+            w.sub_(0.1 * gw)  # what a fused backward does to the rows
+        b.grad = gb.clone()
+        opt.step()
+        opt.zero_grad()
+    for got, want in zip((w, b), expected, strict=True):
+        torch.testing.assert_close(got.detach(), want)
