@@ -280,13 +280,12 @@ def test_global_optimizer_without_global_step() -> None:
 
 def test_mismatched_param_names() -> None:
     params, other = _params(0), _params(1)
-    opt = SemisyncOptimizer(
-        list(params.values()),
-        KeyedOptimizerWrapper(params, _adam),
-        KeyedOptimizerWrapper(other, lambda ps: DiLoCo(ps, all_reduce_mean=None)),
-    )
     with pytest.raises(ValueError, match=r"'dense\.weight' names different tensors"):
-        _ = opt.params
+        SemisyncOptimizer(
+            list(params.values()),
+            KeyedOptimizerWrapper(params, _adam),
+            KeyedOptimizerWrapper(other, lambda ps: DiLoCo(ps, all_reduce_mean=None)),
+        )
 
 
 @pytest.mark.parametrize(

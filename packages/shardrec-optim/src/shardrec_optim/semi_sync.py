@@ -122,6 +122,7 @@ class SemisyncOptimizer(KeyedOptimizer):
         self.defaults = {"_save_param_groups": False}
         self._optimizer_step_pre_hooks = {}
         self._optimizer_step_post_hooks = {}
+        _ = self.params  # a name naming two tensors fails here, not at the first checkpoint
 
     # Merged live views of the two optimizers (as TorchRec's).
     @property
