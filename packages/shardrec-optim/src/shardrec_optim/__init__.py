@@ -2,6 +2,7 @@
 
 from shardrec_optim import pooled
 from shardrec_optim.clipping import GradientClipping, GradientClippingOptimizer
+from shardrec_optim.diloco import AllReduceMean, DiLoCo
 from shardrec_optim.fbgemm_kernels import FBGEMM_KERNEL, FbgemmUnavailableWarning
 from shardrec_optim.fused_optimizer import (
     EmptyFusedOptimizer,
@@ -42,6 +43,7 @@ from shardrec_optim.rules import (
     optimizers_on,
     state_shapes,
 )
+from shardrec_optim.semi_sync import SemisyncOptimizer
 from shardrec_optim.sparse_kernels import coalesce_rows, sparse_update
 from shardrec_optim.spec import (
     NON_OPTIMIZER_FUSED_PARAMS,
@@ -59,8 +61,10 @@ __all__ = [
     "RULES",
     "SUPPORTED_OPTIONS",
     "TORCH_KERNEL",
+    "AllReduceMean",
     "Backend",
     "CombinedOptimizer",
+    "DiLoCo",
     "EmbOptimType",
     "EmptyFusedOptimizer",
     "FbgemmUnavailableWarning",
@@ -78,6 +82,7 @@ __all__ = [
     "PooledGrad",
     "PooledKernel",
     "RowWiseAdagrad",
+    "SemisyncOptimizer",
     "StateSlot",
     "UpdateRule",
     "WarmupOptimizer",

@@ -7,6 +7,7 @@ from shardrec.optim import (
     keyed,
     optimizers,
     rowwise_adagrad,
+    semi_sync,
     warmup,
 )
 from shardrec_optim import (
@@ -17,6 +18,7 @@ from shardrec_optim import (
     KeyedOptimizerWrapper,
     OptimizerWrapper,
     RowWiseAdagrad,
+    SemisyncOptimizer,
     WarmupOptimizer,
     WarmupPolicy,
     WarmupStage,
@@ -30,6 +32,7 @@ __all__ = [
     "KeyedOptimizerWrapper",
     "OptimizerWrapper",
     "RowWiseAdagrad",
+    "SemisyncOptimizer",
     "WarmupOptimizer",
     "WarmupPolicy",
     "WarmupStage",
@@ -39,5 +42,6 @@ __all__ = [
     "keyed",
     "optimizers",
     "rowwise_adagrad",
+    "semi_sync",
     "warmup",
 ]
