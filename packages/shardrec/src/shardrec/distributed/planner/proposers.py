@@ -7,6 +7,7 @@ from shardrec_planner.proposers import (
     Proposer,
     UniformProposer,
     _sharding_option_score,
+    logger,
     proposers_to_proposals_list,
 )
 
@@ -17,5 +18,6 @@ __all__ = [
     "Proposer",
     "UniformProposer",
     "_sharding_option_score",
+    "logger",
     "proposers_to_proposals_list",
 ]
