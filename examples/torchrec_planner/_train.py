@@ -75,8 +75,9 @@ def train(planner: object) -> None:
     if rank == 0:
         for path, tables in plan.plan.items():
             for name, ps in tables.items():
+                cache = getattr(ps, "cache_params", None)
                 print(f"plan {path}.{name} {ps.sharding_type.value} {ps.compute_kernel.value} "
-                      f"{list(ps.ranks)} cache_params={ps.cache_params}")  # fmt: skip
+                      f"{list(ps.ranks)} cache_params={cache}")  # fmt: skip
     dmp = DistributedModelParallel(
         model, plan=plan, sharders=sharders(), device=torch.device("cpu")
     )

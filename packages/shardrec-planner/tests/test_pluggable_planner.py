@@ -13,9 +13,6 @@ import pytest
 from _planner_models import make_ebc, sharder
 
 from shardrec_planner import (
-    BoundsCheckMode,
-    CacheAlgorithm,
-    CacheParams,
     EmbeddingShardingPlanner,
     NoopPerfModel,
     ParameterConstraints,
@@ -173,23 +170,14 @@ def test_parts_and_stats_are_checked() -> None:
         EmbeddingShardingPlanner(_topology(), stats=[object()])
 
 
-def test_parameter_sharding_ranks_are_a_copied_list_and_settings_round_trip() -> None:
+def test_parameter_sharding_ranks_are_a_copied_list() -> None:
     given = [0]
-    ps = ParameterSharding(
-        sharding_type="data_parallel",
-        compute_kernel="dense",
-        ranks=given,
-        cache_params=CacheParams(algorithm=CacheAlgorithm.LFU, load_factor=0.3),
-        enforce_hbm=True,
-        bounds_check_mode=BoundsCheckMode.FATAL,
-    )
+    ps = ParameterSharding(sharding_type="data_parallel", compute_kernel="dense", ranks=given)
     given.append(1)
     assert ps.ranks == [0] and isinstance(ps.ranks, list)
-    assert ParameterSharding(
-        sharding_type="data_parallel", compute_kernel="dense", ranks=(0, 1)
-    ).ranks == [0, 1]
+    two = ParameterSharding(sharding_type="data_parallel", compute_kernel="dense", ranks=(0, 1))
+    assert two.ranks == [0, 1]
     with pytest.raises(TypeError, match="ranks must be a list of ints"):
         ParameterSharding(sharding_type="data_parallel", compute_kernel="dense", ranks="01")  # type: ignore[arg-type]
-    back = ShardingPlan.from_json(ShardingPlan({"m": {"t": ps}}).to_json()).plan["m"]["t"]
-    assert back == ps
-    assert back.cache_params == CacheParams(algorithm=CacheAlgorithm.LFU, load_factor=0.3)
+    back = ShardingPlan.from_json(ShardingPlan({"m": {"t": two}}).to_json()).plan["m"]["t"]
+    assert back == two and back.ranks == [0, 1]

@@ -5,12 +5,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from shardrec_planner.cache_params import BoundsCheckMode, CacheAlgorithm, CacheParams
 from shardrec_planner.enums import EmbeddingComputeKernel, ShardingType, executable_kernel
 from shardrec_planner.shard_metadata import EnumerableShardingSpec, ShardMetadata
-
-KERNEL_SETTINGS = ("cache_params", "enforce_hbm", "stochastic_rounding", "bounds_check_mode")
-"""The per-table kernel settings a ParameterSharding carries from the table's constraints."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -18,21 +14,16 @@ class ParameterSharding:
     """The plan for one table.
 
     `ranks` lists the rank of each shard in shard order (a rank can appear twice, e.g. two column
-    blocks on one rank); a list, as TorchRec's, copied on construction. `sharding_spec` is None for
-    data_parallel: every rank holds the table. Plain strings are accepted for `sharding_type` and
-    `compute_kernel`. `cache_params`, `enforce_hbm`, `stochastic_rounding` and
-    `bounds_check_mode` are the table's kernel settings from its ParameterConstraints (TorchRec's
-    fields; None when unset). Plans compare by value; a ParameterSharding is not hashable.
+    blocks on one rank). `sharding_spec` is None for data_parallel: every rank holds the table.
+    Plain strings are accepted for `sharding_type` and `compute_kernel`.
+    `ranks` is a list (TorchRec's type), checked and copied on construction; plans compare by
+    value, and a ParameterSharding is not hashable.
     """
 
     sharding_type: ShardingType
     compute_kernel: EmbeddingComputeKernel
     ranks: list[int]
     sharding_spec: EnumerableShardingSpec | None = None
-    cache_params: CacheParams | None = None
-    enforce_hbm: bool | None = None
-    stochastic_rounding: bool | None = None
-    bounds_check_mode: BoundsCheckMode | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sharding_type", ShardingType(self.sharding_type))
@@ -41,7 +32,7 @@ class ParameterSharding:
         given: object = self.ranks
         if isinstance(given, (str, bytes)) or not isinstance(given, Sequence):
             raise TypeError(f"ranks must be a list of ints, got {given!r}")
-        object.__setattr__(self, "ranks", [int(r) for r in self.ranks])
+        object.__setattr__(self, "ranks", [int(r) for r in given])
         if not self.ranks:
             raise ValueError(f"ranks must not be empty for a {self.sharding_type} table")
         if self.sharding_type is ShardingType.DATA_PARALLEL:
@@ -70,27 +61,7 @@ class ParameterSharding:
             "shards": None
             if self.sharding_spec is None
             else [s.to_dict() for s in self.sharding_spec.shards],
-            **self._kernel_settings(),
         }
-
-    def _kernel_settings(self) -> dict[str, object]:
-        # The JSON form keeps the cache's algorithm, load factor and reserved memory (its
-        # precision and stats objects are not carried) and the three flags, when set.
-        out: dict[str, object] = {}
-        c = self.cache_params
-        if c is not None:
-            out["cache_params"] = {
-                "algorithm": None if c.algorithm is None else c.algorithm.value,
-                "load_factor": c.load_factor,
-                "reserved_memory": c.reserved_memory,
-                "prefetch_pipeline": c.prefetch_pipeline,
-            }
-        for key in ("enforce_hbm", "stochastic_rounding"):
-            if getattr(self, key) is not None:
-                out[key] = getattr(self, key)
-        if self.bounds_check_mode is not None:
-            out["bounds_check_mode"] = self.bounds_check_mode.value
-        return out
 
     @staticmethod
     def from_dict(data: dict[str, object]) -> ParameterSharding:
@@ -110,29 +81,4 @@ class ParameterSharding:
             compute_kernel=EmbeddingComputeKernel(str(data["compute_kernel"])),
             ranks=[int(r) for r in ranks],
             sharding_spec=spec,
-            cache_params=_cache_params(data.get("cache_params")),
-            enforce_hbm=_flag(data, "enforce_hbm"),
-            stochastic_rounding=_flag(data, "stochastic_rounding"),
-            bounds_check_mode=None
-            if data.get("bounds_check_mode") is None
-            else BoundsCheckMode(data["bounds_check_mode"]),
         )
-
-
-def _flag(data: dict[str, object], key: str) -> bool | None:
-    value = data.get(key)
-    return None if value is None else bool(value)
-
-
-def _cache_params(data: object) -> CacheParams | None:
-    if data is None:
-        return None
-    if not isinstance(data, dict):
-        raise ValueError(f"'cache_params' must be an object or null, got {data!r}")
-    algorithm = data.get("algorithm")
-    return CacheParams(
-        algorithm=None if algorithm is None else CacheAlgorithm(algorithm),
-        load_factor=data.get("load_factor"),
-        reserved_memory=data.get("reserved_memory"),
-        prefetch_pipeline=data.get("prefetch_pipeline"),
-    )

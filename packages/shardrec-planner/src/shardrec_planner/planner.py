@@ -31,7 +31,7 @@ from shardrec_planner.errors import PlannerError
 from shardrec_planner.estimator import Workload, estimate_shards, optimizer_state
 from shardrec_planner.geometry import ShardArrays
 from shardrec_planner.options import PLACEMENT_KIND, Option, table_options
-from shardrec_planner.parameter_sharding import KERNEL_SETTINGS, ParameterSharding
+from shardrec_planner.parameter_sharding import ParameterSharding
 from shardrec_planner.partitioners import GreedyPerfPartitioner
 from shardrec_planner.perf_models import NoopPerfModel
 from shardrec_planner.planner_types import ShardingOption
@@ -508,27 +508,26 @@ class EmbeddingShardingPlanner:
         decisions: list[TableDecision] = []
         for t, table in enumerate(tables):
             opt = options[t][result.choice[t]]
-            ranks = tuple(int(r) for r in result.ranks[t])
-            spec = None
-            if opt.sharding_type is not ShardingType.DATA_PARALLEL:
-                spec = EnumerableShardingSpec(
-                    shards=tuple(
-                        ShardMetadata(
-                            shard_offsets=offsets,
-                            shard_sizes=sizes,
-                            placement=placement(topo.compute_device, r, topo.local_size),
-                        )
-                        for (sizes, offsets), r in zip(opt.shards.to_list(), ranks, strict=True)
-                    )
+            ranks = [int(r) for r in result.ranks[t]]
+            if opt.sharding_type is ShardingType.DATA_PARALLEL:
+                ps = ParameterSharding(
+                    sharding_type=opt.sharding_type, compute_kernel=opt.kernel, ranks=ranks
                 )
-            c = self.constraints.get(table.name)
-            ps = ParameterSharding(
-                sharding_type=opt.sharding_type,
-                compute_kernel=opt.kernel,
-                ranks=list(ranks),
-                sharding_spec=spec,
-                **{key: getattr(c, key, None) for key in KERNEL_SETTINGS},
-            )
+            else:
+                metas = tuple(
+                    ShardMetadata(
+                        shard_offsets=offsets,
+                        shard_sizes=sizes,
+                        placement=placement(topo.compute_device, r, topo.local_size),
+                    )
+                    for (sizes, offsets), r in zip(opt.shards.to_list(), ranks, strict=True)
+                )
+                ps = ParameterSharding(
+                    sharding_type=opt.sharding_type,
+                    compute_kernel=opt.kernel,
+                    ranks=ranks,
+                    sharding_spec=EnumerableShardingSpec(shards=metas),
+                )
             plan.setdefault(table.module_path, {})[table.name] = ps
             decisions.append(
                 TableDecision(
@@ -536,7 +535,7 @@ class EmbeddingShardingPlanner:
                     table=table.name,
                     sharding_type=opt.sharding_type.value,
                     compute_kernel=opt.kernel.value,
-                    ranks=ranks,
+                    ranks=tuple(ranks),
                     memory_bytes=int(opt.memory.sum()),
                     cost_s=opt.total_cost,
                     max_shard_cost_s=opt.max_cost,

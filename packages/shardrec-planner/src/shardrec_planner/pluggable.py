@@ -28,7 +28,7 @@ from torch import nn
 from shardrec_planner.constraints import ParameterConstraints
 from shardrec_planner.enums import ShardingType
 from shardrec_planner.errors import PlannerError, PlannerErrorType
-from shardrec_planner.parameter_sharding import KERNEL_SETTINGS, ParameterSharding
+from shardrec_planner.parameter_sharding import ParameterSharding
 from shardrec_planner.planner_types import Shard, ShardingOption, Storage
 from shardrec_planner.planner_utils import reset_shard_rank
 from shardrec_planner.shard_metadata import EnumerableShardingSpec, ShardMetadata, placement
@@ -165,6 +165,17 @@ def load_plan(
     return extract_plan(search_space, loaded) if loaded else None
 
 
+_PLAN_CORE = {"sharding_type", "compute_kernel", "ranks", "sharding_spec"}
+
+
+def _kernel_settings(option: ShardingOption) -> dict[str, Any]:
+    """The option's per-table kernel settings (cache_params, enforce_hbm, ...) that a
+    ParameterSharding carries: each ParameterSharding field beyond the placement that the
+    option also has, when set."""
+    names = {f.name for f in dataclasses.fields(ParameterSharding)} - _PLAN_CORE
+    return {n: getattr(option, n) for n in names if getattr(option, n, None) is not None}
+
+
 def sharding_options_to_plan(
     best_plan: Sequence[ShardingOption], topology: Topology
 ) -> dict[str, dict[str, ParameterSharding]]:
@@ -197,7 +208,7 @@ def sharding_options_to_plan(
             compute_kernel=option.compute_kernel,  # type: ignore[arg-type]
             ranks=ranks,
             sharding_spec=spec,
-            **{key: getattr(option, key) for key in KERNEL_SETTINGS},
+            **_kernel_settings(option),
         )
     return plan
 
