@@ -1,5 +1,6 @@
 """TorchRec's proposers (TorchRec path `torchrec.distributed.planner.proposers`)."""
 
+from shardrec_planner.offload_scaleup import EmbeddingOffloadScaleupProposer
 from shardrec_planner.proposers import (
     DynamicProgrammingProposer,
     GreedyProposer,
@@ -13,6 +14,7 @@ from shardrec_planner.proposers import (
 
 __all__ = [
     "DynamicProgrammingProposer",
+    "EmbeddingOffloadScaleupProposer",
     "GreedyProposer",
     "GridSearchProposer",
     "Proposer",
