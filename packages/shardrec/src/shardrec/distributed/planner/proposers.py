@@ -8,7 +8,7 @@ from shardrec_planner.proposers import (
     Proposer,
     UniformProposer,
     _sharding_option_score,
-    logger,
+    logger,  # noqa: F401  (TorchRec's tests patch it here; not exported)
     proposers_to_proposals_list,
 )
 
@@ -20,6 +20,5 @@ __all__ = [
     "Proposer",
     "UniformProposer",
     "_sharding_option_score",
-    "logger",
     "proposers_to_proposals_list",
 ]
