@@ -181,3 +181,30 @@ def test_parameter_sharding_ranks_are_a_copied_list() -> None:
         ParameterSharding(sharding_type="data_parallel", compute_kernel="dense", ranks="01")  # type: ignore[arg-type]
     back = ShardingPlan.from_json(ShardingPlan({"m": {"t": two}}).to_json()).plan["m"]["t"]
     assert back == two and back.ranks == [0, 1]
+
+
+class _Endless(_OneProposal):
+    """Proposes the same proposal forever."""
+
+    def propose(self) -> list[object] | None:
+        if self.proposal is not None:
+            self.kept = self.proposal
+        return self.kept
+
+    def load(self, search_space: list[object]) -> None:
+        super().load(search_space)
+        self.kept = self.proposal
+
+
+def test_timeout_bounds_the_proposal_loop() -> None:
+    import time
+
+    proposer = _Endless()
+    planner = EmbeddingShardingPlanner(
+        _topology(), 64, proposer=proposer, stats=[], timeout_seconds=0.3
+    )
+    start = time.perf_counter()
+    plan = planner.plan(make_ebc(SPEC), [_tw_rw()])
+    assert time.perf_counter() - start < 10
+    assert sorted(plan.plan[""]) == ["a", "b", "c"]
+    assert planner._num_proposals == 1 and len(proposer.heard) > 1  # repeats answered from cache

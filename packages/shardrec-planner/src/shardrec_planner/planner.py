@@ -91,7 +91,8 @@ class EmbeddingShardingPlanner:
     - `memory_reserve_fraction`: share of each rank's memory kept free for the dense model,
       activations and allocator slack (TorchRec reserves 15% too).
     - `time_budget_s`: the local search stops after this long (it usually converges sooner);
-      `timeout_seconds` is TorchRec's name for it.
+      `timeout_seconds` is TorchRec's name for it, and also bounds TorchRec's loop (below):
+      no proposal is tried past it, the best so far wins.
     - `storage_reservation`: a TorchRec storage reservation (`HeuristicalStorageReservation`,
       `FixedPercentageStorageReservation`, ... or the user's own). When given, it replaces
       `memory_reserve_fraction`: each `plan` asks it to reserve, and the tables may use what
@@ -132,6 +133,7 @@ class EmbeddingShardingPlanner:
     ) -> None:
         if timeout_seconds is not None:
             time_budget_s = timeout_seconds
+        self._timeout_seconds = timeout_seconds
         if storage_reservation is None and heuristical_storage_reservation_percentage is not None:
             storage_reservation = HeuristicalStorageReservation(
                 percentage=heuristical_storage_reservation_percentage
@@ -217,7 +219,7 @@ class EmbeddingShardingPlanner:
         if self._parts is None:
             plan = self._plan_own(module, sharders, start)
         else:
-            self._best, plan = self._plan_with_parts(self._parts, module, sharders)
+            self._best, plan = self._plan_with_parts(self._parts, module, sharders, start)
         self._last = (module, sharders, plan)
         best = LazyPlan(lambda: self._best_plan)
         for stats in self._stats:
@@ -251,7 +253,11 @@ class EmbeddingShardingPlanner:
         return self._build(tables, options, result, time.perf_counter() - start)
 
     def _plan_with_parts(
-        self, parts: TorchRecParts, module: nn.Module, sharders: list[PlannerSharder]
+        self,
+        parts: TorchRecParts,
+        module: nn.Module,
+        sharders: list[PlannerSharder],
+        start: float,
     ) -> tuple[list[ShardingOption], ShardingPlan]:
         reservation = self.storage_reservation or HeuristicalStorageReservation(percentage=0.15)
         storage_constraint = reservation.reserve(
@@ -277,6 +283,7 @@ class EmbeddingShardingPlanner:
                     storage_constraint,
                     enumerator,
                     counts,
+                    None if self._timeout_seconds is None else start + self._timeout_seconds,
                 )
             finally:
                 self._num_proposals, self._num_plans = counts.proposals, counts.plans

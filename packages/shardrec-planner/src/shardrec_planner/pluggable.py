@@ -20,6 +20,8 @@ import abc
 import copy
 import dataclasses
 import inspect
+import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -34,6 +36,8 @@ from shardrec_planner.planner_utils import reset_shard_rank
 from shardrec_planner.shard_metadata import EnumerableShardingSpec, ShardMetadata, placement
 from shardrec_planner.sharder import PlannerSharder
 from shardrec_planner.topology import Topology
+
+logger = logging.getLogger(__name__)
 
 
 class Partitioner(Protocol):
@@ -260,8 +264,12 @@ def torchrec_search(
     storage_constraint: Topology,
     enumerator: object,
     counts: SearchCounts,
+    deadline: float | None = None,
 ) -> list[ShardingOption]:
     """TorchRec's proposal loop: the placed plan with the lowest rating.
+
+    Past `deadline` (a `time.perf_counter()` value) no further proposal is tried (TorchRec's
+    `timeout_seconds`): the best so far wins.
 
     Raises PlannerError when no proposal could be placed, classified as TorchRec does:
     INSUFFICIENT_STORAGE when even the smallest proposal exceeds the cluster, else
@@ -282,6 +290,9 @@ def torchrec_search(
         extra = {"storage_constraint": storage_constraint} if with_constraint else {}
         proposal = proposer.propose()
         while proposal:
+            if deadline is not None and time.perf_counter() > deadline:
+                logger.info("planner time limit reached: the best plan so far is kept")
+                break
             key = tuple(sorted(hash(o) for o in proposal))
             if key in seen:
                 ok, cached, rating = seen[key]
