@@ -36,18 +36,18 @@ def test_issue_example() -> None:
         local_world_size=2,
         device_type="cuda",
     )
-    assert plan["t0"].ranks == (0,)
+    assert plan["t0"].ranks == [0]
     assert plan["t0"].shards[0].placement == "rank:0/cuda:0"
     assert plan["t0"].compute_kernel is EmbeddingComputeKernel.FUSED
     assert [s.shard_sizes for s in plan["t1"].shards] == [(3, 64), (3, 64), (3, 64), (1, 64)]
     assert [s.shard_offsets for s in plan["t1"].shards] == [(0, 0), (3, 0), (6, 0), (9, 0)]
     assert [s.shard_sizes for s in plan["t2"].shards] == [(50, 32), (50, 32)]
     assert [s.shard_offsets for s in plan["t2"].shards] == [(0, 0), (0, 32)]
-    assert plan["t3"].ranks == (0, 1)
+    assert plan["t3"].ranks == [0, 1]
     assert [s.shard_sizes for s in plan["t3"].shards] == [(5, 32), (4, 32)]
     assert plan["t4"].sharding_type is ShardingType.DATA_PARALLEL
     assert plan["t4"].compute_kernel is EmbeddingComputeKernel.DENSE
-    assert plan["t4"].ranks == (0, 1, 2, 3) and plan["t4"].sharding_spec is None
+    assert plan["t4"].ranks == [0, 1, 2, 3] and plan["t4"].sharding_spec is None
 
 
 def test_grid_and_table_column_wise() -> None:
@@ -60,7 +60,7 @@ def test_grid_and_table_column_wise() -> None:
         sharder=sharder(),
     )
     g = plan["g"]
-    assert g.ranks == (2, 3, 0, 1)
+    assert g.ranks == [2, 3, 0, 1]
     assert [(s.shard_offsets, s.shard_sizes) for s in g.shards] == [
         ((0, 0), (5, 128)),
         ((5, 0), (5, 128)),
@@ -75,9 +75,9 @@ def test_column_wise_without_ranks_uses_blocks_of_128() -> None:
     plan = construct_module_sharding_plan(
         ebc, {"c": column_wise(), "s": column_wise()}, world_size=2
     )
-    assert plan["c"].ranks == (0, 1, 0)
+    assert plan["c"].ranks == [0, 1, 0]
     assert [s.shard_sizes for s in plan["c"].shards] == [(4, 128)] * 3
-    assert plan["s"].ranks == (0,)
+    assert plan["s"].ranks == [0]
 
 
 @pytest.mark.parametrize(

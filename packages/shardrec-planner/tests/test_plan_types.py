@@ -88,7 +88,7 @@ def test_parameter_sharding_accepts_strings() -> None:
         sharding_spec=_spec(0, 1),
     )
     assert ps.sharding_type is ShardingType.ROW_WISE
-    assert ps.ranks == (0, 1)
+    assert ps.ranks == [0, 1]
 
 
 @pytest.mark.parametrize(

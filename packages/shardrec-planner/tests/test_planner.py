@@ -50,7 +50,7 @@ def _check_plan(
         min_part = constraints[name].min_partition if name in constraints else None
         width = column_block_size(dim, min_part or 128)
         if ps.sharding_type is ShardingType.DATA_PARALLEL:
-            assert ps.ranks == tuple(range(world))
+            assert ps.ranks == list(range(world))
             for r in range(world):
                 weights[r] += rows * dim * 4
             continue
@@ -66,7 +66,7 @@ def _check_plan(
         assert got == [(tuple(s), tuple(o)) for s, o in expected]
         assert all(0 <= r < world for r in ps.ranks)
         if ps.sharding_type is ShardingType.ROW_WISE:
-            assert ps.ranks == tuple(range(world))
+            assert ps.ranks == list(range(world))
         if ps.sharding_type in (ShardingType.TABLE_ROW_WISE, ShardingType.TABLE_COLUMN_WISE):
             assert len({r // local for r in ps.ranks}) == 1
         for s in ps.shards:

@@ -453,6 +453,25 @@ PATHS = [
     ("shardrec.distributed.planner.stats", "normalize", "shardrec_planner.imbalance"),
     ("shardrec.distributed.planner.stats", "total_distance", "shardrec_planner.imbalance"),
     ("shardrec.distributed.planner.stats", "total_variation", "shardrec_planner.imbalance"),
+    ("shardrec.distributed.planner.stats", "EmbeddingStats", "shardrec_planner.embedding_stats"),
+    (
+        "shardrec.distributed.planner.stats",
+        "NoopEmbeddingStats",
+        "shardrec_planner.embedding_stats",
+    ),
+    ("shardrec.distributed.planner.planners", "extract_plan", "shardrec_planner.pluggable"),
+    (
+        "shardrec.distributed.planner.planners",
+        "validate_modules_inclusion_in_sharding_plan",
+        "shardrec_planner.pluggable",
+    ),
+    ("shardrec.distributed.planner.types", "PlanLoader", "shardrec_planner.pluggable"),
+    (
+        "shardrec.distributed.planner.proposers",
+        "EmbeddingOffloadScaleupProposer",
+        "shardrec_planner.offload_scaleup",
+    ),
+    ("shardrec.distributed.utils", "none_throws", "shardrec_planner.optional"),
     (
         "shardrec.distributed.planner.storage_reservations",
         "FixedAbsoluteStorageReservation",

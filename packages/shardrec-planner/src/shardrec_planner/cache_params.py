@@ -28,13 +28,15 @@ class BoundsCheckMode(enum.Enum):
     NONE = 3
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@dataclasses.dataclass(kw_only=True)
 class CacheParams:
     """The device cache of a `fused_uvm_caching` table.
 
     `load_factor` is the fraction of the table's rows the cache holds (0..1); `reserved_memory`
     the bytes (GB in TorchRec's sharders) set aside for it; `precision` the cache's data type;
-    `prefetch_pipeline` whether a pipeline fills the cache one batch ahead.
+    `prefetch_pipeline` whether a pipeline fills the cache one batch ahead. Mutable and hashable
+    by value as TorchRec's (its proposers and tests assign fields); an assigned value is checked
+    as at construction.
     """
 
     algorithm: CacheAlgorithm | None = None
@@ -45,16 +47,24 @@ class CacheParams:
     stats: object | None = None
     multipass_prefetch_config: object | None = None
 
-    def __post_init__(self) -> None:
-        if self.load_factor is not None and not 0.0 <= self.load_factor <= 1.0:
-            raise ValueError(
-                f"CacheParams.load_factor must be in [0, 1] (the cached fraction of rows), "
-                f"got {self.load_factor}"
-            )
-        if self.reserved_memory is not None and self.reserved_memory < 0:
-            raise ValueError(
-                f"CacheParams.reserved_memory must be >= 0, got {self.reserved_memory}"
-            )
+    def __setattr__(self, name: str, value: object) -> None:
+        _check_cache_field(name, value)  # a bad value is refused before it is stored
+        object.__setattr__(self, name, value)
+
+    def __hash__(self) -> int:
+        # every field but `stats` (an arbitrary statistics object), as TorchRec
+        return hash(
+            tuple(getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "stats")
+        )
+
+
+def _check_cache_field(name: str, value: object) -> None:
+    if name == "load_factor" and value is not None and not 0.0 <= value <= 1.0:  # type: ignore[operator]
+        raise ValueError(
+            f"CacheParams.load_factor must be in [0, 1] (the cached fraction of rows), got {value}"
+        )
+    if name == "reserved_memory" and value is not None and value < 0:  # type: ignore[operator]
+        raise ValueError(f"CacheParams.reserved_memory must be >= 0, got {value}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

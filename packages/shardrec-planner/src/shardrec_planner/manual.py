@@ -49,7 +49,7 @@ def _build(
         if not 0 <= r < world_size:
             raise ValueError(f"rank {r} is out of range for world size {world_size}")
     if st is ShardingType.DATA_PARALLEL:
-        return ParameterSharding(sharding_type=st, compute_kernel=kernel, ranks=tuple(ranks))
+        return ParameterSharding(sharding_type=st, compute_kernel=kernel, ranks=list(ranks))
     metas = tuple(
         ShardMetadata(
             shard_offsets=offsets,
@@ -61,7 +61,7 @@ def _build(
     return ParameterSharding(
         sharding_type=st,
         compute_kernel=kernel,
-        ranks=tuple(ranks),
+        ranks=list(ranks),
         sharding_spec=EnumerableShardingSpec(shards=metas),
     )
 

@@ -16,18 +16,23 @@ class ParameterSharding:
     `ranks` lists the rank of each shard in shard order (a rank can appear twice, e.g. two column
     blocks on one rank). `sharding_spec` is None for data_parallel: every rank holds the table.
     Plain strings are accepted for `sharding_type` and `compute_kernel`.
+    `ranks` is a list (TorchRec's type), checked and copied on construction; plans compare by
+    value, and a ParameterSharding is not hashable.
     """
 
     sharding_type: ShardingType
     compute_kernel: EmbeddingComputeKernel
-    ranks: tuple[int, ...]
+    ranks: list[int]
     sharding_spec: EnumerableShardingSpec | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sharding_type", ShardingType(self.sharding_type))
         kernel = executable_kernel(self.compute_kernel, "ParameterSharding")
         object.__setattr__(self, "compute_kernel", kernel)
-        object.__setattr__(self, "ranks", tuple(int(r) for r in self.ranks))
+        given: object = self.ranks
+        if isinstance(given, (str, bytes)) or not isinstance(given, Sequence):
+            raise TypeError(f"ranks must be a list of ints, got {given!r}")
+        object.__setattr__(self, "ranks", [int(r) for r in given])
         if not self.ranks:
             raise ValueError(f"ranks must not be empty for a {self.sharding_type} table")
         if self.sharding_type is ShardingType.DATA_PARALLEL:
@@ -36,7 +41,7 @@ class ParameterSharding:
             return
         if self.sharding_spec is None:
             raise ValueError(f"sharding_spec is required for {self.sharding_type}")
-        spec_ranks = tuple(s.rank for s in self.sharding_spec.shards)
+        spec_ranks = [s.rank for s in self.sharding_spec.shards]
         if spec_ranks != self.ranks:
             raise ValueError(
                 f"ranks {list(self.ranks)} do not match the ranks of the shard placements "
@@ -74,6 +79,6 @@ class ParameterSharding:
         return ParameterSharding(
             sharding_type=ShardingType(str(data["sharding_type"])),
             compute_kernel=EmbeddingComputeKernel(str(data["compute_kernel"])),
-            ranks=tuple(int(r) for r in ranks),
+            ranks=[int(r) for r in ranks],
             sharding_spec=spec,
         )

@@ -5,13 +5,17 @@ plan(module, sharders)
   2. list each table's options with estimates      (options.table_options, estimator)
   3. choose option and ranks for every table       (search.search)
   4. build the ShardingPlan and its stats          (ParameterSharding per table, PlanStats)
+  5. call each `stats=` object with the plan        (EmbeddingStats prints the summary table)
+
+Given one of TorchRec's pluggable parts (enumerator, proposer, partitioner, performance_model,
+plan_loader, callbacks), steps 2-3 are TorchRec's loop with those parts instead (pluggable.py).
 """
 
 from __future__ import annotations
 
-import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -20,24 +24,41 @@ from torch import nn
 
 from shardrec_planner.constraints import ParameterConstraints
 from shardrec_planner.distributed import broadcast_plan_text
+from shardrec_planner.embedding_stats import EmbeddingStats
+from shardrec_planner.enumerators import EmbeddingEnumerator
 from shardrec_planner.enums import ShardingType
-from shardrec_planner.errors import PlannerError, PlannerErrorType
+from shardrec_planner.errors import PlannerError
 from shardrec_planner.estimator import Workload, estimate_shards, optimizer_state
 from shardrec_planner.geometry import ShardArrays
 from shardrec_planner.options import PLACEMENT_KIND, Option, table_options
 from shardrec_planner.parameter_sharding import ParameterSharding
-from shardrec_planner.report import format_bytes
+from shardrec_planner.partitioners import GreedyPerfPartitioner
+from shardrec_planner.perf_models import NoopPerfModel
+from shardrec_planner.planner_types import ShardingOption
+from shardrec_planner.pluggable import (
+    LazyPlan,
+    SearchCounts,
+    TorchRecParts,
+    context_hasher,
+    load_plan,
+    plan_to_sharding_options,
+    sharding_options_to_plan,
+    torchrec_search,
+)
+from shardrec_planner.proposers import default_proposers
 from shardrec_planner.search import SearchResult, lower_bound, search
 from shardrec_planner.shard_metadata import EnumerableShardingSpec, ShardMetadata, placement
 from shardrec_planner.sharder import PlannerSharder, TableInfo, table_infos
 from shardrec_planner.sharding_plan import ShardingPlan
 from shardrec_planner.stats import PlanStats, RankStats, TableDecision
 from shardrec_planner.storage_reservations import (
+    HeuristicalStorageReservation,
     StorageReservation,
     describe_reservation,
     reserved_caps,
 )
 from shardrec_planner.topology import Topology
+from shardrec_planner.unplaceable import unplaceable_error
 
 DEFAULT_BATCH_SIZE = 512
 _ERROR_PREFIX = "PlannerError:"
@@ -70,12 +91,24 @@ class EmbeddingShardingPlanner:
     - `memory_reserve_fraction`: share of each rank's memory kept free for the dense model,
       activations and allocator slack (TorchRec reserves 15% too).
     - `time_budget_s`: the local search stops after this long (it usually converges sooner);
-      `timeout_seconds` is TorchRec's name for it.
+      `timeout_seconds` is TorchRec's name for it, and also bounds TorchRec's loop (below):
+      no proposal is tried past it, the best so far wins.
     - `storage_reservation`: a TorchRec storage reservation (`HeuristicalStorageReservation`,
       `FixedPercentageStorageReservation`, ... or the user's own). When given, it replaces
       `memory_reserve_fraction`: each `plan` asks it to reserve, and the tables may use what
       the reserved topology's ranks have left (the smallest rank's HBM on accelerators, DDR on
       cpu).
+    - TorchRec's parts, keyword arguments: `enumerator`, `proposer` (one or a list),
+      `partitioner`, `performance_model`, `callbacks` (each maps the best list of
+      ShardingOption to a new one) and `plan_loader`: given any of them, `plan` runs TorchRec's
+      proposal loop with them (the missing parts are TorchRec's defaults: EmbeddingEnumerator,
+      GridSearch + Greedy + Uniform proposers, GreedyPerfPartitioner, NoopPerfModel,
+      HeuristicalStorageReservation(`heuristical_storage_reservation_percentage`)).
+      `stats` (one or a list; default `[EmbeddingStats()]`, `[]` for none) are called with
+      every plan; `debug` is passed on to them.
+    - After `plan`: `_num_proposals`, `_num_plans` (our search counts as one proposal, placed
+      or not; 0 when a table cannot fit anywhere), `_best_plan` (the plan as TorchRec's list of
+      placed ShardingOption), `_enumerator` (its `last_stored_search_space`), `_stats`.
     """
 
     def __init__(
@@ -88,9 +121,23 @@ class EmbeddingShardingPlanner:
         time_budget_s: float = 30.0,
         storage_reservation: StorageReservation | None = None,
         timeout_seconds: float | None = None,
+        enumerator: Any = None,
+        proposer: Any = None,
+        partitioner: Any = None,
+        performance_model: Any = None,
+        stats: Any = None,
+        debug: bool = True,
+        callbacks: Sequence[Callable[[list[ShardingOption]], list[ShardingOption]]] | None = None,
+        heuristical_storage_reservation_percentage: float | None = None,
+        plan_loader: Any = None,
     ) -> None:
         if timeout_seconds is not None:
             time_budget_s = timeout_seconds
+        self._timeout_seconds = timeout_seconds
+        if storage_reservation is None and heuristical_storage_reservation_percentage is not None:
+            storage_reservation = HeuristicalStorageReservation(
+                percentage=heuristical_storage_reservation_percentage
+            )
         if storage_reservation is not None and not callable(
             getattr(storage_reservation, "reserve", None)
         ):
@@ -119,6 +166,26 @@ class EmbeddingShardingPlanner:
         self.storage_reservation = storage_reservation
         self._reserved_caps: tuple[float, float] | None = None
         self._optimizers: dict[str, tuple[float, float]] = {}
+        self._parts = TorchRecParts.of(
+            enumerator=enumerator,
+            proposer=proposer,
+            partitioner=partitioner,
+            performance_model=performance_model,
+            callbacks=callbacks,
+            plan_loader=plan_loader,
+        )
+        if stats is None:
+            stats = [EmbeddingStats()]
+        self._stats: list[Any] = list(stats) if isinstance(stats, (list, tuple)) else [stats]
+        for s in self._stats:
+            if not callable(getattr(s, "log", None)):
+                raise TypeError(f"stats must have a log(...) method, got {type(s).__name__}")
+        self._debug = debug
+        self._num_proposals = 0
+        self._num_plans = 0
+        self._last: tuple[nn.Module, list[PlannerSharder], ShardingPlan] | None = None
+        self._enumerated: Any = enumerator
+        self._best: list[ShardingOption] | None = None
 
     @property
     def memory_cap(self) -> float:
@@ -146,10 +213,32 @@ class EmbeddingShardingPlanner:
     def plan(self, module: nn.Module, sharders: Sequence[PlannerSharder]) -> ShardingPlan:
         """The best plan found for `module`; raises PlannerError when none fits."""
         start = time.perf_counter()
+        self._num_proposals = self._num_plans = 0
+        self._last, self._best = None, None
+        sharders = list(sharders)
+        if self._parts is None:
+            plan = self._plan_own(module, sharders, start)
+        else:
+            self._best, plan = self._plan_with_parts(self._parts, module, sharders, start)
+        self._last = (module, sharders, plan)
+        best = LazyPlan(lambda: self._best_plan)
+        for stats in self._stats:
+            # TorchRec's Stats.log arguments, in its order.
+            stats.log(
+                plan, self.topology, self.batch_size, self.storage_reservation,
+                self._num_proposals, self._num_plans, time.perf_counter() - start, best,
+                self.constraints, sharders, self._debug, self._enumerated,
+            )  # fmt: skip
+        return plan
+
+    def _plan_own(
+        self, module: nn.Module, sharders: Sequence[PlannerSharder], start: float
+    ) -> ShardingPlan:
         self._reserve(module, sharders)
         tables, options = self._options(module, sharders)
         cap = self.memory_cap
         self._check_each_fits(tables, options)
+        self._num_proposals = 1
         result = search(
             options,
             world_size=self.topology.world_size,
@@ -160,7 +249,92 @@ class EmbeddingShardingPlanner:
         )
         if result.failed:
             self._raise_unplaceable(tables, options, [tables[t] for t in result.failed])
+        self._num_plans = 1
         return self._build(tables, options, result, time.perf_counter() - start)
+
+    def _plan_with_parts(
+        self,
+        parts: TorchRecParts,
+        module: nn.Module,
+        sharders: list[PlannerSharder],
+        start: float,
+    ) -> tuple[list[ShardingOption], ShardingPlan]:
+        reservation = self.storage_reservation or HeuristicalStorageReservation(percentage=0.15)
+        storage_constraint = reservation.reserve(
+            self.topology, self.batch_size, module, sharders, self.constraints
+        )
+        enumerator = self._make_enumerator()
+        search_space = enumerator.enumerate(module, sharders)
+        if not search_space:
+            return [], ShardingPlan({})
+        best: list[ShardingOption] | None = None
+        if parts.plan_loader is not None:
+            has_hash = context_hasher("hash_planner_context_inputs_str") is not None
+            ours = self._context_hash_str() if has_hash else None
+            best = load_plan(parts.plan_loader, ours, search_space)
+        if best is None:
+            counts = SearchCounts()
+            try:
+                best = torchrec_search(
+                    search_space,
+                    parts.proposers or default_proposers(),
+                    parts.partitioner or GreedyPerfPartitioner(),
+                    parts.performance_model or NoopPerfModel(topology=self.topology),
+                    storage_constraint,
+                    enumerator,
+                    counts,
+                    None if self._timeout_seconds is None else start + self._timeout_seconds,
+                )
+            finally:
+                self._num_proposals, self._num_plans = counts.proposals, counts.plans
+        for callback in parts.callbacks:
+            best = callback(best)
+        return best, ShardingPlan(plan=sharding_options_to_plan(best, self.topology))
+
+    def _context_hash_str(self) -> str:
+        """TorchRec's planner-context hash (topology, batch size, enumerator, storage
+        reservation, constraints), as text; present when shardrec_planner has the hashing."""
+        hasher = context_hasher("hash_planner_context_inputs_str")
+        assert hasher is not None  # the method is attached only when it is present
+        return str(hasher(**self._context_inputs()))
+
+    def _context_hash(self) -> int:
+        hasher = context_hasher("hash_planner_context_inputs")
+        assert hasher is not None  # the method is attached only when it is present
+        return int(hasher(**self._context_inputs()))
+
+    def _context_inputs(self) -> dict[str, Any]:
+        return {
+            "topology": self.topology,
+            "batch_size": self.batch_size,
+            "enumerator": self._make_enumerator(),
+            "storage_reservation": self.storage_reservation
+            or HeuristicalStorageReservation(percentage=0.15),
+            "constraints": self.constraints,
+        }
+
+    def _make_enumerator(self) -> Any:
+        if self._enumerated is None:
+            self._enumerated = EmbeddingEnumerator(
+                topology=self.topology, batch_size=self.batch_size, constraints=self.constraints
+            )
+        return self._enumerated
+
+    @property
+    def _best_plan(self) -> list[ShardingOption] | None:
+        """The last plan as TorchRec's placed ShardingOption list (None before a plan)."""
+        if self._best is None and self._last is not None:
+            module, sharders, plan = self._last
+            space = self._make_enumerator().enumerate(module, sharders)
+            self._best = plan_to_sharding_options(plan.plan, space)
+        return self._best
+
+    @property
+    def _enumerator(self) -> Any:
+        """TorchRec's enumerator; after a plan its `last_stored_search_space` is that model's."""
+        if self._last is not None:
+            self._best_plan  # noqa: B018 (enumerates the last model's search space)
+        return self._make_enumerator()
 
     def collective_plan(
         self,
@@ -321,51 +495,13 @@ class EmbeddingShardingPlanner:
     def _raise_unplaceable(
         self, tables: list[TableInfo], options: list[list[Option]], bad: list[TableInfo]
     ) -> None:
-        cap = self.memory_cap
-        world = self.topology.world_size
-        index = {id(t): i for i, t in enumerate(tables)}
-        need_total = sum(min(o.total_memory for o in opts) for opts in options)
-        lines = []
-        for table in bad[:10]:
-            opts = options[index[id(table)]]
-            best = min(opts, key=lambda o: o.max_memory)
-            types = sorted({o.sharding_type.value for o in opts})
-            hint = []
-            if "row_wise" not in types:
-                hint.append("allow row_wise")
-            elif best.max_memory > cap:
-                hint.append(f"use at least {math.ceil(world * best.max_memory / cap)} ranks")
-            hint.append(f"a smaller embedding_dim than {table.dim}")
-            lines.append(
-                f"  {table.name!r} ({table.rows:,} x {table.dim}): its smallest option "
-                f"{best.label} needs {format_bytes(best.max_memory)} on one rank; "
-                f"allowed types {types}; to fix: {', or '.join(hint)}"
-            )
-        if len(bad) > 10:
-            lines.append(f"  ... and {len(bad) - 10} more")
-        names = [t.name for t in bad[:20]] + (["..."] if len(bad) > 20 else [])
         if self.storage_reservation is None:
-            reserve, knob = (
-                f"{self.memory_reserve_fraction:.0%} reserved",
-                "memory_reserve_fraction",
-            )
+            reserve = f"{self.memory_reserve_fraction:.0%} reserved"
+            knob = "memory_reserve_fraction"
         else:
             reserve = f"less {describe_reservation(self.storage_reservation)}"
             knob = "what the storage reservation reserves"
-        raise PlannerError(
-            f"cannot place {len(bad)} table(s) {names}: each rank has "
-            f"{format_bytes(cap)} for tables ({format_bytes(self.topology.device_memory)} "
-            f"{reserve}); the model needs at least "
-            f"{format_bytes(need_total)} of the {format_bytes(cap * world)} on {world} rank(s).\n"
-            + "\n".join(lines)
-            + f"\nOr add ranks, give devices more memory (Topology hbm_cap/ddr_cap), or lower "
-            f"{knob}.",
-            # TorchRec's classification: the model exceeds the cluster, or the allowed options
-            # (constraints, sharder) are what keep it from fitting.
-            error_type=PlannerErrorType.INSUFFICIENT_STORAGE
-            if need_total > cap * world
-            else PlannerErrorType.STRICT_CONSTRAINTS,
-        )
+        raise unplaceable_error(tables, options, bad, self.memory_cap, self.topology, reserve, knob)
 
     def _build(
         self,
@@ -379,7 +515,7 @@ class EmbeddingShardingPlanner:
         decisions: list[TableDecision] = []
         for t, table in enumerate(tables):
             opt = options[t][result.choice[t]]
-            ranks = tuple(int(r) for r in result.ranks[t])
+            ranks = [int(r) for r in result.ranks[t]]
             if opt.sharding_type is ShardingType.DATA_PARALLEL:
                 ps = ParameterSharding(
                     sharding_type=opt.sharding_type, compute_kernel=opt.kernel, ranks=ranks
@@ -406,7 +542,7 @@ class EmbeddingShardingPlanner:
                     table=table.name,
                     sharding_type=opt.sharding_type.value,
                     compute_kernel=opt.kernel.value,
-                    ranks=ranks,
+                    ranks=tuple(ranks),
                     memory_bytes=int(opt.memory.sum()),
                     cost_s=opt.total_cost,
                     max_shard_cost_s=opt.max_cost,
@@ -437,3 +573,14 @@ class EmbeddingShardingPlanner:
             memory_source=topo.memory_text(),
         )
         return ShardingPlan(plan=plan, stats=stats)
+
+
+# TorchRec's public names for the context hash, where shardrec_planner has the hashing.
+if context_hasher("hash_planner_context_inputs_str") is not None:
+    EmbeddingShardingPlanner.hash_planner_context_inputs_str = (  # type: ignore[attr-defined]
+        EmbeddingShardingPlanner._context_hash_str
+    )
+if context_hasher("hash_planner_context_inputs") is not None:
+    EmbeddingShardingPlanner.hash_planner_context_inputs = (  # type: ignore[attr-defined]
+        EmbeddingShardingPlanner._context_hash
+    )

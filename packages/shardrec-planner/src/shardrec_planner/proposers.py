@@ -329,3 +329,14 @@ def proposers_to_proposals_list(
                 seen.add(key)
             proposal = proposer.propose()
     return proposals
+
+
+def default_proposers() -> list[Proposer]:
+    """TorchRec's default proposers, in TorchRec's order: grid search, greedy by the slowest
+    shard, greedy by the shard sum, uniform."""
+    return [
+        GridSearchProposer(),
+        GreedyProposer(),
+        GreedyProposer(use_depth=False),
+        UniformProposer(),
+    ]

@@ -3,6 +3,7 @@
 TorchRec's imbalance measures are here under our names and TorchRec's private spellings.
 """
 
+from shardrec_planner.embedding_stats import EmbeddingStats, NoopEmbeddingStats
 from shardrec_planner.imbalance import (
     chi_sq_divergence,
     kl_divergence,
@@ -24,6 +25,8 @@ _calc_max_chi_sq_divergence = max_chi_sq_divergence
 _calc_max_kl_divergence = max_kl_divergence
 
 __all__ = [
+    "EmbeddingStats",
+    "NoopEmbeddingStats",
     "chi_sq_divergence",
     "kl_divergence",
     "max_chi_sq_divergence",

@@ -22,6 +22,7 @@ from shardrec_planner.planner_types import (
     ShardingOption,
     Storage,
 )
+from shardrec_planner.pluggable import PlanLoader
 from shardrec_planner.proposers import Proposer
 from shardrec_planner.shard_storage import PipelineType
 from shardrec_planner.sharder_data import SharderData
@@ -53,6 +54,7 @@ __all__ = [
     "PartitionByType",
     "Perf",
     "PipelineType",
+    "PlanLoader",
     "PlannerError",
     "PlannerErrorType",
     "Proposer",
