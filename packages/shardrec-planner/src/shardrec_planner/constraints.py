@@ -10,6 +10,11 @@ from shardrec_planner.cache_params import BoundsCheckMode, CacheParams, KeyValue
 from shardrec_planner.enums import EmbeddingComputeKernel, ShardingType
 
 
+class DefaultPoolingFactors(tuple[float, ...]):
+    """TorchRec's default `pooling_factors` (`[1.0]`), told apart from a list the user gave: the
+    planner reads it as 1.0 for each feature of the table, and it joins no length check."""
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ParameterConstraints:
     """What the planner may do with one table, and what its input looks like.
@@ -17,7 +22,8 @@ class ParameterConstraints:
     - `sharding_types` / `compute_kernels`: allowed choices (plain strings accepted); None = any
       the sharder offers.
     - `min_partition`: narrowest column block for column-split types (default 128).
-    - `pooling_factors`: average ids per sample for each feature of the table (default 1.0 each).
+    - `pooling_factors`: average ids per sample for each feature of the table (default
+      TorchRec's `[1.0]`, a `DefaultPoolingFactors`: 1.0 for each feature).
     - `num_poolings`: poolings per sample for each feature (default 1.0 each).
     - `batch_sizes`: per-rank batch size for each feature (default: the planner's batch_size).
     - `is_weighted`: ids carry per-id weights (more input bytes, slower backward).
@@ -33,7 +39,9 @@ class ParameterConstraints:
     sharding_types: Sequence[str] | None = None
     compute_kernels: Sequence[str] | None = None
     min_partition: int | None = None
-    pooling_factors: Sequence[float] | None = None
+    pooling_factors: Sequence[float] | None = dataclasses.field(
+        default_factory=lambda: DefaultPoolingFactors((1.0,))
+    )
     num_poolings: Sequence[float] | None = None
     batch_sizes: Sequence[int] | None = None
     is_weighted: bool = False
@@ -77,7 +85,7 @@ class ParameterConstraints:
             raise ValueError(f"min_partition must be >= 1, got {self.min_partition}")
         for field in ("pooling_factors", "num_poolings", "batch_sizes"):
             values = getattr(self, field)
-            if values is None:
+            if values is None or isinstance(values, DefaultPoolingFactors):
                 continue
             if isinstance(values, str | bytes) or not values:
                 raise ValueError(f"{field} must be a non-empty list of numbers, got {values!r}")
@@ -88,6 +96,7 @@ class ParameterConstraints:
             f: len(getattr(self, f))
             for f in ("pooling_factors", "num_poolings", "batch_sizes")
             if getattr(self, f) is not None
+            and not isinstance(getattr(self, f), DefaultPoolingFactors)
         }
         if len(set(lengths.values())) > 1:
             raise ValueError(

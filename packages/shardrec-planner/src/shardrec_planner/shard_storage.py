@@ -71,15 +71,32 @@ class PipelineType(enum.Enum):
     TRAIN_PREFETCH_SPARSE_DIST = "train_prefetch_sparse_dist"
 
 
+class StorageUsageType(enum.Enum):
+    """How a sharder sizes a table: plainly (`DEFAULT`, `BASE`) or quantized (`BASE_QUANT`: each
+    row also stores an fp16 scale and bias, 4 bytes)."""
+
+    DEFAULT = "default"
+    BASE = "base"
+    BASE_QUANT = "base_quant"
+
+
+def get_tensor_size_bytes(tensor: torch.Tensor) -> int:
+    """Bytes of `tensor`'s elements (`numel * element_size`; a meta tensor counts the same)."""
+    return tensor.numel() * tensor.element_size()
+
+
 def compute_storage_usage(
-    tensor: torch.Tensor, compute_device_type: str, compute_kernel: str
+    tensor: torch.Tensor,
+    compute_device_type: str,
+    compute_kernel: str,
+    storage_usage_type: StorageUsageType = StorageUsageType.DEFAULT,
 ) -> dict[str, int]:
-    """Bytes of `tensor` per tier ("hbm"/"ddr") for a kernel: host kernels keep rows in DDR."""
-    if compute_device_type not in ("cuda", "cpu", "mtia"):
-        raise ValueError(
-            f"compute_device_type {compute_device_type!r} is not one of 'cuda', 'cpu', 'mtia'"
-        )
-    size = tensor.numel() * tensor.element_size()
+    """Bytes of `tensor` per tier ("hbm"/"ddr") for a kernel, as TorchRec: host kernels (UVM,
+    key-value, virtual tables) keep rows in DDR; on cpu everything is DDR; any other device type
+    (cuda, mtia, or one TorchRec does not know) is HBM. `BASE_QUANT` adds 4 bytes a row."""
+    size = get_tensor_size_bytes(tensor)
+    if StorageUsageType(storage_usage_type) is StorageUsageType.BASE_QUANT:
+        size += int(tensor.shape[0]) * 4
     if compute_kernel in _HOST_KERNELS:
         return {"ddr": size}
     return {"ddr" if compute_device_type == "cpu" else "hbm": size}

@@ -20,8 +20,13 @@ from torch import Tensor, nn
 from shardrec_collectives import Awaitable, ShardingEnv, agree_on_error
 from shardrec_embedding import BaseEmbeddingConfig
 from shardrec_jagged import KeyedJaggedTensor
-from shardrec_optim import EmbOptimType, FusedOptimSpec, fused_spec_of_param
-from shardrec_planner import EmbeddingComputeKernel, ParameterSharding, ShardingType
+from shardrec_optim import (
+    NON_OPTIMIZER_FUSED_PARAMS,
+    EmbOptimType,
+    FusedOptimSpec,
+    fused_spec_of_param,
+)
+from shardrec_planner import ParameterSharding, ShardingType, sharded_kernels
 from shardrec_sharding.checks import FeatureChecker
 from shardrec_sharding.fused_optimizer import ShardedFusedOptimizer
 from shardrec_sharding.layout import LocalTable, TableSharding, check_plan, segments_of
@@ -58,9 +63,18 @@ def table_optimizer(
         found = own()
         if isinstance(found, FusedOptimSpec):
             return found
-    if fused_params:
-        return FusedOptimSpec.from_fused_params(fused_params)
+    if _sets_optimizer(fused_params):
+        return FusedOptimSpec.from_fused_params(fused_params)  # type: ignore[arg-type]  # not None: checked
     return DEFAULT_FUSED_OPTIMIZER
+
+
+def _sets_optimizer(fused_params: Mapping[str, object] | None) -> bool:
+    """Whether `fused_params` says anything about the optimizer (TorchRec passes `{}`, or only
+    lookup keys such as `cache_load_factor`, when the optimizer comes from elsewhere)."""
+    return bool(fused_params) and any(
+        k not in NON_OPTIMIZER_FUSED_PARAMS
+        for k in fused_params  # type: ignore[union-attr]  # not None: checked
+    )
 
 
 class ShardedCollectionBase(nn.Module, Generic[S]):
@@ -220,16 +234,31 @@ class TableSharder:
             "learning_rate": 0.01, ...}`) for tables whose weight has no optimizer from
             `apply_optimizer_in_backward`.
 
-    Every sharding type runs on every device type (CPU with gloo included).
+        qcomm_codecs_registry: TorchRec's quantized-communication codecs; shardrec's
+            collectives send full precision, so only None or an empty mapping is accepted.
+
+    Every sharding type runs on every device type (CPU with gloo included). The compute kernels
+    offered are TorchRec's (`sharded_kernels`): `dense` for data_parallel; `fused`, and on cuda
+    also `fused_uvm`, `fused_uvm_caching` and `key_value`, for the others. shardrec runs the
+    last three as `fused` (no UVM cache or key-value store); the plan report says so.
     """
 
     _modules: tuple[type[nn.Module], ...]  # the module types it shards, the first is its type
     _container: str  # the attribute holding the tables
     _sharding_types: Sequence[ShardingType]
 
-    def __init__(self, fused_params: Mapping[str, object] | None = None) -> None:
-        if fused_params is not None:
-            FusedOptimSpec.from_fused_params(fused_params)  # reject bad settings now
+    def __init__(
+        self,
+        fused_params: Mapping[str, object] | None = None,
+        qcomm_codecs_registry: Mapping[str, object] | None = None,
+    ) -> None:
+        if qcomm_codecs_registry:
+            raise ValueError(
+                f"qcomm_codecs_registry {dict(qcomm_codecs_registry)!r}: shardrec's collectives "
+                "send full precision and take no quantized-comm codecs; pass None"
+            )
+        if _sets_optimizer(fused_params):
+            FusedOptimSpec.from_fused_params(fused_params)  # type: ignore[arg-type]  # reject bad settings now
         self._fused_params = None if fused_params is None else dict(fused_params)
 
     @property
@@ -244,9 +273,7 @@ class TableSharder:
         return [t.value for t in self._sharding_types]
 
     def compute_kernels(self, sharding_type: str, compute_device_type: str) -> list[str]:
-        if ShardingType(sharding_type) is ShardingType.DATA_PARALLEL:
-            return [EmbeddingComputeKernel.DENSE.value]
-        return [EmbeddingComputeKernel.FUSED.value, EmbeddingComputeKernel.DENSE.value]
+        return sharded_kernels(sharding_type, compute_device_type)
 
     def shardable_parameters(self, module: nn.Module) -> dict[str, nn.Parameter]:
         if not isinstance(module, self._modules):

@@ -17,6 +17,12 @@ from shardrec_planner.cache_params import (
     CacheParams,
     KeyValueParams,
 )
+from shardrec_planner.shard_storage import (
+    PipelineType,
+    StorageUsageType,
+    compute_storage_usage,
+    get_tensor_size_bytes,
+)
 
 __all__ = [
     "Awaitable",
@@ -32,8 +38,12 @@ __all__ = [
     "ModuleSharder",
     "NoWait",
     "ParameterSharding",
+    "PipelineType",
     "ShardMetadata",
     "ShardingEnv",
     "ShardingPlan",
     "ShardingType",
+    "StorageUsageType",
+    "compute_storage_usage",
+    "get_tensor_size_bytes",
 ]
