@@ -13,10 +13,11 @@ kernel or cache option is silently dropped:
     fused_uvm_caching   fused     on cpu: as fused; on cuda: UVM with CacheParams.load_factor
     key_value           fused     as fused on every device
 
-Cache options (`ParameterConstraints` -> `ParameterSharding`): `cache_params.load_factor` sets the
-cached share in the estimates of a `fused_uvm_caching` table (TorchRec's storage formula and our
-cost model); the other cache fields, `enforce_hbm` and `key_value_params` configure a device
-cache or store shardrec does not have, and the report lists them as not applied.
+Cache options (`ParameterConstraints` -> `ParameterSharding`): `cache_params.load_factor` sets
+the cached share in the estimates of a `fused_uvm_caching` table on cuda (TorchRec's storage and
+perf formulas, and our cost model; on cpu the table is estimated as fused); the other cache
+fields, `enforce_hbm` and `key_value_params` configure a device cache or store shardrec does not
+have, and the report lists them as not applied.
 `bounds_check_mode`: shardrec's lookups always refuse an out-of-range id with an error naming it
 (TorchRec's FATAL); another mode is reported as such. `stochastic_rounding`: the fused optimizer
 rounds to nearest; True is reported as not applied (it only matters for fp16/bf16 weights).
@@ -24,6 +25,7 @@ rounds to nearest; True is reported as not applied (it only matters for fp16/bf1
 
 from __future__ import annotations
 
+import enum
 from typing import TYPE_CHECKING, Any
 
 from shardrec_planner.cache_params import BoundsCheckMode
@@ -72,9 +74,13 @@ def estimated_kernel(kernel: EmbeddingComputeKernel, compute_device: str) -> Emb
     return kernel
 
 
-def kernel_notes(ps: ParameterSharding) -> list[str]:
-    """What becomes of the plan's kernel and each kernel option it carries, one line each."""
+def kernel_notes(ps: ParameterSharding, compute_device: str | None = None) -> list[str]:
+    """What becomes of the plan's kernel and each kernel option it carries, one line each.
+
+    `compute_device` (the plan's; None: read from the shards' placements) decides whether a
+    cached table's load factor sized the estimates (cuda) or not (cpu: estimated as fused)."""
     notes: list[str] = []
+    device = compute_device or next((s.device.split(":")[0] for s in ps.shards), None)
     asked = ps.compute_kernel
     runs = executed_kernel(asked)
     if runs is not asked:
@@ -82,16 +88,23 @@ def kernel_notes(ps: ParameterSharding) -> list[str]:
             f"kernel {asked.value} runs as {runs.value} (shardrec has no UVM cache or key-value "
             "store: rows and optimizer state live in the compute device's memory)"
         )
+        if device not in (None, "cpu") and asked is not EmbeddingComputeKernel.KEY_VALUE:
+            notes.append(
+                f"the {device} estimate of {asked.value} (TorchRec's UVM model) puts its rows in "
+                "host memory; allow 'fused' or budget device memory for the whole table"
+            )
     cache = ps.cache_params
     if cache is not None:
         if cache.load_factor is not None:
-            used = asked is EmbeddingComputeKernel.FUSED_UVM_CACHING
-            notes.append(
-                f"cache_params.load_factor={cache.load_factor} "
-                + ("sized the cache in the estimates" if used else "unused (no cached kernel)")
-            )
+            if asked is not EmbeddingComputeKernel.FUSED_UVM_CACHING:
+                use = "unused (the kernel has no cache)"
+            elif device == "cpu":
+                use = "unused on cpu (estimated as fused)"
+            else:
+                use = "sized the cache in the estimates"
+            notes.append(f"cache_params.load_factor={cache.load_factor} {use}")
         rest = [
-            f"{name}={getattr(cache, name)!r}"
+            f"{name}={_show(getattr(cache, name))}"
             for name in (
                 "algorithm",
                 "reserved_memory",
@@ -116,6 +129,10 @@ def kernel_notes(ps: ParameterSharding) -> list[str]:
     if ps.stochastic_rounding:
         notes.append("stochastic_rounding=True not applied (updates round to nearest)")
     return notes
+
+
+def _show(value: object) -> str:
+    return value.name if isinstance(value, enum.Enum) else repr(value)
 
 
 def kernel_options(constraints: ParameterConstraints | None) -> dict[str, Any]:

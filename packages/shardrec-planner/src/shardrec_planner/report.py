@@ -53,7 +53,7 @@ def format_kernel_notes(plan: ShardingPlan) -> str:
         f"  {(path + '.') if path else ''}{name}: {note}"
         for path, tables in plan.plan.items()
         for name, ps in tables.items()
-        for note in kernel_notes(ps)
+        for note in kernel_notes(ps, plan.stats.compute_device if plan.stats else None)
     ]
     return "kernels and cache options\n" + "\n".join(lines) if lines else ""
 

@@ -1,0 +1,65 @@
+"""TorchRec's sharder constructor and kernel lists, and the clear refusal of raw-id (virtual)
+tables, all before any collective (a local env with no process group)."""
+
+from __future__ import annotations
+
+import pytest
+
+from shardrec_collectives import ShardingEnv
+from shardrec_embedding import (
+    EmbeddingBagCollection,
+    EmbeddingBagConfig,
+    EmbeddingCollection,
+    EmbeddingConfig,
+)
+from shardrec_planner import construct_module_sharding_plan, row_wise, sharded_kernels, table_wise
+from shardrec_sharding import (
+    EmbeddingBagCollectionSharder,
+    EmbeddingCollectionSharder,
+    ShardedEmbeddingBagCollection,
+)
+
+LOCAL = ShardingEnv.from_local(2, 0)
+
+
+def test_positional_fused_params_and_qcomm_registry() -> None:
+    sharder = EmbeddingBagCollectionSharder({"optimizer": "exact_sgd"}, None)
+    assert sharder.fused_params == {"optimizer": "exact_sgd"}
+    # TorchRec passes {} (or only lookup keys) when the optimizer comes from elsewhere
+    assert EmbeddingBagCollectionSharder({}, {}).fused_params == {}
+    assert EmbeddingBagCollectionSharder({"cache_load_factor": 0.2}).fused_params is not None
+    with pytest.raises(ValueError, match=r"qcomm_codecs_registry .* pass None"):
+        EmbeddingBagCollectionSharder(None, {"forward": object()})
+    with pytest.raises(ValueError, match="unknown fused_params"):
+        EmbeddingBagCollectionSharder({"optimizer": "exact_sgd", "nope": 1})
+
+
+@pytest.mark.parametrize("sharder", [EmbeddingBagCollectionSharder(), EmbeddingCollectionSharder()])
+def test_kernel_lists_are_torchrecs(sharder) -> None:  # type: ignore[no-untyped-def]
+    for device in ("cpu", "cuda"):
+        for st in sharder.sharding_types(device):
+            assert sharder.compute_kernels(st, device) == sharded_kernels(st, device)
+    assert sharder.compute_kernels("row_wise", "cuda") == [
+        "fused",
+        "fused_uvm",
+        "fused_uvm_caching",
+        "key_value",
+    ]
+    assert sharder.compute_kernels("row_wise", "cpu") == ["fused"]
+
+
+@pytest.mark.parametrize(
+    "extra", [{"use_virtual_table": True}, {"total_num_buckets": 5}], ids=["virtual", "buckets"]
+)
+def test_virtual_tables_are_refused_by_the_sharded_modules(extra: dict[str, object]) -> None:
+    configs = [EmbeddingBagConfig(name="t", num_embeddings=10, embedding_dim=4, **extra)]  # type: ignore[arg-type]
+    ebc = EmbeddingBagCollection(configs)  # the unsharded module is a plain table
+    plan = construct_module_sharding_plan(ebc, {"t": row_wise()}, world_size=2)
+    with pytest.raises(ValueError, match=r"table 't': use_virtual_table=.* raw-id"):
+        ShardedEmbeddingBagCollection(ebc, plan, LOCAL)
+    ec = EmbeddingCollection(
+        [EmbeddingConfig(name="t", num_embeddings=10, embedding_dim=4, **extra)]
+    )  # type: ignore[arg-type]
+    ec_plan = construct_module_sharding_plan(ec, {"t": table_wise(rank=0)}, world_size=2)
+    with pytest.raises(ValueError, match="raw-id"):
+        EmbeddingCollectionSharder().shard(ec, ec_plan, LOCAL)
