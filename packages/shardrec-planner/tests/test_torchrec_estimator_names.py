@@ -11,6 +11,7 @@ import torch
 from _planner_models import make_ebc, sharder
 
 from shardrec_planner import CacheParams, ParameterConstraints, Topology
+from shardrec_planner.cache_params import MultiPassPrefetchConfig
 from shardrec_planner.constants import CROSS_NODE_BANDWIDTH, HBM_TO_DDR_MEM_BW
 from shardrec_planner.constraints import DefaultPoolingFactors
 from shardrec_planner.enumerators import EmbeddingEnumerator, bucketed_row_shards
@@ -20,7 +21,12 @@ from shardrec_planner.perf_estimator_factory import (
     EmbeddingPerfEstimatorFactory,
 )
 from shardrec_planner.shard_perf import EmbeddingPerfEstimator
-from shardrec_planner.shard_storage import StorageUsageType, compute_storage_usage
+from shardrec_planner.shard_storage import (
+    EmbeddingStorageEstimator,
+    PipelineType,
+    StorageUsageType,
+    compute_storage_usage,
+)
 from shardrec_planner.sharder import TableInfo
 
 TOPO = Topology(world_size=4, compute_device="cuda", local_world_size=2)
@@ -151,3 +157,37 @@ def test_default_pooling_factors() -> None:
     with pytest.raises(ValueError, match="equal lengths"):
         ParameterConstraints(pooling_factors=[1.0], num_poolings=[1.0, 2.0])
     assert math.isclose(sum(ParameterConstraints().pooling_factors or []), 1.0)
+
+
+def test_multipass_prefetch_shrinks_the_prefetch_buffer() -> None:
+    # TorchRec's prefetch pipeline keeps 3 input copies plus (1 + 6 / passes) prefetched inputs
+    # of a cached table on the device: more passes, less memory.
+    model = make_ebc([("t", 50, 16)])
+
+    def hbm(passes: int) -> int:
+        cons = {
+            "t": ParameterConstraints(
+                compute_kernels=["fused_uvm_caching"],
+                cache_params=CacheParams(
+                    load_factor=0.5,
+                    multipass_prefetch_config=MultiPassPrefetchConfig(num_passes=passes),
+                ),
+            )
+        }
+        storage = EmbeddingStorageEstimator(
+            topology=TOPO, constraints=cons, pipeline_type=PipelineType.TRAIN_PREFETCH_SPARSE_DIST
+        )
+        enum = EmbeddingEnumerator(
+            topology=TOPO, batch_size=10, constraints=cons, estimator=[storage]
+        )
+        kernels = ["fused_uvm_caching"]
+        (option,) = enum.enumerate(
+            model, [sharder(sharding_types=["table_wise"], compute_kernels=kernels)]
+        )
+        assert option.shards[0].storage is not None
+        return option.shards[0].storage.hbm
+
+    inputs = 10 * 4 * 8  # 10 ids a rank (pooling 1.0), 4 ranks, 8 bytes
+    assert hbm(1) - hbm(6) == int((1 + 6 / 1) * inputs) - int((1 + 6 / 6) * inputs)
+    with pytest.raises(ValueError, match="num_passes must be an int >= 1, got 0"):
+        MultiPassPrefetchConfig(num_passes=0)

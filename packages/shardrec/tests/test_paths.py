@@ -181,6 +181,7 @@ PATHS = [
     ("shardrec.distributed", "EmbeddingCollectionSharder", "shardrec_sharding"),
     ("shardrec.distributed.types", "Awaitable", "shardrec_collectives"),
     ("shardrec.distributed.types", "PipelineType", "shardrec_planner.shard_storage"),
+    ("shardrec.distributed.types", "MultiPassPrefetchConfig", "shardrec_planner.cache_params"),
     ("shardrec.distributed.types", "StorageUsageType", "shardrec_planner.shard_storage"),
     ("shardrec.distributed.types", "compute_storage_usage", "shardrec_planner.shard_storage"),
     ("shardrec.distributed.types", "get_tensor_size_bytes", "shardrec_planner.shard_storage"),

@@ -16,6 +16,7 @@ from shardrec_planner.cache_params import (
     CacheAlgorithm,
     CacheParams,
     KeyValueParams,
+    MultiPassPrefetchConfig,
 )
 from shardrec_planner.shard_storage import (
     PipelineType,
@@ -36,6 +37,7 @@ __all__ = [
     "LazyAwaitable",
     "LazyNoWait",
     "ModuleSharder",
+    "MultiPassPrefetchConfig",
     "NoWait",
     "ParameterSharding",
     "PipelineType",
