@@ -3,6 +3,8 @@ tables, all before any collective (a local env with no process group)."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from shardrec_collectives import ShardingEnv
@@ -12,7 +14,13 @@ from shardrec_embedding import (
     EmbeddingCollection,
     EmbeddingConfig,
 )
-from shardrec_planner import construct_module_sharding_plan, row_wise, sharded_kernels, table_wise
+from shardrec_planner import (
+    BoundsCheckMode,
+    construct_module_sharding_plan,
+    row_wise,
+    sharded_kernels,
+    table_wise,
+)
 from shardrec_sharding import (
     EmbeddingBagCollectionSharder,
     EmbeddingCollectionSharder,
@@ -63,3 +71,18 @@ def test_virtual_tables_are_refused_by_the_sharded_modules(extra: dict[str, obje
     ec_plan = construct_module_sharding_plan(ec, {"t": table_wise(rank=0)}, world_size=2)
     with pytest.raises(ValueError, match="raw-id"):
         EmbeddingCollectionSharder().shard(ec, ec_plan, LOCAL)
+
+
+def test_lookup_fused_params_are_named_as_not_applied(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="shardrec_sharding._assembly"):
+        EmbeddingBagCollectionSharder(
+            {"optimizer": "exact_sgd", "cache_load_factor": 0.2, "stochastic_rounding": True}
+        )
+    (record,) = caplog.records
+    assert "'cache_load_factor': 0.2" in record.getMessage()
+    assert "'stochastic_rounding': True" in record.getMessage()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="shardrec_sharding._assembly"):
+        EmbeddingBagCollectionSharder({"optimizer": "exact_sgd", "stochastic_rounding": False})
+        EmbeddingBagCollectionSharder({"bounds_check_mode": BoundsCheckMode.FATAL})
+    assert caplog.records == []

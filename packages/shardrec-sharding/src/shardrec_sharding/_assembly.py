@@ -11,6 +11,7 @@ sharders differ only in the module they take (`TableSharder`).
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Generic, TypeVar
 
@@ -42,6 +43,8 @@ __all__ = [
     "table_optimizer",
 ]
 
+logger = logging.getLogger(__name__)
+
 DEFAULT_FUSED_OPTIMIZER = FusedOptimSpec(optimizer=EmbOptimType.EXACT_SGD)
 """What a fused table trains with when neither `fused_params` nor
 `apply_optimizer_in_backward` chose an optimizer (TorchRec's default: exact SGD, lr 0.01)."""
@@ -66,6 +69,21 @@ def table_optimizer(
     if _sets_optimizer(fused_params):
         return FusedOptimSpec.from_fused_params(fused_params)  # type: ignore[arg-type]  # not None: checked
     return DEFAULT_FUSED_OPTIMIZER
+
+
+def _lookup_params_not_applied(fused_params: Mapping[str, object] | None) -> dict[str, object]:
+    """TorchRec's lookup-only `fused_params` (a cache, bounds checking, stochastic rounding,
+    output dtype) that shardrec's fused lookup does not act on; the planner reads none of them
+    either (TorchRec's storage estimator reads `cache_load_factor`)."""
+    if not fused_params:
+        return {}
+    out = {k: v for k, v in fused_params.items() if k in NON_OPTIMIZER_FUSED_PARAMS}
+    mode = out.get("bounds_check_mode")
+    if mode is not None and getattr(mode, "name", str(mode)).upper().endswith("FATAL"):
+        del out["bounds_check_mode"]  # what the lookups do anyway
+    if out.get("stochastic_rounding") is False:
+        del out["stochastic_rounding"]
+    return out
 
 
 def _sets_optimizer(fused_params: Mapping[str, object] | None) -> bool:
@@ -256,6 +274,15 @@ class TableSharder:
             raise ValueError(
                 f"qcomm_codecs_registry {dict(qcomm_codecs_registry)!r}: shardrec's collectives "
                 "send full precision and take no quantized-comm codecs; pass None"
+            )
+        ignored = _lookup_params_not_applied(fused_params)
+        if ignored:
+            logger.warning(
+                "%s: fused_params %s are not applied: shardrec's fused lookup has no UVM cache, "
+                "always refuses out-of-range ids (FATAL), rounds updates to nearest and returns "
+                "the table's dtype",
+                type(self).__name__,
+                ignored,
             )
         if _sets_optimizer(fused_params):
             FusedOptimSpec.from_fused_params(fused_params)  # type: ignore[arg-type]  # reject bad settings now
