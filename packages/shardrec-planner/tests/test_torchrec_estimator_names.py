@@ -5,12 +5,13 @@ prefetch terms, bucketed row-wise shards, and TorchRec's default pooling factors
 from __future__ import annotations
 
 import math
+import types
 
 import pytest
 import torch
 from _planner_models import make_ebc, sharder
 
-from shardrec_planner import CacheParams, ParameterConstraints, Topology
+from shardrec_planner import CacheParams, ParameterConstraints, Shard, ShardingOption, Topology
 from shardrec_planner.cache_params import MultiPassPrefetchConfig
 from shardrec_planner.constants import CROSS_NODE_BANDWIDTH, HBM_TO_DDR_MEM_BW
 from shardrec_planner.constraints import DefaultPoolingFactors
@@ -191,3 +192,48 @@ def test_multipass_prefetch_shrinks_the_prefetch_buffer() -> None:
     assert hbm(1) - hbm(6) == int((1 + 6 / 1) * inputs) - int((1 + 6 / 6) * inputs)
     with pytest.raises(ValueError, match="num_passes must be an int >= 1, got 0"):
         MultiPassPrefetchConfig(num_passes=0)
+
+
+def _one_option() -> ShardingOption:
+    model = make_ebc([("t", 50, 16)])
+    enum = EmbeddingEnumerator(topology=TOPO, batch_size=10, estimator=[_NoEstimate()])
+    (option,) = enum.enumerate(
+        model, [sharder(sharding_types=["table_wise"], compute_kernels=["fused"])]
+    )
+    return option
+
+
+class _NoEstimate:
+    def estimate(self, options: object, sharder_map: object = None) -> None:
+        return None
+
+
+def test_sharder_data_map_stands_in_for_the_sharders() -> None:
+    # TorchRec 1.8 passes per-module-type data (fused_params, storage usage type) instead of
+    # the sharders; BASE_QUANT adds 4 bytes a row of the table on the device.
+    estimator = EmbeddingStorageEstimator(topology=TOPO)
+    hbm = {}
+    for usage in (StorageUsageType.DEFAULT, StorageUsageType.BASE_QUANT):
+        option = _one_option()
+        data = types.SimpleNamespace(fused_params={}, storage_usage_type=usage)
+        estimator.estimate([option], sharder_data_map={option.module_type_key: data})
+        assert option.shards[0].storage is not None
+        hbm[usage] = option.shards[0].storage.hbm
+    assert hbm[StorageUsageType.BASE_QUANT] - hbm[StorageUsageType.DEFAULT] == 50 * 4
+
+
+def test_an_empty_table_is_refused_with_its_shape() -> None:
+    option = ShardingOption(
+        name="t",
+        tensor=torch.zeros(50, 0, device="meta"),
+        module=("", make_ebc([("t", 50, 16)])),
+        input_lengths=[1.0],
+        batch_size=10,
+        sharding_type="table_wise",
+        partition_by="device",
+        compute_kernel="fused",
+        shards=[Shard(size=[50, 0], offset=[0, 0])],
+    )
+    for estimator in (EmbeddingStorageEstimator(topology=TOPO), EmbeddingPerfEstimator(TOPO)):
+        with pytest.raises(ValueError, match=r"'t' has no elements .*tensor.shape=\(50, 0\)"):
+            estimator.estimate([option], {option.module_type_key: sharder()})

@@ -123,9 +123,15 @@ class EmbeddingPerfEstimator:
         self,
         sharding_options: list[ShardingOption],
         sharder_map: Mapping[str, Any] | None = None,
+        sharder_data_map: Mapping[str, Any] | None = None,
     ) -> None:
+        """Fill every shard's estimate; `sharder_data_map` (TorchRec 1.8's name: per module type,
+        an object with the sharder's `fused_params`) may stand in for `sharder_map`."""
         inputs = option_inputs(
-            type(self).__name__, sharding_options, sharder_map, self._constraints
+            type(self).__name__,
+            sharding_options,
+            sharder_map if sharder_map is not None else sharder_data_map,
+            self._constraints,
         )
         topo = self._topology
         for option, got in zip(sharding_options, inputs, strict=True):

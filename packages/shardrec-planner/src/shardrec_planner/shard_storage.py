@@ -381,10 +381,11 @@ def calculate_shard_storages(
     )
     _validate_io_sizes(input_sizes, output_sizes, sharding_type)
     usage = getattr(sharder, "storage_usage", None)
+    usage_type = getattr(sharder, "storage_usage_type", None) or StorageUsageType.DEFAULT
     tiers: Mapping[str, int] = (
         usage(tensor, compute_device, compute_kernel)
         if callable(usage)
-        else compute_storage_usage(tensor, compute_device, compute_kernel)
+        else compute_storage_usage(tensor, compute_device, compute_kernel, usage_type)
     )
     hbm, ddr = int(tiers.get("hbm", 0)), int(tiers.get("ddr", 0))
     cached = compute_kernel in _CACHED_KERNELS
@@ -467,6 +468,12 @@ def option_inputs(
         return []
     found = []
     for option in sharding_options:
+        if option.tensor.numel() == 0:
+            raise ValueError(
+                f"table {option.name!r} has no elements to estimate (tensor.shape="
+                f"{tuple(option.tensor.shape)}, sharding_type={option.sharding_type}, "
+                f"compute_kernel={option.compute_kernel}); give the table rows and columns"
+            )
         key = sharder_name(type(option.module[1]))
         if key not in sharder_map:
             raise ValueError(f"table {option.name!r}: no sharder for module type {key}")
@@ -516,9 +523,15 @@ class EmbeddingStorageEstimator:
         self,
         sharding_options: list[ShardingOption],
         sharder_map: Mapping[str, Any] | None = None,
+        sharder_data_map: Mapping[str, Any] | None = None,
     ) -> None:
+        """Fill every shard's estimate; `sharder_data_map` (TorchRec 1.8's name: per module type,
+        an object with the sharder's `fused_params`) may stand in for `sharder_map`."""
         inputs = option_inputs(
-            type(self).__name__, sharding_options, sharder_map, self._constraints
+            type(self).__name__,
+            sharding_options,
+            sharder_map if sharder_map is not None else sharder_data_map,
+            self._constraints,
         )
         for option, got in zip(sharding_options, inputs, strict=True):
             sharder, ratio = got.sharder, got.caching_ratio
