@@ -4,12 +4,14 @@ either used (the load factor in cuda estimates) or named in the plan report."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 from _planner_models import make_ebc, sharder
 
+from shardrec_embedding import DataType
 from shardrec_planner import (
     CacheAlgorithm,
     CacheParams,
@@ -24,7 +26,7 @@ from shardrec_planner import (
     kernel_notes,
     sharded_kernels,
 )
-from shardrec_planner.cache_params import BoundsCheckMode
+from shardrec_planner.cache_params import BoundsCheckMode, MultiPassPrefetchConfig
 from shardrec_planner.estimator import Workload, estimate_shards, kernel_bandwidth
 from shardrec_planner.geometry import shard_arrays
 from shardrec_planner.sharder import TableInfo
@@ -193,11 +195,28 @@ def test_bad_options_are_refused() -> None:
         ParameterSharding(
             sharding_type="data_parallel", compute_kernel="ssd_virtual_table", ranks=(0,)
         )
-    unsaved = ParameterSharding(
+    odd = ParameterSharding(
         sharding_type="data_parallel",
         compute_kernel="dense",
         ranks=(0,),
-        cache_params=CacheParams(load_factor=0.1, stats=object()),
+        cache_params=CacheParams(load_factor=0.1, precision="fp16"),
     )
-    with pytest.raises(ValueError, match=r"cache_params fields \['stats'\] cannot be saved"):
-        unsaved.to_dict()
+    with pytest.raises(ValueError, match=r"precision 'fp16' cannot be saved.*DataType"):
+        odd.to_dict()
+
+
+def test_cache_params_json_keeps_all_but_the_statistics() -> None:
+    full = CacheParams(
+        algorithm=CacheAlgorithm.LFU,
+        load_factor=0.3,
+        reserved_memory=1.5,
+        precision=DataType.FP16,
+        prefetch_pipeline=True,
+        stats=object(),  # a planning input: not part of the saved plan
+        multipass_prefetch_config=MultiPassPrefetchConfig(num_passes=3),
+    )
+    ps = ParameterSharding(
+        sharding_type="data_parallel", compute_kernel="dense", ranks=(0,), cache_params=full
+    )
+    back = ParameterSharding.from_dict(ps.to_dict())
+    assert back.cache_params == dataclasses.replace(full, stats=None)

@@ -6,11 +6,13 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from shardrec_embedding import DataType
 from shardrec_planner.cache_params import (
     BoundsCheckMode,
     CacheAlgorithm,
     CacheParams,
     KeyValueParams,
+    MultiPassPrefetchConfig,
 )
 from shardrec_planner.enums import EmbeddingComputeKernel, ShardingType, executable_kernel
 from shardrec_planner.shard_metadata import EnumerableShardingSpec, ShardMetadata
@@ -116,16 +118,7 @@ def _options_to_dict(ps: ParameterSharding) -> dict[str, object]:
     """The kernel options that are set, as JSON values (absent keys read back as None)."""
     out: dict[str, object] = {}
     if ps.cache_params is not None:
-        cache = {k: v for k, v in dataclasses.asdict(ps.cache_params).items() if v is not None}
-        unsaved = sorted(set(cache) - {"algorithm", "load_factor", "reserved_memory"})
-        if unsaved:
-            raise ValueError(
-                f"cache_params fields {unsaved} cannot be saved in a plan's JSON (only "
-                "algorithm, load_factor and reserved_memory); drop them before saving"
-            )
-        if "algorithm" in cache:
-            cache["algorithm"] = ps.cache_params.algorithm.name  # type: ignore[union-attr]  # set: checked above
-        out["cache_params"] = cache
+        out["cache_params"] = _cache_to_dict(ps.cache_params)
     for name in ("enforce_hbm", "stochastic_rounding"):
         if getattr(ps, name) is not None:
             out[name] = getattr(ps, name)
@@ -138,6 +131,34 @@ def _options_to_dict(ps: ParameterSharding) -> dict[str, object]:
     return out
 
 
+def _cache_to_dict(cache: CacheParams) -> dict[str, object]:
+    """`cache` as JSON values. `stats` (cache statistics, an input of TorchRec's perf estimate
+    made before the plan exists) is left out; a `precision` or prefetch config of a type the
+    JSON cannot hold raises `ValueError` naming it."""
+    out: dict[str, object] = {}
+    for name in ("load_factor", "reserved_memory", "prefetch_pipeline"):
+        if getattr(cache, name) is not None:
+            out[name] = getattr(cache, name)
+    if cache.algorithm is not None:
+        out["algorithm"] = cache.algorithm.name
+    if cache.precision is not None:
+        if not isinstance(cache.precision, DataType):
+            raise ValueError(
+                f"cache_params.precision {cache.precision!r} cannot be saved in a plan's JSON; "
+                "use a DataType (e.g. DataType.FP16)"
+            )
+        out["precision"] = cache.precision.value
+    mpp = cache.multipass_prefetch_config
+    if mpp is not None:
+        if not isinstance(mpp, MultiPassPrefetchConfig):
+            raise ValueError(
+                f"cache_params.multipass_prefetch_config {mpp!r} cannot be saved in a plan's "
+                "JSON; use a MultiPassPrefetchConfig"
+            )
+        out["multipass_prefetch_config"] = dataclasses.asdict(mpp)
+    return out
+
+
 def _options_from_dict(data: Mapping[str, object]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     cache = data.get("cache_params")
@@ -145,6 +166,11 @@ def _options_from_dict(data: Mapping[str, object]) -> dict[str, Any]:
         fields = dict(cache)
         if "algorithm" in fields:
             fields["algorithm"] = CacheAlgorithm[str(fields["algorithm"])]
+        if "precision" in fields:
+            fields["precision"] = DataType(str(fields["precision"]))
+        mpp = fields.get("multipass_prefetch_config")
+        if isinstance(mpp, Mapping):
+            fields["multipass_prefetch_config"] = MultiPassPrefetchConfig(**mpp)
         out["cache_params"] = CacheParams(**fields)
     for name in ("enforce_hbm", "stochastic_rounding"):
         if data.get(name) is not None:
