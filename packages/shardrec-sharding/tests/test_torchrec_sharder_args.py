@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 import pytest
+import torch
 
 from shardrec_collectives import ShardingEnv
 from shardrec_embedding import (
@@ -16,6 +17,7 @@ from shardrec_embedding import (
 )
 from shardrec_planner import (
     BoundsCheckMode,
+    ShardingType,
     construct_module_sharding_plan,
     row_wise,
     sharded_kernels,
@@ -26,6 +28,8 @@ from shardrec_sharding import (
     EmbeddingCollectionSharder,
     ShardedEmbeddingBagCollection,
 )
+from shardrec_sharding._assembly import _warn_device_placement
+from shardrec_sharding.layout import check_plan
 
 LOCAL = ShardingEnv.from_local(2, 0)
 
@@ -86,3 +90,25 @@ def test_lookup_fused_params_are_named_as_not_applied(caplog: pytest.LogCaptureF
         EmbeddingBagCollectionSharder({"optimizer": "exact_sgd", "stochastic_rounding": False})
         EmbeddingBagCollectionSharder({"bounds_check_mode": BoundsCheckMode.FATAL})
     assert caplog.records == []
+
+
+def test_uvm_tables_off_the_cpu_are_named_as_device_resident(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    ebc = EmbeddingBagCollection(
+        [EmbeddingBagConfig(name=n, num_embeddings=10, embedding_dim=4) for n in ("u", "v")]
+    )
+    plan = construct_module_sharding_plan(
+        ebc,
+        {"u": row_wise(compute_kernel="fused_uvm_caching"), "v": row_wise()},
+        world_size=2,
+        device_type="cuda",
+    )
+    tables = check_plan(ebc.embedding_bag_configs(), plan, 2, list(ShardingType))
+    with caplog.at_level(logging.WARNING, logger="shardrec_sharding._assembly"):
+        _warn_device_placement(tables, torch.device("cpu"))
+        assert caplog.records == []
+        _warn_device_placement(tables, torch.device("cuda", 0))
+    (record,) = caplog.records
+    assert "table 'u': plan kernel fused_uvm_caching runs as fused" in record.getMessage()
+    assert "10 x 4 rows" in record.getMessage()

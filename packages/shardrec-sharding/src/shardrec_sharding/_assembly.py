@@ -28,6 +28,7 @@ from shardrec_optim import (
     fused_spec_of_param,
 )
 from shardrec_planner import ParameterSharding, ShardingType, sharded_kernels
+from shardrec_planner.kernel_choice import RUNS_AS_FUSED
 from shardrec_sharding.checks import FeatureChecker
 from shardrec_sharding.fused_optimizer import ShardedFusedOptimizer
 from shardrec_sharding.layout import LocalTable, TableSharding, check_plan, segments_of
@@ -86,6 +87,25 @@ def _lookup_params_not_applied(fused_params: Mapping[str, object] | None) -> dic
     return out
 
 
+def _warn_device_placement(tables: Sequence[TableSharding], device: torch.device) -> None:
+    """A plan's UVM kernel runs as fused: off the cpu its rows take device memory the plan's
+    estimate put in host memory, so say so (the plan report says it too)."""
+    if device.type == "cpu":
+        return
+    for t in tables:
+        kernel = t.sharding.compute_kernel
+        if kernel in RUNS_AS_FUSED and kernel.value.startswith("fused_uvm"):
+            logger.warning(
+                "table %r: plan kernel %s runs as fused: its %d x %d rows and optimizer state "
+                "live in %s memory, not host memory as a UVM estimate assumed",
+                t.name,
+                kernel.value,
+                t.config.num_embeddings,
+                t.config.embedding_dim,
+                device,
+            )
+
+
 def _sets_optimizer(fused_params: Mapping[str, object] | None) -> bool:
     """Whether `fused_params` says anything about the optimizer (TorchRec passes `{}`, or only
     lookup keys such as `cache_load_factor`, when the optimizer comes from elsewhere)."""
@@ -122,6 +142,7 @@ class ShardedCollectionBase(nn.Module, Generic[S]):
         self._device = env.device
         container = getattr(module, self._prefix)
         tables = check_plan(configs, plan, env.world_size, list(registry))
+        _warn_device_placement(tables, self._device)
         full: dict[str, Tensor | None] = {}
         optimizers: dict[str, FusedOptimSpec] = {}
         for t in tables:
