@@ -7,9 +7,12 @@ from __future__ import annotations
 import math
 import types
 
+import numpy as np
 import pytest
 import torch
 from _planner_models import make_ebc, sharder
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shardrec_planner import CacheParams, ParameterConstraints, Shard, ShardingOption, Topology
 from shardrec_planner.cache_params import MultiPassPrefetchConfig
@@ -237,3 +240,17 @@ def test_an_empty_table_is_refused_with_its_shape() -> None:
     for estimator in (EmbeddingStorageEstimator(topology=TOPO), EmbeddingPerfEstimator(TOPO)):
         with pytest.raises(ValueError, match=r"'t' has no elements .*tensor.shape=\(50, 0\)"):
             estimator.estimate([option], {option.module_type_key: sharder()})
+
+
+@settings(max_examples=60, deadline=None)
+@given(buckets=st.integers(1, 40), per_bucket=st.integers(1, 7), world=st.integers(1, 12))
+def test_bucketed_row_shards_match_an_even_split_of_the_buckets(
+    buckets: int, per_bucket: int, world: int
+) -> None:
+    # reference: numpy's even split of the bucket ids over the ranks (first ranks larger)
+    parts = np.array_split(np.arange(buckets), world)
+    shards = bucketed_row_shards(buckets * per_bucket, 3, buckets, world)
+    assert [s.size[0] for s in shards] == [len(p) * per_bucket for p in parts]
+    assert [s.offset[0] for s in shards] == [
+        int(p[0]) * per_bucket if len(p) else buckets * per_bucket for p in parts
+    ]
