@@ -15,9 +15,9 @@ from shardrec.distributed.types import CacheAlgorithm, CacheParams
 from shardrec_testing import RankContext, seeded_generator
 
 
-def script(ctx: RankContext, kernel: str) -> tuple[str, dict[str, torch.Tensor]]:
+def make_ebc() -> torchrec.EmbeddingBagCollection:
     torch.manual_seed(0)
-    ebc = torchrec.EmbeddingBagCollection(
+    return torchrec.EmbeddingBagCollection(
         tables=[
             torchrec.EmbeddingBagConfig(
                 name="big", embedding_dim=8, num_embeddings=400, feature_names=["f1"]
@@ -27,6 +27,10 @@ def script(ctx: RankContext, kernel: str) -> tuple[str, dict[str, torch.Tensor]]
             ),
         ],
     )
+
+
+def script(ctx: RankContext, kernel: str) -> tuple[str, dict[str, torch.Tensor]]:
+    ebc = make_ebc()
     cache = CacheParams(algorithm=CacheAlgorithm.LRU, load_factor=0.2)
     constraints = {
         "big": ParameterConstraints(
@@ -77,20 +81,5 @@ def test_cache_params_script_trains_as_fused(rank_pool) -> None:  # type: ignore
     # training moved rank 0's rows of `big` (the runs do not agree by leaving tables untouched)
     assert not torch.equal(
         cached[0][1][next(k for k in cached[0][1] if "big" in k)],
-        _initial_rows(),
+        make_ebc().embedding_bags["big"].weight.detach()[:200],
     )
-
-
-def _initial_rows() -> torch.Tensor:
-    torch.manual_seed(0)
-    ebc = torchrec.EmbeddingBagCollection(
-        tables=[
-            torchrec.EmbeddingBagConfig(
-                name="big", embedding_dim=8, num_embeddings=400, feature_names=["f1"]
-            ),
-            torchrec.EmbeddingBagConfig(
-                name="small", embedding_dim=8, num_embeddings=40, feature_names=["f2"]
-            ),
-        ],
-    )
-    return ebc.embedding_bags["big"].weight.detach()[:200]
