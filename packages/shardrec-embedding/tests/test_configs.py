@@ -105,3 +105,22 @@ def test_init_bounds_ordered() -> None:
         EmbeddingBagConfig(
             num_embeddings=4, embedding_dim=2, name="t", weight_init_min=1.0, weight_init_max=0.5
         )
+
+
+def test_virtual_table_fields_are_carried_and_checked() -> None:
+    c = EmbeddingBagConfig(
+        num_embeddings=120, embedding_dim=2, name="t", total_num_buckets=12, use_virtual_table=True
+    )
+    assert (c.total_num_buckets, c.use_virtual_table) == (12, True)
+    plain = EmbeddingConfig(num_embeddings=4, embedding_dim=2, name="u")
+    assert (plain.total_num_buckets, plain.use_virtual_table) == (None, False)
+    with pytest.raises(
+        ValueError, match=r"num_embeddings 100 is not a multiple of total_num_buckets 7"
+    ):
+        EmbeddingBagConfig(num_embeddings=100, embedding_dim=2, name="t", total_num_buckets=7)
+    with pytest.raises(ValueError, match=r"total_num_buckets must be >= 1, got 0"):
+        EmbeddingBagConfig(num_embeddings=100, embedding_dim=2, name="t", total_num_buckets=0)
+    with pytest.raises(TypeError, match="total_num_buckets must be an int"):
+        EmbeddingBagConfig(num_embeddings=100, embedding_dim=2, name="t", total_num_buckets=2.0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="use_virtual_table must be a bool"):
+        EmbeddingBagConfig(num_embeddings=4, embedding_dim=2, name="t", use_virtual_table=1)  # type: ignore[arg-type]

@@ -116,6 +116,12 @@ class BaseEmbeddingConfig:
         `-/+ sqrt(1 / num_embeddings)`.
     init_fn: called with the weight (in place) instead of the uniform init when given.
     need_pos: TorchRec's marker for position-weighted tables (kept for compatibility).
+    total_num_buckets: TorchRec's bucket count of a raw-id (virtual) table: rows come in
+        `total_num_buckets` equal buckets (`num_embeddings` must be a multiple), and row-wise
+        sharding gives each rank whole buckets. The planner's enumerator honours it; the sharded
+        modules refuse it until raw-id dynamic tables land.
+    use_virtual_table: TorchRec's marker of a raw-id table whose rows are created on first use.
+        Carried for the planner; the sharded modules refuse it until raw-id dynamic tables land.
     """
 
     num_embeddings: int
@@ -128,10 +134,13 @@ class BaseEmbeddingConfig:
     num_embeddings_post_pruning: int | None = None
     init_fn: InitFn | None = None
     need_pos: bool = False
+    total_num_buckets: int | None = None
+    use_virtual_table: bool = False
 
     def __post_init__(self) -> None:
         _require_int("num_embeddings", self.num_embeddings, self.name, minimum=1)
         _require_int("embedding_dim", self.embedding_dim, self.name, minimum=1)
+        self._check_virtual_fields()
         if not isinstance(self.name, str):
             raise TypeError(f"name must be a str, got {self.name!r}")
         try:
@@ -160,6 +169,23 @@ class BaseEmbeddingConfig:
         if not low <= high:
             raise ValueError(
                 f"table {self.name!r}: weight_init_min {low} must not exceed weight_init_max {high}"
+            )
+
+    def _check_virtual_fields(self) -> None:
+        if not isinstance(self.use_virtual_table, bool):
+            raise TypeError(
+                f"table {self.name!r}: use_virtual_table must be a bool, got "
+                f"{self.use_virtual_table!r}"
+            )
+        buckets = self.total_num_buckets
+        if buckets is None:
+            return
+        _require_int("total_num_buckets", buckets, self.name, minimum=1)
+        if self.num_embeddings % buckets:
+            raise ValueError(
+                f"table {self.name!r}: num_embeddings {self.num_embeddings} is not a multiple of "
+                f"total_num_buckets {buckets}; buckets hold equal row ranges, so pick a bucket "
+                "count that divides num_embeddings"
             )
 
     def get_weight_init_max(self) -> float:

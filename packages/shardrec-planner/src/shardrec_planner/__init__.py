@@ -13,6 +13,7 @@ from shardrec_planner.enums import EmbeddingComputeKernel, ShardingType
 from shardrec_planner.errors import PlannerError, PlannerErrorType
 from shardrec_planner.geometry import MIN_CW_DIM, column_block_size, row_block_sizes, shard_geometry
 from shardrec_planner.host import HostInfo, detect_host
+from shardrec_planner.kernel_choice import executed_kernel, kernel_notes, sharded_kernels
 from shardrec_planner.manual import (
     ParameterShardingGenerator,
     column_wise,
@@ -92,13 +93,16 @@ __all__ = [
     "construct_module_sharding_plan",
     "data_parallel",
     "detect_host",
+    "executed_kernel",
     "grid_shard",
+    "kernel_notes",
     "placement",
     "plan_chart_data",
     "row_block_sizes",
     "row_wise",
     "save_plan_chart",
     "shard_geometry",
+    "sharded_kernels",
     "table_column_wise",
     "table_row_wise",
     "table_wise",

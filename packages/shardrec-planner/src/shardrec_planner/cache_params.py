@@ -81,3 +81,21 @@ class KeyValueParams:
     ps_max_key_per_request: int | None = None
     ps_max_local_index_length: int | None = None
     enable_async_update: bool | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MultiPassPrefetchConfig:
+    """TorchRec's multi-pass cache prefetch: the prefetch of one batch runs in `num_passes`
+    passes (items of at least `min_splitted_item_size` are split), so fewer prefetched rows are
+    resident at once; the planner's storage estimate of a cached table reads `num_passes`."""
+
+    num_passes: int = 12
+    min_splitted_item_size: int = 1 << 18
+
+    def __post_init__(self) -> None:
+        for name in ("num_passes", "min_splitted_item_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(
+                    f"MultiPassPrefetchConfig.{name} must be an int >= 1, got {value!r}"
+                )

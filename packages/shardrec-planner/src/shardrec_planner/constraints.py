@@ -19,6 +19,11 @@ _TYPED: dict[str, type] = {
 }
 
 
+class DefaultPoolingFactors(tuple[float, ...]):
+    """TorchRec's default `pooling_factors` (`[1.0]`), told apart from a list the user gave: the
+    planner reads it as 1.0 for each feature of the table, and it joins no length check."""
+
+
 def _names(field: str, values: object, known: Callable[[str], object]) -> tuple[object, ...]:
     """A non-empty list of names as a tuple; a known name becomes its enum member, another
     stays a string (refused where it is used: TorchRec's hashing and copies accept it)."""
@@ -54,7 +59,7 @@ def _checked(field: str, value: object) -> object:
     if field == "compute_kernels":
         return _names(field, value, EmbeddingComputeKernel)
     if field in _PER_FEATURE:
-        return _numbers(field, value)
+        return value if isinstance(value, DefaultPoolingFactors) else _numbers(field, value)
     if field in _TYPED and not isinstance(value, _TYPED[field]):
         raise TypeError(f"{field} must be a {_TYPED[field].__name__} or None, got {value!r}")
     if field == "feature_names":
@@ -74,7 +79,8 @@ class ParameterConstraints:
       the sharder offers. A name shardrec does not know is kept (TorchRec's constraints are
       hashed and copied with any string) and refused with a `ValueError` by the planner.
     - `min_partition`: narrowest column block for column-split types (default 128).
-    - `pooling_factors`: average ids per sample for each feature of the table (default 1.0 each).
+    - `pooling_factors`: average ids per sample for each feature of the table (default
+      TorchRec's `[1.0]`, a `DefaultPoolingFactors`: 1.0 for each feature).
     - `num_poolings`: poolings per sample for each feature (default 1.0 each).
     - `batch_sizes`: per-rank batch size for each feature (default: the planner's batch_size).
     - `is_weighted`: ids carry per-id weights (more input bytes, slower backward).
@@ -98,7 +104,9 @@ class ParameterConstraints:
     sharding_types: Sequence[str] | None = None
     compute_kernels: Sequence[str] | None = None
     min_partition: int | None = None
-    pooling_factors: Sequence[float] | None = None
+    pooling_factors: Sequence[float] | None = dataclasses.field(
+        default_factory=lambda: DefaultPoolingFactors((1.0,))
+    )
     num_poolings: Sequence[float] | None = None
     batch_sizes: Sequence[int] | None = None
     is_weighted: bool = False
@@ -114,7 +122,14 @@ class ParameterConstraints:
     def __setattr__(self, name: str, value: object) -> None:
         value = _checked(name, value)
         if name in _PER_FEATURE and value is not None:
-            lengths = {f: len(getattr(self, f) or ()) for f in _PER_FEATURE if f != name}
+            if isinstance(value, DefaultPoolingFactors):
+                super().__setattr__(name, value)
+                return
+            lengths = {
+                f: len(getattr(self, f) or ())
+                for f in _PER_FEATURE
+                if f != name and not isinstance(getattr(self, f, None), DefaultPoolingFactors)
+            }
             lengths = {f: n for f, n in lengths.items() if n}
             lengths[name] = len(value)  # type: ignore[arg-type]  # a tuple from _checked
             if len(set(lengths.values())) > 1:

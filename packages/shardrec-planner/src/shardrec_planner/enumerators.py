@@ -70,14 +70,47 @@ def get_partition_by_type(sharding_type: str) -> str:
     raise ValueError(f"unknown sharding type {sharding_type!r}; valid: {valid}")
 
 
+def bucketed_row_shards(rows: int, dim: int, buckets: int, world_size: int) -> list[Shard]:
+    """Row-wise shards of a table of `buckets` equal row buckets: each rank takes whole buckets,
+    `buckets // world_size` each and one more on the first `buckets % world_size` ranks."""
+    if buckets < 1 or rows % buckets:
+        raise ValueError(
+            f"total_num_buckets {buckets} must be >= 1 and divide the table's {rows} rows"
+        )
+    size = rows // buckets
+    base, extra = divmod(buckets, world_size)
+    shards: list[Shard] = []
+    offset = 0
+    for rank in range(world_size):
+        n = (base + (rank < extra)) * size
+        shards.append(Shard(size=[n, dim], offset=[offset, 0]))
+        offset += n
+    return shards
+
+
+def _table_buckets(module: nn.Module, name: str) -> int | None:
+    """`total_num_buckets` of table `name` in `module`'s configs (None when unset or unknown)."""
+    for attr in ("embedding_bag_configs", "embedding_configs"):
+        getter = getattr(module, attr, None)
+        if callable(getter):
+            for cfg in getter():
+                if getattr(cfg, "name", None) == name:
+                    buckets = getattr(cfg, "total_num_buckets", None)
+                    return buckets if isinstance(buckets, int) else None
+    return None
+
+
 def _shards(
     tensor: Any,
     sharding_type: str,
     world_size: int,
     local_world_size: int,
     col_wise_shard_dim: int | None,
+    buckets: int | None = None,
 ) -> list[Shard]:
     rows, dim = int(tensor.shape[0]), int(tensor.shape[1])
+    if buckets is not None and sharding_type == ShardingType.ROW_WISE.value:
+        return bucketed_row_shards(rows, dim, buckets, world_size)
     block = column_block_size(dim, col_wise_shard_dim) if col_wise_shard_dim else None
     geometry = shard_geometry(
         ShardingType(sharding_type),
@@ -193,6 +226,7 @@ class EmbeddingEnumerator:
                                 self._world_size,
                                 self._local_world_size,
                                 c.min_partition if c else None,
+                                _table_buckets(child, name),
                             ),
                             cache_params=copy.deepcopy(c.cache_params) if c else None,
                             enforce_hbm=c.enforce_hbm if c else None,

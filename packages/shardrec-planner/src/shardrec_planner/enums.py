@@ -51,7 +51,7 @@ class EmbeddingComputeKernel(enum.StrEnum):
     BATCHED_FUSED = "fused"  # alias: TorchRec tutorials still use this name
     # TorchRec's names for kernels shardrec does not execute (quantized-inference UVM, SSD and
     # parameter-server stores). They are named so TorchRec's planner parts can reason about
-    # them; plans, constraints and our search refuse them (TORCHREC_ONLY_KERNELS).
+    # them; plans refuse them (TORCHREC_ONLY_KERNELS) except key_value, which runs as fused.
     QUANT = "quant"
     QUANT_UVM = "quant_uvm"
     QUANT_UVM_CACHING = "quant_uvm_caching"
@@ -73,11 +73,12 @@ TORCHREC_ONLY_KERNELS: frozenset[EmbeddingComputeKernel] = frozenset(
         EmbeddingComputeKernel.QUANT,
         EmbeddingComputeKernel.QUANT_UVM,
         EmbeddingComputeKernel.QUANT_UVM_CACHING,
-        EmbeddingComputeKernel.KEY_VALUE,
         EmbeddingComputeKernel.SSD_VIRTUAL_TABLE,
         EmbeddingComputeKernel.DRAM_VIRTUAL_TABLE,
     }
 )
+"""Kernels plans refuse. `key_value`, like the UVM kernels, is accepted and runs as `fused`
+(`kernel_choice`)."""
 
 
 def executable_kernel(value: str, what: str) -> EmbeddingComputeKernel:
@@ -87,6 +88,7 @@ def executable_kernel(value: str, what: str) -> EmbeddingComputeKernel:
         raise ValueError(
             f"{what}: compute kernel {kernel.value!r} is a TorchRec kernel shardrec does not "
             "execute (no SSD / parameter-server store, quantized kernels are planned as "
-            "'dense'); use 'fused' (or 'fused_uvm_caching' on GPUs)"
+            "'dense'); use 'fused' ('fused_uvm', 'fused_uvm_caching' and 'key_value' also run "
+            "as 'fused')"
         )
     return kernel

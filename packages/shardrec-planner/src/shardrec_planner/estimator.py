@@ -31,7 +31,7 @@ from collections.abc import Mapping
 import numpy as np
 import numpy.typing as npt
 
-from shardrec_planner.constraints import ParameterConstraints
+from shardrec_planner.constraints import DefaultPoolingFactors, ParameterConstraints
 from shardrec_planner.enums import EmbeddingComputeKernel, ShardingType
 from shardrec_planner.geometry import ShardArrays
 from shardrec_planner.sharder import TableInfo
@@ -90,7 +90,8 @@ class Workload:
     def of(table: TableInfo, constraints: ParameterConstraints | None, batch_size: int) -> Workload:
         n = len(table.feature_names)
         c = constraints or ParameterConstraints()
-        pfs = list(c.pooling_factors) if c.pooling_factors is not None else None
+        given = c.pooling_factors
+        pfs = None if given is None or isinstance(given, DefaultPoolingFactors) else list(given)
         nps = list(c.num_poolings) if c.num_poolings is not None else None
         bss = list(c.batch_sizes) if c.batch_sizes is not None else None
         n = len(pfs or nps or bss or [0] * n)
@@ -122,15 +123,18 @@ UVM_KERNELS = (EmbeddingComputeKernel.FUSED_UVM, EmbeddingComputeKernel.FUSED_UV
 UVM_PENALTY = 10.0
 
 
-def kernel_bandwidth(kernel: EmbeddingComputeKernel, topology: Topology) -> float:
-    """Bytes per second a lookup of `kernel` reads rows at."""
+def kernel_bandwidth(
+    kernel: EmbeddingComputeKernel, topology: Topology, cache_ratio: float | None = None
+) -> float:
+    """Bytes per second a lookup of `kernel` reads rows at; `cache_ratio` (a table's
+    `CacheParams.load_factor`) overrides the topology's `uvm_cache_ratio`."""
     bw = topology.lookup_bandwidth
     if kernel is EmbeddingComputeKernel.DENSE:
         return bw * DENSE_KERNEL_BW_FACTOR
     if kernel is EmbeddingComputeKernel.FUSED_UVM:
         return topology.hbm_to_ddr_bandwidth / UVM_PENALTY
     if kernel is EmbeddingComputeKernel.FUSED_UVM_CACHING:
-        ratio = topology.uvm_cache_ratio
+        ratio = topology.uvm_cache_ratio if cache_ratio is None else cache_ratio
         return (ratio * bw + (1.0 - ratio) * topology.hbm_to_ddr_bandwidth) / UVM_PENALTY
     return bw
 
@@ -157,13 +161,17 @@ def estimate_shards(
     shards: ShardArrays,
     topology: Topology,
     optimizer: tuple[float, float],
+    cache_ratio: float | None = None,
 ) -> ShardEstimates:
-    """Step time and storage of every shard of `table` under one sharding choice."""
+    """Step time and storage of every shard of `table` under one sharding choice.
+
+    `cache_ratio`: the cached share of a `fused_uvm_caching` table (its `CacheParams.load_factor`;
+    None: the topology's `uvm_cache_ratio`)."""
     world = topology.world_size
     rows = shards.rows.astype(np.float64)
     cols = shards.cols.astype(np.float64)
     elem = float(table.element_bytes)
-    bw = kernel_bandwidth(kernel, topology)
+    bw = kernel_bandwidth(kernel, topology, cache_ratio)
     a2a = _global_a2a_seconds_per_byte(topology)
     idx = INDEX_BYTES + (WEIGHT_BYTES if workload.weighted else 0)
     st = sharding_type
@@ -200,9 +208,8 @@ def estimate_shards(
     host = np.zeros_like(state)
     if kernel in UVM_KERNELS:
         host = state
-        cached = (
-            topology.uvm_cache_ratio if kernel is EmbeddingComputeKernel.FUSED_UVM_CACHING else 0
-        )
+        ratio = topology.uvm_cache_ratio if cache_ratio is None else cache_ratio
+        cached = ratio if kernel is EmbeddingComputeKernel.FUSED_UVM_CACHING else 0
         state = state * cached
     return ShardEstimates(
         cost_s=compute + comm,

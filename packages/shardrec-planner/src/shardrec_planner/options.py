@@ -29,6 +29,7 @@ from shardrec_planner.geometry import (
     row_block_sizes,
     shard_arrays,
 )
+from shardrec_planner.kernel_choice import RUNS_AS_FUSED, estimated_kernel
 from shardrec_planner.sharder import TableInfo
 from shardrec_planner.topology import Topology
 
@@ -90,21 +91,33 @@ def _kernels_for(
 
     fused is never slower and never larger than dense in the model, so it wins when allowed; UVM
     kernels trade lookup speed for device memory, so the search keeps them as separate options.
+    A kernel that runs as fused (`kernel_choice`: UVM kernels on cpu, key_value anywhere) is an
+    option only where fused itself is not allowed (a constraint asking for it): the plan keeps
+    the kernel asked for, estimated as fused.
     """
-    out = (
-        [
-            next(
-                k
-                for k in (EmbeddingComputeKernel.FUSED, EmbeddingComputeKernel.DENSE)
-                if k in allowed
-            )
+    on_device = [
+        k for k in (EmbeddingComputeKernel.FUSED, EmbeddingComputeKernel.DENSE) if k in allowed
+    ]
+    uvm = [k for k in UVM_KERNELS if k in allowed] if compute_device != "cpu" else []
+    if on_device:
+        return [on_device[0], *uvm]
+    mapped = [k for k in allowed if k in RUNS_AS_FUSED and k not in uvm]
+    return [*mapped[:1], *uvm]
+
+
+def _offered(sharder_kernels: Sequence[str], compute_device: str) -> list[EmbeddingComputeKernel]:
+    """The kernels a sharder offers that shardrec runs; where it offers fused, also the kernels
+    that run as fused (a GPU script's `fused_uvm_caching` constraint plans on cpu)."""
+    known = {k.value for k in EmbeddingComputeKernel if k not in TORCHREC_ONLY_KERNELS}
+    kernels = [EmbeddingComputeKernel(k) for k in sharder_kernels if k in known]
+    if EmbeddingComputeKernel.FUSED in kernels:
+        kernels += [
+            k
+            for k in sorted(RUNS_AS_FUSED)
+            if k not in kernels
+            and (compute_device == "cpu" or k is EmbeddingComputeKernel.KEY_VALUE)
         ]
-        if any(k in allowed for k in (EmbeddingComputeKernel.FUSED, EmbeddingComputeKernel.DENSE))
-        else []
-    )
-    if compute_device != "cpu":
-        out += [k for k in UVM_KERNELS if k in allowed]
-    return out
+    return kernels
 
 
 _ROW_SPLIT = {
@@ -172,16 +185,15 @@ def table_options(
     )
     min_block = (constraints.min_partition if constraints else None) or MIN_CW_DIM
     workload = Workload.of(table, constraints, batch_size)
+    cache = constraints.cache_params if constraints else None
+    load_factor = cache.load_factor if cache is not None else None
     world, local = topology.world_size, topology.local_size
     width = column_block_size(table.dim, min_block)
     candidates: list[tuple[ShardingType, EmbeddingComputeKernel, bool]] = []
     kernel_conflicts: list[str] = []
     for st in types:
-        # kernels this planner does not model (e.g. TorchRec's key_value) are ignored
-        known = {k.value for k in EmbeddingComputeKernel if k not in TORCHREC_ONLY_KERNELS}
-        kernels = [
-            EmbeddingComputeKernel(k) for k in sharder_kernels.get(st.value, []) if k in known
-        ]
+        # kernels shardrec does not run (quantized, virtual tables) are ignored
+        kernels = _offered(sharder_kernels.get(st.value, []), topology.compute_device)
         if kernel_wanted is not None:
             kernels = [k for k in kernels if k in kernel_wanted]
         kernels = _kernels_for(kernels, topology.compute_device)
@@ -210,7 +222,16 @@ def table_options(
                 column_block=width,
             )
         shards = geometry[st]
-        est = estimate_shards(table, workload, st, kernel, shards, topology, optimizer)
+        est = estimate_shards(
+            table,
+            workload,
+            st,
+            estimated_kernel(kernel, topology.compute_device),
+            shards,
+            topology,
+            optimizer,
+            cache_ratio=load_factor,
+        )
         out.append(
             Option(
                 sharding_type=st,

@@ -3,8 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
+from shardrec_embedding import DataType
+from shardrec_planner.cache_params import (
+    BoundsCheckMode,
+    CacheAlgorithm,
+    CacheParams,
+    KeyValueParams,
+    MultiPassPrefetchConfig,
+)
 from shardrec_planner.enums import EmbeddingComputeKernel, ShardingType, executable_kernel
 from shardrec_planner.shard_metadata import EnumerableShardingSpec, ShardMetadata
 
@@ -18,14 +27,28 @@ class ParameterSharding:
     Plain strings are accepted for `sharding_type` and `compute_kernel`.
     `ranks` is a list (TorchRec's type), checked and copied on construction; plans compare by
     value, and a ParameterSharding is not hashable.
+
+    TorchRec's per-table kernel options ride along (from the table's `ParameterConstraints`):
+    `cache_params`, `enforce_hbm`, `stochastic_rounding`, `bounds_check_mode`,
+    `key_value_params`. What shardrec does with each, and which kernel runs for a UVM or
+    key-value plan, is `kernel_choice.kernel_notes` (printed by `plan.report()`).
     """
 
     sharding_type: ShardingType
     compute_kernel: EmbeddingComputeKernel
     ranks: list[int]
     sharding_spec: EnumerableShardingSpec | None = None
+    cache_params: CacheParams | None = None
+    enforce_hbm: bool | None = None
+    stochastic_rounding: bool | None = None
+    bounds_check_mode: BoundsCheckMode | None = None
+    key_value_params: KeyValueParams | None = None
 
     def __post_init__(self) -> None:
+        for field, kind in _TYPED_OPTIONS:
+            value = getattr(self, field)
+            if value is not None and not isinstance(value, kind):
+                raise TypeError(f"{field} must be a {kind.__name__} or None, got {value!r}")
         object.__setattr__(self, "sharding_type", ShardingType(self.sharding_type))
         kernel = executable_kernel(self.compute_kernel, "ParameterSharding")
         object.__setattr__(self, "compute_kernel", kernel)
@@ -54,7 +77,7 @@ class ParameterSharding:
         return () if self.sharding_spec is None else self.sharding_spec.shards
 
     def to_dict(self) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "sharding_type": self.sharding_type.value,
             "compute_kernel": self.compute_kernel.value,
             "ranks": list(self.ranks),
@@ -62,6 +85,8 @@ class ParameterSharding:
             if self.sharding_spec is None
             else [s.to_dict() for s in self.sharding_spec.shards],
         }
+        out.update(_options_to_dict(self))
+        return out
 
     @staticmethod
     def from_dict(data: dict[str, object]) -> ParameterSharding:
@@ -81,4 +106,86 @@ class ParameterSharding:
             compute_kernel=EmbeddingComputeKernel(str(data["compute_kernel"])),
             ranks=[int(r) for r in ranks],
             sharding_spec=spec,
+            **_options_from_dict(data),
         )
+
+
+_TYPED_OPTIONS = (
+    ("cache_params", CacheParams),
+    ("enforce_hbm", bool),
+    ("stochastic_rounding", bool),
+    ("bounds_check_mode", BoundsCheckMode),
+    ("key_value_params", KeyValueParams),
+)
+
+
+def _options_to_dict(ps: ParameterSharding) -> dict[str, object]:
+    """The kernel options that are set, as JSON values (absent keys read back as None)."""
+    out: dict[str, object] = {}
+    if ps.cache_params is not None:
+        out["cache_params"] = _cache_to_dict(ps.cache_params)
+    for name in ("enforce_hbm", "stochastic_rounding"):
+        if getattr(ps, name) is not None:
+            out[name] = getattr(ps, name)
+    if ps.bounds_check_mode is not None:
+        out["bounds_check_mode"] = ps.bounds_check_mode.name
+    if ps.key_value_params is not None:
+        out["key_value_params"] = {
+            k: v for k, v in dataclasses.asdict(ps.key_value_params).items() if v is not None
+        }
+    return out
+
+
+def _cache_to_dict(cache: CacheParams) -> dict[str, object]:
+    """`cache` as JSON values. `stats` (cache statistics, an input of TorchRec's perf estimate
+    made before the plan exists) is left out; a `precision` or prefetch config of a type the
+    JSON cannot hold raises `ValueError` naming it."""
+    out: dict[str, object] = {}
+    for name in ("load_factor", "reserved_memory", "prefetch_pipeline"):
+        if getattr(cache, name) is not None:
+            out[name] = getattr(cache, name)
+    if cache.algorithm is not None:
+        out["algorithm"] = cache.algorithm.name
+    if cache.precision is not None:
+        if not isinstance(cache.precision, DataType):
+            raise ValueError(
+                f"cache_params.precision {cache.precision!r} cannot be saved in a plan's JSON; "
+                "use a DataType (e.g. DataType.FP16)"
+            )
+        out["precision"] = cache.precision.value
+    mpp = cache.multipass_prefetch_config
+    if mpp is not None:
+        if not isinstance(mpp, MultiPassPrefetchConfig):
+            raise ValueError(
+                f"cache_params.multipass_prefetch_config {mpp!r} cannot be saved in a plan's "
+                "JSON; use a MultiPassPrefetchConfig"
+            )
+        out["multipass_prefetch_config"] = dataclasses.asdict(mpp)
+    return out
+
+
+def _options_from_dict(data: Mapping[str, object]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    cache = data.get("cache_params")
+    if isinstance(cache, Mapping):
+        fields = dict(cache)
+        if "algorithm" in fields:
+            fields["algorithm"] = CacheAlgorithm[str(fields["algorithm"])]
+        if "precision" in fields:
+            fields["precision"] = DataType(str(fields["precision"]))
+        mpp = fields.get("multipass_prefetch_config")
+        if isinstance(mpp, Mapping):
+            fields["multipass_prefetch_config"] = MultiPassPrefetchConfig(**mpp)
+        out["cache_params"] = CacheParams(**fields)
+    for name in ("enforce_hbm", "stochastic_rounding"):
+        if data.get(name) is not None:
+            out[name] = data[name]
+    if data.get("bounds_check_mode") is not None:
+        out["bounds_check_mode"] = BoundsCheckMode[str(data["bounds_check_mode"])]
+    kv = data.get("key_value_params")
+    if isinstance(kv, Mapping):
+        fields = dict(kv)
+        if isinstance(fields.get("ps_hosts"), list):
+            fields["ps_hosts"] = tuple(tuple(h) for h in fields["ps_hosts"])
+        out["key_value_params"] = KeyValueParams(**fields)
+    return out

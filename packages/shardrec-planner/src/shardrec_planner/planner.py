@@ -30,6 +30,7 @@ from shardrec_planner.enums import ShardingType
 from shardrec_planner.errors import PlannerError
 from shardrec_planner.estimator import Workload, estimate_shards, optimizer_state
 from shardrec_planner.geometry import ShardArrays
+from shardrec_planner.kernel_choice import cache_ratio_of, estimated_kernel, kernel_options
 from shardrec_planner.options import PLACEMENT_KIND, Option, table_options
 from shardrec_planner.parameter_sharding import ParameterSharding
 from shardrec_planner.partitioners import GreedyPerfPartitioner
@@ -431,10 +432,11 @@ class EmbeddingShardingPlanner:
             table,
             Workload.of(table, self.constraints.get(table.name), self.batch_size),
             ps.sharding_type,
-            ps.compute_kernel,
+            estimated_kernel(ps.compute_kernel, self.topology.compute_device),
             shards,
             self.topology,
             sharder_optimizer,
+            cache_ratio=cache_ratio_of(ps),
         )
         return Option(
             sharding_type=ps.sharding_type,
@@ -516,9 +518,10 @@ class EmbeddingShardingPlanner:
         for t, table in enumerate(tables):
             opt = options[t][result.choice[t]]
             ranks = [int(r) for r in result.ranks[t]]
+            extra = kernel_options(self.constraints.get(table.name))
             if opt.sharding_type is ShardingType.DATA_PARALLEL:
                 ps = ParameterSharding(
-                    sharding_type=opt.sharding_type, compute_kernel=opt.kernel, ranks=ranks
+                    sharding_type=opt.sharding_type, compute_kernel=opt.kernel, ranks=ranks, **extra
                 )
             else:
                 metas = tuple(
@@ -534,6 +537,7 @@ class EmbeddingShardingPlanner:
                     compute_kernel=opt.kernel,
                     ranks=ranks,
                     sharding_spec=EnumerableShardingSpec(shards=metas),
+                    **extra,
                 )
             plan.setdefault(table.module_path, {})[table.name] = ps
             decisions.append(

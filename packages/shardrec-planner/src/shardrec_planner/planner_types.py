@@ -198,6 +198,13 @@ class ShardingOption:
         return self.module[0]
 
     @property
+    def module_type_key(self) -> str:
+        """The key of this table's sharder in a sharder map (`planner_utils.sharder_name` of the
+        module's type)."""
+        t = type(self.module[1])
+        return f"{t.__module__}.{t.__name__}"
+
+    @property
     def cache_load_factor(self) -> float | None:
         return None if self.cache_params is None else self.cache_params.load_factor
 

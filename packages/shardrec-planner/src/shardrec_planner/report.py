@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from shardrec_planner.kernel_choice import executed_kernel, kernel_notes
+
 if TYPE_CHECKING:
     from shardrec_planner.sharding_plan import ShardingPlan
 
@@ -39,6 +41,23 @@ def _ranks_text(ranks: Sequence[int]) -> str:
     return "[" + ",".join(str(r) for r in ranks) + "]"
 
 
+def _kernel_text(kernel: str) -> str:
+    """`fused_uvm_caching->fused` where the kernel asked for is not the one that runs."""
+    runs = executed_kernel(kernel).value
+    return kernel if runs == kernel else f"{kernel}->{runs}"
+
+
+def format_kernel_notes(plan: ShardingPlan) -> str:
+    """The kernels and cache options section: per table, what became of what it asked for."""
+    lines = [
+        f"  {(path + '.') if path else ''}{name}: {note}"
+        for path, tables in plan.plan.items()
+        for name, ps in tables.items()
+        for note in kernel_notes(ps, plan.stats.compute_device if plan.stats else None)
+    ]
+    return "kernels and cache options\n" + "\n".join(lines) if lines else ""
+
+
 def format_plan(plan: ShardingPlan) -> str:
     """One table per module: table, type, kernel, ranks and each shard's rows x cols @ placement."""
     parts: list[str] = []
@@ -59,13 +78,16 @@ def format_plan(plan: ShardingPlan) -> str:
                 [
                     name,
                     ps.sharding_type.value,
-                    ps.compute_kernel.value,
+                    _kernel_text(ps.compute_kernel.value),
                     _ranks_text(ps.ranks),
                     shards,
                 ]
             )
         title = f"module {path!r}" if path else "module '' (root)"
         parts.append(title + "\n" + _table(["table", "type", "kernel", "ranks", "shards"], rows))
+    notes = format_kernel_notes(plan)
+    if notes:
+        parts.append(notes)
     return "\n\n".join(parts) if parts else "empty sharding plan"
 
 
@@ -88,7 +110,7 @@ def format_report(plan: ShardingPlan) -> str:
         [
             (t.module_path + "." if t.module_path else "") + t.table,
             t.sharding_type,
-            t.compute_kernel,
+            _kernel_text(t.compute_kernel),
             _ranks_text(t.ranks),
             format_bytes(t.memory_bytes),
             format_seconds(t.cost_s),
@@ -112,5 +134,6 @@ def format_report(plan: ShardingPlan) -> str:
             "per-table decisions\n"
             + _table(["table", "type", "kernel", "ranks", "memory", "cost", "why"], table_rows),
             "\n".join(summary),
+            *([notes] if (notes := format_kernel_notes(plan)) else []),
         ]
     )

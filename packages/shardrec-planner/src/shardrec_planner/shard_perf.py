@@ -13,6 +13,11 @@ pooled, else b), W the world size, L the local world size, d the shard's dim:
     fwd_comms        output / (inter-host bw if W > L else intra-host bw)
     bwd_compute      fwd_compute * 2 (+ fwd_compute * 1.1 for weighted features)
     bwd_comms        like fwd_comms; row-wise types add output * 2.455 / kernel bandwidth
+    prefetch_compute (fused_uvm_caching with CacheParams.stats) fetched rows / divisor of b * d t
+                     / hbm-to-ddr bw; fetched rows = stats.expected_lookups *
+                     stats.expected_miss_rate(load factor)
+    input_dist_comms ceil(b_all W 8) / (the fwd_comms bandwidth), b_all the ids before the
+                     row-wise division (every id crosses the input all-to-all once); 0 for dp
 
 table_row_wise sends its outputs within the host, and (W > L) a further L / W of them across
 hosts. data_parallel has no forward comms; its backward is an all-reduce of the table
@@ -41,17 +46,28 @@ from shardrec_planner.constants import (
     HBM_TO_DDR_MEM_BW,
     INTRA_NODE_BANDWIDTH,
     QUARTER_BLOCK_PENALTY,
+    UVM_CACHING_RATIO,
     WEIGHTED_FEATURE_BWD_COMPUTE_MULTIPLIER,
     WEIGHTED_KERNEL_MULTIPLIER,
     kernel_bw_lookup,
 )
 from shardrec_planner.constraints import ParameterConstraints
-from shardrec_planner.enums import ShardingType
+from shardrec_planner.enums import EmbeddingComputeKernel, ShardingType
 from shardrec_planner.errors import PlannerError
 from shardrec_planner.offload_stats import _validate_perf
 from shardrec_planner.planner_types import Perf, ShardingOption
 from shardrec_planner.shard_storage import _batch_totals, option_inputs, output_data_type_size
 from shardrec_planner.topology import Topology
+
+
+def _expected_cache_fetches(option: ShardingOption, ratio: float | None) -> float:
+    """Rows a `fused_uvm_caching` table fetches into its cache per batch: the cache statistics'
+    `expected_lookups * expected_miss_rate(load factor)` (0 without statistics)."""
+    stats = option.cache_params.stats if option.cache_params else None
+    if stats is None or option.compute_kernel != EmbeddingComputeKernel.FUSED_UVM_CACHING.value:
+        return 0.0
+    miss_rate = stats.expected_miss_rate(ratio if ratio is not None else UVM_CACHING_RATIO)  # type: ignore[attr-defined]  # TorchRec's CacheStatistics
+    return float(stats.expected_lookups) * float(miss_rate)  # type: ignore[attr-defined]  # TorchRec's CacheStatistics
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -107,9 +123,15 @@ class EmbeddingPerfEstimator:
         self,
         sharding_options: list[ShardingOption],
         sharder_map: Mapping[str, Any] | None = None,
+        sharder_data_map: Mapping[str, Any] | None = None,
     ) -> None:
+        """Fill every shard's estimate; `sharder_data_map` (TorchRec 1.8's name: per module type,
+        an object with the sharder's `fused_params`) may stand in for `sharder_map`."""
         inputs = option_inputs(
-            type(self).__name__, sharding_options, sharder_map, self._constraints
+            type(self).__name__,
+            sharding_options,
+            sharder_map if sharder_map is not None else sharder_data_map,
+            self._constraints,
         )
         topo = self._topology
         for option, got in zip(sharding_options, inputs, strict=True):
@@ -124,6 +146,7 @@ class EmbeddingPerfEstimator:
                 is_weighted = bool(c.is_weighted) if c else False
             option.is_weighted = is_weighted
             element = float(option.tensor.element_size())
+            cache = option.cache_params
             option_perfs = self.perf_func_emb_wall_time(
                 shard_sizes=[shard.size for shard in option.shards],
                 compute_kernel=option.compute_kernel,
@@ -152,6 +175,8 @@ class EmbeddingPerfEstimator:
                 is_weighted=is_weighted,
                 is_inference=self._is_inference,
                 caching_ratio=ratio,
+                prefetch_pipeline=bool(cache.prefetch_pipeline) if cache else False,
+                expected_cache_fetches=_expected_cache_fetches(option, ratio),
             )
             for shard, perf in zip(option.shards, option_perfs, strict=True):
                 _validate_perf(perf, option.name, option.sharding_type)
@@ -227,6 +252,8 @@ class EmbeddingPerfEstimator:
             is_weighted=is_weighted,
             is_pooled=is_pooled,
         )
+        # Every id of the global batch crosses the input all-to-all once (weights not counted).
+        input_dist_bytes = math.ceil(inputs * divide * world_size * input_data_type_size)
         mults = (bwd_compute_multiplier, weighted_feature_bwd_compute_multiplier)
         bws = (intra_host_bw, inter_host_bw, hbm_to_ddr_mem_bw)
         perfs = []
@@ -237,6 +264,8 @@ class EmbeddingPerfEstimator:
                 fetches = expected_cache_fetches / divide
                 perf = cls._sharded_perf(st, load, dim, device_bw, bws, mults, is_inference)
                 perf.prefetch_compute = fetches * dim * table_data_type_size / hbm_to_ddr_mem_bw
+                comms_bw = inter_host_bw if world_size > local_world_size else intra_host_bw
+                perf.input_dist_comms = input_dist_bytes / comms_bw
             perfs.append(perf)
         return perfs
 

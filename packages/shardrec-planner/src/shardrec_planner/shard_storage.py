@@ -39,6 +39,7 @@ from shardrec_planner.enums import EmbeddingComputeKernel, ShardingType
 from shardrec_planner.offload_stats import _validate_io_sizes
 from shardrec_planner.planner_types import ShardingOption, Storage
 from shardrec_planner.planner_utils import prod, sharder_name
+from shardrec_planner.sharder_data import StorageUsageType
 from shardrec_planner.topology import Topology
 
 _CACHED_KERNELS = frozenset(
@@ -71,15 +72,23 @@ class PipelineType(enum.Enum):
     TRAIN_PREFETCH_SPARSE_DIST = "train_prefetch_sparse_dist"
 
 
+def get_tensor_size_bytes(tensor: torch.Tensor) -> int:
+    """Bytes of `tensor`'s elements (`numel * element_size`; a meta tensor counts the same)."""
+    return tensor.numel() * tensor.element_size()
+
+
 def compute_storage_usage(
-    tensor: torch.Tensor, compute_device_type: str, compute_kernel: str
+    tensor: torch.Tensor,
+    compute_device_type: str,
+    compute_kernel: str,
+    storage_usage_type: StorageUsageType = StorageUsageType.DEFAULT,
 ) -> dict[str, int]:
-    """Bytes of `tensor` per tier ("hbm"/"ddr") for a kernel: host kernels keep rows in DDR."""
-    if compute_device_type not in ("cuda", "cpu", "mtia"):
-        raise ValueError(
-            f"compute_device_type {compute_device_type!r} is not one of 'cuda', 'cpu', 'mtia'"
-        )
-    size = tensor.numel() * tensor.element_size()
+    """Bytes of `tensor` per tier ("hbm"/"ddr") for a kernel, as TorchRec: host kernels (UVM,
+    key-value, virtual tables) keep rows in DDR; on cpu everything is DDR; any other device type
+    (cuda, mtia, or one TorchRec does not know) is HBM. `BASE_QUANT` adds 4 bytes a row."""
+    size = get_tensor_size_bytes(tensor)
+    if StorageUsageType(storage_usage_type) is StorageUsageType.BASE_QUANT:
+        size += int(tensor.shape[0]) * 4
     if compute_kernel in _HOST_KERNELS:
         return {"ddr": size}
     return {"ddr" if compute_device_type == "cpu" else "hbm": size}
@@ -364,10 +373,11 @@ def calculate_shard_storages(
     )
     _validate_io_sizes(input_sizes, output_sizes, sharding_type)
     usage = getattr(sharder, "storage_usage", None)
+    usage_type = getattr(sharder, "storage_usage_type", None) or StorageUsageType.DEFAULT
     tiers: Mapping[str, int] = (
         usage(tensor, compute_device, compute_kernel)
         if callable(usage)
-        else compute_storage_usage(tensor, compute_device, compute_kernel)
+        else compute_storage_usage(tensor, compute_device, compute_kernel, usage_type)
     )
     hbm, ddr = int(tiers.get("hbm", 0)), int(tiers.get("ddr", 0))
     cached = compute_kernel in _CACHED_KERNELS
@@ -450,6 +460,12 @@ def option_inputs(
         return []
     found = []
     for option in sharding_options:
+        if option.tensor.numel() == 0:
+            raise ValueError(
+                f"table {option.name!r} has no elements to estimate (tensor.shape="
+                f"{tuple(option.tensor.shape)}, sharding_type={option.sharding_type}, "
+                f"compute_kernel={option.compute_kernel}); give the table rows and columns"
+            )
         key = sharder_name(type(option.module[1]))
         if key not in sharder_map:
             raise ValueError(f"table {option.name!r}: no sharder for module type {key}")
@@ -499,9 +515,15 @@ class EmbeddingStorageEstimator:
         self,
         sharding_options: list[ShardingOption],
         sharder_map: Mapping[str, Any] | None = None,
+        sharder_data_map: Mapping[str, Any] | None = None,
     ) -> None:
+        """Fill every shard's estimate; `sharder_data_map` (TorchRec 1.8's name: per module type,
+        an object with the sharder's `fused_params`) may stand in for `sharder_map`."""
         inputs = option_inputs(
-            type(self).__name__, sharding_options, sharder_map, self._constraints
+            type(self).__name__,
+            sharding_options,
+            sharder_map if sharder_map is not None else sharder_data_map,
+            self._constraints,
         )
         for option, got in zip(sharding_options, inputs, strict=True):
             sharder, ratio = got.sharder, got.caching_ratio

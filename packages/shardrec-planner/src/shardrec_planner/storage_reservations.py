@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from shardrec_planner.constants import BIGINT_DTYPE, POOLING_FACTOR
-from shardrec_planner.constraints import ParameterConstraints
+from shardrec_planner.constraints import DefaultPoolingFactors, ParameterConstraints
 from shardrec_planner.errors import InvalidValueError, PlannerError, PlannerErrorType
 from shardrec_planner.planner_types import Storage
 from shardrec_planner.planner_utils import (
@@ -138,9 +138,12 @@ def _get_batch_inputs_and_shardable_parameters(
         shardable.add(mod)
         for name in sharder.shardable_parameters(mod):
             cons = constraints.get(name) if constraints else None
-            pooling = list(cons.pooling_factors) if cons and cons.pooling_factors else None
-            pooling = pooling or [POOLING_FACTOR]
+            given = cons.pooling_factors if cons else None
             sizes = list(cons.batch_sizes) if cons and cons.batch_sizes else None
+            if not given or isinstance(given, DefaultPoolingFactors):
+                pooling = [POOLING_FACTOR] * (len(sizes) if sizes else 1)
+            else:
+                pooling = list(given)
             sizes = sizes or [batch_size] * len(pooling)
             inputs.extend(p * b for p, b in zip(pooling, sizes, strict=True))
 

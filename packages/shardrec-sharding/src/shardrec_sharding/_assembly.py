@@ -11,6 +11,7 @@ sharders differ only in the module they take (`TableSharder`).
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Generic, TypeVar
 
@@ -20,8 +21,14 @@ from torch import Tensor, nn
 from shardrec_collectives import Awaitable, ShardingEnv, agree_on_error
 from shardrec_embedding import BaseEmbeddingConfig
 from shardrec_jagged import KeyedJaggedTensor
-from shardrec_optim import EmbOptimType, FusedOptimSpec, fused_spec_of_param
-from shardrec_planner import EmbeddingComputeKernel, ParameterSharding, ShardingType
+from shardrec_optim import (
+    NON_OPTIMIZER_FUSED_PARAMS,
+    EmbOptimType,
+    FusedOptimSpec,
+    fused_spec_of_param,
+)
+from shardrec_planner import ParameterSharding, ShardingType, sharded_kernels
+from shardrec_planner.kernel_choice import RUNS_AS_FUSED
 from shardrec_planner.sharder_data import BaseEmbeddingSharder
 from shardrec_sharding.checks import FeatureChecker
 from shardrec_sharding.fused_optimizer import ShardedFusedOptimizer
@@ -37,6 +44,8 @@ __all__ = [
     "TableSharder",
     "table_optimizer",
 ]
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_FUSED_OPTIMIZER = FusedOptimSpec(optimizer=EmbOptimType.EXACT_SGD)
 """What a fused table trains with when neither `fused_params` nor
@@ -59,9 +68,52 @@ def table_optimizer(
         found = own()
         if isinstance(found, FusedOptimSpec):
             return found
-    if fused_params:
-        return FusedOptimSpec.from_fused_params(fused_params)
+    if _sets_optimizer(fused_params):
+        return FusedOptimSpec.from_fused_params(fused_params)  # type: ignore[arg-type]  # not None: checked
     return DEFAULT_FUSED_OPTIMIZER
+
+
+def _lookup_params_not_applied(fused_params: Mapping[str, object] | None) -> dict[str, object]:
+    """TorchRec's lookup-only `fused_params` (a cache, bounds checking, stochastic rounding,
+    output dtype) that shardrec's fused lookup does not act on; the planner reads none of them
+    either (TorchRec's storage estimator reads `cache_load_factor`)."""
+    if not fused_params:
+        return {}
+    out = {k: v for k, v in fused_params.items() if k in NON_OPTIMIZER_FUSED_PARAMS}
+    mode = out.get("bounds_check_mode")
+    if mode is not None and getattr(mode, "name", str(mode)).upper().endswith("FATAL"):
+        del out["bounds_check_mode"]  # what the lookups do anyway
+    if out.get("stochastic_rounding") is False:
+        del out["stochastic_rounding"]
+    return out
+
+
+def _warn_device_placement(tables: Sequence[TableSharding], device: torch.device) -> None:
+    """A plan's UVM kernel runs as fused: off the cpu its rows take device memory the plan's
+    estimate put in host memory, so say so (the plan report says it too)."""
+    if device.type == "cpu":
+        return
+    for t in tables:
+        kernel = t.sharding.compute_kernel
+        if kernel in RUNS_AS_FUSED and kernel.value.startswith("fused_uvm"):
+            logger.warning(
+                "table %r: plan kernel %s runs as fused: its %d x %d rows and optimizer state "
+                "live in %s memory, not host memory as a UVM estimate assumed",
+                t.name,
+                kernel.value,
+                t.config.num_embeddings,
+                t.config.embedding_dim,
+                device,
+            )
+
+
+def _sets_optimizer(fused_params: Mapping[str, object] | None) -> bool:
+    """Whether `fused_params` says anything about the optimizer (TorchRec passes `{}`, or only
+    lookup keys such as `cache_load_factor`, when the optimizer comes from elsewhere)."""
+    return bool(fused_params) and any(
+        k not in NON_OPTIMIZER_FUSED_PARAMS
+        for k in fused_params  # type: ignore[union-attr]  # not None: checked
+    )
 
 
 class ShardedCollectionBase(nn.Module, Generic[S]):
@@ -91,6 +143,7 @@ class ShardedCollectionBase(nn.Module, Generic[S]):
         self._device = env.device
         container = getattr(module, self._prefix)
         tables = check_plan(configs, plan, env.world_size, list(registry))
+        _warn_device_placement(tables, self._device)
         full: dict[str, Tensor | None] = {}
         optimizers: dict[str, FusedOptimSpec] = {}
         for t in tables:
@@ -221,16 +274,40 @@ class TableSharder:
             "learning_rate": 0.01, ...}`) for tables whose weight has no optimizer from
             `apply_optimizer_in_backward`.
 
-    Every sharding type runs on every device type (CPU with gloo included).
+        qcomm_codecs_registry: TorchRec's quantized-communication codecs; shardrec's
+            collectives send full precision, so only None or an empty mapping is accepted.
+
+    Every sharding type runs on every device type (CPU with gloo included). The compute kernels
+    offered are TorchRec's (`sharded_kernels`): `dense` for data_parallel; `fused`, and on cuda
+    also `fused_uvm`, `fused_uvm_caching` and `key_value`, for the others. shardrec runs the
+    last three as `fused` (no UVM cache or key-value store); the plan report says so.
     """
 
     _modules: tuple[type[nn.Module], ...]  # the module types it shards, the first is its type
     _container: str  # the attribute holding the tables
     _sharding_types: Sequence[ShardingType]
 
-    def __init__(self, fused_params: Mapping[str, object] | None = None) -> None:
-        if fused_params is not None:
-            FusedOptimSpec.from_fused_params(fused_params)  # reject bad settings now
+    def __init__(
+        self,
+        fused_params: Mapping[str, object] | None = None,
+        qcomm_codecs_registry: Mapping[str, object] | None = None,
+    ) -> None:
+        if qcomm_codecs_registry:
+            raise ValueError(
+                f"qcomm_codecs_registry {dict(qcomm_codecs_registry)!r}: shardrec's collectives "
+                "send full precision and take no quantized-comm codecs; pass None"
+            )
+        ignored = _lookup_params_not_applied(fused_params)
+        if ignored:
+            logger.warning(
+                "%s: fused_params %s are not applied: shardrec's fused lookup has no UVM cache, "
+                "always refuses out-of-range ids (FATAL), rounds updates to nearest and returns "
+                "the table's dtype",
+                type(self).__name__,
+                ignored,
+            )
+        if _sets_optimizer(fused_params):
+            FusedOptimSpec.from_fused_params(fused_params)  # type: ignore[arg-type]  # reject bad settings now
         self._fused_params = None if fused_params is None else dict(fused_params)
 
     @property
@@ -245,9 +322,7 @@ class TableSharder:
         return [t.value for t in self._sharding_types]
 
     def compute_kernels(self, sharding_type: str, compute_device_type: str) -> list[str]:
-        if ShardingType(sharding_type) is ShardingType.DATA_PARALLEL:
-            return [EmbeddingComputeKernel.DENSE.value]
-        return [EmbeddingComputeKernel.FUSED.value, EmbeddingComputeKernel.DENSE.value]
+        return sharded_kernels(sharding_type, compute_device_type)
 
     def shardable_parameters(self, module: nn.Module) -> dict[str, nn.Parameter]:
         if not isinstance(module, self._modules):

@@ -197,6 +197,12 @@ def _check_table(
     supported: Sequence[ShardingType],
 ) -> tuple[Shard, ...]:
     name, rows, dim = config.name, config.num_embeddings, config.embedding_dim
+    if config.use_virtual_table or config.total_num_buckets is not None:
+        raise ValueError(
+            f"table {name!r}: use_virtual_table={config.use_virtual_table} / total_num_buckets="
+            f"{config.total_num_buckets} describe a raw-id (virtual) table, which the sharded "
+            "modules do not run yet; shard it as a plain table (leave both unset)"
+        )
     st = ps.sharding_type
     if st not in supported:
         raise ValueError(

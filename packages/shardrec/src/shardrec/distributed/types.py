@@ -16,6 +16,12 @@ from shardrec_planner.cache_params import (
     CacheAlgorithm,
     CacheParams,
     KeyValueParams,
+    MultiPassPrefetchConfig,
+)
+from shardrec_planner.shard_storage import (
+    PipelineType,
+    compute_storage_usage,
+    get_tensor_size_bytes,
 )
 from shardrec_planner.sharder_data import StorageUsageType
 
@@ -31,11 +37,15 @@ __all__ = [
     "LazyAwaitable",
     "LazyNoWait",
     "ModuleSharder",
+    "MultiPassPrefetchConfig",
     "NoWait",
     "ParameterSharding",
+    "PipelineType",
     "ShardMetadata",
     "ShardingEnv",
     "ShardingPlan",
     "ShardingType",
     "StorageUsageType",
+    "compute_storage_usage",
+    "get_tensor_size_bytes",
 ]

@@ -28,6 +28,7 @@ from shardrec_planner.constants import (
     WEIGHTED_KERNEL_MULTIPLIER,
     kernel_bw_lookup,
 )
+from shardrec_planner.perf_estimator_factory import DEFAULT_PERF_ESTIMATOR
 
 __all__ = [
     "BATCHED_COPY_PERF_FACTOR",
@@ -37,6 +38,7 @@ __all__ = [
     "CROSS_NODE_BANDWIDTH",
     "DDR_CAP",
     "DDR_MEM_BW",
+    "DEFAULT_PERF_ESTIMATOR",
     "DP_ELEMENTWISE_KERNELS_PERF_FACTOR",
     "FULL_BLOCK_EMB_DIM",
     "HALF_BLOCK_PENALTY",

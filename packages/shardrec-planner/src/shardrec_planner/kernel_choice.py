@@ -1,0 +1,154 @@
+"""Which compute kernels a sharder offers, which one runs, and what becomes of a table's options.
+
+TorchRec's sharders offer `dense` for data_parallel and `fused` for every other sharding type,
+plus, on cuda, `fused_uvm` (rows in host memory), `fused_uvm_caching` (host rows with a device
+cache) and `key_value` (rows in an SSD / parameter-server store). shardrec has one sharded lookup
+for all of them: a plan may name any of the four, and the table is looked up by the plain `fused`
+kernel, its rows and optimizer state in the compute device's memory. `executed_kernel` says which
+kernel runs; `kernel_notes` turns a table's plan into the lines `plan.report()` prints, so that no
+kernel or cache option is silently dropped:
+
+    asked kernel        runs as   planner estimate (our cost model)
+    fused_uvm           fused     on cpu: as fused; on cuda: TorchRec's UVM model (host memory)
+    fused_uvm_caching   fused     on cpu: as fused; on cuda: UVM with CacheParams.load_factor
+    key_value           fused     as fused on every device
+
+Cache options (`ParameterConstraints` -> `ParameterSharding`): `cache_params.load_factor` sets
+the cached share in the estimates of a `fused_uvm_caching` table on cuda (TorchRec's storage and
+perf formulas, and our cost model; on cpu the table is estimated as fused); the other cache
+fields, `enforce_hbm` and `key_value_params` configure a device cache or store shardrec does not
+have, and the report lists them as not applied.
+`bounds_check_mode`: shardrec's lookups always refuse an out-of-range id with an error naming it
+(TorchRec's FATAL); another mode is reported as such. `stochastic_rounding`: the fused optimizer
+rounds to nearest; True is reported as not applied (it only matters for fp16/bf16 weights).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import TYPE_CHECKING, Any
+
+from shardrec_planner.cache_params import BoundsCheckMode
+from shardrec_planner.enums import EmbeddingComputeKernel, ShardingType
+
+if TYPE_CHECKING:
+    from shardrec_planner.constraints import ParameterConstraints
+    from shardrec_planner.parameter_sharding import ParameterSharding
+
+RUNS_AS_FUSED: frozenset[EmbeddingComputeKernel] = frozenset(
+    {
+        EmbeddingComputeKernel.FUSED_UVM,
+        EmbeddingComputeKernel.FUSED_UVM_CACHING,
+        EmbeddingComputeKernel.KEY_VALUE,
+    }
+)
+"""Kernels a plan may name that shardrec runs as `fused`."""
+
+_CUDA_EXTRA = (
+    EmbeddingComputeKernel.FUSED_UVM,
+    EmbeddingComputeKernel.FUSED_UVM_CACHING,
+    EmbeddingComputeKernel.KEY_VALUE,
+)
+
+
+def sharded_kernels(sharding_type: str, compute_device_type: str) -> list[str]:
+    """TorchRec's kernel list of an embedding sharder for one sharding type and device."""
+    if ShardingType(sharding_type) is ShardingType.DATA_PARALLEL:
+        return [EmbeddingComputeKernel.DENSE.value]
+    extra = [k.value for k in _CUDA_EXTRA] if compute_device_type == "cuda" else []
+    return [EmbeddingComputeKernel.FUSED.value, *extra]
+
+
+def executed_kernel(kernel: str) -> EmbeddingComputeKernel:
+    """The kernel shardrec's sharded modules run for a plan naming `kernel`."""
+    k = EmbeddingComputeKernel(kernel)
+    return EmbeddingComputeKernel.FUSED if k in RUNS_AS_FUSED else k
+
+
+def estimated_kernel(kernel: EmbeddingComputeKernel, compute_device: str) -> EmbeddingComputeKernel:
+    """The kernel our cost model estimates a plan's `kernel` as (module docstring's table)."""
+    if kernel is EmbeddingComputeKernel.KEY_VALUE or (
+        compute_device == "cpu" and kernel in RUNS_AS_FUSED
+    ):
+        return EmbeddingComputeKernel.FUSED
+    return kernel
+
+
+def kernel_notes(ps: ParameterSharding, compute_device: str | None = None) -> list[str]:
+    """What becomes of the plan's kernel and each kernel option it carries, one line each.
+
+    `compute_device` (the plan's; None: read from the shards' placements) decides whether a
+    cached table's load factor sized the estimates (cuda) or not (cpu: estimated as fused)."""
+    notes: list[str] = []
+    device = compute_device or next((s.device.split(":")[0] for s in ps.shards), None)
+    asked = ps.compute_kernel
+    runs = executed_kernel(asked)
+    if runs is not asked:
+        notes.append(
+            f"kernel {asked.value} runs as {runs.value} (shardrec has no UVM cache or key-value "
+            "store: rows and optimizer state live in the compute device's memory)"
+        )
+        if device not in (None, "cpu") and asked is not EmbeddingComputeKernel.KEY_VALUE:
+            notes.append(
+                f"the {device} estimate of {asked.value} (TorchRec's UVM model) puts its rows in "
+                "host memory; allow 'fused' or budget device memory for the whole table"
+            )
+    cache = ps.cache_params
+    if cache is not None:
+        if cache.load_factor is not None:
+            if asked is not EmbeddingComputeKernel.FUSED_UVM_CACHING:
+                use = "unused (the kernel has no cache)"
+            elif device == "cpu":
+                use = "unused on cpu (estimated as fused)"
+            else:
+                use = "sized the cache in the estimates"
+            notes.append(f"cache_params.load_factor={cache.load_factor} {use}")
+        rest = [
+            f"{name}={_show(getattr(cache, name))}"
+            for name in (
+                "algorithm",
+                "reserved_memory",
+                "precision",
+                "prefetch_pipeline",
+                "stats",
+                "multipass_prefetch_config",
+            )
+            if getattr(cache, name) is not None
+        ]
+        if rest:
+            notes.append(f"cache_params {', '.join(rest)} not applied (no device cache)")
+    if ps.enforce_hbm:
+        notes.append("enforce_hbm=True not applied (no UVM placement)")
+    if ps.key_value_params is not None:
+        notes.append("key_value_params not applied (no key-value store)")
+    mode = ps.bounds_check_mode
+    if mode is not None and mode is not BoundsCheckMode.FATAL:
+        notes.append(
+            f"bounds_check_mode={mode.name}: lookups raise on an out-of-range id (FATAL) instead"
+        )
+    if ps.stochastic_rounding:
+        notes.append("stochastic_rounding=True not applied (updates round to nearest)")
+    return notes
+
+
+def _show(value: object) -> str:
+    return value.name if isinstance(value, enum.Enum) else repr(value)
+
+
+def kernel_options(constraints: ParameterConstraints | None) -> dict[str, Any]:
+    """A table's kernel options from its constraints, as `ParameterSharding` keyword arguments."""
+    if constraints is None:
+        return {}
+    names = (
+        "cache_params",
+        "enforce_hbm",
+        "stochastic_rounding",
+        "bounds_check_mode",
+        "key_value_params",
+    )
+    return {n: getattr(constraints, n) for n in names if getattr(constraints, n) is not None}
+
+
+def cache_ratio_of(ps: ParameterSharding) -> float | None:
+    """The cached share a plan's table asks for (`CacheParams.load_factor`), if any."""
+    return None if ps.cache_params is None else ps.cache_params.load_factor

@@ -1,0 +1,114 @@
+"""TorchRec's sharder constructor and kernel lists, and the clear refusal of raw-id (virtual)
+tables, all before any collective (a local env with no process group)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from shardrec_collectives import ShardingEnv
+from shardrec_embedding import (
+    EmbeddingBagCollection,
+    EmbeddingBagConfig,
+    EmbeddingCollection,
+    EmbeddingConfig,
+)
+from shardrec_planner import (
+    BoundsCheckMode,
+    ShardingType,
+    construct_module_sharding_plan,
+    row_wise,
+    sharded_kernels,
+    table_wise,
+)
+from shardrec_sharding import (
+    EmbeddingBagCollectionSharder,
+    EmbeddingCollectionSharder,
+    ShardedEmbeddingBagCollection,
+)
+from shardrec_sharding._assembly import _warn_device_placement
+from shardrec_sharding.layout import check_plan
+
+LOCAL = ShardingEnv.from_local(2, 0)
+
+
+def test_positional_fused_params_and_qcomm_registry() -> None:
+    sharder = EmbeddingBagCollectionSharder({"optimizer": "exact_sgd"}, None)
+    assert sharder.fused_params == {"optimizer": "exact_sgd"}
+    # TorchRec passes {} (or only lookup keys) when the optimizer comes from elsewhere
+    assert EmbeddingBagCollectionSharder({}, {}).fused_params == {}
+    assert EmbeddingBagCollectionSharder({"cache_load_factor": 0.2}).fused_params is not None
+    with pytest.raises(ValueError, match=r"qcomm_codecs_registry .* pass None"):
+        EmbeddingBagCollectionSharder(None, {"forward": object()})
+    with pytest.raises(ValueError, match="unknown fused_params"):
+        EmbeddingBagCollectionSharder({"optimizer": "exact_sgd", "nope": 1})
+
+
+@pytest.mark.parametrize("sharder", [EmbeddingBagCollectionSharder(), EmbeddingCollectionSharder()])
+def test_kernel_lists_are_torchrecs(sharder) -> None:  # type: ignore[no-untyped-def]
+    for device in ("cpu", "cuda"):
+        for st in sharder.sharding_types(device):
+            assert sharder.compute_kernels(st, device) == sharded_kernels(st, device)
+    assert sharder.compute_kernels("row_wise", "cuda") == [
+        "fused",
+        "fused_uvm",
+        "fused_uvm_caching",
+        "key_value",
+    ]
+    assert sharder.compute_kernels("row_wise", "cpu") == ["fused"]
+
+
+@pytest.mark.parametrize(
+    "extra", [{"use_virtual_table": True}, {"total_num_buckets": 5}], ids=["virtual", "buckets"]
+)
+def test_virtual_tables_are_refused_by_the_sharded_modules(extra: dict[str, object]) -> None:
+    configs = [EmbeddingBagConfig(name="t", num_embeddings=10, embedding_dim=4, **extra)]  # type: ignore[arg-type]
+    ebc = EmbeddingBagCollection(configs)  # the unsharded module is a plain table
+    plan = construct_module_sharding_plan(ebc, {"t": row_wise()}, world_size=2)
+    with pytest.raises(ValueError, match=r"table 't': use_virtual_table=.* raw-id"):
+        ShardedEmbeddingBagCollection(ebc, plan, LOCAL)
+    ec = EmbeddingCollection(
+        [EmbeddingConfig(name="t", num_embeddings=10, embedding_dim=4, **extra)]
+    )  # type: ignore[arg-type]
+    ec_plan = construct_module_sharding_plan(ec, {"t": table_wise(rank=0)}, world_size=2)
+    with pytest.raises(ValueError, match="raw-id"):
+        EmbeddingCollectionSharder().shard(ec, ec_plan, LOCAL)
+
+
+def test_lookup_fused_params_are_named_as_not_applied(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="shardrec_sharding._assembly"):
+        EmbeddingBagCollectionSharder(
+            {"optimizer": "exact_sgd", "cache_load_factor": 0.2, "stochastic_rounding": True}
+        )
+    (record,) = caplog.records
+    assert "'cache_load_factor': 0.2" in record.getMessage()
+    assert "'stochastic_rounding': True" in record.getMessage()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="shardrec_sharding._assembly"):
+        EmbeddingBagCollectionSharder({"optimizer": "exact_sgd", "stochastic_rounding": False})
+        EmbeddingBagCollectionSharder({"bounds_check_mode": BoundsCheckMode.FATAL})
+    assert caplog.records == []
+
+
+def test_uvm_tables_off_the_cpu_are_named_as_device_resident(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    ebc = EmbeddingBagCollection(
+        [EmbeddingBagConfig(name=n, num_embeddings=10, embedding_dim=4) for n in ("u", "v")]
+    )
+    plan = construct_module_sharding_plan(
+        ebc,
+        {"u": row_wise(compute_kernel="fused_uvm_caching"), "v": row_wise()},
+        world_size=2,
+        device_type="cuda",
+    )
+    tables = check_plan(ebc.embedding_bag_configs(), plan, 2, list(ShardingType))
+    with caplog.at_level(logging.WARNING, logger="shardrec_sharding._assembly"):
+        _warn_device_placement(tables, torch.device("cpu"))
+        assert caplog.records == []
+        _warn_device_placement(tables, torch.device("cuda", 0))
+    (record,) = caplog.records
+    assert "table 'u': plan kernel fused_uvm_caching runs as fused" in record.getMessage()
+    assert "10 x 4 rows" in record.getMessage()
