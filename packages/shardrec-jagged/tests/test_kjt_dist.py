@@ -223,3 +223,61 @@ def test_dist_init_bad_strides_and_splits() -> None:
     for splits in ([1], [2, -1, 1], [1, 2]):
         with pytest.raises(ValueError, match=r"key_splits .* must be >= 0 and sum to the 2 keys"):
             kjt.dist_splits(splits)
+
+
+class Rebuild(torch.nn.Module):
+    """Sends its input to itself as one of ``world`` ranks would (every sender alike), then
+    rebuilds it: the scripted form of TorchRec's send-and-rebuild round trip."""
+
+    def __init__(self, world: int, variable: bool, recat: list[int] | None) -> None:
+        super().__init__()
+        self.world, self.variable, self.recat = world, variable, recat
+
+    def forward(
+        self, kjt: KeyedJaggedTensor
+    ) -> tuple[list[str], list[list[int]], KeyedJaggedTensor]:
+        n_keys = len(kjt.keys())
+        tensors = [torch.cat([t] * self.world) for t in kjt.dist_tensors()]
+        recat = self.recat
+        return (
+            kjt.dist_labels(),
+            kjt.dist_splits([n_keys]),
+            KeyedJaggedTensor.dist_init(
+                keys=kjt.keys(),
+                tensors=tensors,
+                variable_stride_per_key=self.variable,
+                num_workers=self.world,
+                recat=None if recat is None else torch.tensor(recat),
+                stride_per_rank=None if self.variable else [kjt.stride()] * self.world,
+            ),
+        )
+
+
+@pytest.mark.parametrize(
+    ("variable", "weighted", "batches"),
+    [(False, False, [2, 2]), (False, True, [3, 3]), (True, True, [1, 2])],
+)
+def test_scripted_dist_methods_match_eager(
+    variable: bool, weighted: bool, batches: list[int]
+) -> None:
+    g = torch.Generator().manual_seed(7)
+    keys = ["a", "b", "c"]
+    spkpr = [[b + i for b in batches] for i in range(3)] if variable else None
+    n_bags = sum(map(sum, spkpr)) if spkpr is not None else 3 * batches[0]
+    lengths = torch.randint(0, 4, (n_bags,), generator=g)
+    n = int(lengths.sum())
+    weights = torch.rand(n, generator=g) if weighted else None
+    values = torch.randint(0, 50, (n,), generator=g)
+    kjt = KeyedJaggedTensor(keys, values, weights, lengths=lengths, stride_per_key_per_rank=spkpr)
+    module = Rebuild(2, variable, segment_recat(3, 2))
+    labels, splits, eager = module(kjt)
+    s_labels, s_splits, scripted = torch.jit.script(module)(kjt)
+    assert (s_labels, s_splits) == (labels, splits)
+    assert scripted.keys() == eager.keys() == keys
+    for name in ("lengths", "values", "weights_or_none"):
+        a, b = getattr(scripted, name)(), getattr(eager, name)()
+        assert (a is None and b is None) or torch.equal(a, b), name
+    assert scripted.stride_per_key() == eager.stride_per_key()
+    # every sender alike: each key's bags come twice, one copy after the other
+    ref = RefKJT(keys, [[*bags, *bags] for bags in kjt_lists(kjt)])
+    assert kjt_lists(eager) == ref.bags

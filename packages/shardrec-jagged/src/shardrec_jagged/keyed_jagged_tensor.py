@@ -517,22 +517,24 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
             length_per_key=[lpk[i] for i in order],
         )
 
-    # TorchRec's all-to-all plumbing, documented in _kjt_dist.py
-    dist_labels = _kjt_dist.dist_labels
+    dist_labels = _kjt_dist.dist_labels  # TorchRec's all-to-all plumbing: see _kjt_dist.py
     dist_splits = _kjt_dist.dist_splits
     dist_tensors = _kjt_dist.dist_tensors
 
     @staticmethod
     def dist_init(
-        keys: Sequence[str],
-        tensors: Sequence[torch.Tensor],
+        keys: list[str],
+        tensors: list[torch.Tensor],
         variable_stride_per_key: bool,
         num_workers: int,
         recat: torch.Tensor | None,
-        stride_per_rank: Sequence[int] | None,
+        stride_per_rank: list[int] | None,
         stagger: int = 1,
     ) -> KeyedJaggedTensor:
         args = (keys, tensors, variable_stride_per_key, num_workers, recat, stride_per_rank)
+        if is_scripting():  # the twin's form, _script_dist.py
+            out: KeyedJaggedTensor = _twins.kjt_dist_init(args, stagger)
+            return out
         return _kjt_dist.dist_init(KeyedJaggedTensor, *args, stagger)
 
     def flatten_lengths(self) -> KeyedJaggedTensor:
