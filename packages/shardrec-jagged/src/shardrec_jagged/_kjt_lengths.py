@@ -60,8 +60,8 @@ def compute_length_per_key(kjt: KeyedJaggedTensor) -> list[int]:
         out, smallest = _kernels.length_per_key_and_min(lengths, n_keys, kjt._stride)
         if smallest < 0:
             raise negative_length_error(lengths, keys, kjt._stride)
-        if sum(out) > values.size(0):
-            check_length_per_key(out, keys, values.size(0))
+        if sum(out) > values.shape[0]:
+            check_length_per_key(out, keys, values.shape[0])
         return out
     else:
         # Per-key boundaries of the offsets: one gather of F + 1 entries.

@@ -103,10 +103,11 @@ def length_per_key_and_min(
     dtype = lengths.dtype
     if lengths.is_cpu and dtype in _WIDE_INTS and type(lengths) is torch.Tensor:
         # type() is exact: subclasses (FakeTensor, ...) have no numpy view.
+        # The ufuncs' reduce directly: ndarray.min() adds a Python-level wrapper call.
         flat = lengths.numpy()
         per_key = np.add.reduce(flat.reshape(num_keys, stride), 1, dtype=flat.dtype)
         sums: list[int] = per_key.tolist()
-        return sums, int(flat.min())
+        return sums, int(np.minimum.reduce(flat))
     if dtype not in _WIDE_INTS:
         dtype = torch.int64
     on_device = lengths.view(num_keys, stride).sum(1, dtype=dtype)
