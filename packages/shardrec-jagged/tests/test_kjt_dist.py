@@ -207,6 +207,32 @@ def test_dist_init_fixed_named_case() -> None:
         ({"tensors": [torch.tensor([2, 2]), torch.arange(3)]}, r"ids per .* values has 3"),
         ({"tensors": [torch.tensor([-1, 2]), torch.arange(3)]}, r"lengths must be >= 0"),
         ({"recat": None, "tensors": [torch.tensor([-1, 2]), torch.arange(3)]}, r"is negative"),
+        # batch 1 on rank 0, 2 on rank 1: recat has one index per bag
+        (
+            {
+                "stride_per_rank": [1, 2],
+                "tensors": [torch.tensor([1, -1, 2]), torch.arange(2)],
+                "recat": torch.tensor([0, 1, 2]),
+            },
+            r"smallest -1\) need 2 ids",
+        ),
+        (
+            {
+                "stride_per_rank": [1, 2],
+                "tensors": [torch.tensor([1, 1, 2]), torch.arange(3)],
+                "recat": torch.tensor([0, 1, 2]),
+            },
+            r"need 4 ids but values has 3",
+        ),
+        (
+            {
+                "stride_per_rank": [1, 2],
+                "tensors": [torch.tensor([1, 1, 1]), torch.arange(3)],
+                "recat": torch.tensor([0, 1]),
+            },
+            r"3 indices, one per bag",
+        ),
+        ({"stride_per_rank": [1, 2]}, r"lengths has 2 entries but the senders' strides give 3"),
     ],
 )
 def test_dist_init_bad_inputs(kw: dict[str, object], message: str) -> None:

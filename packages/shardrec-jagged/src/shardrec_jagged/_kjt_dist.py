@@ -138,6 +138,7 @@ def dist_init(
             f"give each of the {num_workers} senders' batch size"
         )
     batches = [int(b) for b in stride_per_rank]
+    _check_lengths(lengths, len(keys_) * sum(batches))
     if recat is not None and batches and all(b == batches[0] for b in batches):
         sizes = [batches[0]] * (num_workers * len(keys_))
         lengths, values, weights = _permute_segments(lengths, values, weights, sizes, recat)
@@ -203,8 +204,15 @@ def _permute_bags(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Reorder single bags to ``recat``: one gather of the ids of every bag."""
     order = _recat_list(recat, lengths.numel(), "bag")
+    offsets = _kernels.lengths_to_offsets(lengths)
+    smallest, needed = (int(lengths.min()), int(offsets[-1])) if order else (0, 0)
+    if smallest < 0 or needed > values.size(0):
+        raise ValueError(
+            f"the received lengths (smallest {smallest}) need {needed} ids but values has "
+            f"{values.size(0)}; lengths must be >= 0 and sum to at most values.size(0)"
+        )
     index = index_tensor(order, lengths.device)
-    starts = _kernels.lengths_to_offsets(lengths)[:-1][index]
+    starts = offsets[:-1][index]
     new_lengths = lengths[index]
     new_starts = _kernels.lengths_to_offsets(new_lengths)
     total = int(new_starts[-1]) if new_starts.numel() > 0 else 0
