@@ -50,14 +50,17 @@ def timeit(*fns: Callable[[], object], inner: int, repeats: int) -> list[float]:
     """Median over ``repeats`` of the mean microseconds per call over ``inner`` calls, per fn.
 
     The functions are timed in alternation (A, B, A, B, ...), so that load from other processes
-    on a shared machine hits both sides alike.
+    on a shared machine hits both sides alike; the order rotates every repeat (A B C, B C A,
+    ...), so that no side always runs right after another one.
     """
     for fn in fns:
         for _ in range(max(inner // 10, 3)):
             fn()
     samples: list[list[float]] = [[] for _ in fns]
-    for _ in range(repeats):
-        for i, fn in enumerate(fns):
+    for r in range(repeats):
+        for k in range(len(fns)):
+            i = (r + k) % len(fns)
+            fn = fns[i]
             start = time.perf_counter()
             for _ in range(inner):
                 fn()
@@ -201,6 +204,9 @@ def main() -> None:
         "--repeats", type=int, default=9, help="timed repeats per row (the median is printed)"
     )
     parser.add_argument(
+        "--inner", type=int, default=200, help="calls per timed repeat (the mean is one sample)"
+    )
+    parser.add_argument(
         "--only", default="", help="comma-separated substrings: time only matching operations"
     )
     parser.add_argument(
@@ -209,7 +215,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    inner, repeats = (20, 3) if args.quick else (200, args.repeats)
+    inner, repeats = (20, 3) if args.quick else (args.inner, args.repeats)
     only = [o for o in args.only.split(",") if o]
 
     print(

@@ -82,6 +82,47 @@ def test_length_per_key_from_offsets_of_an_empty_batch() -> None:
     assert kjt1.length_per_key() == [0, 0]
 
 
+@jagged_settings
+@given(
+    num_keys=st.integers(1, 5),
+    stride=st.integers(1, 6),
+    dtype=st.sampled_from(INT_DTYPES),
+    step=st.sampled_from([1, 2]),
+    data=st.data(),
+)
+def test_length_per_key_and_min_matches_reference(
+    num_keys: int, stride: int, dtype: torch.dtype, step: int, data: st.DataObject
+) -> None:
+    # int32/int64 on CPU take the numpy view, the rest torch; step 2 reads a strided view.
+    low = 0 if dtype == torch.uint8 else -3
+    n = num_keys * stride
+    lengths = data.draw(st.lists(st.integers(low, 9), min_size=n, max_size=n))
+    full = torch.tensor([x for x in lengths for _ in range(step)], dtype=dtype)
+    t = full[::step]
+    assert t.tolist() == lengths
+    sums, smallest = _kernels.length_per_key_and_min(t, num_keys, stride)
+    assert sums == ref_length_per_key(lengths, num_keys, stride)
+    assert smallest == min(lengths)
+    assert all(type(x) is int for x in [*sums, smallest])
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.int16])
+def test_length_per_key_hot_path_checks_negatives_and_the_total(dtype: torch.dtype) -> None:
+    g = torch.Generator().manual_seed(3)
+    lengths = torch.randint(0, 6, (4 * 9,), generator=g).to(dtype)
+    n = int(lengths.sum())
+    keys = ["a", "b", "c", "d"]
+    kjt = KeyedJaggedTensor(keys, torch.arange(n + 2), lengths=lengths)  # a longer buffer: fine
+    assert kjt.length_per_key() == ref_length_per_key(lengths.tolist(), 4, 9)
+    short = KeyedJaggedTensor(keys, torch.arange(n - 1), lengths=lengths)
+    with pytest.raises(ValueError, match=rf"lengths sum to {n} .* values has only {n - 1}"):
+        short.length_per_key()
+    bad = lengths.clone()
+    bad[20], bad[21] = -1, int(bad[21]) + 1  # key 'c''s sum is unchanged
+    with pytest.raises(ValueError, match=r"lengths\[20\] = -1 is negative \(key 'c', sample 2\)"):
+        KeyedJaggedTensor(keys, torch.arange(n), lengths=bad).length_per_key()
+
+
 def test_length_per_key_from_offsets_still_checks_the_total() -> None:
     kjt = KeyedJaggedTensor(["a", "b"], torch.arange(3), offsets=torch.tensor([0, 1, 2, 3, 5]))
     with pytest.raises(ValueError, match=r"offsets\[-1\] = 5 but values has only 3 entries"):

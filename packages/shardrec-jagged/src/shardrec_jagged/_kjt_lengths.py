@@ -23,50 +23,63 @@ __all__ = ["compute_length_per_key"]
 
 
 def compute_length_per_key(kjt: KeyedJaggedTensor) -> list[int]:
-    n_keys = len(kjt._keys)
+    keys, lengths, offsets = kjt._keys, kjt._lengths, kjt._offsets
+    n_keys = len(keys)
     if n_keys == 0:
         return []
-    lengths, offsets = kjt._lengths, kjt._offsets
     n_bags = lengths.numel() if lengths is not None else max(offsets.numel() - 1, 0)  # type: ignore[union-attr]  # one is set
     if n_bags == 0:
         return [0] * n_keys
-    if kjt._values.is_meta:
+    values = kjt._values
+    if values.is_meta:
         # A meta KJT has no contents to read: spread values.size(0) over the keys (TorchRec's
         # placeholder), so that shape-only code (module construction, tracing) runs.
-        total = kjt._values.size(0)
+        total = values.size(0)
         return [total // n_keys + (total % n_keys if i == 0 else 0) for i in range(n_keys)]
-    if kjt._check_agree and not torch.compiler.is_compiling():
-        assert lengths is not None and offsets is not None
-        validate_agree(lengths, offsets)  # names the first bag where they differ
-        kjt._check_agree = False
     if torch.compiler.is_compiling():
         # Data-dependent checks cannot be traced: check_length_per_key states them as
         # torch._check asserts instead.
         out = _length_per_key_compiled(kjt)
-    elif kjt._stride_per_key_per_rank is None and offsets is not None:
+        check_length_per_key(out, keys, values.size(0))
+        return out
+    if kjt._check_agree:
+        assert lengths is not None and offsets is not None
+        validate_agree(lengths, offsets)  # names the first bag where they differ
+        kjt._check_agree = False
+    if kjt._stride_per_key_per_rank is None and offsets is not None:
         # Cheapest when offsets exist: read F + 1 of them (a strided view), diff on host. Free
         # checks on those; a decrease inside one key needs a full pass (40+ us on 13k offsets,
         # measured), left to validate().
         bounds = _kernels.offsets_at(offsets, kjt._stride)
-        check_key_bounds(bounds, kjt._keys, kjt._values.size(0))
+        check_key_bounds(bounds, keys, values.size(0))
         out = [bounds[i + 1] - bounds[i] for i in range(n_keys)]
     elif kjt._stride_per_key_per_rank is None and lengths is not None:
+        # The hot path (construct from lengths, then length_per_key): the per-key sums and the
+        # smallest length, read together. With every length >= 0 the sums are >= 0 and one per
+        # key, so only their total is left to check; the full check runs only to name a failure.
         out, smallest = _kernels.length_per_key_and_min(lengths, n_keys, kjt._stride)
         if smallest < 0:
-            i = int((lengths < 0).nonzero()[0, 0])
-            raise ValueError(
-                f"lengths[{i}] = {int(lengths[i])} is negative (key "
-                f"{kjt._keys[i // kjt._stride]!r}, sample {i % kjt._stride}); lengths "
-                "count ids per bag and must be >= 0"
-            )
+            raise negative_length_error(lengths, keys, kjt._stride)
+        if sum(out) > values.shape[0]:
+            check_length_per_key(out, keys, values.shape[0])
+        return out
     else:
         # Per-key boundaries of the offsets: one gather of F + 1 entries.
-        index = torch.tensor(kjt.lengths_offset_per_key(), device=kjt._values.device)
+        index = torch.tensor(kjt.lengths_offset_per_key(), device=values.device)
         picked: list[int] = kjt.offsets()[index].tolist()
-        check_key_bounds(picked, kjt._keys, kjt._values.size(0))
+        check_key_bounds(picked, keys, values.size(0))
         out = [picked[i + 1] - picked[i] for i in range(n_keys)]
-    check_length_per_key(out, kjt._keys, kjt._values.size(0))
+    check_length_per_key(out, keys, values.size(0))
     return out
+
+
+def negative_length_error(lengths: torch.Tensor, keys: list[str], stride: int) -> ValueError:
+    """The error for a fixed-batch KJT's first negative length, naming its key and sample."""
+    i = int((lengths < 0).nonzero()[0, 0])
+    return ValueError(
+        f"lengths[{i}] = {int(lengths[i])} is negative (key {keys[i // stride]!r}, sample "
+        f"{i % stride}); lengths count ids per bag and must be >= 0"
+    )
 
 
 def _length_per_key_compiled(kjt: KeyedJaggedTensor) -> list[int]:

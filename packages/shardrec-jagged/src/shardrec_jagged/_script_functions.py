@@ -9,6 +9,7 @@ Python function, not the twin's method; each such Python function branches on
 
 import torch
 
+from shardrec_jagged._script_dist import kjt_dist_init
 from shardrec_jagged._script_types import (
     ScriptJaggedTensor,
     ScriptKeyedJaggedTensor,
@@ -16,6 +17,7 @@ from shardrec_jagged._script_types import (
 )
 
 __all__ = [
+    "kjt_dist_init",
     "kjt_empty",
     "kjt_empty_like",
     "kjt_from_jt_dict",

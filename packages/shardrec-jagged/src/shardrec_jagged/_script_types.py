@@ -382,6 +382,52 @@ class ScriptKeyedJaggedTensor:
             None,
         )
 
+    # TorchRec's all-to-all plumbing (_kjt_dist.py; dist_init: _script_dist.py)
+    def dist_labels(self) -> list[str]:
+        labels = ["lengths", "values"]
+        if self._stride_per_key_per_rank is not None:
+            labels.append("strides")
+        if self._weights is not None:
+            labels.append("weights")
+        return labels
+
+    def dist_splits(self, key_splits: list[int]) -> list[list[int]]:
+        bounds = _cumsum(key_splits)
+        bad = bounds[-1] != len(self._keys)
+        for n in key_splits:
+            bad = bad or n < 0
+        if bad:
+            raise ValueError(
+                "key_splits "
+                + str(key_splits)
+                + " must be >= 0 and sum to the "
+                + str(len(self._keys))
+                + " keys"
+            )
+        spk = self.stride_per_key()
+        lpk = self.length_per_key()
+        bags: list[int] = []
+        ids: list[int] = []
+        for i in range(len(key_splits)):
+            bags.append(sum(spk[bounds[i] : bounds[i + 1]]))
+            ids.append(sum(lpk[bounds[i] : bounds[i + 1]]))
+        out = [bags, ids]
+        if self._stride_per_key_per_rank is not None:
+            out.append(key_splits)
+        if self._weights is not None:
+            out.append(ids)
+        return out
+
+    def dist_tensors(self) -> list[torch.Tensor]:
+        tensors = [self.lengths(), self._values]
+        if self._stride_per_key_per_rank is not None:
+            device = self._values.device
+            tensors.append(torch.tensor(self.stride_per_key(), dtype=torch.long, device=device))
+        w = self._weights
+        if w is not None:
+            tensors.append(w)
+        return tensors
+
 
 class ScriptKeyedTensor:
     """TorchScript twin of `KeyedTensor`: dense per-key blocks along `key_dim`."""

@@ -29,7 +29,7 @@ import torch
 import torch.fx
 from torch._jit_internal import is_scripting
 
-from shardrec_jagged import _kernels, _kjt_ops, _script_functions
+from shardrec_jagged import _kernels, _kjt_dist, _kjt_ops, _script_functions
 from shardrec_jagged._format import kjt_repr, kjt_str
 from shardrec_jagged._fx import ProxyableMeta
 from shardrec_jagged._kjt_device import (
@@ -516,6 +516,26 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
             stride_per_key_per_rank=None if spkpr is None else [spkpr[i] for i in order],
             length_per_key=[lpk[i] for i in order],
         )
+
+    dist_labels = _kjt_dist.dist_labels  # TorchRec's all-to-all plumbing: see _kjt_dist.py
+    dist_splits = _kjt_dist.dist_splits
+    dist_tensors = _kjt_dist.dist_tensors
+
+    @staticmethod
+    def dist_init(
+        keys: list[str],
+        tensors: list[torch.Tensor],
+        variable_stride_per_key: bool,
+        num_workers: int,
+        recat: torch.Tensor | None,
+        stride_per_rank: list[int] | None,
+        stagger: int = 1,
+    ) -> KeyedJaggedTensor:
+        args = (keys, tensors, variable_stride_per_key, num_workers, recat, stride_per_rank)
+        if is_scripting():  # the twin's form, _script_dist.py
+            out: KeyedJaggedTensor = _twins.kjt_dist_init(args, stagger)
+            return out
+        return _kjt_dist.dist_init(KeyedJaggedTensor, *args, stagger)
 
     def flatten_lengths(self) -> KeyedJaggedTensor:
         """The same KJT with 1-D lengths (TorchRec compatibility; ours are always 1-D)."""
