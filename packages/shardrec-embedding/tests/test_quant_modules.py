@@ -28,6 +28,7 @@ from shardrec_embedding import (
 )
 from shardrec_embedding.quant import dequantize, quantize, scale_bias
 from shardrec_jagged import KeyedJaggedTensor, script_fields
+from shardrec_testing import assert_scripted_reloads_without_shardrec
 
 DTYPES = {
     torch.int8: DataType.INT8,
@@ -395,20 +396,7 @@ def test_torchscript_artifact_reloads_without_our_classes(tmp_path: Path) -> Non
     scripted = torch.jit.script(model)
     expected = model(kjt)
     assert torch.equal(scripted(kjt), expected)
-    path = tmp_path / "model.pt"
-    torch.jit.save(scripted, str(path))
-    torch.save({"kjt": script_fields(kjt), "expected": expected}, tmp_path / "io.pt")
-    code = textwrap.dedent(f"""
-        import sys, types, torch
-        m = torch.jit.load({str(path)!r})
-        io = torch.load({str(tmp_path / "io.pt")!r})
-        assert not any(n.startswith("shardrec") for n in sys.modules), "imported shardrec"
-        assert torch.equal(m(types.SimpleNamespace(**io["kjt"])), io["expected"])
-        print("ok")
-    """)
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr
-    assert run.stdout.strip() == "ok"
+    assert_scripted_reloads_without_shardrec(scripted, script_fields(kjt), expected, tmp_path)
 
 
 def test_torch_export_with_kjt_input(tmp_path: Path) -> None:

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -33,6 +30,7 @@ from shardrec_sharding import (
     ShardedQuantEmbeddingCollection,
     shard_quant_model,
 )
+from shardrec_testing import assert_scripted_reloads_without_shardrec
 
 DIM = 12  # three column blocks of 4 (whole bytes of INT4 codes)
 ROWS = {"big": 41, "small": 13, "tiny": 2}  # 41 rows: uneven row blocks on 2 and 3 devices
@@ -210,22 +208,7 @@ def test_scripted_wrapper_reloads_in_a_fresh_process(tmp_path: Path) -> None:
     got = scripted(kjt)
     assert got.keys() == expected.keys()
     assert all(torch.equal(got[k], v) for k, v in expected.items())
-    path = tmp_path / "sharded_ec.pt"
-    torch.jit.save(scripted, str(path))
-    torch.save({"kjt": script_fields(kjt), "expected": expected}, tmp_path / "io.pt")
-    code = textwrap.dedent(f"""
-        import sys, types, torch
-        m = torch.jit.load({str(path)!r})
-        io = torch.load({str(tmp_path / "io.pt")!r})
-        assert not any(n.startswith("shardrec") for n in sys.modules), "imported shardrec"
-        got = m(types.SimpleNamespace(**io["kjt"]))
-        assert list(got) == list(io["expected"])
-        assert all(torch.equal(got[k], v) for k, v in io["expected"].items())
-        print("ok")
-    """)
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr
-    assert run.stdout.strip() == "ok"
+    assert_scripted_reloads_without_shardrec(scripted, script_fields(kjt), expected, tmp_path)
 
 
 def test_torch_export_with_kjt_input() -> None:
