@@ -10,8 +10,10 @@ import pytest
 import torch
 
 from shardrec_embedding import BaseEmbeddingConfig, EmbeddingBagConfig, PoolingType
+from shardrec_embedding.fused.lookup import fused_update
 from shardrec_jagged import JaggedTensor, KeyedJaggedTensor
-from shardrec_testing import random_lengths, seeded_generator
+from shardrec_optim import FusedOptimSpec, init_state
+from shardrec_testing import random_lengths, seeded_generator, tolerance
 
 _Table = TypeVar("_Table", bound=BaseEmbeddingConfig)
 
@@ -125,12 +127,44 @@ def fused_batch(
     return ids, offsets, psw, torch.randn(bags, dim, generator=gen)
 
 
+def backend_matches_torch_over_steps(
+    backend: str,
+    spec: FusedOptimSpec,
+    pooling: PoolingType,
+    weighted: bool,
+    *,
+    rows: int,
+    dim: int,
+    bags: int,
+    max_length: int = 5,
+    tol: tuple[float, float] = tolerance(torch.float32),
+) -> None:
+    """Four fused updates of one table by `backend` and by the torch reference, from the same
+    weight and `fused_batch`es: weights and every state tensor agree after each step (within
+    `tol` = (rtol, atol)), and the weight moved."""
+    weight = torch.randn(rows, dim, generator=torch.Generator().manual_seed(7))
+    w_torch, w_other = weight.clone(), weight.clone()
+    st_torch = init_state(spec.optimizer, rows, dim)
+    st_other = init_state(spec.optimizer, rows, dim)
+    rtol, atol = tol
+    for step in range(1, 5):
+        ids, offsets, psw, grad_out = fused_batch(step, rows, dim, bags, weighted, max_length)
+        args = (spec, ids, offsets, psw, pooling, grad_out, spec.learning_rate, step)
+        fused_update(w_torch, st_torch, *args, backend="torch")
+        fused_update(w_other, st_other, *args, backend=backend)
+        torch.testing.assert_close(w_other, w_torch, rtol=rtol, atol=atol)
+        for name in st_torch:
+            torch.testing.assert_close(st_other[name], st_torch[name], rtol=rtol, atol=atol)
+    assert not torch.equal(w_other, weight)
+
+
 @dataclass(frozen=True)
 class Helpers:
     random_kjt: Callable[..., KeyedJaggedTensor]
     naive_pooled: Callable[..., dict[str, torch.Tensor]]
     naive_sequence: Callable[..., dict[str, torch.Tensor]]
     fused_batch: Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor]]
+    backend_matches_torch_over_steps: Callable[..., None]
 
 
 @pytest.fixture
@@ -140,4 +174,5 @@ def helpers() -> Helpers:
         naive_pooled=naive_pooled,
         naive_sequence=naive_sequence,
         fused_batch=fused_batch,
+        backend_matches_torch_over_steps=backend_matches_torch_over_steps,
     )

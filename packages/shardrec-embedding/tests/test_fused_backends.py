@@ -64,22 +64,9 @@ def test_fbgemm_and_torch_backends_agree_over_steps(
     helpers: Any, spec: FusedOptimSpec, pooling: PoolingType, weighted: bool
 ) -> None:
     _fbgemm_or_skip()
-    rows, dim = 40, 8
-    weight = torch.randn(rows, dim, generator=torch.Generator().manual_seed(7))
-    w_torch, w_fb = weight.clone(), weight.clone()
-    st_torch = init_state(spec.optimizer, rows, dim)
-    st_fb = init_state(spec.optimizer, rows, dim)
-    for step in range(1, 5):
-        ids, offsets, psw, grad_out = helpers.fused_batch(
-            step, rows, dim, bags=12, weighted=weighted
-        )
-        args = (spec, ids, offsets, psw, pooling, grad_out, spec.learning_rate, step)
-        fused_update(w_torch, st_torch, *args, backend="torch")
-        fused_update(w_fb, st_fb, *args, backend="fbgemm")
-        torch.testing.assert_close(w_fb, w_torch, rtol=1e-5, atol=1e-6)
-        for name in st_torch:
-            torch.testing.assert_close(st_fb[name], st_torch[name], rtol=1e-5, atol=1e-6)
-    assert not torch.equal(w_fb, weight)
+    helpers.backend_matches_torch_over_steps(
+        "fbgemm", spec, pooling, weighted, rows=40, dim=8, bags=12, tol=(1e-5, 1e-6)
+    )
 
 
 @pytest.mark.fbgemm

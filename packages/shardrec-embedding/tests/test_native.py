@@ -331,22 +331,9 @@ NATIVE_SPECS = [
 def test_native_and_torch_fused_updates_agree_over_steps(
     helpers: Any, spec: FusedOptimSpec, pooling: PoolingType, weighted: bool, dim: int
 ) -> None:
-    rows = 90
-    weight = torch.randn(rows, dim, generator=torch.Generator().manual_seed(7))
-    w_torch, w_native = weight.clone(), weight.clone()
-    st_torch = init_state(spec.optimizer, rows, dim)
-    st_native = init_state(spec.optimizer, rows, dim)
-    for step in range(1, 5):
-        ids, offsets, psw, grad_out = helpers.fused_batch(
-            step, rows, dim, bags=40, weighted=weighted, max_length=6
-        )
-        args = (spec, ids, offsets, psw, pooling, grad_out, spec.learning_rate, step)
-        fused_update(w_torch, st_torch, *args, backend="torch")
-        fused_update(w_native, st_native, *args, backend="native")
-        assert_close(w_native, w_torch)
-        for name in st_torch:
-            assert_close(st_native[name], st_torch[name])
-    assert not torch.equal(w_native, weight)
+    helpers.backend_matches_torch_over_steps(
+        "native", spec, pooling, weighted, rows=90, dim=dim, bags=40, max_length=6
+    )
 
 
 @needs_native
