@@ -191,15 +191,10 @@ class EmbeddingBagCollection(TorchScriptable, nn.Module):
             return KeyedTensor(
                 keys=self._embedding_names, length_per_key=self._lengths_per_embedding, values=out
             )
-        offset_per_key = features.offset_per_key()
-        if self._check_ids:
-            self._plan.check_ids(values, offset_per_key, feature_index)
-        lengths = features.lengths()
+        kjt = self._plan.read_kjt(features, values, weights, self._check_ids)
         pooled_per_group: list[torch.Tensor] = []
         for g, group in enumerate(self._plan.groups):
-            inp = self._plan.group_input(
-                group, values, lengths, weights, offset_per_key, feature_index, len(keys), batch
-            )
+            inp = self._plan.group_input(group, kjt)
             pooled = batched_embedding_bag(
                 group_weights(self._grouped[g]),
                 inp.ids,

@@ -130,18 +130,11 @@ class EmbeddingCollection(TorchScriptable, nn.Module):
     @torch.jit.unused
     def _forward_eager(self, features: KeyedJaggedTensor) -> dict[str, JaggedTensor]:
         values, _ = check_features(features, weighted=False, owner=_OWNER)
-        keys = features.keys()
-        feature_index = self._plan.feature_indices(keys)
-        offset_per_key = features.offset_per_key()
-        if self._check_ids:
-            self._plan.check_ids(values, offset_per_key, feature_index)
-        batch = features.stride()
-        lengths = features.lengths()
+        kjt = self._plan.read_kjt(features, values, None, self._check_ids)
+        offset_per_key, feature_index = kjt.offset_per_key, kjt.feature_index
         pieces: dict[int, JaggedTensor] = {}
         for g, group in enumerate(self._plan.groups):
-            inp = self._plan.group_input(
-                group, values, lengths, None, offset_per_key, feature_index, len(keys), batch
-            )
+            inp = self._plan.group_input(group, kjt)
             rows = batched_embedding(
                 group_weights(self._grouped[g]), inp.ids, workspace=self._workspaces[g]
             ).float()

@@ -134,18 +134,11 @@ class FusedEmbeddingBagCollection(nn.Module):
     def forward(self, features: KeyedJaggedTensor) -> KeyedTensor:
         """features: KJT with every feature the tables read. Returns `KeyedTensor (B, sum dims)`."""
         values, weights = check_features(features, weighted=self._is_weighted, owner=_OWNER)
-        keys = features.keys()
-        feature_index = self._plan.feature_indices(keys)
-        offset_per_key = features.offset_per_key()
-        if self._check_ids:
-            self._plan.check_ids(values, offset_per_key, feature_index)
-        batch = features.stride()
-        lengths = features.lengths()
+        kjt = self._plan.read_kjt(features, values, weights, self._check_ids)
+        batch = kjt.batch
         blocks: list[Tensor] = [values.new_empty(0)] * len(self._plan.segments)
         for lookup, group in zip(self._lookups, self._plan.groups, strict=True):
-            inp = self._plan.group_input(
-                group, values, lengths, weights, offset_per_key, feature_index, len(keys), batch
-            )
+            inp = self._plan.group_input(group, kjt)
             pooled = lookup(inp.ids, inp.offsets, inp.weights)
             # unbind: one backward node that stacks the block gradients once, where indexing
             # per segment would allocate and sum one zero-filled (S, B, D) tensor per segment.
