@@ -50,6 +50,7 @@ class QuantEmbeddingBagCollection(QuantCollectionBase[EmbeddingBagConfig]):
     """
 
     _owner = _OWNER
+    _config_type = EmbeddingBagConfig
     _state_prefix = "embedding_bags."
 
     def __init__(
@@ -63,9 +64,7 @@ class QuantEmbeddingBagCollection(QuantCollectionBase[EmbeddingBagConfig]):
         quant_state_dict_split_scale_bias: bool = False,
     ) -> None:
         super().__init__()
-        for t in tables:
-            if not isinstance(t, EmbeddingBagConfig):
-                raise TypeError(f"{_OWNER} takes EmbeddingBagConfigs, got {type(t).__name__}")
+        for t in self._checked_tables(tables):
             if t.pooling is PoolingType.NONE:
                 raise ValueError(f"{_OWNER}: table {t.name!r} has pooling NONE; use SUM or MEAN")
             if is_weighted and t.pooling is PoolingType.MEAN:

@@ -51,6 +51,7 @@ class QuantEmbeddingCollection(QuantCollectionBase[EmbeddingConfig]):
     """
 
     _owner = _OWNER
+    _config_type = EmbeddingConfig
     _state_prefix = "embeddings."
 
     def __init__(
@@ -64,10 +65,7 @@ class QuantEmbeddingCollection(QuantCollectionBase[EmbeddingConfig]):
         quant_state_dict_split_scale_bias: bool = False,
     ) -> None:
         super().__init__()
-        for t in tables:
-            if not isinstance(t, EmbeddingConfig):
-                raise TypeError(f"{_OWNER} takes EmbeddingConfigs, got {type(t).__name__}")
-        if len({t.embedding_dim for t in tables}) > 1:
+        if len({t.embedding_dim for t in self._checked_tables(tables)}) > 1:
             dims = {t.name: t.embedding_dim for t in tables}
             raise ValueError(f"{_OWNER} needs one embedding_dim for all tables, got {dims}")
         self._need_indices = need_indices
