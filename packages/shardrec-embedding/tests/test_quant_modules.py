@@ -15,6 +15,7 @@ from torch import nn
 from torch.ao.quantization import PlaceholderObserver
 
 from shardrec_embedding import (
+    BaseEmbeddingConfig,
     DataType,
     EmbeddingBagCollection,
     EmbeddingBagConfig,
@@ -213,6 +214,21 @@ def test_state_dict_shape_mismatch_and_missing_keys() -> None:
     del sd["embedding_bags.t2.weight_qscaleshift"]
     with pytest.raises(RuntimeError, match=r"t2\.weight_qscaleshift"):
         q.load_state_dict(sd)
+
+
+@pytest.mark.parametrize(
+    ("cls", "wrong", "expected"),
+    [
+        (QuantEmbeddingBagCollection, EmbeddingConfig, "EmbeddingBagConfigs"),
+        (QuantEmbeddingCollection, EmbeddingBagConfig, "EmbeddingConfigs"),
+    ],
+)
+def test_a_table_config_of_the_other_kind_is_a_type_error(
+    cls: type[nn.Module], wrong: type[BaseEmbeddingConfig], expected: str
+) -> None:
+    table = wrong(name="t", num_embeddings=3, embedding_dim=4, data_type=DataType.INT8)
+    with pytest.raises(TypeError, match=f"{cls.__name__} takes {expected}, got {wrong.__name__}"):
+        cls([table])
 
 
 def test_bad_input() -> None:
