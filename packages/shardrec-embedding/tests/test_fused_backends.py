@@ -84,43 +84,38 @@ def test_auto_backend_uses_fbgemm_where_it_applies() -> None:
     assert not fbgemm_backward.fbgemm_applies(spec, double, torch.zeros(1, 2), None)
 
 
+def _one_id_update(
+    weight: torch.Tensor, state: dict[str, torch.Tensor], spec: FusedOptimSpec, backend: str
+) -> None:
+    """Step 1 of `spec` on `weight` by `backend`: one bag of id 1, gradient of ones."""
+    fused_update(
+        weight,
+        state,
+        spec,
+        torch.tensor([1]),
+        torch.tensor([0, 1]),
+        None,
+        PoolingType.SUM,
+        torch.ones(1, 2),
+        0.1,
+        1,
+        backend=backend,  # type: ignore[arg-type]  # also bad names, under test
+    )
+
+
 def test_fbgemm_backend_refuses_an_optimizer_it_has_no_kernel_for() -> None:
     spec = FusedOptimSpec(optimizer=EmbOptimType.ADAM)
     weight = torch.zeros(4, 2)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", fbgemm_backward.FbgemmUnavailableWarning)
         with pytest.raises(ValueError, match="ADAM"):
-            fused_update(
-                weight,
-                init_state(spec.optimizer, 4, 2),
-                spec,
-                torch.tensor([1]),
-                torch.tensor([0, 1]),
-                None,
-                PoolingType.SUM,
-                torch.ones(1, 2),
-                0.1,
-                1,
-                backend="fbgemm",
-            )
+            _one_id_update(weight, init_state(spec.optimizer, 4, 2), spec, "fbgemm")
 
 
 def test_unknown_backend_is_rejected() -> None:
     spec = FusedOptimSpec(optimizer=EmbOptimType.EXACT_SGD)
     with pytest.raises(ValueError, match="'cuda_magic'"):
-        fused_update(
-            torch.zeros(4, 2),
-            {},
-            spec,
-            torch.tensor([1]),
-            torch.tensor([0, 1]),
-            None,
-            PoolingType.SUM,
-            torch.ones(1, 2),
-            0.1,
-            1,
-            backend="cuda_magic",  # type: ignore[arg-type]  # the bad input under test
-        )
+        _one_id_update(torch.zeros(4, 2), {}, spec, "cuda_magic")
 
 
 def test_without_fbgemm_auto_falls_back_to_torch_and_logs_once(

@@ -79,6 +79,15 @@ def _constraints(sharding_type: str) -> dict[str, ParameterConstraints]:
     return out
 
 
+def _mixed_constraints() -> dict[str, ParameterConstraints]:
+    """One table per sharding type: big row_wise, small column_wise, tiny table_wise."""
+    return {
+        "big": ParameterConstraints(sharding_types=["row_wise"]),
+        "small": ParameterConstraints(sharding_types=["column_wise"], min_partition=4),
+        "tiny": ParameterConstraints(sharding_types=["table_wise"]),
+    }
+
+
 def _assert_same(got: dict[str, JaggedTensor], want: dict[str, JaggedTensor]) -> None:
     assert list(got) == list(want)
     for name, jt in want.items():
@@ -135,11 +144,7 @@ def test_mixed_plan_output_dtype_and_state() -> None:
     kjt = _kjt(6, 3)
     kjt32 = KeyedJaggedTensor(kjt.keys(), kjt.values().int(), lengths=kjt.lengths())
     expected = q(kjt)
-    constraints = {
-        "big": ParameterConstraints(sharding_types=["row_wise"]),
-        "small": ParameterConstraints(sharding_types=["column_wise"], min_partition=4),
-        "tiny": ParameterConstraints(sharding_types=["table_wise"]),
-    }
+    constraints = _mixed_constraints()
     sharded, plan = shard_quant_model(
         q, world_size=3, compute_device="cpu", constraints=constraints
     )
@@ -214,11 +219,7 @@ def test_scripted_wrapper_reloads_in_a_fresh_process(tmp_path: Path) -> None:
 def test_torch_export_with_kjt_input() -> None:
     model = _model(torch.quint4x2, need_indices=True)
     kjt = _kjt(3, 5)
-    constraints = {
-        "big": ParameterConstraints(sharding_types=["row_wise"]),
-        "small": ParameterConstraints(sharding_types=["column_wise"], min_partition=4),
-        "tiny": ParameterConstraints(sharding_types=["table_wise"]),
-    }
+    constraints = _mixed_constraints()
     sharded, _ = shard_quant_model(
         model, world_size=3, compute_device="cpu", constraints=constraints
     )
