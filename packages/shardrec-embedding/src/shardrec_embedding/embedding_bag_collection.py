@@ -15,6 +15,7 @@ from shardrec_embedding._tables import (
     features_by_table,
     group_weights,
     materialize_and_init,
+    module_weight,
     repack_all,
     tables_on_meta,
     traced_input,
@@ -127,7 +128,7 @@ class EmbeddingBagCollection(TorchScriptable, nn.Module):
                 for t in bag_configs:
                     # TorchRec's nn.EmbeddingBag draws N(0, 1) weights before the inits run:
                     # drawing them too makes a seed give TorchRec's weights.
-                    _weight(self.embedding_bags[t.name]).normal_()
+                    module_weight(self.embedding_bags[t.name]).normal_()
             self.reset_parameters()
 
     def forward(self, features: KeyedJaggedTensor) -> KeyedTensor:
@@ -171,7 +172,9 @@ class EmbeddingBagCollection(TorchScriptable, nn.Module):
         keys = features.keys()
         feature_index = self._plan.feature_indices(keys)
         batch = features.stride()
-        table_weights = [_weight(self.embedding_bags[t.name]) for t in self._embedding_bag_configs]
+        table_weights = [
+            module_weight(self.embedding_bags[t.name]) for t in self._embedding_bag_configs
+        ]
         if native_applies(table_weights, values):
             # One native call pools every segment into its output columns, range check fused
             # (docs/design/native-kernels.md); it checks ids even with check_ids=False, since
@@ -261,12 +264,6 @@ class EmbeddingBagCollection(TorchScriptable, nn.Module):
             for g in self._plan.groups
         )
         return f"is_weighted={self._is_weighted}, lookup groups: [{groups}]"
-
-
-def _weight(module: nn.Module) -> torch.Tensor:
-    weight = module.weight
-    assert isinstance(weight, torch.Tensor)
-    return weight
 
 
 def _make_bag(config: BaseEmbeddingConfig, weight: torch.Tensor) -> nn.Module:

@@ -14,6 +14,7 @@ from shardrec_embedding._tables import (
     features_by_table,
     group_weights,
     materialize_and_init,
+    module_weight,
     outputs_by_table,
     repack_all,
     tables_on_meta,
@@ -98,7 +99,7 @@ class EmbeddingCollection(TorchScriptable, nn.Module):
                 for t in configs:
                     # TorchRec draws each nn.Embedding's N(0, 1) weights, then runs its init,
                     # table by table: the same draws make a seed give TorchRec's weights.
-                    weight = _weight(self.embeddings[t.name])
+                    weight = module_weight(self.embeddings[t.name])
                     weight.normal_()
                     t.init_weight_(weight)
 
@@ -185,12 +186,6 @@ class EmbeddingCollection(TorchScriptable, nn.Module):
         result: nn.Module = super()._apply(fn, recurse)  # type: ignore[no-untyped-call]  # untyped in torch
         repack_all(self._grouped)
         return result
-
-
-def _weight(module: nn.Module) -> torch.Tensor:
-    weight = module.weight
-    assert isinstance(weight, torch.Tensor)
-    return weight
 
 
 def _make_embedding(config: BaseEmbeddingConfig, weight: torch.Tensor) -> nn.Module:

@@ -18,7 +18,7 @@ from shardrec_embedding.quant.config import (
 )
 from shardrec_jagged import TorchScriptable
 
-__all__ = ["QuantCollectionBase", "float_weight"]
+__all__ = ["QuantCollectionBase"]
 
 C = TypeVar("C", bound=BaseEmbeddingConfig)
 M = TypeVar("M", bound=nn.Module)
@@ -145,9 +145,3 @@ class QuantCollectionBase(TorchScriptable, nn.Module, Generic[C]):
             strict,
             self._split_scale_bias,
         )
-
-
-def float_weight(module: nn.Module) -> torch.Tensor:
-    weight = module.weight
-    assert isinstance(weight, torch.Tensor)
-    return weight

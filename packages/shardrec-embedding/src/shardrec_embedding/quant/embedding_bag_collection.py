@@ -7,10 +7,10 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from shardrec_embedding._tables import check_features, traced_input
+from shardrec_embedding._tables import check_features, module_weight, traced_input
 from shardrec_embedding.configs import EmbeddingBagConfig, PoolingType
 from shardrec_embedding.embedding_bag_collection import EmbeddingBagCollection
-from shardrec_embedding.quant._base import QuantCollectionBase, float_weight
+from shardrec_embedding.quant._base import QuantCollectionBase
 from shardrec_embedding.quant.config import output_dtype_of
 from shardrec_embedding.quant.lookup import (
     PooledLookup,
@@ -105,7 +105,7 @@ class QuantEmbeddingBagCollection(QuantCollectionBase[EmbeddingBagConfig]):
             quant_state_dict_split_scale_bias=cls._split_requested(ebc),
         )
         bags = ebc.embedding_bags
-        quant.load_float_weights({t.name: float_weight(bags[t.name]) for t in tables})
+        quant.load_float_weights({t.name: module_weight(bags[t.name]) for t in tables})
         return quant
 
     def forward(self, features: KeyedJaggedTensor) -> KeyedTensor:

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from shardrec_embedding._tables import check_features, traced_input
+from shardrec_embedding._tables import check_features, module_weight, traced_input
 from shardrec_embedding.configs import EmbeddingConfig, PoolingType
 from shardrec_embedding.embedding_collection import EmbeddingCollection
-from shardrec_embedding.quant._base import QuantCollectionBase, float_weight
+from shardrec_embedding.quant._base import QuantCollectionBase
 from shardrec_embedding.quant.config import output_dtype_of
 from shardrec_embedding.quant.lookup import (
     SequenceLookup,
@@ -94,7 +94,7 @@ class QuantEmbeddingCollection(QuantCollectionBase[EmbeddingConfig]):
             quant_state_dict_split_scale_bias=cls._split_requested(ec),
         )
         tables = ec.embeddings
-        quant.load_float_weights({t.name: float_weight(tables[t.name]) for t in quant._configs})
+        quant.load_float_weights({t.name: module_weight(tables[t.name]) for t in quant._configs})
         return quant
 
     def forward(self, features: KeyedJaggedTensor) -> dict[str, JaggedTensor]:
