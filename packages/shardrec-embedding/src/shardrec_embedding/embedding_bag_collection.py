@@ -9,6 +9,7 @@ from torch import nn
 
 from shardrec_embedding._grouping import TablePlan
 from shardrec_embedding._native import native_applies, native_pooled_lookup
+from shardrec_embedding._pooled_api import PooledCollectionAPI
 from shardrec_embedding._tables import (
     build_packed_modules,
     check_features,
@@ -35,7 +36,7 @@ __all__ = ["EmbeddingBagCollection"]
 _OWNER = "EmbeddingBagCollection"
 
 
-class EmbeddingBagCollection(TorchScriptable, nn.Module):
+class EmbeddingBagCollection(PooledCollectionAPI, TorchScriptable, nn.Module):
     """Pooled embeddings of a list of tables (TorchRec's `EmbeddingBagCollection`).
 
     Args:
@@ -73,7 +74,7 @@ class EmbeddingBagCollection(TorchScriptable, nn.Module):
     __jit_unused_properties__ = ["device"]  # noqa: RUF012  # read by torch.jit.script
     # Python-only state the scripted forward never reads.
     __jit_ignored_attributes__ = [  # noqa: RUF012
-        "_embedding_bag_configs",
+        "_configs",
         "_plan",
         "_grouped",
         "_workspaces",
@@ -101,7 +102,7 @@ class EmbeddingBagCollection(TorchScriptable, nn.Module):
                     f"{_OWNER}: table {t.name!r} has MEAN pooling but is_weighted=True; per-id "
                     "weights need SUM pooling"
                 )
-        self._embedding_bag_configs = bag_configs
+        self._configs = bag_configs
         self._is_weighted = is_weighted
         self._check_ids = check_ids
         self._plan = TablePlan(bag_configs, [t.pooling for t in bag_configs])
@@ -172,9 +173,7 @@ class EmbeddingBagCollection(TorchScriptable, nn.Module):
         keys = features.keys()
         feature_index = self._plan.feature_indices(keys)
         batch = features.stride()
-        table_weights = [
-            module_weight(self.embedding_bags[t.name]) for t in self._embedding_bag_configs
-        ]
+        table_weights = [module_weight(self.embedding_bags[t.name]) for t in self._configs]
         if native_applies(table_weights, values):
             # One native call pools every segment into its output columns, range check fused
             # (docs/design/native-kernels.md); it checks ids even with check_ids=False, since
@@ -216,25 +215,15 @@ class EmbeddingBagCollection(TorchScriptable, nn.Module):
     def _grad_buffers(self) -> list[torch.Tensor]:
         """Zeroed dense gradients per table (table order), views of each group's reused
         `GradWorkspace` buffer, for the native backward."""
-        out: list[torch.Tensor] = [torch.empty(0)] * len(self._embedding_bag_configs)
+        out: list[torch.Tensor] = [torch.empty(0)] * len(self._configs)
         for g, group in enumerate(self._plan.groups):
-            rows = [self._embedding_bag_configs[i].num_embeddings for i in group.tables]
+            rows = [self._configs[i].num_embeddings for i in group.tables]
             buffer = self._workspaces[g].zeros(
                 sum(rows), group.dim, torch.float32, torch.device("cpu")
             )
             for i, view in zip(group.tables, split_rows(buffer, rows), strict=True):
                 out[i] = view
         return out
-
-    def is_weighted(self) -> bool:
-        return self._is_weighted
-
-    def embedding_bag_configs(self) -> list[EmbeddingBagConfig]:
-        return list(self._embedding_bag_configs)
-
-    def embedding_names(self) -> list[str]:
-        """Output keys, in output order."""
-        return list(self._embedding_names)
 
     @property
     def device(self) -> torch.device:
@@ -249,7 +238,7 @@ class EmbeddingBagCollection(TorchScriptable, nn.Module):
         (default CPU): `EmbeddingBagCollection(tables, device="meta").reset_parameters()`
         materializes it. `to_empty(device=...)` followed by `reset_parameters()` works too.
         """
-        materialize_and_init(self, self._embedding_bag_configs, self.embedding_bags, device)
+        materialize_and_init(self, self._configs, self.embedding_bags, device)
 
     def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> nn.Module:
         # `.to()`, `.half()`, `to_empty()` give each weight its own storage: re-pack the groups

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from shardrec_embedding._grouping import TablePlan
+from shardrec_embedding._pooled_api import PooledCollectionAPI
 from shardrec_embedding._tables import check_features, validate_tables
 from shardrec_embedding.configs import EmbeddingBagConfig, PoolingType
 from shardrec_embedding.fused.batched import BatchedFusedEmbeddingBag
@@ -60,7 +61,7 @@ class CollectionFusedOptimizer(CombinedOptimizer):
         return self
 
 
-class FusedEmbeddingBagCollection(nn.Module):
+class FusedEmbeddingBagCollection(PooledCollectionAPI, nn.Module):
     """Pooled embeddings like `EmbeddingBagCollection`, trained by an optimizer in backward.
 
     Args:
@@ -149,15 +150,6 @@ class FusedEmbeddingBagCollection(nn.Module):
         return KeyedTensor(
             keys=self._embedding_names, length_per_key=self._lengths_per_embedding, values=out
         )
-
-    def is_weighted(self) -> bool:
-        return self._is_weighted
-
-    def embedding_bag_configs(self) -> list[EmbeddingBagConfig]:
-        return list(self._configs)
-
-    def embedding_names(self) -> list[str]:
-        return list(self._embedding_names)
 
     def optimizer_spec(self) -> FusedOptimSpec:
         return self.spec

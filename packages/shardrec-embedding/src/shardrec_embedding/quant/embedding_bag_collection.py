@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from shardrec_embedding._pooled_api import PooledCollectionAPI
 from shardrec_embedding._tables import check_features, module_weight, traced_input
 from shardrec_embedding.configs import EmbeddingBagConfig, PoolingType
 from shardrec_embedding.embedding_bag_collection import EmbeddingBagCollection
@@ -30,7 +31,7 @@ torch.fx.wrap("_get_kjt_keys")
 torch.fx.wrap("keyed_lookup_args")
 
 
-class QuantEmbeddingBagCollection(QuantCollectionBase[EmbeddingBagConfig]):
+class QuantEmbeddingBagCollection(PooledCollectionAPI, QuantCollectionBase[EmbeddingBagConfig]):
     """Pooled embeddings of quantized tables (TorchRec's `quant.EmbeddingBagCollection`).
 
     Args:
@@ -150,15 +151,6 @@ class QuantEmbeddingBagCollection(QuantCollectionBase[EmbeddingBagConfig]):
             self._embedding_names,
             self._output_dtype,
         )
-
-    def is_weighted(self) -> bool:
-        return self._is_weighted
-
-    def embedding_bag_configs(self) -> list[EmbeddingBagConfig]:
-        return list(self._configs)
-
-    def embedding_names(self) -> list[str]:
-        return list(self._embedding_names)
 
     def extra_repr(self) -> str:
         tables = ", ".join(
