@@ -235,6 +235,8 @@ def _psw_grad(
 
 
 # ---- torch ops ----------------------------------------------------------------------------
+# Each op's fake (meta) implementation repeats the op's signature: torch.library infers the
+# schema from the annotations of both and requires them to agree.
 
 
 @torch.library.custom_op("shardrec::pooled_lookup", mutates_args=(), device_types="cpu")
