@@ -3,6 +3,8 @@ backward, over real gloo ranks against references computed locally from every ra
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 
@@ -68,11 +70,6 @@ def check_pooled_all_to_all(ctx: RankContext) -> int:
     return 4
 
 
-@pytest.mark.parametrize("rank_pool", WORLD_SIZES, indirect=True)
-def test_pooled_all_to_all(rank_pool: RankPool) -> None:
-    assert rank_pool.run(check_pooled_all_to_all) == [4] * rank_pool.world_size
-
-
 def check_reduce_scatter(ctx: RankContext) -> int:
     env, world, me = env_of(ctx), ctx.world_size, ctx.rank
     dim = 3
@@ -93,11 +90,6 @@ def check_reduce_scatter(ctx: RankContext) -> int:
     return 4
 
 
-@pytest.mark.parametrize("rank_pool", WORLD_SIZES, indirect=True)
-def test_reduce_scatter_pooled(rank_pool: RankPool) -> None:
-    assert rank_pool.run(check_reduce_scatter) == [4] * rank_pool.world_size
-
-
 def check_all_gather(ctx: RankContext) -> int:
     env, world, me = env_of(ctx), ctx.world_size, ctx.rank
     dim = 2
@@ -115,11 +107,6 @@ def check_all_gather(ctx: RankContext) -> int:
         assert local.grad is not None and isinstance(expected, torch.Tensor)
         assert_close(local.grad, expected)
     return 4
-
-
-@pytest.mark.parametrize("rank_pool", WORLD_SIZES, indirect=True)
-def test_all_gather_pooled(rank_pool: RankPool) -> None:
-    assert rank_pool.run(check_all_gather) == [4] * rank_pool.world_size
 
 
 # -- variable batch per feature -------------------------------------------------------------
@@ -201,11 +188,6 @@ def check_vb_pooled_all_to_all(ctx: RankContext) -> int:
     return 4
 
 
-@pytest.mark.parametrize("rank_pool", WORLD_SIZES, indirect=True)
-def test_variable_batch_pooled_all_to_all(rank_pool: RankPool) -> None:
-    assert rank_pool.run(check_vb_pooled_all_to_all) == [4] * rank_pool.world_size
-
-
 def check_vb_reduce_scatter(ctx: RankContext) -> int:
     env, world, me = env_of(ctx), ctx.world_size, ctx.rank
     for case in range(4):
@@ -250,9 +232,24 @@ def check_vb_reduce_scatter(ctx: RankContext) -> int:
     return 4
 
 
+@pytest.mark.parametrize(
+    "check",
+    [
+        check_pooled_all_to_all,
+        check_reduce_scatter,
+        check_all_gather,
+        check_vb_pooled_all_to_all,
+        check_vb_reduce_scatter,
+    ],
+    ids=lambda check: check.__name__.removeprefix("check_"),
+)
 @pytest.mark.parametrize("rank_pool", WORLD_SIZES, indirect=True)
-def test_variable_batch_reduce_scatter_pooled(rank_pool: RankPool) -> None:
-    assert rank_pool.run(check_vb_reduce_scatter) == [4] * rank_pool.world_size
+def test_pooled_collective_matches_the_reference(
+    rank_pool: RankPool, check: Callable[[RankContext], int]
+) -> None:
+    """Each check runs four cases on every rank against a reference built from all ranks'
+    inputs, and returns how many it ran."""
+    assert rank_pool.run(check) == [4] * rank_pool.world_size
 
 
 def check_dtypes(ctx: RankContext, dtype_name: str) -> None:

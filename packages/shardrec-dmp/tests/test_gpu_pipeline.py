@@ -7,9 +7,6 @@ marked `gpu` and runs on a one-rank NCCL pool (`nox -s gpu`).
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -18,20 +15,11 @@ import torch
 from shardrec_dmp import TrainPipelineSparseDist
 from shardrec_dmp.train_pipeline import tensors_of
 from shardrec_jagged import KeyedJaggedTensor
-from shardrec_testing import RankContext, assert_close, shared_pool
+from shardrec_testing import RankContext, assert_close, load_sibling_module, shared_pool
 
 
 def _load(name: str) -> ModuleType:
-    module_name = f"shardrec_dmp_gpu_{name}"
-    found = sys.modules.get(module_name)
-    if found is not None:
-        return found
-    spec = importlib.util.spec_from_file_location(module_name, Path(__file__).parent / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_sibling_module(__file__, name, "shardrec_dmp_gpu_")
 
 
 @dataclasses.dataclass

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import sys
 import warnings
+from typing import Any
 
 import pytest
 import torch
@@ -25,21 +26,6 @@ def _fbgemm_or_skip() -> None:
         warnings.simplefilter("ignore", fbgemm_backward.FbgemmUnavailableWarning)
         if not fbgemm_backward.fbgemm_tbe_available():
             pytest.skip("fbgemm_gpu TBE kernels do not import here")
-
-
-def _batch(
-    seed: int, rows: int, dim: int, bags: int, weighted: bool
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor]:
-    """Heavy duplicates (ids from a small range), some empty bags."""
-    gen = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(0, 6, (bags,), generator=gen)
-    lengths[::4] = 0
-    offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
-    n = int(offsets[-1])
-    ids = torch.randint(0, max(1, rows // 3), (n,), generator=gen)
-    psw = torch.rand(n, generator=gen) * 2 - 0.5 if weighted else None
-    grad_out = torch.randn(bags, dim, generator=gen)
-    return ids, offsets, psw, grad_out
 
 
 SPECS = [
@@ -75,23 +61,12 @@ WEIGHT_DECAY_SPECS = [
     ids=["sum", "weighted-sum", "mean"],
 )
 def test_fbgemm_and_torch_backends_agree_over_steps(
-    spec: FusedOptimSpec, pooling: PoolingType, weighted: bool
+    helpers: Any, spec: FusedOptimSpec, pooling: PoolingType, weighted: bool
 ) -> None:
     _fbgemm_or_skip()
-    rows, dim = 40, 8
-    weight = torch.randn(rows, dim, generator=torch.Generator().manual_seed(7))
-    w_torch, w_fb = weight.clone(), weight.clone()
-    st_torch = init_state(spec.optimizer, rows, dim)
-    st_fb = init_state(spec.optimizer, rows, dim)
-    for step in range(1, 5):
-        ids, offsets, psw, grad_out = _batch(step, rows, dim, bags=12, weighted=weighted)
-        args = (spec, ids, offsets, psw, pooling, grad_out, spec.learning_rate, step)
-        fused_update(w_torch, st_torch, *args, backend="torch")
-        fused_update(w_fb, st_fb, *args, backend="fbgemm")
-        torch.testing.assert_close(w_fb, w_torch, rtol=1e-5, atol=1e-6)
-        for name in st_torch:
-            torch.testing.assert_close(st_fb[name], st_torch[name], rtol=1e-5, atol=1e-6)
-    assert not torch.equal(w_fb, weight)
+    helpers.backend_matches_torch_over_steps(
+        "fbgemm", spec, pooling, weighted, rows=40, dim=8, bags=12, tol=(1e-5, 1e-6)
+    )
 
 
 @pytest.mark.fbgemm
@@ -109,47 +84,42 @@ def test_auto_backend_uses_fbgemm_where_it_applies() -> None:
     assert not fbgemm_backward.fbgemm_applies(spec, double, torch.zeros(1, 2), None)
 
 
+def _one_id_update(
+    weight: torch.Tensor, state: dict[str, torch.Tensor], spec: FusedOptimSpec, backend: str
+) -> None:
+    """Step 1 of `spec` on `weight` by `backend`: one bag of id 1, gradient of ones."""
+    fused_update(
+        weight,
+        state,
+        spec,
+        torch.tensor([1]),
+        torch.tensor([0, 1]),
+        None,
+        PoolingType.SUM,
+        torch.ones(1, 2),
+        0.1,
+        1,
+        backend=backend,  # type: ignore[arg-type]  # also bad names, under test
+    )
+
+
 def test_fbgemm_backend_refuses_an_optimizer_it_has_no_kernel_for() -> None:
     spec = FusedOptimSpec(optimizer=EmbOptimType.ADAM)
     weight = torch.zeros(4, 2)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", fbgemm_backward.FbgemmUnavailableWarning)
         with pytest.raises(ValueError, match="ADAM"):
-            fused_update(
-                weight,
-                init_state(spec.optimizer, 4, 2),
-                spec,
-                torch.tensor([1]),
-                torch.tensor([0, 1]),
-                None,
-                PoolingType.SUM,
-                torch.ones(1, 2),
-                0.1,
-                1,
-                backend="fbgemm",
-            )
+            _one_id_update(weight, init_state(spec.optimizer, 4, 2), spec, "fbgemm")
 
 
 def test_unknown_backend_is_rejected() -> None:
     spec = FusedOptimSpec(optimizer=EmbOptimType.EXACT_SGD)
     with pytest.raises(ValueError, match="'cuda_magic'"):
-        fused_update(
-            torch.zeros(4, 2),
-            {},
-            spec,
-            torch.tensor([1]),
-            torch.tensor([0, 1]),
-            None,
-            PoolingType.SUM,
-            torch.ones(1, 2),
-            0.1,
-            1,
-            backend="cuda_magic",  # type: ignore[arg-type]  # the bad input under test
-        )
+        _one_id_update(torch.zeros(4, 2), {}, spec, "cuda_magic")
 
 
 def test_without_fbgemm_auto_falls_back_to_torch_and_logs_once(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    helpers: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setitem(sys.modules, "fbgemm_gpu", None)  # makes `import fbgemm_gpu` fail
     # "auto" prefers the native kernels where they apply; take them out to reach fbgemm.
@@ -157,7 +127,7 @@ def test_without_fbgemm_auto_falls_back_to_torch_and_logs_once(
     fbgemm_backward.fbgemm_tbe_available.cache_clear()
     try:
         spec = SPECS[0]
-        ids, offsets, _, grad_out = _batch(0, 10, 4, bags=5, weighted=False)
+        ids, offsets, _, grad_out = helpers.fused_batch(0, 10, 4, bags=5, weighted=False)
         want, got = torch.ones(10, 4), torch.ones(10, 4)
         args = (spec, ids, offsets, None, PoolingType.SUM, grad_out, 0.5, 1)
         with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.DEBUG):

@@ -320,20 +320,6 @@ NATIVE_SPECS = [
 ]
 
 
-def _fused_batch(
-    seed: int, rows: int, dim: int, bags: int, weighted: bool
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor]:
-    """Heavy duplicates (ids from a third of the rows), every fourth bag empty."""
-    gen = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(0, 7, (bags,), generator=gen)
-    lengths[::4] = 0
-    offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
-    n = int(offsets[-1])
-    ids = torch.randint(0, max(1, rows // 3), (n,), generator=gen)
-    psw = torch.rand(n, generator=gen) * 2 - 0.5 if weighted else None
-    return ids, offsets, psw, torch.randn(bags, dim, generator=gen)
-
-
 @needs_native
 @pytest.mark.parametrize("spec", NATIVE_SPECS, ids=lambda s: s.optimizer.name)
 @pytest.mark.parametrize(
@@ -343,26 +329,16 @@ def _fused_batch(
 )
 @pytest.mark.parametrize("dim", [8, 64, 20])
 def test_native_and_torch_fused_updates_agree_over_steps(
-    spec: FusedOptimSpec, pooling: PoolingType, weighted: bool, dim: int
+    helpers: Any, spec: FusedOptimSpec, pooling: PoolingType, weighted: bool, dim: int
 ) -> None:
-    rows = 90
-    weight = torch.randn(rows, dim, generator=torch.Generator().manual_seed(7))
-    w_torch, w_native = weight.clone(), weight.clone()
-    st_torch = init_state(spec.optimizer, rows, dim)
-    st_native = init_state(spec.optimizer, rows, dim)
-    for step in range(1, 5):
-        ids, offsets, psw, grad_out = _fused_batch(step, rows, dim, bags=40, weighted=weighted)
-        args = (spec, ids, offsets, psw, pooling, grad_out, spec.learning_rate, step)
-        fused_update(w_torch, st_torch, *args, backend="torch")
-        fused_update(w_native, st_native, *args, backend="native")
-        assert_close(w_native, w_torch)
-        for name in st_torch:
-            assert_close(st_native[name], st_torch[name])
-    assert not torch.equal(w_native, weight)
+    helpers.backend_matches_torch_over_steps(
+        "native", spec, pooling, weighted, rows=90, dim=dim, bags=40, max_length=6
+    )
 
 
 @needs_native
 def test_auto_backend_takes_native_and_batches_grow_the_scratch(
+    helpers: Any,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     calls: list[int] = []
@@ -375,7 +351,9 @@ def test_auto_backend_takes_native_and_batches_grow_the_scratch(
     weight, reference = torch.zeros(30, 4), torch.zeros(30, 4)
     state, ref_state = init_state(spec.optimizer, 30, 4), init_state(spec.optimizer, 30, 4)
     for step, bags in enumerate([3, 50, 7], start=1):  # the second batch outgrows the first's
-        ids, offsets, psw, grad_out = _fused_batch(step, 30, 4, bags=bags, weighted=False)
+        ids, offsets, psw, grad_out = helpers.fused_batch(
+            step, 30, 4, bags=bags, weighted=False, max_length=6
+        )
         args = (spec, ids, offsets, psw, PoolingType.SUM, grad_out, 0.2, step)
         fused_update(weight, state, *args)
         fused_update(reference, ref_state, *args, backend="torch")
@@ -385,6 +363,7 @@ def test_auto_backend_takes_native_and_batches_grow_the_scratch(
 
 @needs_native
 def test_auto_prefers_fbgemm_for_rowwise_adagrad_where_it_runs(
+    helpers: Any,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     taken: list[str] = []
@@ -398,7 +377,9 @@ def test_auto_prefers_fbgemm_for_rowwise_adagrad_where_it_runs(
     )
     for optimizer in (EmbOptimType.EXACT_ROWWISE_ADAGRAD, EmbOptimType.EXACT_SGD):
         spec = FusedOptimSpec(optimizer=optimizer, learning_rate=0.1)
-        ids, offsets, psw, grad_out = _fused_batch(1, 10, 4, bags=5, weighted=False)
+        ids, offsets, psw, grad_out = helpers.fused_batch(
+            1, 10, 4, bags=5, weighted=False, max_length=6
+        )
         state = init_state(optimizer, 10, 4)
         fused_update(
             torch.zeros(10, 4), state, spec, ids, offsets, psw, PoolingType.SUM, grad_out, 0.1, 1
@@ -421,8 +402,12 @@ def test_auto_prefers_fbgemm_for_rowwise_adagrad_where_it_runs(
         ),
     ],
 )
-def test_native_backend_refuses_what_it_cannot_run(spec: FusedOptimSpec, match: str) -> None:
-    ids, offsets, psw, grad_out = _fused_batch(0, 10, 4, bags=5, weighted=False)
+def test_native_backend_refuses_what_it_cannot_run(
+    helpers: Any, spec: FusedOptimSpec, match: str
+) -> None:
+    ids, offsets, psw, grad_out = helpers.fused_batch(
+        0, 10, 4, bags=5, weighted=False, max_length=6
+    )
     state = init_state(spec.optimizer, 10, 4)
     with pytest.raises(ValueError, match=f"native backend cannot run this update: .*{match}"):
         fused_update(
@@ -440,9 +425,11 @@ def test_native_backend_refuses_what_it_cannot_run(spec: FusedOptimSpec, match: 
         )
 
 
-def test_native_backend_refuses_a_half_weight() -> None:
+def test_native_backend_refuses_a_half_weight(helpers: Any) -> None:
     spec = NATIVE_SPECS[0]
-    ids, offsets, psw, grad_out = _fused_batch(0, 10, 4, bags=5, weighted=False)
+    ids, offsets, psw, grad_out = helpers.fused_batch(
+        0, 10, 4, bags=5, weighted=False, max_length=6
+    )
     with pytest.raises(ValueError, match=r"float32 CPU weight, got torch\.float16"):
         fused_update(
             torch.zeros(10, 4, dtype=torch.float16),

@@ -15,6 +15,7 @@ from torch import nn
 from torch.ao.quantization import PlaceholderObserver
 
 from shardrec_embedding import (
+    BaseEmbeddingConfig,
     DataType,
     EmbeddingBagCollection,
     EmbeddingBagConfig,
@@ -28,6 +29,7 @@ from shardrec_embedding import (
 )
 from shardrec_embedding.quant import dequantize, quantize, scale_bias
 from shardrec_jagged import KeyedJaggedTensor, script_fields
+from shardrec_testing import assert_scripted_reloads_without_shardrec
 
 DTYPES = {
     torch.int8: DataType.INT8,
@@ -214,6 +216,21 @@ def test_state_dict_shape_mismatch_and_missing_keys() -> None:
         q.load_state_dict(sd)
 
 
+@pytest.mark.parametrize(
+    ("cls", "wrong", "expected"),
+    [
+        (QuantEmbeddingBagCollection, EmbeddingConfig, "EmbeddingBagConfigs"),
+        (QuantEmbeddingCollection, EmbeddingBagConfig, "EmbeddingConfigs"),
+    ],
+)
+def test_a_table_config_of_the_other_kind_is_a_type_error(
+    cls: type[nn.Module], wrong: type[BaseEmbeddingConfig], expected: str
+) -> None:
+    table = wrong(name="t", num_embeddings=3, embedding_dim=4, data_type=DataType.INT8)
+    with pytest.raises(TypeError, match=f"{cls.__name__} takes {expected}, got {wrong.__name__}"):
+        cls([table])
+
+
 def test_bad_input() -> None:
     ebc = EmbeddingBagCollection(_bag_tables())
     with pytest.raises(ValueError, match="no qconfig"):
@@ -395,20 +412,7 @@ def test_torchscript_artifact_reloads_without_our_classes(tmp_path: Path) -> Non
     scripted = torch.jit.script(model)
     expected = model(kjt)
     assert torch.equal(scripted(kjt), expected)
-    path = tmp_path / "model.pt"
-    torch.jit.save(scripted, str(path))
-    torch.save({"kjt": script_fields(kjt), "expected": expected}, tmp_path / "io.pt")
-    code = textwrap.dedent(f"""
-        import sys, types, torch
-        m = torch.jit.load({str(path)!r})
-        io = torch.load({str(tmp_path / "io.pt")!r})
-        assert not any(n.startswith("shardrec") for n in sys.modules), "imported shardrec"
-        assert torch.equal(m(types.SimpleNamespace(**io["kjt"])), io["expected"])
-        print("ok")
-    """)
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr
-    assert run.stdout.strip() == "ok"
+    assert_scripted_reloads_without_shardrec(scripted, script_fields(kjt), expected, tmp_path)
 
 
 def test_torch_export_with_kjt_input(tmp_path: Path) -> None:

@@ -7,12 +7,15 @@ Every expected result in the tests is computed from these lists by plain loops.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import torch
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from shardrec_jagged import JaggedTensor, KeyedJaggedTensor
+
+_Item = TypeVar("_Item")
 
 # Per-test hypothesis settings (not a global profile: other packages share the pytest process).
 jagged_settings = settings(
@@ -122,35 +125,30 @@ def jt_wlists(jt: JaggedTensor) -> list[list[float]]:
     return out
 
 
-def kjt_lists(kjt: KeyedJaggedTensor) -> list[list[list[int]]]:
-    """A KJT back to per-key lists of bags using only lengths and values (no per-key caches)."""
-    vals = kjt.values().tolist()
+def _per_key_bags(flat: list[_Item], kjt: KeyedJaggedTensor) -> list[list[list[_Item]]]:
+    """`flat` (one item per id) cut into per-key lists of bags by the KJT's lengths and
+    stride_per_key alone (no per-key caches)."""
     lens = kjt.lengths().tolist()
-    out: list[list[list[int]]] = []
+    out: list[list[list[_Item]]] = []
     pos = bag = 0
     for n_bags in kjt.stride_per_key():
-        key: list[list[int]] = []
+        key: list[list[_Item]] = []
         for _ in range(n_bags):
-            key.append(vals[pos : pos + lens[bag]])
+            key.append(flat[pos : pos + lens[bag]])
             pos += lens[bag]
             bag += 1
         out.append(key)
     return out
+
+
+def kjt_lists(kjt: KeyedJaggedTensor) -> list[list[list[int]]]:
+    """A KJT back to per-key lists of bags of ids."""
+    return _per_key_bags(kjt.values().tolist(), kjt)
 
 
 def kjt_wlists(kjt: KeyedJaggedTensor) -> list[list[list[float]]]:
-    ws = kjt.weights().tolist()
-    lens = kjt.lengths().tolist()
-    out: list[list[list[float]]] = []
-    pos = bag = 0
-    for n_bags in kjt.stride_per_key():
-        key: list[list[float]] = []
-        for _ in range(n_bags):
-            key.append(ws[pos : pos + lens[bag]])
-            pos += lens[bag]
-            bag += 1
-        out.append(key)
-    return out
+    """A weighted KJT back to per-key lists of bags of weights."""
+    return _per_key_bags(kjt.weights().tolist(), kjt)
 
 
 @st.composite

@@ -3,9 +3,6 @@ and KTs gives what the Python classes give; artifacts load where shardrec is not
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -21,6 +18,7 @@ from shardrec_jagged import (
     script_fields,
     symbolic_trace,
 )
+from shardrec_testing import assert_scripted_reloads_without_shardrec
 
 register_torchscript_types()
 
@@ -220,22 +218,7 @@ def test_artifact_loads_and_runs_without_shardrec(tmp_path: Path) -> None:
     expected = scripted(kjt)
     assert expected.keys() == _Model()(kjt).keys()
     assert all(torch.equal(expected[k], v) for k, v in _Model()(kjt).items())
-    path = tmp_path / "model.pt"
-    torch.jit.save(scripted, str(path))
-    torch.save({"fields": script_fields(kjt), "expected": expected}, tmp_path / "io.pt")
-    code = textwrap.dedent(f"""
-        import sys, types, torch
-        m = torch.jit.load({str(path)!r})
-        io = torch.load({str(tmp_path / "io.pt")!r})
-        assert not any(n.startswith("shardrec") for n in sys.modules), "shardrec was imported"
-        got = m(types.SimpleNamespace(**io["fields"]))
-        assert got.keys() == io["expected"].keys()
-        assert all(torch.equal(got[k], io["expected"][k]) for k in got)
-        print("ok")
-    """)
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr
-    assert run.stdout.strip() == "ok"
+    assert_scripted_reloads_without_shardrec(scripted, script_fields(kjt), expected, tmp_path)
 
 
 class _Leaf(TorchScriptable, torch.nn.Module):

@@ -8,10 +8,7 @@ Marked `gpu`: skipped without CUDA (`nox -s gpu`).
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import warnings
-from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -22,7 +19,7 @@ from shardrec_embedding import EmbeddingBagCollection, EmbeddingBagConfig
 from shardrec_embedding.triton import triton_available
 from shardrec_planner import construct_module_sharding_plan
 from shardrec_sharding import EmbeddingBagCollectionSharder
-from shardrec_testing import RankContext, assert_close, shared_pool
+from shardrec_testing import RankContext, assert_close, load_sibling_module, shared_pool
 
 pytestmark = [
     pytest.mark.gpu,
@@ -31,16 +28,7 @@ pytestmark = [
 
 
 def _load(name: str) -> ModuleType:
-    module_name = f"shardrec_sharding_gpu_{name}"
-    found = sys.modules.get(module_name)
-    if found is not None:
-        return found
-    spec = importlib.util.spec_from_file_location(module_name, Path(__file__).parent / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_sibling_module(__file__, name, "shardrec_sharding_gpu_")
 
 
 syncs = _load("test_host_syncs")

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -33,6 +30,7 @@ from shardrec_sharding import (
     ShardedQuantEmbeddingCollection,
     shard_quant_model,
 )
+from shardrec_testing import assert_scripted_reloads_without_shardrec
 
 DIM = 12  # three column blocks of 4 (whole bytes of INT4 codes)
 ROWS = {"big": 41, "small": 13, "tiny": 2}  # 41 rows: uneven row blocks on 2 and 3 devices
@@ -79,6 +77,15 @@ def _constraints(sharding_type: str) -> dict[str, ParameterConstraints]:
         sharding_types=[sharding_type, "table_wise"], min_partition=4
     )
     return out
+
+
+def _mixed_constraints() -> dict[str, ParameterConstraints]:
+    """One table per sharding type: big row_wise, small column_wise, tiny table_wise."""
+    return {
+        "big": ParameterConstraints(sharding_types=["row_wise"]),
+        "small": ParameterConstraints(sharding_types=["column_wise"], min_partition=4),
+        "tiny": ParameterConstraints(sharding_types=["table_wise"]),
+    }
 
 
 def _assert_same(got: dict[str, JaggedTensor], want: dict[str, JaggedTensor]) -> None:
@@ -137,11 +144,7 @@ def test_mixed_plan_output_dtype_and_state() -> None:
     kjt = _kjt(6, 3)
     kjt32 = KeyedJaggedTensor(kjt.keys(), kjt.values().int(), lengths=kjt.lengths())
     expected = q(kjt)
-    constraints = {
-        "big": ParameterConstraints(sharding_types=["row_wise"]),
-        "small": ParameterConstraints(sharding_types=["column_wise"], min_partition=4),
-        "tiny": ParameterConstraints(sharding_types=["table_wise"]),
-    }
+    constraints = _mixed_constraints()
     sharded, plan = shard_quant_model(
         q, world_size=3, compute_device="cpu", constraints=constraints
     )
@@ -210,32 +213,13 @@ def test_scripted_wrapper_reloads_in_a_fresh_process(tmp_path: Path) -> None:
     got = scripted(kjt)
     assert got.keys() == expected.keys()
     assert all(torch.equal(got[k], v) for k, v in expected.items())
-    path = tmp_path / "sharded_ec.pt"
-    torch.jit.save(scripted, str(path))
-    torch.save({"kjt": script_fields(kjt), "expected": expected}, tmp_path / "io.pt")
-    code = textwrap.dedent(f"""
-        import sys, types, torch
-        m = torch.jit.load({str(path)!r})
-        io = torch.load({str(tmp_path / "io.pt")!r})
-        assert not any(n.startswith("shardrec") for n in sys.modules), "imported shardrec"
-        got = m(types.SimpleNamespace(**io["kjt"]))
-        assert list(got) == list(io["expected"])
-        assert all(torch.equal(got[k], v) for k, v in io["expected"].items())
-        print("ok")
-    """)
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr
-    assert run.stdout.strip() == "ok"
+    assert_scripted_reloads_without_shardrec(scripted, script_fields(kjt), expected, tmp_path)
 
 
 def test_torch_export_with_kjt_input() -> None:
     model = _model(torch.quint4x2, need_indices=True)
     kjt = _kjt(3, 5)
-    constraints = {
-        "big": ParameterConstraints(sharding_types=["row_wise"]),
-        "small": ParameterConstraints(sharding_types=["column_wise"], min_partition=4),
-        "tiny": ParameterConstraints(sharding_types=["table_wise"]),
-    }
+    constraints = _mixed_constraints()
     sharded, _ = shard_quant_model(
         model, world_size=3, compute_device="cpu", constraints=constraints
     )

@@ -112,26 +112,21 @@ class KJTAllToAllAwaitable(Awaitable[KeyedJaggedTensor]):
         self.layout = layout
 
 
+@dataclasses.dataclass(frozen=True)
 class _Finish:
-    """Waits for the data all-to-alls and regroups them into the received KJT."""
+    """Waits for the data all-to-alls and regroups them into the received KJT.
 
-    def __init__(
-        self,
-        env: ShardingEnv,
-        layout: KJTAllToAllLayout,
-        ids: prim.Pending,
-        bags: prim.Pending | None,
-        lengths_dtype: torch.dtype,
-        weights: tuple[prim.Pending, torch.Tensor, bool] | None,
-        stride: int,
-    ) -> None:
-        self.env = env
-        self.layout = layout
-        self.ids = ids
-        self.bags = bags
-        self.lengths_dtype = lengths_dtype
-        self.weights = weights
-        self.stride = stride
+    ids: the values (and, when `bags` is None, the lengths) in flight. weights: (in flight,
+    the sent weights, whether they need a gradient), or None.
+    """
+
+    env: ShardingEnv
+    layout: KJTAllToAllLayout
+    ids: prim.Pending
+    bags: prim.Pending | None
+    lengths_dtype: torch.dtype
+    weights: tuple[prim.Pending, torch.Tensor, bool] | None
+    stride: int
 
     def __call__(self) -> KeyedJaggedTensor:
         layout, env = self.layout, self.env

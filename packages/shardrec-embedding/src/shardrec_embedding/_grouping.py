@@ -14,8 +14,9 @@ import torch
 
 from shardrec_embedding.batched_lookup import out_of_range_segments, shift_ids
 from shardrec_embedding.configs import BaseEmbeddingConfig, DataType, PoolingType, module_dtype
+from shardrec_jagged import KeyedJaggedTensor
 
-__all__ = ["Group", "Segment", "TablePlan", "embedding_names_by_table"]
+__all__ = ["Group", "KJTInput", "Segment", "TablePlan", "embedding_names_by_table"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,23 @@ class GroupInput:
     offsets: torch.Tensor
     lengths: torch.Tensor
     weights: torch.Tensor | None
+
+
+@dataclass(frozen=True)
+class KJTInput:
+    """A KJT as the groups' lookups read it (`TablePlan.read_kjt`).
+
+    values: `(N,)` ids. weights: `(N,)` or None. lengths: `(F * B,)`. offset_per_key: F + 1
+    ints. feature_index: the KJT key of each segment. num_keys: F. batch: B.
+    """
+
+    values: torch.Tensor
+    weights: torch.Tensor | None
+    lengths: torch.Tensor
+    offset_per_key: list[int]
+    feature_index: list[int]
+    num_keys: int
+    batch: int
 
 
 def embedding_names_by_table(tables: Sequence[BaseEmbeddingConfig]) -> list[list[str]]:
@@ -177,33 +195,46 @@ class TablePlan:
                 "for pipelines whose ids are known to be in range"
             )
 
-    def group_input(
+    def read_kjt(
         self,
-        group: Group,
+        features: KeyedJaggedTensor,
         values: torch.Tensor,
-        lengths: torch.Tensor,
         weights: torch.Tensor | None,
-        offset_per_key: Sequence[int],
-        feature_index: Sequence[int],
-        num_keys: int,
-        batch_size: int,
-    ) -> GroupInput:
-        """Gather one group's ids (shifted to group rows), bag offsets and weights.
+        check_ids: bool,
+    ) -> KJTInput:
+        """What the groups' lookups read off `features` (its checked `values` and `weights`),
+        after the id check when `check_ids`."""
+        keys = features.keys()
+        feature_index = self.feature_indices(keys)
+        offset_per_key = features.offset_per_key()
+        if check_ids:
+            self.check_ids(values, offset_per_key, feature_index)
+        return KJTInput(
+            values=values,
+            weights=weights,
+            lengths=features.lengths(),
+            offset_per_key=offset_per_key,
+            feature_index=feature_index,
+            num_keys=len(keys),
+            batch=features.stride(),
+        )
 
-        values: `(N,)` KJT ids. lengths: `(F * B,)`. weights: `(N,)` or None.
-        """
-        keys = [feature_index[s] for s in group.segments]
+    def group_input(self, group: Group, kjt: KJTInput) -> GroupInput:
+        """Gather one group's ids (shifted to group rows), bag offsets and weights."""
+        values, offset_per_key = kjt.values, kjt.offset_per_key
+        keys = [kjt.feature_index[s] for s in group.segments]
         segs = [values[offset_per_key[k] : offset_per_key[k + 1]] for k in keys]
         ids = shift_ids(segs, [self.segments[s].row_offset for s in group.segments])
-        per_key = lengths.view(num_keys, batch_size)
+        per_key = kjt.lengths.view(kjt.num_keys, kjt.batch)
         if keys == list(range(keys[0], keys[0] + len(keys))):
             group_lengths = per_key[keys[0] : keys[0] + len(keys)]
         else:
-            group_lengths = per_key[torch.tensor(keys, device=lengths.device)]
+            group_lengths = per_key[torch.tensor(keys, device=kjt.lengths.device)]
         offsets = torch.zeros(group_lengths.numel() + 1, dtype=torch.int64, device=ids.device)
         torch.cumsum(group_lengths.reshape(-1), 0, out=offsets[1:])
         group_weights = None
-        if weights is not None:
+        if kjt.weights is not None:
+            weights = kjt.weights
             group_weights = torch.cat(
                 [weights[offset_per_key[k] : offset_per_key[k + 1]] for k in keys]
             )

@@ -17,6 +17,7 @@ __all__ = [
     "check_features",
     "group_weights",
     "materialize_and_init",
+    "module_weight",
     "repack_all",
     "validate_tables",
 ]
@@ -73,7 +74,7 @@ def build_packed_modules(
 def group_weights(modules: Sequence[nn.Module]) -> list[torch.Tensor]:
     """The `weight` of each module of a group, re-packed first if something split them
     (`load_state_dict(assign=True)`, `deepcopy`, assigning a new Parameter)."""
-    weights = [_weight(m) for m in modules]
+    weights = [module_weight(m) for m in modules]
     if packed_weight(weights) is None and weights[0].device.type != "meta":
         repack_(weights)
     return weights
@@ -81,12 +82,13 @@ def group_weights(modules: Sequence[nn.Module]) -> list[torch.Tensor]:
 
 def repack_all(grouped: Sequence[Sequence[nn.Module]]) -> None:
     for modules in grouped:
-        weights = [_weight(m) for m in modules]
+        weights = [module_weight(m) for m in modules]
         if weights and weights[0].device.type != "meta":
             repack_(weights)
 
 
-def _weight(module: nn.Module) -> torch.Tensor:
+def module_weight(module: nn.Module) -> torch.Tensor:
+    """`module.weight` (an `nn.Embedding` / `nn.EmbeddingBag` table) as a Tensor."""
     weight = module.weight
     assert isinstance(weight, torch.Tensor)
     return weight

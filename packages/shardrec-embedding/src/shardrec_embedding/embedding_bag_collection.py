@@ -9,12 +9,14 @@ from torch import nn
 
 from shardrec_embedding._grouping import TablePlan
 from shardrec_embedding._native import native_applies, native_pooled_lookup
+from shardrec_embedding._pooled_api import PooledCollectionAPI
 from shardrec_embedding._tables import (
     build_packed_modules,
     check_features,
     features_by_table,
     group_weights,
     materialize_and_init,
+    module_weight,
     repack_all,
     tables_on_meta,
     traced_input,
@@ -34,7 +36,7 @@ __all__ = ["EmbeddingBagCollection"]
 _OWNER = "EmbeddingBagCollection"
 
 
-class EmbeddingBagCollection(TorchScriptable, nn.Module):
+class EmbeddingBagCollection(PooledCollectionAPI, TorchScriptable, nn.Module):
     """Pooled embeddings of a list of tables (TorchRec's `EmbeddingBagCollection`).
 
     Args:
@@ -72,7 +74,7 @@ class EmbeddingBagCollection(TorchScriptable, nn.Module):
     __jit_unused_properties__ = ["device"]  # noqa: RUF012  # read by torch.jit.script
     # Python-only state the scripted forward never reads.
     __jit_ignored_attributes__ = [  # noqa: RUF012
-        "_embedding_bag_configs",
+        "_configs",
         "_plan",
         "_grouped",
         "_workspaces",
@@ -100,7 +102,7 @@ class EmbeddingBagCollection(TorchScriptable, nn.Module):
                     f"{_OWNER}: table {t.name!r} has MEAN pooling but is_weighted=True; per-id "
                     "weights need SUM pooling"
                 )
-        self._embedding_bag_configs = bag_configs
+        self._configs = bag_configs
         self._is_weighted = is_weighted
         self._check_ids = check_ids
         self._plan = TablePlan(bag_configs, [t.pooling for t in bag_configs])
@@ -127,7 +129,7 @@ class EmbeddingBagCollection(TorchScriptable, nn.Module):
                 for t in bag_configs:
                     # TorchRec's nn.EmbeddingBag draws N(0, 1) weights before the inits run:
                     # drawing them too makes a seed give TorchRec's weights.
-                    _weight(self.embedding_bags[t.name]).normal_()
+                    module_weight(self.embedding_bags[t.name]).normal_()
             self.reset_parameters()
 
     def forward(self, features: KeyedJaggedTensor) -> KeyedTensor:
@@ -171,7 +173,7 @@ class EmbeddingBagCollection(TorchScriptable, nn.Module):
         keys = features.keys()
         feature_index = self._plan.feature_indices(keys)
         batch = features.stride()
-        table_weights = [_weight(self.embedding_bags[t.name]) for t in self._embedding_bag_configs]
+        table_weights = [module_weight(self.embedding_bags[t.name]) for t in self._configs]
         if native_applies(table_weights, values):
             # One native call pools every segment into its output columns, range check fused
             # (docs/design/native-kernels.md); it checks ids even with check_ids=False, since
@@ -191,15 +193,10 @@ class EmbeddingBagCollection(TorchScriptable, nn.Module):
             return KeyedTensor(
                 keys=self._embedding_names, length_per_key=self._lengths_per_embedding, values=out
             )
-        offset_per_key = features.offset_per_key()
-        if self._check_ids:
-            self._plan.check_ids(values, offset_per_key, feature_index)
-        lengths = features.lengths()
+        kjt = self._plan.read_kjt(features, values, weights, self._check_ids)
         pooled_per_group: list[torch.Tensor] = []
         for g, group in enumerate(self._plan.groups):
-            inp = self._plan.group_input(
-                group, values, lengths, weights, offset_per_key, feature_index, len(keys), batch
-            )
+            inp = self._plan.group_input(group, kjt)
             pooled = batched_embedding_bag(
                 group_weights(self._grouped[g]),
                 inp.ids,
@@ -218,25 +215,15 @@ class EmbeddingBagCollection(TorchScriptable, nn.Module):
     def _grad_buffers(self) -> list[torch.Tensor]:
         """Zeroed dense gradients per table (table order), views of each group's reused
         `GradWorkspace` buffer, for the native backward."""
-        out: list[torch.Tensor] = [torch.empty(0)] * len(self._embedding_bag_configs)
+        out: list[torch.Tensor] = [torch.empty(0)] * len(self._configs)
         for g, group in enumerate(self._plan.groups):
-            rows = [self._embedding_bag_configs[i].num_embeddings for i in group.tables]
+            rows = [self._configs[i].num_embeddings for i in group.tables]
             buffer = self._workspaces[g].zeros(
                 sum(rows), group.dim, torch.float32, torch.device("cpu")
             )
             for i, view in zip(group.tables, split_rows(buffer, rows), strict=True):
                 out[i] = view
         return out
-
-    def is_weighted(self) -> bool:
-        return self._is_weighted
-
-    def embedding_bag_configs(self) -> list[EmbeddingBagConfig]:
-        return list(self._embedding_bag_configs)
-
-    def embedding_names(self) -> list[str]:
-        """Output keys, in output order."""
-        return list(self._embedding_names)
 
     @property
     def device(self) -> torch.device:
@@ -251,7 +238,7 @@ class EmbeddingBagCollection(TorchScriptable, nn.Module):
         (default CPU): `EmbeddingBagCollection(tables, device="meta").reset_parameters()`
         materializes it. `to_empty(device=...)` followed by `reset_parameters()` works too.
         """
-        materialize_and_init(self, self._embedding_bag_configs, self.embedding_bags, device)
+        materialize_and_init(self, self._configs, self.embedding_bags, device)
 
     def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> nn.Module:
         # `.to()`, `.half()`, `to_empty()` give each weight its own storage: re-pack the groups
@@ -266,12 +253,6 @@ class EmbeddingBagCollection(TorchScriptable, nn.Module):
             for g in self._plan.groups
         )
         return f"is_weighted={self._is_weighted}, lookup groups: [{groups}]"
-
-
-def _weight(module: nn.Module) -> torch.Tensor:
-    weight = module.weight
-    assert isinstance(weight, torch.Tensor)
-    return weight
 
 
 def _make_bag(config: BaseEmbeddingConfig, weight: torch.Tensor) -> nn.Module:

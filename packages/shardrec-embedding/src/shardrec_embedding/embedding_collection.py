@@ -14,6 +14,7 @@ from shardrec_embedding._tables import (
     features_by_table,
     group_weights,
     materialize_and_init,
+    module_weight,
     outputs_by_table,
     repack_all,
     tables_on_meta,
@@ -98,7 +99,7 @@ class EmbeddingCollection(TorchScriptable, nn.Module):
                 for t in configs:
                     # TorchRec draws each nn.Embedding's N(0, 1) weights, then runs its init,
                     # table by table: the same draws make a seed give TorchRec's weights.
-                    weight = _weight(self.embeddings[t.name])
+                    weight = module_weight(self.embeddings[t.name])
                     weight.normal_()
                     t.init_weight_(weight)
 
@@ -130,18 +131,11 @@ class EmbeddingCollection(TorchScriptable, nn.Module):
     @torch.jit.unused
     def _forward_eager(self, features: KeyedJaggedTensor) -> dict[str, JaggedTensor]:
         values, _ = check_features(features, weighted=False, owner=_OWNER)
-        keys = features.keys()
-        feature_index = self._plan.feature_indices(keys)
-        offset_per_key = features.offset_per_key()
-        if self._check_ids:
-            self._plan.check_ids(values, offset_per_key, feature_index)
-        batch = features.stride()
-        lengths = features.lengths()
+        kjt = self._plan.read_kjt(features, values, None, self._check_ids)
+        offset_per_key, feature_index = kjt.offset_per_key, kjt.feature_index
         pieces: dict[int, JaggedTensor] = {}
         for g, group in enumerate(self._plan.groups):
-            inp = self._plan.group_input(
-                group, values, lengths, None, offset_per_key, feature_index, len(keys), batch
-            )
+            inp = self._plan.group_input(group, kjt)
             rows = batched_embedding(
                 group_weights(self._grouped[g]), inp.ids, workspace=self._workspaces[g]
             ).float()
@@ -192,12 +186,6 @@ class EmbeddingCollection(TorchScriptable, nn.Module):
         result: nn.Module = super()._apply(fn, recurse)  # type: ignore[no-untyped-call]  # untyped in torch
         repack_all(self._grouped)
         return result
-
-
-def _weight(module: nn.Module) -> torch.Tensor:
-    weight = module.weight
-    assert isinstance(weight, torch.Tensor)
-    return weight
 
 
 def _make_embedding(config: BaseEmbeddingConfig, weight: torch.Tensor) -> nn.Module:

@@ -23,6 +23,7 @@ from torch.utils._pytree import GetAttrKey, KeyEntry, register_pytree_node
 from shardrec_jagged import _kernels
 from shardrec_jagged._format import jagged_rows, jt_str
 from shardrec_jagged._fx import ProxyableMeta
+from shardrec_jagged._jagged_parts import JaggedParts
 from shardrec_jagged._validation import (
     as_index_tensor,
     check_bag_lengths,
@@ -34,7 +35,7 @@ from shardrec_jagged._validation import (
 __all__ = ["JaggedTensor"]
 
 
-class JaggedTensor(metaclass=ProxyableMeta):
+class JaggedTensor(JaggedParts, metaclass=ProxyableMeta):
     """An optionally weighted jagged tensor (one feature of a batch).
 
     Args:
@@ -146,43 +147,7 @@ class JaggedTensor(metaclass=ProxyableMeta):
         """Padded ``values: (B, L)``, ``lengths: (B,)`` -> the first ``lengths[b]`` of each row."""
         return _from_dense_lengths(values, lengths, weights)
 
-    # --- accessors --------------------------------------------------------------------------
-
-    def values(self) -> torch.Tensor:
-        """``(N, *D)``."""
-        return self._values
-
-    def weights(self) -> torch.Tensor:
-        """``(N,)``; raises ``ValueError`` on an unweighted JaggedTensor."""
-        if self._weights is None:
-            raise ValueError("this JaggedTensor has no weights; use weights_or_none()")
-        return self._weights
-
-    def weights_or_none(self) -> torch.Tensor | None:
-        return self._weights
-
-    def lengths(self) -> torch.Tensor:
-        """``(B,)``, derived from offsets on first use."""
-        if self._lengths is None:
-            assert self._offsets is not None
-            self._lengths = _kernels.offsets_to_lengths(self._offsets)
-        return self._lengths
-
-    def lengths_or_none(self) -> torch.Tensor | None:
-        return self._lengths
-
-    def offsets(self) -> torch.Tensor:
-        """``(B + 1,)``, derived from lengths on first use."""
-        if self._offsets is None:
-            assert self._lengths is not None
-            self._offsets = _kernels.lengths_to_offsets(self._lengths)
-        return self._offsets
-
-    def offsets_or_none(self) -> torch.Tensor | None:
-        return self._offsets
-
-    def device(self) -> torch.device:
-        return self._values.device
+    # --- accessors (values, weights, lengths, offsets and device: `JaggedParts`) ------------
 
     def size_in_bytes(self) -> int:
         ts = (self._values, self._weights, self._lengths, self._offsets)

@@ -32,6 +32,7 @@ from torch._jit_internal import is_scripting
 from shardrec_jagged import _kernels, _kjt_dist, _kjt_ops, _script_functions
 from shardrec_jagged._format import kjt_repr, kjt_str
 from shardrec_jagged._fx import ProxyableMeta
+from shardrec_jagged._jagged_parts import JaggedParts
 from shardrec_jagged._kjt_device import (
     kjt_copy_,
     kjt_pin_memory,
@@ -61,7 +62,7 @@ _twins: Any = _script_functions
 __all__ = ["KeyedJaggedTensor"]
 
 
-class KeyedJaggedTensor(metaclass=ProxyableMeta):
+class KeyedJaggedTensor(JaggedParts, metaclass=ProxyableMeta):
     """An optionally weighted jagged tensor per key, for a batch (TorchRec's KJT).
 
     Args:
@@ -338,41 +339,7 @@ class KeyedJaggedTensor(metaclass=ProxyableMeta):
     def keys(self) -> list[str]:
         return self._keys
 
-    def values(self) -> torch.Tensor:
-        """``(N,)``."""
-        return self._values
-
-    def weights(self) -> torch.Tensor:
-        """``(N,)``; raises ``ValueError`` on an unweighted KJT."""
-        if self._weights is None:
-            raise ValueError("this KeyedJaggedTensor has no weights; use weights_or_none()")
-        return self._weights
-
-    def weights_or_none(self) -> torch.Tensor | None:
-        return self._weights
-
-    def lengths(self) -> torch.Tensor:
-        """``(F * B,)``, derived from offsets on first use."""
-        if self._lengths is None:
-            assert self._offsets is not None
-            self._lengths = _kernels.offsets_to_lengths(self._offsets)
-        return self._lengths
-
-    def lengths_or_none(self) -> torch.Tensor | None:
-        return self._lengths
-
-    def offsets(self) -> torch.Tensor:
-        """``(F * B + 1,)``, derived from lengths on first use."""
-        if self._offsets is None:
-            assert self._lengths is not None
-            self._offsets = _kernels.lengths_to_offsets(self._lengths)
-        return self._offsets
-
-    def offsets_or_none(self) -> torch.Tensor | None:
-        return self._offsets
-
-    def device(self) -> torch.device:
-        return self._values.device
+    # values, weights, lengths, offsets and device: `JaggedParts`
 
     def stride(self) -> int:
         """Batch size B (with variable batch: the largest per-key batch, or the inverse

@@ -80,6 +80,16 @@ def fused_spec_of_param(param: nn.Parameter | torch.Tensor) -> FusedOptimSpec | 
     return fused_spec_from_optimizer(classes[0], kwargs[0])
 
 
+_ADAM_FAMILY: Mapping[str, object] = {
+    "amsgrad": False,
+    "foreach": None,
+    "maximize": False,
+    "capturable": False,
+    "differentiable": False,
+    "fused": None,
+}
+"""Defaults Adam and AdamW share (torch's), each the only value the fused kernel implements."""
+
 _DEFAULTS: Mapping[str, Mapping[str, object]] = {
     "SGD": {
         "momentum": 0,
@@ -100,24 +110,8 @@ _DEFAULTS: Mapping[str, Mapping[str, object]] = {
         "differentiable": False,
         "fused": None,
     },
-    "Adam": {
-        "weight_decay": 0,
-        "amsgrad": False,
-        "foreach": None,
-        "maximize": False,
-        "capturable": False,
-        "differentiable": False,
-        "fused": None,
-        "decoupled_weight_decay": False,
-    },
-    "AdamW": {
-        "amsgrad": False,
-        "foreach": None,
-        "maximize": False,
-        "capturable": False,
-        "differentiable": False,
-        "fused": None,
-    },
+    "Adam": {**_ADAM_FAMILY, "weight_decay": 0, "decoupled_weight_decay": False},
+    "AdamW": _ADAM_FAMILY,  # its weight_decay goes to the kernel (decoupled)
     "RowWiseAdagrad": {"lr_decay": 0, "initial_accumulator_value": 0, "maximize": False},
 }
 

@@ -187,13 +187,12 @@ class ShardedStateDict:
         module: nn.Module,
         state_dict: dict[str, object],
         prefix: str,
-        local_metadata: object,
-        strict: bool,
-        missing_keys: list[str],
-        unexpected_keys: list[str],
-        error_msgs: list[str],
+        *_unused: object,
     ) -> None:
-        """`load_state_dict` pre-hook: turn each sharded table's value into this rank's weight."""
+        """`load_state_dict` pre-hook: turn each sharded table's value into this rank's weight.
+
+        torch also passes local_metadata, strict and the missing / unexpected / error lists;
+        this hook needs none of them (torch's own load reports the keys)."""
         for t in self._tables:
             key = self._key(prefix, t.name)
             if key not in state_dict:

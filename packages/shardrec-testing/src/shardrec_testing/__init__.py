@@ -2,6 +2,7 @@
 
 from shardrec_testing._ports import free_port
 from shardrec_testing._ports import free_port as get_free_port  # TorchRec's name
+from shardrec_testing.artifacts import assert_scripted_reloads_without_shardrec, load_sibling_module
 from shardrec_testing.context import RankContext
 from shardrec_testing.multi_process import MultiProcessContext, MultiProcessTestBase
 from shardrec_testing.pool import (
@@ -26,10 +27,12 @@ __all__ = [
     "RankTimeoutError",
     "RemoteTraceback",
     "assert_close",
+    "assert_scripted_reloads_without_shardrec",
     "bce_step_per_rank",
     "close_shared_pools",
     "free_port",
     "get_free_port",
+    "load_sibling_module",
     "random_lengths",
     "sanitizer_active",
     "seed_everything",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import multiprocessing
 import multiprocessing.connection
 import pickle
@@ -287,20 +288,16 @@ class _StartError(RuntimeError):
     pass
 
 
+@dataclasses.dataclass(frozen=True)
 class _Failure:
-    def __init__(
-        self,
-        payload: bytes | None,
-        description: str,
-        formatted: str,
-        died: bool = False,
-        stopped: bool = False,
-    ) -> None:
-        self.payload = payload
-        self.description = description
-        self.formatted = formatted
-        self.died = died
-        self.stopped = stopped
+    """A rank's outcome that is not a result: its pickled exception (None when it does not
+    pickle, or when the process died or was stopped), a description, and the traceback."""
+
+    payload: bytes | None
+    description: str
+    formatted: str
+    died: bool = False
+    stopped: bool = False
 
     def to_exception(self, rank: int, other_ranks: list[int]) -> BaseException:
         exc: BaseException

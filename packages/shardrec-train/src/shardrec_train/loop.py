@@ -12,6 +12,7 @@ segment, which is nothing next to an evaluation.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 from collections.abc import Iterator
@@ -78,24 +79,17 @@ def boundaries(start: int, total: int, eval_every: int, checkpoint_every: int) -
     return sorted(s for s in ends if s > start)
 
 
+@dataclasses.dataclass
 class Trainer:
     """Runs steps on one rank; `mean_over_ranks` averages each step's loss over `env`'s ranks
     (None: this process alone)."""
 
-    def __init__(
-        self,
-        model: DistributedModelParallel,
-        optimizer: CombinedOptimizer,
-        device: torch.device,
-        *,
-        pipeline: bool,
-        env: ShardingEnv | None = None,
-    ) -> None:
-        self.env = env
-        self.model = model
-        self.optimizer = optimizer
-        self.device = device
-        self.pipeline = pipeline
+    model: DistributedModelParallel
+    optimizer: CombinedOptimizer
+    device: torch.device
+    _: dataclasses.KW_ONLY
+    pipeline: bool
+    env: ShardingEnv | None = None
 
     def _plain_step(self, batch: Batch) -> Tensor:
         batch = batch.to(self.device)

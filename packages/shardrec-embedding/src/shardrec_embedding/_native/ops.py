@@ -235,6 +235,8 @@ def _psw_grad(
 
 
 # ---- torch ops ----------------------------------------------------------------------------
+# Each op's fake (meta) implementation repeats the op's typed signature: torch calls it with
+# the op's arguments (the schema is inferred from the op's annotations).
 
 
 @torch.library.custom_op("shardrec::pooled_lookup", mutates_args=(), device_types="cpu")

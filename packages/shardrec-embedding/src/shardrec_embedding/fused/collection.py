@@ -8,6 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from shardrec_embedding._grouping import TablePlan
+from shardrec_embedding._pooled_api import PooledCollectionAPI
 from shardrec_embedding._tables import check_features, validate_tables
 from shardrec_embedding.configs import EmbeddingBagConfig, PoolingType
 from shardrec_embedding.fused.batched import BatchedFusedEmbeddingBag
@@ -60,7 +61,7 @@ class CollectionFusedOptimizer(CombinedOptimizer):
         return self
 
 
-class FusedEmbeddingBagCollection(nn.Module):
+class FusedEmbeddingBagCollection(PooledCollectionAPI, nn.Module):
     """Pooled embeddings like `EmbeddingBagCollection`, trained by an optimizer in backward.
 
     Args:
@@ -134,18 +135,11 @@ class FusedEmbeddingBagCollection(nn.Module):
     def forward(self, features: KeyedJaggedTensor) -> KeyedTensor:
         """features: KJT with every feature the tables read. Returns `KeyedTensor (B, sum dims)`."""
         values, weights = check_features(features, weighted=self._is_weighted, owner=_OWNER)
-        keys = features.keys()
-        feature_index = self._plan.feature_indices(keys)
-        offset_per_key = features.offset_per_key()
-        if self._check_ids:
-            self._plan.check_ids(values, offset_per_key, feature_index)
-        batch = features.stride()
-        lengths = features.lengths()
+        kjt = self._plan.read_kjt(features, values, weights, self._check_ids)
+        batch = kjt.batch
         blocks: list[Tensor] = [values.new_empty(0)] * len(self._plan.segments)
         for lookup, group in zip(self._lookups, self._plan.groups, strict=True):
-            inp = self._plan.group_input(
-                group, values, lengths, weights, offset_per_key, feature_index, len(keys), batch
-            )
+            inp = self._plan.group_input(group, kjt)
             pooled = lookup(inp.ids, inp.offsets, inp.weights)
             # unbind: one backward node that stacks the block gradients once, where indexing
             # per segment would allocate and sum one zero-filled (S, B, D) tensor per segment.
@@ -156,15 +150,6 @@ class FusedEmbeddingBagCollection(nn.Module):
         return KeyedTensor(
             keys=self._embedding_names, length_per_key=self._lengths_per_embedding, values=out
         )
-
-    def is_weighted(self) -> bool:
-        return self._is_weighted
-
-    def embedding_bag_configs(self) -> list[EmbeddingBagConfig]:
-        return list(self._configs)
-
-    def embedding_names(self) -> list[str]:
-        return list(self._embedding_names)
 
     def optimizer_spec(self) -> FusedOptimSpec:
         return self.spec

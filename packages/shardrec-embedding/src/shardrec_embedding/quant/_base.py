@@ -18,7 +18,7 @@ from shardrec_embedding.quant.config import (
 )
 from shardrec_jagged import TorchScriptable
 
-__all__ = ["QuantCollectionBase", "float_weight"]
+__all__ = ["QuantCollectionBase"]
 
 C = TypeVar("C", bound=BaseEmbeddingConfig)
 M = TypeVar("M", bound=nn.Module)
@@ -27,8 +27,9 @@ M = TypeVar("M", bound=nn.Module)
 class QuantCollectionBase(TorchScriptable, nn.Module, Generic[C]):
     """Base of `QuantEmbeddingBagCollection` and `QuantEmbeddingCollection`.
 
-    Subclasses set `_owner` (the name errors use) and `_state_prefix` (`embedding_bags.` or
-    `embeddings.`), and call `_init_storage` from `__init__`.
+    Subclasses set `_owner` (the name errors use), `_config_type` (the table config they take)
+    and `_state_prefix` (`embedding_bags.` or `embeddings.`); their `__init__` checks its
+    tables with `_checked_tables` and calls `_init_storage`.
     """
 
     __jit_unused_properties__ = ["device"]  # noqa: RUF012  # read by torch.jit.script
@@ -36,7 +37,16 @@ class QuantCollectionBase(TorchScriptable, nn.Module, Generic[C]):
     # their classes, typed by the first module it saw).
     __jit_ignored_attributes__ = ["_configs", "_storage", "_plan"]  # noqa: RUF012
     _owner = "QuantCollection"
+    _config_type: type[BaseEmbeddingConfig] = BaseEmbeddingConfig
     _state_prefix = "embeddings."
+
+    def _checked_tables(self, tables: Sequence[C]) -> Sequence[C]:
+        """`tables`, after a `TypeError` for any that is not a `_config_type`."""
+        for t in tables:
+            if not isinstance(t, self._config_type):
+                kind = self._config_type.__name__
+                raise TypeError(f"{self._owner} takes {kind}s, got {type(t).__name__}")
+        return tables
 
     def _init_storage(
         self,
@@ -135,9 +145,3 @@ class QuantCollectionBase(TorchScriptable, nn.Module, Generic[C]):
             strict,
             self._split_scale_bias,
         )
-
-
-def float_weight(module: nn.Module) -> torch.Tensor:
-    weight = module.weight
-    assert isinstance(weight, torch.Tensor)
-    return weight

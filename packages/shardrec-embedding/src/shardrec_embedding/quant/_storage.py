@@ -29,19 +29,17 @@ def _kernel_row_bytes(dim: int, dt: DataType) -> int:
     return dim + 8 if dt is DataType.INT8 else row_bytes(dim, dt)
 
 
+def _recast(raw: torch.Tensor, src: torch.dtype, dst: torch.dtype) -> torch.Tensor:
+    """Byte columns `(R, k)` holding `src` floats -> byte columns holding them as `dst`."""
+    floats = raw.clone(memory_format=torch.contiguous_format).view(src)
+    return floats.to(dst).view(torch.uint8)
+
+
 def to_kernel_rows(stored: torch.Tensor, dt: DataType) -> torch.Tensor:
     """TorchRec-layout rows (`quantize` output) -> the kernel's layout (INT8: fp32 scale/bias)."""
     if dt is not DataType.INT8:
         return stored
-    sb = (
-        stored[:, -4:]
-        .clone(memory_format=torch.contiguous_format)
-        .view(torch.float16)
-        .float()
-        .clone(memory_format=torch.contiguous_format)
-        .view(torch.uint8)
-    )
-    return torch.cat([stored[:, :-4], sb], dim=1)
+    return torch.cat([stored[:, :-4], _recast(stored[:, -4:], torch.float16, torch.float32)], 1)
 
 
 def from_kernel_rows(rows: torch.Tensor, dt: DataType) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -50,15 +48,7 @@ def from_kernel_rows(rows: torch.Tensor, dt: DataType) -> tuple[torch.Tensor, to
     if dt not in QUANT_DATA_TYPES:
         return rows, None
     if dt is DataType.INT8:
-        sb = (
-            rows[:, -8:]
-            .clone(memory_format=torch.contiguous_format)
-            .view(torch.float32)
-            .half()
-            .clone(memory_format=torch.contiguous_format)
-            .view(torch.uint8)
-        )
-        return rows[:, :-8], sb
+        return rows[:, :-8], _recast(rows[:, -8:], torch.float32, torch.float16)
     return rows[:, :-4], rows[:, -4:]
 
 

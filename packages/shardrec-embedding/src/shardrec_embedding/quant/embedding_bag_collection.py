@@ -7,10 +7,11 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from shardrec_embedding._tables import check_features, traced_input
+from shardrec_embedding._pooled_api import PooledCollectionAPI
+from shardrec_embedding._tables import check_features, module_weight, traced_input
 from shardrec_embedding.configs import EmbeddingBagConfig, PoolingType
 from shardrec_embedding.embedding_bag_collection import EmbeddingBagCollection
-from shardrec_embedding.quant._base import QuantCollectionBase, float_weight
+from shardrec_embedding.quant._base import QuantCollectionBase
 from shardrec_embedding.quant.config import output_dtype_of
 from shardrec_embedding.quant.lookup import (
     PooledLookup,
@@ -30,7 +31,7 @@ torch.fx.wrap("_get_kjt_keys")
 torch.fx.wrap("keyed_lookup_args")
 
 
-class QuantEmbeddingBagCollection(QuantCollectionBase[EmbeddingBagConfig]):
+class QuantEmbeddingBagCollection(PooledCollectionAPI, QuantCollectionBase[EmbeddingBagConfig]):
     """Pooled embeddings of quantized tables (TorchRec's `quant.EmbeddingBagCollection`).
 
     Args:
@@ -50,6 +51,7 @@ class QuantEmbeddingBagCollection(QuantCollectionBase[EmbeddingBagConfig]):
     """
 
     _owner = _OWNER
+    _config_type = EmbeddingBagConfig
     _state_prefix = "embedding_bags."
 
     def __init__(
@@ -63,9 +65,7 @@ class QuantEmbeddingBagCollection(QuantCollectionBase[EmbeddingBagConfig]):
         quant_state_dict_split_scale_bias: bool = False,
     ) -> None:
         super().__init__()
-        for t in tables:
-            if not isinstance(t, EmbeddingBagConfig):
-                raise TypeError(f"{_OWNER} takes EmbeddingBagConfigs, got {type(t).__name__}")
+        for t in self._checked_tables(tables):
             if t.pooling is PoolingType.NONE:
                 raise ValueError(f"{_OWNER}: table {t.name!r} has pooling NONE; use SUM or MEAN")
             if is_weighted and t.pooling is PoolingType.MEAN:
@@ -106,7 +106,7 @@ class QuantEmbeddingBagCollection(QuantCollectionBase[EmbeddingBagConfig]):
             quant_state_dict_split_scale_bias=cls._split_requested(ebc),
         )
         bags = ebc.embedding_bags
-        quant.load_float_weights({t.name: float_weight(bags[t.name]) for t in tables})
+        quant.load_float_weights({t.name: module_weight(bags[t.name]) for t in tables})
         return quant
 
     def forward(self, features: KeyedJaggedTensor) -> KeyedTensor:
@@ -151,15 +151,6 @@ class QuantEmbeddingBagCollection(QuantCollectionBase[EmbeddingBagConfig]):
             self._embedding_names,
             self._output_dtype,
         )
-
-    def is_weighted(self) -> bool:
-        return self._is_weighted
-
-    def embedding_bag_configs(self) -> list[EmbeddingBagConfig]:
-        return list(self._configs)
-
-    def embedding_names(self) -> list[str]:
-        return list(self._embedding_names)
 
     def extra_repr(self) -> str:
         tables = ", ".join(

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from shardrec_embedding._tables import check_features, traced_input
+from shardrec_embedding._tables import check_features, module_weight, traced_input
 from shardrec_embedding.configs import EmbeddingConfig, PoolingType
 from shardrec_embedding.embedding_collection import EmbeddingCollection
-from shardrec_embedding.quant._base import QuantCollectionBase, float_weight
+from shardrec_embedding.quant._base import QuantCollectionBase
 from shardrec_embedding.quant.config import output_dtype_of
 from shardrec_embedding.quant.lookup import (
     SequenceLookup,
@@ -51,6 +51,7 @@ class QuantEmbeddingCollection(QuantCollectionBase[EmbeddingConfig]):
     """
 
     _owner = _OWNER
+    _config_type = EmbeddingConfig
     _state_prefix = "embeddings."
 
     def __init__(
@@ -64,10 +65,7 @@ class QuantEmbeddingCollection(QuantCollectionBase[EmbeddingConfig]):
         quant_state_dict_split_scale_bias: bool = False,
     ) -> None:
         super().__init__()
-        for t in tables:
-            if not isinstance(t, EmbeddingConfig):
-                raise TypeError(f"{_OWNER} takes EmbeddingConfigs, got {type(t).__name__}")
-        if len({t.embedding_dim for t in tables}) > 1:
+        if len({t.embedding_dim for t in self._checked_tables(tables)}) > 1:
             dims = {t.name: t.embedding_dim for t in tables}
             raise ValueError(f"{_OWNER} needs one embedding_dim for all tables, got {dims}")
         self._need_indices = need_indices
@@ -96,7 +94,7 @@ class QuantEmbeddingCollection(QuantCollectionBase[EmbeddingConfig]):
             quant_state_dict_split_scale_bias=cls._split_requested(ec),
         )
         tables = ec.embeddings
-        quant.load_float_weights({t.name: float_weight(tables[t.name]) for t in quant._configs})
+        quant.load_float_weights({t.name: module_weight(tables[t.name]) for t in quant._configs})
         return quant
 
     def forward(self, features: KeyedJaggedTensor) -> dict[str, JaggedTensor]:

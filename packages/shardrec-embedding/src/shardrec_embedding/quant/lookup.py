@@ -375,6 +375,21 @@ class SegmentMeta(nn.Module):
         # identity shifts: a group of one table whose rows start at 0 reads the KJT ids as is
         self.no_shift = [all(row_offsets[s] == 0 for s in members) for members in group_segments]
 
+    def bag_lengths(
+        self,
+        check_ids: bool,
+        values: torch.Tensor,
+        lengths: torch.Tensor,
+        offset_per_key: list[int],
+        feature_index: list[int],
+        batch: int,
+    ) -> torch.Tensor:
+        """The pooled lookups' first step: the id check (when `check_ids`), then the KJT's
+        `(F * B,)` lengths as `(F, B)`."""
+        if check_ids:
+            self.check_ids(values, offset_per_key, feature_index)
+        return lengths.view(len(offset_per_key) - 1, batch)
+
     def check_ids(
         self, values: torch.Tensor, offset_per_key: list[int], feature_index: list[int]
     ) -> None:
@@ -464,10 +479,9 @@ class PooledLookup(TorchScriptable, nn.Module):
         batch: int,
     ) -> torch.Tensor:
         meta = self.segments
-        if self.check_ids:
-            meta.check_ids(values, offset_per_key, feature_index)
-        num_keys = len(offset_per_key) - 1
-        per_key = lengths.view(num_keys, batch)
+        per_key = meta.bag_lengths(
+            self.check_ids, values, lengths, offset_per_key, feature_index, batch
+        )
         dtype = torch.float16 if self.half_output else torch.float32
         out = torch.empty(batch, meta.total_dim, dtype=dtype, device=values.device)
         for g, group in enumerate(self.groups):

@@ -7,6 +7,8 @@ Same signatures as `PooledLookup` / `SequenceLookup`, so the collections' forwar
 `[row_lo, row_hi)` (`row_lo` -1: all rows).
 """
 
+from collections.abc import Sequence
+
 import torch
 from torch import nn
 
@@ -15,8 +17,37 @@ from shardrec_embedding.quant.lookup import PooledLookup, SegmentMeta, SequenceL
 __all__ = ["ShardedPooledLookup", "ShardedSequenceLookup"]
 
 
-class ShardedPooledLookup(nn.Module):
-    """Scriptable forward over the per-rank lookups; same signature as `PooledLookup`."""
+class _SplitLookup(nn.Module):
+    """The per-device lookups and where each sub-segment reads (see the module docstring)."""
+
+    def __init__(
+        self,
+        ranks: Sequence[nn.Module],
+        devices: list[str],
+        unsharded: SegmentMeta,
+        inputs: list[list[int]],
+        row_lo: list[list[int]],
+        row_hi: list[list[int]],
+        check_ids: bool,
+    ) -> None:
+        super().__init__()
+        self.ranks = nn.ModuleList(ranks)
+        self.devices = devices
+        self.segments = unsharded
+        self.inputs = inputs
+        self.row_lo = row_lo
+        self.row_hi = row_hi
+        self.check_ids = check_ids
+
+
+class ShardedPooledLookup(_SplitLookup):
+    """Scriptable forward over the per-rank lookups; same signature as `PooledLookup`.
+
+    Per device `r` also: `rank_dims[r]` the width of each sub-segment's output; per unsplit
+    segment `s`: `parts[s]` its sub-segments' outputs in column order, `combine_sum[s]` whether
+    they are summed (row blocks) rather than concatenated, and `divide[s]` whether the sum is
+    then divided by the bag length (MEAN pooling).
+    """
 
     def __init__(
         self,
@@ -32,18 +63,11 @@ class ShardedPooledLookup(nn.Module):
         divide: list[bool],
         check_ids: bool,
     ) -> None:
-        super().__init__()
-        self.ranks = nn.ModuleList(ranks)
-        self.devices = devices
-        self.segments = unsharded
-        self.inputs = inputs
-        self.row_lo = row_lo
-        self.row_hi = row_hi
+        super().__init__(ranks, devices, unsharded, inputs, row_lo, row_hi, check_ids)
         self.rank_dims = rank_dims
         self.parts = parts
         self.combine_sum = combine_sum
         self.divide = divide
-        self.check_ids = check_ids
 
     def forward(
         self,
@@ -54,11 +78,9 @@ class ShardedPooledLookup(nn.Module):
         feature_index: list[int],
         batch: int,
     ) -> torch.Tensor:
-        meta = self.segments
-        if self.check_ids:
-            meta.check_ids(values, offset_per_key, feature_index)
-        num_keys = len(offset_per_key) - 1
-        per_key = lengths.view(num_keys, batch)
+        per_key = self.segments.bag_lengths(
+            self.check_ids, values, lengths, offset_per_key, feature_index, batch
+        )
         all_weights = weights if weights is not None else torch.ones(values.numel())
         all_weights = all_weights.to(device=values.device, dtype=torch.float32)
         blocks: list[torch.Tensor] = []
@@ -110,7 +132,7 @@ class ShardedPooledLookup(nn.Module):
         return torch.cat(pieces, dim=1)
 
 
-class ShardedSequenceLookup(nn.Module):
+class ShardedSequenceLookup(_SplitLookup):
     """Scriptable per-id lookup over the per-device lookups; same signature as `SequenceLookup`.
 
     forward(values `(N,)`, offset_per_key `F + 1` ints, feature_index (KJT key of each
@@ -132,14 +154,7 @@ class ShardedSequenceLookup(nn.Module):
         cols: list[list[int]],
         check_ids: bool,
     ) -> None:
-        super().__init__()
-        self.ranks = nn.ModuleList(ranks)
-        self.devices = devices
-        self.segments = unsharded
-        self.inputs = inputs
-        self.row_lo = row_lo
-        self.row_hi = row_hi
-        self.check_ids = check_ids
+        super().__init__(ranks, devices, unsharded, inputs, row_lo, row_hi, check_ids)
         # segments whose shards are row blocks (a mask per shard selects each id's row)
         # and the first column of each segment's shards, in the order the forward meets them
         masked = [False] * len(unsharded.rows)

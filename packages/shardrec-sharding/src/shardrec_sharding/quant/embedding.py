@@ -36,8 +36,8 @@ from shardrec_embedding.quant import (
     sequence_forward,
 )
 from shardrec_jagged import JaggedTensor, KeyedJaggedTensor, TorchScriptable
-from shardrec_planner import ParameterSharding, ShardingType
-from shardrec_sharding.quant.embedding_bag import _slice_state, check_quant_plan
+from shardrec_planner import ParameterSharding
+from shardrec_sharding.quant._slices import table_shards
 
 __all__ = ["ShardedQuantEmbeddingCollection", "ShardedSequenceLookup"]
 
@@ -62,53 +62,27 @@ class ShardedQuantEmbeddingCollection(TorchScriptable, nn.Module):
         devices: Sequence[torch.device | str],
     ) -> None:
         super().__init__()
-        configs = module.embedding_configs()
-        world = len(devices)
-        check_quant_plan(configs, plan, world)
-        source = module.state_dict()
         segments = module._plan.segments
         # per (rank, shard width): the shard tables and their sliced state
         subs: dict[tuple[int, int], list[EmbeddingConfig]] = {}
         sub_state: dict[tuple[int, int], dict[str, torch.Tensor]] = {}
         sub_inputs: dict[tuple[int, int], list[tuple[int, int, int, int]]] = {}
-        for ti, t in enumerate(configs):
-            ps = plan[t.name]
-            kind = ps.sharding_type
-            row_wise = kind is ShardingType.ROW_WISE
-            table_segments = [s for s, seg in enumerate(segments) if seg.table_index == ti]
-            for i, shard in enumerate(ps.shards):
-                r0, c0 = shard.shard_offsets
-                rows, cols = shard.shard_sizes
-                if rows == 0 or cols == 0:
-                    continue  # an empty shard (rows < world_size) owns no id
-                key = (ps.ranks[i], cols)
-                name = f"{t.name}__shard{i}"
-                subs.setdefault(key, []).append(
-                    EmbeddingConfig(
-                        name=name,
-                        num_embeddings=rows,
-                        embedding_dim=cols,
-                        data_type=t.data_type,
-                        feature_names=list(t.feature_names),
-                    )
-                )
-                sub_state.setdefault(key, {}).update(
-                    _slice_state(
-                        source,
-                        f"embeddings.{t.name}.",
-                        f"embeddings.{name}.",
-                        t,
-                        r0,
-                        rows,
-                        c0,
-                        cols,
-                    )
-                )
-                # sub-segments follow the sub-table's features, as the sub-module orders them
-                sub_inputs.setdefault(key, []).extend(
-                    (s, r0 if row_wise else -1, r0 + rows if row_wise else -1, c0)
-                    for s in table_segments
-                )
+        for sh in table_shards(
+            module.embedding_configs(),
+            segments,
+            plan,
+            len(devices),
+            module.state_dict(),
+            "embeddings",
+        ):
+            if sh.rows == 0 or sh.cols == 0:
+                continue  # an empty shard (rows < world_size) owns no id
+            key = (sh.rank, sh.cols)
+            subs.setdefault(key, []).append(sh.config)
+            sub_state.setdefault(key, {}).update(sh.state)
+            # sub-segments follow the sub-table's features, as the sub-module orders them
+            lo, hi = (sh.r0, sh.r0 + sh.rows) if sh.row_wise else (-1, -1)
+            sub_inputs.setdefault(key, []).extend((s, lo, hi, sh.c0) for s in sh.segments)
         self.rank_modules = nn.ModuleList()
         lookups: list[SequenceLookup] = []
         keys = sorted(subs)

@@ -18,14 +18,13 @@ the table) instead of bucketizing ids: simple, exact, and scriptable; one proces
 all-to-all to save. The forward is TorchScript-compatible (`scriptable()`).
 """
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 import torch
 from torch import nn
 
 from shardrec_embedding import (
-    BaseEmbeddingConfig,
-    DataType,
     EmbeddingBagConfig,
     PoolingType,
     QuantEmbeddingBagCollection,
@@ -38,11 +37,10 @@ from shardrec_embedding.quant import (
     kjt_lookup_args,
 )
 from shardrec_jagged import KeyedJaggedTensor, KeyedTensor, TorchScriptable
-from shardrec_planner import ParameterSharding, ShardingType
+from shardrec_planner import ParameterSharding
+from shardrec_sharding.quant._slices import table_shards
 
 __all__ = ["ShardedPooledLookup", "ShardedQuantEmbeddingBagCollection"]
-
-_BITS = {DataType.INT8: 8, DataType.INT4: 4, DataType.INT2: 2}
 
 
 class ShardedQuantEmbeddingBagCollection(TorchScriptable, nn.Module):
@@ -62,10 +60,7 @@ class ShardedQuantEmbeddingBagCollection(TorchScriptable, nn.Module):
         devices: Sequence[torch.device | str],
     ) -> None:
         super().__init__()
-        configs = module.embedding_bag_configs()
         world = len(devices)
-        check_quant_plan(configs, plan, world)
-        source = module.state_dict()
         segments = module._plan.segments
         rank_tables: list[list[EmbeddingBagConfig]] = [[] for _ in range(world)]
         rank_state: list[dict[str, torch.Tensor]] = [{} for _ in range(world)]
@@ -76,39 +71,30 @@ class ShardedQuantEmbeddingBagCollection(TorchScriptable, nn.Module):
         placed: list[list[tuple[int, int, int]]] = [[] for _ in segments]  # (rank, j, col)
         divide = [False] * len(segments)
         combine_sum = [False] * len(segments)
-        for ti, t in enumerate(configs):
-            ps = plan[t.name]
-            kind = ps.sharding_type
-            assert ps.sharding_spec is not None
-            row_wise = kind is ShardingType.ROW_WISE
-            table_segments = [s for s, seg in enumerate(segments) if seg.table_index == ti]
-            for s in table_segments:
-                combine_sum[s] = row_wise
-                divide[s] = row_wise and t.pooling is PoolingType.MEAN
-            for i, (shard, rank) in enumerate(zip(ps.sharding_spec.shards, ps.ranks, strict=True)):
-                r0, c0 = shard.shard_offsets
-                rows, cols = shard.shard_sizes
-                name = f"{t.name}__shard{i}"
-                rank_tables[rank].append(
-                    EmbeddingBagConfig(
-                        name=name,
-                        num_embeddings=rows,
-                        embedding_dim=cols,
-                        data_type=t.data_type,
-                        feature_names=list(t.feature_names),
-                        pooling=PoolingType.SUM if row_wise else t.pooling,
-                    )
-                )
-                prefix = f"embedding_bags.{t.name}."
-                rank_state[rank].update(
-                    _slice_state(source, prefix, f"embedding_bags.{name}.", t, r0, rows, c0, cols)
-                )
-                for s in table_segments:
-                    placed[s].append((rank, len(inputs[rank]), c0))
-                    inputs[rank].append(s)
-                    row_lo[rank].append(r0 if row_wise else -1)
-                    row_hi[rank].append(r0 + rows if row_wise else -1)
-                    rank_dims[rank].append(cols)
+        for sh in table_shards(
+            module.embedding_bag_configs(),
+            segments,
+            plan,
+            world,
+            module.state_dict(),
+            "embedding_bags",
+        ):
+            rank = sh.rank
+            # row_wise: every shard pools its part of a bag; the parts are summed (a mean
+            # divided once, after the sum)
+            config = sh.config
+            if sh.row_wise:
+                config = dataclasses.replace(config, pooling=PoolingType.SUM)
+            rank_tables[rank].append(config)
+            rank_state[rank].update(sh.state)
+            for s in sh.segments:
+                combine_sum[s] = sh.row_wise
+                divide[s] = sh.row_wise and sh.table.pooling is PoolingType.MEAN
+                placed[s].append((rank, len(inputs[rank]), sh.c0))
+                inputs[rank].append(s)
+                row_lo[rank].append(sh.r0 if sh.row_wise else -1)
+                row_hi[rank].append(sh.r0 + sh.rows if sh.row_wise else -1)
+                rank_dims[rank].append(sh.cols)
         used = [r for r in range(world) if rank_tables[r]]
         lookups: list[PooledLookup] = []
         self.rank_modules = nn.ModuleList()
@@ -194,80 +180,3 @@ class _Frozen:
 
     def get(self) -> QuantEmbeddingBagCollection:
         return self._module
-
-
-_SUPPORTED = (ShardingType.TABLE_WISE, ShardingType.ROW_WISE, ShardingType.COLUMN_WISE)
-
-
-def check_quant_plan(
-    configs: Sequence[BaseEmbeddingConfig], plan: Mapping[str, ParameterSharding], world: int
-) -> None:
-    """`ValueError` naming the table for a plan the quantized sharded collections cannot run:
-    a table without an entry, a sharding type other than table/row/column_wise, a shard off
-    the devices or outside the table, or shards that do not tile it."""
-    missing = [t.name for t in configs if t.name not in plan]
-    if missing:
-        raise ValueError(f"the plan has no entry for table(s) {missing}")
-    for t in configs:
-        ps = plan[t.name]
-        if ps.sharding_type not in _SUPPORTED:
-            raise ValueError(
-                f"table {t.name!r}: sharding type {ps.sharding_type.value} is not supported for "
-                "quantized inference; use table_wise, row_wise or column_wise"
-            )
-        _check_geometry(t, ps, world)
-
-
-def _check_geometry(table: BaseEmbeddingConfig, ps: ParameterSharding, world: int) -> None:
-    """`ValueError` naming the table for a shard off the devices or outside the table, or
-    shards that do not cover it."""
-    area = 0
-    for i, (shard, rank) in enumerate(zip(ps.shards, ps.ranks, strict=True)):
-        if not 0 <= rank < world:
-            raise ValueError(
-                f"table {table.name!r}: shard {i} is placed on rank {rank}, outside "
-                f"world_size {world}"
-            )
-        (r0, c0), (rows, cols) = shard.shard_offsets, shard.shard_sizes
-        if r0 + rows > table.num_embeddings or c0 + cols > table.embedding_dim:
-            raise ValueError(
-                f"table {table.name!r}: shard {i} (rows [{r0}, {r0 + rows}), columns "
-                f"[{c0}, {c0 + cols})) lies outside the table's "
-                f"({table.num_embeddings}, {table.embedding_dim})"
-            )
-        area += rows * cols
-    if area != table.num_embeddings * table.embedding_dim:
-        raise ValueError(
-            f"table {table.name!r}: the shards cover {area} of the table's "
-            f"{table.num_embeddings} x {table.embedding_dim} elements; they must tile it"
-        )
-
-
-def _slice_state(
-    source: Mapping[str, torch.Tensor],
-    prefix: str,
-    new_prefix: str,
-    table: BaseEmbeddingConfig,
-    r0: int,
-    rows: int,
-    c0: int,
-    cols: int,
-) -> dict[str, torch.Tensor]:
-    weight = source[prefix + "weight"][r0 : r0 + rows]
-    bits = _BITS.get(table.data_type)
-    if bits is None:
-        weight = weight[:, c0 : c0 + cols]
-    else:
-        end = c0 + cols
-        if (c0 * bits) % 8 or ((end * bits) % 8 and end != table.embedding_dim):
-            raise ValueError(
-                f"table {table.name!r}: column block [{c0}, {end}) does not start and end on a "
-                f"byte of {table.data_type.value} codes; use column blocks that are multiples "
-                f"of {8 // bits}"
-            )
-        weight = weight[:, c0 * bits // 8 : -(-end * bits // 8)]
-    out = {new_prefix + "weight": weight.contiguous()}
-    if prefix + "weight_qscaleshift" in source:
-        qss = source[prefix + "weight_qscaleshift"][r0 : r0 + rows]
-        out[new_prefix + "weight_qscaleshift"] = qss.contiguous()
-    return out
