@@ -325,7 +325,8 @@ _EXPORTS_MORE = {
     ),
     ("shardrec.distributed.planner.types", "shardrec_planner.sharder_data"): ("SharderData"),
     ("shardrec.distributed.planner.types", "shardrec_planner.hashing"): (
-        "hash_planner_context_inputs hash_planner_context_inputs_str hash_sha256_str hash_sha256_to_int round_to_nearest"
+        "hash_planner_context_inputs hash_planner_context_inputs_str hash_sha256_str "
+        "hash_sha256_to_int round_to_nearest"
     ),
     ("shardrec.distributed.types", "shardrec_planner.sharder_data"): ("StorageUsageType"),
     ("shardrec.distributed.embedding_types", "shardrec_planner.sharder_data"): (
