@@ -84,6 +84,43 @@ class Option:
         return f"{self.sharding_type.value}/{self.kernel.value}"
 
 
+def estimated_option(
+    table: TableInfo,
+    workload: Workload,
+    sharding_type: ShardingType,
+    kernel: EmbeddingComputeKernel,
+    shards: ShardArrays,
+    topology: Topology,
+    optimizer: tuple[float, float],
+    cache_ratio: float | None,
+    block: int,
+) -> Option:
+    """`shards` of `table` under `sharding_type` / `kernel` with our cost model's estimates (the
+    kernel as estimated on the topology's device, `estimator.estimate_shards`)."""
+    est = estimate_shards(
+        table,
+        workload,
+        sharding_type,
+        estimated_kernel(kernel, topology.compute_device),
+        shards,
+        topology,
+        optimizer,
+        cache_ratio=cache_ratio,
+    )
+    return Option(
+        sharding_type=sharding_type,
+        kernel=kernel,
+        shards=shards,
+        cost=est.cost_s,
+        compute=est.compute_s,
+        comm=est.comm_s,
+        memory=est.memory_bytes,
+        host_memory=est.host_memory_bytes,
+        kind=PLACEMENT_KIND[sharding_type],
+        block=block,
+    )
+
+
 def _kernels_for(
     allowed: Sequence[EmbeddingComputeKernel], compute_device: str
 ) -> list[EmbeddingComputeKernel]:
@@ -222,28 +259,10 @@ def table_options(
                 column_block=width,
             )
         shards = geometry[st]
-        est = estimate_shards(
-            table,
-            workload,
-            st,
-            estimated_kernel(kernel, topology.compute_device),
-            shards,
-            topology,
-            optimizer,
-            cache_ratio=load_factor,
-        )
+        block = local if st in (ShardingType.TABLE_ROW_WISE, ShardingType.GRID_SHARD) else 1
         out.append(
-            Option(
-                sharding_type=st,
-                kernel=kernel,
-                shards=shards,
-                cost=est.cost_s,
-                compute=est.compute_s,
-                comm=est.comm_s,
-                memory=est.memory_bytes,
-                host_memory=est.host_memory_bytes,
-                kind=PLACEMENT_KIND[st],
-                block=local if st in (ShardingType.TABLE_ROW_WISE, ShardingType.GRID_SHARD) else 1,
+            estimated_option(
+                table, workload, st, kernel, shards, topology, optimizer, load_factor, block
             )
         )
     if not out:
