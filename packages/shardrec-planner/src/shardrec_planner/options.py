@@ -87,16 +87,18 @@ class Option:
 def estimated_option(
     table: TableInfo,
     workload: Workload,
-    sharding_type: ShardingType,
-    kernel: EmbeddingComputeKernel,
-    shards: ShardArrays,
     topology: Topology,
     optimizer: tuple[float, float],
     cache_ratio: float | None,
+    *,
+    sharding_type: ShardingType,
+    kernel: EmbeddingComputeKernel,
+    shards: ShardArrays,
     block: int,
 ) -> Option:
-    """`shards` of `table` under `sharding_type` / `kernel` with our cost model's estimates (the
-    kernel as estimated on the topology's device, `estimator.estimate_shards`)."""
+    """The option of `shards` of `table` under `sharding_type` / `kernel`, with our cost model's
+    estimates (`estimator.estimate_shards`, the kernel as estimated on the topology's device);
+    `block` is the option's placement block (`Option.block`)."""
     est = estimate_shards(
         table,
         workload,
@@ -262,7 +264,15 @@ def table_options(
         block = local if st in (ShardingType.TABLE_ROW_WISE, ShardingType.GRID_SHARD) else 1
         out.append(
             estimated_option(
-                table, workload, st, kernel, shards, topology, optimizer, load_factor, block
+                table,
+                workload,
+                topology,
+                optimizer,
+                load_factor,
+                sharding_type=st,
+                kernel=kernel,
+                shards=shards,
+                block=block,
             )
         )
     if not out:

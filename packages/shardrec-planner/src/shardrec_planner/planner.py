@@ -430,12 +430,12 @@ class EmbeddingShardingPlanner:
         return estimated_option(
             table,
             Workload.of(table, self.constraints.get(table.name), self.batch_size),
-            ps.sharding_type,
-            ps.compute_kernel,
-            shards,
             self.topology,
             self._optimizers.get(table.module_path, (0.0, 0.0)),
             cache_ratio_of(ps),
+            sharding_type=ps.sharding_type,
+            kernel=ps.compute_kernel,
+            shards=shards,
             block=1,
         )
 
