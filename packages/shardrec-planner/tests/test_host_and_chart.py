@@ -22,6 +22,7 @@ from shardrec_planner import (
     plan_chart_data,
     save_plan_chart,
 )
+from shardrec_planner import host as host_module
 from shardrec_planner.stats import RankStats
 from shardrec_planner.topology import DEFAULT_DDR_CAP
 
@@ -38,26 +39,42 @@ def _meminfo_bytes() -> int | None:
     return None
 
 
-def _container_limit() -> int | None:
-    for name in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            text = pathlib.Path(name).read_text().strip()
-        except OSError:
-            continue
-        if text.isdigit():
-            return int(text)
-    return None
-
-
-def test_detect_host_reads_this_machine() -> None:
+def test_detect_host_reads_this_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(host_module, "_CGROUP_LIMITS", ())  # no container limit to apply
     host = detect_host()
     assert host.source == "detected"
     total = _meminfo_bytes()
-    if total is not None:  # Linux: the kernel's MemTotal, or a container's smaller limit
-        limit = _container_limit()
-        assert host.memory_bytes == (min(total, limit) if limit is not None else total)
+    if total is not None:  # Linux: the kernel's MemTotal
+        assert host.memory_bytes == total
     if hasattr(os, "sched_getaffinity"):
         assert host.cores == len(os.sched_getaffinity(0))
+
+
+@pytest.mark.parametrize(
+    ("files", "limit"),
+    [
+        ((None, None), None),  # no cgroup files: not in a container
+        (("max", None), None),  # cgroup v2 without a limit
+        (("4096", None), 4096),  # cgroup v2 limit
+        ((None, "8192"), 8192),  # cgroup v1 limit
+        (("max", "8192"), 8192),  # the first file holding a number wins
+    ],
+)
+def test_a_container_limit_caps_the_memory(
+    tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+    files: tuple[str | None, str | None],
+    limit: int | None,
+) -> None:
+    monkeypatch.setattr(host_module, "_CGROUP_LIMITS", ())
+    physical = detect_host().memory_bytes
+    paths = [tmp_path / f"limit{i}" for i in range(len(files))]
+    for path, text in zip(paths, files, strict=True):
+        if text is not None:
+            path.write_text(text + "\n")
+    monkeypatch.setattr(host_module, "_CGROUP_LIMITS", tuple(paths))
+    expected = physical if limit is None else min(physical, limit)
+    assert detect_host().memory_bytes == expected
 
 
 @pytest.mark.parametrize("local", [1, 2, 4])

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 import pytest
-from _planner_models import make_ebc, sharder
+from _planner_models import make_ebc, sharder, table_info
 
 from shardrec_embedding import DataType
 from shardrec_planner import (
@@ -29,7 +29,6 @@ from shardrec_planner import (
 from shardrec_planner.cache_params import BoundsCheckMode, MultiPassPrefetchConfig
 from shardrec_planner.estimator import Workload, estimate_shards, kernel_bandwidth
 from shardrec_planner.geometry import shard_arrays
-from shardrec_planner.sharder import TableInfo
 
 CPU = Topology(world_size=2, compute_device="cpu", ddr_cap=10**9)
 CUDA = Topology(world_size=2, compute_device="cuda", hbm_cap=10**9)
@@ -95,15 +94,7 @@ def test_unconstrained_cpu_plans_only_fused() -> None:
 def test_cuda_estimate_uses_the_tables_load_factor() -> None:
     # Our cost model by hand: the caching kernel keeps `ratio` of weights + state on the device
     # and reads rows at (ratio * lookup_bw + (1 - ratio) * hbm_to_ddr_bw) / 10.
-    table = TableInfo(
-        module_path="",
-        name="t",
-        rows=100,
-        dim=8,
-        element_bytes=4,
-        feature_names=("t",),
-        pooled=True,
-    )
+    table = table_info(100, 8)
     shards = shard_arrays("table_wise", 100, 8, world_size=2, local_world_size=2)
     work = Workload(ids_local=10.0, bags_local=5.0, weighted=False)
     kernel = EmbeddingComputeKernel.FUSED_UVM_CACHING

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _planner_models import make_ebc, sharder
+from _planner_models import hand_option, make_ebc, sharder
 
 from shardrec_planner import (
     CacheParams,
@@ -29,17 +29,11 @@ def _opt(
     load: float | None = None,
     storage: Storage | None = None,
 ) -> ShardingOption:
-    return ShardingOption(
-        name="t",
-        tensor=torch.empty(10, 4, device="meta"),
-        module=("ebc", torch.nn.Module()),
-        input_lengths=[1.0],
-        batch_size=8,
-        sharding_type=st,
-        partition_by="device",
-        compute_kernel=kernel,
-        shards=[Shard(size=[10, 4], offset=[0, 0], storage=storage or Storage(hbm=1, ddr=1))],
-        cache_params=None if load is None else CacheParams(load_factor=load),
+    shards = [Shard(size=[10, 4], offset=[0, 0], storage=storage or Storage(hbm=1, ddr=1))]
+    cache = None if load is None else CacheParams(load_factor=load)
+    module = ("ebc", torch.nn.Module())
+    return hand_option(
+        "t", st, shards, (10, 4), module=module, compute_kernel=kernel, cache_params=cache
     )
 
 

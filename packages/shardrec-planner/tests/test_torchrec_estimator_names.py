@@ -10,7 +10,7 @@ import types
 import numpy as np
 import pytest
 import torch
-from _planner_models import make_ebc, sharder
+from _planner_models import make_ebc, sharder, table_info
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -31,7 +31,6 @@ from shardrec_planner.shard_storage import (
     StorageUsageType,
     compute_storage_usage,
 )
-from shardrec_planner.sharder import TableInfo
 
 TOPO = Topology(world_size=4, compute_device="cuda", local_world_size=2)
 
@@ -144,15 +143,7 @@ def test_default_pooling_factors() -> None:
     assert isinstance(c.pooling_factors, DefaultPoolingFactors)
     assert list(c.pooling_factors) == [1.0]  # TorchRec's default
     # Our planner reads the default as 1.0 for each feature of the table.
-    table = TableInfo(
-        module_path="",
-        name="t",
-        rows=9,
-        dim=4,
-        element_bytes=4,
-        feature_names=("a", "b", "c"),
-        pooled=True,
-    )
+    table = table_info(9, 4, ("a", "b", "c"))
     default = Workload.of(table, c, 8)
     explicit = Workload.of(table, ParameterConstraints(pooling_factors=[1.0, 1.0, 1.0]), 8)
     assert default == explicit == Workload(ids_local=24.0, bags_local=24.0, weighted=False)

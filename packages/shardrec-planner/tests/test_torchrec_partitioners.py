@@ -7,36 +7,22 @@ give the placements worked out in each test.
 from __future__ import annotations
 
 import pytest
-import torch
-from torch import nn
+from _planner_models import hand_option, hand_shard
 
-from shardrec_planner import Perf, PlannerError, Shard, ShardingOption, Storage, Topology
+from shardrec_planner import PlannerError, ShardingOption, Topology
 from shardrec_planner.enumerators import get_partition_by_type
 from shardrec_planner.partitioners import GreedyPerfPartitioner, MemoryBalancedPartitioner
 
 TOPO = Topology(world_size=4, local_world_size=2, compute_device="cuda", hbm_cap=100)
-_MODULE = ("m", nn.Module())
 
 
 def _option(name: str, sharding_type: str, shards: list[tuple[int, float]]) -> ShardingOption:
-    return ShardingOption(
-        name=name,
-        tensor=torch.empty(8, 8, device="meta"),
-        module=_MODULE,
-        input_lengths=[1.0],
-        batch_size=8,
-        sharding_type=sharding_type,
+    return hand_option(
+        name,
+        sharding_type,
+        [hand_shard([8, 8], hbm, perf) for hbm, perf in shards],
+        (8, 8),
         partition_by=get_partition_by_type(sharding_type),
-        compute_kernel="fused",
-        shards=[
-            Shard(
-                size=[8, 8],
-                offset=[0, 0],
-                storage=Storage(hbm=hbm, ddr=0),
-                perf=Perf(fwd_compute=perf, fwd_comms=0, bwd_compute=0, bwd_comms=0),
-            )
-            for hbm, perf in shards
-        ],
         is_pooled=True,
     )
 

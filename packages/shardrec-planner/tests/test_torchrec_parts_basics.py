@@ -11,6 +11,7 @@ import math
 
 import pytest
 import torch
+from _planner_models import hand_option, hand_shard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,7 +28,6 @@ from shardrec_planner import (
     Perf,
     PlannerError,
     PlannerErrorType,
-    Shard,
     ShardingOption,
     Storage,
     Topology,
@@ -95,26 +95,11 @@ def _option(
     name: str, ranks: list[int], perf: list[float], hbm: list[int], st_: str
 ) -> ShardingOption:
     shards = [
-        Shard(
-            size=[10, 8],
-            offset=[0, 8 * i],
-            rank=r,
-            perf=Perf(fwd_compute=p, fwd_comms=0, bwd_compute=0, bwd_comms=0),
-            storage=Storage(hbm=h, ddr=0),
-        )
+        hand_shard([10, 8], h, p, offset=[0, 8 * i], rank=r)
         for i, (r, p, h) in enumerate(zip(ranks, perf, hbm, strict=True))
     ]
-    return ShardingOption(
-        name=name,
-        tensor=torch.empty(10, 8 * len(ranks), device="meta"),
-        module=("sparse.ebc", torch.nn.Module()),
-        input_lengths=[1.0],
-        batch_size=8,
-        sharding_type=st_,
-        partition_by="device",
-        compute_kernel="fused",
-        shards=shards,
-    )
+    module = ("sparse.ebc", torch.nn.Module())
+    return hand_option(name, st_, shards, (10, 8 * len(ranks)), module=module)
 
 
 @settings(max_examples=40, deadline=None)

@@ -7,10 +7,9 @@ proposals follow from the documented rules (proposers.py docstring), worked out 
 from __future__ import annotations
 
 import pytest
-import torch
-from torch import nn
+from _planner_models import hand_option, hand_shard
 
-from shardrec_planner import Perf, Shard, ShardingOption, Storage, Topology
+from shardrec_planner import ShardingOption, Topology
 from shardrec_planner.proposers import (
     DynamicProgrammingProposer,
     GreedyProposer,
@@ -19,28 +18,10 @@ from shardrec_planner.proposers import (
     proposers_to_proposals_list,
 )
 
-_MODULE = ("m", nn.Module())
-
 
 def _option(name: str, sharding_type: str, perf: float, hbm: int) -> ShardingOption:
-    shard = Shard(
-        size=[4, 4],
-        offset=[0, 0],
-        perf=Perf(fwd_compute=perf, fwd_comms=0, bwd_compute=0, bwd_comms=0),
-        storage=Storage(hbm=hbm, ddr=0),
-    )
-    return ShardingOption(
-        name=name,
-        tensor=torch.empty(4, 4, device="meta"),
-        module=_MODULE,
-        input_lengths=[1.0],
-        batch_size=8,
-        sharding_type=sharding_type,
-        partition_by="device",
-        compute_kernel="fused",
-        shards=[shard],
-        is_pooled=True,
-    )
+    shards = [hand_shard([4, 4], hbm, perf)]
+    return hand_option(name, sharding_type, shards, (4, 4), is_pooled=True)
 
 
 def _space() -> list[ShardingOption]:
@@ -55,6 +36,15 @@ def _space() -> list[ShardingOption]:
 def _names(proposal: list[ShardingOption] | None) -> list[tuple[str, str]]:
     assert proposal is not None
     return sorted((o.name, o.sharding_type) for o in proposal)
+
+
+def _drain(proposer: UniformProposer | DynamicProgrammingProposer) -> list[list[tuple[str, str]]]:
+    """Every proposal left, each fed back as partitionable."""
+    seen = []
+    while (proposal := proposer.propose()) is not None:
+        seen.append(_names(proposal))
+        proposer.feedback(partitionable=True)
+    return seen
 
 
 def test_greedy_moves_the_largest_table_on() -> None:
@@ -90,10 +80,7 @@ def test_uniform_one_proposal_per_common_type() -> None:
     space = [*_space(), _option("a", "column_wise", perf=1.0, hbm=1)]
     proposer = UniformProposer()
     proposer.load(space)
-    seen = []
-    while (proposal := proposer.propose()) is not None:
-        seen.append(_names(proposal))
-        proposer.feedback(partitionable=True)
+    seen = _drain(proposer)
     # column_wise is offered by a only, so it gives no proposal
     assert seen == [
         [("a", "table_wise"), ("b", "table_wise")],
@@ -123,11 +110,7 @@ def test_dynamic_programming_least_perf_within_memory() -> None:
     proposer.feedback(partitionable=True, storage_constraint=topo)
     # combinations (memory, perf): tw+tw (110, 4.0), tw+rw (160, 1.5), rw+tw (50, 5.0),
     # rw+rw (100, 2.5); all fit 200. From the fullest bin down: 160, 110, 100, 50.
-    order = []
-    while (proposal := proposer.propose()) is not None:
-        order.append(_names(proposal))
-        proposer.feedback(partitionable=True)
-    assert order == [
+    assert _drain(proposer) == [
         [("a", "table_wise"), ("b", "row_wise")],
         [("a", "table_wise"), ("b", "table_wise")],
         [("a", "row_wise"), ("b", "row_wise")],

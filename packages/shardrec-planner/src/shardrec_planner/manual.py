@@ -72,47 +72,67 @@ def _shape(param: torch.Tensor) -> tuple[int, int]:
     return int(param.shape[0]), int(param.shape[1])
 
 
-def data_parallel() -> ParameterShardingGenerator:
-    """Replicate the table on every rank (kernel `dense`)."""
+Placement = tuple[Sequence[tuple[tuple[int, int], tuple[int, int]]], Sequence[int]]
+"""(shards, rank of each shard)."""
+
+
+def _generator(
+    st: ShardingType,
+    compute_kernel: str | None,
+    place: Callable[[int, int, int, int], Placement],
+) -> ParameterShardingGenerator:
+    """The generator of one helper: `place(rows, dim, local, world)` picks the shards and their
+    ranks (raising ValueError for a choice that does not fit); the kernel is the requested one,
+    else the sharder's (`_kernel`)."""
 
     def gen(
         param: torch.Tensor, local: int, world: int, device: str, sharder: PlannerSharder | None
     ) -> ParameterSharding:
-        _shape(param)
-        kernel = _kernel(ShardingType.DATA_PARALLEL, None, device, sharder)
-        return _build(ShardingType.DATA_PARALLEL, [], range(world), world, local, device, kernel)
+        rows, dim = _shape(param)
+        shards, ranks = place(rows, dim, local, world)
+        kernel = _kernel(st, compute_kernel, device, sharder)
+        return _build(st, shards, ranks, world, local, device, kernel)
 
     return gen
+
+
+def _check_host(host_index: int, local: int, world: int) -> None:
+    if not 0 <= host_index < world // local:
+        raise ValueError(
+            f"host_index {host_index} is out of range: {world // local} host(s) of {local} ranks"
+        )
+
+
+def data_parallel() -> ParameterShardingGenerator:
+    """Replicate the table on every rank (kernel `dense`)."""
+    return _generator(
+        ShardingType.DATA_PARALLEL, None, lambda rows, dim, local, world: ([], range(world))
+    )
+
+
+def _whole_rows(
+    st: ShardingType, ranks_of: Callable[[int], Sequence[int]]
+) -> Callable[[int, int, int, int], Placement]:
+    """A `place` for the types whose shards follow from the table alone (`shard_geometry`),
+    placed on `ranks_of(world)`."""
+
+    def place(rows: int, dim: int, local: int, world: int) -> Placement:
+        shards = shard_geometry(st, rows, dim, world_size=world, local_world_size=local)
+        return shards, ranks_of(world)
+
+    return place
 
 
 def table_wise(rank: int, compute_kernel: str | None = None) -> ParameterShardingGenerator:
     """Place the whole table on `rank`."""
-
-    def gen(
-        param: torch.Tensor, local: int, world: int, device: str, sharder: PlannerSharder | None
-    ) -> ParameterSharding:
-        rows, dim = _shape(param)
-        st = ShardingType.TABLE_WISE
-        shards = shard_geometry(st, rows, dim, world_size=world, local_world_size=local)
-        kernel = _kernel(st, compute_kernel, device, sharder)
-        return _build(st, shards, [rank], world, local, device, kernel)
-
-    return gen
+    st = ShardingType.TABLE_WISE
+    return _generator(st, compute_kernel, _whole_rows(st, lambda world: [rank]))
 
 
 def row_wise(compute_kernel: str | None = None) -> ParameterShardingGenerator:
     """Split rows into blocks of ceil(rows / world_size), block i on rank i."""
-
-    def gen(
-        param: torch.Tensor, local: int, world: int, device: str, sharder: PlannerSharder | None
-    ) -> ParameterSharding:
-        rows, dim = _shape(param)
-        st = ShardingType.ROW_WISE
-        shards = shard_geometry(st, rows, dim, world_size=world, local_world_size=local)
-        kernel = _kernel(st, compute_kernel, device, sharder)
-        return _build(st, shards, range(world), world, local, device, kernel)
-
-    return gen
+    st = ShardingType.ROW_WISE
+    return _generator(st, compute_kernel, _whole_rows(st, range))
 
 
 def _column_ranks(
@@ -120,10 +140,7 @@ def _column_ranks(
     ranks: Sequence[int] | None,
     compute_kernel: str | None,
 ) -> ParameterShardingGenerator:
-    def gen(
-        param: torch.Tensor, local: int, world: int, device: str, sharder: PlannerSharder | None
-    ) -> ParameterSharding:
-        rows, dim = _shape(param)
+    def place(rows: int, dim: int, local: int, world: int) -> Placement:
         if ranks is None:
             width = column_block_size(dim)
             chosen = [i % world for i in range(dim // width)]
@@ -144,10 +161,9 @@ def _column_ranks(
         shards = shard_geometry(
             st, rows, dim, world_size=world, local_world_size=local, column_block=width
         )
-        kernel = _kernel(st, compute_kernel, device, sharder)
-        return _build(st, shards, chosen, world, local, device, kernel)
+        return shards, chosen
 
-    return gen
+    return _generator(st, compute_kernel, place)
 
 
 def column_wise(
@@ -171,35 +187,23 @@ def table_row_wise(
     host_index: int, compute_kernel: str | None = None
 ) -> ParameterShardingGenerator:
     """Row blocks of ceil(rows / local_world_size) on the ranks of host `host_index`."""
+    st = ShardingType.TABLE_ROW_WISE
 
-    def gen(
-        param: torch.Tensor, local: int, world: int, device: str, sharder: PlannerSharder | None
-    ) -> ParameterSharding:
-        rows, dim = _shape(param)
-        st = ShardingType.TABLE_ROW_WISE
-        if not 0 <= host_index < world // local:
-            raise ValueError(
-                f"host_index {host_index} is out of range: {world // local} host(s) of "
-                f"{local} ranks"
-            )
+    def place(rows: int, dim: int, local: int, world: int) -> Placement:
+        _check_host(host_index, local, world)
         shards = shard_geometry(st, rows, dim, world_size=world, local_world_size=local)
-        ranks = [host_index * local + i for i in range(local)]
-        kernel = _kernel(st, compute_kernel, device, sharder)
-        return _build(st, shards, ranks, world, local, device, kernel)
+        return shards, [host_index * local + i for i in range(local)]
 
-    return gen
+    return _generator(st, compute_kernel, place)
 
 
 def grid_shard(
     host_indexes: Sequence[int], compute_kernel: str | None = None
 ) -> ParameterShardingGenerator:
     """Column blocks (at least 128 wide); block j is split row-wise over host `host_indexes[j]`."""
+    st = ShardingType.GRID_SHARD
 
-    def gen(
-        param: torch.Tensor, local: int, world: int, device: str, sharder: PlannerSharder | None
-    ) -> ParameterSharding:
-        rows, dim = _shape(param)
-        st = ShardingType.GRID_SHARD
+    def place(rows: int, dim: int, local: int, world: int) -> Placement:
         blocks = dim // column_block_size(dim)
         if len(host_indexes) != blocks:
             raise ValueError(
@@ -207,16 +211,11 @@ def grid_shard(
                 f"got {len(host_indexes)} host index(es) {list(host_indexes)}"
             )
         for h in host_indexes:
-            if not 0 <= h < world // local:
-                raise ValueError(
-                    f"host index {h} is out of range: {world // local} host(s) of {local} ranks"
-                )
+            _check_host(h, local, world)
         shards = shard_geometry(st, rows, dim, world_size=world, local_world_size=local)
-        ranks = [h * local + i for h in host_indexes for i in range(local)]
-        kernel = _kernel(st, compute_kernel, device, sharder)
-        return _build(st, shards, ranks, world, local, device, kernel)
+        return shards, [h * local + i for h in host_indexes for i in range(local)]
 
-    return gen
+    return _generator(st, compute_kernel, place)
 
 
 def construct_module_sharding_plan(

@@ -84,6 +84,45 @@ class Option:
         return f"{self.sharding_type.value}/{self.kernel.value}"
 
 
+def estimated_option(
+    table: TableInfo,
+    workload: Workload,
+    topology: Topology,
+    optimizer: tuple[float, float],
+    cache_ratio: float | None,
+    *,
+    sharding_type: ShardingType,
+    kernel: EmbeddingComputeKernel,
+    shards: ShardArrays,
+    block: int,
+) -> Option:
+    """The option of `shards` of `table` under `sharding_type` / `kernel`, with our cost model's
+    estimates (`estimator.estimate_shards`, the kernel as estimated on the topology's device);
+    `block` is the option's placement block (`Option.block`)."""
+    est = estimate_shards(
+        table,
+        workload,
+        sharding_type,
+        estimated_kernel(kernel, topology.compute_device),
+        shards,
+        topology,
+        optimizer,
+        cache_ratio=cache_ratio,
+    )
+    return Option(
+        sharding_type=sharding_type,
+        kernel=kernel,
+        shards=shards,
+        cost=est.cost_s,
+        compute=est.compute_s,
+        comm=est.comm_s,
+        memory=est.memory_bytes,
+        host_memory=est.host_memory_bytes,
+        kind=PLACEMENT_KIND[sharding_type],
+        block=block,
+    )
+
+
 def _kernels_for(
     allowed: Sequence[EmbeddingComputeKernel], compute_device: str
 ) -> list[EmbeddingComputeKernel]:
@@ -222,28 +261,18 @@ def table_options(
                 column_block=width,
             )
         shards = geometry[st]
-        est = estimate_shards(
-            table,
-            workload,
-            st,
-            estimated_kernel(kernel, topology.compute_device),
-            shards,
-            topology,
-            optimizer,
-            cache_ratio=load_factor,
-        )
+        block = local if st in (ShardingType.TABLE_ROW_WISE, ShardingType.GRID_SHARD) else 1
         out.append(
-            Option(
+            estimated_option(
+                table,
+                workload,
+                topology,
+                optimizer,
+                load_factor,
                 sharding_type=st,
                 kernel=kernel,
                 shards=shards,
-                cost=est.cost_s,
-                compute=est.compute_s,
-                comm=est.comm_s,
-                memory=est.memory_bytes,
-                host_memory=est.host_memory_bytes,
-                kind=PLACEMENT_KIND[st],
-                block=local if st in (ShardingType.TABLE_ROW_WISE, ShardingType.GRID_SHARD) else 1,
+                block=block,
             )
         )
     if not out:

@@ -28,10 +28,10 @@ from shardrec_planner.embedding_stats import EmbeddingStats
 from shardrec_planner.enumerators import EmbeddingEnumerator
 from shardrec_planner.enums import ShardingType
 from shardrec_planner.errors import PlannerError
-from shardrec_planner.estimator import Workload, estimate_shards, optimizer_state
+from shardrec_planner.estimator import Workload, optimizer_state
 from shardrec_planner.geometry import ShardArrays
-from shardrec_planner.kernel_choice import cache_ratio_of, estimated_kernel, kernel_options
-from shardrec_planner.options import PLACEMENT_KIND, Option, table_options
+from shardrec_planner.kernel_choice import cache_ratio_of, kernel_options
+from shardrec_planner.options import Option, estimated_option, table_options
 from shardrec_planner.parameter_sharding import ParameterSharding
 from shardrec_planner.partitioners import GreedyPerfPartitioner
 from shardrec_planner.perf_models import NoopPerfModel
@@ -427,27 +427,15 @@ class EmbeddingShardingPlanner:
                     for i in (0, 1)
                 ),
             )
-        sharder_optimizer = self._optimizers.get(table.module_path, (0.0, 0.0))
-        est = estimate_shards(
+        return estimated_option(
             table,
             Workload.of(table, self.constraints.get(table.name), self.batch_size),
-            ps.sharding_type,
-            estimated_kernel(ps.compute_kernel, self.topology.compute_device),
-            shards,
             self.topology,
-            sharder_optimizer,
-            cache_ratio=cache_ratio_of(ps),
-        )
-        return Option(
+            self._optimizers.get(table.module_path, (0.0, 0.0)),
+            cache_ratio_of(ps),
             sharding_type=ps.sharding_type,
             kernel=ps.compute_kernel,
             shards=shards,
-            cost=est.cost_s,
-            compute=est.compute_s,
-            comm=est.comm_s,
-            memory=est.memory_bytes,
-            host_memory=est.host_memory_bytes,
-            kind=PLACEMENT_KIND[ps.sharding_type],
             block=1,
         )
 

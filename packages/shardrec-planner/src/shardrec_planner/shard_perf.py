@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
-from typing import Any
 
 from shardrec_planner.constants import (
     BATCHED_COPY_PERF_FACTOR,
@@ -51,13 +49,16 @@ from shardrec_planner.constants import (
     WEIGHTED_KERNEL_MULTIPLIER,
     kernel_bw_lookup,
 )
-from shardrec_planner.constraints import ParameterConstraints
 from shardrec_planner.enums import EmbeddingComputeKernel, ShardingType
 from shardrec_planner.errors import PlannerError
 from shardrec_planner.offload_stats import _validate_perf
 from shardrec_planner.planner_types import Perf, ShardingOption
-from shardrec_planner.shard_storage import _batch_totals, option_inputs, output_data_type_size
-from shardrec_planner.topology import Topology
+from shardrec_planner.shard_storage import (
+    OptionEstimator,
+    OptionInputs,
+    _batch_totals,
+    output_data_type_size,
+)
 
 
 def _expected_cache_fetches(option: ShardingOption, ratio: float | None) -> float:
@@ -101,7 +102,7 @@ def _block_penalty(emb_dim: int) -> float:
     return HALF_BLOCK_PENALTY if emb_dim >= 64 else QUARTER_BLOCK_PENALTY
 
 
-class EmbeddingPerfEstimator:
+class EmbeddingPerfEstimator(OptionEstimator):
     """Sets every shard's `perf` (ms) by TorchRec's formula (module docstring).
 
     Bandwidths are TorchRec's defaults in bytes/ms (`shardrec_planner.constants`); a topology
@@ -109,78 +110,54 @@ class EmbeddingPerfEstimator:
     overrides the memory rates.
     """
 
-    def __init__(
-        self,
-        topology: Topology,
-        constraints: Mapping[str, ParameterConstraints] | None = None,
-        is_inference: bool = False,
-    ) -> None:
-        self._topology = topology
-        self._constraints = constraints
-        self._is_inference = is_inference
-
-    def estimate(
-        self,
-        sharding_options: list[ShardingOption],
-        sharder_map: Mapping[str, Any] | None = None,
-        sharder_data_map: Mapping[str, Any] | None = None,
-    ) -> None:
-        """Fill every shard's estimate; `sharder_data_map` (TorchRec 1.8's name: per module type,
-        an object with the sharder's `fused_params`) may stand in for `sharder_map`."""
-        inputs = option_inputs(
-            type(self).__name__,
-            sharding_options,
-            sharder_map if sharder_map is not None else sharder_data_map,
-            self._constraints,
-        )
+    def estimate_option(self, option: ShardingOption, got: OptionInputs) -> None:
         topo = self._topology
-        for option, got in zip(sharding_options, inputs, strict=True):
-            ratio = got.caching_ratio
-            num_poolings, batch_sizes = got.num_poolings, got.batch_sizes
-            c = self._constraints.get(option.name) if self._constraints else None
-            module = option.module[1]
-            weighted_fn = getattr(module, "is_weighted", None)
-            if callable(weighted_fn):
-                is_weighted = bool(weighted_fn())
-            else:
-                is_weighted = bool(c.is_weighted) if c else False
-            option.is_weighted = is_weighted
-            element = float(option.tensor.element_size())
-            cache = option.cache_params
-            option_perfs = self.perf_func_emb_wall_time(
-                shard_sizes=[shard.size for shard in option.shards],
-                compute_kernel=option.compute_kernel,
-                compute_device=topo.compute_device,
-                sharding_type=option.sharding_type,
-                batch_sizes=batch_sizes,
-                world_size=topo.world_size,
-                local_world_size=topo.local_size,
-                input_lengths=option.input_lengths,
-                input_data_type_size=BIGINT_DTYPE,
-                table_data_type_size=element,
-                output_data_type_size=output_data_type_size(option),
-                fwd_a2a_comm_data_type_size=element,
-                bwd_a2a_comm_data_type_size=element,
-                fwd_sr_comm_data_type_size=element,
-                bwd_sr_comm_data_type_size=element,
-                num_poolings=num_poolings,
-                hbm_mem_bw=float(getattr(topo, "hbm_mem_bw", HBM_MEM_BW)),
-                ddr_mem_bw=float(getattr(topo, "ddr_mem_bw", DDR_MEM_BW)),
-                hbm_to_ddr_mem_bw=float(getattr(topo, "hbm_to_ddr_mem_bw", HBM_TO_DDR_MEM_BW)),
-                intra_host_bw=INTRA_NODE_BANDWIDTH,
-                inter_host_bw=CROSS_NODE_BANDWIDTH,
-                bwd_compute_multiplier=BWD_COMPUTE_MULTIPLIER,
-                weighted_feature_bwd_compute_multiplier=WEIGHTED_FEATURE_BWD_COMPUTE_MULTIPLIER,
-                is_pooled=option.is_pooled,
-                is_weighted=is_weighted,
-                is_inference=self._is_inference,
-                caching_ratio=ratio,
-                prefetch_pipeline=bool(cache.prefetch_pipeline) if cache else False,
-                expected_cache_fetches=_expected_cache_fetches(option, ratio),
-            )
-            for shard, perf in zip(option.shards, option_perfs, strict=True):
-                _validate_perf(perf, option.name, option.sharding_type)
-                shard.perf = perf
+        ratio = got.caching_ratio
+        num_poolings, batch_sizes = got.num_poolings, got.batch_sizes
+        c = self._constraints.get(option.name) if self._constraints else None
+        module = option.module[1]
+        weighted_fn = getattr(module, "is_weighted", None)
+        if callable(weighted_fn):
+            is_weighted = bool(weighted_fn())
+        else:
+            is_weighted = bool(c.is_weighted) if c else False
+        option.is_weighted = is_weighted
+        element = float(option.tensor.element_size())
+        cache = option.cache_params
+        option_perfs = self.perf_func_emb_wall_time(
+            shard_sizes=[shard.size for shard in option.shards],
+            compute_kernel=option.compute_kernel,
+            compute_device=topo.compute_device,
+            sharding_type=option.sharding_type,
+            batch_sizes=batch_sizes,
+            world_size=topo.world_size,
+            local_world_size=topo.local_size,
+            input_lengths=option.input_lengths,
+            input_data_type_size=BIGINT_DTYPE,
+            table_data_type_size=element,
+            output_data_type_size=output_data_type_size(option),
+            fwd_a2a_comm_data_type_size=element,
+            bwd_a2a_comm_data_type_size=element,
+            fwd_sr_comm_data_type_size=element,
+            bwd_sr_comm_data_type_size=element,
+            num_poolings=num_poolings,
+            hbm_mem_bw=float(getattr(topo, "hbm_mem_bw", HBM_MEM_BW)),
+            ddr_mem_bw=float(getattr(topo, "ddr_mem_bw", DDR_MEM_BW)),
+            hbm_to_ddr_mem_bw=float(getattr(topo, "hbm_to_ddr_mem_bw", HBM_TO_DDR_MEM_BW)),
+            intra_host_bw=INTRA_NODE_BANDWIDTH,
+            inter_host_bw=CROSS_NODE_BANDWIDTH,
+            bwd_compute_multiplier=BWD_COMPUTE_MULTIPLIER,
+            weighted_feature_bwd_compute_multiplier=WEIGHTED_FEATURE_BWD_COMPUTE_MULTIPLIER,
+            is_pooled=option.is_pooled,
+            is_weighted=is_weighted,
+            is_inference=self._is_inference,
+            caching_ratio=ratio,
+            prefetch_pipeline=bool(cache.prefetch_pipeline) if cache else False,
+            expected_cache_fetches=_expected_cache_fetches(option, ratio),
+        )
+        for shard, perf in zip(option.shards, option_perfs, strict=True):
+            _validate_perf(perf, option.name, option.sharding_type)
+            shard.perf = perf
 
     @classmethod
     def perf_func_emb_wall_time(

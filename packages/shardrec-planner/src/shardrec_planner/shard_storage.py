@@ -25,6 +25,7 @@ On cuda, inputs and outputs count against HBM; on cpu and mtia against DDR. Our 
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import enum
 import math
@@ -176,30 +177,6 @@ def _calculate_cw_shard_io_sizes(
     )
 
 
-def _row_split_io_sizes(
-    divide_by: int,
-    batch_sizes: Sequence[int],
-    world_size: int,
-    input_lengths: Sequence[float],
-    shard_sizes: Sequence[Sequence[int]],
-    input_data_type_size: float,
-    output_data_type_size: float,
-    num_poolings: Sequence[float],
-    is_pooled: bool,
-) -> tuple[list[int], list[int]]:
-    inputs, outputs = _batch_totals(
-        input_lengths, num_poolings, batch_sizes, is_pooled, divide_by=divide_by
-    )
-    ins = [
-        math.ceil(inputs * world_size * input_data_type_size) if prod(s) else 0 for s in shard_sizes
-    ]
-    outs = [
-        math.ceil(outputs * world_size * s[1] * output_data_type_size) if prod(s) else 0
-        for s in shard_sizes
-    ]
-    return ins, outs
-
-
 def _calculate_rw_shard_io_sizes(
     batch_sizes: Sequence[int],
     world_size: int,
@@ -210,16 +187,10 @@ def _calculate_rw_shard_io_sizes(
     num_poolings: Sequence[float],
     is_pooled: bool,
 ) -> tuple[list[int], list[int]]:
-    return _row_split_io_sizes(
-        world_size,
-        batch_sizes,
-        world_size,
-        input_lengths,
-        shard_sizes,
-        input_data_type_size,
-        output_data_type_size,
-        num_poolings,
-        is_pooled,
+    """Row-wise: table-row-wise with the whole world as one host (ids split W ways)."""
+    io = (input_data_type_size, output_data_type_size, num_poolings, is_pooled)
+    return _calculate_twrw_shard_io_sizes(
+        batch_sizes, world_size, world_size, input_lengths, shard_sizes, *io
     )
 
 
@@ -234,17 +205,17 @@ def _calculate_twrw_shard_io_sizes(
     num_poolings: Sequence[float],
     is_pooled: bool,
 ) -> tuple[list[int], list[int]]:
-    return _row_split_io_sizes(
-        local_world_size,
-        batch_sizes,
-        world_size,
-        input_lengths,
-        shard_sizes,
-        input_data_type_size,
-        output_data_type_size,
-        num_poolings,
-        is_pooled,
+    inputs, outputs = _batch_totals(
+        input_lengths, num_poolings, batch_sizes, is_pooled, divide_by=local_world_size
     )
+    ins = [
+        math.ceil(inputs * world_size * input_data_type_size) if prod(s) else 0 for s in shard_sizes
+    ]
+    outs = [
+        math.ceil(outputs * world_size * s[1] * output_data_type_size) if prod(s) else 0
+        for s in shard_sizes
+    ]
+    return ins, outs
 
 
 def _calculate_shard_io_sizes(
@@ -489,26 +460,19 @@ def option_inputs(
     return found
 
 
-class EmbeddingStorageEstimator:
-    """Sets every shard's `storage` by TorchRec's formula (`calculate_shard_storages`).
-
-    `pipeline_type` sets how many batches of ids count against device memory;
-    `run_embedding_at_peak_memory` counts the outputs too (with a pipeline); `is_inference`
-    counts only the table.
-    """
+class OptionEstimator(abc.ABC):
+    """What TorchRec's two formula estimators share: the topology, the constraints, the
+    inference switch, and an `estimate` that reads each option's inputs (`option_inputs`) and
+    hands them to `estimate_option`."""
 
     def __init__(
         self,
         topology: Topology,
         constraints: Mapping[str, ParameterConstraints] | None = None,
-        pipeline_type: PipelineType = PipelineType.NONE,
-        run_embedding_at_peak_memory: bool = False,
         is_inference: bool = False,
     ) -> None:
         self._topology = topology
         self._constraints = constraints
-        self._pipeline_type = pipeline_type
-        self._run_embedding_at_peak_memory = run_embedding_at_peak_memory
         self._is_inference = is_inference
 
     def estimate(
@@ -526,31 +490,59 @@ class EmbeddingStorageEstimator:
             self._constraints,
         )
         for option, got in zip(sharding_options, inputs, strict=True):
-            sharder, ratio = got.sharder, got.caching_ratio
-            num_poolings, batch_sizes = got.num_poolings, got.batch_sizes
-            mpp = option.cache_params.multipass_prefetch_config if option.cache_params else None
-            if mpp is None:
-                mpp = _fused_param(sharder, "multipass_prefetch_config")
-            storages = calculate_shard_storages(
-                sharder=sharder,
-                sharding_type=option.sharding_type,
-                tensor=option.tensor,
-                compute_device=self._topology.compute_device,
-                compute_kernel=option.compute_kernel,
-                shard_sizes=[shard.size for shard in option.shards],
-                batch_sizes=batch_sizes,
-                world_size=self._topology.world_size,
-                local_world_size=self._topology.local_size,
-                input_lengths=option.input_lengths,
-                num_poolings=num_poolings,
-                caching_ratio=ratio if ratio else UVM_CACHING_RATIO,
-                is_pooled=option.is_pooled,
-                input_data_type_size=BIGINT_DTYPE,
-                output_data_type_size=output_data_type_size(option),
-                pipeline_type=self._pipeline_type,
-                count_ephemeral_storage_cost=self._run_embedding_at_peak_memory,
-                is_inference=self._is_inference,
-                multipass_prefetch_max_pass=getattr(mpp, "num_passes", None),
-            )
-            for shard, storage in zip(option.shards, storages, strict=True):
-                shard.storage = storage
+            self.estimate_option(option, got)
+
+    @abc.abstractmethod
+    def estimate_option(self, option: ShardingOption, got: OptionInputs) -> None:
+        """Fill the estimate of every shard of `option` from its inputs `got`."""
+
+
+class EmbeddingStorageEstimator(OptionEstimator):
+    """Sets every shard's `storage` by TorchRec's formula (`calculate_shard_storages`).
+
+    `pipeline_type` sets how many batches of ids count against device memory;
+    `run_embedding_at_peak_memory` counts the outputs too (with a pipeline); `is_inference`
+    counts only the table.
+    """
+
+    def __init__(
+        self,
+        topology: Topology,
+        constraints: Mapping[str, ParameterConstraints] | None = None,
+        pipeline_type: PipelineType = PipelineType.NONE,
+        run_embedding_at_peak_memory: bool = False,
+        is_inference: bool = False,
+    ) -> None:
+        super().__init__(topology, constraints, is_inference)
+        self._pipeline_type = pipeline_type
+        self._run_embedding_at_peak_memory = run_embedding_at_peak_memory
+
+    def estimate_option(self, option: ShardingOption, got: OptionInputs) -> None:
+        sharder, ratio = got.sharder, got.caching_ratio
+        num_poolings, batch_sizes = got.num_poolings, got.batch_sizes
+        mpp = option.cache_params.multipass_prefetch_config if option.cache_params else None
+        if mpp is None:
+            mpp = _fused_param(sharder, "multipass_prefetch_config")
+        storages = calculate_shard_storages(
+            sharder=sharder,
+            sharding_type=option.sharding_type,
+            tensor=option.tensor,
+            compute_device=self._topology.compute_device,
+            compute_kernel=option.compute_kernel,
+            shard_sizes=[shard.size for shard in option.shards],
+            batch_sizes=batch_sizes,
+            world_size=self._topology.world_size,
+            local_world_size=self._topology.local_size,
+            input_lengths=option.input_lengths,
+            num_poolings=num_poolings,
+            caching_ratio=ratio if ratio else UVM_CACHING_RATIO,
+            is_pooled=option.is_pooled,
+            input_data_type_size=BIGINT_DTYPE,
+            output_data_type_size=output_data_type_size(option),
+            pipeline_type=self._pipeline_type,
+            count_ephemeral_storage_cost=self._run_embedding_at_peak_memory,
+            is_inference=self._is_inference,
+            multipass_prefetch_max_pass=getattr(mpp, "num_passes", None),
+        )
+        for shard, storage in zip(option.shards, storages, strict=True):
+            shard.storage = storage

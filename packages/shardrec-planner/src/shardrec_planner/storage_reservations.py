@@ -164,14 +164,40 @@ def _check_fraction(percentage: float) -> None:
         )
 
 
-class FixedPercentageStorageReservation:
-    """Keeps back `percentage` of every rank's HBM; records (does not reserve) the KJT size."""
+def _check_left(
+    topology: Topology,
+    reserved: Topology,
+    percentage: float,
+    dense: Storage,
+    kjt: Storage,
+    batch_size: int,
+) -> None:
+    """Raise PlannerError (INSUFFICIENT_STORAGE) when `reserved` leaves a rank nothing."""
+    left = reserved.devices[0].storage if reserved.devices else None
+    if left is not None and (left.hbm < 0 or left.ddr < 0):
+        raise PlannerError(
+            f"nothing is left per rank for embedding tables: "
+            f"{storage_repr_in_gb(topology.devices[0].storage)} per rank, minus "
+            f"{percentage:.0%} margin, dense {storage_repr_in_gb(dense)}"
+            f" and input batches {storage_repr_in_gb(kjt)} leaves "
+            f"{storage_repr_in_gb(left)}. Lower the percentage, pass dense_tensor_estimate "
+            f"if the dense estimate is too high, reduce the batch size ({batch_size}), or "
+            "use ranks with more memory",
+            error_type=PlannerErrorType.INSUFFICIENT_STORAGE,
+        )
+
+
+class _MarginReservation:
+    """What TorchRec's three reservations share: keep back a margin of every rank's HBM
+    (`_margin`), size the KJT batches, and, where the policy counts the dense part of the model
+    (`_dense_bytes` is not None), hold back the dense part and the KJT batches too."""
 
     def __init__(self, percentage: float) -> None:
         _check_fraction(percentage)
         self._percentage = percentage
-        self._last_reserved_topology: Topology | None = None
         self._kjt_storage: Storage | None = None
+        self._dense_storage: Storage | None = None
+        self._last_reserved_topology: Topology | None = None
 
     def reserve(
         self,
@@ -183,18 +209,44 @@ class FixedPercentageStorageReservation:
     ) -> Topology:
         reserved = copy.deepcopy(topology)
         for device in reserved.devices:
-            device.storage.hbm = int((1 - self._percentage) * device.storage.hbm)
-        inputs, _ = _get_batch_inputs_and_shardable_parameters(
+            device.storage.hbm = self._margin(device.storage.hbm)
+        inputs, shardable = _get_batch_inputs_and_shardable_parameters(
             module, sharders, batch_size, constraints
         )
         self._kjt_storage = _get_kjt_storage(topology, inputs, BIGINT_DTYPE, KJT_COPIES)
-        self._last_reserved_topology = reserved
+        dense = self._dense_bytes(module, shardable)
+        if dense is not None:
+            self._dense_storage = _on_device(topology, dense)
+            _subtract_everywhere(reserved, self._dense_storage)
+            _subtract_everywhere(reserved, self._kjt_storage)
+            _check_left(
+                topology,
+                reserved,
+                self._percentage,
+                self._dense_storage,
+                self._kjt_storage,
+                batch_size,
+            )
+        self._last_reserved_topology = copy.deepcopy(reserved)
         return reserved
+
+    def _margin(self, hbm: int) -> int:
+        """What a rank's `hbm` bytes leave after the margin."""
+        return int((1 - self._percentage) * hbm)
+
+    def _dense_bytes(self, module: nn.Module, shardable: set[nn.Module]) -> int | None:
+        """Bytes of `module`'s dense part (without its `shardable` modules) to hold back; None:
+        the policy holds back neither it nor the KJT batches (it only records their size)."""
+        return None
 
     @property
     def last_reserved_topology(self) -> Topology | None:
         """A copy of what the last `reserve` returned (None before the first)."""
         return copy.deepcopy(self._last_reserved_topology)
+
+
+class FixedPercentageStorageReservation(_MarginReservation):
+    """Keeps back `percentage` of every rank's HBM; records (does not reserve) the KJT size."""
 
     def describe(self) -> str:
         return f"{self._percentage:.0%} of HBM per device"
@@ -218,21 +270,11 @@ class FixedAbsoluteStorageReservation(FixedPercentageStorageReservation):
     def describe(self) -> str:
         return f"{bytes_to_gb(self._hbm_reserved_bytes):.4g} GB per device of HBM"
 
-    def reserve(
-        self,
-        topology: Topology,
-        batch_size: int,
-        module: nn.Module,
-        sharders: Sequence[PlannerSharder],
-        constraints: Mapping[str, ParameterConstraints] | None = None,
-    ) -> Topology:
-        reserved = super().reserve(topology, batch_size, module, sharders, constraints)
-        for device in reserved.devices:
-            device.storage.hbm = max(0, device.storage.hbm - self._hbm_reserved_bytes)
-        return reserved
+    def _margin(self, hbm: int) -> int:
+        return max(0, super()._margin(hbm) - self._hbm_reserved_bytes)
 
 
-class HeuristicalStorageReservation:
+class HeuristicalStorageReservation(_MarginReservation):
     """Keeps back a margin, the dense part of the model and the KJT batches (module docstring).
 
     `dense_tensor_estimate` (bytes) replaces the dense estimate, e.g. when the model is on the
@@ -246,59 +288,17 @@ class HeuristicalStorageReservation:
         parameter_multiplier: float = DENSE_PARAMETER_MULTIPLIER,
         dense_tensor_estimate: int | None = None,
     ) -> None:
-        _check_fraction(percentage)
+        super().__init__(percentage)
         if parameter_multiplier < 0:
             raise ValueError(f"parameter_multiplier must be >= 0, got {parameter_multiplier}")
-        self._percentage = percentage
         self._parameter_multiplier = parameter_multiplier
         self._dense_tensor_estimate = dense_tensor_estimate
-        self._dense_storage: Storage | None = None
-        self._kjt_storage: Storage | None = None
-        self._last_reserved_topology: Topology | None = None
 
-    def reserve(
-        self,
-        topology: Topology,
-        batch_size: int,
-        module: nn.Module,
-        sharders: Sequence[PlannerSharder],
-        constraints: Mapping[str, ParameterConstraints] | None = None,
-    ) -> Topology:
-        reserved = copy.deepcopy(topology)
-        inputs, shardable = _get_batch_inputs_and_shardable_parameters(
-            module, sharders, batch_size, constraints
-        )
-        for device in reserved.devices:
-            device.storage.hbm = int((1 - self._percentage) * device.storage.hbm)
+    def _dense_bytes(self, module: nn.Module, shardable: set[nn.Module]) -> int | None:
         if self._dense_tensor_estimate:
-            dense = self._dense_tensor_estimate
-        else:
-            mult = self._parameter_multiplier
-            dense = _get_module_size(module, mult) - sum(
-                _get_module_size(m, mult) for m in shardable
-            )
-        self._dense_storage = _on_device(topology, dense)
-        _subtract_everywhere(reserved, self._dense_storage)
-        self._kjt_storage = _get_kjt_storage(topology, inputs, BIGINT_DTYPE, KJT_COPIES)
-        _subtract_everywhere(reserved, self._kjt_storage)
-        left = reserved.devices[0].storage if reserved.devices else None
-        if left is not None and (left.hbm < 0 or left.ddr < 0):
-            raise PlannerError(
-                f"nothing is left per rank for embedding tables: "
-                f"{storage_repr_in_gb(topology.devices[0].storage)} per rank, minus "
-                f"{self._percentage:.0%} margin, dense {storage_repr_in_gb(self._dense_storage)}"
-                f" and input batches {storage_repr_in_gb(self._kjt_storage)} leaves "
-                f"{storage_repr_in_gb(left)}. Lower the percentage, pass dense_tensor_estimate "
-                f"if the dense estimate is too high, reduce the batch size ({batch_size}), or "
-                "use ranks with more memory",
-                error_type=PlannerErrorType.INSUFFICIENT_STORAGE,
-            )
-        self._last_reserved_topology = copy.deepcopy(reserved)
-        return reserved
-
-    @property
-    def last_reserved_topology(self) -> Topology | None:
-        return self._last_reserved_topology
+            return self._dense_tensor_estimate
+        mult = self._parameter_multiplier
+        return _get_module_size(module, mult) - sum(_get_module_size(m, mult) for m in shardable)
 
     def describe(self) -> str:
         return (
