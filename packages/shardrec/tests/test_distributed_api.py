@@ -70,3 +70,11 @@ class DistributedApiTest(MultiProcessTestBase):
         self._run_multi_process_test(
             callable=_sharded_equals_unsharded, world_size=2, backend="gloo"
         )
+
+
+def test_comm_caches_no_process_groups() -> None:
+    """TorchRec's cached-group globals exist and stay None: `intra_and_cross_node_pg` returns
+    fresh groups, so a teardown that destroys cached groups finds none to destroy."""
+    from shardrec.distributed import comm
+
+    assert comm._INTRA_PG is None and comm._CROSS_PG is None
