@@ -78,3 +78,22 @@ def test_comm_caches_no_process_groups() -> None:
     from shardrec.distributed import comm
 
     assert comm._INTRA_PG is None and comm._CROSS_PG is None
+
+
+def test_patching_the_proposers_logger_reaches_every_proposer() -> None:
+    """`mock.patch` of TorchRec's `planner.proposers.logger` path replaces the logger the
+    proposers (the offload scale-up one included) log through, and restores it after."""
+    import logging
+    from unittest import mock
+
+    from shardrec.distributed.planner import proposers as shim
+    from shardrec_planner import offload_scaleup
+    from shardrec_planner import proposers as source
+
+    original = source.logger
+    assert isinstance(original, logging.Logger) and shim.logger is original
+    with mock.patch("shardrec.distributed.planner.proposers.logger") as patched:
+        assert source.logger is patched and offload_scaleup._logger() is patched
+        offload_scaleup._logger().warning("seen")
+    patched.warning.assert_called_once_with("seen")
+    assert source.logger is original and shim.logger is original
