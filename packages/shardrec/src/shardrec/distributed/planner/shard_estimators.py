@@ -2,8 +2,13 @@
 
 TorchRec's perf and storage formulas, in TorchRec's units (ms, bytes); our planner's own cost
 model is `shardrec_planner.estimator` ([planner.md](../../../../../../docs/planner.md)).
+
+`_calculate_storage_specific_sizes` stands for `shardrec_planner.shard_storage`'s (TorchRec's
+tests patch it here to change what `calculate_shard_storages` computes).
 """
 
+from shardrec_planner import shard_storage as _shard_storage
+from shardrec_planner.forwarding import forward_attributes
 from shardrec_planner.offload_stats import (
     EmbeddingOffloadStats,
     InvalidEstimateError,
@@ -45,3 +50,5 @@ __all__ = [
     "calculate_pipeline_io_cost",
     "calculate_shard_storages",
 ]
+
+forward_attributes(__name__, _shard_storage, ["_calculate_storage_specific_sizes"])
