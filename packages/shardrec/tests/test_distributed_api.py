@@ -127,6 +127,13 @@ def test_patching_storage_specific_sizes_reaches_calculate_shard_storages() -> N
     assert [s.hbm for s in patched] != [s.hbm for s in before]  # type: ignore[attr-defined]
     assert shard_storage._calculate_storage_specific_sizes is original
     assert shim._calculate_storage_specific_sizes is original and storages() == before
+    with mock.patch(
+        "shardrec.distributed.planner.shard_estimators._calculate_shard_io_sizes",
+        return_value=([7], [9]),
+    ):
+        assert shard_storage._calculate_shard_io_sizes is shim._calculate_shard_io_sizes
+        assert storages() != before
+    assert storages() == before
 
 
 def test_forwarding_a_missing_name_is_refused() -> None:

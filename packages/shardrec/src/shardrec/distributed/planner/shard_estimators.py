@@ -3,8 +3,9 @@
 TorchRec's perf and storage formulas, in TorchRec's units (ms, bytes); our planner's own cost
 model is `shardrec_planner.estimator` ([planner.md](../../../../../../docs/planner.md)).
 
-`_calculate_storage_specific_sizes` stands for `shardrec_planner.shard_storage`'s (TorchRec's
-tests patch it here to change what `calculate_shard_storages` computes).
+`_calculate_shard_io_sizes` and `_calculate_storage_specific_sizes` stand for
+`shardrec_planner.shard_storage`'s (TorchRec's tests patch them here to change what
+`calculate_shard_storages` computes).
 """
 
 from shardrec_planner import shard_storage as _shard_storage
@@ -51,4 +52,6 @@ __all__ = [
     "calculate_shard_storages",
 ]
 
-forward_attributes(__name__, _shard_storage, ["_calculate_storage_specific_sizes"])
+forward_attributes(
+    __name__, _shard_storage, ["_calculate_shard_io_sizes", "_calculate_storage_specific_sizes"]
+)
