@@ -134,6 +134,7 @@ def test_patching_storage_specific_sizes_reaches_calculate_shard_storages() -> N
         assert shard_storage._calculate_shard_io_sizes is shim._calculate_shard_io_sizes
         assert storages() != before
     assert storages() == before
+    assert shim._get_optimizer_multipler is shard_storage._get_optimizer_multipler
 
 
 def test_forwarding_a_missing_name_is_refused() -> None:

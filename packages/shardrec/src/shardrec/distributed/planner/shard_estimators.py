@@ -3,8 +3,8 @@
 TorchRec's perf and storage formulas, in TorchRec's units (ms, bytes); our planner's own cost
 model is `shardrec_planner.estimator` ([planner.md](../../../../../../docs/planner.md)).
 
-`_calculate_shard_io_sizes` and `_calculate_storage_specific_sizes` stand for
-`shardrec_planner.shard_storage`'s (TorchRec's tests patch them here to change what
+`_calculate_shard_io_sizes`, `_calculate_storage_specific_sizes` and `_get_optimizer_multipler`
+stand for `shardrec_planner.shard_storage`'s (TorchRec's tests patch them here to change what
 `calculate_shard_storages` computes).
 """
 
@@ -53,5 +53,7 @@ __all__ = [
 ]
 
 forward_attributes(
-    __name__, _shard_storage, ["_calculate_shard_io_sizes", "_calculate_storage_specific_sizes"]
+    __name__,
+    _shard_storage,
+    ["_calculate_shard_io_sizes", "_calculate_storage_specific_sizes", "_get_optimizer_multipler"],
 )
