@@ -74,7 +74,7 @@ def test_every_violation_is_listed(options: list[ShardingOption], needles: list[
         assert needle in str(info.value)
 
 
-@pytest.mark.parametrize("kernel", ["ssd_virtual_table", "quant_uvm"])
+@pytest.mark.parametrize("kernel", ["ssd_virtual_table", "quant_uvm", "customized_kernel"])
 def test_torchrec_only_kernels_are_refused_where_a_plan_would_run_them(kernel: str) -> None:
     assert EmbeddingComputeKernel(kernel).value == kernel
     with pytest.raises(ValueError, match=rf"'{kernel}' is a TorchRec kernel.*use 'fused'"):

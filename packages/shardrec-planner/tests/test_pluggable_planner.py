@@ -208,3 +208,45 @@ def test_timeout_bounds_the_proposal_loop() -> None:
     assert time.perf_counter() - start < 10
     assert sorted(plan.plan[""]) == ["a", "b", "c"]
     assert planner._num_proposals == 1 and len(proposer.heard) > 1  # repeats answered from cache
+
+
+class _Loader:
+    """A plan loader holding a context hash and (optionally) a plan to load."""
+
+    def __init__(self, context_hash: str, loaded: object = None) -> None:
+        self._hash, self._loaded = context_hash, loaded
+
+    def load(self) -> object:
+        return self._loaded
+
+    def plan_context_hash(self) -> str:
+        return self._hash
+
+    def get_plan_id(self) -> str:
+        return "p"
+
+
+@pytest.mark.parametrize("with_reservation", [False, True])
+def test_context_hash_after_a_plan_matches_the_one_a_loader_sees(with_reservation: bool) -> None:
+    """A planner's hash taken after its plan (own search, no parts) equals the hash a second
+    planner with the same inputs computes mid-plan when a loader asks for it."""
+    from shardrec_planner.storage_reservations import HeuristicalStorageReservation
+
+    def make(loader: object = None) -> EmbeddingShardingPlanner:
+        reservation = HeuristicalStorageReservation(percentage=0.2) if with_reservation else None
+        return EmbeddingShardingPlanner(
+            _topology(), 64, storage_reservation=reservation, plan_loader=loader
+        )
+
+    module = make_ebc(SPEC)
+    first = make()
+    plan = first.plan(module, [_tw_rw()])
+    context = first.hash_planner_context_inputs_str()
+    assert context == first.hash_planner_context_inputs_str()  # hashing changes nothing
+    assert make(_Loader(context)).plan(module, [_tw_rw()]).plan.keys() == plan.plan.keys()
+    other = EmbeddingShardingPlanner(_topology(), 128)
+    other.plan(module, [_tw_rw()])
+    assert other.hash_planner_context_inputs_str() != context  # the batch size is hashed
+    with pytest.raises(PlannerError, match="planner input mismatch") as err:
+        make(_Loader("not-" + context)).plan(module, [_tw_rw()])
+    assert err.value.error_type is PlannerErrorType.PLANNER_INPUT_CONTEXT_MISMATCH

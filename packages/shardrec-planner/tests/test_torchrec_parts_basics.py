@@ -222,7 +222,8 @@ def test_constraints_carry_torchrec_kernel_options() -> None:
         feature_names=["f1", "f2"],
         key_value_params=KeyValueParams(l2_cache_size=8),
     )
-    assert c.cache_params is cache and c.feature_names == ("f1", "f2")
+    names = ["f1", "f2"]
+    assert c.cache_params is cache and c.feature_names == names  # a list, as TorchRec's
     assert hash(c) == hash(
         ParameterConstraints(
             cache_params=CacheParams(algorithm=CacheAlgorithm.LFU, load_factor=0.2),
@@ -235,3 +236,8 @@ def test_constraints_carry_torchrec_kernel_options() -> None:
         ParameterConstraints(cache_params={"load_factor": 0.2})  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"feature_names.*'f1'"):
         ParameterConstraints(feature_names="f1")
+    with pytest.raises(TypeError, match=r"feature_names must hold non-empty strings.*3"):
+        ParameterConstraints(feature_names=["f1", 3])  # type: ignore[list-item]
+    c.feature_names = names
+    names.append("f3")  # the constraint keeps its own copy
+    assert c.feature_names == ["f1", "f2"]

@@ -62,10 +62,12 @@ def _checked(field: str, value: object) -> object:
         return value if isinstance(value, DefaultPoolingFactors) else _numbers(field, value)
     if field in _TYPED and not isinstance(value, _TYPED[field]):
         raise TypeError(f"{field} must be a {_TYPED[field].__name__} or None, got {value!r}")
-    if field == "feature_names":
-        if isinstance(value, str) or not isinstance(value, Sequence):
+    if field == "feature_names":  # a list, as TorchRec's (compared with the configs' lists)
+        if isinstance(value, str | bytes) or not isinstance(value, Sequence):
             raise TypeError(f"feature_names must be a list of names, got {value!r}")
-        return tuple(value)
+        if any(not isinstance(v, str) or not v for v in value):
+            raise TypeError(f"feature_names must hold non-empty strings, got {list(value)}")
+        return list(value)
     if field == "min_partition" and (not isinstance(value, int) or value < 1):
         raise ValueError(f"min_partition must be >= 1, got {value!r}")
     return value
@@ -91,7 +93,8 @@ class ParameterConstraints:
 
     Mutable as TorchRec's (its users assign `c.enforce_hbm = None`); every assignment is
     checked as construction is, so a bad value raises a `ValueError` / `TypeError` naming the
-    field. Lists are stored as tuples. `hash()` is stable across processes (`stable_hash`).
+    field. Lists are stored as tuples, except `feature_names`, a list (copied) as TorchRec's.
+    `hash()` is stable across processes (`stable_hash`).
 
     `compute_kernels` may name TorchRec's kernels shardrec does not execute (`key_value`, ...):
     the search never picks them, and a table left with only those raises `PlannerError`.

@@ -58,6 +58,7 @@ class EmbeddingComputeKernel(enum.StrEnum):
     KEY_VALUE = "key_value"
     SSD_VIRTUAL_TABLE = "ssd_virtual_table"
     DRAM_VIRTUAL_TABLE = "dram_virtual_table"
+    CUSTOMIZED_KERNEL = "customized_kernel"  # TorchRec's: a sharder's own, outside TorchRec
 
     @classmethod
     def _missing_(cls, value: object) -> EmbeddingComputeKernel:
@@ -74,6 +75,7 @@ TORCHREC_ONLY_KERNELS: frozenset[EmbeddingComputeKernel] = frozenset(
         EmbeddingComputeKernel.QUANT_UVM,
         EmbeddingComputeKernel.QUANT_UVM_CACHING,
         EmbeddingComputeKernel.SSD_VIRTUAL_TABLE,
+        EmbeddingComputeKernel.CUSTOMIZED_KERNEL,
         EmbeddingComputeKernel.DRAM_VIRTUAL_TABLE,
     }
 )

@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from shardrec_planner import proposers
 from shardrec_planner.cache_params import CacheAlgorithm
 from shardrec_planner.enums import EmbeddingComputeKernel
 from shardrec_planner.planner_types import ShardingOption
@@ -40,7 +41,12 @@ from shardrec_planner.planner_utils import bytes_to_gb
 from shardrec_planner.probe_search import LuusJaakolaSearch
 from shardrec_planner.topology import Topology
 
-logger = logging.getLogger("shardrec_planner.proposers")
+
+def _logger() -> logging.Logger:
+    """The proposers' logger, looked up when logging: TorchRec's users patch
+    `torchrec.distributed.planner.proposers.logger`, which the umbrella forwards there."""
+    return proposers.logger
+
 
 _CACHING = EmbeddingComputeKernel.FUSED_UVM_CACHING.value
 _FUSED = EmbeddingComputeKernel.FUSED.value
@@ -90,7 +96,7 @@ class EmbeddingOffloadScaleupProposer:
         proposal = []
         for options in sharding_options_by_fqn.values():
             if len(options) > 1:
-                logger.warning(
+                _logger().warning(
                     f"EmbeddingOffloadScaleupProposer - ignored {len(options) - 1} sharding "
                     f"options for table {options[0].name} in proposal"
                 )
@@ -99,7 +105,7 @@ class EmbeddingOffloadScaleupProposer:
             algorithm = None if chosen.cache_params is None else chosen.cache_params.algorithm
             if algorithm is not None and algorithm != CacheAlgorithm.LRU:
                 # the miss-ratio statistics model an LRU cache
-                logger.error(
+                _logger().error(
                     "EmbeddingOffloadScaleupProposer - proposer only supports LRU cache "
                     f"algorithm, but {algorithm} is used for {chosen}"
                 )
@@ -137,7 +143,7 @@ class EmbeddingOffloadScaleupProposer:
             free = self.get_budget(plan, storage_constraint)
             peak = self.get_hbm_ceiling(plan, self.enumerator) - used
             budget = min(free, peak)
-            logger.info(
+            _logger().info(
                 f"EmbeddingOffloadScaleupProposer - unscaled plan={bytes_to_gb(used):.2f} GB, "
                 f"free={bytes_to_gb(free):.2f} GB, full-table need={bytes_to_gb(peak):.2f} GB"
             )
@@ -209,7 +215,7 @@ class EmbeddingOffloadScaleupProposer:
                 saved += option.total_storage.hbm - as_plain.total_storage.hbm
                 _promote(option)
         if saved:
-            logger.info(
+            _logger().info(
                 "EmbeddingOffloadScaleupProposer - promoted tables whose cache IO exceeds the "
                 f"table, saving {saved // 1024 // 1024} MiB HBM"
             )

@@ -187,6 +187,7 @@ class EmbeddingShardingPlanner:
         self._last: tuple[nn.Module, list[PlannerSharder], ShardingPlan] | None = None
         self._enumerated: Any = enumerator
         self._best: list[ShardingOption] | None = None
+        self._default_reservation = HeuristicalStorageReservation(percentage=0.15)
 
     @property
     def memory_cap(self) -> float:
@@ -260,7 +261,7 @@ class EmbeddingShardingPlanner:
         sharders: list[PlannerSharder],
         start: float,
     ) -> tuple[list[ShardingOption], ShardingPlan]:
-        reservation = self.storage_reservation or HeuristicalStorageReservation(percentage=0.15)
+        reservation = self.storage_reservation or self._default_reservation
         storage_constraint = reservation.reserve(
             self.topology, self.batch_size, module, sharders, self.constraints
         )
@@ -305,12 +306,21 @@ class EmbeddingShardingPlanner:
         return int(hasher(**self._context_inputs()))
 
     def _context_inputs(self) -> dict[str, Any]:
+        # After a plan, the hash covers that model's search space and reserved topology, as
+        # TorchRec's (whose plan always enumerates and reserves); mid-plan both are done.
+        reservation = self.storage_reservation or self._default_reservation
+        if self._last is not None:
+            module, sharders, _ = self._last
+            self._make_enumerator().enumerate(module, sharders)
+            if reservation is self._default_reservation:
+                reservation.reserve(
+                    self.topology, self.batch_size, module, sharders, self.constraints
+                )
         return {
             "topology": self.topology,
             "batch_size": self.batch_size,
             "enumerator": self._make_enumerator(),
-            "storage_reservation": self.storage_reservation
-            or HeuristicalStorageReservation(percentage=0.15),
+            "storage_reservation": reservation,
             "constraints": self.constraints,
         }
 

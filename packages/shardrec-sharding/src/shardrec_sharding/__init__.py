@@ -26,6 +26,7 @@ from shardrec_sharding.quant import (
     shard_quant_model,
 )
 from shardrec_sharding.registry import POOLED_STRATEGIES, SEQUENCE_STRATEGIES, strategy_for
+from shardrec_sharding.sharding_infos import EmbeddingShardingInfo, create_grouped_sharding_infos
 from shardrec_sharding.state_dict import ShardedStateDict
 from shardrec_sharding.types import (
     DistInput,
@@ -42,6 +43,7 @@ __all__ = [
     "DistInput",
     "EmbeddingBagCollectionSharder",
     "EmbeddingCollectionSharder",
+    "EmbeddingShardingInfo",
     "LocalTable",
     "PooledStrategy",
     "QuantEmbeddingBagCollectionSharder",
@@ -62,6 +64,7 @@ __all__ = [
     "TableSharding",
     "apply_to_all",
     "check_plan",
+    "create_grouped_sharding_infos",
     "get_default_sharders",
     "get_module_to_default_sharders",
     "shard_quant_model",

@@ -21,6 +21,7 @@ from shardrec_jagged import JaggedTensor, KeyedJaggedTensor
 from shardrec_planner import ParameterSharding
 from shardrec_sharding._assembly import ShardedCollectionBase, TableSharder
 from shardrec_sharding.registry import SEQUENCE_STRATEGIES
+from shardrec_sharding.sharding_infos import EmbeddingShardingInfo, create_grouped_sharding_infos
 from shardrec_sharding.types import SequenceInput, SequenceStrategy
 
 __all__ = ["EmbeddingCollectionSharder", "ShardedEmbeddingCollection", "ShardedSequenceInput"]
@@ -63,6 +64,23 @@ class ShardedEmbeddingCollection(ShardedCollectionBase[SequenceStrategy]):
         super().__init__(module, configs, plan, env, device, fused_params, SEQUENCE_STRATEGIES)
         self._configs = configs
         self._need_indices = module.need_indices()
+
+    @classmethod
+    def create_grouped_sharding_infos(
+        cls,
+        module: EmbeddingCollection,
+        table_name_to_parameter_sharding: Mapping[str, ParameterSharding],
+        fused_params: Mapping[str, object] | None,
+    ) -> dict[str, list[EmbeddingShardingInfo]]:
+        """TorchRec's grouping of `module`'s tables by sharding type, with each table's merged
+        fused params (`sharding_infos`); weights are `embeddings.<table>.weight`."""
+        return create_grouped_sharding_infos(
+            module,
+            module.embedding_configs(),
+            table_name_to_parameter_sharding,
+            "embeddings.",
+            fused_params,
+        )
 
     def input_dist(self, features: KeyedJaggedTensor | object) -> Awaitable[ShardedSequenceInput]:
         """Send every id to the ranks that hold its row; bad input raises on every rank."""

@@ -33,6 +33,7 @@ from shardrec_sharding._assembly import (
     table_optimizer,
 )
 from shardrec_sharding.registry import POOLED_STRATEGIES
+from shardrec_sharding.sharding_infos import EmbeddingShardingInfo, create_grouped_sharding_infos
 from shardrec_sharding.types import DistInput, PooledStrategy
 
 __all__ = [
@@ -111,6 +112,26 @@ class ShardedEmbeddingBagCollection(ShardedCollectionBase[PooledStrategy]):
         if order == list(range(len(order))):
             return None
         return torch.tensor(order, dtype=torch.int64, device=self._device)
+
+    @classmethod
+    def create_grouped_sharding_infos(
+        cls,
+        module: PooledModule,
+        table_name_to_parameter_sharding: Mapping[str, ParameterSharding],
+        prefix: str,
+        fused_params: Mapping[str, object] | None,
+        suffix: str | None = "weight",
+    ) -> dict[str, list[EmbeddingShardingInfo]]:
+        """TorchRec's grouping of `module`'s tables by sharding type, with each table's merged
+        fused params (`sharding_infos`); weights are `prefix + table (+ .suffix)`."""
+        return create_grouped_sharding_infos(
+            module,
+            module.embedding_bag_configs(),
+            table_name_to_parameter_sharding,
+            prefix,
+            fused_params,
+            suffix,
+        )
 
     # -- the three phases --------------------------------------------------------------------
 

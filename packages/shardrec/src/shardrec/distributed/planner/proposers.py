@@ -1,5 +1,12 @@
-"""TorchRec's proposers (TorchRec path `torchrec.distributed.planner.proposers`)."""
+"""TorchRec's proposers (TorchRec path `torchrec.distributed.planner.proposers`).
 
+TorchRec's users patch `torchrec.distributed.planner.proposers.logger` to watch the proposers'
+messages; here `logger` stands for `shardrec_planner.proposers.logger`, which every proposer
+(the offload scale-up one included) looks up when it logs, so patching it here reaches them.
+"""
+
+from shardrec_planner import proposers as _proposers
+from shardrec_planner.forwarding import forward_attributes
 from shardrec_planner.offload_scaleup import EmbeddingOffloadScaleupProposer
 from shardrec_planner.proposers import (
     DynamicProgrammingProposer,
@@ -8,7 +15,6 @@ from shardrec_planner.proposers import (
     Proposer,
     UniformProposer,
     _sharding_option_score,
-    logger,  # noqa: F401  (TorchRec's tests patch it here; not exported)
     proposers_to_proposals_list,
 )
 
@@ -22,3 +28,6 @@ __all__ = [
     "_sharding_option_score",
     "proposers_to_proposals_list",
 ]
+
+
+forward_attributes(__name__, _proposers, ["logger"])
