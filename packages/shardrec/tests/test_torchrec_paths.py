@@ -51,6 +51,10 @@ METRIC_MODULES = [
     "serving_ne",
     "serving_calibration",
     "rauc",
+    "ne_with_recalibration",
+    "calibration_with_recalibration",
+    "scalar",
+    "output",
 ]
 
 

@@ -187,12 +187,20 @@ class RecMetricComputation(nn.Module, abc.ABC):
         self._windows[window_name].aggregate_state(getattr(self, window_name), state, num_samples)
 
     def _add_states(
-        self, states: Mapping[str, Tensor], num_samples: int, window: bool = True
+        self,
+        states: Mapping[str, Tensor],
+        num_samples: int,
+        window: bool = True,
+        latest: bool = False,
     ) -> None:
-        """Add one batch's per-task sums to the lifetime (and window) states."""
+        """Add one batch's per-task sums to the lifetime (and window) states; with `latest`,
+        the lifetime states become the batch's values instead (TorchRec's scalar, output)."""
         for name, value in states.items():
             state = getattr(self, name)
-            state += value.to(state.dtype)
+            if latest:
+                state.copy_(value.expand_as(state))
+            else:
+                state += value.to(state.dtype)
             if window:
                 self._aggregate_window_state(name, value.to(state.dtype), num_samples)
 

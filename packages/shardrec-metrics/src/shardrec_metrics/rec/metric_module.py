@@ -26,6 +26,7 @@ from shardrec_metrics.rec.auprc import AUPRCMetric
 from shardrec_metrics.rec.average import AverageMetric
 from shardrec_metrics.rec.cali_free_ne import CaliFreeNEMetric
 from shardrec_metrics.rec.calibration import CalibrationMetric
+from shardrec_metrics.rec.calibration_with_recalibration import RecalibratedCalibrationMetric
 from shardrec_metrics.rec.ctr import CTRMetric
 from shardrec_metrics.rec.mae import MAEMetric
 from shardrec_metrics.rec.metrics_config import (
@@ -47,13 +48,16 @@ from shardrec_metrics.rec.mse import MSEMetric
 from shardrec_metrics.rec.multiclass_recall import MulticlassRecallMetric
 from shardrec_metrics.rec.ne import NEMetric
 from shardrec_metrics.rec.ne_positive import NEPositiveMetric
+from shardrec_metrics.rec.ne_with_recalibration import RecalibratedNEMetric
 from shardrec_metrics.rec.nmse import NMSEMetric
 from shardrec_metrics.rec.num_missing_labels import NumMissingLabelsMetric
 from shardrec_metrics.rec.num_positive_samples import NumPositiveSamplesMetric
+from shardrec_metrics.rec.output import OutputMetric
 from shardrec_metrics.rec.precision import PrecisionMetric
 from shardrec_metrics.rec.rauc import RAUCMetric
 from shardrec_metrics.rec.rec_metric import RecMetric, RecMetricList
 from shardrec_metrics.rec.recall import RecallMetric
+from shardrec_metrics.rec.scalar import ScalarMetric
 from shardrec_metrics.rec.serving_calibration import ServingCalibrationMetric
 from shardrec_metrics.rec.serving_ne import ServingNEMetric
 from shardrec_metrics.rec.sum_weights import SumWeightsMetric
@@ -102,6 +106,10 @@ REC_METRICS_MAPPING: dict[RecMetricEnumBase, type[RecMetric]] = {
     RecMetricEnum.NUM_POSITIVE_SAMPLES: NumPositiveSamplesMetric,
     RecMetricEnum.NUM_MISSING_LABELS: NumMissingLabelsMetric,
     RecMetricEnum.WEIGHTED_SUM_PREDICTIONS: WeightedSumPredictionsMetric,
+    RecMetricEnum.RECALIBRATED_NE: RecalibratedNEMetric,
+    RecMetricEnum.RECALIBRATED_CALIBRATION: RecalibratedCalibrationMetric,
+    RecMetricEnum.SCALAR: ScalarMetric,
+    RecMetricEnum.OUTPUT: OutputMetric,
 }
 """The metrics shardrec implements (docs/porting.md lists TorchRec's others and why not)."""
 

@@ -1,0 +1,305 @@
+"""TorchRec's recalibrated NE and calibration, scalar and output metrics against naive
+per-sample loops, on one process and over 2 real gloo ranks."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import _rec_reference as ref
+import pytest
+import torch
+from _rec_data import random_batches
+
+from shardrec_metrics.rec import (
+    MetricsConfig,
+    RecComputeMode,
+    RecMetricDef,
+    RecMetricEnum,
+    RecMetricModule,
+    RecTaskInfo,
+    generate_metric_module,
+)
+from shardrec_metrics.rec.calibration_with_recalibration import RecalibratedCalibrationMetric
+from shardrec_metrics.rec.computation import RecMetricException
+from shardrec_metrics.rec.ne import NEMetric
+from shardrec_metrics.rec.ne_with_recalibration import RecalibratedNEMetric
+from shardrec_metrics.rec.output import OutputMetric
+from shardrec_metrics.rec.rec_metric import RecMetric
+from shardrec_metrics.rec.scalar import ScalarMetric
+from shardrec_testing import RankContext, RankPool
+
+FUSED = RecComputeMode.FUSED_TASKS_COMPUTATION
+UNFUSED = RecComputeMode.UNFUSED_TASKS_COMPUTATION
+Data = dict[str, list[ref.Batch]]
+
+
+def _data(seed: int, sizes: Sequence[int], tasks: Sequence[str]) -> Data:
+    return random_batches(seed, sizes, tasks)
+
+
+def _make(
+    cls: type[RecMetric],
+    tasks: Sequence[str],
+    mode: RecComputeMode,
+    window: int,
+    world: int = 1,
+    rank: int = 0,
+    **kw: object,
+) -> RecMetric:
+    return cls(
+        world_size=world,
+        my_rank=rank,
+        batch_size=4,
+        tasks=[RecTaskInfo(name=t) for t in tasks],
+        compute_mode=mode,
+        window_size=window,
+        **kw,
+    )
+
+
+def _feed(metric: RecMetric, data: Data, mode: RecComputeMode, i: int) -> None:
+    tasks = list(data)
+    cols = {t: torch.tensor(data[t][i], dtype=torch.double).reshape(-1, 3).T for t in tasks}
+    p, y, w = ({t: cols[t][k] for t in tasks} for k in range(3))
+    if mode == UNFUSED:
+        metric.update(predictions=p, labels=y, weights=w)
+    else:
+        stack = lambda d: torch.stack([d[t] for t in tasks])  # noqa: E731
+        metric.update(predictions=stack(p), labels=stack(y), weights=stack(w))
+
+
+def _feed_all(metric: RecMetric, data: Data, mode: RecComputeMode) -> None:
+    for i in range(len(next(iter(data.values())))):
+        _feed(metric, data, mode, i)
+
+
+def _recalibrated(samples: Sequence[ref.Sample], c: float) -> list[ref.Sample]:
+    return [(p / (p + (1 - p) / c), y, w) for p, y, w in samples]
+
+
+RECALIBRATED = {
+    "recalibrated_ne": (RecalibratedNEMetric, "ne", ref.ne),
+    "recalibrated_calibration": (RecalibratedCalibrationMetric, "calibration", ref.calibration),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RECALIBRATED))
+@pytest.mark.parametrize("mode", [UNFUSED, FUSED])
+@pytest.mark.parametrize("coefficient", [0.1, 0.5, 2.0])
+@pytest.mark.parametrize("tasks", [["a"], ["a", "b"]])
+def test_recalibrated_metrics_match_a_naive_loop(
+    name: str, mode: RecComputeMode, coefficient: float, tasks: list[str]
+) -> None:
+    cls, metric_name, formula = RECALIBRATED[name]
+    data = _data(7 + len(tasks), [4, 3, 4, 2], tasks)
+    data[tasks[0]][1][0] = (*data[tasks[0]][1][0][:2], 0.0)  # a zero weight
+    metric = _make(cls, tasks, mode, window=7, recalibration_coefficient=coefficient)
+    _feed_all(metric, data, mode)
+    out = metric.compute()
+    for t in tasks:
+        everything = _recalibrated([s for b in data[t] for s in b], coefficient)
+        window = _recalibrated([s for b in ref.window_batches(data[t], 7) for s in b], coefficient)
+        for prefix, samples in (("lifetime", everything), ("window", window)):
+            key = f"{name}-{t}|{prefix}_{metric_name}"
+            assert float(out[key]) == pytest.approx(formula(samples), rel=1e-9), key
+
+
+def test_recalibrated_ne_includes_logloss_and_coefficient_one_is_plain_ne() -> None:
+    data = _data(3, [4, 4], ["a", "b"])
+    plain = _make(NEMetric, ["a", "b"], FUSED, 8)
+    same = _make(RecalibratedNEMetric, ["a", "b"], FUSED, 8, include_logloss=True)
+    _feed_all(plain, data, FUSED)
+    _feed_all(same, data, FUSED)
+    a, b = plain.compute(), same.compute()
+    for t in "ab":
+        assert float(b[f"recalibrated_ne-{t}|window_ne"]) == pytest.approx(
+            float(a[f"ne-{t}|window_ne"]), rel=1e-12
+        )
+        samples = [s for batch in data[t] for s in batch]
+        assert float(b[f"recalibrated_ne-{t}|lifetime_logloss"]) == pytest.approx(
+            ref.logloss(samples), rel=1e-9
+        )
+
+
+@pytest.mark.parametrize("bad", [0.0, -0.5, math.nan, math.inf])
+def test_a_bad_recalibration_coefficient_is_refused(bad: float) -> None:
+    for cls in (RecalibratedNEMetric, RecalibratedCalibrationMetric):
+        with pytest.raises(ValueError, match=f"recalibration_coefficient .*got {bad}"):
+            _make(cls, ["a"], UNFUSED, 8, recalibration_coefficient=bad)
+
+
+def test_recalibrated_metrics_zero_weights_and_empty_batches() -> None:
+    metric = _make(
+        RecalibratedNEMetric,
+        ["a", "b"],
+        FUSED,
+        8,
+        recalibration_coefficient=0.5,
+        allow_missing_label_with_zero_weight=True,
+    )
+    p = torch.tensor([[0.2, 0.7], [0.4, 0.9]], dtype=torch.double)
+    y = torch.tensor([[0.0, 1.0], [1.0, 0.0]], dtype=torch.double)
+    w = torch.tensor([[1.0, 2.0], [0.0, 0.0]], dtype=torch.double)  # task b: no weight
+    metric.update(predictions=p, labels=y, weights=w)
+    before = metric.compute()
+    empty = torch.zeros((2, 0), dtype=torch.double)
+    metric.update(predictions=empty, labels=empty, weights=empty)
+    after = metric.compute()
+    samples = _recalibrated([(0.2, 0.0, 1.0), (0.7, 1.0, 2.0)], 0.5)
+    assert float(after["recalibrated_ne-a|lifetime_ne"]) == pytest.approx(ref.ne(samples))
+    assert float(after["recalibrated_ne-b|lifetime_ne"]) == ref.ETA  # TorchRec's missing label
+    assert {k: float(v) for k, v in before.items()} == {k: float(v) for k, v in after.items()}
+
+
+def _scalar_reference(batches: list[ref.Batch], window: int) -> tuple[float, float]:
+    means = [sum(y for _, y, _ in b) / len(b) for b in batches if b]
+    kept = [sum(y for _, y, _ in b) / len(b) for b in ref.window_batches(batches, window) if b]
+    return means[-1], sum(kept) / len(kept)
+
+
+@pytest.mark.parametrize("mode", [UNFUSED, FUSED])
+@pytest.mark.parametrize("tasks", [["a"], ["a", "b"]])
+def test_scalar_is_the_latest_batch_mean_and_the_window_mean_of_batch_means(
+    mode: RecComputeMode, tasks: list[str]
+) -> None:
+    data = _data(21, [4, 3, 4, 2, 4], tasks)
+    metric = _make(ScalarMetric, tasks, mode, window=9)
+    assert all(float(v) == 0.0 for v in metric.compute().values())  # no batch yet
+    _feed_all(metric, data, mode)
+    out = metric.compute()
+    for t in tasks:
+        lifetime, window = _scalar_reference(data[t], 9)
+        assert float(out[f"scalar-{t}|lifetime_scalar"]) == pytest.approx(lifetime, rel=1e-12)
+        assert float(out[f"scalar-{t}|window_scalar"]) == pytest.approx(window, rel=1e-12)
+    _feed(metric, {t: [[]] for t in tasks}, mode, 0)  # an empty batch changes nothing
+    assert {k: float(v) for k, v in metric.compute().items()} == {
+        k: float(v) for k, v in out.items()
+    }
+
+
+def _output_module(tasks: list[str]) -> RecMetricModule:
+    config = MetricsConfig(
+        rec_tasks=[RecTaskInfo(name=t, label_name=f"l{t}", prediction_name=f"p{t}") for t in tasks],
+        rec_metrics={
+            RecMetricEnum.OUTPUT: RecMetricDef(rec_task_indices=list(range(len(tasks)))),
+            RecMetricEnum.SCALAR: RecMetricDef(rec_task_indices=[0], window_size=8),
+            RecMetricEnum.RECALIBRATED_NE: RecMetricDef(
+                rec_task_indices=[0], arguments={"recalibration_coefficient": 0.25}
+            ),
+            RecMetricEnum.RECALIBRATED_CALIBRATION: RecMetricDef(rec_task_indices=[0]),
+        },
+    )
+    return generate_metric_module(
+        RecMetricModule, config, 4, 1, 0, state_metrics_mapping={}, device="cpu"
+    )
+
+
+@pytest.mark.parametrize("tasks", [["a"], ["a", "b"]])
+def test_generated_module_feeds_output_its_required_inputs(tasks: list[str]) -> None:
+    module = _output_module(tasks)
+    assert set(module.get_required_inputs() or []) >= {"latest_imp", "total_latest_imp"}
+    g = torch.Generator().manual_seed(4)
+    last: dict[str, torch.Tensor] = {}
+    batches = []
+    for _ in range(3):
+        out = {k: torch.rand(4, generator=g, dtype=torch.double) for k in ("latest_imp",)}
+        out["total_latest_imp"] = torch.randint(0, 9, (4,), generator=g).double()
+        for t in tasks:
+            out[f"l{t}"] = torch.randint(0, 2, (4,), generator=g).double()
+            out[f"p{t}"] = torch.rand(4, generator=g, dtype=torch.double)
+            out["weight"] = torch.ones(4, dtype=torch.double)
+        module.update(out)
+        batches.append(out)
+        last = out
+    got = module.compute()
+    for t in tasks:
+        for name in ("latest_imp", "total_latest_imp"):
+            expected = sum(last[name].tolist()) / 4
+            assert float(got[f"output-{t}|output_{name}"]) == pytest.approx(expected), name
+    a = [(float(p), float(y), 1.0) for b in batches for p, y in zip(b["pa"], b["la"], strict=True)]
+    assert float(got["recalibrated_ne-a|lifetime_ne"]) == pytest.approx(
+        ref.ne(_recalibrated(a, 0.25)), rel=1e-9
+    )
+    assert float(got["recalibrated_calibration-a|lifetime_calibration"]) == pytest.approx(
+        ref.calibration(a), rel=1e-9
+    )
+    assert float(got["scalar-a|lifetime_scalar"]) == pytest.approx(float(last["la"].mean()))
+
+
+def test_output_without_its_inputs_is_refused() -> None:
+    metric = _make(OutputMetric, ["a", "b"], FUSED, 8)
+    x = torch.rand(2, 4)
+    with pytest.raises(RecMetricException, match="missing \\['total_latest_imp'\\]"):
+        metric.update(predictions=x, labels=x, weights=None, required_inputs={"latest_imp": x[0]})
+    with pytest.raises(ValueError, match="'latest_imp' has shape \\(3, 4\\)"):
+        metric.update(
+            predictions=x,
+            labels=x,
+            weights=None,
+            required_inputs={"latest_imp": torch.rand(3, 4), "total_latest_imp": x},
+        )
+
+
+# --- 2 real gloo ranks: values equal the pooled reference --------------------------------
+
+WINDOW = 16  # global: 8 samples per rank
+BATCHES = {0: [4, 4, 3, 4], 1: [4, 2]}
+TASKS = ["a", "b"]
+
+
+def _rank_inputs(rank: int) -> tuple[Data, list[float]]:
+    imps = [float(10 * rank + i) for i in range(len(BATCHES[rank]))]
+    return _data(300 + rank, BATCHES[rank], TASKS), imps
+
+
+def check_pooled(ctx: RankContext, mode_value: int) -> dict[str, float]:
+    mode = RecComputeMode(mode_value)
+    kw = {"world": ctx.world_size, "rank": ctx.rank}
+    metrics = [
+        _make(RecalibratedNEMetric, TASKS, mode, WINDOW, recalibration_coefficient=0.3, **kw),
+        _make(RecalibratedCalibrationMetric, TASKS, mode, WINDOW, **kw),
+        _make(ScalarMetric, TASKS, mode, WINDOW, **kw),
+        _make(OutputMetric, TASKS, mode, WINDOW, **kw),
+    ]
+    data, imps = _rank_inputs(ctx.rank)
+    for i, imp in enumerate(imps):
+        for m in metrics[:3]:
+            _feed(m, data, mode, i)
+        x = torch.full((2, 4) if mode == FUSED else (4,), imp)
+        inputs = {"latest_imp": x, "total_latest_imp": 2 * x}
+        p = {t: torch.rand(4) for t in TASKS}
+        if mode == FUSED:
+            metrics[3].update(predictions=x, labels=x, weights=None, required_inputs=inputs)
+        else:
+            metrics[3].update(predictions=p, labels=p, weights=None, required_inputs=inputs)
+    out: dict[str, float] = {}
+    for m in metrics:
+        out.update({k: float(v) for k, v in m.compute().items()})
+    return out
+
+
+@pytest.mark.parametrize("mode", [UNFUSED, FUSED])
+def test_two_ranks_equal_the_pooled_reference(rank_pool: RankPool, mode: RecComputeMode) -> None:
+    got = rank_pool.run(check_pooled, mode.value)[0]
+    inputs = {r: _rank_inputs(r) for r in BATCHES}
+    local = WINDOW // len(BATCHES)
+    for t in TASKS:
+        everyone = [s for r in inputs for b in inputs[r][0][t] for s in b]
+        window = [s for r in inputs for b in ref.window_batches(inputs[r][0][t], local) for s in b]
+        exp = {
+            "recalibrated_ne-{}|lifetime_ne": ref.ne(_recalibrated(everyone, 0.3)),
+            "recalibrated_ne-{}|window_ne": ref.ne(_recalibrated(window, 0.3)),
+            "recalibrated_calibration-{}|lifetime_calibration": ref.calibration(everyone),
+            "recalibrated_calibration-{}|window_calibration": ref.calibration(window),
+        }
+        latest = [_scalar_reference(inputs[r][0][t], local)[0] for r in inputs]
+        exp["scalar-{}|lifetime_scalar"] = sum(latest) / len(latest)
+        kept = [b for r in inputs for b in ref.window_batches(inputs[r][0][t], local)]
+        exp["scalar-{}|window_scalar"] = sum(sum(y for _, y, _ in b) / len(b) for b in kept) / len(
+            kept
+        )
+        exp["output-{}|output_latest_imp"] = sum(inputs[r][1][-1] for r in inputs)
+        exp["output-{}|output_total_latest_imp"] = 2 * sum(inputs[r][1][-1] for r in inputs)
+        for k, v in exp.items():
+            assert got[k.format(t)] == pytest.approx(v, rel=1e-9), k.format(t)
