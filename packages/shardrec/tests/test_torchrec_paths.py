@@ -55,6 +55,7 @@ METRIC_MODULES = [
     "calibration_with_recalibration",
     "scalar",
     "output",
+    "tower_qps",
 ]
 
 

@@ -63,6 +63,7 @@ from shardrec_metrics.rec.serving_ne import ServingNEMetric
 from shardrec_metrics.rec.sum_weights import SumWeightsMetric
 from shardrec_metrics.rec.tensor_weighted_avg import TensorWeightedAvgMetric
 from shardrec_metrics.rec.throughput import ThroughputMetric
+from shardrec_metrics.rec.tower_qps import TowerQPSMetric
 from shardrec_metrics.rec.unweighted_ne import UnweightedNEMetric
 from shardrec_metrics.rec.weighted_avg import WeightedAvgMetric
 from shardrec_metrics.rec.weighted_sum_predictions import WeightedSumPredictionsMetric
@@ -110,6 +111,7 @@ REC_METRICS_MAPPING: dict[RecMetricEnumBase, type[RecMetric]] = {
     RecMetricEnum.RECALIBRATED_CALIBRATION: RecalibratedCalibrationMetric,
     RecMetricEnum.SCALAR: ScalarMetric,
     RecMetricEnum.OUTPUT: OutputMetric,
+    RecMetricEnum.TOWER_QPS: TowerQPSMetric,
 }
 """The metrics shardrec implements (docs/porting.md lists TorchRec's others and why not)."""
 
