@@ -6,6 +6,9 @@ from collections.abc import Sequence
 
 import torch
 
+from shardrec_metrics.rec.metrics_config import RecComputeMode, RecTaskInfo
+from shardrec_metrics.rec.rec_metric import RecMetric
+
 Sample = tuple[float, float, float]  # prediction, label, weight
 
 
@@ -24,3 +27,24 @@ def random_batches(
             ]
             out[t].append(list(zip(*(c.tolist() for c in cols), strict=True)))
     return out
+
+
+def make_metric(
+    cls: type[RecMetric],
+    tasks: Sequence[str],
+    mode: RecComputeMode,
+    window: int,
+    world: int = 1,
+    rank: int = 0,
+    **kw: object,
+) -> RecMetric:
+    """`cls` for `tasks` on rank `rank` of `world`, batch size 4."""
+    return cls(
+        world_size=world,
+        my_rank=rank,
+        batch_size=4,
+        tasks=[RecTaskInfo(name=t) for t in tasks],
+        compute_mode=mode,
+        window_size=window,
+        **kw,
+    )

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import _rec_reference as ref
 import pytest
 import torch
+from _rec_data import make_metric as _make
 from _rec_data import random_batches
 
 from shardrec_metrics.rec import (
@@ -36,26 +37,6 @@ Data = dict[str, list[ref.Batch]]
 
 def _data(seed: int, sizes: Sequence[int], tasks: Sequence[str]) -> Data:
     return random_batches(seed, sizes, tasks)
-
-
-def _make(
-    cls: type[RecMetric],
-    tasks: Sequence[str],
-    mode: RecComputeMode,
-    window: int,
-    world: int = 1,
-    rank: int = 0,
-    **kw: object,
-) -> RecMetric:
-    return cls(
-        world_size=world,
-        my_rank=rank,
-        batch_size=4,
-        tasks=[RecTaskInfo(name=t) for t in tasks],
-        compute_mode=mode,
-        window_size=window,
-        **kw,
-    )
 
 
 def _feed(metric: RecMetric, data: Data, mode: RecComputeMode, i: int) -> None:

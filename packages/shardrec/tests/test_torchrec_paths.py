@@ -56,6 +56,8 @@ METRIC_MODULES = [
     "scalar",
     "output",
     "tower_qps",
+    "gauc",
+    "xauc",
 ]
 
 

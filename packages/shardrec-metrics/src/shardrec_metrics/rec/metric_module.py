@@ -67,6 +67,7 @@ from shardrec_metrics.rec.tower_qps import TowerQPSMetric
 from shardrec_metrics.rec.unweighted_ne import UnweightedNEMetric
 from shardrec_metrics.rec.weighted_avg import WeightedAvgMetric
 from shardrec_metrics.rec.weighted_sum_predictions import WeightedSumPredictionsMetric
+from shardrec_metrics.rec.xauc import XAUCMetric
 
 __all__ = [
     "REC_METRICS_MAPPING",
@@ -112,6 +113,7 @@ REC_METRICS_MAPPING: dict[RecMetricEnumBase, type[RecMetric]] = {
     RecMetricEnum.SCALAR: ScalarMetric,
     RecMetricEnum.OUTPUT: OutputMetric,
     RecMetricEnum.TOWER_QPS: TowerQPSMetric,
+    RecMetricEnum.XAUC: XAUCMetric,
 }
 """The metrics shardrec implements (docs/porting.md lists TorchRec's others and why not)."""
 
