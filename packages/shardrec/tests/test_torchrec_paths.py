@@ -58,6 +58,7 @@ METRIC_MODULES = [
     "tower_qps",
     "gauc",
     "xauc",
+    "ndcg",
 ]
 
 

@@ -46,6 +46,7 @@ from shardrec_metrics.rec.metrics_namespace import (
 from shardrec_metrics.rec.model_utils import parse_task_model_outputs
 from shardrec_metrics.rec.mse import MSEMetric
 from shardrec_metrics.rec.multiclass_recall import MulticlassRecallMetric
+from shardrec_metrics.rec.ndcg import NDCGMetric
 from shardrec_metrics.rec.ne import NEMetric
 from shardrec_metrics.rec.ne_positive import NEPositiveMetric
 from shardrec_metrics.rec.ne_with_recalibration import RecalibratedNEMetric
@@ -114,6 +115,7 @@ REC_METRICS_MAPPING: dict[RecMetricEnumBase, type[RecMetric]] = {
     RecMetricEnum.OUTPUT: OutputMetric,
     RecMetricEnum.TOWER_QPS: TowerQPSMetric,
     RecMetricEnum.XAUC: XAUCMetric,
+    RecMetricEnum.NDCG: NDCGMetric,
 }
 """The metrics shardrec implements (docs/porting.md lists TorchRec's others and why not)."""
 

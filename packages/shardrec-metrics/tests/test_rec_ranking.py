@@ -1,9 +1,11 @@
-"""TorchRec's GAUC (session AUC) and XAUC against naive loops over sample pairs, on one process
-and over 2 real gloo ranks."""
+"""TorchRec's ranking and session metrics (GAUC, XAUC, NDCG) against naive loops over sample
+pairs and sessions, on one process and over 2 real gloo ranks."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from typing import Any, TypeVar
 
 import pytest
 import torch
@@ -19,6 +21,7 @@ from shardrec_metrics.rec.metrics_config import (
     RecMetricEnum,
     RecTaskInfo,
 )
+from shardrec_metrics.rec.ndcg import NDCGMetric, session_ids_to_lengths
 from shardrec_metrics.rec.rec_metric import RecMetric
 from shardrec_metrics.rec.xauc import XAUCMetric
 from shardrec_testing import RankContext, RankPool
@@ -26,6 +29,8 @@ from shardrec_testing import RankContext, RankPool
 FUSED = RecComputeMode.FUSED_TASKS_COMPUTATION
 UNFUSED = RecComputeMode.UNFUSED_TASKS_COMPUTATION
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[int]]  # p, y, w (n_tasks, B); groups
+
+AnyBatch = TypeVar("AnyBatch", bound=tuple[Any, ...])
 
 
 def _batches(seed: int, groups: Sequence[Sequence[int]], n_tasks: int) -> list[Batch]:
@@ -86,8 +91,9 @@ def _xauc(batches: Sequence[Batch], task: int) -> float:
     return agree / total if total else 0.0
 
 
-def _window(batches: Sequence[Batch], local: int) -> list[Batch]:
-    kept: list[Batch] = []
+def _window(batches: Sequence[AnyBatch], local: int) -> list[AnyBatch]:
+    """The most recent whole batches of at most `local` samples."""
+    kept: list[AnyBatch] = []
     for batch in reversed(batches):
         if sum(b[0].shape[1] for b in kept) + batch[0].shape[1] > local:
             break
@@ -142,14 +148,19 @@ def test_gauc_edge_cases() -> None:
         metric.update(predictions=same_preds, labels=same_preds, weights=None)
 
 
-def test_xauc_without_pairs_is_zero_and_generated_by_the_module() -> None:
+def _module(metric: RecMetricEnum, task: str, window: int) -> RecMetricModule:
+    """A RecMetricModule of `metric` for the one task `task`, from a MetricsConfig."""
     config = MetricsConfig(
-        rec_tasks=[RecTaskInfo(name="a")],
-        rec_metrics={RecMetricEnum.XAUC: RecMetricDef(rec_task_indices=[0], window_size=8)},
+        rec_tasks=[RecTaskInfo(name=task)],
+        rec_metrics={metric: RecMetricDef(rec_task_indices=[0], window_size=window)},
     )
-    module = generate_metric_module(
+    return generate_metric_module(
         RecMetricModule, config, 4, 1, 0, state_metrics_mapping={}, device="cpu"
     )
+
+
+def test_xauc_without_pairs_is_zero_and_generated_by_the_module() -> None:
+    module = _module(RecMetricEnum.XAUC, "a", 8)
     module.update({"label": torch.ones(1), "prediction": torch.ones(1), "weight": torch.ones(1)})
     assert float(module.compute()["xauc-a|lifetime_xauc"]) == 0.0  # one sample: no pair
     p, y, w, _ = _batches(2, [[4]], 1)[0]
@@ -190,3 +201,145 @@ def _make(
     cls: type[RecMetric], n_tasks: int, mode: RecComputeMode, window: int, *where: int
 ) -> RecMetric:
     return make_metric(cls, [f"t{i}" for i in range(n_tasks)], mode, window, *where)
+
+
+# --- NDCG ------------------------------------------------------------------------------------
+
+NDCGBatch = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # p, y, w, ids
+
+
+def _ndcg_batches(seed: int, sessions: Sequence[Sequence[int]], n_tasks: int) -> list[NDCGBatch]:
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for lengths in sessions:
+        ids = torch.repeat_interleave(torch.arange(len(lengths)) * 7 + seed, torch.tensor(lengths))
+        b = int(ids.numel())
+        p = (torch.rand(n_tasks, b, generator=g, dtype=torch.double) * 5).floor() / 5  # ties
+        y = torch.randint(0, 4, (n_tasks, b), generator=g).double()
+        w = torch.rand(n_tasks, b, generator=g, dtype=torch.double)
+        out.append((p, y, w, ids))
+    return out
+
+
+def _session_loss(p: list[float], y: list[float], exp_gain: bool) -> float:
+    gain = [2**v - 1 if exp_gain else v for v in y]
+
+    def dcg(scores: list[float]) -> float:
+        order = sorted(range(len(scores)), key=lambda i: -scores[i])  # stable: ties in order
+        return sum(gain[i] / math.log2(r + 2) for r, i in enumerate(order))
+
+    return 1 - dcg(p) / max(dcg(y), 1e-6)
+
+
+def _ndcg(batches: Sequence[NDCGBatch], task: int, exp_gain: bool) -> float:
+    losses = []
+    for p, y, w, ids in batches:
+        start = 0
+        for n in session_lengths_by_hand(ids.tolist()):
+            sl = slice(start, start + n)
+            start += n
+            loss = _session_loss(p[task, sl].tolist(), y[task, sl].tolist(), exp_gain)
+            losses.append(loss * max(w[task, sl].tolist()))
+    return sum(losses) / len(losses)
+
+
+def session_lengths_by_hand(ids: list[int]) -> list[int]:
+    out: list[int] = []
+    for i, v in enumerate(ids):
+        if i and v == ids[i - 1]:
+            out[-1] += 1
+        else:
+            out.append(1)
+    return out
+
+
+def _feed_ndcg(
+    metric: NDCGMetric, batch: NDCGBatch, mode: RecComputeMode, key: str = "session_id"
+) -> None:
+    p, y, w, ids = batch
+    if mode == UNFUSED:
+        split = lambda x: {f"t{i}": x[i] for i in range(x.shape[0])}  # noqa: E731
+        metric.update(
+            predictions=split(p), labels=split(y), weights=split(w), required_inputs={key: ids}
+        )
+    else:
+        metric.update(predictions=p, labels=y, weights=w, required_inputs={key: ids})
+
+
+def _make_ndcg(
+    n_tasks: int, mode: RecComputeMode, window: int, *where: int, **kw: object
+) -> NDCGMetric:
+    tasks = [f"t{i}" for i in range(n_tasks)]
+    metric = make_metric(NDCGMetric, tasks, mode, window, *where, **kw)
+    assert isinstance(metric, NDCGMetric)
+    return metric
+
+
+NDCG_SESSIONS = [[3, 1, 4], [2, 2, 3], [5, 3], [1, 1, 2], [4, 4]]
+
+
+@pytest.mark.parametrize("mode", [UNFUSED, FUSED])
+@pytest.mark.parametrize("n_tasks", [1, 2])
+@pytest.mark.parametrize("exp_gain", [False, True])
+def test_ndcg_matches_a_naive_session_loop(
+    mode: RecComputeMode, n_tasks: int, exp_gain: bool
+) -> None:
+    data = _ndcg_batches(5 + n_tasks, NDCG_SESSIONS, n_tasks)
+    data[1][2][0, :4] = 0.0  # a session of zero weight: loss 0, still counted
+    metric = _make_ndcg(n_tasks, mode, 14, exponential_gain=exp_gain, session_key="sid")
+    assert metric.get_required_inputs() == {"sid"}
+    for batch in data:
+        _feed_ndcg(metric, batch, mode, "sid")
+    out = metric.compute()
+    for i in range(n_tasks):
+        life, win = _ndcg(data, i, exp_gain), _ndcg(_window(data, 14), i, exp_gain)
+        assert float(out[f"ndcg-t{i}|lifetime_ndcg"]) == pytest.approx(life, rel=1e-12)
+        assert float(out[f"ndcg-t{i}|window_ndcg"]) == pytest.approx(win, rel=1e-12)
+
+
+def test_session_lengths_and_bad_inputs() -> None:
+    ids = torch.tensor([4, 4, 1, 4, 4, 4])
+    assert session_ids_to_lengths(ids).tolist() == session_lengths_by_hand(ids.tolist())
+    assert session_ids_to_lengths(torch.zeros(0)).tolist() == []
+    metric = _make_ndcg(2, FUSED, 16)
+    x = torch.rand(2, 4)
+    with pytest.raises(RecMetricException, match="'session_id'"):
+        metric.update(predictions=x, labels=x, weights=x)
+    with pytest.raises(ValueError, match=r"session ids of shape \(3,\)"):
+        metric.update(predictions=x, labels=x, weights=x, required_inputs={"session_id": ids[:3]})
+
+
+def test_generated_module_passes_session_ids() -> None:
+    module = _module(RecMetricEnum.NDCG, "t0", 100)
+    data = _ndcg_batches(3, [[2, 3], [4]], 1)
+    for p, y, w, ids in data:
+        module.update({"label": y[0], "prediction": p[0], "weight": w[0], "session_id": ids})
+    assert float(module.compute()["ndcg-t0|lifetime_ndcg"]) == pytest.approx(
+        _ndcg(data, 0, False), rel=1e-12
+    )
+
+
+NDCG_RANK_SESSIONS = {0: [[3, 1], [2, 2], [4]], 1: [[1, 3], [4]]}
+
+
+def check_ndcg_ranks(ctx: RankContext, mode_value: int) -> dict[str, float]:
+    mode = RecComputeMode(mode_value)
+    metric = _make_ndcg(2, mode, 16, ctx.world_size, ctx.rank)
+    for batch in _ndcg_batches(60 + ctx.rank, NDCG_RANK_SESSIONS[ctx.rank], 2):
+        _feed_ndcg(metric, batch, mode)
+    return {k: float(v) for k, v in metric.compute().items()}
+
+
+@pytest.mark.parametrize("mode", [UNFUSED, FUSED])
+def test_ndcg_over_two_ranks_equals_the_pooled_reference(
+    rank_pool: RankPool, mode: RecComputeMode
+) -> None:
+    got = rank_pool.run(check_ndcg_ranks, mode.value)[0]
+    data = {r: _ndcg_batches(60 + r, NDCG_RANK_SESSIONS[r], 2) for r in NDCG_RANK_SESSIONS}
+    everyone = [b for r in data for b in data[r]]
+    windows = [b for r in data for b in _window(data[r], 8)]
+    for i in range(2):
+        assert got[f"ndcg-t{i}|lifetime_ndcg"] == pytest.approx(
+            _ndcg(everyone, i, False), rel=1e-12
+        )
+        assert got[f"ndcg-t{i}|window_ndcg"] == pytest.approx(_ndcg(windows, i, False), rel=1e-12)
