@@ -28,6 +28,7 @@ from shardrec_metrics.rec.ne_with_recalibration import RecalibratedNEMetric
 from shardrec_metrics.rec.output import OutputMetric
 from shardrec_metrics.rec.rec_metric import RecMetric
 from shardrec_metrics.rec.scalar import ScalarMetric
+from shardrec_metrics.rec.segmented_ne import SegmentedNEMetric
 from shardrec_testing import RankContext, RankPool
 
 FUSED = RecComputeMode.FUSED_TASKS_COMPUTATION
@@ -39,15 +40,15 @@ def _data(seed: int, sizes: Sequence[int], tasks: Sequence[str]) -> Data:
     return random_batches(seed, sizes, tasks)
 
 
-def _feed(metric: RecMetric, data: Data, mode: RecComputeMode, i: int) -> None:
+def _feed(metric: RecMetric, data: Data, mode: RecComputeMode, i: int, **kw: object) -> None:
     tasks = list(data)
     cols = {t: torch.tensor(data[t][i], dtype=torch.double).reshape(-1, 3).T for t in tasks}
     p, y, w = ({t: cols[t][k] for t in tasks} for k in range(3))
     if mode == UNFUSED:
-        metric.update(predictions=p, labels=y, weights=w)
+        metric.update(predictions=p, labels=y, weights=w, **kw)
     else:
         stack = lambda d: torch.stack([d[t] for t in tasks])  # noqa: E731
-        metric.update(predictions=stack(p), labels=stack(y), weights=stack(w))
+        metric.update(predictions=stack(p), labels=stack(y), weights=stack(w), **kw)
 
 
 def _feed_all(metric: RecMetric, data: Data, mode: RecComputeMode) -> None:
@@ -222,6 +223,48 @@ def test_output_without_its_inputs_is_refused() -> None:
         )
 
 
+def _keys(data: Data, i: int) -> torch.Tensor:
+    """Segment index of every sample of batch i: its position modulo 3."""
+    return torch.arange(len(next(iter(data.values()))[i])) % 3
+
+
+@pytest.mark.parametrize("mode", [UNFUSED, FUSED])
+@pytest.mark.parametrize("tasks", [["a"], ["a", "b"]])
+def test_segmented_ne_is_ne_per_segment(mode: RecComputeMode, tasks: list[str]) -> None:
+    data = _data(31, [4, 3, 4, 1], tasks)
+    data[tasks[0]][0][0] = (*data[tasks[0]][0][0][:2], 0.0)  # a zero weight
+    metric = _make(SegmentedNEMetric, tasks, mode, 8, num_groups=4, include_logloss=True)
+    assert metric.get_required_inputs() == {"grouping_keys"}
+    for i in range(4):
+        _feed(metric, data, mode, i, required_inputs={"grouping_keys": _keys(data, i)})
+    out = metric.compute()
+    for t in tasks:
+        for g in range(3):
+            segment = [s for b in data[t] for s in b[g::3]]
+            got = float(out[f"segmented_ne-{t}|lifetime_segmented_ne_{g}"])
+            assert got == pytest.approx(ref.ne(segment), rel=1e-9)
+            got = float(out[f"segmented_ne-{t}|lifetime_logloss_{g}"])
+            assert got == pytest.approx(ref.logloss(segment), rel=1e-9)
+        assert math.isnan(float(out[f"segmented_ne-{t}|lifetime_segmented_ne_3"]))  # no sample
+
+
+def test_segmented_ne_refuses_bad_keys() -> None:
+    with pytest.raises(ValueError, match="num_groups must be an int >= 1, got 0"):
+        _make(SegmentedNEMetric, ["a"], FUSED, 8, num_groups=0)
+    metric = _make(SegmentedNEMetric, ["a"], FUSED, 8, num_groups=2)
+    x = torch.rand(1, 4)
+    for keys, error in (
+        (None, RecMetricException),
+        (torch.tensor([0, 1, 0, 1], dtype=torch.int32), RecMetricException),
+        (torch.tensor([0, 1, 2, 1]), ValueError),
+        (torch.tensor([0, 1, 1]), ValueError),
+    ):
+        with pytest.raises(error, match="grouping_keys"):
+            metric.update(
+                predictions=x, labels=x, weights=x, required_inputs={"grouping_keys": keys}
+            )
+
+
 # --- 2 real gloo ranks: values equal the pooled reference --------------------------------
 
 WINDOW = 16  # global: 8 samples per rank
@@ -242,11 +285,13 @@ def check_pooled(ctx: RankContext, mode_value: int) -> dict[str, float]:
         _make(RecalibratedCalibrationMetric, TASKS, mode, WINDOW, **kw),
         _make(ScalarMetric, TASKS, mode, WINDOW, **kw),
         _make(OutputMetric, TASKS, mode, WINDOW, **kw),
+        _make(SegmentedNEMetric, TASKS, mode, WINDOW, num_groups=3, include_logloss=True, **kw),
     ]
     data, imps = _rank_inputs(ctx.rank)
     for i, imp in enumerate(imps):
         for m in metrics[:3]:
             _feed(m, data, mode, i)
+        _feed(metrics[4], data, mode, i, required_inputs={"grouping_keys": _keys(data, i)})
         x = torch.full((2, 4) if mode == FUSED else (4,), imp)
         inputs = {"latest_imp": x, "total_latest_imp": 2 * x}
         p = {t: torch.rand(4) for t in TASKS}
@@ -282,5 +327,9 @@ def test_two_ranks_equal_the_pooled_reference(rank_pool: RankPool, mode: RecComp
         )
         exp["output-{}|output_latest_imp"] = sum(inputs[r][1][-1] for r in inputs)
         exp["output-{}|output_total_latest_imp"] = 2 * sum(inputs[r][1][-1] for r in inputs)
+        for g in range(3):
+            segment = [s for r in inputs for b in inputs[r][0][t] for s in b[g::3]]
+            exp[f"segmented_ne-{{}}|lifetime_segmented_ne_{g}"] = ref.ne(segment)
+            exp[f"segmented_ne-{{}}|lifetime_logloss_{g}"] = ref.logloss(segment)
         for k, v in exp.items():
             assert got[k.format(t)] == pytest.approx(v, rel=1e-9), k.format(t)

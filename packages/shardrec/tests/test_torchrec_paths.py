@@ -59,6 +59,7 @@ METRIC_MODULES = [
     "gauc",
     "xauc",
     "ndcg",
+    "segmented_ne",
 ]
 
 

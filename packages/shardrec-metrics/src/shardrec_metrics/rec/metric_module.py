@@ -59,6 +59,7 @@ from shardrec_metrics.rec.rauc import RAUCMetric
 from shardrec_metrics.rec.rec_metric import RecMetric, RecMetricList
 from shardrec_metrics.rec.recall import RecallMetric
 from shardrec_metrics.rec.scalar import ScalarMetric
+from shardrec_metrics.rec.segmented_ne import SegmentedNEMetric
 from shardrec_metrics.rec.serving_calibration import ServingCalibrationMetric
 from shardrec_metrics.rec.serving_ne import ServingNEMetric
 from shardrec_metrics.rec.sum_weights import SumWeightsMetric
@@ -116,6 +117,7 @@ REC_METRICS_MAPPING: dict[RecMetricEnumBase, type[RecMetric]] = {
     RecMetricEnum.TOWER_QPS: TowerQPSMetric,
     RecMetricEnum.XAUC: XAUCMetric,
     RecMetricEnum.NDCG: NDCGMetric,
+    RecMetricEnum.SEGMENTED_NE: SegmentedNEMetric,
 }
 """The metrics shardrec implements (docs/porting.md lists TorchRec's others and why not)."""
 

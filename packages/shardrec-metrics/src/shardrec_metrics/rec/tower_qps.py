@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from shardrec_metrics._validate import check_int_at_least
 from shardrec_metrics.rec._sum_computation import ratio_or_zero
 from shardrec_metrics.rec.computation import BatchComputation, RecMetricException
 from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace, MetricPrefix
@@ -46,11 +47,8 @@ class TowerQPSMetricComputation(BatchComputation):
     _needs_weights = False
 
     def __init__(self, *args: Any, warmup_steps: int = WARMUP_STEPS, **kwargs: Any) -> None:
-        if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
-            raise ValueError(
-                f"warmup_steps must be an int >= 0, got {warmup_steps!r}; pass the number of "
-                "first updates to leave out of the rate (TorchRec's default is 100)"
-            )
+        meaning = "the number of first updates to leave out of the rate (TorchRec's default: 100)"
+        check_int_at_least("warmup_steps", warmup_steps, 0, meaning)
         super().__init__(*args, **kwargs)
         self._warmup_steps = warmup_steps
         long = torch.zeros(self._n_tasks, dtype=torch.long)
