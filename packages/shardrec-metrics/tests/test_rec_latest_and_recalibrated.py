@@ -23,6 +23,7 @@ from shardrec_metrics.rec import (
 )
 from shardrec_metrics.rec.calibration_with_recalibration import RecalibratedCalibrationMetric
 from shardrec_metrics.rec.computation import RecMetricException
+from shardrec_metrics.rec.hindsight_target_pr import HindsightTargetPRMetric
 from shardrec_metrics.rec.ne import NEMetric
 from shardrec_metrics.rec.ne_with_recalibration import RecalibratedNEMetric
 from shardrec_metrics.rec.output import OutputMetric
@@ -265,6 +266,64 @@ def test_segmented_ne_refuses_bad_keys() -> None:
             )
 
 
+THRESHOLDS = torch.linspace(0, 1, 1000).double().tolist()  # TorchRec's grid
+
+
+def _hindsight(samples: Sequence[ref.Sample], target: float) -> tuple[float, float, float]:
+    """(index, precision, recall) at the first threshold whose precision reaches `target`."""
+    rows = []
+    for t in THRESHOLDS:
+        tp = sum(w * y for p, y, w in samples if p >= t)
+        fp = sum(w * (1 - y) for p, y, w in samples if p >= t)
+        fn = sum(w * y for p, y, w in samples if p <= t)
+        rows.append((tp / (tp + fp) if tp + fp else 0.0, tp / (tp + fn) if tp + fn else 0.0))
+    idx = next((i for i, (prec, _) in enumerate(rows) if prec >= target), len(rows) - 1)
+    return float(idx), rows[idx][0], rows[idx][1]
+
+
+def _hindsight_keys(t: str, prefix: str) -> list[str]:
+    return [
+        f"hindsight_target_pr-{t}|{prefix}_hindsight_target_{name}"
+        for name in ("pr", "precision", "recall")
+    ]
+
+
+@pytest.mark.parametrize("mode", [UNFUSED, FUSED])
+@pytest.mark.parametrize("tasks", [["a"], ["a", "b"]])
+@pytest.mark.parametrize("target", [0.0, 0.6, 0.9])
+def test_hindsight_target_pr_matches_a_threshold_loop(
+    mode: RecComputeMode, tasks: list[str], target: float
+) -> None:
+    data = _data(41, [4, 3, 4], tasks)
+    data[tasks[0]][0][0] = (*data[tasks[0]][0][0][:2], 0.0)  # a zero weight
+    metric = _make(HindsightTargetPRMetric, tasks, mode, 8, target_precision=target)
+    _feed_all(metric, data, mode)
+    out = metric.compute()
+    for t in tasks:
+        everything = [s for b in data[t] for s in b]
+        window = [s for b in ref.window_batches(data[t], 8) for s in b]
+        for prefix, samples in (("lifetime", everything), ("window", window)):
+            expected = _hindsight(samples, target)
+            got = tuple(float(out[k]) for k in _hindsight_keys(t, prefix))
+            assert got == pytest.approx(expected, rel=1e-12), (t, prefix)
+
+
+def test_hindsight_target_pr_without_positives_and_bad_target() -> None:
+    metric = _make(HindsightTargetPRMetric, ["a"], FUSED, 8)
+    x = torch.rand(1, 4)
+    metric.update(predictions=x, labels=torch.zeros(1, 4), weights=None)
+    got = [float(metric.compute()[k]) for k in _hindsight_keys("a", "lifetime")]
+    assert got == [999.0, 0.0, 0.0]  # no threshold reaches the target: the last one
+    metric = _make(HindsightTargetPRMetric, ["a"], FUSED, 8, target_precision=0.0)
+    p = torch.tensor([[0.0, 0.5, 0.7, 1.0]])  # 0 and 1 lie on thresholds
+    metric.update(predictions=p, labels=torch.tensor([[1.0, 1.0, 0.0, 1.0]]), weights=None)
+    got = [float(metric.compute()[k]) for k in _hindsight_keys("a", "lifetime")]
+    assert got == [0.0, 0.75, 0.75]  # FN counts p <= threshold (TorchRec's), here p = 0
+    for bad in (-0.1, 1.5, math.nan):
+        with pytest.raises(ValueError, match="target_precision must be in"):
+            _make(HindsightTargetPRMetric, ["a"], FUSED, 8, target_precision=bad)
+
+
 # --- 2 real gloo ranks: values equal the pooled reference --------------------------------
 
 WINDOW = 16  # global: 8 samples per rank
@@ -286,12 +345,14 @@ def check_pooled(ctx: RankContext, mode_value: int) -> dict[str, float]:
         _make(ScalarMetric, TASKS, mode, WINDOW, **kw),
         _make(OutputMetric, TASKS, mode, WINDOW, **kw),
         _make(SegmentedNEMetric, TASKS, mode, WINDOW, num_groups=3, include_logloss=True, **kw),
+        _make(HindsightTargetPRMetric, TASKS, mode, WINDOW, target_precision=0.6, **kw),
     ]
     data, imps = _rank_inputs(ctx.rank)
     for i, imp in enumerate(imps):
         for m in metrics[:3]:
             _feed(m, data, mode, i)
         _feed(metrics[4], data, mode, i, required_inputs={"grouping_keys": _keys(data, i)})
+        _feed(metrics[5], data, mode, i)
         x = torch.full((2, 4) if mode == FUSED else (4,), imp)
         inputs = {"latest_imp": x, "total_latest_imp": 2 * x}
         p = {t: torch.rand(4) for t in TASKS}
@@ -331,5 +392,8 @@ def test_two_ranks_equal_the_pooled_reference(rank_pool: RankPool, mode: RecComp
             segment = [s for r in inputs for b in inputs[r][0][t] for s in b[g::3]]
             exp[f"segmented_ne-{{}}|lifetime_segmented_ne_{g}"] = ref.ne(segment)
             exp[f"segmented_ne-{{}}|lifetime_logloss_{g}"] = ref.logloss(segment)
+        for prefix, samples in (("lifetime", everyone), ("window", window)):
+            keys = _hindsight_keys("{}", prefix)
+            exp.update(zip(keys, _hindsight(samples, 0.6), strict=True))
         for k, v in exp.items():
             assert got[k.format(t)] == pytest.approx(v, rel=1e-9), k.format(t)

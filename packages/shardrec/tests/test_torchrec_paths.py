@@ -60,6 +60,7 @@ METRIC_MODULES = [
     "xauc",
     "ndcg",
     "segmented_ne",
+    "hindsight_target_pr",
 ]
 
 

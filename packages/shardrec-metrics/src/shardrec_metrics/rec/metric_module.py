@@ -28,6 +28,7 @@ from shardrec_metrics.rec.cali_free_ne import CaliFreeNEMetric
 from shardrec_metrics.rec.calibration import CalibrationMetric
 from shardrec_metrics.rec.calibration_with_recalibration import RecalibratedCalibrationMetric
 from shardrec_metrics.rec.ctr import CTRMetric
+from shardrec_metrics.rec.hindsight_target_pr import HindsightTargetPRMetric
 from shardrec_metrics.rec.mae import MAEMetric
 from shardrec_metrics.rec.metrics_config import (
     BatchSizeStage,
@@ -118,6 +119,7 @@ REC_METRICS_MAPPING: dict[RecMetricEnumBase, type[RecMetric]] = {
     RecMetricEnum.XAUC: XAUCMetric,
     RecMetricEnum.NDCG: NDCGMetric,
     RecMetricEnum.SEGMENTED_NE: SegmentedNEMetric,
+    RecMetricEnum.HINDSIGHT_TARGET_PR: HindsightTargetPRMetric,
 }
 """The metrics shardrec implements (docs/porting.md lists TorchRec's others and why not)."""
 
