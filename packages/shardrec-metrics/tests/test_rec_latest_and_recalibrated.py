@@ -1,5 +1,6 @@
-"""TorchRec's recalibrated NE and calibration, scalar and output metrics against naive
-per-sample loops, on one process and over 2 real gloo ranks."""
+"""TorchRec's recalibrated NE and calibration, scalar, output, segmented NE, hindsight target
+PR and multi-label precision against naive per-sample loops, on one process and over 2 real
+gloo ranks."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from shardrec_metrics.rec import (
 from shardrec_metrics.rec.calibration_with_recalibration import RecalibratedCalibrationMetric
 from shardrec_metrics.rec.computation import RecMetricException
 from shardrec_metrics.rec.hindsight_target_pr import HindsightTargetPRMetric
+from shardrec_metrics.rec.multi_label_precision import MultiLabelPrecisionMetric
 from shardrec_metrics.rec.ne import NEMetric
 from shardrec_metrics.rec.ne_with_recalibration import RecalibratedNEMetric
 from shardrec_metrics.rec.output import OutputMetric
@@ -324,6 +326,58 @@ def test_hindsight_target_pr_without_positives_and_bad_target() -> None:
             _make(HindsightTargetPRMetric, ["a"], FUSED, 8, target_precision=bad)
 
 
+def _as_bits(data: Data) -> Data:
+    """The samples as 3-label bit sets: prediction floor(8 p), label floor(8 w), weight y + 0.5."""
+    return {
+        t: [[(float(int(8 * p)), float(int(8 * w)), y + 0.5) for p, y, w in b] for b in batches]
+        for t, batches in data.items()
+    }
+
+
+def _label_precision(samples: Sequence[ref.Sample], bit: int) -> float:
+    on = [(int(y) >> bit & 1, w) for p, y, w in samples if int(p) >> bit & 1]
+    tp, fp = sum(w for hit, w in on if hit), sum(w for hit, w in on if not hit)
+    return tp / (tp + fp) if tp + fp else 0.0
+
+
+@pytest.mark.parametrize("mode", [UNFUSED, FUSED])
+@pytest.mark.parametrize("tasks", [["a"], ["a", "b"]])
+def test_multi_label_precision_per_bit_matches_a_loop(
+    mode: RecComputeMode, tasks: list[str]
+) -> None:
+    data = _as_bits(_data(51, [4, 3, 4, 2], tasks))
+    names = ["cat", "dog", "owl", "bee"]  # bit 3 is never predicted: precision 0
+    metric = _make(MultiLabelPrecisionMetric, tasks, mode, 7, num_labels=4, label_names=names)
+    _feed_all(metric, data, mode)
+    out = metric.compute()
+    for t in tasks:
+        everything = [s for b in data[t] for s in b]
+        window = [s for b in ref.window_batches(data[t], 7) for s in b]
+        for bit, name in enumerate(names):
+            for prefix, samples in (("lifetime", everything), ("window", window)):
+                key = f"multi_label_precision-{t}|{prefix}_multi_label_precision{name}"
+                assert float(out[key]) == pytest.approx(_label_precision(samples, bit), rel=1e-12)
+
+
+def test_multi_label_precision_refuses_bad_inputs() -> None:
+    with pytest.raises(ValueError, match="num_labels must be an int >= 1, got 0"):
+        _make(MultiLabelPrecisionMetric, ["a"], FUSED, 8, num_labels=0)
+    with pytest.raises(ValueError, match="label_names has 1 names for num_labels=2"):
+        _make(MultiLabelPrecisionMetric, ["a"], FUSED, 8, num_labels=2, label_names=["x"])
+    metric = _make(MultiLabelPrecisionMetric, ["a"], FUSED, 8, num_labels=2)
+    for bad in ([[1.0, 2.5, 0.0, 3.0]], [[1.0, -1.0, 0.0, 3.0]]):
+        with pytest.raises(ValueError, match="integers >= 0"):
+            metric.update(predictions=torch.tensor(bad), labels=torch.ones(1, 4), weights=None)
+    metric.update(
+        predictions=torch.tensor([[1.0, 0, 3, 2]]),
+        labels=torch.tensor([[3.0, 0, 1, 0]]),
+        weights=None,
+    )
+    out = metric.compute()  # bit 0: 1->3 hit, 3->1 hit; bit 1: 3->1 miss, 2->0 miss
+    assert float(out["multi_label_precision-a|lifetime_multi_label_precisionlabel_0"]) == 1.0
+    assert float(out["multi_label_precision-a|lifetime_multi_label_precisionlabel_1"]) == 0.0
+
+
 # --- 2 real gloo ranks: values equal the pooled reference --------------------------------
 
 WINDOW = 16  # global: 8 samples per rank
@@ -346,6 +400,7 @@ def check_pooled(ctx: RankContext, mode_value: int) -> dict[str, float]:
         _make(OutputMetric, TASKS, mode, WINDOW, **kw),
         _make(SegmentedNEMetric, TASKS, mode, WINDOW, num_groups=3, include_logloss=True, **kw),
         _make(HindsightTargetPRMetric, TASKS, mode, WINDOW, target_precision=0.6, **kw),
+        _make(MultiLabelPrecisionMetric, TASKS, mode, WINDOW, num_labels=3, **kw),
     ]
     data, imps = _rank_inputs(ctx.rank)
     for i, imp in enumerate(imps):
@@ -353,6 +408,7 @@ def check_pooled(ctx: RankContext, mode_value: int) -> dict[str, float]:
             _feed(m, data, mode, i)
         _feed(metrics[4], data, mode, i, required_inputs={"grouping_keys": _keys(data, i)})
         _feed(metrics[5], data, mode, i)
+        _feed(metrics[6], _as_bits(data), mode, i)
         x = torch.full((2, 4) if mode == FUSED else (4,), imp)
         inputs = {"latest_imp": x, "total_latest_imp": 2 * x}
         p = {t: torch.rand(4) for t in TASKS}
@@ -395,5 +451,9 @@ def test_two_ranks_equal_the_pooled_reference(rank_pool: RankPool, mode: RecComp
         for prefix, samples in (("lifetime", everyone), ("window", window)):
             keys = _hindsight_keys("{}", prefix)
             exp.update(zip(keys, _hindsight(samples, 0.6), strict=True))
+            bits = _as_bits({t: [samples]})[t][0]
+            for b in range(3):
+                key = f"multi_label_precision-{{}}|{prefix}_multi_label_precisionlabel_{b}"
+                exp[key] = _label_precision(bits, b)
         for k, v in exp.items():
             assert got[k.format(t)] == pytest.approx(v, rel=1e-9), k.format(t)

@@ -61,6 +61,7 @@ METRIC_MODULES = [
     "ndcg",
     "segmented_ne",
     "hindsight_target_pr",
+    "multi_label_precision",
 ]
 
 

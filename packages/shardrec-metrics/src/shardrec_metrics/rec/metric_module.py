@@ -46,6 +46,7 @@ from shardrec_metrics.rec.metrics_namespace import (
 )
 from shardrec_metrics.rec.model_utils import parse_task_model_outputs
 from shardrec_metrics.rec.mse import MSEMetric
+from shardrec_metrics.rec.multi_label_precision import MultiLabelPrecisionMetric
 from shardrec_metrics.rec.multiclass_recall import MulticlassRecallMetric
 from shardrec_metrics.rec.ndcg import NDCGMetric
 from shardrec_metrics.rec.ne import NEMetric
@@ -120,6 +121,7 @@ REC_METRICS_MAPPING: dict[RecMetricEnumBase, type[RecMetric]] = {
     RecMetricEnum.NDCG: NDCGMetric,
     RecMetricEnum.SEGMENTED_NE: SegmentedNEMetric,
     RecMetricEnum.HINDSIGHT_TARGET_PR: HindsightTargetPRMetric,
+    RecMetricEnum.MULTI_LABEL_PRECISION: MultiLabelPrecisionMetric,
 }
 """The metrics shardrec implements (docs/porting.md lists TorchRec's others and why not)."""
 
