@@ -1,5 +1,5 @@
-"""TorchRec's ranking and session metrics (GAUC, XAUC, NDCG) against naive loops over sample
-pairs and sessions, on one process and over 2 real gloo ranks."""
+"""TorchRec's ranking and session metrics (GAUC, XAUC, NDCG, session precision and recall)
+against naive loops over sample pairs and sessions, on one process and over 2 real gloo ranks."""
 
 from __future__ import annotations
 
@@ -20,9 +20,12 @@ from shardrec_metrics.rec.metrics_config import (
     RecMetricDef,
     RecMetricEnum,
     RecTaskInfo,
+    SessionMetricDef,
 )
 from shardrec_metrics.rec.ndcg import NDCGMetric, session_ids_to_lengths
+from shardrec_metrics.rec.precision_session import PrecisionSessionMetric
 from shardrec_metrics.rec.rec_metric import RecMetric
+from shardrec_metrics.rec.recall_session import RecallSessionMetric
 from shardrec_metrics.rec.xauc import XAUCMetric
 from shardrec_testing import RankContext, RankPool
 
@@ -343,3 +346,134 @@ def test_ndcg_over_two_ranks_equals_the_pooled_reference(
             _ndcg(everyone, i, False), rel=1e-12
         )
         assert got[f"ndcg-t{i}|window_ndcg"] == pytest.approx(_ndcg(windows, i, False), rel=1e-12)
+
+
+# --- session-level precision and recall ------------------------------------------------------
+
+SessionBatch = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # p, y, w, ids (1, B)
+
+
+def _session_batches(seed: int, sizes: Sequence[int], graded: bool) -> list[SessionBatch]:
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for b in sizes:
+        p = (torch.rand(1, b, generator=g, dtype=torch.double) * 4).floor() / 4  # ties
+        y = torch.randint(0, 3 if graded else 2, (1, b), generator=g).double()
+        w = torch.rand(1, b, generator=g, dtype=torch.double)
+        out.append((p, y, w, torch.randint(0, 3, (1, b), generator=g)))  # ids need not be runs
+    return out
+
+
+def _session_counts(batches: Sequence[SessionBatch], k: int, rank_labels: bool) -> list[float]:
+    """[TP, FP, FN] by a loop over samples and their sessions."""
+    tp = fp = fn = 0.0
+    for p, y, w, ids in batches:
+        ps, ys, ws, ss = (x[0].tolist() for x in (p, y, w, ids))
+        for i in range(len(ps)):
+            mates = [j for j in range(len(ps)) if ss[j] == ss[i]]
+            predicted = sum(ps[j] > ps[i] for j in mates) < k
+            label = float(sum(ys[j] > ys[i] for j in mates) < k) if rank_labels else ys[i]
+            tp += ws[i] * label * predicted
+            fp += ws[i] * (1 - label) * predicted
+            fn += ws[i] * label * (not predicted)
+    return [tp, fp, fn]
+
+
+def _nan_ratio(num: float, den: float) -> float:
+    return num / den if den else math.nan
+
+
+def _make_session(
+    cls: type[RecMetric], k: int, rank_labels: bool, window: int, *where: int
+) -> RecMetric:
+    definition = SessionMetricDef(
+        session_var_name="sid", top_threshold=k, run_ranking_of_labels=rank_labels
+    )
+    return cls(
+        world_size=where[0] if where else 1,
+        my_rank=where[1] if where else 0,
+        batch_size=4,
+        tasks=[RecTaskInfo(name="s", session_metric_def=definition)],
+        window_size=window,
+    )
+
+
+def _feed_session(metric: RecMetric, batch: SessionBatch) -> None:
+    p, y, w, ids = batch
+    one = lambda x: {"s": x[0]}  # noqa: E731
+    metric.update(
+        predictions=one(p), labels=one(y), weights=one(w), required_inputs={"sid": ids[0]}
+    )
+
+
+@pytest.mark.parametrize("k", [1, 2])
+@pytest.mark.parametrize("rank_labels", [False, True])
+def test_session_precision_and_recall_match_a_sample_loop(k: int, rank_labels: bool) -> None:
+    data = _session_batches(70 + k, [4, 3, 4, 2, 4], graded=rank_labels)
+    precision = _make_session(PrecisionSessionMetric, k, rank_labels, 9)
+    recall = _make_session(RecallSessionMetric, k, rank_labels, 9)
+    assert precision.get_required_inputs() == {"sid"}
+    for batch in data:
+        _feed_session(precision, batch)
+        _feed_session(recall, batch)
+    out = {**precision.compute(), **recall.compute()}
+    for prefix, batches in (("lifetime", data), ("window", _window(data, 9))):
+        tp, fp, fn = _session_counts(batches, k, rank_labels)
+        got = float(out[f"precision_session_level-s|{prefix}_precision_session_level"])
+        assert got == pytest.approx(_nan_ratio(tp, tp + fp), rel=1e-12)
+        got = float(out[f"recall_session_level-s|{prefix}_recall_session_level"])
+        assert got == pytest.approx(_nan_ratio(tp, tp + fn), rel=1e-12)
+
+
+def test_session_metrics_refuse_what_they_cannot_do() -> None:
+    task = RecTaskInfo(name="s", session_metric_def=SessionMetricDef(session_var_name="sid"))
+    kw: dict[str, object] = {"world_size": 1, "my_rank": 0, "batch_size": 4}
+    for cls in (PrecisionSessionMetric, RecallSessionMetric):
+        with pytest.raises(RecMetricException, match="top_threshold"):
+            cls(**kw, tasks=[task])  # type: ignore[arg-type]
+        with pytest.raises(RecMetricException, match="session_metric_def"):
+            cls(**kw, tasks=[RecTaskInfo(name="s")])  # type: ignore[arg-type]
+        with pytest.raises(RecMetricException, match="Fused computation"):
+            cls(**kw, tasks=[task], compute_mode=FUSED)  # type: ignore[arg-type]
+        with pytest.raises(RecMetricException, match="Fused update"):
+            cls(**kw, tasks=[task], fused_update_limit=2)  # type: ignore[arg-type]
+    metric = _make_session(RecallSessionMetric, 1, False, 8)
+    x = {"s": torch.rand(4)}
+    with pytest.raises(RecMetricException, match="'sid'"):
+        metric.update(predictions=x, labels=x, weights=x)
+    with pytest.raises(ValueError, match="required input 'sid' has 3 values for a batch of 4"):
+        metric.update(predictions=x, labels=x, weights=x, required_inputs={"sid": torch.ones(3)})
+    metric.update(
+        predictions=x,
+        labels={"s": torch.zeros(4)},
+        weights=x,
+        required_inputs={"sid": torch.ones(4)},
+    )
+    assert math.isnan(
+        float(metric.compute()["recall_session_level-s|lifetime_recall_session_level"])
+    )
+
+
+def check_session_ranks(ctx: RankContext) -> dict[str, float]:
+    metrics = [
+        _make_session(c, 2, False, 16, ctx.world_size, ctx.rank)
+        for c in (PrecisionSessionMetric, RecallSessionMetric)
+    ]
+    for batch in _session_batches(80 + ctx.rank, [4, 3, 4] if ctx.rank else [4], False):
+        for m in metrics:
+            _feed_session(m, batch)
+    return {k: float(v) for m in metrics for k, v in m.compute().items()}
+
+
+def test_session_metrics_over_two_ranks_equal_the_pooled_reference(rank_pool: RankPool) -> None:
+    got = rank_pool.run(check_session_ranks)[0]
+    data = {r: _session_batches(80 + r, [4, 3, 4] if r else [4], False) for r in (0, 1)}
+    everyone = [b for r in data for b in data[r]]
+    windows = [b for r in data for b in _window(data[r], 8)]
+    for prefix, batches in (("lifetime", everyone), ("window", windows)):
+        tp, fp, fn = _session_counts(batches, 2, False)
+        got_p = got[f"precision_session_level-s|{prefix}_precision_session_level"]
+        assert got_p == pytest.approx(tp / (tp + fp), rel=1e-12)
+        assert got[f"recall_session_level-s|{prefix}_recall_session_level"] == pytest.approx(
+            tp / (tp + fn), rel=1e-12
+        )

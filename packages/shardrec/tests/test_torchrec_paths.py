@@ -62,6 +62,8 @@ METRIC_MODULES = [
     "segmented_ne",
     "hindsight_target_pr",
     "multi_label_precision",
+    "precision_session",
+    "recall_session",
 ]
 
 

@@ -356,6 +356,17 @@ def _row(state: Tensor, rank: int, world: int, reduction: str) -> Tensor:
     return rows.reshape(-1)
 
 
+def required_input(kwargs: Mapping[str, Any], name: str, metric: str) -> Tensor:
+    """The tensor `name` among an update's `required_inputs`, else RecMetricException."""
+    value = (kwargs.get("required_inputs") or {}).get(name)
+    if not isinstance(value, Tensor):
+        raise RecMetricException(
+            f"{metric} needs the required input {name!r} with every update; RecMetricModule "
+            "passes it from the model output of that name"
+        )
+    return value
+
+
 def _cat_samples(chunks: list[Tensor], n_tasks: int) -> Tensor:
     if not chunks:
         return torch.zeros((n_tasks, 0), dtype=torch.float32)

@@ -57,9 +57,11 @@ from shardrec_metrics.rec.num_missing_labels import NumMissingLabelsMetric
 from shardrec_metrics.rec.num_positive_samples import NumPositiveSamplesMetric
 from shardrec_metrics.rec.output import OutputMetric
 from shardrec_metrics.rec.precision import PrecisionMetric
+from shardrec_metrics.rec.precision_session import PrecisionSessionMetric
 from shardrec_metrics.rec.rauc import RAUCMetric
 from shardrec_metrics.rec.rec_metric import RecMetric, RecMetricList
 from shardrec_metrics.rec.recall import RecallMetric
+from shardrec_metrics.rec.recall_session import RecallSessionMetric
 from shardrec_metrics.rec.scalar import ScalarMetric
 from shardrec_metrics.rec.segmented_ne import SegmentedNEMetric
 from shardrec_metrics.rec.serving_calibration import ServingCalibrationMetric
@@ -122,6 +124,8 @@ REC_METRICS_MAPPING: dict[RecMetricEnumBase, type[RecMetric]] = {
     RecMetricEnum.SEGMENTED_NE: SegmentedNEMetric,
     RecMetricEnum.HINDSIGHT_TARGET_PR: HindsightTargetPRMetric,
     RecMetricEnum.MULTI_LABEL_PRECISION: MultiLabelPrecisionMetric,
+    RecMetricEnum.PRECISION_SESSION_LEVEL: PrecisionSessionMetric,
+    RecMetricEnum.RECALL_SESSION_LEVEL: RecallSessionMetric,
 }
 """The metrics shardrec implements (docs/porting.md lists TorchRec's others and why not)."""
 

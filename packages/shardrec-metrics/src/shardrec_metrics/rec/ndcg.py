@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from shardrec_metrics.rec._sum_computation import Formula, SumStatesComputation
-from shardrec_metrics.rec.computation import RecMetricException
+from shardrec_metrics.rec.computation import required_input
 from shardrec_metrics.rec.metrics_config import RecTaskInfo
 from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace
 from shardrec_metrics.rec.rec_metric import RecMetric
@@ -135,12 +135,7 @@ class NDCGComputation(SumStatesComputation):
     def _add_batch(
         self, predictions: Tensor, labels: Tensor, weights: Tensor, **kwargs: Any
     ) -> None:
-        session_ids = (kwargs.get("required_inputs") or {}).get(self._session_key)
-        if session_ids is None:
-            raise RecMetricException(
-                f"NDCG needs the required input {self._session_key!r} (session ids) with every "
-                "update; RecMetricModule passes it from the model output of that name"
-            )
+        session_ids = required_input(kwargs, self._session_key, "NDCG (session ids)")
         states = self._batch_sums(labels, predictions, weights, session_ids, self._exponential_gain)
         self._add_states(states, labels.shape[-1])
 

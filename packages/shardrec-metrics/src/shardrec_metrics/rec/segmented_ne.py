@@ -16,7 +16,11 @@ from torch import Tensor
 
 from shardrec_metrics._validate import check_int_at_least
 from shardrec_metrics.ne import ETA
-from shardrec_metrics.rec.computation import BatchComputation, RecMetricException
+from shardrec_metrics.rec.computation import (
+    BatchComputation,
+    RecMetricException,
+    required_input,
+)
 from shardrec_metrics.rec.metrics_config import RecTaskInfo
 from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace, MetricPrefix
 from shardrec_metrics.rec.ne import NE_STATES, compute_cross_entropy, compute_logloss, label_sums
@@ -107,12 +111,9 @@ class SegmentedNEMetricComputation(BatchComputation):
     def _add_batch(
         self, predictions: Tensor, labels: Tensor, weights: Tensor, **kwargs: Any
     ) -> None:
-        keys = (kwargs.get("required_inputs") or {}).get(GROUPING_KEYS)
-        if not isinstance(keys, Tensor) or keys.dtype != torch.int64:
-            raise RecMetricException(
-                "SegmentedNEMetricComputation needs the required input 'grouping_keys', an "
-                f"int64 segment index per sample; got {keys if keys is None else keys.dtype}"
-            )
+        keys = required_input(kwargs, GROUPING_KEYS, "SegmentedNEMetricComputation")
+        if keys.dtype != torch.int64:
+            raise RecMetricException(f"grouping_keys must be int64, got {keys.dtype}")
         states = get_segemented_ne_states(
             labels, predictions, weights, keys, self.eta, self._num_groups
         )
