@@ -24,7 +24,7 @@ from shardrec_metrics.rec.metrics_config import (
 )
 from shardrec_metrics.rec.ndcg import NDCGMetric, session_ids_to_lengths
 from shardrec_metrics.rec.precision_session import PrecisionSessionMetric
-from shardrec_metrics.rec.rec_metric import RecMetric
+from shardrec_metrics.rec.rec_metric import RecMetric, RecMetricList
 from shardrec_metrics.rec.recall_session import RecallSessionMetric
 from shardrec_metrics.rec.xauc import XAUCMetric
 from shardrec_testing import RankContext, RankPool
@@ -149,6 +149,19 @@ def test_gauc_edge_cases() -> None:
         )
     with pytest.raises(RecMetricException, match="num_candidates="):
         metric.update(predictions=same_preds, labels=same_preds, weights=None)
+
+
+def test_gauc_through_a_metric_module_takes_num_candidates() -> None:
+    gauc = make_metric(GAUCMetric, ["a"], UNFUSED, 16)
+    module = RecMetricModule(4, 1, [RecTaskInfo(name="a")], RecMetricList([gauc]))
+    data = _batches(9, [[3, 5], [4, 4]], 1)
+    for p, y, w, sizes in data:
+        module.update(
+            {"label": y[0], "prediction": p[0], "weight": w[0]},
+            num_candidates=torch.tensor(sizes),
+        )
+    aucs = _group_aucs(data, 0)
+    assert float(module.compute()["gauc-a|lifetime_gauc"]) == pytest.approx(_gauc(aucs))
 
 
 def _module(metric: RecMetricEnum, task: str, window: int) -> RecMetricModule:
