@@ -233,27 +233,37 @@ def _keys(data: Data, i: int) -> torch.Tensor:
 
 @pytest.mark.parametrize("mode", [UNFUSED, FUSED])
 @pytest.mark.parametrize("tasks", [["a"], ["a", "b"]])
-def test_segmented_ne_is_ne_per_segment(mode: RecComputeMode, tasks: list[str]) -> None:
+@pytest.mark.parametrize("float_keys", [False, True])
+def test_segmented_ne_is_ne_per_segment(
+    mode: RecComputeMode, tasks: list[str], float_keys: bool
+) -> None:
     data = _data(31, [4, 3, 4, 1], tasks)
     data[tasks[0]][0][0] = (*data[tasks[0]][0][0][:2], 0.0)  # a zero weight
-    metric = _make(SegmentedNEMetric, tasks, mode, 8, num_groups=4, include_logloss=True)
-    assert metric.get_required_inputs() == {"grouping_keys"}
+    kw = {"grouping_keys": "seg", "cast_keys_to_int": True} if float_keys else {}
+    metric = _make(SegmentedNEMetric, tasks, mode, 8, num_groups=4, include_logloss=True, **kw)
+    name = "seg" if float_keys else "grouping_keys"
+    assert metric.get_required_inputs() == {name}
     for i in range(4):
-        _feed(metric, data, mode, i, required_inputs={"grouping_keys": _keys(data, i)})
+        keys = _keys(data, i).double() if float_keys else _keys(data, i)
+        _feed(metric, data, mode, i, required_inputs={name: keys})
     out = metric.compute()
     for t in tasks:
+        window = ref.window_batches(data[t], 8)
         for g in range(3):
-            segment = [s for b in data[t] for s in b[g::3]]
-            got = float(out[f"segmented_ne-{t}|lifetime_segmented_ne_{g}"])
-            assert got == pytest.approx(ref.ne(segment), rel=1e-9)
-            got = float(out[f"segmented_ne-{t}|lifetime_logloss_{g}"])
-            assert got == pytest.approx(ref.logloss(segment), rel=1e-9)
+            for prefix, batches in (("lifetime", data[t]), ("window", window)):
+                segment = [s for b in batches for s in b[g::3]]
+                got = float(out[f"segmented_ne-{t}|{prefix}_segmented_ne_{g}"])
+                assert got == pytest.approx(ref.ne(segment), rel=1e-9)
+                got = float(out[f"segmented_ne-{t}|{prefix}_logloss_{g}"])
+                assert got == pytest.approx(ref.logloss(segment), rel=1e-9)
         assert math.isnan(float(out[f"segmented_ne-{t}|lifetime_segmented_ne_3"]))  # no sample
 
 
 def test_segmented_ne_refuses_bad_keys() -> None:
     with pytest.raises(ValueError, match="num_groups must be an int >= 1, got 0"):
         _make(SegmentedNEMetric, ["a"], FUSED, 8, num_groups=0)
+    with pytest.raises(ValueError, match="one grouping key per SegmentedNEMetric"):
+        _make(SegmentedNEMetric, ["a"], FUSED, 8, grouping_keys=["k1", "k2"])
     metric = _make(SegmentedNEMetric, ["a"], FUSED, 8, num_groups=2)
     x = torch.rand(1, 4)
     for keys, error in (
@@ -448,6 +458,13 @@ def test_two_ranks_equal_the_pooled_reference(rank_pool: RankPool, mode: RecComp
             segment = [s for r in inputs for b in inputs[r][0][t] for s in b[g::3]]
             exp[f"segmented_ne-{{}}|lifetime_segmented_ne_{g}"] = ref.ne(segment)
             exp[f"segmented_ne-{{}}|lifetime_logloss_{g}"] = ref.logloss(segment)
+            segment = [
+                s
+                for r in inputs
+                for b in ref.window_batches(inputs[r][0][t], local)
+                for s in b[g::3]
+            ]
+            exp[f"segmented_ne-{{}}|window_segmented_ne_{g}"] = ref.ne(segment)
         for prefix, samples in (("lifetime", everyone), ("window", window)):
             keys = _hindsight_keys("{}", prefix)
             exp.update(zip(keys, _hindsight(samples, 0.6), strict=True))

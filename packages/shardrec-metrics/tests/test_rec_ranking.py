@@ -61,19 +61,23 @@ def _feed(metric: RecMetric, batch: Batch, mode: RecComputeMode) -> None:
 
 
 def _group_aucs(batches: Sequence[Batch], task: int) -> list[float]:
-    """Every counted group's AUC by a loop over positive-negative pairs."""
+    """Every counted group's weighted AUC by a loop over positive-negative pairs."""
     out = []
-    for p, y, _, sizes in batches:
+    for p, y, w, sizes in batches:
         start = 0
         for n in sizes:
-            ps, ys = p[task, start : start + n].tolist(), y[task, start : start + n].tolist()
+            sl = slice(start, start + n)
             start += n
-            pos = [a for a, b in zip(ps, ys, strict=True) if b == 1]
-            neg = [a for a, b in zip(ps, ys, strict=True) if b == 0]
-            if not pos or not neg or len(set(ps)) == 1:
+            group = list(
+                zip(p[task, sl].tolist(), y[task, sl].tolist(), w[task, sl].tolist(), strict=True)
+            )
+            pos = [(a, v) for a, b, v in group if b == 1]
+            neg = [(a, v) for a, b, v in group if b == 0]
+            pos_w, neg_w = sum(v for _, v in pos), sum(v for _, v in neg)
+            if pos_w == 0 or neg_w == 0 or len({a for a, _, _ in group}) == 1:
                 continue
-            won = sum((a > c) + 0.5 * (a == c) for a in pos for c in neg)
-            out.append(won / (len(pos) * len(neg)))
+            won = sum(v * u * ((a > c) + 0.5 * (a == c)) for a, v in pos for c, u in neg)
+            out.append(won / (pos_w * neg_w))
     return out
 
 
@@ -111,7 +115,7 @@ GROUPS = [[3, 1, 4], [2, 2, 0, 3], [5, 3], [1, 1, 2], [4, 4]]
 @pytest.mark.parametrize("n_tasks", [1, 3])
 def test_gauc_and_xauc_match_naive_pair_loops(mode: RecComputeMode, n_tasks: int) -> None:
     data = _batches(11 + n_tasks, GROUPS, n_tasks)
-    data[0][2][0, :3] = 0.0  # zero weights: GAUC ignores weights, XAUC drops the pairs
+    data[0][2][0, :3] = 0.0  # zero weights: group 0 may lose a class; XAUC drops the pairs
     gauc, xauc = _make(GAUCMetric, n_tasks, mode, 14), _make(XAUCMetric, n_tasks, mode, 14)
     for batch in data:
         _feed(gauc, batch, mode)

@@ -1,9 +1,10 @@
 """GAUC (session AUC): the mean AUC of the batch's groups (sessions).
 
 Every batch comes with `num_candidates` (n_groups,), the lengths of its consecutive groups
-(summing to the batch size). A group counts when it holds both labels and not all its
-predictions are equal; its AUC is exact with ties counting one half (`shardrec_metrics.auc`;
-TorchRec orders tied predictions arbitrarily). Weights are ignored, as in TorchRec.
+(summing to the batch size). A group counts when both label classes have weight in it and not
+all its predictions are equal; its AUC is TorchRec 1.8's weighted AUC (the weight of
+positive-negative pairs ordered right over all pairs' weight), exact with ties counting one
+half (`shardrec_metrics.auc`; TorchRec orders tied predictions arbitrarily).
 
     gauc = (sum of the counted groups' AUC + 1e-9) / (counted groups + 2e-9)
 
@@ -45,13 +46,14 @@ def group_sizes(num_candidates: Tensor, batch: int) -> list[int]:
     return sizes
 
 
-def _group_auc(predictions: Tensor, labels: Tensor) -> float | None:
-    """The group's AUC, or None when it has one label class or all predictions equal."""
-    positives = float(labels.sum())
-    if positives <= 0 or positives >= labels.numel() or bool((predictions == predictions[0]).all()):
+def _group_auc(predictions: Tensor, labels: Tensor, weights: Tensor) -> float | None:
+    """The group's weighted AUC, or None when one label class has no weight or all
+    predictions are equal."""
+    positive = float((labels * weights).sum())
+    negative = float(((1.0 - labels) * weights).sum())
+    if positive <= 0 or negative <= 0 or bool((predictions == predictions[0]).all()):
         return None
-    samples = torch.stack([predictions.float(), labels.float(), torch.ones_like(labels.float())])
-    return _auc_of_samples(samples)
+    return _auc_of_samples(torch.stack([predictions.double(), labels.double(), weights.double()]))
 
 
 def get_auc_states(
@@ -63,10 +65,11 @@ def get_auc_states(
     n_tasks = labels.shape[0]
     auc_sum = torch.zeros(n_tasks, dtype=torch.double)
     counted = torch.zeros(n_tasks, dtype=torch.double)
+    w = torch.ones_like(labels) if weights is None else weights
     for task in range(n_tasks):
-        groups = torch.split(predictions[task], sizes), torch.split(labels[task], sizes)
-        for p, y in zip(*groups, strict=True):
-            value = _group_auc(p, y) if p.numel() else None
+        groups = (torch.split(x[task], sizes) for x in (predictions, labels, w))
+        for p, y, v in zip(*groups, strict=True):
+            value = _group_auc(p, y, v) if p.numel() else None
             if value is not None:
                 auc_sum[task] += value
                 counted[task] += 1
@@ -85,7 +88,6 @@ def compute_gauc(auc_sum: Tensor, num_samples: Tensor) -> Tensor:
 class GAUCMetricComputation(SumStatesComputation):
     """GAUC per task; `update` takes `num_candidates=` (module docstring)."""
 
-    _needs_weights = False
     _state_names = ("auc_sum", "num_samples")
     _batch_sums = staticmethod(get_auc_states)
     _formulas = (
