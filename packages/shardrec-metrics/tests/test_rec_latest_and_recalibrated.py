@@ -31,7 +31,7 @@ from shardrec_metrics.rec.ne_with_recalibration import RecalibratedNEMetric
 from shardrec_metrics.rec.output import OutputMetric
 from shardrec_metrics.rec.rec_metric import RecMetric
 from shardrec_metrics.rec.scalar import ScalarMetric
-from shardrec_metrics.rec.segmented_ne import SegmentedNEMetric
+from shardrec_metrics.rec.segmented_ne import GroupingKeyConfig, SegmentedNEMetric
 from shardrec_testing import RankContext, RankPool
 
 FUSED = RecComputeMode.FUSED_TASKS_COMPUTATION
@@ -259,11 +259,32 @@ def test_segmented_ne_is_ne_per_segment(
         assert math.isnan(float(out[f"segmented_ne-{t}|lifetime_segmented_ne_3"]))  # no sample
 
 
+@pytest.mark.parametrize("mode", [UNFUSED, FUSED])
+def test_segmented_ne_with_several_grouping_keys(mode: RecComputeMode) -> None:
+    data = _data(33, [4, 3, 4], ["a", "b"])
+    keys = ["k1", {"name": "k2", "num_groups": 2}, GroupingKeyConfig(name="k3", num_groups=1)]
+    metric = _make(SegmentedNEMetric, ["a", "b"], mode, 8, num_groups=3, grouping_keys=keys)
+    assert metric.get_required_inputs() == {"k1", "k2", "k3"}
+    for i in range(3):
+        size = len(data["a"][i])
+        inputs = {"k1": torch.arange(size) % 3, "k2": torch.arange(size) % 2}
+        _feed(metric, data, mode, i, required_inputs={**inputs, "k3": torch.zeros(size).long()})
+    out = metric.compute()
+    for t in "ab":
+        for key, count in (("k1", 3), ("k2", 2), ("k3", 1)):
+            for g in range(count):
+                segment = [s for b in data[t] for s in b[g::count]]
+                got = float(out[f"segmented_ne-{t}|lifetime_segmented_ne_{g}@{key}"])
+                assert got == pytest.approx(ref.ne(segment), rel=1e-9), (t, key, g)
+
+
 def test_segmented_ne_refuses_bad_keys() -> None:
     with pytest.raises(ValueError, match="num_groups must be an int >= 1, got 0"):
         _make(SegmentedNEMetric, ["a"], FUSED, 8, num_groups=0)
-    with pytest.raises(ValueError, match="one grouping key per SegmentedNEMetric"):
-        _make(SegmentedNEMetric, ["a"], FUSED, 8, grouping_keys=["k1", "k2"])
+    with pytest.raises(ValueError, match="distinct inputs"):
+        _make(SegmentedNEMetric, ["a"], FUSED, 8, grouping_keys=["k1", "k1"])
+    with pytest.raises(ValueError, match="num_groups must be an int >= 1, got 0"):
+        GroupingKeyConfig(name="k", num_groups=0)
     metric = _make(SegmentedNEMetric, ["a"], FUSED, 8, num_groups=2)
     x = torch.rand(1, 4)
     for keys, error in (
