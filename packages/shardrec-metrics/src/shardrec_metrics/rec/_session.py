@@ -21,7 +21,7 @@ from torch import Tensor
 
 from shardrec_metrics.rec._sum_computation import Formula, SumStatesComputation
 from shardrec_metrics.rec.computation import RecMetricException, required_input
-from shardrec_metrics.rec.metrics_config import RecComputeMode, RecTaskInfo, SessionMetricDef
+from shardrec_metrics.rec.metrics_config import RecTaskInfo, SessionMetricDef
 from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace
 from shardrec_metrics.rec.rec_metric import RecMetric
 
@@ -102,26 +102,19 @@ class SessionComputation(SumStatesComputation):
 class SessionMetric(RecMetric):
     """A RecMetric of one SessionComputation per task, each with its SessionMetricDef."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        name = type(self).__name__
-        if kwargs.get("compute_mode", RecComputeMode.UNFUSED_TASKS_COMPUTATION) != (
-            RecComputeMode.UNFUSED_TASKS_COMPUTATION
-        ):
-            raise RecMetricException(f"Fused computation is not supported for {name}")
-        if kwargs.get("fused_update_limit", 0) > 0:
-            raise RecMetricException(f"Fused update is not supported for {name}")
-        for task in kwargs.get("tasks", args[3] if len(args) > 3 else []):
-            definition = task.session_metric_def
-            if definition is None or definition.top_threshold is None:
-                raise RecMetricException(
-                    f"task {task.name!r} needs session_metric_def=SessionMetricDef("
-                    "session_var_name=..., top_threshold=k) for " + name
-                )
-        super().__init__(*args, **kwargs)
-
     def _get_task_kwargs(self, task_config: RecTaskInfo | list[RecTaskInfo]) -> dict[str, Any]:
-        assert isinstance(task_config, RecTaskInfo)
-        return {"session_metric_def": task_config.session_metric_def}
+        name = type(self).__name__
+        if not isinstance(task_config, RecTaskInfo):
+            raise RecMetricException(f"Fused computation is not supported for {name}")
+        if self._fused_update_limit > 0:
+            raise RecMetricException(f"Fused update is not supported for {name}")
+        definition = task_config.session_metric_def
+        if definition is None or definition.top_threshold is None:
+            raise RecMetricException(
+                f"task {task_config.name!r} needs session_metric_def=SessionMetricDef("
+                f"session_var_name=..., top_threshold=k) for {name}"
+            )
+        return {"session_metric_def": definition}
 
     def _get_task_required_inputs(self, task_config: RecTaskInfo | list[RecTaskInfo]) -> set[str]:
         assert isinstance(task_config, RecTaskInfo) and task_config.session_metric_def
