@@ -132,3 +132,33 @@ def test_the_metric_mapping_is_torchrecs() -> None:
     assert {k.value: c.__name__ for k, c in OURS.items()} == {
         k.value: c.__name__ for k, c in THEIRS.items()
     }
+
+
+def _session_values(root: str, module: str, cls: str) -> dict[str, float]:
+    config = importlib.import_module(f"{root}.metrics.metrics_config")
+    definition = config.SessionMetricDef(session_var_name="sid", top_threshold=2)
+    task = config.RecTaskInfo(name="t", session_metric_def=definition)
+    metric = getattr(importlib.import_module(f"{root}.metrics.{module}"), cls)(
+        world_size=1, my_rank=0, batch_size=BATCH, tasks=[task], window_size=12
+    )
+    sessions = torch.tensor([0, 0, 0, 1, 1, 2, 2, 2])
+    for p, y, w in _batches(3):
+        one = lambda x: {"t": x[0]}  # noqa: E731
+        metric.update(
+            predictions=one(p), labels=one(y), weights=one(w), required_inputs={"sid": sessions}
+        )
+    return {k: float(v) for k, v in metric.compute().items()}
+
+
+@pytest.mark.parametrize(
+    "module, cls",
+    [("precision_session", "PrecisionSessionMetric"), ("recall_session", "RecallSessionMetric")],
+)
+def test_session_metrics_as_torchrec(module: str, cls: str) -> None:
+    ours, theirs = (
+        _session_values("shardrec", module, cls),
+        _session_values("torchrec", module, cls),
+    )
+    assert sorted(ours) == sorted(theirs)
+    for k, v in theirs.items():
+        assert ours[k] == pytest.approx(v, rel=1e-6), k
