@@ -144,6 +144,10 @@ def test_gauc_edge_cases() -> None:
     )
     out = metric.compute()
     assert float(out["gauc-t0|lifetime_gauc_num_samples"]) == 0.0
+    before = float(metric.compute()["gauc-t0|lifetime_gauc"])
+    empty = torch.zeros(1, 0)
+    metric.update(predictions=empty, labels=empty, weights=None, num_candidates=torch.zeros(0))
+    assert float(metric.compute()["gauc-t0|lifetime_gauc"]) == before  # an empty batch
     with pytest.raises(ValueError, match=r"num_candidates \[2, 1\] .* batch size 4"):
         metric.update(
             predictions=same_preds,

@@ -19,7 +19,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from shardrec_metrics.auc import _auc_of_samples
 from shardrec_metrics.rec._sum_computation import Formula, SumStatesComputation
 from shardrec_metrics.rec.computation import RecMetricException
 from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace
@@ -46,14 +45,43 @@ def group_sizes(num_candidates: Tensor, batch: int) -> list[int]:
     return sizes
 
 
-def _group_auc(predictions: Tensor, labels: Tensor, weights: Tensor) -> float | None:
-    """The group's weighted AUC, or None when one label class has no weight or all
-    predictions are equal."""
-    positive = float((labels * weights).sum())
-    negative = float(((1.0 - labels) * weights).sum())
-    if positive <= 0 or negative <= 0 or bool((predictions == predictions[0]).all()):
-        return None
-    return _auc_of_samples(torch.stack([predictions.double(), labels.double(), weights.double()]))
+def _group_aucs(
+    predictions: Tensor, labels: Tensor, weights: Tensor, group: Tensor, n_groups: int
+) -> tuple[Tensor, Tensor]:
+    """(n_groups,) weighted AUC of one task's groups (`group`: each sample's group index,
+    ascending), and whether each group counts. Vectorized: samples sorted by (group,
+    prediction); a run of equal (group, prediction) is a tie block whose positives win over
+    the negative weight below it in the group and half of the block's own."""
+    if predictions.numel() == 0:
+        zeros = torch.zeros(n_groups, dtype=torch.double)
+        return zeros, zeros > 0
+    by_prediction = torch.argsort(predictions, stable=True)
+    order = by_prediction[torch.argsort(group[by_prediction], stable=True)]
+    g, p = group[order], predictions[order]
+    pos = (labels * weights)[order].double()
+    neg = weights[order].double() - pos
+    starts = torch.ones_like(g, dtype=torch.bool)
+    starts[1:] = (g[1:] != g[:-1]) | (p[1:] != p[:-1])
+    block = torch.cumsum(starts.long(), dim=0) - 1
+    n_blocks = int(block[-1]) + 1
+    block_group = g[starts]
+    pos_block = torch.zeros(n_blocks, dtype=torch.double).index_add_(0, block, pos)
+    neg_block = torch.zeros(n_blocks, dtype=torch.double).index_add_(0, block, neg)
+    below = torch.cumsum(neg_block, dim=0) - neg_block  # negative weight before the block
+    group_zero = torch.zeros(n_groups, dtype=torch.double)
+    first = torch.full((n_groups,), n_blocks, dtype=torch.long).scatter_reduce_(
+        0, block_group, torch.arange(n_blocks), reduce="amin"
+    )
+    below = below - below[first.clamp(max=n_blocks - 1)][block_group]
+    wins = group_zero.index_add(0, block_group, pos_block * (below + 0.5 * neg_block))
+    pos_total = group_zero.index_add(0, block_group, pos_block)
+    neg_total = group_zero.index_add(0, block_group, neg_block)
+    blocks = torch.zeros(n_groups, dtype=torch.long).index_add_(
+        0, block_group, torch.ones_like(block_group)
+    )
+    counts = (pos_total > 0) & (neg_total > 0) & (blocks > 1)
+    auc = torch.where(counts, wins / (pos_total * neg_total).clamp(min=1e-300), group_zero)
+    return auc, counts
 
 
 def get_auc_states(
@@ -62,18 +90,20 @@ def get_auc_states(
     """Per task: the sum of the counted groups' AUC (`auc_sum`) and their count
     (`num_samples`), from (n_tasks, B) inputs."""
     sizes = group_sizes(num_candidates, labels.shape[-1])
-    n_tasks = labels.shape[0]
-    auc_sum = torch.zeros(n_tasks, dtype=torch.double)
-    counted = torch.zeros(n_tasks, dtype=torch.double)
+    group = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes, dtype=torch.long))
     w = torch.ones_like(labels) if weights is None else weights
-    for task in range(n_tasks):
-        groups = (torch.split(x[task], sizes) for x in (predictions, labels, w))
-        for p, y, v in zip(*groups, strict=True):
-            value = _group_auc(p, y, v) if p.numel() else None
-            if value is not None:
-                auc_sum[task] += value
-                counted[task] += 1
-    return {"auc_sum": auc_sum, "num_samples": counted}
+    auc_sum, counted = [], []
+    for task in range(labels.shape[0]):
+        auc, counts = _group_aucs(
+            predictions[task].double(), labels[task].double(), w[task], group, len(sizes)
+        )
+        auc_sum.append(auc.sum())
+        counted.append(counts.sum().double())
+    empty = torch.zeros(0, dtype=torch.double)
+    return {
+        "auc_sum": torch.stack(auc_sum) if auc_sum else empty,
+        "num_samples": torch.stack(counted) if counted else empty,
+    }
 
 
 def compute_window_auc(auc: Tensor, num_samples: Tensor) -> dict[str, Tensor]:
