@@ -57,15 +57,26 @@ def compute_threshold_idx(
 
 
 def get_pr_states(labels: Tensor, predictions: Tensor, weights: Tensor | None) -> dict[str, Tensor]:
-    """(n_tasks, THRESHOLD_GRANULARITY) weighted TP, FP and FN sums of (n_tasks, B) inputs."""
+    """(n_tasks, THRESHOLD_GRANULARITY) weighted TP, FP and FN sums of (n_tasks, B) inputs:
+    one sort per task, then each threshold's sums are cumulative sums read at its position."""
     w = torch.ones_like(predictions) if weights is None else weights
     thresholds = torch.linspace(0, 1, steps=THRESHOLD_GRANULARITY).double()
-    p = predictions.double()[..., None]
-    pos, neg = (w * labels).double()[..., None], (w * (1 - labels)).double()[..., None]
+    p, order = torch.sort(predictions.double(), dim=-1)
+    pos = (w * labels).double().gather(-1, order)
+    neg = w.double().gather(-1, order) - pos
+    t = thresholds.expand(p.shape[0], -1).contiguous()
+    below = torch.searchsorted(p, t, side="left")  # samples with p < t
+    at_most = torch.searchsorted(p, t, side="right")  # samples with p <= t
+
+    def first(values: Tensor, counts: Tensor) -> Tensor:  # sums of the first `counts` values
+        zero = torch.zeros_like(values[..., :1])
+        return torch.cat([zero, torch.cumsum(values, dim=-1)], dim=-1).gather(-1, counts)
+
+    from_top = p.shape[-1] - below  # samples with p >= t, summed from the largest p down
     return {
-        "true_pos_sum": ((p >= thresholds) * pos).sum(dim=-2),
-        "false_pos_sum": ((p >= thresholds) * neg).sum(dim=-2),
-        "false_neg_sum": ((p <= thresholds) * pos).sum(dim=-2),
+        "true_pos_sum": first(pos.flip(-1), from_top),
+        "false_pos_sum": first(neg.flip(-1), from_top),
+        "false_neg_sum": first(pos, at_most),
     }
 
 
