@@ -321,7 +321,7 @@ def test_generate_metric_module_from_a_config() -> None:
             rec_tasks=tasks, rec_metrics={RecMetricEnum.NE: RecMetricDef(rec_task_indices=[2])}
         )
     bad = MetricsConfig(
-        rec_tasks=tasks, rec_metrics={RecMetricEnum.NDCG: RecMetricDef(rec_tasks=tasks)}
+        rec_tasks=tasks, rec_metrics={RecMetricEnum.SERVING_AE_LOSS: RecMetricDef(rec_tasks=tasks)}
     )
     with pytest.raises(ValueError, match="not implemented"):
         generate_metric_module(RecMetricModule, bad, 4, 1, 0, {}, "cpu")

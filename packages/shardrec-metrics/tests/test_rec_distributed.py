@@ -8,6 +8,7 @@ import math
 import _rec_reference as ref
 import pytest
 import torch
+from _rec_data import random_batches
 
 from shardrec_metrics.rec import RecComputeMode, RecTaskInfo
 from shardrec_metrics.rec.auc import AUCMetric
@@ -22,17 +23,7 @@ TASKS = ["a", "b"]
 
 
 def _rank_data(rank: int) -> dict[str, list[ref.Batch]]:
-    g = torch.Generator().manual_seed(100 + rank)
-    out: dict[str, list[ref.Batch]] = {t: [] for t in TASKS}
-    for b in BATCHES[rank]:
-        for t in TASKS:
-            cols = [
-                torch.rand(b, generator=g, dtype=torch.double),
-                torch.randint(0, 2, (b,), generator=g).double(),
-                torch.rand(b, generator=g, dtype=torch.double),
-            ]
-            out[t].append(list(zip(*(c.tolist() for c in cols), strict=True)))
-    return out
+    return random_batches(100 + rank, BATCHES[rank], TASKS)
 
 
 def check_pooled(ctx: RankContext, mode_value: int, on_all: bool) -> dict[str, float]:

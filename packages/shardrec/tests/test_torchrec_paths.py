@@ -51,6 +51,19 @@ METRIC_MODULES = [
     "serving_ne",
     "serving_calibration",
     "rauc",
+    "ne_with_recalibration",
+    "calibration_with_recalibration",
+    "scalar",
+    "output",
+    "tower_qps",
+    "gauc",
+    "xauc",
+    "ndcg",
+    "segmented_ne",
+    "hindsight_target_pr",
+    "multi_label_precision",
+    "precision_session",
+    "recall_session",
 ]
 
 

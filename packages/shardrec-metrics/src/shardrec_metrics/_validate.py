@@ -20,6 +20,13 @@ def _require_tensor(name: str, value: object) -> Tensor:
     return value
 
 
+def check_int_at_least(name: str, value: object, least: int, meaning: str) -> int:
+    """`value` if it is an int >= `least`, else ValueError naming it and what to pass."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"{name} must be an int >= {least}, got {value!r}; pass {meaning}")
+    return value
+
+
 def check_window_size(window_size: int) -> int:
     if isinstance(window_size, bool) or not isinstance(window_size, int) or window_size <= 0:
         raise ValueError(

@@ -47,7 +47,8 @@ class Formula:
 
 
 class SumStatesComputation(BatchComputation):
-    """A computation whose states are (n_tasks,) float64 sums, each with a window.
+    """A computation whose states are (n_tasks,) (or `_state_shape()`) float64 sums, each
+    with a window.
 
     Subclasses declare `_state_names`, `_batch_sums` (called as `(labels, predictions,
     weights, *self._batch_sums_args())`) and `_formulas` (reported as every lifetime value in
@@ -67,11 +68,15 @@ class SumStatesComputation(BatchComputation):
         for name in self._state_names:
             self._add_state(
                 name,
-                torch.zeros(self._n_tasks, dtype=torch.double),
+                torch.zeros(self._state_shape(), dtype=torch.double),
                 add_window_state=True,
                 dist_reduce_fx="sum",
                 persistent=True,
             )
+
+    def _state_shape(self) -> tuple[int, ...]:
+        """Each state's shape: one sum per task, or (n_tasks, k) sums (k thresholds, ...)."""
+        return (self._n_tasks,)
 
     def _batch_sums_args(self) -> tuple[Any, ...]:
         """What `_batch_sums` takes after (labels, predictions, weights)."""

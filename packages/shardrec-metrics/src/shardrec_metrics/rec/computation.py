@@ -94,7 +94,8 @@ class RecMetricComputation(nn.Module, abc.ABC):
     """States and formulas of one metric for `n_tasks` tasks (subclasses: update, _compute).
 
     `_add_state(name, default, add_window_state, dist_reduce_fx)`: a tensor default is summed
-    over ranks (`dist_reduce_fx="sum"`); a list default holds (n_tasks, N) sample tensors that
+    over ranks (`dist_reduce_fx="sum"`; `"max"` takes the largest rank's value, `"any"` whether
+    any rank's is nonzero); a list default holds (n_tasks, N) sample tensors that
     are concatenated over ranks (`"cat"`).
     """
 
@@ -162,9 +163,9 @@ class RecMetricComputation(nn.Module, abc.ABC):
         dist_reduce_fx: str = "sum",
         persistent: bool = False,
     ) -> None:
-        if dist_reduce_fx not in ("sum", "any", "cat"):
+        if dist_reduce_fx not in ("sum", "any", "max", "cat"):
             raise ValueError(
-                f"dist_reduce_fx must be 'sum', 'any' or 'cat', got {dist_reduce_fx!r}"
+                f"dist_reduce_fx must be 'sum', 'any', 'max' or 'cat', got {dist_reduce_fx!r}"
             )
         names = [name]
         if add_window_state:
@@ -187,12 +188,20 @@ class RecMetricComputation(nn.Module, abc.ABC):
         self._windows[window_name].aggregate_state(getattr(self, window_name), state, num_samples)
 
     def _add_states(
-        self, states: Mapping[str, Tensor], num_samples: int, window: bool = True
+        self,
+        states: Mapping[str, Tensor],
+        num_samples: int,
+        window: bool = True,
+        latest: bool = False,
     ) -> None:
-        """Add one batch's per-task sums to the lifetime (and window) states."""
+        """Add one batch's per-task sums to the lifetime (and window) states; with `latest`,
+        the lifetime states become the batch's values instead (TorchRec's scalar, output)."""
         for name, value in states.items():
             state = getattr(self, name)
-            state += value.to(state.dtype)
+            if latest:
+                state.copy_(value.expand_as(state))
+            else:
+                state += value.to(state.dtype)
             if window:
                 self._aggregate_window_state(name, value.to(state.dtype), num_samples)
 
@@ -240,18 +249,22 @@ class RecMetricComputation(nn.Module, abc.ABC):
             return
         sums = [n for n in self._defaults if self._reductions[n] != "cat"]
         if sums:
-            flat = torch.cat(
-                [cast(Tensor, local[n]).detach().double().reshape(-1).cpu() for n in sums]
-            )
-            total = all_reduce_sum(flat, group)
+            # one all-reduce for every tensor state; a "max" state is sent in this rank's row
+            # of a (world, numel) block of zeros, so the sum holds every rank's values
+            world, rank = dist.get_world_size(group), dist.get_rank(group)
+            parts = [_row(cast(Tensor, local[n]), rank, world, self._reductions[n]) for n in sums]
+            total = all_reduce_sum(torch.cat(parts), group)
             at = 0
-            for n in sums:
+            for n, sent in zip(sums, parts, strict=True):
                 t = local[n]
                 assert isinstance(t, Tensor)
-                part = total[at : at + t.numel()].reshape(t.shape)
-                at += t.numel()
-                value = (part > 0) if self._reductions[n] == "any" else part.detach()
-                setattr(self, n, value.to(dtype=t.dtype, device=t.device))
+                part = total[at : at + sent.numel()]
+                at += sent.numel()
+                if self._reductions[n] == "max":
+                    value = part.reshape(world, *t.shape).amax(dim=0)
+                else:
+                    value = (part > 0) if self._reductions[n] == "any" else part
+                setattr(self, n, value.reshape(t.shape).to(dtype=t.dtype, device=t.device))
         for n in self._defaults:
             if self._reductions[n] == "cat":
                 samples = _cat_samples(cast(list[Tensor], local[n]), self._n_tasks)
@@ -330,6 +343,28 @@ class BatchComputation(RecMetricComputation):
         self, predictions: Tensor, labels: Tensor, weights: Tensor, **kwargs: Any
     ) -> None:
         """Add one checked batch of (n_tasks, B) tensors."""
+
+
+def _row(state: Tensor, rank: int, world: int, reduction: str) -> Tensor:
+    """What a rank sends for `state` in the all-reduce: its values, or for "max" its values
+    in row `rank` of (world, numel) zeros."""
+    flat = state.detach().double().reshape(-1).cpu()
+    if reduction != "max":
+        return flat
+    rows = torch.zeros((world, flat.numel()), dtype=torch.double)
+    rows[rank] = flat
+    return rows.reshape(-1)
+
+
+def required_input(kwargs: Mapping[str, Any], name: str, metric: str) -> Tensor:
+    """The tensor `name` among an update's `required_inputs`, else RecMetricException."""
+    value = (kwargs.get("required_inputs") or {}).get(name)
+    if not isinstance(value, Tensor):
+        raise RecMetricException(
+            f"{metric} needs the required input {name!r} with every update; RecMetricModule "
+            "passes it from the model output of that name"
+        )
+    return value
 
 
 def _cat_samples(chunks: list[Tensor], n_tasks: int) -> Tensor:

@@ -26,7 +26,9 @@ from shardrec_metrics.rec.auprc import AUPRCMetric
 from shardrec_metrics.rec.average import AverageMetric
 from shardrec_metrics.rec.cali_free_ne import CaliFreeNEMetric
 from shardrec_metrics.rec.calibration import CalibrationMetric
+from shardrec_metrics.rec.calibration_with_recalibration import RecalibratedCalibrationMetric
 from shardrec_metrics.rec.ctr import CTRMetric
+from shardrec_metrics.rec.hindsight_target_pr import HindsightTargetPRMetric
 from shardrec_metrics.rec.mae import MAEMetric
 from shardrec_metrics.rec.metrics_config import (
     BatchSizeStage,
@@ -44,24 +46,34 @@ from shardrec_metrics.rec.metrics_namespace import (
 )
 from shardrec_metrics.rec.model_utils import parse_task_model_outputs
 from shardrec_metrics.rec.mse import MSEMetric
+from shardrec_metrics.rec.multi_label_precision import MultiLabelPrecisionMetric
 from shardrec_metrics.rec.multiclass_recall import MulticlassRecallMetric
+from shardrec_metrics.rec.ndcg import NDCGMetric
 from shardrec_metrics.rec.ne import NEMetric
 from shardrec_metrics.rec.ne_positive import NEPositiveMetric
+from shardrec_metrics.rec.ne_with_recalibration import RecalibratedNEMetric
 from shardrec_metrics.rec.nmse import NMSEMetric
 from shardrec_metrics.rec.num_missing_labels import NumMissingLabelsMetric
 from shardrec_metrics.rec.num_positive_samples import NumPositiveSamplesMetric
+from shardrec_metrics.rec.output import OutputMetric
 from shardrec_metrics.rec.precision import PrecisionMetric
+from shardrec_metrics.rec.precision_session import PrecisionSessionMetric
 from shardrec_metrics.rec.rauc import RAUCMetric
 from shardrec_metrics.rec.rec_metric import RecMetric, RecMetricList
 from shardrec_metrics.rec.recall import RecallMetric
+from shardrec_metrics.rec.recall_session import RecallSessionMetric
+from shardrec_metrics.rec.scalar import ScalarMetric
+from shardrec_metrics.rec.segmented_ne import SegmentedNEMetric
 from shardrec_metrics.rec.serving_calibration import ServingCalibrationMetric
 from shardrec_metrics.rec.serving_ne import ServingNEMetric
 from shardrec_metrics.rec.sum_weights import SumWeightsMetric
 from shardrec_metrics.rec.tensor_weighted_avg import TensorWeightedAvgMetric
 from shardrec_metrics.rec.throughput import ThroughputMetric
+from shardrec_metrics.rec.tower_qps import TowerQPSMetric
 from shardrec_metrics.rec.unweighted_ne import UnweightedNEMetric
 from shardrec_metrics.rec.weighted_avg import WeightedAvgMetric
 from shardrec_metrics.rec.weighted_sum_predictions import WeightedSumPredictionsMetric
+from shardrec_metrics.rec.xauc import XAUCMetric
 
 __all__ = [
     "REC_METRICS_MAPPING",
@@ -102,8 +114,20 @@ REC_METRICS_MAPPING: dict[RecMetricEnumBase, type[RecMetric]] = {
     RecMetricEnum.NUM_POSITIVE_SAMPLES: NumPositiveSamplesMetric,
     RecMetricEnum.NUM_MISSING_LABELS: NumMissingLabelsMetric,
     RecMetricEnum.WEIGHTED_SUM_PREDICTIONS: WeightedSumPredictionsMetric,
+    RecMetricEnum.RECALIBRATED_NE: RecalibratedNEMetric,
+    RecMetricEnum.RECALIBRATED_CALIBRATION: RecalibratedCalibrationMetric,
+    RecMetricEnum.SCALAR: ScalarMetric,
+    RecMetricEnum.OUTPUT: OutputMetric,
+    RecMetricEnum.TOWER_QPS: TowerQPSMetric,
+    RecMetricEnum.XAUC: XAUCMetric,
+    RecMetricEnum.NDCG: NDCGMetric,
+    RecMetricEnum.SEGMENTED_NE: SegmentedNEMetric,
+    RecMetricEnum.HINDSIGHT_TARGET_PR: HindsightTargetPRMetric,
+    RecMetricEnum.MULTI_LABEL_PRECISION: MultiLabelPrecisionMetric,
+    RecMetricEnum.PRECISION_SESSION_LEVEL: PrecisionSessionMetric,
+    RecMetricEnum.RECALL_SESSION_LEVEL: RecallSessionMetric,
 }
-"""The metrics shardrec implements (docs/porting.md lists TorchRec's others and why not)."""
+"""Every metric of TorchRec 1.8's mapping, under the same enum members and class names."""
 
 STATE_METRICS_NAMESPACE_MAPPING: dict[StateMetricEnum, MetricNamespace] = {
     StateMetricEnum.OPTIMIZERS: MetricNamespace.OPTIMIZERS,

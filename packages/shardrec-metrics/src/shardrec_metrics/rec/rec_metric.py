@@ -307,8 +307,7 @@ class RecMetric(_Parts, nn.Module):
             extra = dict(kwargs)
             if required is not None:
                 extra["required_inputs"] = {
-                    k: v.reshape(lab.shape) if v.numel() > 1 else v.expand(lab.shape)
-                    for k, v in required.items()
+                    k: _per_sample(k, v, lab.shape) for k, v in required.items()
                 }
             computation.update(predictions=pred, labels=lab, weights=w, **extra)
 
@@ -371,6 +370,18 @@ class RecMetric(_Parts, nn.Module):
                 for t in window.buffers:
                     out[t] = t.numel() * t.element_size()
         return out
+
+
+def _per_sample(name: str, value: Tensor, shape: torch.Size) -> Tensor:
+    """A required input as one value per sample of a (1, B) task batch (a scalar repeats)."""
+    if value.numel() == 1:
+        return value.expand(shape)
+    if value.numel() != shape.numel():
+        raise ValueError(
+            f"required input {name!r} has {value.numel()} values for a batch of "
+            f"{shape.numel()}; pass one value per sample"
+        )
+    return value.reshape(shape)
 
 
 def _check_shapes(where: str, pred: Tensor, lab: Tensor, w: Tensor) -> None:
