@@ -114,14 +114,7 @@ class ThroughputMetric(nn.Module):
             state_dict[f"{prefix}num_batch"] = torch.tensor(module._num_batch, dtype=torch.long)
 
     def load_state_dict_hook(
-        self,
-        state_dict: dict[str, Tensor],
-        prefix: str,
-        local_metadata: object,
-        strict: bool,
-        missing_keys: list[str],
-        unexpected_keys: list[str],
-        error_msgs: list[str],
+        self, state_dict: dict[str, Tensor], prefix: str, *_unused: object
     ) -> None:
         """Restores the iteration count saved by `state_dict_hook` (ignored without stages)."""
         saved = state_dict.pop(f"{prefix}num_batch", None)
