@@ -5,32 +5,21 @@ from __future__ import annotations
 import pytest
 from _planner_models import make_ebc, sharder
 
-from shardrec_planner import (
-    EmbeddingComputeKernel,
-    ShardingType,
-    column_wise,
-    construct_module_sharding_plan,
-    data_parallel,
-    grid_shard,
-    row_wise,
-    table_column_wise,
-    table_row_wise,
-    table_wise,
-)
+from shardrec_planner import EmbeddingComputeKernel, ShardingType, manual
 
 SPEC = [("t0", 100, 64), ("t1", 10, 64), ("t2", 50, 64), ("t3", 9, 32), ("t4", 20, 16)]
 
 
 def test_issue_example() -> None:
     ebc = make_ebc(SPEC)
-    plan = construct_module_sharding_plan(
+    plan = manual.construct_module_sharding_plan(
         ebc,
         {
-            "t0": table_wise(rank=0),
-            "t1": row_wise(),
-            "t2": column_wise(ranks=[0, 1]),
-            "t3": table_row_wise(host_index=0),
-            "t4": data_parallel(),
+            "t0": manual.table_wise(rank=0),
+            "t1": manual.row_wise(),
+            "t2": manual.column_wise(ranks=[0, 1]),
+            "t3": manual.table_row_wise(host_index=0),
+            "t4": manual.data_parallel(),
         },
         world_size=4,
         local_world_size=2,
@@ -52,9 +41,12 @@ def test_issue_example() -> None:
 
 def test_grid_and_table_column_wise() -> None:
     ebc = make_ebc([("g", 10, 256), ("c", 4, 512)])
-    plan = construct_module_sharding_plan(
+    plan = manual.construct_module_sharding_plan(
         ebc,
-        {"g": grid_shard(host_indexes=[1, 0]), "c": table_column_wise(ranks=[2, 3, 2, 3])},
+        {
+            "g": manual.grid_shard(host_indexes=[1, 0]),
+            "c": manual.table_column_wise(ranks=[2, 3, 2, 3]),
+        },
         world_size=4,
         local_world_size=2,
         sharder=sharder(),
@@ -72,8 +64,8 @@ def test_grid_and_table_column_wise() -> None:
 
 def test_column_wise_without_ranks_uses_blocks_of_128() -> None:
     ebc = make_ebc([("c", 4, 384), ("s", 4, 64)])
-    plan = construct_module_sharding_plan(
-        ebc, {"c": column_wise(), "s": column_wise()}, world_size=2
+    plan = manual.construct_module_sharding_plan(
+        ebc, {"c": manual.column_wise(), "s": manual.column_wise()}, world_size=2
     )
     assert plan["c"].ranks == [0, 1, 0]
     assert [s.shard_sizes for s in plan["c"].shards] == [(4, 128)] * 3
@@ -83,26 +75,33 @@ def test_column_wise_without_ranks_uses_blocks_of_128() -> None:
 @pytest.mark.parametrize(
     ("gen", "message"),
     [
-        (table_wise(rank=4), "rank 4 is out of range for world size 4"),
-        (column_wise(ranks=[0, 1, 2]), r"dim 64 cannot be split evenly across ranks \[0, 1, 2\]"),
-        (table_row_wise(host_index=2), "host_index 2 is out of range"),
-        (grid_shard(host_indexes=[0, 1]), r"1 column block.*2 host index"),
-        (table_column_wise(ranks=[1, 2]), r"ranks \[1, 2\] span hosts \[0, 1\]"),
+        (manual.table_wise(rank=4), "rank 4 is out of range for world size 4"),
+        (
+            manual.column_wise(ranks=[0, 1, 2]),
+            r"dim 64 cannot be split evenly across ranks \[0, 1, 2\]",
+        ),
+        (manual.table_row_wise(host_index=2), "host_index 2 is out of range"),
+        (manual.grid_shard(host_indexes=[0, 1]), r"1 column block.*2 host index"),
+        (manual.table_column_wise(ranks=[1, 2]), r"ranks \[1, 2\] span hosts \[0, 1\]"),
     ],
 )
 def test_bad_helper_arguments(gen: object, message: str) -> None:
     ebc = make_ebc([("t", 8, 64)])
     with pytest.raises(ValueError, match=message):
-        construct_module_sharding_plan(ebc, {"t": gen}, world_size=4, local_world_size=2)  # type: ignore[dict-item]
+        manual.construct_module_sharding_plan(ebc, {"t": gen}, world_size=4, local_world_size=2)  # type: ignore[dict-item]
 
 
 def test_every_table_must_be_named() -> None:
     ebc = make_ebc([("a", 8, 8), ("b", 8, 8)])
     with pytest.raises(ValueError, match=r"missing \['b'\], unknown \['z'\]"):
-        construct_module_sharding_plan(ebc, {"a": row_wise(), "z": row_wise()}, world_size=2)
+        manual.construct_module_sharding_plan(
+            ebc, {"a": manual.row_wise(), "z": manual.row_wise()}, world_size=2
+        )
 
 
 def test_bad_world() -> None:
     ebc = make_ebc([("a", 8, 8)])
     with pytest.raises(ValueError, match="local_world_size 3 must be >= 1 and divide world_size 4"):
-        construct_module_sharding_plan(ebc, {"a": row_wise()}, world_size=4, local_world_size=3)
+        manual.construct_module_sharding_plan(
+            ebc, {"a": manual.row_wise()}, world_size=4, local_world_size=3
+        )
