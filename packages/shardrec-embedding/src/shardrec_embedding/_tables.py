@@ -34,6 +34,8 @@ __all__ = [
 class WeightsDevice(nn.Module):
     """`device`: where the module's weights live (CPU for a module without parameters)."""
 
+    __jit_unused_properties__ = ["device"]  # noqa: RUF012  # read by torch.jit.script
+
     @property
     def device(self) -> torch.device:
         for p in self.parameters():
@@ -47,6 +49,10 @@ class PackedCollection(WeightsDevice):
     `.to()`, `.half()`, `to_empty()` give each weight its own storage: `_apply` re-packs the
     groups so the next forward is one lookup per group again.
     """
+
+    # Python-only state (set by `_pack_tables`) a scripted forward never reads; subclasses
+    # add their own.
+    __jit_ignored_attributes__ = ["_plan", "_grouped", "_workspaces"]  # noqa: RUF012
 
     if TYPE_CHECKING:  # for mypy only: torch.jit.script would read class annotations
         _plan: TablePlan

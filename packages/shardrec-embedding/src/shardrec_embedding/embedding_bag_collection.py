@@ -68,14 +68,8 @@ class EmbeddingBagCollection(PooledCollectionAPI, TorchScriptable, PackedCollect
     draw, then the configs' inits, in TorchRec's order).
     """
 
-    __jit_unused_properties__ = ["device"]  # noqa: RUF012  # read by torch.jit.script
     # Python-only state the scripted forward never reads.
-    __jit_ignored_attributes__ = [  # noqa: RUF012
-        "_configs",
-        "_plan",
-        "_grouped",
-        "_workspaces",
-    ]
+    __jit_ignored_attributes__ = [*PackedCollection.__jit_ignored_attributes__, "_configs"]  # noqa: RUF012
 
     def __init__(
         self,

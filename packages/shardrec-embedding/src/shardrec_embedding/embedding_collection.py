@@ -50,13 +50,10 @@ class EmbeddingCollection(TorchScriptable, PackedCollection):
     TorchRec's initial weights (see `EmbeddingBagCollection`).
     """
 
-    __jit_unused_properties__ = ["device"]  # noqa: RUF012  # read by torch.jit.script
     # Python-only state the scripted forward never reads.
     __jit_ignored_attributes__ = [  # noqa: RUF012
+        *PackedCollection.__jit_ignored_attributes__,
         "_embedding_configs",
-        "_plan",
-        "_grouped",
-        "_workspaces",
     ]
 
     def __init__(
