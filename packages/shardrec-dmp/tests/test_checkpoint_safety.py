@@ -134,10 +134,6 @@ def on_one_rank(pool_factory: object, fn: object, tmp_path: object, *args: objec
     assert pool_factory(1).run(fn, str(tmp_path), *args) == [True]  # type: ignore[operator]
 
 
-def test_round_trip_records_every_file(pool_factory: object, tmp_path: object) -> None:
-    on_one_rank(pool_factory, _round_trip_is_bit_exact_and_every_file_is_recorded, tmp_path)
-
-
 def _damaged_manifest_is_named(ctx: RankContext, tmp: str, text: str, message: str) -> bool:
     path, other = saved(ctx, tmp)
     with open(f"{path}/shardrec.json", "w", encoding="latin-1") as f:
@@ -190,10 +186,6 @@ def _truncated_and_missing_files_are_named(ctx: RankContext, tmp: str) -> bool:
     return True
 
 
-def test_truncated_and_missing_files_are_named(pool_factory: object, tmp_path: object) -> None:
-    on_one_rank(pool_factory, _truncated_and_missing_files_are_named, tmp_path)
-
-
 def crafted_metadata(path: str, marker: str) -> None:
     with open(f"{path}/.metadata", "wb") as f:
         pickle.dump(Payload(marker), f)
@@ -219,10 +211,6 @@ def _crafted_metadata_runs_nothing(ctx: RankContext, tmp: str) -> bool:
     return True
 
 
-def test_crafted_metadata_runs_nothing(pool_factory: object, tmp_path: object) -> None:
-    on_one_rank(pool_factory, _crafted_metadata_runs_nothing, tmp_path)
-
-
 def _metadata_pointing_outside_the_checkpoint_is_refused(ctx: RankContext, tmp: str) -> bool:
     path, other = saved(ctx, tmp)
     metadata = read_dcp_metadata(path)
@@ -234,10 +222,6 @@ def _metadata_pointing_outside_the_checkpoint_is_refused(ctx: RankContext, tmp: 
     with pytest.raises(CheckpointError, match=r"points at '\.\./elsewhere\.distcp'"):
         load(path, other)
     return True
-
-
-def test_metadata_pointing_outside_is_refused(pool_factory: object, tmp_path: object) -> None:
-    on_one_rank(pool_factory, _metadata_pointing_outside_the_checkpoint_is_refused, tmp_path)
 
 
 def _crafted_non_tensor_value_runs_nothing(ctx: RankContext, tmp: str) -> bool:
@@ -256,10 +240,6 @@ def _crafted_non_tensor_value_runs_nothing(ctx: RankContext, tmp: str) -> bool:
         load(path, other, {"opt": fresh})
     assert not os.path.exists(marker)
     return True
-
-
-def test_crafted_non_tensor_value_runs_nothing(pool_factory: object, tmp_path: object) -> None:
-    on_one_rank(pool_factory, _crafted_non_tensor_value_runs_nothing, tmp_path)
 
 
 def _torch_bytes(obj: object) -> bytes:
@@ -294,10 +274,6 @@ def _crafted_tensor_runs_nothing(ctx: RankContext, tmp: str) -> bool:
         load(path, other)
     assert not os.path.exists(marker)
     return True
-
-
-def test_crafted_tensor_runs_nothing(pool_factory: object, tmp_path: object) -> None:
-    on_one_rank(pool_factory, _crafted_tensor_runs_nothing, tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -339,10 +315,6 @@ def _checkpoint_without_checksums_loads_with_a_warning(ctx: RankContext, tmp: st
     return True
 
 
-def test_no_checksums_loads_with_warning(pool_factory: object, tmp_path: object) -> None:
-    on_one_rank(pool_factory, _checkpoint_without_checksums_loads_with_a_warning, tmp_path)
-
-
 def flipped_on_every_rank(ctx: RankContext, path: str) -> str:
     """Rank 1's data file damaged: every rank raises the same error, the model untouched."""
     dmp, opt = wrap(ShardingEnv.from_process_group(ctx.pg), "a")
@@ -368,3 +340,21 @@ def test_every_rank_reports_the_damaged_file(pool_factory: object, tmp_path: obj
     messages = pool_factory(2).run(flipped_on_every_rank, path)  # type: ignore[operator]
     assert messages[0] == messages[1]
     assert f"checkpoint '{path}': file '__1_0.distcp' is damaged" in messages[0]
+
+
+# One-rank cases without parameters: each function runs on the shared one-rank pool and
+# returns True (the test id is the case's name).
+_ONE_RANK_CASES = [
+    _round_trip_is_bit_exact_and_every_file_is_recorded,
+    _truncated_and_missing_files_are_named,
+    _crafted_metadata_runs_nothing,
+    _metadata_pointing_outside_the_checkpoint_is_refused,
+    _crafted_non_tensor_value_runs_nothing,
+    _crafted_tensor_runs_nothing,
+    _checkpoint_without_checksums_loads_with_a_warning,
+]
+
+
+@pytest.mark.parametrize("case", _ONE_RANK_CASES, ids=lambda fn: fn.__name__.lstrip("_"))
+def test_one_rank_case(pool_factory: object, tmp_path: object, case: object) -> None:
+    on_one_rank(pool_factory, case, tmp_path)

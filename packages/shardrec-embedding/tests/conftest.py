@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from shardrec_embedding import BaseEmbeddingConfig, EmbeddingBagConfig, PoolingType
+from shardrec_embedding._grouping import embedding_names_by_table
 from shardrec_embedding.fused.lookup import fused_update
 from shardrec_jagged import JaggedTensor, KeyedJaggedTensor
 from shardrec_optim import FusedOptimSpec, init_state
@@ -54,20 +55,14 @@ def random_kjt(
     )
 
 
-def names_by_table(tables: Sequence[BaseEmbeddingConfig]) -> list[list[str]]:
-    count: dict[str, int] = {}
-    for t in tables:
-        for f in t.feature_names:
-            count[f] = count.get(f, 0) + 1
-    return [[f if count[f] == 1 else f"{f}@{t.name}" for f in t.feature_names] for t in tables]
-
-
 def _table_features(
     tables: Sequence[_Table], weights: dict[str, torch.Tensor], kjt: KeyedJaggedTensor
 ) -> Iterator[tuple[_Table, str, torch.Tensor, JaggedTensor]]:
     """(table, output key, fp32 weight, the feature's JaggedTensor) per table and feature."""
     jts = kjt.to_dict()
-    for t, names in zip(tables, names_by_table(tables), strict=True):
+    # The output keys follow the package's naming rule (`feature@table` for a shared feature),
+    # which the collections' tests pin with literal keys.
+    for t, names in zip(tables, embedding_names_by_table(tables), strict=True):
         w = weights[t.name].float()
         for f, name in zip(t.feature_names, names, strict=True):
             yield t, name, w, jts[f]

@@ -22,20 +22,20 @@ from shardrec_embedding import (
 from shardrec_jagged import KeyedJaggedTensor, symbolic_trace
 from shardrec_testing import assert_close
 
+# (name, rows, dim, features, pooling): "f1" is read by two tables, one of them MEAN.
+_BAG_SPECS = [
+    ("t1", 10, 3, ["f1", "f3"], PoolingType.SUM),
+    ("t2", 7, 4, ["f1"], PoolingType.MEAN),
+    ("t3", 5, 2, ["f2"], PoolingType.SUM),
+]
+
 
 def _bag_tables() -> list[EmbeddingBagConfig]:
     return [
         EmbeddingBagConfig(
-            name="t1", num_embeddings=10, embedding_dim=3, feature_names=["f1", "f3"]
-        ),
-        EmbeddingBagConfig(
-            name="t2",
-            num_embeddings=7,
-            embedding_dim=4,
-            feature_names=["f1"],
-            pooling=PoolingType.MEAN,
-        ),
-        EmbeddingBagConfig(name="t3", num_embeddings=5, embedding_dim=2, feature_names=["f2"]),
+            name=name, num_embeddings=rows, embedding_dim=dim, feature_names=feats, pooling=pool
+        )
+        for name, rows, dim, feats, pool in _BAG_SPECS
     ]
 
 

@@ -22,30 +22,16 @@ from shardrec_jagged import KeyedJaggedTensor, script_fields
 from shardrec_planner import ParameterConstraints, PlannerError
 from shardrec_sharding import ShardedQuantEmbeddingBagCollection, shard_quant_model
 
+# (name, rows, dim, features): "a" is read by two tables.
+_TABLE_SPECS = [("big", 41, 256, ["a", "b"]), ("small", 13, 8, ["c"]), ("other", 30, 16, ["a"])]
+
 
 def _tables(pooling: PoolingType) -> list[EmbeddingBagConfig]:
     return [
         EmbeddingBagConfig(
-            name="big",
-            num_embeddings=41,
-            embedding_dim=256,
-            feature_names=["a", "b"],
-            pooling=pooling,
-        ),
-        EmbeddingBagConfig(
-            name="small",
-            num_embeddings=13,
-            embedding_dim=8,
-            feature_names=["c"],
-            pooling=pooling,
-        ),
-        EmbeddingBagConfig(
-            name="other",
-            num_embeddings=30,
-            embedding_dim=16,
-            feature_names=["a"],
-            pooling=pooling,
-        ),
+            name=name, num_embeddings=rows, embedding_dim=dim, feature_names=feats, pooling=pooling
+        )
+        for name, rows, dim, feats in _TABLE_SPECS
     ]
 
 

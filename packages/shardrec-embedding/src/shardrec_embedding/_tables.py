@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from shardrec_embedding._grouping import TablePlan
-from shardrec_embedding.batched_lookup import allocate_packed, packed_weight, repack_
-from shardrec_embedding.configs import TRAINABLE_DATA_TYPES, BaseEmbeddingConfig
+from shardrec_embedding.batched_lookup import (
+    GradWorkspace,
+    allocate_packed,
+    packed_weight,
+    repack_,
+)
+from shardrec_embedding.configs import TRAINABLE_DATA_TYPES, BaseEmbeddingConfig, PoolingType
 from shardrec_jagged import KeyedJaggedTensor, register_torchscript_types
 
 __all__ = [
+    "PackedCollection",
+    "WeightsDevice",
     "build_packed_modules",
     "check_features",
     "group_weights",
@@ -21,6 +29,61 @@ __all__ = [
     "repack_all",
     "validate_tables",
 ]
+
+
+class WeightsDevice(nn.Module):
+    """`device`: where the module's weights live (CPU for a module without parameters)."""
+
+    __jit_unused_properties__ = ["device"]  # noqa: RUF012  # read by torch.jit.script
+
+    @property
+    def device(self) -> torch.device:
+        for p in self.parameters():
+            return p.device
+        return torch.device("cpu")
+
+
+class PackedCollection(WeightsDevice):
+    """Base of the float collections, whose tables are packed per lookup group (`_grouped`).
+
+    `.to()`, `.half()`, `to_empty()` give each weight its own storage: `_apply` re-packs the
+    groups so the next forward is one lookup per group again.
+    """
+
+    # Python-only state (set by `_pack_tables`) a scripted forward never reads; subclasses
+    # add their own.
+    __jit_ignored_attributes__ = ["_plan", "_grouped", "_workspaces"]  # noqa: RUF012
+
+    if TYPE_CHECKING:  # for mypy only: torch.jit.script would read class annotations
+        _plan: TablePlan
+        _grouped: list[list[nn.Module]]
+        _workspaces: list[GradWorkspace]
+        _table_features: list[list[str]]
+
+    def _pack_tables(
+        self,
+        tables: Sequence[BaseEmbeddingConfig],
+        poolings: Sequence[PoolingType],
+        device: torch.device | str | None,
+        make: Callable[[BaseEmbeddingConfig, torch.Tensor], nn.Module],
+    ) -> nn.ModuleDict:
+        """The table modules (`build_packed_modules`) of `tables`, grouped by `TablePlan`.
+
+        Sets `_plan`, `_grouped` (each group's modules), `_workspaces` (each group's reused
+        gradient buffer) and `_table_features` (per table, the features it reads, in output
+        order: the plain forward's loop).
+        """
+        self._plan = TablePlan(tables, list(poolings))
+        modules = build_packed_modules(tables, self._plan, device, make)
+        self._grouped = [[modules[tables[i].name] for i in g.tables] for g in self._plan.groups]
+        self._workspaces = [GradWorkspace() for _ in self._plan.groups]
+        self._table_features = features_by_table(tables, self._plan)
+        return modules
+
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> nn.Module:
+        result: nn.Module = super()._apply(fn, recurse)  # type: ignore[no-untyped-call]  # untyped in torch
+        repack_all(self._grouped)
+        return result
 
 
 def validate_tables(

@@ -2,27 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
 
-from shardrec_embedding._grouping import TablePlan
 from shardrec_embedding._native import native_applies, native_pooled_lookup
 from shardrec_embedding._pooled_api import PooledCollectionAPI
 from shardrec_embedding._tables import (
-    build_packed_modules,
+    PackedCollection,
     check_features,
-    features_by_table,
     group_weights,
     materialize_and_init,
     module_weight,
-    repack_all,
     tables_on_meta,
     traced_input,
     validate_tables,
 )
-from shardrec_embedding.batched_lookup import GradWorkspace, batched_embedding_bag, split_rows
+from shardrec_embedding.batched_lookup import batched_embedding_bag, split_rows
 from shardrec_embedding.configs import (
     BaseEmbeddingConfig,
     EmbeddingBagConfig,
@@ -36,7 +33,7 @@ __all__ = ["EmbeddingBagCollection"]
 _OWNER = "EmbeddingBagCollection"
 
 
-class EmbeddingBagCollection(PooledCollectionAPI, TorchScriptable, nn.Module):
+class EmbeddingBagCollection(PooledCollectionAPI, TorchScriptable, PackedCollection):
     """Pooled embeddings of a list of tables (TorchRec's `EmbeddingBagCollection`).
 
     Args:
@@ -71,14 +68,8 @@ class EmbeddingBagCollection(PooledCollectionAPI, TorchScriptable, nn.Module):
     draw, then the configs' inits, in TorchRec's order).
     """
 
-    __jit_unused_properties__ = ["device"]  # noqa: RUF012  # read by torch.jit.script
     # Python-only state the scripted forward never reads.
-    __jit_ignored_attributes__ = [  # noqa: RUF012
-        "_configs",
-        "_plan",
-        "_grouped",
-        "_workspaces",
-    ]
+    __jit_ignored_attributes__ = [*PackedCollection.__jit_ignored_attributes__, "_configs"]  # noqa: RUF012
 
     def __init__(
         self,
@@ -105,14 +96,9 @@ class EmbeddingBagCollection(PooledCollectionAPI, TorchScriptable, nn.Module):
         self._configs = bag_configs
         self._is_weighted = is_weighted
         self._check_ids = check_ids
-        self._plan = TablePlan(bag_configs, [t.pooling for t in bag_configs])
-        self.embedding_bags: nn.ModuleDict = build_packed_modules(
-            bag_configs, self._plan, device, _make_bag
+        self.embedding_bags: nn.ModuleDict = self._pack_tables(
+            bag_configs, [t.pooling for t in bag_configs], device, _make_bag
         )
-        self._grouped: list[list[nn.Module]] = [
-            [self.embedding_bags[bag_configs[i].name] for i in g.tables] for g in self._plan.groups
-        ]
-        self._workspaces = [GradWorkspace() for _ in self._plan.groups]
         self._embedding_names = [s.embedding_name for s in self._plan.segments]
         self._lengths_per_embedding = [s.dim for s in self._plan.segments]
         self._segment_tables = [s.table_index for s in self._plan.segments]
@@ -122,8 +108,6 @@ class EmbeddingBagCollection(PooledCollectionAPI, TorchScriptable, nn.Module):
         self._segment_names = "\x1f".join(
             part for s in self._plan.segments for part in (s.feature, s.table)
         )
-        # Per table, the features it pools, in output order (the plain forward's loop).
-        self._table_features = features_by_table(bag_configs, self._plan)
         if not tables_on_meta(self.embedding_bags):
             with torch.no_grad():
                 for t in bag_configs:
@@ -225,12 +209,6 @@ class EmbeddingBagCollection(PooledCollectionAPI, TorchScriptable, nn.Module):
                 out[i] = view
         return out
 
-    @property
-    def device(self) -> torch.device:
-        for p in self.parameters():
-            return p.device
-        return torch.device("cpu")
-
     def reset_parameters(self, device: torch.device | str | None = None) -> None:
         """(Re)initialize every table with its config's init.
 
@@ -239,13 +217,6 @@ class EmbeddingBagCollection(PooledCollectionAPI, TorchScriptable, nn.Module):
         materializes it. `to_empty(device=...)` followed by `reset_parameters()` works too.
         """
         materialize_and_init(self, self._configs, self.embedding_bags, device)
-
-    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> nn.Module:
-        # `.to()`, `.half()`, `to_empty()` give each weight its own storage: re-pack the groups
-        # so the next forward is one lookup per group again.
-        result: nn.Module = super()._apply(fn, recurse)  # type: ignore[no-untyped-call]  # untyped in torch
-        repack_all(self._grouped)
-        return result
 
     def extra_repr(self) -> str:
         groups = ", ".join(

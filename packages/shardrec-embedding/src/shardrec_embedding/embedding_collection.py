@@ -2,26 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
 
-from shardrec_embedding._grouping import TablePlan
 from shardrec_embedding._tables import (
-    build_packed_modules,
+    PackedCollection,
     check_features,
-    features_by_table,
     group_weights,
     materialize_and_init,
     module_weight,
     outputs_by_table,
-    repack_all,
     tables_on_meta,
     traced_input,
     validate_tables,
 )
-from shardrec_embedding.batched_lookup import GradWorkspace, batched_embedding
+from shardrec_embedding.batched_lookup import batched_embedding
 from shardrec_embedding.configs import (
     BaseEmbeddingConfig,
     EmbeddingConfig,
@@ -35,7 +32,7 @@ __all__ = ["EmbeddingCollection"]
 _OWNER = "EmbeddingCollection"
 
 
-class EmbeddingCollection(TorchScriptable, nn.Module):
+class EmbeddingCollection(TorchScriptable, PackedCollection):
     """Unpooled embeddings of a list of tables (TorchRec's `EmbeddingCollection`).
 
     Args:
@@ -53,13 +50,10 @@ class EmbeddingCollection(TorchScriptable, nn.Module):
     TorchRec's initial weights (see `EmbeddingBagCollection`).
     """
 
-    __jit_unused_properties__ = ["device"]  # noqa: RUF012  # read by torch.jit.script
     # Python-only state the scripted forward never reads.
     __jit_ignored_attributes__ = [  # noqa: RUF012
+        *PackedCollection.__jit_ignored_attributes__,
         "_embedding_configs",
-        "_plan",
-        "_grouped",
-        "_workspaces",
     ]
 
     def __init__(
@@ -83,16 +77,10 @@ class EmbeddingCollection(TorchScriptable, nn.Module):
         self._embedding_dim = dims.pop() if dims else -1
         self._need_indices = need_indices
         self._check_ids = check_ids
-        self._plan = TablePlan(configs, [PoolingType.NONE] * len(configs))
-        self.embeddings: nn.ModuleDict = build_packed_modules(
-            configs, self._plan, device, _make_embedding
+        self.embeddings: nn.ModuleDict = self._pack_tables(
+            configs, [PoolingType.NONE] * len(configs), device, _make_embedding
         )
-        self._grouped: list[list[nn.Module]] = [
-            [self.embeddings[configs[i].name] for i in g.tables] for g in self._plan.groups
-        ]
-        self._workspaces = [GradWorkspace() for _ in self._plan.groups]
-        # Per table, the features it reads and their output names (the plain forward's loop).
-        self._table_features = features_by_table(configs, self._plan)
+        # Per table, the output names of the features it reads (the plain forward's loop).
         self._table_outputs = outputs_by_table(configs, self._plan)
         if not tables_on_meta(self.embeddings):
             with torch.no_grad():
@@ -170,22 +158,10 @@ class EmbeddingCollection(TorchScriptable, nn.Module):
             names[s.table_index].append(s.embedding_name)
         return names
 
-    @property
-    def device(self) -> torch.device:
-        for p in self.parameters():
-            return p.device
-        return torch.device("cpu")
-
     def reset_parameters(self, device: torch.device | str | None = None) -> None:
         """(Re)initialize every table; on a meta module first allocate on `device` (default
         CPU). See `EmbeddingBagCollection.reset_parameters`."""
         materialize_and_init(self, self._embedding_configs, self.embeddings, device)
-
-    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> nn.Module:
-        # Conversions give each weight its own storage: re-pack (see EmbeddingBagCollection).
-        result: nn.Module = super()._apply(fn, recurse)  # type: ignore[no-untyped-call]  # untyped in torch
-        repack_all(self._grouped)
-        return result
 
 
 def _make_embedding(config: BaseEmbeddingConfig, weight: torch.Tensor) -> nn.Module:

@@ -129,20 +129,28 @@ def _zeros(*shape: int) -> nn.Parameter:
     return nn.Parameter(torch.zeros(*shape))
 
 
-class CrossNet(nn.Module):
+class _KernelCrossLayers(nn.Module):
+    """Cross layers with one Xavier-normal kernel `(in_features, kernel_cols)` and one zero
+    bias `(in_features, 1)` per layer (`kernels.<l>`, `bias.<l>`, created in that order)."""
+
+    def __init__(self, in_features: int, num_layers: int, kernel_cols: int) -> None:
+        super().__init__()
+        _check_layers(num_layers)
+        self._num_layers = num_layers
+        self.kernels = nn.ParameterList(
+            [_xavier(in_features, kernel_cols) for _ in range(num_layers)]
+        )
+        self.bias = nn.ParameterList([_zeros(in_features, 1) for _ in range(num_layers)])
+
+
+class CrossNet(_KernelCrossLayers):
     """Full-rank cross layers: `x_{l+1} = x_0 * (K_l x_l + b_l) + x_l` (module table).
 
     forward: `x: (B, in_features)` -> `(B, in_features)`.
     """
 
     def __init__(self, in_features: int, num_layers: int) -> None:
-        super().__init__()
-        _check_layers(num_layers)
-        self._num_layers = num_layers
-        self.kernels = nn.ParameterList(
-            [_xavier(in_features, in_features) for _ in range(num_layers)]
-        )
-        self.bias = nn.ParameterList([_zeros(in_features, 1) for _ in range(num_layers)])
+        super().__init__(in_features, num_layers, in_features)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         x0 = input.unsqueeze(2)  # (B, N, 1)
@@ -152,18 +160,14 @@ class CrossNet(nn.Module):
         return xl.squeeze(2)
 
 
-class VectorCrossNet(nn.Module):
+class VectorCrossNet(_KernelCrossLayers):
     """DCN-v1 cross layers with one vector per layer: `x_{l+1} = x_0 (k_l . x_l) + b_l + x_l`.
 
     forward: `x: (B, in_features)` -> `(B, in_features)`.
     """
 
     def __init__(self, in_features: int, num_layers: int) -> None:
-        super().__init__()
-        _check_layers(num_layers)
-        self._num_layers = num_layers
-        self.kernels = nn.ParameterList([_xavier(in_features, 1) for _ in range(num_layers)])
-        self.bias = nn.ParameterList([_zeros(in_features, 1) for _ in range(num_layers)])
+        super().__init__(in_features, num_layers, 1)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         x0 = input.unsqueeze(2)  # (B, N, 1)

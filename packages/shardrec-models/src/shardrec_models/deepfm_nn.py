@@ -24,7 +24,7 @@ from shardrec_embedding import EmbeddingBagCollection
 from shardrec_jagged import KeyedJaggedTensor, KeyedTensor
 from shardrec_models.arches import ModelConfigError
 from shardrec_models.deepfm import DeepFM, FactorizationMachine
-from shardrec_models.dlrm import _ModelInput
+from shardrec_models.dlrm import _ModelInput, _wrapper_output
 
 __all__ = [
     "DenseArch",
@@ -165,9 +165,4 @@ class SimpleDeepFMNNWrapper(SimpleDeepFMNN):
         self, model_input: _ModelInput
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         pred = super().forward(model_input.float_features, model_input.idlist_features)
-        if not self.training:
-            return pred
-        loss = nn.functional.binary_cross_entropy_with_logits(
-            pred.squeeze(-1), model_input.label.float()
-        )
-        return loss, pred
+        return _wrapper_output(self.training, pred, model_input.label)

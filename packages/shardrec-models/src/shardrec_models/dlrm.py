@@ -52,6 +52,17 @@ class _ModelInput(Protocol):
     def label(self) -> Tensor: ...
 
 
+def _wrapper_output(
+    training: bool, logits: Tensor, label: Tensor
+) -> Tensor | tuple[Tensor, Tensor]:
+    """A one-input wrapper's result (TorchRec's): in eval mode the logits, in training
+    mode `(mean binary_cross_entropy_with_logits(logits, label), logits)`."""
+    if not training:
+        return logits
+    loss = nn.functional.binary_cross_entropy_with_logits(logits.squeeze(-1), label.float())
+    return loss, logits
+
+
 def _device(device: torch.device | str | None) -> torch.device | None:
     return None if device is None else torch.device(device)
 
@@ -245,9 +256,4 @@ class DLRMWrapper(DLRM):
         self, model_input: "_ModelInput"
     ) -> Tensor | tuple[Tensor, Tensor]:
         logits = super().forward(model_input.float_features, model_input.idlist_features)
-        if not self.training:
-            return logits
-        loss = nn.functional.binary_cross_entropy_with_logits(
-            logits.squeeze(-1), model_input.label.float()
-        )
-        return loss, logits
+        return _wrapper_output(self.training, logits, model_input.label)

@@ -9,7 +9,7 @@ from torch import Tensor, nn
 
 from shardrec_embedding._grouping import TablePlan
 from shardrec_embedding._pooled_api import PooledCollectionAPI
-from shardrec_embedding._tables import check_features, validate_tables
+from shardrec_embedding._tables import WeightsDevice, check_features, validate_tables
 from shardrec_embedding.configs import EmbeddingBagConfig, PoolingType
 from shardrec_embedding.fused.batched import BatchedFusedEmbeddingBag
 from shardrec_embedding.fused.tables import FusedTableSpec
@@ -61,7 +61,7 @@ class CollectionFusedOptimizer(CombinedOptimizer):
         return self
 
 
-class FusedEmbeddingBagCollection(PooledCollectionAPI, nn.Module):
+class FusedEmbeddingBagCollection(PooledCollectionAPI, WeightsDevice):
     """Pooled embeddings like `EmbeddingBagCollection`, trained by an optimizer in backward.
 
     Args:
@@ -153,12 +153,6 @@ class FusedEmbeddingBagCollection(PooledCollectionAPI, nn.Module):
 
     def optimizer_spec(self) -> FusedOptimSpec:
         return self.spec
-
-    @property
-    def device(self) -> torch.device:
-        for p in self.parameters():
-            return p.device
-        return torch.device("cpu")
 
     def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> nn.Module:
         # The table weights move through `embedding_bags`; the state buffers of each lookup here.

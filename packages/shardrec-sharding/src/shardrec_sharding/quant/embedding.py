@@ -35,8 +35,9 @@ from shardrec_embedding.quant import (
     kjt_sequence_index,
     sequence_forward,
 )
-from shardrec_jagged import JaggedTensor, KeyedJaggedTensor, TorchScriptable
+from shardrec_jagged import JaggedTensor, KeyedJaggedTensor
 from shardrec_planner import ParameterSharding
+from shardrec_sharding.quant._planned import PlannedQuantModule
 from shardrec_sharding.quant._slices import table_shards
 
 __all__ = ["ShardedQuantEmbeddingCollection", "ShardedSequenceLookup"]
@@ -44,16 +45,15 @@ __all__ = ["ShardedQuantEmbeddingCollection", "ShardedSequenceLookup"]
 _OWNER = "ShardedQuantEmbeddingCollection"
 
 
-class ShardedQuantEmbeddingCollection(TorchScriptable, nn.Module):
+class ShardedQuantEmbeddingCollection(PlannedQuantModule):
     """A `QuantEmbeddingCollection` sharded by `plan` (table name -> ParameterSharding) over
     `len(devices)` devices ("ranks") of this process. `forward(kjt)` returns the unsharded
     module's `{name: JaggedTensor}` (same keys, values, lengths, and ids as weights with
     `need_indices`)."""
 
-    __jit_unused_properties__ = ["plan"]  # noqa: RUF012  # read by torch.jit.script
     # Python-only state: TorchScript would otherwise compile its classes, typed by the first
     # module it saw, and refuse the next module of another shape.
-    __jit_ignored_attributes__ = ["_table_plan", "_plan_entries"]  # noqa: RUF012
+    __jit_ignored_attributes__ = [*PlannedQuantModule.__jit_ignored_attributes__, "_table_plan"]  # noqa: RUF012
 
     def __init__(
         self,
@@ -61,7 +61,7 @@ class ShardedQuantEmbeddingCollection(TorchScriptable, nn.Module):
         plan: Mapping[str, ParameterSharding],
         devices: Sequence[torch.device | str],
     ) -> None:
-        super().__init__()
+        super().__init__(plan)
         segments = module._plan.segments
         # per (rank, shard width): the shard tables and their sliced state
         subs: dict[tuple[int, int], list[EmbeddingConfig]] = {}
@@ -102,15 +102,10 @@ class ShardedQuantEmbeddingCollection(TorchScriptable, nn.Module):
             module.lookup.check_ids,
         )
         self._table_plan = module._plan  # eager forward: cached KJT key -> segment index
-        self._plan_entries = dict(plan)
         # What the scripted forward reads (TorchScript-typed attributes).
         self._output_dtype = module.output_dtype()
         self._need_indices = module._need_indices
         self._embedding_names = [seg.embedding_name for seg in segments]
-
-    @property
-    def plan(self) -> dict[str, ParameterSharding]:
-        return dict(self._plan_entries)
 
     def forward(self, features: KeyedJaggedTensor) -> dict[str, JaggedTensor]:
         """Under `torch.jit.script` the code after the first branch runs."""
@@ -126,9 +121,3 @@ class ShardedQuantEmbeddingCollection(TorchScriptable, nn.Module):
         rows = self.lookup(features.values(), features.offset_per_key(), feature_index)
         names, dtype = self._embedding_names, self._output_dtype
         return sequence_forward(rows, features, feature_index, names, self._need_indices, dtype)
-
-    def extra_repr(self) -> str:
-        return ", ".join(
-            f"{name}: {ps.sharding_type.value} on ranks {list(ps.ranks)}"
-            for name, ps in self._plan_entries.items()
-        )

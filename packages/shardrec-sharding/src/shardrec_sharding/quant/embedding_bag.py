@@ -36,22 +36,22 @@ from shardrec_embedding.quant import (
     eager_lookup_args,
     kjt_lookup_args,
 )
-from shardrec_jagged import KeyedJaggedTensor, KeyedTensor, TorchScriptable
+from shardrec_jagged import KeyedJaggedTensor, KeyedTensor
 from shardrec_planner import ParameterSharding
+from shardrec_sharding.quant._planned import PlannedQuantModule
 from shardrec_sharding.quant._slices import table_shards
 
 __all__ = ["ShardedPooledLookup", "ShardedQuantEmbeddingBagCollection"]
 
 
-class ShardedQuantEmbeddingBagCollection(TorchScriptable, nn.Module):
+class ShardedQuantEmbeddingBagCollection(PlannedQuantModule):
     """A `QuantEmbeddingBagCollection` sharded by `plan` (table name -> ParameterSharding)
     over `world_size` devices of this process (`device_of(rank)`). `forward(kjt)` returns the
     unsharded module's `KeyedTensor`."""
 
-    __jit_unused_properties__ = ["plan"]  # noqa: RUF012  # read by torch.jit.script
     # Python-only state: TorchScript would otherwise compile `_Frozen` as a class, typed by
     # the first module it saw, and refuse the next module of another shape.
-    __jit_ignored_attributes__ = ["_module", "_plan_entries"]  # noqa: RUF012
+    __jit_ignored_attributes__ = [*PlannedQuantModule.__jit_ignored_attributes__, "_module"]  # noqa: RUF012
 
     def __init__(
         self,
@@ -59,7 +59,7 @@ class ShardedQuantEmbeddingBagCollection(TorchScriptable, nn.Module):
         plan: Mapping[str, ParameterSharding],
         devices: Sequence[torch.device | str],
     ) -> None:
-        super().__init__()
+        super().__init__(plan)
         world = len(devices)
         segments = module._plan.segments
         rank_tables: list[list[EmbeddingBagConfig]] = [[] for _ in range(world)]
@@ -123,16 +123,11 @@ class ShardedQuantEmbeddingBagCollection(TorchScriptable, nn.Module):
             module.lookup.check_ids,
         )
         self._module = _Frozen(module)
-        self._plan_entries = dict(plan)
         # What the scripted forward reads (TorchScript-typed attributes).
         self._is_weighted = module.is_weighted()
         self._output_dtype = module.output_dtype()
         self._embedding_names = module.embedding_names()
         self._dims = [s.dim for s in module._plan.segments]
-
-    @property
-    def plan(self) -> dict[str, ParameterSharding]:
-        return dict(self._plan_entries)
 
     def forward(self, features: KeyedJaggedTensor) -> KeyedTensor:
         if not torch._jit_internal.is_scripting():
@@ -162,12 +157,6 @@ class ShardedQuantEmbeddingBagCollection(TorchScriptable, nn.Module):
             unsharded._plan.feature_indices(keys),
             unsharded.embedding_names(),
             unsharded.output_dtype(),
-        )
-
-    def extra_repr(self) -> str:
-        return ", ".join(
-            f"{name}: {ps.sharding_type.value} on ranks {list(ps.ranks)}"
-            for name, ps in self._plan_entries.items()
         )
 
 

@@ -122,24 +122,38 @@ def replicate(
     return grads
 
 
-class DataParallelSharding:
-    """Replicated tables (see module docstring)."""
+class _Replicated:
+    """What both data_parallel strategies share: a local lookup over the whole tables and their
+    replicated gradients, told which ids each forward looked up."""
 
     carries_errors = False
 
-    def __init__(self, args: StrategyArgs) -> None:
+    def __init__(self, args: StrategyArgs, pooling: PoolingType | None) -> None:
         assert args.sharding_type is ShardingType.DATA_PARALLEL, args.sharding_type
         self.sharding_type: ShardingType = args.sharding_type
-        tables, env, self.env = args.tables, args.env, args.env
-        segments = [s for t in tables for s in t.segments]
+        self.env = args.env
+        self.segments: list[Segment] = [s for t in args.tables for s in t.segments]
         # data_parallel places the whole table on every rank: every segment has its table
-        self.lookup, lookup_tables = held_lookup(args, segments)
-        assert len(lookup_tables) == len(tables)
-        self._features = [s.feature for s in segments]
-        columns, self.output_dim = consecutive_columns(segments)
+        self.lookup, local_tables = held_lookup(args, self.segments, pooling)
+        assert len(local_tables) == len(args.tables)
+        self._segment_tables = [t.name for t in args.tables for _ in t.segments]
+        self._grads = replicate(args.env, local_tables, self.lookup)
+
+    def _note_ids(self, kjt: KeyedJaggedTensor, key_index: Sequence[int]) -> None:
+        """Hands each segment's ids of this forward to its table's gradient exchange."""
+        values, offsets = kjt.values(), kjt.offset_per_key()
+        for table, k in zip(self._segment_tables, key_index, strict=True):
+            self._grads.note(table, values[offsets[k] : offsets[k + 1]])
+
+
+class DataParallelSharding(_Replicated):
+    """Replicated tables (see module docstring)."""
+
+    def __init__(self, args: StrategyArgs) -> None:
+        super().__init__(args, None)
+        self._features = [s.feature for s in self.segments]
+        columns, self.output_dim = consecutive_columns(self.segments)
         self.segment_columns: Mapping[int, Sequence[int]] = columns
-        self._segment_tables = [t.name for t in tables for _ in t.segments]
-        self._grads = replicate(env, lookup_tables, self.lookup)
 
     def input_dist(
         self,
@@ -156,9 +170,7 @@ class DataParallelSharding:
 
     def compute(self, dist_input: DistInput) -> Tensor:
         kjt = dist_input.features
-        values, offsets = kjt.values(), kjt.offset_per_key()
-        for table, k in zip(self._segment_tables, dist_input.key_index, strict=True):
-            self._grads.note(table, values[offsets[k] : offsets[k + 1]])
+        self._note_ids(kjt, dist_input.key_index)
         return self.lookup(
             kjt.values(),
             kjt.lengths(),
@@ -172,20 +184,11 @@ class DataParallelSharding:
         return NoWait(local)
 
 
-class DataParallelSequence:
+class DataParallelSequence(_Replicated):
     """Replicated tables: a local lookup (gradients as for pooled data_parallel)."""
 
-    carries_errors = False
-
     def __init__(self, args: StrategyArgs) -> None:
-        assert args.sharding_type is ShardingType.DATA_PARALLEL, args.sharding_type
-        self.sharding_type: ShardingType = args.sharding_type
-        tables, env, self.env = args.tables, args.env, args.env
-        self.segments: list[Segment] = [s for t in tables for s in t.segments]
-        self.lookup, local_tables = held_lookup(args, self.segments, PoolingType.SUM)
-        assert len(local_tables) == len(tables)
-        self._segment_tables = [t.name for t in tables for _ in t.segments]
-        self._grads = replicate(env, local_tables, self.lookup)
+        super().__init__(args, PoolingType.SUM)
 
     def input_dist(
         self,
@@ -202,9 +205,7 @@ class DataParallelSequence:
 
     def compute(self, dist_input: SequenceInput) -> Tensor:
         kjt = dist_input.features
-        values, offsets = kjt.values(), kjt.offset_per_key()
-        for table, k in zip(self._segment_tables, dist_input.key_index, strict=True):
-            self._grads.note(table, values[offsets[k] : offsets[k + 1]])
+        self._note_ids(kjt, dist_input.key_index)
         rows = self.lookup.rows(kjt.values(), kjt.offset_per_key(), dist_input.key_index)
         if not rows:
             return torch.zeros(0, 0)
