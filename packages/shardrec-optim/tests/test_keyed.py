@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable
 
 import pytest
 import torch
@@ -17,7 +18,7 @@ from shardrec_optim import (
 )
 
 
-def _model(seed: int = 0) -> torch.nn.Module:
+def _model(seed: int = 0) -> torch.nn.Sequential:
     torch.manual_seed(seed)
     return torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 1))
 
@@ -35,10 +36,21 @@ def _train(m: torch.nn.Module, opt: torch.optim.Optimizer, steps: int, seed: int
         opt.step()
 
 
-def test_keyed_state_dict_uses_parameter_names() -> None:
+def _trained() -> tuple[torch.nn.Sequential, KeyedOptimizerWrapper]:
+    """A model and its keyed Adam after one step: the state every state-dict test starts from."""
     m = _model()
     opt = _adam(m)
     _train(m, opt, 1, seed=0)
+    return m, opt
+
+
+def _assert_equal_tensors(got: Iterable[torch.Tensor], want: Iterable[torch.Tensor]) -> None:
+    for a, b in zip(got, want, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_keyed_state_dict_uses_parameter_names() -> None:
+    _, opt = _trained()
     sd = opt.state_dict()
     assert set(sd["state"]) == {"0.weight", "0.bias", "2.weight", "2.bias"}  # type: ignore[call-overload]  # nested dict
     assert "param_groups" not in sd
@@ -48,8 +60,7 @@ def test_keyed_matches_plain_torch_optimizer() -> None:
     m1, m2 = _model(), _model()
     _train(m1, _adam(m1), 3, seed=1)
     _train(m2, torch.optim.Adam(m2.parameters(), lr=0.01), 3, seed=1)
-    for a, b in zip(m1.parameters(), m2.parameters(), strict=True):
-        assert torch.equal(a, b)
+    _assert_equal_tensors(m1.parameters(), m2.parameters())
 
 
 def test_save_load_mid_training_continues_identically() -> None:
@@ -63,15 +74,12 @@ def test_save_load_mid_training_continues_identically() -> None:
     opt2 = _adam(m_copy)  # fresh, lazily-initialized state: loading fills it
     opt2.load_state_dict(sd)
     _train(m_copy, opt2, 3, seed=3)
-    for a, b in zip(m.parameters(), m_copy.parameters(), strict=True):
-        assert torch.equal(a, b)
+    _assert_equal_tensors(m.parameters(), m_copy.parameters())
 
 
 def test_load_copies_in_place_into_existing_state() -> None:
-    m = _model()
-    opt = _adam(m)
-    _train(m, opt, 1, seed=0)
-    p = m[0].weight
+    _, opt = _trained()
+    p = opt.params["0.weight"]
     storage = opt.state[p]["exp_avg"]
     sd = copy.deepcopy(opt.state_dict())
     sd["state"]["0.weight"]["exp_avg"].fill_(3.0)  # type: ignore[index]  # nested dict
@@ -80,9 +88,7 @@ def test_load_copies_in_place_into_existing_state() -> None:
 
 
 def test_load_rejects_unknown_missing_and_misshapen_state() -> None:
-    m = _model()
-    opt = _adam(m)
-    _train(m, opt, 1, seed=0)
+    _, opt = _trained()
     sd = opt.state_dict()
     bad = copy.deepcopy(sd)
     bad["state"]["9.weight"] = {}  # type: ignore[index]  # nested dict
@@ -147,8 +153,7 @@ def test_combined_prefixes_and_round_trips() -> None:
     comb.zero_grad()
     (a(x).sum() + b(x).sum()).backward()
     comb.step()
-    for p, q in zip(both.parameters(), after, strict=True):
-        assert torch.equal(p, q)
+    _assert_equal_tensors(both.parameters(), after)
 
 
 def test_combined_rejects_duplicate_keys_and_non_keyed() -> None:
