@@ -4,6 +4,7 @@ locally from every rank's seeded inputs (the unsharded lookup, a naive gather or
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -19,6 +20,10 @@ from shardrec_collectives.dist_data import (
     PooledEmbeddingsReduceScatter,
     SeqEmbeddingsAllToOne,
     SequenceEmbeddingsAllToAll,
+)
+from shardrec_collectives.dist_data_vb import (
+    VariableBatchPooledEmbeddingsAllToAll,
+    VariableBatchPooledEmbeddingsReduceScatter,
 )
 from shardrec_collectives.kjt_all_to_all import KJTAllToAllAwaitable
 from shardrec_jagged import KeyedJaggedTensor
@@ -197,8 +202,23 @@ def check_errors(ctx: RankContext) -> int:
         KJTAllToAll(pg, [1] * world, stagger=2)
     with pytest.raises(ValueError, match="counts must agree"):
         KJTAllToAll(pg, [1] * world)(input_kjt(world, 0, ctx.rank))
-    with pytest.raises(ValueError, match="codecs"):
-        PooledEmbeddingsAllToAll(pg, [1] * world, codecs=object())
+    refusing_codecs: list[tuple[type, Callable[[], object]]] = [
+        (PooledEmbeddingsAllToAll, lambda: PooledEmbeddingsAllToAll(pg, [1] * world, codecs=1)),
+        (PooledEmbeddingsReduceScatter, lambda: PooledEmbeddingsReduceScatter(pg, codecs=1)),
+        (PooledEmbeddingsAllGather, lambda: PooledEmbeddingsAllGather(pg, codecs=1)),
+        (SequenceEmbeddingsAllToAll, lambda: SequenceEmbeddingsAllToAll(pg, [1] * world, codecs=1)),
+        (
+            VariableBatchPooledEmbeddingsAllToAll,
+            lambda: VariableBatchPooledEmbeddingsAllToAll(pg, [[1]] * world, codecs=1),
+        ),
+        (
+            VariableBatchPooledEmbeddingsReduceScatter,
+            lambda: VariableBatchPooledEmbeddingsReduceScatter(pg, codecs=1),
+        ),
+    ]
+    for cls, make in refusing_codecs:
+        with pytest.raises(ValueError, match=rf"^{cls.__name__}\(codecs=1\):.*pass codecs=None"):
+            make()
     with pytest.raises(ValueError, match="cannot split evenly"):
         PooledEmbeddingsReduceScatter(pg)(torch.zeros(world * 2 + 1, 2))
     seq = SequenceEmbeddingsAllToAll(pg, [1] * world)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -245,18 +246,54 @@ def test_from_dense_lengths_traces() -> None:
     ]
 
 
-def test_from_offsets_sync_scripts_with_variable_batch() -> None:
-    def make() -> KeyedJaggedTensor:
-        return KeyedJaggedTensor.from_offsets_sync(
-            keys=["a", "b"],
-            values=torch.arange(5),
-            offsets=torch.tensor([0, 2, 3, 5]),
-            stride_per_key_per_rank=[[1], [2]],
-        )
+def _kjt_from_lengths_sync() -> KeyedJaggedTensor:
+    return KeyedJaggedTensor.from_lengths_sync(
+        keys=["a", "b"],
+        values=torch.arange(5),
+        lengths=torch.tensor([2, 1, 2]),
+        stride_per_key_per_rank=[[1], [2]],
+    )
 
+
+def _kjt_from_offsets_sync() -> KeyedJaggedTensor:
+    return KeyedJaggedTensor.from_offsets_sync(
+        keys=["a", "b"],
+        values=torch.arange(5),
+        offsets=torch.tensor([0, 2, 3, 5]),
+        stride_per_key_per_rank=[[1], [2]],
+    )
+
+
+@pytest.mark.parametrize("make", [_kjt_from_lengths_sync, _kjt_from_offsets_sync])
+def test_sync_constructors_script_with_variable_batch(
+    make: Callable[[], KeyedJaggedTensor],
+) -> None:
     got, want = torch.jit.script(make)(), make()
     assert got.stride_per_key() == want.stride_per_key() == [1, 2]
     assert got.length_per_key() == want.length_per_key() == [2, 3]
+    assert torch.equal(got.lengths(), want.lengths())
+    assert torch.equal(got.offsets(), want.offsets())
+
+
+def _kjt_from_jt_dict(jts: dict[str, JaggedTensor]) -> KeyedJaggedTensor:
+    return KeyedJaggedTensor.from_jt_dict(jts)
+
+
+@pytest.mark.parametrize("batches", [[], [2, 2], [1, 3]], ids=["empty", "same", "variable"])
+def test_from_jt_dict_scripts_like_eager(batches: list[int]) -> None:
+    g = torch.Generator().manual_seed(len(batches))
+    jts = {
+        f"k{i}": JaggedTensor(
+            values=torch.randn(n + 1, generator=g), lengths=torch.tensor([1] * (n - 1) + [2])
+        )
+        for i, n in enumerate(batches)
+    }
+    got, want = torch.jit.script(_kjt_from_jt_dict)(jts), _kjt_from_jt_dict(jts)
+    assert got.keys() == want.keys()
+    assert got.stride_per_key() == want.stride_per_key()
+    assert got.values().dtype == want.values().dtype
+    assert torch.equal(got.values(), want.values())
+    assert torch.equal(got.lengths(), want.lengths())
 
 
 def test_is_fx_tracing_only_inside_symbolic_trace() -> None:

@@ -7,7 +7,12 @@ import math
 import pytest
 import torch
 
-from shardrec_optim import GradientClipping, GradientClippingOptimizer, KeyedOptimizer
+from shardrec_optim import (
+    GradientClipping,
+    GradientClippingOptimizer,
+    KeyedOptimizer,
+    KeyedOptimizerWrapper,
+)
 from shardrec_optim.clipping import _batch_cal_norm, _compute_total_norm, _get_grads
 
 
@@ -101,8 +106,41 @@ def test_norm_helpers_follow_the_formula() -> None:
     assert [g.tolist() for g in _get_grads(params)] == [[1.0]]
 
 
+@pytest.mark.parametrize("clipping", [GradientClipping.NORM, GradientClipping.VALUE])
+def test_clipped_sgd_step_matches_torch_clipping_then_sgd(clipping: GradientClipping) -> None:
+    models = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        models.append(
+            torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 1))
+        )
+    m, ref = models
+    sgd = KeyedOptimizerWrapper(dict(m.named_parameters()), lambda p: torch.optim.SGD(p, lr=0.1))
+    opt = GradientClippingOptimizer(sgd, clipping=clipping, max_gradient=0.05)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    x = torch.randn(8, 4, generator=torch.Generator().manual_seed(1))
+    for model in (m, ref):
+        model(x).pow(2).sum().backward()
+    if clipping is GradientClipping.NORM:
+        torch.nn.utils.clip_grad_norm_(list(ref.parameters()), 0.05)
+    else:
+        torch.nn.utils.clip_grad_value_(list(ref.parameters()), 0.05)
+    opt.step()
+    ref_opt.step()
+    for a, b in zip(m.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
+    clipped = torch.cat([p.grad.flatten() for p in m.parameters() if p.grad is not None])
+    if clipping is GradientClipping.VALUE:
+        assert float(clipped.abs().max()) <= 0.05 + 1e-6
+    else:
+        assert float(clipped.norm()) <= 0.05 + 1e-6
+        assert opt.last_total_grad_norm is not None
+
+
 def test_bad_bounds() -> None:
     with pytest.raises(ValueError, match=r"max_gradient.*-0.5"):
         _clipper(_params([[1.0]]), clipping="norm", max_gradient=-0.5)
+    with pytest.raises(ValueError, match=r"'sideways'"):
+        _clipper(_params([[1.0]]), clipping="sideways")
     with pytest.raises(ValueError, match=r"norm_type.*0"):
         _clipper(_params([[1.0]]), clipping="norm", norm_type=0.0)

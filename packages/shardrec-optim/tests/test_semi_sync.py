@@ -350,3 +350,22 @@ def test_local_with_a_fused_part() -> None:
         opt.zero_grad()
     for got, want in zip((w, b), expected, strict=True):
         torch.testing.assert_close(got.detach(), want)
+
+
+def test_merged_views_refuse_assignment_and_say_what_to_do() -> None:
+    params = _params(0)
+    semi = _semisync(params, _sgd_momentum, 2, OUTERS[0])
+    combined = CombinedOptimizer([("semi", semi)])
+    cases: list[tuple[torch.optim.Optimizer, str]] = [
+        (semi, "SemisyncOptimizer.state is a merged view; use load_state_dict"),
+        (combined, "CombinedOptimizer.state is a merged view; set it on the parts"),
+    ]
+    for opt, message in cases:
+        with pytest.raises(AttributeError, match=message):
+            opt.state = {}  # type: ignore[assignment]  # the assignment under test
+        name = type(opt).__name__
+        with pytest.raises(AttributeError, match=rf"{name}.param_groups is a merged view"):
+            opt.param_groups = []
+    _run(combined, params, _grads(0, 2, params))
+    assert len(combined.state) == len(semi.state) == len(params)
+    assert combined.param_groups == semi.param_groups

@@ -1,5 +1,6 @@
 """Awaitables, ShardingEnv and differentiable collectives for sharded embeddings."""
 
+from shardrec_collectives import dist_data
 from shardrec_collectives.attempt import agree_on_attempt
 from shardrec_collectives.awaitable import Awaitable, LazyAwaitable, LazyNoWait, NoWait
 from shardrec_collectives.comm import (
@@ -9,20 +10,7 @@ from shardrec_collectives.comm import (
     get_num_groups,
     intra_and_cross_node_pg,
 )
-from shardrec_collectives.dist_data import (
-    EmbeddingsAllToOne,
-    EmbeddingsAllToOneReduce,
-    KJTAllToAll,
-    KJTAllToAllSplitsAwaitable,
-    KJTOneToAll,
-    PooledEmbeddingsAllGather,
-    PooledEmbeddingsAllToAll,
-    PooledEmbeddingsAwaitable,
-    PooledEmbeddingsReduceScatter,
-    SeqEmbeddingsAllToOne,
-    SequenceEmbeddingsAllToAll,
-    SequenceEmbeddingsAwaitable,
-)
+from shardrec_collectives.dist_data import *  # noqa: F403
 from shardrec_collectives.dist_data_vb import (
     VariableBatchPooledEmbeddingsAllToAll,
     VariableBatchPooledEmbeddingsReduceScatter,
@@ -56,26 +44,14 @@ from shardrec_collectives.watchdog import EXIT_STATUS, Watchdog
 __all__ = [
     "EXIT_STATUS",
     "Awaitable",
-    "EmbeddingsAllToOne",
-    "EmbeddingsAllToOneReduce",
     "HostGroups",
-    "KJTAllToAll",
     "KJTAllToAllAwaitable",
     "KJTAllToAllLayout",
-    "KJTAllToAllSplitsAwaitable",
-    "KJTOneToAll",
     "KeySelection",
     "LazyAwaitable",
     "LazyNoWait",
     "NoWait",
     "PeerError",
-    "PooledEmbeddingsAllGather",
-    "PooledEmbeddingsAllToAll",
-    "PooledEmbeddingsAwaitable",
-    "PooledEmbeddingsReduceScatter",
-    "SeqEmbeddingsAllToOne",
-    "SequenceEmbeddingsAllToAll",
-    "SequenceEmbeddingsAwaitable",
     "ShardingEnv",
     "VariableBatchPooledEmbeddingsAllToAll",
     "VariableBatchPooledEmbeddingsReduceScatter",
@@ -102,3 +78,5 @@ __all__ = [
     "variable_batch_pooled_all_to_all",
     "variable_batch_reduce_scatter_pooled",
 ]
+# The communication modules, listed once in their own module.
+__all__ += dist_data.__all__

@@ -52,12 +52,24 @@ __all__ = [
 TensorCallback = Callable[[torch.Tensor], torch.Tensor]
 
 
-def _no_codecs(owner: str, codecs: object) -> None:
-    if codecs is not None:
-        raise ValueError(
-            f"{owner}(codecs={codecs!r}): quantized communication codecs are not supported; "
-            "pass codecs=None (embeddings travel in their own dtype)"
-        )
+class _EmbeddingsComm(nn.Module):
+    """What every embeddings communication module keeps: its process group and device (None:
+    the input's); TorchRec's quantized communication `codecs` are refused."""
+
+    def __init__(
+        self,
+        pg: dist.ProcessGroup,
+        device: torch.device | None = None,
+        codecs: object | None = None,
+    ) -> None:
+        super().__init__()
+        if codecs is not None:
+            raise ValueError(
+                f"{type(self).__name__}(codecs={codecs!r}): quantized communication codecs are "
+                "not supported; pass codecs=None (embeddings travel in their own dtype)"
+            )
+        self._pg = pg
+        self._device = device
 
 
 def _one_per_rank(name: str, values: Sequence[object], pg: dist.ProcessGroup) -> None:
@@ -211,7 +223,7 @@ class KJTOneToAll(nn.Module):
         ]
 
 
-class PooledEmbeddingsAllToAll(nn.Module):
+class PooledEmbeddingsAllToAll(_EmbeddingsComm):
     """Pooled rows back to the ranks that own the samples (`pooled_all_to_all`).
 
     dim_sum_per_rank: `[D_r]` width of each rank's tables. `forward(local_embs,
@@ -227,10 +239,7 @@ class PooledEmbeddingsAllToAll(nn.Module):
         callbacks: list[TensorCallback] | None = None,
         codecs: object | None = None,
     ) -> None:
-        super().__init__()
-        _no_codecs("PooledEmbeddingsAllToAll", codecs)
-        self._pg = pg
-        self._device = device
+        super().__init__(pg, device, codecs)
         self._dim_sum_per_rank = list(dim_sum_per_rank)
         self._callbacks: list[TensorCallback] = [] if callbacks is None else callbacks
 
@@ -251,7 +260,7 @@ class PooledEmbeddingsAllToAll(nn.Module):
         return out
 
 
-class PooledEmbeddingsReduceScatter(nn.Module):
+class PooledEmbeddingsReduceScatter(_EmbeddingsComm):
     """Sum partial pooled rows over ranks, each rank keeping its own (`reduce_scatter_pooled`).
 
     `forward(local_embs, input_splits=None)`: `local_embs (sum_s B_s, D)`, `input_splits` the
@@ -259,9 +268,7 @@ class PooledEmbeddingsReduceScatter(nn.Module):
     """
 
     def __init__(self, pg: dist.ProcessGroup, codecs: object | None = None) -> None:
-        super().__init__()
-        _no_codecs("PooledEmbeddingsReduceScatter", codecs)
-        self._pg = pg
+        super().__init__(pg, codecs=codecs)
 
     def forward(
         self, local_embs: torch.Tensor, input_splits: list[int] | None = None
@@ -272,7 +279,7 @@ class PooledEmbeddingsReduceScatter(nn.Module):
         return PooledEmbeddingsAwaitable(reduce_scatter_pooled(env, local_embs, input_splits))
 
 
-class PooledEmbeddingsAllGather(nn.Module):
+class PooledEmbeddingsAllGather(_EmbeddingsComm):
     """Every rank's rows on every rank (`all_gather_pooled`).
 
     `forward(local_emb)`: `local_emb (B, D)`, the same shape on every rank; the awaitable gives
@@ -280,9 +287,7 @@ class PooledEmbeddingsAllGather(nn.Module):
     """
 
     def __init__(self, pg: dist.ProcessGroup, codecs: object | None = None) -> None:
-        super().__init__()
-        _no_codecs("PooledEmbeddingsAllGather", codecs)
-        self._pg = pg
+        super().__init__(pg, codecs=codecs)
 
     def forward(self, local_emb: torch.Tensor) -> PooledEmbeddingsAwaitable:
         env = _env(self._pg, local_emb.device)
@@ -292,7 +297,7 @@ class PooledEmbeddingsAllGather(nn.Module):
         return PooledEmbeddingsAwaitable(all_gather_pooled(env, local_emb, batches))
 
 
-class SequenceEmbeddingsAllToAll(nn.Module):
+class SequenceEmbeddingsAllToAll(_EmbeddingsComm):
     """One embedding per id back to the rank that sent the id (`sequence_all_to_all`).
 
     features_per_rank: `[F_r]` keys each rank received in the `KJTAllToAll`.
@@ -314,11 +319,8 @@ class SequenceEmbeddingsAllToAll(nn.Module):
         device: torch.device | None = None,
         codecs: object | None = None,
     ) -> None:
-        super().__init__()
-        _no_codecs("SequenceEmbeddingsAllToAll", codecs)
+        super().__init__(pg, device, codecs)
         _one_per_rank("features_per_rank", features_per_rank, pg)
-        self._pg = pg
-        self._device = device
         self._local_split = features_per_rank[dist.get_rank(pg)]
 
     def forward(

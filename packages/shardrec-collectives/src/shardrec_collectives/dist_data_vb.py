@@ -20,7 +20,6 @@ from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
-from torch import nn
 
 from shardrec_collectives import _checks
 from shardrec_collectives import _primitives as prim
@@ -28,7 +27,7 @@ from shardrec_collectives.awaitable import Awaitable
 from shardrec_collectives.dist_data import (
     PooledEmbeddingsAwaitable,
     TensorCallback,
-    _no_codecs,
+    _EmbeddingsComm,
     _one_per_rank,
 )
 from shardrec_collectives.env import ShardingEnv
@@ -50,7 +49,7 @@ def _sizes(what: str, batches: Sequence[Sequence[int]], dims: Sequence[int]) -> 
     return out
 
 
-class VariableBatchPooledEmbeddingsAllToAll(nn.Module):
+class VariableBatchPooledEmbeddingsAllToAll(_EmbeddingsComm):
     """Pooled rows of variable-batch features back to the ranks that own the samples.
 
     emb_dim_per_rank_per_feature: `[r][j]` width of rank r's feature j (same on every rank).
@@ -71,11 +70,8 @@ class VariableBatchPooledEmbeddingsAllToAll(nn.Module):
         callbacks: list[TensorCallback] | None = None,
         codecs: object | None = None,
     ) -> None:
-        super().__init__()
-        _no_codecs("VariableBatchPooledEmbeddingsAllToAll", codecs)
+        super().__init__(pg, device, codecs)
         _one_per_rank("emb_dim_per_rank_per_feature", emb_dim_per_rank_per_feature, pg)
-        self._pg = pg
-        self._device = device
         self._dims = [list(row) for row in emb_dim_per_rank_per_feature]
         self._callbacks: list[TensorCallback] = [] if callbacks is None else callbacks
 
@@ -118,7 +114,7 @@ class VariableBatchPooledEmbeddingsAllToAll(nn.Module):
         return out
 
 
-class VariableBatchPooledEmbeddingsReduceScatter(nn.Module):
+class VariableBatchPooledEmbeddingsReduceScatter(_EmbeddingsComm):
     """Sum variable-batch partial pooled rows over ranks; each rank keeps its samples' rows.
 
     `forward(local_embs, batch_size_per_rank_per_feature, embedding_dims)`:
@@ -129,9 +125,7 @@ class VariableBatchPooledEmbeddingsReduceScatter(nn.Module):
     """
 
     def __init__(self, pg: dist.ProcessGroup, codecs: object | None = None) -> None:
-        super().__init__()
-        _no_codecs("VariableBatchPooledEmbeddingsReduceScatter", codecs)
-        self._pg = pg
+        super().__init__(pg, codecs=codecs)
 
     def forward(
         self,

@@ -1,10 +1,11 @@
 # mypy: disable-error-code="no-untyped-call, no-any-return"
 """Functions in the TorchScript subset that the Python classes' static methods run when scripted.
 
-Scripted code reaches a class's static method (``KeyedJaggedTensor.from_offsets_sync``) as the
-Python function, not the twin's method; each such Python function branches on
-``is_scripting()`` to one of these, which build and read the twins of ``_script_types``
-(docs/design/torchscript.md).
+Scripted code reaches a class's static method (``KeyedTensor.regroup``) as the Python function,
+not the twin's method; each such Python function branches on ``is_scripting()`` to one of these,
+which build and read the twins of ``_script_types`` (docs/design/torchscript.md). Where the twin
+has the same static method (``from_lengths_sync``, ``from_offsets_sync``), the branch calls it
+directly, reached through this module's ``ScriptKeyedJaggedTensor``.
 """
 
 import torch
@@ -18,60 +19,11 @@ from shardrec_jagged._script_types import (
 
 __all__ = [
     "kjt_dist_init",
-    "kjt_empty",
     "kjt_empty_like",
     "kjt_from_jt_dict",
-    "kjt_from_lengths_sync",
-    "kjt_from_offsets_sync",
     "kt_regroup",
     "kt_regroup_as_dict",
 ]
-
-
-def kjt_from_lengths_sync(
-    keys: list[str],
-    values: torch.Tensor,
-    lengths: torch.Tensor,
-    weights: torch.Tensor | None = None,
-    stride: int | None = None,
-    stride_per_key_per_rank: list[list[int]] | None = None,
-) -> "ScriptKeyedJaggedTensor":
-    return ScriptKeyedJaggedTensor.from_lengths_sync(
-        keys, values, lengths, weights, stride, stride_per_key_per_rank
-    )
-
-
-def kjt_from_offsets_sync(
-    keys: list[str],
-    values: torch.Tensor,
-    offsets: torch.Tensor,
-    weights: torch.Tensor | None = None,
-    stride: int | None = None,
-    stride_per_key_per_rank: list[list[int]] | None = None,
-) -> "ScriptKeyedJaggedTensor":
-    return ScriptKeyedJaggedTensor.from_offsets_sync(
-        keys, values, offsets, weights, stride, stride_per_key_per_rank
-    )
-
-
-def kjt_empty(
-    is_weighted: bool = False,
-    device: torch.device | None = None,
-    values_dtype: torch.dtype | None = None,
-    weights_dtype: torch.dtype | None = None,
-    lengths_dtype: torch.dtype = torch.int32,
-) -> "ScriptKeyedJaggedTensor":
-    weights: torch.Tensor | None = None
-    if is_weighted:
-        weights = torch.empty(0, dtype=weights_dtype, device=device)
-    return ScriptKeyedJaggedTensor(
-        [],
-        torch.empty(0, dtype=values_dtype, device=device),
-        weights,
-        torch.empty(0, dtype=lengths_dtype, device=device),
-        None,
-        0,
-    )
 
 
 def kjt_empty_like(
@@ -121,8 +73,10 @@ def kjt_from_jt_dict(jt_dict: dict[str, ScriptJaggedTensor]) -> "ScriptKeyedJagg
             weights.append(w)
         lengths.append(jt.lengths())
         strides.append(jt.lengths().numel())
-    if len(keys) == 0:
-        return kjt_empty()
+    if len(keys) == 0:  # KeyedJaggedTensor.empty()'s defaults: no keys, no bags
+        return ScriptKeyedJaggedTensor(
+            [], torch.empty(0), None, torch.empty(0, dtype=torch.int32), None, 0
+        )
     if len(weights) != 0 and len(weights) != len(keys):
         raise ValueError("from_jt_dict got weighted and unweighted JaggedTensors")
     same = True

@@ -247,7 +247,7 @@ class KeyedJaggedTensor(JaggedParts, metaclass=ProxyableMeta):
     ) -> KeyedJaggedTensor:
         """Build from offsets and compute the per-key metadata now (one device-to-host copy)."""
         if is_scripting():  # the twin has no inverse indices
-            out: KeyedJaggedTensor = _twins.kjt_from_offsets_sync(
+            out: KeyedJaggedTensor = _twins.ScriptKeyedJaggedTensor.from_offsets_sync(
                 keys, values, offsets, weights, stride, stride_per_key_per_rank
             )
             return out
@@ -273,7 +273,7 @@ class KeyedJaggedTensor(JaggedParts, metaclass=ProxyableMeta):
     ) -> KeyedJaggedTensor:
         """Build from lengths and compute the per-key metadata now (one device-to-host copy)."""
         if is_scripting():  # the twin has no inverse indices
-            out: KeyedJaggedTensor = _twins.kjt_from_lengths_sync(
+            out: KeyedJaggedTensor = _twins.ScriptKeyedJaggedTensor.from_lengths_sync(
                 keys, values, lengths, weights, stride, stride_per_key_per_rank
             )
             return out

@@ -12,6 +12,7 @@ storage) and refuses mismatched keys or shapes instead of loading them silently.
 
 from __future__ import annotations
 
+import abc
 import copy
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -320,7 +321,41 @@ class OptimizerWrapper(KeyedOptimizer):
         self.post_load_state_dict()
 
 
-class CombinedOptimizer(KeyedOptimizer):
+class _MergedViewOptimizer(KeyedOptimizer):
+    """A KeyedOptimizer over other optimizers: `state` and `param_groups` are views rebuilt from
+    the parts on each read (`_merged_state`, `_merged_param_groups`), and cannot be assigned."""
+
+    _assign_state_instead = "set it on the parts"
+    """What to do instead of assigning `state`: the tail of the AttributeError's message."""
+
+    @abc.abstractmethod
+    def _merged_state(self) -> dict[Tensor, Any]:
+        """The parts' state, keyed by parameter, built now."""
+
+    @abc.abstractmethod
+    def _merged_param_groups(self) -> list[dict[str, Any]]:
+        """The parts' param groups, in order."""
+
+    @property  # type: ignore[override]  # a merged view of the parts
+    def state(self) -> MutableMapping[Tensor, Any]:
+        return self._merged_state()
+
+    @state.setter
+    def state(self, value: MutableMapping[Tensor, Any]) -> None:
+        raise AttributeError(
+            f"{type(self).__name__}.state is a merged view; {self._assign_state_instead}"
+        )
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        return self._merged_param_groups()
+
+    @param_groups.setter
+    def param_groups(self, value: list[dict[str, Any]]) -> None:
+        raise AttributeError(f"{type(self).__name__}.param_groups is a merged view; set the parts")
+
+
+class CombinedOptimizer(_MergedViewOptimizer):
     """Several KeyedOptimizers seen as one; parameter names get `"<prefix>."` prepended.
 
     Args:
@@ -368,24 +403,14 @@ class CombinedOptimizer(KeyedOptimizer):
             for k, p in opt.params.items()
         }
 
-    @property  # type: ignore[override]  # merged view of the parts
-    def state(self) -> MutableMapping[Tensor, Any]:
+    def _merged_state(self) -> dict[Tensor, Any]:
         merged: dict[Tensor, Any] = {}
         for _, opt in self._optims:
             merged.update(opt.state)
         return merged
 
-    @state.setter
-    def state(self, value: MutableMapping[Tensor, Any]) -> None:
-        raise AttributeError("CombinedOptimizer.state is a merged view; set it on the parts")
-
-    @property
-    def param_groups(self) -> list[dict[str, Any]]:
+    def _merged_param_groups(self) -> list[dict[str, Any]]:
         return [g for _, opt in self._optims for g in opt.param_groups]
-
-    @param_groups.setter
-    def param_groups(self, value: list[dict[str, Any]]) -> None:
-        raise AttributeError("CombinedOptimizer.param_groups is a merged view; set the parts")
 
     def __repr__(self) -> str:
         return "CombinedOptimizer(" + ", ".join(f"{k!r}: {o!r}" for k, o in self._optims) + ")"

@@ -23,13 +23,13 @@ also carries both step counters (0-d int64)::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from shardrec_optim.keyed import KeyedOptimizer
+from shardrec_optim.keyed import KeyedOptimizer, _MergedViewOptimizer
 
 __all__ = [
     "SEMISYNC_GLOBAL_STEP_COUNTER_KEY",
@@ -55,7 +55,7 @@ class _NoGlobalParamsError(ValueError, IndexError):
     (which indexes the empty list) is caught."""
 
 
-class SemisyncOptimizer(KeyedOptimizer):
+class SemisyncOptimizer(_MergedViewOptimizer):
     """Semi-synchronous training: the local optimizer every step, the global one every
     `num_local_steps` (module docstring).
 
@@ -141,8 +141,9 @@ class SemisyncOptimizer(KeyedOptimizer):
         out[SEMISYNC_LOCAL_STEP_COUNTER_KEY] = self._local_step_counter
         return out
 
-    @property  # type: ignore[override]  # merged view, rebuilt on each access
-    def state(self) -> MutableMapping[Tensor, Any]:
+    _assign_state_instead = "use load_state_dict"
+
+    def _merged_state(self) -> dict[Tensor, Any]:
         out: dict[Tensor, Any] = {
             p: {SEMI_SYNC_LOCAL_STATE_KEY + k: v for k, v in s.items()}
             for p, s in self._optimizer.state.items()
@@ -154,18 +155,9 @@ class SemisyncOptimizer(KeyedOptimizer):
             entry[SEMISYNC_LOCAL_STEP_COUNTER_KEY] = self._local_step_counter
         return out
 
-    @state.setter
-    def state(self, value: MutableMapping[Tensor, Any]) -> None:
-        raise AttributeError("SemisyncOptimizer.state is a merged view; use load_state_dict")
-
-    @property
-    def param_groups(self) -> list[dict[str, Any]]:
+    def _merged_param_groups(self) -> list[dict[str, Any]]:
         """The local optimizer's groups, then the global optimizer's."""
         return [*self._optimizer.param_groups, *self._global_optimizer.param_groups]
-
-    @param_groups.setter
-    def param_groups(self, value: list[dict[str, Any]]) -> None:
-        raise AttributeError("SemisyncOptimizer.param_groups is a merged view; set the parts")
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> None:  # type: ignore[override]  # TorchRec's returns None
