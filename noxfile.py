@@ -298,6 +298,9 @@ def build(session: nox.Session) -> None:
     session.log(f"built {len(list(dist.glob('*.whl')))} wheels and sdists into {dist}")
 
 
+TEST_ONLY_DISTRIBUTIONS = frozenset({"pytest", "hypothesis", "pytest-timeout", "parameterized"})
+
+
 @nox.session(python=False)
 def wheels(session: nox.Session) -> None:
     """Build every wheel, install `shardrec` alone from them into a fresh venv (torch beside it,
@@ -326,10 +329,16 @@ def wheels(session: nox.Session) -> None:
         if got != sorted(expected):
             session.error(f"installing {top} from wheels gave {got}, expected {sorted(expected)}")
         session.log(f"{top} from wheels: {len(got)} shardrec distributions, as declared")
+        runners = sorted(n for n in str(listing).split() if n in TEST_ONLY_DISTRIBUTIONS)
+        if runners:
+            session.error(f"installing {top} from wheels pulled test-only distributions {runners}")
     py = str(tmp / "venv-shardrec" / "bin" / "python")
     env = {"PYTHONPATH": "", "SHARDREC_NATIVE": os.environ.get("SHARDREC_NATIVE", "")}
     with session.chdir(tmp):  # away from the repository: only the installed wheels import
         session.run(py, str(ROOT / "examples" / "tutorial_intro.py"), env=env, external=True)
+        # TorchRec's test-support paths import without pytest installed.
+        check = "import shardrec.distributed.test_utils, shardrec.test_utils"
+        session.run(py, "-c", check, env=env, external=True)
 
 
 def _conformance_counts(works: list[pathlib.Path], files: list[str]) -> dict[str, int]:
