@@ -128,6 +128,21 @@ def test_resume_checks_and_falls_back(
     assert code == 2 and launched == [] and len(err) == 1, err
     assert "step_6/shardrec.json is not valid JSON" in err[0] and "earlier checkpoint" in err[0]
 
+    # Every checkpoint damaged: one error line from the lead rank, no rank traceback.
+    damaged = tmp_path / "damaged"
+    shutil.copytree(full, damaged)
+    for step in (2, 4, 6):
+        where = damaged / "checkpoints" / f"step_{step}"
+        files = json.loads((where / "shardrec.json").read_text())["files"]
+        first = sorted(n for n in files if n.endswith(".distcp"))[0]
+        _flip_byte(where / first, files[first]["bytes"] // 2)
+    result = run_shardrec(["train", *ARGS, "--resume", "--out", str(damaged)])
+    assert result.returncode != 0, result.stdout[-2000:]
+    errors = [line for line in result.stderr.splitlines() if "shardrec train: error:" in line]
+    assert len(errors) == 1, result.stderr[-3000:]
+    assert "no checkpoint under" in errors[0] and "verifies (3 tried" in errors[0], errors
+    assert "shardrec_train/worker.py" not in result.stderr, result.stderr[-3000:]
+
     # A crash lost step 6, and one byte of step 4 flipped: resume from step 2.
     crashed = tmp_path / "crashed"
     shutil.copytree(full, crashed)

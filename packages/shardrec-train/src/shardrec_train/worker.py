@@ -30,7 +30,7 @@ from shardrec_collectives import (
     agree_on_attempt,
     all_reduce_sum,
 )
-from shardrec_dmp import load, save
+from shardrec_dmp import CheckpointError, load, save
 from shardrec_planner import save_plan_chart
 from shardrec_planner.report import format_report
 from shardrec_train.build import build
@@ -81,6 +81,10 @@ def init_distributed(opts: TrainOptions, environ: Mapping[str, str]) -> tuple[to
     store = PrefixStore(f"attempt_{attempt}", store)
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
     return device, store
+
+
+RESUME_FAILED = 3
+"""Exit status of a rank when `--resume` finds no checkpoint that verifies."""
 
 
 def train_worker(opts: TrainOptions, environ: Mapping[str, str]) -> int:
@@ -161,9 +165,16 @@ def _train(
         raise FileNotFoundError(f"--resume: no checkpoint under {out / 'checkpoints'}")
     resume = latest is not None and (opts.resume or restarted)
     if resume:
-        start, path = resume_latest(
-            out, lambda p: load(str(p), model, {"optimizer": optimizer}), lead=lead
-        )
+        try:
+            start, path = resume_latest(
+                out, lambda p: load(str(p), model, {"optimizer": optimizer}), lead=lead
+            )
+        except CheckpointError as err:
+            # Every rank tried the same checkpoints in step and failed alike: one line from
+            # the lead rank, not a traceback per rank.
+            if lead:
+                print(f"shardrec train: error: {err}", file=sys.stderr, flush=True)
+            return RESUME_FAILED
         history = History.read(out)
         history.truncate(start)
         if lead:
