@@ -96,12 +96,16 @@ class ParameterConstraints:
     field. Lists are stored as tuples, except `feature_names`, a list (copied) as TorchRec's.
     `hash()` is stable across processes (`stable_hash`).
 
-    `compute_kernels` may name TorchRec's kernels shardrec does not execute (`key_value`, ...):
-    the search never picks them, and a table left with only those raises `PlannerError`.
+    `compute_kernels` may name TorchRec's UVM and key-value kernels (`fused_uvm`,
+    `fused_uvm_caching`, `key_value`): they run as `fused` (`kernel_choice`). Kernels shardrec
+    does not execute (`quant`, the virtual-table kernels, ...) are never picked by the search,
+    and a table left with only those raises `PlannerError`.
 
-    TorchRec's kernel options, carried for the sharder (the planner's search does not read
-    them): `cache_params` (a UVM-cached table's cache), `enforce_hbm`, `stochastic_rounding`,
-    `bounds_check_mode`, `feature_names`, `output_dtype`, `device_group`, `key_value_params`.
+    TorchRec's kernel options `cache_params`, `enforce_hbm`, `stochastic_rounding`,
+    `bounds_check_mode` and `key_value_params` are copied into the table's `ParameterSharding`;
+    `plan.report()` says what became of each (`kernel_choice.kernel_notes`: the cache's
+    `load_factor` shapes the cuda estimate, the rest is named as not applied).
+    `feature_names`, `output_dtype` and `device_group` are carried as TorchRec carries them.
     """
 
     sharding_types: Sequence[str] | None = None
