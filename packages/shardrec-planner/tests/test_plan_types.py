@@ -26,14 +26,15 @@ from shardrec_planner import (
 def test_sharding_type_is_a_string_enum() -> None:
     assert ShardingType("row_wise") is ShardingType.ROW_WISE
     assert ShardingType.GRID_SHARD.value == "grid_shard"
-    assert [t.value for t in ShardingType] == [
-        "data_parallel",
-        "table_wise",
-        "column_wise",
-        "row_wise",
-        "table_row_wise",
-        "table_column_wise",
-        "grid_shard",
+    # TorchRec's member names and values, in TorchRec's order
+    assert [(t.name, t.value) for t in ShardingType] == [
+        ("DATA_PARALLEL", "data_parallel"),
+        ("TABLE_WISE", "table_wise"),
+        ("COLUMN_WISE", "column_wise"),
+        ("ROW_WISE", "row_wise"),
+        ("TABLE_ROW_WISE", "table_row_wise"),
+        ("TABLE_COLUMN_WISE", "table_column_wise"),
+        ("GRID_SHARD", "grid_shard"),
     ]
 
 

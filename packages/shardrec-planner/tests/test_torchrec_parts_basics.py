@@ -31,21 +31,13 @@ from shardrec_planner import (
     ShardingOption,
     Storage,
     Topology,
+    imbalance,
 )
 from shardrec_planner.constants import (
     DDR_MEM_BW,
     HBM_MEM_BW,
     HBM_TO_DDR_MEM_BW,
     kernel_bw_lookup,
-)
-from shardrec_planner.imbalance import (
-    chi_sq_divergence,
-    kl_divergence,
-    max_chi_sq_divergence,
-    max_kl_divergence,
-    normalize,
-    total_distance,
-    total_variation,
 )
 from shardrec_planner.planner_utils import find_imbalance_tables, reset_shard_rank
 
@@ -194,24 +186,24 @@ def test_cache_params_validate() -> None:
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.floats(0.01, 100), min_size=1, max_size=12))
 def test_imbalance_measures_against_their_definitions(loads: list[float]) -> None:
-    p = normalize(loads)
+    p = imbalance.normalize(loads)
     k = len(p)
     assert sum(p) == pytest.approx(1.0)
     dev = [abs(x - 1 / k) for x in p]
-    assert total_variation(p) == pytest.approx(max(dev))
-    assert total_distance(p) == pytest.approx(sum(dev))
-    assert chi_sq_divergence(p) == pytest.approx(sum(d * d * k for d in dev))
-    assert kl_divergence(p) == pytest.approx(sum(x * math.log(x * k) for x in p))
+    assert imbalance.total_variation(p) == pytest.approx(max(dev))
+    assert imbalance.total_distance(p) == pytest.approx(sum(dev))
+    assert imbalance.chi_sq_divergence(p) == pytest.approx(sum(d * d * k for d in dev))
+    assert imbalance.kl_divergence(p) == pytest.approx(sum(x * math.log(x * k) for x in p))
     # The extremes: even load is 0, all load on one rank is the documented maximum.
-    assert kl_divergence([1 / k] * k) == pytest.approx(0.0, abs=1e-12)
+    assert imbalance.kl_divergence([1 / k] * k) == pytest.approx(0.0, abs=1e-12)
     one = [1.0] + [0.0] * (k - 1)
-    assert kl_divergence(one) == pytest.approx(max_kl_divergence(k))
-    assert chi_sq_divergence(one) == pytest.approx(max_chi_sq_divergence(k))
+    assert imbalance.kl_divergence(one) == pytest.approx(imbalance.max_kl_divergence(k))
+    assert imbalance.chi_sq_divergence(one) == pytest.approx(imbalance.max_chi_sq_divergence(k))
 
 
 def test_normalize_refuses_all_zero() -> None:
     with pytest.raises(ValueError, match=r"sum to 0"):
-        normalize([0, 0])
+        imbalance.normalize([0, 0])
 
 
 def test_constraints_carry_torchrec_kernel_options() -> None:

@@ -66,19 +66,11 @@ class EmbeddingOffloadStats:
             )
         if mrc_hist_counts.numel() == 0:
             raise ValueError("mrc_hist_counts must not be empty; give at least one bin")
-        self._cacheability = cacheability
-        self._expected_lookups = expected_lookups
+        self.cacheability = cacheability
+        self.expected_lookups = expected_lookups
         self.height = height
         self.hist = mrc_hist_counts
         self.bins = torch.linspace(0, height, len(mrc_hist_counts) + 1)
-
-    @property
-    def cacheability(self) -> float:
-        return self._cacheability
-
-    @property
-    def expected_lookups(self) -> int:
-        return self._expected_lookups
 
     def expected_miss_rate(self, clf: float) -> float:
         """The miss rate of a cache holding `clf` of the table's rows."""

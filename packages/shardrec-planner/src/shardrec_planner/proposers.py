@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from shardrec_planner.planner_types import ShardingOption
@@ -46,15 +46,19 @@ class Proposer(Protocol):
     ) -> None: ...
 
 
+def _no_estimate(option: ShardingOption, what: str) -> ValueError:
+    return ValueError(
+        f"table {option.name!r} ({option.sharding_type}): a shard has no {what} estimate; "
+        f"enumerate with a {what} estimator before proposing"
+    )
+
+
 def _sharding_option_score(option: ShardingOption, use_depth: bool = True) -> float:
     """The slowest shard's perf total (`use_depth`), else the sum over shards."""
     totals = []
     for shard in option.shards:
         if shard.perf is None:
-            raise ValueError(
-                f"table {option.name!r} ({option.sharding_type}): a shard has no perf estimate; "
-                "enumerate with a perf estimator before proposing"
-            )
+            raise _no_estimate(option, "perf")
         totals.append(shard.perf.total)
     return max(totals) if use_depth else sum(totals)
 
@@ -70,10 +74,7 @@ def _storage_key(option: ShardingOption) -> tuple[float, float, float, float]:
     hbm, ddr = [], []
     for shard in option.shards:
         if shard.storage is None:
-            raise ValueError(
-                f"table {option.name!r} ({option.sharding_type}): a shard has no storage "
-                "estimate; enumerate with a storage estimator before proposing"
-            )
+            raise _no_estimate(option, "storage")
         hbm.append(shard.storage.hbm)
         ddr.append(shard.storage.ddr)
     return (max(hbm), sum(hbm), max(ddr), sum(ddr))
@@ -129,34 +130,22 @@ class GreedyProposer:
             self._current_proposal[largest] += 1
 
 
-class UniformProposer:
-    """One proposal per sharding type every table offers (module docstring)."""
+def _pick(indices: Sequence[int], groups: Iterable[list[ShardingOption]]) -> list[ShardingOption]:
+    """Option `indices[i]` of each table's group `i`: one proposal."""
+    return [options[i] for i, options in zip(indices, groups, strict=True)]
 
-    def __init__(self, use_depth: bool = True) -> None:
-        self._use_depth = use_depth
-        self._grouped_sharding_options: list[list[ShardingOption]] = []
-        self._proposal_index = 0
 
-    def load(self, search_space: list[ShardingOption]) -> None:
-        self._grouped_sharding_options = []
+class _ListProposer:
+    """What the uniform and grid-search proposers share: `load` makes the whole list of
+    proposals; they are handed out in order, one per feedback (the ratings do not steer them)."""
+
+    def __init__(self) -> None:
+        self._proposals: list[list[ShardingOption]] = []
         self._proposal_index = 0
-        all_fqns = {o.fqn for o in search_space}
-        by_type: dict[str, dict[str, list[ShardingOption]]] = {}
-        for option in search_space:
-            by_type.setdefault(option.sharding_type, {}).setdefault(option.fqn, []).append(option)
-        for by_fqn in by_type.values():
-            if by_fqn.keys() != all_fqns:
-                continue
-            self._grouped_sharding_options.append(
-                [
-                    min(options, key=lambda o: _sharding_option_score(o, self._use_depth))
-                    for options in by_fqn.values()
-                ]
-            )
 
     def propose(self) -> list[ShardingOption] | None:
-        if self._proposal_index < len(self._grouped_sharding_options):
-            return self._grouped_sharding_options[self._proposal_index]
+        if self._proposal_index < len(self._proposals):
+            return self._proposals[self._proposal_index]
         return None
 
     def feedback(
@@ -168,25 +157,47 @@ class UniformProposer:
         self._proposal_index += 1
 
 
-class GridSearchProposer:
+class UniformProposer(_ListProposer):
+    """One proposal per sharding type every table offers (module docstring)."""
+
+    def __init__(self, use_depth: bool = True) -> None:
+        super().__init__()
+        self._use_depth = use_depth
+
+    def load(self, search_space: list[ShardingOption]) -> None:
+        self._proposals = []
+        self._proposal_index = 0
+        all_fqns = {o.fqn for o in search_space}
+        by_type: dict[str, dict[str, list[ShardingOption]]] = {}
+        for option in search_space:
+            by_type.setdefault(option.sharding_type, {}).setdefault(option.fqn, []).append(option)
+        for by_fqn in by_type.values():
+            if by_fqn.keys() != all_fqns:
+                continue
+            self._proposals.append(
+                [
+                    min(options, key=lambda o: _sharding_option_score(o, self._use_depth))
+                    for options in by_fqn.values()
+                ]
+            )
+
+
+class GridSearchProposer(_ListProposer):
     """Every combination of the tables' options, up to `max_proposals` (module docstring)."""
 
     def __init__(self, max_proposals: int = MAX_PROPOSALS) -> None:
         if max_proposals < 1:
             raise ValueError(f"max_proposals must be >= 1, got {max_proposals}")
+        super().__init__()
         self._max_proposals = max_proposals
-        self._sharding_options_by_fqn: dict[str, list[ShardingOption]] = {}
-        self._proposal_index = 0
-        self._proposals: list[tuple[int, ...]] = []
 
     def load(self, search_space: list[ShardingOption]) -> None:
         self._proposal_index = 0
         self._proposals = []
-        self._sharding_options_by_fqn = _by_fqn(search_space)
-        for options in self._sharding_options_by_fqn.values():
+        groups = list(_by_fqn(search_space).values())
+        for options in groups:
             options.sort(key=_sharding_option_score)
-        sizes = [len(options) for options in self._sharding_options_by_fqn.values()]
-        total = math.prod(sizes)
+        total = math.prod(len(options) for options in groups)
         if total > self._max_proposals:
             logger.info(
                 "grid search proposer skipped: %s proposals, at most %s allowed",
@@ -194,22 +205,8 @@ class GridSearchProposer:
                 self._max_proposals,
             )
             return
-        self._proposals = list(itertools.product(*(range(n) for n in sizes)))
-
-    def propose(self) -> list[ShardingOption] | None:
-        if self._proposal_index >= len(self._proposals):
-            return None
-        indices = self._proposals[self._proposal_index]
-        groups = self._sharding_options_by_fqn.values()
-        return [options[i] for i, options in zip(indices, groups, strict=True)]
-
-    def feedback(
-        self,
-        partitionable: bool,
-        plan: list[ShardingOption] | None = None,
-        perf_rating: float | None = None,
-    ) -> None:
-        self._proposal_index += 1
+        combinations = itertools.product(*(range(len(options)) for options in groups))
+        self._proposals = [_pick(indices, groups) for indices in combinations]
 
 
 class DynamicProgrammingProposer:
@@ -248,8 +245,7 @@ class DynamicProgrammingProposer:
         if self._current_proposal < 0:
             return None
         indices = self._proposal_list[self._current_proposal]
-        groups = self._sharding_options_by_fqn.values()
-        return [options[i] for i, options in zip(indices, groups, strict=True)]
+        return _pick(indices, self._sharding_options_by_fqn.values())
 
     def feedback(
         self,

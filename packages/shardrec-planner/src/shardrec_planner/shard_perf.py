@@ -75,8 +75,8 @@ def _expected_cache_fetches(option: ShardingOption, ratio: float | None) -> floa
 class _Load:
     """What one shard moves per batch (module docstring's b, o, W, L and element sizes)."""
 
-    batch_inputs: float
-    batch_outputs: float
+    batch: tuple[float, float]
+    """(b, o): the ids a shard reads and the embeddings it writes per batch."""
     world_size: int
     local_world_size: int
     input_bytes: float
@@ -218,8 +218,7 @@ class EmbeddingPerfEstimator(OptionEstimator):
             raise ValueError(f"unknown sharding type {st!r}; valid: {sorted(known)}")
         inputs, outputs = _batch_totals(input_lengths, num_poolings, batch_sizes, is_pooled, divide)
         load = _Load(
-            batch_inputs=inputs,
-            batch_outputs=outputs,
+            batch=(inputs, outputs),
             world_size=world_size,
             local_world_size=local_world_size,
             input_bytes=input_data_type_size,
@@ -258,27 +257,28 @@ class EmbeddingPerfEstimator(OptionEstimator):
     ) -> Perf:
         intra_bw, inter_bw, _ = bws
         w, lw = load.world_size, load.local_world_size
+        b, o = load.batch
         tw_like = st in (
             ShardingType.TABLE_WISE.value,
             ShardingType.COLUMN_WISE.value,
             ShardingType.TABLE_COLUMN_WISE.value,
         )
         twrw = st in (ShardingType.TABLE_ROW_WISE.value, ShardingType.GRID_SHARD.value)
-        input_read = math.ceil(load.batch_inputs * w * load.input_bytes)
+        input_read = math.ceil(b * w * load.input_bytes)
         if load.is_weighted:
             input_read *= 2
         lookup_dim = max(dim, 32) if tw_like else dim
-        lookup = load.batch_inputs * w * lookup_dim * load.table_bytes
+        lookup = b * w * lookup_dim * load.table_bytes
         # tw/cw send their outputs by all-to-all; row-wise types reduce-scatter pooled outputs.
         comm = load.a2a_bytes if tw_like or (not twrw and not load.is_pooled) else load.sr_bytes
-        fwd_out = load.batch_outputs * w * dim * comm[0]
-        bwd_out = load.batch_outputs * w * dim * comm[1]
+        fwd_out = o * w * dim * comm[0]
+        bwd_out = o * w * dim * comm[1]
         penalty = _block_penalty(dim) if tw_like else 1.0
         fwd_compute = (input_read + lookup + fwd_out) * penalty / device_bw
         if twrw:
             fwd_comms = fwd_out / intra_bw
             if w > lw:
-                cross = load.batch_outputs * w * dim * load.a2a_bytes[0]
+                cross = o * w * dim * load.a2a_bytes[0]
                 fwd_comms += cross * (lw / w) / inter_bw
             bwd_comms = bwd_out / intra_bw
         else:
@@ -306,11 +306,12 @@ class EmbeddingPerfEstimator(OptionEstimator):
         mults: tuple[float, float],
     ) -> Perf:
         w, lw = load.world_size, load.local_world_size
-        input_read = math.ceil(load.batch_inputs * load.input_bytes)
+        b, o = load.batch
+        input_read = math.ceil(b * load.input_bytes)
         if load.is_weighted:
             input_read *= 2
-        lookup = load.batch_inputs * dim * load.table_bytes
-        output = load.batch_outputs * dim * load.table_bytes
+        lookup = b * dim * load.table_bytes
+        output = o * dim * load.table_bytes
         table = grad_num_elem * load.table_bytes
         fwd_compute = (input_read + lookup + output) / device_bw
         nodes = min(w / lw, 2)

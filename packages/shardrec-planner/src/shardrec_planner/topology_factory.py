@@ -68,13 +68,20 @@ class TopologyConfigBase:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class HardwareConfig(TopologyConfigBase):
-    """What the machines report: capacities per rank (bytes) and rates (bytes/ms); None = not
-    detected (the default is used)."""
+class _RankCapacities:
+    """The per-rank capacities (bytes) that both the hardware and the trainer may give; None =
+    not given. The factory takes the trainer's over the hardware's, one by one."""
 
     hbm_cap_bytes: int | None = None
     ddr_cap_bytes: int | None = None
     ssd_cap_bytes: int | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class HardwareConfig(TopologyConfigBase, _RankCapacities):
+    """What the machines report: capacities per rank (bytes) and rates (bytes/ms); None = not
+    detected (the default is used)."""
+
     intra_host_bw: float | None = None
     inter_host_bw: float | None = None
     hbm_mem_bw: float | None = None
@@ -117,15 +124,12 @@ class HardwareConfig(TopologyConfigBase):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class TrainerConfig(TopologyConfigBase):
+class TrainerConfig(TopologyConfigBase, _RankCapacities):
     """What the trainer states; it wins over the hardware's readings. A dry run
     (`is_dry_run`) plans for `dry_run_hbm_bytes` / `dry_run_ddr_bytes` instead."""
 
     world_size: int | None = None
     local_world_size: int | None = None
-    hbm_cap_bytes: int | None = None
-    ddr_cap_bytes: int | None = None
-    ssd_cap_bytes: int | None = None
     is_dry_run: bool = False
     dry_run_hbm_bytes: int | None = None
     dry_run_ddr_bytes: int | None = None

@@ -9,9 +9,10 @@ millisecond as TorchRec's perf model counts; `BasicCommsBandwidths` is the two-n
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Mapping, Sequence
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 from shardrec_planner.constants import CROSS_NODE_BANDWIDTH, INTRA_NODE_BANDWIDTH
 from shardrec_planner.errors import InvalidValueError
@@ -104,54 +105,37 @@ class GeneralizedCommsBandwidth(Protocol):
     def inter_host_bw(self) -> float: ...
 
 
+@dataclasses.dataclass(frozen=True)
 class BasicCommsBandwidths:
     """The two-rate comms model (bytes/ms): `intra_host_bw` among ranks of one host,
     `inter_host_bw` across hosts. An all-reduce counts one NIC per rank, so it runs at
     `inter_host_bw * local_world_size` (TorchRec's rule); other collectives run at the intra-host
-    rate when every rank is on one host, else at the cross-host rate.
+    rate when every rank is on one host, else at the cross-host rate. Immutable, equal and
+    hashable by its two rates.
     """
 
-    def __init__(
-        self,
-        inter_host_bw: float = CROSS_NODE_BANDWIDTH,
-        intra_host_bw: float = INTRA_NODE_BANDWIDTH,
-    ) -> None:
-        for name, value in (("inter_host_bw", inter_host_bw), ("intra_host_bw", intra_host_bw)):
+    inter_host_bw: float = CROSS_NODE_BANDWIDTH
+    intra_host_bw: float = INTRA_NODE_BANDWIDTH
+    name: ClassVar[str] = "BasicCommsBandwidths"
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
             if not value > 0:
-                raise ValueError(f"BasicCommsBandwidths {name} must be > 0 bytes/ms, got {value!r}")
-        self.name = "BasicCommsBandwidths"
-        self._inter_host_bw = float(inter_host_bw)
-        self._intra_host_bw = float(intra_host_bw)
-
-    @property
-    def inter_host_bw(self) -> float:
-        return self._inter_host_bw
-
-    @property
-    def intra_host_bw(self) -> float:
-        return self._intra_host_bw
+                raise ValueError(
+                    f"BasicCommsBandwidths {field.name} must be > 0 bytes/ms, got {value!r}"
+                )
+            object.__setattr__(self, field.name, float(value))
 
     def get_bw(
         self, local_world_size: int, world_size: int, collective_type: CollectiveType
     ) -> float:
         if collective_type is CollectiveType.ALL_REDUCE:
-            return self._inter_host_bw * local_world_size
-        return self._intra_host_bw if world_size <= local_world_size else self._inter_host_bw
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, BasicCommsBandwidths):
-            return NotImplemented
-        return (self._inter_host_bw, self._intra_host_bw) == (
-            other._inter_host_bw,
-            other._intra_host_bw,
-        )
-
-    def __hash__(self) -> int:
-        return hash((self._inter_host_bw, self._intra_host_bw))
+            return self.inter_host_bw * local_world_size
+        return self.intra_host_bw if world_size <= local_world_size else self.inter_host_bw
 
     def __str__(self) -> str:
-        return (
-            f"{self.name}: inter_host_bw={self._inter_host_bw}, intra_host_bw={self._intra_host_bw}"
-        )
+        rates = f"inter_host_bw={self.inter_host_bw}, intra_host_bw={self.intra_host_bw}"
+        return f"{self.name}: {rates}"
 
     __repr__ = __str__
