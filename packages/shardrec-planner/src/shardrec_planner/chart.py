@@ -46,19 +46,32 @@ def _with_unit(value: float, units: Sequence[tuple[str, float]]) -> str:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PlanChartData:
-    """What `save_plan_chart` draws: per-rank values in the units of their labels."""
+    """What `save_plan_chart` draws: per-rank values in the units of their labels (the cap in
+    the memory's unit, the lower bound in the cost's); the rest follows from them."""
 
     ranks: tuple[int, ...]
     memory: tuple[float, ...]
     memory_unit: str
     memory_cap: float
     memory_cap_text: str
-    cap_on_scale: bool
-    used_percent: tuple[float, ...]
     cost: tuple[float, ...]
     cost_unit: str
-    cost_mean: float
     cost_lower_bound: float
+
+    @property
+    def cap_on_scale(self) -> bool:
+        """Whether the cap is drawn as a line (it is within `CAP_SCALE` of the largest bar)."""
+        return self.memory_cap <= CAP_SCALE * max(self.memory, default=0.0)
+
+    @property
+    def used_percent(self) -> tuple[float, ...]:
+        """Each rank's memory as a percentage of the cap (0 without a cap)."""
+        cap = self.memory_cap
+        return tuple(100.0 * m / cap if cap > 0 else 0.0 for m in self.memory)
+
+    @property
+    def cost_mean(self) -> float:
+        return sum(self.cost) / len(self.cost) if self.cost else 0.0
 
 
 def plan_chart_data(stats: PlanStats) -> PlanChartData:
@@ -74,11 +87,8 @@ def plan_chart_data(stats: PlanStats) -> PlanChartData:
         memory_unit=mem_unit,
         memory_cap=cap / mem_scale,
         memory_cap_text=_with_unit(cap, _BYTE_UNITS),
-        cap_on_scale=cap <= CAP_SCALE * max(memory, default=0.0),
-        used_percent=tuple(100.0 * m / cap if cap > 0 else 0.0 for m in memory),
         cost=tuple(c / time_scale for c in cost),
         cost_unit=time_unit,
-        cost_mean=sum(cost) / len(cost) / time_scale if cost else 0.0,
         cost_lower_bound=stats.lower_bound_s / time_scale,
     )
 

@@ -14,7 +14,7 @@ multiple of 4 and divides the dim; a dim with no such divisor stays whole.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import NamedTuple, NotRequired, TypedDict, Unpack
 
 import numpy as np
 import numpy.typing as npt
@@ -122,14 +122,17 @@ def shard_arrays(
     )
 
 
+class ShardSplit(TypedDict):
+    """How a table is split, the keyword arguments of `shard_arrays` and `shard_geometry`: the
+    job's ranks, and for column-split types the block width (default `column_block_size(dim)`)."""
+
+    world_size: int
+    local_world_size: int
+    column_block: NotRequired[int | None]
+
+
 def shard_geometry(
-    sharding_type: ShardingType,
-    rows: int,
-    dim: int,
-    *,
-    world_size: int,
-    local_world_size: int,
-    column_block: int | None = None,
+    sharding_type: ShardingType, rows: int, dim: int, **split: Unpack[ShardSplit]
 ) -> list[Shard]:
     """The shards of a `rows x dim` table in TorchRec's order.
 
@@ -137,11 +140,4 @@ def shard_geometry(
     `column_block` (default `column_block_size(dim)`); grid_shard lists, for each column block, the
     row blocks of one host.
     """
-    return shard_arrays(
-        sharding_type,
-        rows,
-        dim,
-        world_size=world_size,
-        local_world_size=local_world_size,
-        column_block=column_block,
-    ).to_list()
+    return shard_arrays(sharding_type, rows, dim, **split).to_list()

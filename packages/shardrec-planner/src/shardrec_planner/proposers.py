@@ -190,11 +190,13 @@ class GridSearchProposer(_ListProposer):
             raise ValueError(f"max_proposals must be >= 1, got {max_proposals}")
         super().__init__()
         self._max_proposals = max_proposals
+        self._sharding_options_by_fqn: dict[str, list[ShardingOption]] = {}
 
     def load(self, search_space: list[ShardingOption]) -> None:
         self._proposal_index = 0
         self._proposals = []
-        groups = list(_by_fqn(search_space).values())
+        self._sharding_options_by_fqn = _by_fqn(search_space)
+        groups = list(self._sharding_options_by_fqn.values())
         for options in groups:
             options.sort(key=_sharding_option_score)
         total = math.prod(len(options) for options in groups)
