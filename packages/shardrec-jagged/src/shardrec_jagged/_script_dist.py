@@ -4,7 +4,7 @@
 docstring draws the layout). Scripted code reaches the class's static method as the Python
 function, which branches here on ``is_scripting()`` (docs/design/torchscript.md).
 
-Written in the TorchScript subset: string concatenation instead of f-strings, loops instead of
+Written in the TorchScript subset: f-strings without ``!r``, loops instead of
 ``zip(strict=...)``; split/cat instead of a gather for a per-bag ``recat`` (scripted code is the
 inference path, where a rank gets few bags).
 """
