@@ -26,6 +26,7 @@ from torch.utils._pytree import TreeSpec, register_pytree_node
 from shardrec_jagged import _script_functions
 from shardrec_jagged._format import dense_rows, kt_str
 from shardrec_jagged._fx import ProxyableMeta
+from shardrec_jagged._script_types import ScriptKeyedTensor
 from shardrec_jagged._validation import UnknownKeyError, check_keys
 
 # The twins' functions take the TorchScript twins, which stand for our classes only inside
@@ -36,8 +37,12 @@ _twins: Any = _script_functions
 __all__ = ["KeyedTensor"]
 
 
-class KeyedTensor(metaclass=ProxyableMeta):
+class KeyedTensor(ScriptKeyedTensor, metaclass=ProxyableMeta):
     """Dense tensors keyed by name, concatenated along ``key_dim`` (TorchRec's KeyedTensor).
+
+    The plain accessors (``keys``, ``values``, ``key_dim``, ``device``, ``length_per_key``,
+    ``offset_per_key``) are the TorchScript twin's, inherited: one source serves eager and
+    scripted code (a TorchScript class cannot inherit, but a Python class can inherit from one).
 
     Args:
         keys: unique names.
@@ -45,6 +50,10 @@ class KeyedTensor(metaclass=ProxyableMeta):
         values: e.g. ``(B, sum(length_per_key))`` for ``key_dim=1``.
         key_dim: the dimension the keys are concatenated along.
     """
+
+    # The caches, typed here (the twin declares them through torch.jit.annotate).
+    _offset_per_key: list[int] | None
+    _index_per_key: dict[str, int] | None
 
     def __init__(
         self,
@@ -93,29 +102,6 @@ class KeyedTensor(metaclass=ProxyableMeta):
             values=torch.cat(list(tensors), dim=cat_dim),
             key_dim=key_dim,
         )
-
-    def keys(self) -> list[str]:
-        return self._keys
-
-    def values(self) -> torch.Tensor:
-        return self._values
-
-    def key_dim(self) -> int:
-        return self._key_dim
-
-    def device(self) -> torch.device:
-        return self._values.device
-
-    def length_per_key(self) -> list[int]:
-        return self._length_per_key
-
-    def offset_per_key(self) -> list[int]:
-        if self._offset_per_key is None:
-            out = [0]
-            for n in self._length_per_key:
-                out.append(out[-1] + n)
-            self._offset_per_key = out
-        return self._offset_per_key
 
     def _key_indices(self) -> dict[str, int]:
         if self._index_per_key is None:
