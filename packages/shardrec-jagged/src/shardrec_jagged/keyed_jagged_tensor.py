@@ -467,7 +467,7 @@ class KeyedJaggedTensor(JaggedParts, metaclass=ProxyableMeta):
         used = used_part(self._values, lpk)
         if spkpr is None:
             values, weights, new_lengths = _kernels.permute_kjt(
-                used, w, lengths, lpk, order, self._stride
+                (used, w, lengths), lpk, order, self._stride
             )
         else:
             values = _kernels.permute_segments(used, lpk, order)
