@@ -24,6 +24,8 @@ conversions or format specs (TorchScript compiles those into `str.format` calls;
 prints a `list[str]` without quotes).
 """
 
+from typing import TypeAlias
+
 import torch
 
 __all__ = [
@@ -66,6 +68,10 @@ def _cumsum(sizes: list[int]) -> list[int]:
     return out
 
 
+# `self` of the accessors both jagged twins share (a string: the second class comes later).
+_JaggedTwin: TypeAlias = "ScriptJaggedTensor | ScriptKeyedJaggedTensor"
+
+
 class ScriptJaggedTensor:
     """TorchScript twin of `JaggedTensor`: `(N,)` values in bags given by lengths/offsets."""
 
@@ -83,32 +89,35 @@ class ScriptJaggedTensor:
         self._lengths = lengths
         self._offsets = offsets
 
-    def values(self) -> torch.Tensor:
+    # The accessors from `values` to `device` serve both jagged twins (their `self` type says so):
+    # the KeyedJaggedTensor twin assigns them in its class body.
+
+    def values(self: _JaggedTwin) -> torch.Tensor:
         return self._values
 
     def weights(self) -> torch.Tensor:
         return _weights_of(self._weights, "JaggedTensor")
 
-    def weights_or_none(self) -> torch.Tensor | None:
+    def weights_or_none(self: _JaggedTwin) -> torch.Tensor | None:
         return self._weights
 
-    def lengths(self) -> torch.Tensor:
+    def lengths(self: _JaggedTwin) -> torch.Tensor:
         lengths = _lengths_of(self._lengths, self._offsets)
         self._lengths = lengths
         return lengths
 
-    def lengths_or_none(self) -> torch.Tensor | None:
+    def lengths_or_none(self: _JaggedTwin) -> torch.Tensor | None:
         return self._lengths
 
-    def offsets(self) -> torch.Tensor:
+    def offsets(self: _JaggedTwin) -> torch.Tensor:
         offsets = _offsets_of(self._offsets, self._lengths)
         self._offsets = offsets
         return offsets
 
-    def offsets_or_none(self) -> torch.Tensor | None:
+    def offsets_or_none(self: _JaggedTwin) -> torch.Tensor | None:
         return self._offsets
 
-    def device(self) -> torch.device:
+    def device(self: _JaggedTwin) -> torch.device:
         return self._values.device
 
     def to_dense(self) -> list[torch.Tensor]:
@@ -204,33 +213,18 @@ class ScriptKeyedJaggedTensor:
     def keys(self) -> list[str]:
         return self._keys
 
-    def values(self) -> torch.Tensor:
-        return self._values
-
     def weights(self) -> torch.Tensor:
         return _weights_of(self._weights, "KeyedJaggedTensor")
 
-    def weights_or_none(self) -> torch.Tensor | None:
-        return self._weights
-
-    def lengths(self) -> torch.Tensor:
-        lengths = _lengths_of(self._lengths, self._offsets)
-        self._lengths = lengths
-        return lengths
-
-    def lengths_or_none(self) -> torch.Tensor | None:
-        return self._lengths
-
-    def offsets(self) -> torch.Tensor:
-        offsets = _offsets_of(self._offsets, self._lengths)
-        self._offsets = offsets
-        return offsets
-
-    def offsets_or_none(self) -> torch.Tensor | None:
-        return self._offsets
-
-    def device(self) -> torch.device:
-        return self._values.device
+    # The JaggedTensor twin's accessors: TorchScript compiles a function assigned in a class body
+    # as a method of that class (a TorchScript class cannot inherit).
+    values = ScriptJaggedTensor.values
+    weights_or_none = ScriptJaggedTensor.weights_or_none
+    lengths = ScriptJaggedTensor.lengths
+    lengths_or_none = ScriptJaggedTensor.lengths_or_none
+    offsets = ScriptJaggedTensor.offsets
+    offsets_or_none = ScriptJaggedTensor.offsets_or_none
+    device = ScriptJaggedTensor.device
 
     def stride(self) -> int:
         return self._stride
