@@ -27,7 +27,7 @@ from shardrec_jagged import _script_functions
 from shardrec_jagged._format import dense_rows, kt_str
 from shardrec_jagged._fx import ProxyableMeta
 from shardrec_jagged._script_types import ScriptKeyedTensor
-from shardrec_jagged._validation import UnknownKeyError, check_keys
+from shardrec_jagged._validation import UnknownKeyError, check_key_widths, check_keys
 
 # The twins' functions take the TorchScript twins, which stand for our classes only inside
 # torch.jit.script (the is_scripting() branches): typed Any for mypy; no "# type:" comment, since
@@ -65,23 +65,7 @@ class KeyedTensor(ScriptKeyedTensor, metaclass=ProxyableMeta):
         index_per_key: Mapping[str, int] | None = None,
     ) -> None:
         keys_ = check_keys(keys)
-        lpk = list(length_per_key)
-        if len(lpk) != len(keys_):
-            raise ValueError(f"length_per_key has {len(lpk)} entries for {len(keys_)} keys {keys_}")
-        if not isinstance(values, torch.Tensor):
-            raise TypeError(f"values must be a torch.Tensor, got {type(values).__name__}")
-        if keys_ and not -values.dim() <= key_dim < max(values.dim(), 1):
-            raise ValueError(
-                f"key_dim {key_dim} is out of range for values of shape {tuple(values.shape)}"
-            )
-        for k, n in zip(keys_, lpk, strict=True):
-            if n < 0:
-                raise ValueError(f"length_per_key for key {k!r} is {n}; it must be >= 0")
-        if keys_ and sum(lpk) != values.size(key_dim):
-            raise ValueError(
-                f"length_per_key {lpk} sums to {sum(lpk)} but values has size "
-                f"{values.size(key_dim)} along key_dim {key_dim} (shape {tuple(values.shape)})"
-            )
+        lpk = check_key_widths(keys_, length_per_key, values, key_dim)
         self._keys = keys_
         self._length_per_key = lpk
         self._values = values
