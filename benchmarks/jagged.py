@@ -153,7 +153,7 @@ def floors(batch: dict[str, Any]) -> dict[str, Callable[[], object]]:
         "construct+offsets": lambda: _kernels.lengths_to_offsets(lengths),
         "construct+length_per_key": lambda: _kernels.length_per_key(lengths, F, B),
         "permute (reversed keys)": lambda: _kernels.permute_kjt(
-            values, weights, lengths, lpk, order, B
+            (values, weights, lengths), lpk, order, B
         ),
         "concat of 2": concat,
         "KeyedTensor.to_dict": lambda: kt_values.split_with_sizes(kt_widths, dim=1),
@@ -187,8 +187,8 @@ def kernel_rows(
         ),
         (
             "permute values+lengths",
-            lambda: tk.permute_kjt(values, weights, lengths, lpk, order, B),
-            lambda: fk.permute_kjt(values, weights, lengths, lpk, order, B),
+            lambda: tk.permute_kjt((values, weights, lengths), lpk, order, B),
+            lambda: fk.permute_kjt((values, weights, lengths), lpk, order, B),
         ),
     ]
     return rows

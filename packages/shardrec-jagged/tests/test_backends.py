@@ -85,9 +85,10 @@ def test_permute_parity(ref: RefKJT, data: st.DataObject) -> None:
     kjt = ref.build()
     n = len(ref.keys)
     order = data.draw(st.lists(st.integers(0, n - 1), max_size=2 * n))
-    args = (kjt.values(), kjt.weights_or_none(), kjt.lengths(), kjt.length_per_key(), order)
-    tv, tw, tl = _torch_kernels.permute_kjt(*args, kjt.stride())
-    fv, fw, fl = _fbgemm_kernels.permute_kjt(*args, kjt.stride())
+    parts = (kjt.values(), kjt.weights_or_none(), kjt.lengths())
+    args = (parts, kjt.length_per_key(), order, kjt.stride())
+    tv, tw, tl = _torch_kernels.permute_kjt(*args)
+    fv, fw, fl = _fbgemm_kernels.permute_kjt(*args)
     assert torch.equal(tv, fv) and torch.equal(tl, fl)
     if tw is None or fw is None:
         assert tw is None and fw is None
@@ -116,7 +117,7 @@ def test_permute_backend_follows_the_thread_count(
         monkeypatch.setattr(module, "permute_kjt", spy)
     monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
     values, lengths = torch.arange(6), torch.tensor([1, 2, 0, 3])
-    out = _kernels.permute_kjt(values, None, lengths, [3, 3], [1, 0], 2)
+    out = _kernels.permute_kjt((values, None, lengths), [3, 3], [1, 0], 2)
     assert used == [backend]
     assert out[0].tolist() == [3, 4, 5, 0, 1, 2] and out[2].tolist() == [0, 3, 1, 2]
 

@@ -113,13 +113,9 @@ def test_dist_init_rebuilds_every_ranks_bags_per_key(
             recat = torch.tensor(bag_recat(n, batches), dtype=torch.int32)
         else:
             recat = torch.tensor(segment_recat(n, world), dtype=torch.int32)
+        # TorchRec's positional order here; the named cases below pass keywords.
         out = KeyedJaggedTensor.dist_init(
-            keys=keys,
-            tensors=tensors,
-            variable_stride_per_key=variable,
-            num_workers=world,
-            recat=recat,
-            stride_per_rank=None if variable else batches,
+            keys, tensors, variable, world, recat, None if variable else batches
         )
         ref = expected_on(refs, lo, lo + n, variable)
         assert out.keys() == keys

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import torch
 
-from shardrec_jagged._torch_kernels import index_tensor
+from shardrec_jagged._torch_kernels import KjtTensors, index_tensor
 
 
 def lengths_to_offsets(lengths: torch.Tensor) -> torch.Tensor:
@@ -38,14 +38,10 @@ def length_per_key(lengths: torch.Tensor, num_keys: int, stride: int) -> list[in
 
 
 def permute_kjt(
-    values: torch.Tensor,
-    weights: torch.Tensor | None,
-    lengths: torch.Tensor,
-    length_per_key: Sequence[int],
-    order: Sequence[int],
-    stride: int,
-) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-    """Fixed-batch KJT tensors with keys reordered to ``order`` (repeats allowed)."""
+    parts: KjtTensors, length_per_key: Sequence[int], order: Sequence[int], stride: int
+) -> KjtTensors:
+    """A fixed-batch KJT's ``parts`` with its keys reordered to ``order`` (repeats allowed)."""
+    values, weights, lengths = parts
     if stride == 0 or len(order) == 0:
         return (
             values[:0] if len(order) == 0 else values,

@@ -3,7 +3,8 @@ lengths and offsets of which either may be given (the other is derived on first 
 
 A base class rather than a helper module: these accessors sit on the hot path of every lookup,
 and an inherited method costs nothing over a method of the class itself. The TorchScript twins
-(`_script_types.py`) repeat them: TorchScript classes cannot inherit.
+(`_script_types.py`) have their own (TorchScript classes cannot inherit), one copy for both
+jagged twins.
 """
 
 from __future__ import annotations

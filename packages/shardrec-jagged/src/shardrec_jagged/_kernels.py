@@ -15,6 +15,7 @@ import torch
 from shardrec_jagged import _fbgemm_kernels, _torch_kernels
 from shardrec_jagged._backend import fbgemm_available
 from shardrec_jagged._torch_kernels import (
+    KjtTensors,
     length_per_key_and_min,
     length_per_key_from_offsets,
     offsets_at,
@@ -69,20 +70,16 @@ def length_per_key(lengths: torch.Tensor, num_keys: int, stride: int) -> list[in
 
 
 def permute_kjt(
-    values: torch.Tensor,
-    weights: torch.Tensor | None,
-    lengths: torch.Tensor,
-    length_per_key: Sequence[int],
-    order: Sequence[int],
-    stride: int,
-) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-    """Fixed-batch KJT tensors with keys reordered to ``order`` (repeats allowed)."""
+    parts: KjtTensors, length_per_key: Sequence[int], order: Sequence[int], stride: int
+) -> KjtTensors:
+    """A fixed-batch KJT's ``parts`` with its keys reordered to ``order`` (repeats allowed)."""
+    values, weights, _ = parts
     # fbgemm splits its copy across intra-op threads; with one thread its bag-by-bag copy is
     # 15-35% slower than torch.cat's 26 contiguous per-key copies (jagged-backend.md).
     flat = values.dim() == 1 and (weights is None or weights.dim() == 1)
     if flat and _fbgemm("permute_kjt") and torch.get_num_threads() > 1:
-        return _fbgemm_kernels.permute_kjt(values, weights, lengths, length_per_key, order, stride)
-    return _torch_kernels.permute_kjt(values, weights, lengths, length_per_key, order, stride)
+        return _fbgemm_kernels.permute_kjt(parts, length_per_key, order, stride)
+    return _torch_kernels.permute_kjt(parts, length_per_key, order, stride)
 
 
 def copy_present_(

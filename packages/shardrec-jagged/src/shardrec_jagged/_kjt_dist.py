@@ -33,6 +33,7 @@ import torch
 
 from shardrec_jagged import _kernels
 from shardrec_jagged._kjt_layout import cumsum
+from shardrec_jagged._script_dist import DistInitArgs
 from shardrec_jagged._torch_kernels import index_tensor
 from shardrec_jagged._validation import check_keys
 
@@ -85,20 +86,15 @@ def dist_tensors(kjt: KeyedJaggedTensor) -> list[torch.Tensor]:
 
 
 def dist_init(
-    cls: type[KeyedJaggedTensor],
-    keys: Sequence[str],
-    tensors: Sequence[torch.Tensor],
-    variable_stride_per_key: bool,
-    num_workers: int,
-    recat: torch.Tensor | None,
-    stride_per_rank: Sequence[int] | None,
-    stagger: int = 1,
+    cls: type[KeyedJaggedTensor], args: DistInitArgs, stagger: int = 1
 ) -> KeyedJaggedTensor:
-    """A synced ``cls`` over ``keys`` from the tensors ``num_workers`` ranks sent this one
-    (module docstring): ``tensors`` as ``dist_labels`` names them, each the concatenation of
-    every rank's piece, rank-major. ``stride_per_rank``: each sender's batch size (fixed
-    batch); ``stagger`` > 1 (TorchRec's TWRW) reorders the per-rank strides of a variable
-    batch as TorchRec does."""
+    """A synced ``cls`` from ``args`` = TorchRec's ``dist_init`` arguments but ``stagger``, as
+    one tuple (the TorchScript form, ``_script_dist.kjt_dist_init``, takes the same): over
+    ``keys``, from the tensors ``num_workers`` ranks sent this one (module docstring);
+    ``tensors`` as ``dist_labels`` names them, each the concatenation of every rank's piece,
+    rank-major. ``stride_per_rank``: each sender's batch size (fixed batch); ``stagger`` > 1
+    (TorchRec's TWRW) reorders the per-rank strides of a variable batch as TorchRec does."""
+    keys, tensors, variable_stride_per_key, num_workers, recat, stride_per_rank = args
     keys_ = check_keys(keys)
     expected = 2 + int(variable_stride_per_key)
     if len(tensors) not in (expected, expected + 1):

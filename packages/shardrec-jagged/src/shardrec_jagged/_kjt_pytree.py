@@ -96,15 +96,11 @@ def register_kjt_pytree(cls: type[KeyedJaggedTensor]) -> None:
         values, weights, lengths, offsets, inv = items
         assert values is not None
         keys, stride, spkpr, inv_keys = ctx
+        strides = None if spkpr is None else [list(r) for r in spkpr]
+        inverse = None if inv is None or inv_keys is None else (list(inv_keys), inv)
+        # The leaves come in _unchecked's own argument order.
         return cls._unchecked(
-            keys=list(keys),
-            values=values,
-            weights=weights,
-            lengths=lengths,
-            offsets=offsets,
-            stride=stride,
-            stride_per_key_per_rank=None if spkpr is None else [list(r) for r in spkpr],
-            inverse_indices=None if inv is None or inv_keys is None else (list(inv_keys), inv),
+            list(keys), values, weights, lengths, offsets, stride, strides, inverse_indices=inverse
         )
 
     register_pytree_node(

@@ -4,7 +4,7 @@
 docstring draws the layout). Scripted code reaches the class's static method as the Python
 function, which branches here on ``is_scripting()`` (docs/design/torchscript.md).
 
-Written in the TorchScript subset: string concatenation instead of f-strings, loops instead of
+Written in the TorchScript subset: f-strings without ``!r``, loops instead of
 ``zip(strict=...)``; split/cat instead of a gather for a per-bag ``recat`` (scripted code is the
 inference path, where a rank gets few bags).
 """
@@ -18,15 +18,11 @@ __all__ = ["kjt_dist_init"]
 
 def _order(recat: torch.Tensor, n: int, unit: str) -> list[int]:
     if recat.is_floating_point() or recat.dim() != 1 or recat.numel() != n:
-        raise ValueError(
-            "recat must be a 1-D integer tensor of " + str(n) + " indices, one per " + unit
-        )
+        raise ValueError(f"recat must be a 1-D integer tensor of {n} indices, one per {unit}")
     order: list[int] = recat.long().tolist()
     for i in order:
         if i < 0 or i >= n:
-            raise ValueError(
-                "recat index " + str(i) + " is out of range for " + str(n) + " " + unit
-            )
+            raise ValueError(f"recat index {i} is out of range for {n} {unit}")
     return order
 
 
@@ -39,9 +35,7 @@ def _pick(data: torch.Tensor, sizes: list[int], order: list[int]) -> torch.Tenso
             raise ValueError("the received lengths give a negative segment: lengths must be >= 0")
         total += s
     if total > data.size(0):
-        raise ValueError(
-            "the received lengths need " + str(total) + " ids but values has " + str(data.size(0))
-        )
+        raise ValueError(f"the received lengths need {total} ids but values has {data.size(0)}")
     parts = torch.split_with_sizes(data[:total], sizes)
     if len(order) == 0:
         return data[:0]
@@ -55,11 +49,7 @@ def _ids_per(lengths: torch.Tensor, sizes: list[int]) -> list[int]:
         total += s
     if total != lengths.numel():
         raise ValueError(
-            "lengths has "
-            + str(lengths.numel())
-            + " entries but the senders' strides give "
-            + str(total)
-            + " bags"
+            f"lengths has {lengths.numel()} entries but the senders' strides give {total} bags"
         )
     out: list[int] = []
     for part in torch.split_with_sizes(lengths, sizes):
@@ -78,21 +68,11 @@ def kjt_dist_init(args: DistInitArgs, stagger: int = 1) -> ScriptKeyedJaggedTens
     keys, tensors, variable_stride_per_key, num_workers, recat, stride_per_rank = args
     n = 3 if variable_stride_per_key else 2
     if len(tensors) != n and len(tensors) != n + 1:
-        raise ValueError(
-            "dist_init got "
-            + str(len(tensors))
-            + " tensors; it takes "
-            + str(n)
-            + " or "
-            + str(n + 1)
-        )
+        raise ValueError(f"dist_init got {len(tensors)} tensors; it takes {n} or {n + 1}")
     if num_workers < 1 or stagger < 1 or num_workers % stagger != 0:
         raise ValueError(
-            "num_workers = "
-            + str(num_workers)
-            + ", stagger = "
-            + str(stagger)
-            + ": num_workers must be >= 1 and a multiple of stagger >= 1"
+            f"num_workers = {num_workers}, stagger = {stagger}: num_workers must be >= 1 and "
+            "a multiple of stagger >= 1"
         )
     lengths = tensors[0]
     values = tensors[1]
@@ -103,9 +83,7 @@ def kjt_dist_init(args: DistInitArgs, stagger: int = 1) -> ScriptKeyedJaggedTens
     if variable_stride_per_key:
         strides: list[int] = tensors[2].long().tolist()
         if len(strides) != num_workers * n_keys:
-            raise ValueError(
-                "strides has " + str(len(strides)) + " entries; it needs one per (rank, key)"
-            )
+            raise ValueError(f"strides has {len(strides)} entries; it needs one per (rank, key)")
         if recat is not None:
             order = _order(recat, len(strides), "(rank, key) segment")
             ids = _ids_per(lengths, strides)
@@ -124,9 +102,7 @@ def kjt_dist_init(args: DistInitArgs, stagger: int = 1) -> ScriptKeyedJaggedTens
             keys, values, lengths, weights, None, spkpr
         )
     if stride_per_rank is None or len(stride_per_rank) != num_workers:
-        raise ValueError(
-            "stride_per_rank must give each of the " + str(num_workers) + " senders' batch"
-        )
+        raise ValueError(f"stride_per_rank must give each of the {num_workers} senders' batch")
     same = True
     for b in stride_per_rank:
         same = same and b == stride_per_rank[0]

@@ -116,7 +116,7 @@ def kt_regroup(
         pieces: list[torch.Tensor] = []
         for key in group:
             if key not in where:
-                raise KeyError("regroup: unknown key '" + key + "'")
+                raise KeyError(f"regroup: unknown key '{key}'")
             t, i = where[key]
             pieces.append(parts[t][i])
         out.append(torch.cat(pieces, key_dim))
@@ -128,11 +128,8 @@ def kt_regroup_as_dict(
 ) -> dict[str, torch.Tensor]:
     if len(groups) != len(keys):
         raise ValueError(
-            "regroup_as_dict got "
-            + str(len(groups))
-            + " groups but "
-            + str(len(keys))
-            + " names; pass one name per group"
+            f"regroup_as_dict got {len(groups)} groups but {len(keys)} names; "
+            "pass one name per group"
         )
     tensors = kt_regroup(keyed_tensors, groups)
     out: dict[str, torch.Tensor] = {}

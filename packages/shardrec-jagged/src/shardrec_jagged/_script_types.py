@@ -3,7 +3,7 @@
 """TorchScript forms of the three value types (docs/design/torchscript.md).
 
 TorchScript cannot compile the Python classes themselves (their constructors validate with
-f-strings, Sequences and helper modules; they have a fx metaclass). Instead each class has a
+`!r` f-strings, Sequences and helper modules; they have a fx metaclass). Instead each class has a
 TorchScript twin here, written in the TorchScript subset, and `register_script_types()` tells
 TorchScript to use the twin wherever a signature or a constructor call names the Python class.
 
@@ -19,8 +19,12 @@ nor any Python class.
 
 The twins cover what inference code reads: accessors, per-key views, `to_dict`, `split`,
 `permute` and construction from lengths or offsets. Checks raise the same exception types as
-the Python classes with messages naming the offending value.
+the Python classes with messages naming the offending value, written as f-strings without
+conversions or format specs (TorchScript compiles those into `str.format` calls; note that it
+prints a `list[str]` without quotes).
 """
+
+from typing import TypeAlias
 
 import torch
 
@@ -53,7 +57,7 @@ def _offsets_of(offsets: torch.Tensor | None, lengths: torch.Tensor | None) -> t
 
 def _weights_of(weights: torch.Tensor | None, owner: str) -> torch.Tensor:
     if weights is None:
-        raise ValueError("this " + owner + " has no weights; use weights_or_none()")
+        raise ValueError(f"this {owner} has no weights; use weights_or_none()")
     return weights
 
 
@@ -62,6 +66,10 @@ def _cumsum(sizes: list[int]) -> list[int]:
     for s in sizes:
         out.append(out[-1] + s)
     return out
+
+
+# `self` of the accessors both jagged twins share (a string: the second class comes later).
+_JaggedTwin: TypeAlias = "ScriptJaggedTensor | ScriptKeyedJaggedTensor"
 
 
 class ScriptJaggedTensor:
@@ -81,32 +89,35 @@ class ScriptJaggedTensor:
         self._lengths = lengths
         self._offsets = offsets
 
-    def values(self) -> torch.Tensor:
+    # The accessors from `values` to `device` serve both jagged twins (their `self` type says so):
+    # the KeyedJaggedTensor twin assigns them in its class body.
+
+    def values(self: _JaggedTwin) -> torch.Tensor:
         return self._values
 
     def weights(self) -> torch.Tensor:
         return _weights_of(self._weights, "JaggedTensor")
 
-    def weights_or_none(self) -> torch.Tensor | None:
+    def weights_or_none(self: _JaggedTwin) -> torch.Tensor | None:
         return self._weights
 
-    def lengths(self) -> torch.Tensor:
+    def lengths(self: _JaggedTwin) -> torch.Tensor:
         lengths = _lengths_of(self._lengths, self._offsets)
         self._lengths = lengths
         return lengths
 
-    def lengths_or_none(self) -> torch.Tensor | None:
+    def lengths_or_none(self: _JaggedTwin) -> torch.Tensor | None:
         return self._lengths
 
-    def offsets(self) -> torch.Tensor:
+    def offsets(self: _JaggedTwin) -> torch.Tensor:
         offsets = _offsets_of(self._offsets, self._lengths)
         self._offsets = offsets
         return offsets
 
-    def offsets_or_none(self) -> torch.Tensor | None:
+    def offsets_or_none(self: _JaggedTwin) -> torch.Tensor | None:
         return self._offsets
 
-    def device(self) -> torch.device:
+    def device(self: _JaggedTwin) -> torch.device:
         return self._values.device
 
     def to_dense(self) -> list[torch.Tensor]:
@@ -134,10 +145,7 @@ class ScriptKeyedJaggedTensor:
             raise ValueError("KeyedJaggedTensor needs lengths or offsets; got neither")
         if weights is not None and weights.size(0) < values.size(0):
             raise ValueError(
-                "weights have "
-                + str(weights.numel())
-                + " entries but values have "
-                + str(values.numel())
+                f"weights have {weights.numel()} entries but values have {values.numel()}"
             )
         bags = lengths.numel() if lengths is not None else 0
         if lengths is None and offsets is not None:
@@ -153,14 +161,8 @@ class ScriptKeyedJaggedTensor:
                 stride = 0
         if stride_per_key_per_rank is None and bags != stride * len(keys):
             raise ValueError(
-                "lengths hold "
-                + str(bags)
-                + " bags but "
-                + str(len(keys))
-                + " keys x stride "
-                + str(stride)
-                + " need "
-                + str(stride * len(keys))
+                f"lengths hold {bags} bags but {len(keys)} keys x stride {stride} "
+                f"need {stride * len(keys)}"
             )
         self._keys = keys
         self._values = values
@@ -211,33 +213,18 @@ class ScriptKeyedJaggedTensor:
     def keys(self) -> list[str]:
         return self._keys
 
-    def values(self) -> torch.Tensor:
-        return self._values
-
     def weights(self) -> torch.Tensor:
         return _weights_of(self._weights, "KeyedJaggedTensor")
 
-    def weights_or_none(self) -> torch.Tensor | None:
-        return self._weights
-
-    def lengths(self) -> torch.Tensor:
-        lengths = _lengths_of(self._lengths, self._offsets)
-        self._lengths = lengths
-        return lengths
-
-    def lengths_or_none(self) -> torch.Tensor | None:
-        return self._lengths
-
-    def offsets(self) -> torch.Tensor:
-        offsets = _offsets_of(self._offsets, self._lengths)
-        self._offsets = offsets
-        return offsets
-
-    def offsets_or_none(self) -> torch.Tensor | None:
-        return self._offsets
-
-    def device(self) -> torch.device:
-        return self._values.device
+    # The JaggedTensor twin's accessors: TorchScript compiles a function assigned in a class body
+    # as a method of that class (a TorchScript class cannot inherit).
+    values = ScriptJaggedTensor.values
+    weights_or_none = ScriptJaggedTensor.weights_or_none
+    lengths = ScriptJaggedTensor.lengths
+    lengths_or_none = ScriptJaggedTensor.lengths_or_none
+    offsets = ScriptJaggedTensor.offsets
+    offsets_or_none = ScriptJaggedTensor.offsets_or_none
+    device = ScriptJaggedTensor.device
 
     def stride(self) -> int:
         return self._stride
@@ -284,7 +271,7 @@ class ScriptKeyedJaggedTensor:
         for i, k in enumerate(self._keys):
             if k == key:
                 return i
-        raise KeyError("unknown key '" + key + "'; this KeyedJaggedTensor has " + str(self._keys))
+        raise KeyError(f"unknown key '{key}'; this KeyedJaggedTensor has {self._keys}")
 
     def __getitem__(self, key: str) -> ScriptJaggedTensor:
         i = self._index(key)
@@ -308,13 +295,8 @@ class ScriptKeyedJaggedTensor:
         """Consecutive groups of `segments[i]` keys (they must sum to the number of keys)."""
         if sum(segments) != len(self._keys):
             raise ValueError(
-                "split segments "
-                + str(segments)
-                + " sum to "
-                + str(sum(segments))
-                + " but the KeyedJaggedTensor has "
-                + str(len(self._keys))
-                + " keys"
+                f"split segments {segments} sum to {sum(segments)} but the KeyedJaggedTensor "
+                f"has {len(self._keys)} keys"
             )
         bounds = _cumsum(segments)
         # A comprehension, not an annotated list: naming this class in a local annotation
@@ -344,13 +326,7 @@ class ScriptKeyedJaggedTensor:
         for i in indices:
             if i < 0 or i >= n_keys:
                 raise IndexError(
-                    "permute index "
-                    + str(i)
-                    + " is out of range for "
-                    + str(n_keys)
-                    + " keys (valid: [0, "
-                    + str(n_keys)
-                    + "))"
+                    f"permute index {i} is out of range for {n_keys} keys (valid: [0, {n_keys}))"
                 )
         opk = self.offset_per_key()
         lpk = self.length_per_key()
@@ -398,11 +374,7 @@ class ScriptKeyedJaggedTensor:
             bad = bad or n < 0
         if bad:
             raise ValueError(
-                "key_splits "
-                + str(key_splits)
-                + " must be >= 0 and sum to the "
-                + str(len(self._keys))
-                + " keys"
+                f"key_splits {key_splits} must be >= 0 and sum to the {len(self._keys)} keys"
             )
         spk = self.stride_per_key()
         lpk = self.length_per_key()
@@ -440,21 +412,11 @@ class ScriptKeyedTensor:
         key_dim: int = 1,
     ) -> None:
         if len(keys) != len(length_per_key):
-            raise ValueError(
-                "KeyedTensor has "
-                + str(len(keys))
-                + " keys but "
-                + str(len(length_per_key))
-                + " lengths"
-            )
+            raise ValueError(f"KeyedTensor has {len(keys)} keys but {len(length_per_key)} lengths")
         if values.size(key_dim) != sum(length_per_key):
             raise ValueError(
-                "KeyedTensor values have "
-                + str(values.size(key_dim))
-                + " columns along dim "
-                + str(key_dim)
-                + " but length_per_key sums to "
-                + str(sum(length_per_key))
+                f"KeyedTensor values have {values.size(key_dim)} columns along dim {key_dim} "
+                f"but length_per_key sums to {sum(length_per_key)}"
             )
         self._keys = keys
         self._length_per_key = length_per_key
@@ -490,7 +452,7 @@ class ScriptKeyedTensor:
             if k == key:
                 opk = self.offset_per_key()
                 return self._values.narrow(self._key_dim, opk[i], self._length_per_key[i])
-        raise KeyError("unknown key '" + key + "'; this KeyedTensor has " + str(self._keys))
+        raise KeyError(f"unknown key '{key}'; this KeyedTensor has {self._keys}")
 
     def to_dict(self) -> dict[str, torch.Tensor]:
         parts = torch.split_with_sizes(self._values, self._length_per_key, self._key_dim)

@@ -14,6 +14,10 @@ import torch
 
 _WIDE_INTS = (torch.int32, torch.int64)
 
+# A KJT's (values, weights, lengths): ``(N, ...)``, ``(N,)`` or None, ``(F * B,)``. The permute
+# kernels take and return the three together.
+KjtTensors = tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]
+
 
 def index_tensor(
     indices: Sequence[int], device: torch.device, dtype: torch.dtype = torch.int64
@@ -136,17 +140,10 @@ def length_per_key_from_offsets(offsets: torch.Tensor, num_keys: int, stride: in
 
 
 def permute_kjt(
-    values: torch.Tensor,
-    weights: torch.Tensor | None,
-    lengths: torch.Tensor,
-    length_per_key: Sequence[int],
-    order: Sequence[int],
-    stride: int,
-) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-    """Fixed-batch KJT tensors with keys reordered to ``order`` (repeats allowed).
-
-    ``values``/``weights`` ``(N,)``, ``lengths`` ``(F * B,)`` -> the same three, permuted.
-    """
+    parts: KjtTensors, length_per_key: Sequence[int], order: Sequence[int], stride: int
+) -> KjtTensors:
+    """A fixed-batch KJT's ``parts`` with its keys reordered to ``order`` (repeats allowed)."""
+    values, weights, lengths = parts
     new_values = permute_segments(values, length_per_key, order)
     new_weights = None if weights is None else permute_segments(weights, length_per_key, order)
     if stride == 0 or len(order) == 0:

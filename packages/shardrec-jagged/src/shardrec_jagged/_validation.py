@@ -159,6 +159,30 @@ def check_length_per_key(length_per_key: Sequence[int], keys: Sequence[str], n_v
     _check_fits(sum(length_per_key), n_values, length_per_key)
 
 
+def check_key_widths(
+    keys: list[str], length_per_key: Sequence[int], values: object, key_dim: int
+) -> list[int]:
+    """A KeyedTensor's ``length_per_key`` as a new list, checked against its (checked) ``keys``
+    and ``values``, whose size along ``key_dim`` the widths must sum to."""
+    widths = list(length_per_key)
+    if len(widths) != len(keys):
+        raise ValueError(f"length_per_key has {len(widths)} entries for {len(keys)} keys {keys}")
+    values = check_tensor(values, "values")
+    if keys and not -values.dim() <= key_dim < max(values.dim(), 1):
+        raise ValueError(
+            f"key_dim {key_dim} is out of range for values of shape {tuple(values.shape)}"
+        )
+    for k, n in zip(keys, widths, strict=True):
+        if n < 0:
+            raise ValueError(f"length_per_key for key {k!r} is {n}; it must be >= 0")
+    if keys and sum(widths) != values.size(key_dim):
+        raise ValueError(
+            f"length_per_key {widths} sums to {sum(widths)} but values has size "
+            f"{values.size(key_dim)} along key_dim {key_dim} (shape {tuple(values.shape)})"
+        )
+    return widths
+
+
 def check_key_bounds(bounds: Sequence[int], keys: Sequence[str], n_values: int) -> None:
     """``bounds``: the offsets at each key's first bag, then the last offset (F + 1 host ints).
 

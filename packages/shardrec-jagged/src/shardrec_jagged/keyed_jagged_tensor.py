@@ -467,7 +467,7 @@ class KeyedJaggedTensor(JaggedParts, metaclass=ProxyableMeta):
         used = used_part(self._values, lpk)
         if spkpr is None:
             values, weights, new_lengths = _kernels.permute_kjt(
-                used, w, lengths, lpk, order, self._stride
+                (used, w, lengths), lpk, order, self._stride
             )
         else:
             values = _kernels.permute_segments(used, lpk, order)
@@ -502,7 +502,7 @@ class KeyedJaggedTensor(JaggedParts, metaclass=ProxyableMeta):
         if is_scripting():  # the twin's form, _script_dist.py
             out: KeyedJaggedTensor = _twins.kjt_dist_init(args, stagger)
             return out
-        return _kjt_dist.dist_init(KeyedJaggedTensor, *args, stagger)
+        return _kjt_dist.dist_init(KeyedJaggedTensor, args, stagger)
 
     def flatten_lengths(self) -> KeyedJaggedTensor:
         """The same KJT with 1-D lengths (TorchRec compatibility; ours are always 1-D)."""

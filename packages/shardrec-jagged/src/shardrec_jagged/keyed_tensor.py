@@ -26,7 +26,8 @@ from torch.utils._pytree import TreeSpec, register_pytree_node
 from shardrec_jagged import _script_functions
 from shardrec_jagged._format import dense_rows, kt_str
 from shardrec_jagged._fx import ProxyableMeta
-from shardrec_jagged._validation import UnknownKeyError, check_keys
+from shardrec_jagged._script_types import ScriptKeyedTensor
+from shardrec_jagged._validation import UnknownKeyError, check_key_widths, check_keys
 
 # The twins' functions take the TorchScript twins, which stand for our classes only inside
 # torch.jit.script (the is_scripting() branches): typed Any for mypy; no "# type:" comment, since
@@ -36,8 +37,12 @@ _twins: Any = _script_functions
 __all__ = ["KeyedTensor"]
 
 
-class KeyedTensor(metaclass=ProxyableMeta):
+class KeyedTensor(ScriptKeyedTensor, metaclass=ProxyableMeta):
     """Dense tensors keyed by name, concatenated along ``key_dim`` (TorchRec's KeyedTensor).
+
+    The plain accessors (``keys``, ``values``, ``key_dim``, ``device``, ``length_per_key``,
+    ``offset_per_key``) are the TorchScript twin's, inherited: one source serves eager and
+    scripted code (a TorchScript class cannot inherit, but a Python class can inherit from one).
 
     Args:
         keys: unique names.
@@ -45,6 +50,10 @@ class KeyedTensor(metaclass=ProxyableMeta):
         values: e.g. ``(B, sum(length_per_key))`` for ``key_dim=1``.
         key_dim: the dimension the keys are concatenated along.
     """
+
+    # The caches, typed here (the twin declares them through torch.jit.annotate).
+    _offset_per_key: list[int] | None
+    _index_per_key: dict[str, int] | None
 
     def __init__(
         self,
@@ -56,23 +65,7 @@ class KeyedTensor(metaclass=ProxyableMeta):
         index_per_key: Mapping[str, int] | None = None,
     ) -> None:
         keys_ = check_keys(keys)
-        lpk = list(length_per_key)
-        if len(lpk) != len(keys_):
-            raise ValueError(f"length_per_key has {len(lpk)} entries for {len(keys_)} keys {keys_}")
-        if not isinstance(values, torch.Tensor):
-            raise TypeError(f"values must be a torch.Tensor, got {type(values).__name__}")
-        if keys_ and not -values.dim() <= key_dim < max(values.dim(), 1):
-            raise ValueError(
-                f"key_dim {key_dim} is out of range for values of shape {tuple(values.shape)}"
-            )
-        for k, n in zip(keys_, lpk, strict=True):
-            if n < 0:
-                raise ValueError(f"length_per_key for key {k!r} is {n}; it must be >= 0")
-        if keys_ and sum(lpk) != values.size(key_dim):
-            raise ValueError(
-                f"length_per_key {lpk} sums to {sum(lpk)} but values has size "
-                f"{values.size(key_dim)} along key_dim {key_dim} (shape {tuple(values.shape)})"
-            )
+        lpk = check_key_widths(keys_, length_per_key, values, key_dim)
         self._keys = keys_
         self._length_per_key = lpk
         self._values = values
@@ -93,29 +86,6 @@ class KeyedTensor(metaclass=ProxyableMeta):
             values=torch.cat(list(tensors), dim=cat_dim),
             key_dim=key_dim,
         )
-
-    def keys(self) -> list[str]:
-        return self._keys
-
-    def values(self) -> torch.Tensor:
-        return self._values
-
-    def key_dim(self) -> int:
-        return self._key_dim
-
-    def device(self) -> torch.device:
-        return self._values.device
-
-    def length_per_key(self) -> list[int]:
-        return self._length_per_key
-
-    def offset_per_key(self) -> list[int]:
-        if self._offset_per_key is None:
-            out = [0]
-            for n in self._length_per_key:
-                out.append(out[-1] + n)
-            self._offset_per_key = out
-        return self._offset_per_key
 
     def _key_indices(self) -> dict[str, int]:
         if self._index_per_key is None:
