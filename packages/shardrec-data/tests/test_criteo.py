@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import pathlib
 import random
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -14,7 +12,6 @@ from _data_helpers import log1p_clamped, naive_criteo, random_criteo_lines, samp
 
 from shardrec_data import load_dataset, preprocess_criteo, read_tsv
 from shardrec_data.criteo_format import read_tsv_blocks
-from shardrec_data.criteo_preprocess import main as preprocess_main
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -235,28 +232,3 @@ def test_preprocess_bad_inputs(tmp_path: pathlib.Path) -> None:
         preprocess_criteo([tmp_path / "no.tsv"], tmp_path / "out", frequency_threshold=-1)
     with pytest.raises(ValueError, match="tsv_paths is empty"):
         preprocess_criteo([], tmp_path / "out")
-
-
-def test_preprocess_command_line(
-    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    path = write_lines(tmp_path / "d.tsv", random_criteo_lines(random.Random(5), 10))
-    assert (
-        preprocess_main([str(path), "--out-dir", str(tmp_path / "o"), "--frequency-threshold", "2"])
-        == 0
-    )
-    assert "table sizes" in capsys.readouterr().out
-    assert (
-        json.loads((tmp_path / "o" / "cardinalities.json").read_text())["frequency_threshold"] == 2
-    )
-    with pytest.raises(SystemExit) as exc:
-        preprocess_main([str(tmp_path / "nope.tsv"), "--out-dir", str(tmp_path / "o")])
-    assert exc.value.code == 2
-    assert "nope.tsv does not exist" in capsys.readouterr().err
-    done = subprocess.run(
-        [sys.executable, "-m", "shardrec_data.criteo_preprocess", "--help"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert "--frequency-threshold" in done.stdout
