@@ -38,7 +38,7 @@ from shardrec_planner import ShardingPlan, construct_module_sharding_plan
 from shardrec_sharding import EmbeddingBagCollectionSharder
 from shardrec_testing import RankContext, assert_close, bce_step_per_rank, seeded_generator
 from shardrec_testing.placements import local_world_size, placement_kwargs
-from shardrec_testing.random_ids import random_ids
+from shardrec_testing.random_ids import random_dlrm_inputs
 
 TABLES = [("t0", 11, 4, ["f0"]), ("t1", 7, 4, ["f1", "f2"]), ("t2", 9, 8, ["f0"])]
 FEATURES = ["f0", "f1", "f2"]
@@ -107,13 +107,8 @@ def make_model(seed: str) -> Dlrm:
 def make_batch(seed: str, rank: int, step: int) -> Batch:
     g = seeded_generator("dmp-batch", seed, rank, step)
     size = (rank + step) % 3 + 2
-    lengths, values = random_ids(LIMITS, size, 3, g)
-    kjt = KeyedJaggedTensor(FEATURES, values, lengths=lengths, stride=size)
-    return Batch(
-        torch.randn(size, DENSE_IN, generator=g),
-        kjt,
-        torch.randint(0, 2, (size,), generator=g).float(),
-    )
+    dense, lengths, values, labels = random_dlrm_inputs(LIMITS, DENSE_IN, size, g)
+    return Batch(dense, KeyedJaggedTensor(FEATURES, values, lengths=lengths, stride=size), labels)
 
 
 def concat(batches: list[Batch]) -> Batch:

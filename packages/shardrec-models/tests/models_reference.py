@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from shardrec_embedding import EmbeddingBagCollection, EmbeddingBagConfig, PoolingType
 from shardrec_jagged import KeyedJaggedTensor
-from shardrec_testing.random_ids import random_ids
+from shardrec_testing.random_ids import random_dlrm_inputs, random_ids
 
 # (table name, rows, features it reads)
 TableSpec = tuple[str, int, list[str]]
@@ -73,12 +73,9 @@ def make_kjt(
 
 
 def make_batch(limits: Mapping[str, int], dense_in: int, batch: int, gen: torch.Generator) -> Batch:
-    kjt = make_kjt(limits, batch, gen)
-    return Batch(
-        torch.randn(batch, dense_in, generator=gen),
-        kjt,
-        torch.randint(0, 2, (batch,), generator=gen).float(),
-    )
+    dense, lengths, values, labels = random_dlrm_inputs(limits, dense_in, batch, gen)
+    kjt = KeyedJaggedTensor(list(limits), values, lengths=lengths, stride=batch)
+    return Batch(dense, kjt, labels)
 
 
 def concat(batches: Sequence[Batch]) -> Batch:

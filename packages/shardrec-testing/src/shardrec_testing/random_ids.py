@@ -4,6 +4,7 @@
 order) and sample, a bag of 0..max_len ids below the feature's limit, and returns the
 KeyedJaggedTensor's `(lengths, values)`: `lengths: (F * B,)` key-major, `values: (N,)` int64,
 N = lengths.sum(). This package sits below shardrec-jagged, so the caller builds the KJT.
+`random_dlrm_inputs` adds the dense features and labels of a DLRM-shaped batch.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import torch
 
 from shardrec_testing.seeding import random_lengths
 
-__all__ = ["random_ids"]
+__all__ = ["random_dlrm_inputs", "random_ids"]
 
 
 def random_ids(
@@ -35,3 +36,17 @@ def random_ids(
         ]
     )
     return lengths, values
+
+
+def random_dlrm_inputs(
+    limits: Mapping[str, int], dense_in: int, batch: int, gen: torch.Generator, max_len: int = 3
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A random DLRM batch's tensors `(dense, lengths, values, labels)`: `dense: (B, dense_in)`
+    standard normal, `(lengths, values)` from `random_ids`, `labels: (B,)` float 0. or 1.
+
+    Draws the ids first, then the dense features, then the labels, all from `gen`.
+    """
+    lengths, values = random_ids(limits, batch, max_len, gen)
+    dense = torch.randn(batch, dense_in, generator=gen)
+    labels = torch.randint(0, 2, (batch,), generator=gen).float()
+    return dense, lengths, values, labels
