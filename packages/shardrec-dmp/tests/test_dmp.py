@@ -41,8 +41,8 @@ from shardrec_testing.placements import local_world_size, placement_kwargs
 from shardrec_testing.random_ids import random_dlrm_inputs
 
 TABLES = [("t0", 11, 4, ["f0"]), ("t1", 7, 4, ["f1", "f2"]), ("t2", 9, 8, ["f0"])]
-FEATURES = ["f0", "f1", "f2"]
-LIMITS = {"f0": 9, "f1": 7, "f2": 7}
+LIMITS = {"f0": 9, "f1": 7, "f2": 7}  # per feature, the fewest rows of a table reading it
+FEATURES = list(LIMITS)  # the KJT's keys, in the order random_dlrm_inputs draws them
 POOLED_DIM = 4 + 4 + 4 + 8
 DENSE_IN = 3
 STEPS = 3
