@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import pathlib
 import random
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -232,3 +234,14 @@ def test_preprocess_bad_inputs(tmp_path: pathlib.Path) -> None:
         preprocess_criteo([tmp_path / "no.tsv"], tmp_path / "out", frequency_threshold=-1)
     with pytest.raises(ValueError, match="tsv_paths is empty"):
         preprocess_criteo([], tmp_path / "out")
+
+
+def test_old_module_command_points_to_the_shardrec_command() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "shardrec_data.criteo_preprocess", "day_0.tsv"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "shardrec preprocess-criteo" in done.stderr

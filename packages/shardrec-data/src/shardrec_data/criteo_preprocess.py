@@ -122,3 +122,10 @@ def preprocess_criteo(
     }
     (out / CARDINALITIES_FILE).write_text(json.dumps(meta, indent=1) + "\n")
     return sizes
+
+
+if __name__ == "__main__":
+    raise SystemExit(
+        "shardrec_data has no command line; run shardrec-train's "
+        "`shardrec preprocess-criteo TSV... --out-dir DIR [--frequency-threshold N]`"
+    )
