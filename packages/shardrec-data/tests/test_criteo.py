@@ -14,7 +14,6 @@ from _data_helpers import log1p_clamped, naive_criteo, random_criteo_lines, samp
 
 from shardrec_data import load_dataset, preprocess_criteo, read_tsv
 from shardrec_data.criteo_format import read_tsv_blocks
-from shardrec_data.criteo_preprocess import main as preprocess_main
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -237,26 +236,12 @@ def test_preprocess_bad_inputs(tmp_path: pathlib.Path) -> None:
         preprocess_criteo([], tmp_path / "out")
 
 
-def test_preprocess_command_line(
-    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    path = write_lines(tmp_path / "d.tsv", random_criteo_lines(random.Random(5), 10))
-    assert (
-        preprocess_main([str(path), "--out-dir", str(tmp_path / "o"), "--frequency-threshold", "2"])
-        == 0
-    )
-    assert "table sizes" in capsys.readouterr().out
-    assert (
-        json.loads((tmp_path / "o" / "cardinalities.json").read_text())["frequency_threshold"] == 2
-    )
-    with pytest.raises(SystemExit) as exc:
-        preprocess_main([str(tmp_path / "nope.tsv"), "--out-dir", str(tmp_path / "o")])
-    assert exc.value.code == 2
-    assert "nope.tsv does not exist" in capsys.readouterr().err
+def test_old_module_command_points_to_the_shardrec_command() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "shardrec_data.criteo_preprocess", "--help"],
+        [sys.executable, "-m", "shardrec_data.criteo_preprocess", "day_0.tsv"],
         capture_output=True,
         text=True,
-        check=True,
+        check=False,
     )
-    assert "--frequency-threshold" in done.stdout
+    assert done.returncode == 1
+    assert "shardrec preprocess-criteo" in done.stderr

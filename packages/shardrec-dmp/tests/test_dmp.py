@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+import shardrec_planner
 from shardrec_collectives import ShardingEnv
 from shardrec_dmp import (
     DistributedModelParallel,
@@ -33,29 +34,15 @@ from shardrec_dmp import (
 from shardrec_embedding import EmbeddingBagCollection, EmbeddingBagConfig
 from shardrec_jagged import KeyedJaggedTensor
 from shardrec_optim import CombinedOptimizer, KeyedOptimizerWrapper, in_backward_optimizer_filter
-from shardrec_planner import (
-    ParameterShardingGenerator,
-    ShardingPlan,
-    column_wise,
-    construct_module_sharding_plan,
-    data_parallel,
-    row_wise,
-    table_column_wise,
-    table_row_wise,
-    table_wise,
-)
+from shardrec_planner import ShardingPlan, construct_module_sharding_plan
 from shardrec_sharding import EmbeddingBagCollectionSharder
-from shardrec_testing import (
-    RankContext,
-    assert_close,
-    bce_step_per_rank,
-    random_lengths,
-    seeded_generator,
-)
+from shardrec_testing import RankContext, assert_close, bce_step_per_rank, seeded_generator
+from shardrec_testing.placements import local_world_size, placement_kwargs
+from shardrec_testing.random_ids import random_dlrm_inputs
 
 TABLES = [("t0", 11, 4, ["f0"]), ("t1", 7, 4, ["f1", "f2"]), ("t2", 9, 8, ["f0"])]
-FEATURES = ["f0", "f1", "f2"]
-LIMITS = {"f0": 9, "f1": 7, "f2": 7}
+LIMITS = {"f0": 9, "f1": 7, "f2": 7}  # per feature, the fewest rows of a table reading it
+FEATURES = list(LIMITS)  # the KJT's keys, in the order random_dlrm_inputs draws them
 POOLED_DIM = 4 + 4 + 4 + 8
 DENSE_IN = 3
 STEPS = 3
@@ -120,20 +107,8 @@ def make_model(seed: str) -> Dlrm:
 def make_batch(seed: str, rank: int, step: int) -> Batch:
     g = seeded_generator("dmp-batch", seed, rank, step)
     size = (rank + step) % 3 + 2
-    lengths = random_lengths(len(FEATURES) * size, 3, g)
-    per_key = lengths.view(len(FEATURES), size).sum(1).tolist()
-    values = torch.cat(
-        [
-            torch.randint(0, LIMITS[f], (n,), generator=g)
-            for f, n in zip(FEATURES, per_key, strict=True)
-        ]
-    )
-    kjt = KeyedJaggedTensor(FEATURES, values, lengths=lengths, stride=size)
-    return Batch(
-        torch.randn(size, DENSE_IN, generator=g),
-        kjt,
-        torch.randint(0, 2, (size,), generator=g).float(),
-    )
+    dense, lengths, values, labels = random_dlrm_inputs(LIMITS, DENSE_IN, size, g)
+    return Batch(dense, KeyedJaggedTensor(FEATURES, values, lengths=lengths, stride=size), labels)
 
 
 def concat(batches: list[Batch]) -> Batch:
@@ -170,29 +145,14 @@ def reference(seed: str, worlds: list[int]) -> tuple[list[list[Tensor]], dict[st
     return losses, {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def generator_for(kind: str, index: int, world: int) -> ParameterShardingGenerator:
-    local = 2 if world == 4 else world
-    host = index % 2 if world == 4 else 0
-    if kind == "data_parallel":
-        return data_parallel()
-    if kind == "table_wise":
-        return table_wise(rank=(index + 1) % world)
-    if kind == "column_wise":
-        return column_wise(ranks=[(index + k) % world for k in range(2)])
-    if kind == "table_column_wise":
-        return table_column_wise(ranks=[host * local + k % local for k in range(2)])
-    if kind == "row_wise":
-        return row_wise()
-    assert kind == "table_row_wise"
-    return table_row_wise(host_index=host)
-
-
 def make_plan(model: Dlrm, types: tuple[str, ...], world: int) -> ShardingPlan:
+    """Table i sharded as `types[i]`, placed by the tests' shared convention."""
+    generators = {
+        n: getattr(shardrec_planner, types[i])(**placement_kwargs(types[i], i, world))
+        for i, (n, *_) in enumerate(TABLES)
+    }
     module_plan = construct_module_sharding_plan(
-        model.sparse,
-        {n: generator_for(types[i], i, world) for i, (n, *_) in enumerate(TABLES)},
-        world_size=world,
-        local_world_size=2 if world == 4 else world,
+        model.sparse, generators, world_size=world, local_world_size=local_world_size(world)
     )
     return ShardingPlan(plan={"sparse": module_plan})
 

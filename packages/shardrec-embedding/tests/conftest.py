@@ -89,7 +89,7 @@ def naive_pooled(
                 acc = acc / n
             rows.append(acc)
             start += n
-        out[name] = torch.stack(rows) if rows else torch.zeros(0, t.embedding_dim)
+        out[name] = _stacked(rows, t.embedding_dim)
     return out
 
 
@@ -99,11 +99,15 @@ def naive_sequence(
     kjt: KeyedJaggedTensor,
 ) -> dict[str, torch.Tensor]:
     """Per-id rows `weight[id]`, fp32, keyed like the EC."""
-    out: dict[str, torch.Tensor] = {}
-    for t, name, w, jt in _table_features(tables, weights, kjt):
-        rows = [w[i] for i in jt.values().tolist()]
-        out[name] = torch.stack(rows) if rows else torch.zeros(0, t.embedding_dim)
-    return out
+    return {
+        name: _stacked([w[i] for i in jt.values().tolist()], t.embedding_dim)
+        for t, name, w, jt in _table_features(tables, weights, kjt)
+    }
+
+
+def _stacked(rows: list[torch.Tensor], dim: int) -> torch.Tensor:
+    """`(len(rows), dim)`; no rows: an empty `(0, dim)`."""
+    return torch.stack(rows) if rows else torch.zeros(0, dim)
 
 
 def fused_batch(

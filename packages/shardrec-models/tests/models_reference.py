@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from shardrec_embedding import EmbeddingBagCollection, EmbeddingBagConfig, PoolingType
 from shardrec_jagged import KeyedJaggedTensor
-from shardrec_testing import random_lengths
+from shardrec_testing.random_ids import random_dlrm_inputs, random_ids
 
 # (table name, rows, features it reads)
 TableSpec = tuple[str, int, list[str]]
@@ -68,26 +68,14 @@ def make_kjt(
     limits: Mapping[str, int], batch: int, gen: torch.Generator, max_len: int = 3
 ) -> KeyedJaggedTensor:
     """Random bags (some empty) of valid ids for every feature of `limits`, stride `batch`."""
-    features = list(limits)
-    lengths = random_lengths(len(features) * batch, max_len, gen)
-    per_key = lengths.view(len(features), batch).sum(1).tolist()
-    values = torch.cat(
-        [torch.zeros(0, dtype=torch.long)]
-        + [
-            torch.randint(0, limits[f], (n,), generator=gen)
-            for f, n in zip(features, per_key, strict=True)
-        ]
-    )
-    return KeyedJaggedTensor(features, values, lengths=lengths, stride=batch)
+    lengths, values = random_ids(limits, batch, max_len, gen)
+    return KeyedJaggedTensor(list(limits), values, lengths=lengths, stride=batch)
 
 
 def make_batch(limits: Mapping[str, int], dense_in: int, batch: int, gen: torch.Generator) -> Batch:
-    kjt = make_kjt(limits, batch, gen)
-    return Batch(
-        torch.randn(batch, dense_in, generator=gen),
-        kjt,
-        torch.randint(0, 2, (batch,), generator=gen).float(),
-    )
+    dense, lengths, values, labels = random_dlrm_inputs(limits, dense_in, batch, gen)
+    kjt = KeyedJaggedTensor(list(limits), values, lengths=lengths, stride=batch)
+    return Batch(dense, kjt, labels)
 
 
 def concat(batches: Sequence[Batch]) -> Batch:

@@ -5,22 +5,15 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _sharding_placements import generator_for
 
 from shardrec_collectives import ShardingEnv
 from shardrec_embedding import EmbeddingCollection, EmbeddingConfig
 from shardrec_jagged import KeyedJaggedTensor
-from shardrec_planner import (
-    ParameterShardingGenerator,
-    column_wise,
-    construct_module_sharding_plan,
-    data_parallel,
-    row_wise,
-    table_column_wise,
-    table_row_wise,
-    table_wise,
-)
+from shardrec_planner import construct_module_sharding_plan
 from shardrec_sharding import EmbeddingCollectionSharder
-from shardrec_testing import RankContext, assert_close, random_lengths, seeded_generator
+from shardrec_testing import RankContext, assert_close, seeded_generator
+from shardrec_testing.random_ids import random_ids
 
 # s0 and s2 both read f0; rows uneven on every world > 1.
 TABLES = [("s0", 11, 4, ["f0"]), ("s1", 7, 4, ["f1", "f2"]), ("s2", 5, 4, ["f0"])]
@@ -47,34 +40,13 @@ def build_ec() -> EmbeddingCollection:
     return ec
 
 
-def generator_for(kind: str, index: int, world: int) -> ParameterShardingGenerator:
-    if kind == "data_parallel":
-        return data_parallel()
-    if kind == "table_wise":
-        return table_wise(rank=(index + 1) % world)
-    if kind == "column_wise":
-        return column_wise(ranks=[(index + k) % world for k in range(2)])
-    if kind == "table_column_wise":
-        return table_column_wise(ranks=[0, world - 1])
-    if kind == "row_wise":
-        return row_wise()
-    return table_row_wise(host_index=0)
-
-
 def batch(rank: int, step: int) -> tuple[KeyedJaggedTensor, torch.Tensor]:
     g = seeded_generator("ec-batch", rank, step)
     size = (rank + step) % 3 + 1
-    lengths = random_lengths(len(FEATURES) * size, 3, g)
-    per_key = lengths.view(len(FEATURES), size).sum(1).tolist()
-    limits = {"f0": 5, "f1": 7, "f2": 7}
-    values = torch.cat(
-        [
-            torch.randint(0, limits[f], (n,), generator=g)
-            for f, n in zip(FEATURES, per_key, strict=True)
-        ]
-    )
+    lengths, values = random_ids({"f0": 5, "f1": 7, "f2": 7}, size, 3, g)
     # per id of each output key (f0@s0, f1, f2, f0@s2): one coefficient row of the loss
-    coefficients = torch.randn(int(lengths.sum()) + per_key[0], 4, generator=g)
+    f0_ids = int(lengths[:size].sum())
+    coefficients = torch.randn(int(lengths.sum()) + f0_ids, 4, generator=g)
     return KeyedJaggedTensor(FEATURES, values, lengths=lengths, stride=size), coefficients
 
 

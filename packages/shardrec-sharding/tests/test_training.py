@@ -26,6 +26,7 @@ from shardrec_optim import (
 from shardrec_planner import construct_module_sharding_plan, data_parallel
 from shardrec_sharding import EmbeddingBagCollectionSharder
 from shardrec_testing import RankContext, assert_close, random_lengths, seeded_generator
+from shardrec_testing.random_ids import random_ids
 
 TABLES = [("t0", 11, 8, ["f0"]), ("t1", 7, 4, ["f1", "f2"]), ("t2", 5, 8, ["f0"])]
 FEATURES = ["f0", "f1", "f2"]
@@ -81,16 +82,8 @@ def batch(case: Case, rank: int, step: int) -> tuple[KeyedJaggedTensor, torch.Te
     """Rank `rank`'s batch of `step` and the coefficients of its loss `(B, sum dims)`."""
     g = seeded_generator("train-batch", str(case), rank, step)
     size = (rank + step) % 3 + 1
-    lengths = random_lengths(len(FEATURES) * size, 4, g)
-    per_key = lengths.view(len(FEATURES), size).sum(1).tolist()
-    limits = {"f0": 5, "f1": 7, "f2": 7}
     # Few distinct ids: duplicates within and across ranks exercise the row aggregation.
-    values = torch.cat(
-        [
-            torch.randint(0, limits[f], (n,), generator=g)
-            for f, n in zip(FEATURES, per_key, strict=True)
-        ]
-    )
+    lengths, values = random_ids({"f0": 5, "f1": 7, "f2": 7}, size, 4, g)
     weights = torch.rand(values.numel(), generator=g) if case.weighted else None
     coefficients = torch.randn(size, 8 + 4 + 4 + 8, generator=g)
     return KeyedJaggedTensor(FEATURES, values, weights, lengths, stride=size), coefficients

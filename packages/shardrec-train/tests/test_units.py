@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pathlib
 import subprocess
 import types
@@ -188,8 +189,11 @@ def test_preprocess_criteo_then_validate(
     for day in days:
         _write_criteo_tsv(day, 64)
     out = tmp_path / "npy"
-    assert main(["preprocess-criteo", *map(str, days), "--out-dir", str(out)]) == 0
-    assert "wrote 2 day(s)" in capsys.readouterr().out
+    argv = ["preprocess-criteo", *map(str, days), "--out-dir", str(out)]
+    assert main([*argv, "--frequency-threshold", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "wrote 2 day(s)" in printed and "table sizes" in printed
+    assert json.loads((out / "cardinalities.json").read_text())["frequency_threshold"] == 2
     data = load_dataset("criteo-npy", data_dir=out)
     assert len(data.sparse_features) == 26 and data.num_dense == 13
     assert data.num_samples("train") + data.num_samples("test") == 128
@@ -211,7 +215,11 @@ def test_preprocess_missing_file_is_one_line(
     missing = tmp_path / "day_9.tsv"
     assert main(["preprocess-criteo", str(missing), "--out-dir", str(tmp_path / "o")]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and str(missing) in lines[0]
+    assert len(lines) == 1 and str(missing) in lines[0] and "does not exist" in lines[0]
+    with pytest.raises(SystemExit) as done:
+        main(["preprocess-criteo", "--help"])
+    assert done.value.code == 0
+    assert "--frequency-threshold" in capsys.readouterr().out
 
 
 def test_host_memory_flag_sets_the_cpu_cap(tmp_path: pathlib.Path) -> None:

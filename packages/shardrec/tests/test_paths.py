@@ -11,332 +11,200 @@ import pytest
 
 import shardrec
 
-# (umbrella module, component module that defines them): the names, space-separated
-_EXPORTS = {
-    ("shardrec.test_utils", "shardrec_testing"): "get_free_port skip_if_asan skip_if_asan_class",
-    ("shardrec.optim.fused", "shardrec_optim"): (
-        "EmptyFusedOptimizer FusedOptimizer FusedOptimizerModule"
-    ),
-    ("shardrec.quant.embedding_modules", "shardrec_embedding.quant"): (
-        "MODULE_ATTR_USE_UNFLATTENED_LENGTHS_FOR_BATCHING "
-        "MODULE_ATTR_QUANT_STATE_DICT_SPLIT_SCALE_BIAS"
-    ),
-    ("shardrec.distributed.quant_embedding", "shardrec_sharding"): (
-        "QuantEmbeddingCollectionSharder ShardedQuantEmbeddingCollection"
-    ),
-    ("shardrec.distributed.quant_embeddingbag", "shardrec_sharding"): (
-        "QuantEmbeddingBagCollectionSharder ShardedQuantEmbeddingBagCollection"
-    ),
-    ("shardrec.fx", "shardrec_jagged"): "Tracer symbolic_trace",
-    ("shardrec.fx.tracer", "shardrec_jagged"): "Tracer is_fx_tracing symbolic_trace",
-    ("shardrec.models.dlrm", "shardrec_models"): (
-        "DLRM DLRM_DCN DLRMTrain DenseArch InteractionArch InteractionDCNArch OverArch SparseArch"
-    ),
-    ("shardrec.modules.mlp", "shardrec_models"): "MLP Perceptron",
-    ("shardrec.modules.crossnet", "shardrec_models"): "LowRankCrossNet",
-    ("shardrec.datasets", "shardrec_data"): (
-        "DATASET_NAMES SPLITS ArrayDataset Batch RecDataset SparseFeature SyntheticConfig "
-        "SyntheticDataset load_dataset shard_indices"
-    ),
-    ("shardrec.metrics", "shardrec_metrics"): (
-        "AUC NE Accuracy LogLoss MetricCollection RecMetric Throughput roc_auc"
-    ),
-    ("shardrec.distributed", "shardrec_dmp"): "DistributedModelParallel TrainPipelineSparseDist",
-    ("shardrec.distributed", "shardrec_collectives"): (
-        "Awaitable NoWait ShardingEnv get_local_rank get_local_size"
-    ),
-    ("shardrec.distributed", "shardrec_planner"): "ParameterSharding ModuleSharder",
-    ("shardrec.distributed.train_pipeline", "shardrec_dmp"): "TrainPipelineSparseDist Pipelineable",
-    ("shardrec.streamable", "shardrec_dmp"): "Pipelineable",
-    ("shardrec", "shardrec_dmp"): "Pipelineable",
-    ("shardrec.distributed.model_parallel", "shardrec_dmp"): (
-        "DistributedModelParallel default_sharders DataParallelWrapper "
-        "DefaultDataParallelWrapper get_module get_unwrapped_module"
-    ),
-    ("shardrec", "shardrec_jagged"): "JaggedTensor KeyedJaggedTensor KeyedTensor",
-    ("shardrec", "shardrec_embedding"): (
-        "DataType EmbeddingBagCollection EmbeddingBagConfig EmbeddingCollection EmbeddingConfig "
-        "PoolingType"
-    ),
-    ("shardrec.sparse.jagged_tensor", "shardrec_jagged"): (
-        "JaggedTensor KeyedJaggedTensor KeyedTensor jt_is_equal kjt_is_equal ComputeJTDictToKJT "
-        "ComputeKJTToJTDict permute_multi_embedding regroup_kts"
-    ),
-    ("shardrec.sparse.jagged_tensor_validator", "shardrec_jagged"): "validate_keyed_jagged_tensor",
-    ("shardrec.sparse.jagged_tensor", "shardrec_jagged.torchrec_private"): (
-        "_safe_tolist _all_keys_used_once _regroup_keyed_tensors _fbgemm_permute_pooled_embs"
-    ),
-    ("shardrec.modules.embedding_configs", "shardrec_embedding"): (
-        "BaseEmbeddingConfig DataType EmbeddingBagConfig EmbeddingConfig PoolingType "
-        "data_type_to_dtype dtype_to_data_type"
-    ),
-    ("shardrec.modules.embedding_modules", "shardrec_embedding"): (
-        "EmbeddingBagCollection EmbeddingCollection"
-    ),
-    ("shardrec.modules.fused_embedding_modules", "shardrec_embedding"): (
-        "FusedEmbeddingBagCollection"
-    ),
-    ("shardrec.modules.fused_embedding_modules", "shardrec_embedding.fused"): (
-        "fuse_embedding_optimizer"
-    ),
-    ("shardrec.modules.feature_processor_", "shardrec_embedding"): (
-        "PositionWeightedModule PositionWeightedModuleCollection"
-    ),
-    ("shardrec.modules.fp_embedding_modules", "shardrec_embedding"): (
-        "FeatureProcessedEmbeddingBagCollection"
-    ),
-    ("shardrec.optim", "shardrec_optim"): (
-        "CombinedOptimizer KeyedOptimizer KeyedOptimizerWrapper OptimizerWrapper "
-        "WarmupOptimizer WarmupPolicy WarmupStage"
-    ),
-    ("shardrec.optim.keyed", "shardrec_optim"): (
-        "CombinedOptimizer KeyedOptimizer KeyedOptimizerWrapper OptimizerWrapper"
-    ),
-    ("shardrec.optim.optimizers", "shardrec_optim"): "in_backward_optimizer_filter",
-    ("shardrec.optim.apply_optimizer_in_backward", "shardrec_optim"): "apply_optimizer_in_backward",
-    ("shardrec.optim.warmup", "shardrec_optim"): "WarmupOptimizer WarmupPolicy WarmupStage",
-    ("shardrec.optim.clipping", "shardrec_optim"): "GradientClipping GradientClippingOptimizer",
-    ("shardrec.distributed", "shardrec_sharding"): (
-        "EmbeddingBagCollectionSharder EmbeddingCollectionSharder"
-    ),
-    ("shardrec.distributed.types", "shardrec_collectives"): (
-        "Awaitable LazyAwaitable LazyNoWait NoWait ShardingEnv"
-    ),
-    ("shardrec.distributed.types", "shardrec_embedding"): "DataType",
-    ("shardrec.distributed.types", "shardrec_planner"): (
-        "ParameterSharding ShardingPlan ShardingType EnumerableShardingSpec ShardMetadata "
-        "ModuleSharder EmbeddingModuleShardingPlan CacheParams CacheAlgorithm KeyValueParams "
-        "BoundsCheckMode"
-    ),
-    ("shardrec.distributed.embedding_types", "shardrec_planner"): "EmbeddingComputeKernel",
-    ("shardrec.distributed.planner.types", "shardrec_planner"): (
-        "Perf Storage Shard ShardingOption PlannerErrorType ParameterConstraints PlannerError "
-        "Topology"
-    ),
-    ("shardrec.distributed.planner.types", "shardrec_planner.planner_types"): (
-        "PartitionByType DeviceHardware"
-    ),
-    ("shardrec.distributed.planner.types", "shardrec_planner.shard_storage"): "PipelineType",
-    ("shardrec.distributed.planner.types", "shardrec_planner.enumerators"): "ShardEstimator",
-    ("shardrec.distributed.planner.enumerators", "shardrec_planner.enumerators"): (
-        "EmbeddingEnumerator ShardEstimator get_partition_by_type"
-    ),
-    ("shardrec.distributed.planner.shard_estimators", "shardrec_planner.shard_perf"): (
-        "EmbeddingPerfEstimator"
-    ),
-    ("shardrec.distributed.planner.shard_estimators", "shardrec_planner.shard_storage"): (
-        "EmbeddingStorageEstimator PipelineType _calculate_cw_shard_io_sizes "
-        "_calculate_dp_shard_io_sizes _calculate_rw_shard_io_sizes _calculate_shard_io_sizes "
-        "_calculate_storage_specific_sizes _calculate_tw_shard_io_sizes "
-        "_calculate_twrw_shard_io_sizes _get_optimizer_multipler calculate_pipeline_io_cost "
-        "calculate_shard_storages"
-    ),
-    ("shardrec.distributed.planner.proposers", "shardrec_planner.proposers"): (
-        "GreedyProposer GridSearchProposer Proposer DynamicProgrammingProposer UniformProposer "
-        "_sharding_option_score proposers_to_proposals_list"
-    ),
-    ("shardrec.distributed.planner.types", "shardrec_planner.proposers"): "Proposer",
-    ("shardrec.distributed.planner.types", "shardrec_planner.errors"): "InvalidValueError",
-    ("shardrec.distributed.planner.partitioners", "shardrec_planner.partitioners"): (
-        "GreedyPerfPartitioner MemoryBalancedPartitioner OrderedDeviceHardware "
-        "ShardingOptionGroup SortBy set_hbm_per_device"
-    ),
-    ("shardrec.distributed.planner.shard_estimators", "shardrec_planner.offload_stats"): (
-        "EmbeddingOffloadStats InvalidEstimateError _validate_io_sizes _validate_perf"
-    ),
-    ("shardrec.distributed.planner.constants", "shardrec_planner.constants"): (
-        "kernel_bw_lookup BATCHED_COPY_PERF_FACTOR BATCH_SIZE BIGINT_DTYPE "
-        "BWD_COMPUTE_MULTIPLIER CROSS_NODE_BANDWIDTH DDR_CAP DDR_MEM_BW "
-        "DP_ELEMENTWISE_KERNELS_PERF_FACTOR FULL_BLOCK_EMB_DIM HALF_BLOCK_PENALTY HBM_CAP "
-        "HBM_MEM_BW HBM_TO_DDR_MEM_BW HUNDRED_GB INTRA_NODE_BANDWIDTH MAX_SIZE MIN_CW_DIM "
-        "NUM_POOLINGS POOLING_FACTOR QUARTER_BLOCK_PENALTY SSD_MEM_BW UVM_CACHING_RATIO "
-        "WEIGHTED_FEATURE_BWD_COMPUTE_MULTIPLIER WEIGHTED_KERNEL_MULTIPLIER"
-    ),
-    ("shardrec.distributed.planner.perf_models", "shardrec_planner"): (
-        "NoopPerfModel NoopStorageModel"
-    ),
-    ("shardrec.distributed.planner.utils", "shardrec_planner"): (
-        "BinarySearchPredicate LuusJaakolaSearch"
-    ),
-    ("shardrec.distributed.planner.utils", "shardrec_planner.planner_utils"): (
-        "reset_shard_rank bytes_to_gb bytes_to_mb find_imbalance_tables gb_to_bytes mb_to_bytes "
-        "prod sharder_name storage_repr_in_gb"
-    ),
-    ("shardrec.distributed.planner.utils", "shardrec_planner.shard_metadata"): "placement",
-    ("shardrec.distributed.planner.types", "shardrec_planner.storage_reservations"): (
-        "StorageReservation"
-    ),
-    ("shardrec.distributed.planner.planners", "shardrec_planner"): "EmbeddingShardingPlanner",
-    ("shardrec.distributed.planner.planners", "shardrec_planner.kernel_validation"): (
-        "validate_compute_kernels"
-    ),
-    ("shardrec.distributed.planner.stats", "shardrec_planner.imbalance"): (
-        "chi_sq_divergence kl_divergence max_chi_sq_divergence max_kl_divergence normalize "
-        "total_distance total_variation"
-    ),
-    ("shardrec.distributed.planner.storage_reservations", "shardrec_planner"): (
-        "FixedAbsoluteStorageReservation FixedPercentageStorageReservation "
-        "HeuristicalStorageReservation"
-    ),
-    ("shardrec.distributed.embeddingbag", "shardrec_sharding"): (
-        "EmbeddingBagCollectionSharder ShardedEmbeddingBagCollection"
-    ),
-    ("shardrec.distributed.embedding", "shardrec_sharding"): (
-        "EmbeddingCollectionSharder ShardedEmbeddingCollection"
-    ),
-    ("shardrec.distributed.sharding_plan", "shardrec_planner"): (
-        "construct_module_sharding_plan column_wise data_parallel grid_shard row_wise "
-        "table_column_wise table_row_wise table_wise ParameterShardingGenerator placement"
-    ),
-    ("shardrec.distributed.sharding_plan", "shardrec_sharding"): (
-        "apply_to_all get_default_sharders get_module_to_default_sharders"
-    ),
-    ("shardrec.distributed.planner", "shardrec_planner"): (
-        "EmbeddingShardingPlanner ParameterConstraints Topology"
-    ),
-    ("shardrec.distributed.dist_data", "shardrec_collectives"): (
-        "EmbeddingsAllToOne EmbeddingsAllToOneReduce KJTAllToAll KJTAllToAllSplitsAwaitable "
-        "KJTOneToAll PooledEmbeddingsAllGather PooledEmbeddingsAllToAll "
-        "PooledEmbeddingsAwaitable PooledEmbeddingsReduceScatter SeqEmbeddingsAllToOne "
-        "SequenceEmbeddingsAllToAll SequenceEmbeddingsAwaitable "
-        "VariableBatchPooledEmbeddingsAllToAll VariableBatchPooledEmbeddingsReduceScatter"
-    ),
-    ("shardrec.distributed.test_utils.multi_process", "shardrec_testing"): (
-        "MultiProcessContext MultiProcessTestBase"
-    ),
-    ("shardrec.distributed.comm", "shardrec_collectives"): (
-        "get_group_rank get_local_rank get_local_size get_num_groups intra_and_cross_node_pg"
-    ),
-}
-PATHS = [(p, n, c) for (p, c), names in _EXPORTS.items() for n in names.split()]
-
-# TorchRec 1.8's torchrec.optim / .modules / .models names added for issue 19.
-PATHS += [
-    ("shardrec.optim", "GradientClipping", "shardrec_optim"),
-    ("shardrec.optim", "GradientClippingOptimizer", "shardrec_optim"),
-    ("shardrec.optim", "RowWiseAdagrad", "shardrec_optim"),
-    ("shardrec.optim.rowwise_adagrad", "RowWiseAdagrad", "shardrec_optim"),
-    ("shardrec.optim.clipping", "_batch_cal_norm", "shardrec_optim.clipping"),
-    ("shardrec.optim.clipping", "_compute_total_norm", "shardrec_optim.clipping"),
-    ("shardrec.optim.clipping", "_get_grads", "shardrec_optim.clipping"),
-    ("shardrec.modules.feature_processor_", "FeatureProcessor", "shardrec_embedding"),
-    ("shardrec.modules.feature_processor_", "FeatureProcessorsCollection", "shardrec_embedding"),
-    (
-        "shardrec.modules.fp_embedding_modules",
-        "FeatureProcessorDictWrapper",
-        "shardrec_embedding",
-    ),
-    ("shardrec.modules.crossnet", "CrossNet", "shardrec_models"),
-    ("shardrec.modules.crossnet", "VectorCrossNet", "shardrec_models"),
-    ("shardrec.modules.crossnet", "LowRankMixtureCrossNet", "shardrec_models"),
-    ("shardrec.models.dlrm", "DLRM_Projection", "shardrec_models"),
-    ("shardrec.models.dlrm", "DLRMWrapper", "shardrec_models"),
-    ("shardrec.models.dlrm", "InteractionProjectionArch", "shardrec_models"),
-    ("shardrec.models.dlrm", "choose", "shardrec_models"),
-    ("shardrec.modules.regroup", "KTRegroupAsDict", "shardrec_embedding"),
-    ("shardrec.modules.regroup", "PermuteMultiEmbedding", "shardrec_embedding"),
-    ("shardrec.modules.regroup", "module_init", "shardrec_embedding"),
-    ("shardrec.modules.regroup", "_split_to_tensor_dict", "shardrec_embedding.regroup"),
-    ("shardrec.modules.regroup", "_to_tensor_dict", "shardrec_embedding.regroup"),
-    ("shardrec.types", "CacheMixin", "shardrec_embedding"),
-    ("shardrec.types", "DataType", "shardrec_embedding"),
-    ("shardrec.modules.activation", "SwishLayerNorm", "shardrec_models"),
-    ("shardrec.modules.deepfm", "DeepFM", "shardrec_models"),
-    ("shardrec.modules.deepfm", "FactorizationMachine", "shardrec_models"),
-    ("shardrec.modules.embedding_tower", "EmbeddingTower", "shardrec_embedding"),
-    ("shardrec.modules.embedding_tower", "EmbeddingTowerCollection", "shardrec_embedding"),
-    ("shardrec.modules.embedding_tower", "tower_input_params", "shardrec_embedding"),
-    ("shardrec.models.deepfm", "DenseArch", "shardrec_models.deepfm_nn"),
-    ("shardrec.models.deepfm", "FMInteractionArch", "shardrec_models"),
-    ("shardrec.models.deepfm", "OverArch", "shardrec_models.deepfm_nn"),
-    ("shardrec.models.deepfm", "SimpleDeepFMNN", "shardrec_models"),
-    ("shardrec.models.deepfm", "SimpleDeepFMNNWrapper", "shardrec_models"),
-    ("shardrec.models.deepfm", "SparseArch", "shardrec_models.deepfm_nn"),
-    ("shardrec.modules.lazy_extension", "LazyModuleExtensionMixin", "shardrec_models"),
-    ("shardrec.modules.lazy_extension", "lazy_apply", "shardrec_models"),
-    ("shardrec.modules.utils", "check_module_output_dimension", "shardrec_embedding.module_utils"),
-    ("shardrec.modules.utils", "construct_jagged_tensors", "shardrec_embedding.module_utils"),
-    (
-        "shardrec.modules.utils",
-        "construct_modulelist_from_single_module",
-        "shardrec_embedding.module_utils",
-    ),
-    (
-        "shardrec.modules.utils",
-        "convert_list_of_modules_to_modulelist",
-        "shardrec_embedding.module_utils",
-    ),
-    ("shardrec.modules.utils", "deterministic_dedup", "shardrec_embedding.module_utils"),
-    (
-        "shardrec.modules.utils",
-        "extract_module_or_tensor_callable",
-        "shardrec_embedding.module_utils",
-    ),
-    ("shardrec.modules.utils", "get_module_output_dimension", "shardrec_embedding.module_utils"),
-    (
-        "shardrec.modules.utils",
-        "init_mlp_weights_xavier_uniform",
-        "shardrec_embedding.module_utils",
-    ),
-]
+# The TorchRec paths and their names: one row per umbrella module and the component module that
+# defines the names (umbrella module, component, then the names); an indented line continues the
+# names of the row above.
+_EXPORTS = """
+shardrec.test_utils  shardrec_testing  get_free_port skip_if_asan skip_if_asan_class
+shardrec.optim.fused  shardrec_optim  EmptyFusedOptimizer FusedOptimizer FusedOptimizerModule
+shardrec.quant.embedding_modules  shardrec_embedding.quant
+    MODULE_ATTR_USE_UNFLATTENED_LENGTHS_FOR_BATCHING MODULE_ATTR_QUANT_STATE_DICT_SPLIT_SCALE_BIAS
+shardrec.distributed.quant_embedding  shardrec_sharding  QuantEmbeddingCollectionSharder
+    ShardedQuantEmbeddingCollection
+shardrec.distributed.quant_embeddingbag  shardrec_sharding  QuantEmbeddingBagCollectionSharder
+    ShardedQuantEmbeddingBagCollection
+shardrec.fx  shardrec_jagged  Tracer symbolic_trace
+shardrec.fx.tracer  shardrec_jagged  Tracer is_fx_tracing symbolic_trace
+shardrec.models.dlrm  shardrec_models  DLRM DLRM_DCN DLRMTrain DenseArch InteractionArch
+    InteractionDCNArch OverArch SparseArch DLRM_Projection DLRMWrapper InteractionProjectionArch
+    choose
+shardrec.modules.mlp  shardrec_models  MLP Perceptron
+shardrec.modules.crossnet  shardrec_models  LowRankCrossNet CrossNet VectorCrossNet
+    LowRankMixtureCrossNet
+shardrec.datasets  shardrec_data  DATASET_NAMES SPLITS ArrayDataset Batch RecDataset SparseFeature
+    SyntheticConfig SyntheticDataset load_dataset shard_indices
+shardrec.metrics  shardrec_metrics  AUC NE Accuracy LogLoss MetricCollection RecMetric Throughput
+    roc_auc
+shardrec.distributed  shardrec_dmp  DistributedModelParallel TrainPipelineSparseDist
+shardrec.distributed  shardrec_collectives  Awaitable NoWait ShardingEnv get_local_rank
+    get_local_size
+shardrec.distributed  shardrec_planner  ParameterSharding ModuleSharder
+shardrec.distributed.train_pipeline  shardrec_dmp  TrainPipelineSparseDist Pipelineable
+shardrec.streamable  shardrec_dmp  Pipelineable
+shardrec  shardrec_dmp  Pipelineable
+shardrec.distributed.model_parallel  shardrec_dmp  DistributedModelParallel default_sharders
+    DataParallelWrapper DefaultDataParallelWrapper get_module get_unwrapped_module
+shardrec  shardrec_jagged  JaggedTensor KeyedJaggedTensor KeyedTensor
+shardrec  shardrec_embedding  DataType EmbeddingBagCollection EmbeddingBagConfig EmbeddingCollection
+    EmbeddingConfig PoolingType
+shardrec.sparse.jagged_tensor  shardrec_jagged  JaggedTensor KeyedJaggedTensor KeyedTensor
+    jt_is_equal kjt_is_equal ComputeJTDictToKJT ComputeKJTToJTDict permute_multi_embedding
+    regroup_kts
+shardrec.sparse.jagged_tensor_validator  shardrec_jagged  validate_keyed_jagged_tensor
+shardrec.sparse.jagged_tensor  shardrec_jagged.torchrec_private  _safe_tolist _all_keys_used_once
+    _regroup_keyed_tensors _fbgemm_permute_pooled_embs
+shardrec.modules.embedding_configs  shardrec_embedding  BaseEmbeddingConfig DataType
+    EmbeddingBagConfig EmbeddingConfig PoolingType data_type_to_dtype dtype_to_data_type
+shardrec.modules.embedding_modules  shardrec_embedding  EmbeddingBagCollection EmbeddingCollection
+shardrec.modules.fused_embedding_modules  shardrec_embedding  FusedEmbeddingBagCollection
+shardrec.modules.fused_embedding_modules  shardrec_embedding.fused  fuse_embedding_optimizer
+shardrec.modules.feature_processor_  shardrec_embedding  PositionWeightedModule
+    PositionWeightedModuleCollection FeatureProcessor FeatureProcessorsCollection
+shardrec.modules.fp_embedding_modules  shardrec_embedding  FeatureProcessedEmbeddingBagCollection
+    FeatureProcessorDictWrapper
+shardrec.optim  shardrec_optim  CombinedOptimizer KeyedOptimizer KeyedOptimizerWrapper
+    OptimizerWrapper WarmupOptimizer WarmupPolicy WarmupStage GradientClipping
+    GradientClippingOptimizer RowWiseAdagrad SemisyncOptimizer
+shardrec.optim.keyed  shardrec_optim  CombinedOptimizer KeyedOptimizer KeyedOptimizerWrapper
+    OptimizerWrapper
+shardrec.optim.optimizers  shardrec_optim  in_backward_optimizer_filter
+shardrec.optim.apply_optimizer_in_backward  shardrec_optim  apply_optimizer_in_backward
+shardrec.optim.warmup  shardrec_optim  WarmupOptimizer WarmupPolicy WarmupStage
+shardrec.optim.clipping  shardrec_optim  GradientClipping GradientClippingOptimizer
+shardrec.distributed  shardrec_sharding  EmbeddingBagCollectionSharder EmbeddingCollectionSharder
+shardrec.distributed.types  shardrec_collectives  Awaitable LazyAwaitable LazyNoWait NoWait
+    ShardingEnv
+shardrec.distributed.types  shardrec_embedding  DataType
+shardrec.distributed.types  shardrec_planner  ParameterSharding ShardingPlan ShardingType
+    EnumerableShardingSpec ShardMetadata ModuleSharder EmbeddingModuleShardingPlan CacheParams
+    CacheAlgorithm KeyValueParams BoundsCheckMode
+shardrec.distributed.embedding_types  shardrec_planner  EmbeddingComputeKernel
+shardrec.distributed.planner.types  shardrec_planner  Perf Storage Shard ShardingOption
+    PlannerErrorType ParameterConstraints PlannerError Topology
+shardrec.distributed.planner.types  shardrec_planner.planner_types  PartitionByType DeviceHardware
+shardrec.distributed.planner.types  shardrec_planner.shard_storage  PipelineType
+shardrec.distributed.planner.types  shardrec_planner.enumerators  ShardEstimator
+shardrec.distributed.planner.enumerators  shardrec_planner.enumerators  EmbeddingEnumerator
+    ShardEstimator get_partition_by_type
+shardrec.distributed.planner.shard_estimators  shardrec_planner.shard_perf  EmbeddingPerfEstimator
+shardrec.distributed.planner.shard_estimators  shardrec_planner.shard_storage
+    EmbeddingStorageEstimator PipelineType _calculate_cw_shard_io_sizes _calculate_dp_shard_io_sizes
+    _calculate_rw_shard_io_sizes _calculate_shard_io_sizes _calculate_storage_specific_sizes
+    _calculate_tw_shard_io_sizes _calculate_twrw_shard_io_sizes _get_optimizer_multipler
+    calculate_pipeline_io_cost calculate_shard_storages
+shardrec.distributed.planner.proposers  shardrec_planner.proposers  GreedyProposer
+    GridSearchProposer Proposer DynamicProgrammingProposer UniformProposer _sharding_option_score
+    proposers_to_proposals_list
+shardrec.distributed.planner.types  shardrec_planner.proposers  Proposer
+shardrec.distributed.planner.types  shardrec_planner.errors  InvalidValueError
+shardrec.distributed.planner.partitioners  shardrec_planner.partitioners  GreedyPerfPartitioner
+    MemoryBalancedPartitioner OrderedDeviceHardware ShardingOptionGroup SortBy set_hbm_per_device
+shardrec.distributed.planner.shard_estimators  shardrec_planner.offload_stats  EmbeddingOffloadStats
+    InvalidEstimateError _validate_io_sizes _validate_perf
+shardrec.distributed.planner.constants  shardrec_planner.constants  kernel_bw_lookup
+    BATCHED_COPY_PERF_FACTOR BATCH_SIZE BIGINT_DTYPE BWD_COMPUTE_MULTIPLIER CROSS_NODE_BANDWIDTH
+    DDR_CAP DDR_MEM_BW DP_ELEMENTWISE_KERNELS_PERF_FACTOR FULL_BLOCK_EMB_DIM HALF_BLOCK_PENALTY
+    HBM_CAP HBM_MEM_BW HBM_TO_DDR_MEM_BW HUNDRED_GB INTRA_NODE_BANDWIDTH MAX_SIZE MIN_CW_DIM
+    NUM_POOLINGS POOLING_FACTOR QUARTER_BLOCK_PENALTY SSD_MEM_BW UVM_CACHING_RATIO
+    WEIGHTED_FEATURE_BWD_COMPUTE_MULTIPLIER WEIGHTED_KERNEL_MULTIPLIER SSD_CAP
+shardrec.distributed.planner.perf_models  shardrec_planner  NoopPerfModel NoopStorageModel
+shardrec.distributed.planner.utils  shardrec_planner  BinarySearchPredicate LuusJaakolaSearch
+shardrec.distributed.planner.utils  shardrec_planner.planner_utils  reset_shard_rank bytes_to_gb
+    bytes_to_mb find_imbalance_tables gb_to_bytes mb_to_bytes prod sharder_name storage_repr_in_gb
+shardrec.distributed.planner.utils  shardrec_planner.shard_metadata  placement
+shardrec.distributed.planner.types  shardrec_planner.storage_reservations  StorageReservation
+shardrec.distributed.planner.planners  shardrec_planner  EmbeddingShardingPlanner
+shardrec.distributed.planner.planners  shardrec_planner.kernel_validation  validate_compute_kernels
+shardrec.distributed.planner.stats  shardrec_planner.imbalance  chi_sq_divergence kl_divergence
+    max_chi_sq_divergence max_kl_divergence normalize total_distance total_variation
+shardrec.distributed.planner.storage_reservations  shardrec_planner  FixedAbsoluteStorageReservation
+    FixedPercentageStorageReservation HeuristicalStorageReservation
+shardrec.distributed.embeddingbag  shardrec_sharding  EmbeddingBagCollectionSharder
+    ShardedEmbeddingBagCollection
+shardrec.distributed.embedding  shardrec_sharding  EmbeddingCollectionSharder
+    ShardedEmbeddingCollection
+shardrec.distributed.sharding_plan  shardrec_planner  construct_module_sharding_plan column_wise
+    data_parallel grid_shard row_wise table_column_wise table_row_wise table_wise
+    ParameterShardingGenerator placement
+shardrec.distributed.sharding_plan  shardrec_sharding  apply_to_all get_default_sharders
+    get_module_to_default_sharders
+shardrec.distributed.planner  shardrec_planner  EmbeddingShardingPlanner ParameterConstraints
+    Topology
+shardrec.distributed.dist_data  shardrec_collectives  EmbeddingsAllToOne EmbeddingsAllToOneReduce
+    KJTAllToAll KJTAllToAllSplitsAwaitable KJTOneToAll PooledEmbeddingsAllGather
+    PooledEmbeddingsAllToAll PooledEmbeddingsAwaitable PooledEmbeddingsReduceScatter
+    SeqEmbeddingsAllToOne SequenceEmbeddingsAllToAll SequenceEmbeddingsAwaitable
+    VariableBatchPooledEmbeddingsAllToAll VariableBatchPooledEmbeddingsReduceScatter
+shardrec.distributed.test_utils.multi_process  shardrec_testing  MultiProcessContext
+    MultiProcessTestBase
+shardrec.distributed.comm  shardrec_collectives  get_group_rank get_local_rank get_local_size
+    get_num_groups intra_and_cross_node_pg
+shardrec.optim.rowwise_adagrad  shardrec_optim  RowWiseAdagrad
+shardrec.optim.clipping  shardrec_optim.clipping  _batch_cal_norm _compute_total_norm _get_grads
+shardrec.modules.regroup  shardrec_embedding  KTRegroupAsDict PermuteMultiEmbedding module_init
+shardrec.modules.regroup  shardrec_embedding.regroup  _split_to_tensor_dict _to_tensor_dict
+shardrec.types  shardrec_embedding  CacheMixin DataType
+shardrec.modules.activation  shardrec_models  SwishLayerNorm
+shardrec.modules.deepfm  shardrec_models  DeepFM FactorizationMachine
+shardrec.modules.embedding_tower  shardrec_embedding  EmbeddingTower EmbeddingTowerCollection
+    tower_input_params
+shardrec.models.deepfm  shardrec_models.deepfm_nn  DenseArch OverArch SparseArch
+shardrec.models.deepfm  shardrec_models  FMInteractionArch SimpleDeepFMNN SimpleDeepFMNNWrapper
+shardrec.modules.lazy_extension  shardrec_models  LazyModuleExtensionMixin lazy_apply
+shardrec.modules.utils  shardrec_embedding.module_utils  check_module_output_dimension
+    construct_jagged_tensors construct_modulelist_from_single_module
+    convert_list_of_modules_to_modulelist deterministic_dedup extract_module_or_tensor_callable
+    get_module_output_dimension init_mlp_weights_xavier_uniform
+shardrec.optim.semi_sync  shardrec_optim  SemisyncOptimizer
+shardrec.optim.semi_sync  shardrec_optim.semi_sync  SEMISYNC_GLOBAL_STEP_COUNTER_KEY
+    SEMISYNC_LOCAL_STEP_COUNTER_KEY SEMI_SYNC_GLOBAL_OPTIM_KEY SEMI_SYNC_GLOBAL_STATE_KEY
+    SEMI_SYNC_LOCAL_OPTIM_KEY SEMI_SYNC_LOCAL_STATE_KEY
+shardrec.distributed.types  shardrec_planner.shard_storage  PipelineType StorageUsageType
+    compute_storage_usage get_tensor_size_bytes
+shardrec.distributed.types  shardrec_planner.cache_params  MultiPassPrefetchConfig
+shardrec.distributed.embeddingbag  shardrec_embedding  EmbeddingBagCollection
+shardrec.distributed.planner.constants  shardrec_planner.perf_estimator_factory
+    DEFAULT_PERF_ESTIMATOR
+shardrec.distributed.planner.estimator  shardrec_planner.perf_estimator_factory
+    DEFAULT_PERF_ESTIMATOR EmbeddingPerfEstimatorFactory
+shardrec.distributed.planner.estimator  shardrec_planner.shard_perf  EmbeddingPerfEstimator
+shardrec.distributed.logger  shardrec_planner.topology_factory  static_logger
+shardrec.distributed.planner.stats  shardrec_planner.embedding_stats  EmbeddingStats
+    NoopEmbeddingStats
+shardrec.distributed.planner.planners  shardrec_planner.pluggable  extract_plan
+    validate_modules_inclusion_in_sharding_plan
+shardrec.distributed.planner.types  shardrec_planner.pluggable  PlanLoader
+shardrec.distributed.planner.proposers  shardrec_planner.offload_scaleup
+    EmbeddingOffloadScaleupProposer
+shardrec.distributed.utils  shardrec_planner.optional  none_throws
+shardrec.distributed.planner.types  shardrec_planner.topology_parts  BasicCommsBandwidths
+    CollectiveType CustomTopologyData GeneralizedCommsBandwidth
+shardrec.distributed.planner.types  shardrec_planner.topology_factory  HardwareConfig KernelConfig
+    TrainerConfig TopologyConfigBase TopologyFactory
+shardrec.distributed.planner.types  shardrec_planner.sharder_data  SharderData
+shardrec.distributed.planner.types  shardrec_planner.hashing  hash_planner_context_inputs
+    hash_planner_context_inputs_str hash_sha256_str hash_sha256_to_int round_to_nearest
+shardrec.distributed.types  shardrec_planner.sharder_data  StorageUsageType
+shardrec.distributed.embedding_types  shardrec_planner.sharder_data  BaseEmbeddingSharder
+    BaseQuantEmbeddingSharder
+shardrec.distributed.planner.utils  shardrec_planner.sharder_data  build_sharder_data
+    build_sharder_data_map
+"""
 
 
-# Added by the TorchRec planner/optim/jagged work (same layout as _EXPORTS).
-_EXPORTS_MORE = {
-    ("shardrec.optim", "shardrec_optim"): ("SemisyncOptimizer"),
-    ("shardrec.optim.semi_sync", "shardrec_optim"): ("SemisyncOptimizer"),
-    ("shardrec.optim.semi_sync", "shardrec_optim.semi_sync"): (
-        "SEMISYNC_GLOBAL_STEP_COUNTER_KEY SEMISYNC_LOCAL_STEP_COUNTER_KEY "
-        "SEMI_SYNC_GLOBAL_OPTIM_KEY SEMI_SYNC_GLOBAL_STATE_KEY SEMI_SYNC_LOCAL_OPTIM_KEY "
-        "SEMI_SYNC_LOCAL_STATE_KEY"
-    ),
-    ("shardrec.distributed.types", "shardrec_planner.shard_storage"): (
-        "PipelineType StorageUsageType compute_storage_usage get_tensor_size_bytes"
-    ),
-    ("shardrec.distributed.types", "shardrec_planner.cache_params"): ("MultiPassPrefetchConfig"),
-    ("shardrec.distributed.embeddingbag", "shardrec_embedding"): ("EmbeddingBagCollection"),
-    ("shardrec.distributed.planner.constants", "shardrec_planner.perf_estimator_factory"): (
-        "DEFAULT_PERF_ESTIMATOR"
-    ),
-    ("shardrec.distributed.planner.estimator", "shardrec_planner.perf_estimator_factory"): (
-        "DEFAULT_PERF_ESTIMATOR EmbeddingPerfEstimatorFactory"
-    ),
-    ("shardrec.distributed.planner.estimator", "shardrec_planner.shard_perf"): (
-        "EmbeddingPerfEstimator"
-    ),
-    ("shardrec.distributed.logger", "shardrec_planner.topology_factory"): ("static_logger"),
-    ("shardrec.distributed.planner.constants", "shardrec_planner.constants"): ("SSD_CAP"),
-    ("shardrec.distributed.planner.stats", "shardrec_planner.embedding_stats"): (
-        "EmbeddingStats NoopEmbeddingStats"
-    ),
-    ("shardrec.distributed.planner.planners", "shardrec_planner.pluggable"): (
-        "extract_plan validate_modules_inclusion_in_sharding_plan"
-    ),
-    ("shardrec.distributed.planner.types", "shardrec_planner.pluggable"): ("PlanLoader"),
-    ("shardrec.distributed.planner.proposers", "shardrec_planner.offload_scaleup"): (
-        "EmbeddingOffloadScaleupProposer"
-    ),
-    ("shardrec.distributed.utils", "shardrec_planner.optional"): ("none_throws"),
-    ("shardrec.distributed.planner.types", "shardrec_planner.topology_parts"): (
-        "BasicCommsBandwidths CollectiveType CustomTopologyData GeneralizedCommsBandwidth"
-    ),
-    ("shardrec.distributed.planner.types", "shardrec_planner.topology_factory"): (
-        "HardwareConfig KernelConfig TrainerConfig TopologyConfigBase TopologyFactory"
-    ),
-    ("shardrec.distributed.planner.types", "shardrec_planner.sharder_data"): ("SharderData"),
-    ("shardrec.distributed.planner.types", "shardrec_planner.hashing"): (
-        "hash_planner_context_inputs hash_planner_context_inputs_str hash_sha256_str "
-        "hash_sha256_to_int round_to_nearest"
-    ),
-    ("shardrec.distributed.types", "shardrec_planner.sharder_data"): ("StorageUsageType"),
-    ("shardrec.distributed.embedding_types", "shardrec_planner.sharder_data"): (
-        "BaseEmbeddingSharder BaseQuantEmbeddingSharder"
-    ),
-    ("shardrec.distributed.planner.utils", "shardrec_planner.sharder_data"): (
-        "build_sharder_data build_sharder_data_map"
-    ),
-}
-PATHS += [(p, n, c) for (p, c), names in _EXPORTS_MORE.items() for n in names.split()]
+def _rows(table: str) -> list[tuple[str, str, str]]:
+    """(umbrella module, name, component) for every name of `table` (layout: above)."""
+    rows: list[tuple[str, str, list[str]]] = []
+    for line in table.strip("\n").splitlines():
+        if line.startswith(" "):
+            rows[-1][2].extend(line.split())
+        else:
+            path, component, *names = line.split()
+            rows.append((path, component, names))
+    return [(path, n, component) for path, component, names in rows for n in names]
+
+
+PATHS = _rows(_EXPORTS)
 
 
 def _names_of(component: str, path: str) -> list[tuple[str, str, str]]:

@@ -13,15 +13,14 @@ times gets an id in ``1..K`` (ascending hex value); every rarer value shares id 
 column's table has ``K + 1`` rows. An empty field counts as the value 0 (as in ``criteo-tsv``).
 
 Two streaming passes (count, then write), one block of lines in memory at a time; the id
-counts are held per column in sorted NumPy arrays. Command line::
+counts are held per column in sorted NumPy arrays. The command line is shardrec-train's
+(a higher layer, which parses its arguments without importing torch)::
 
-    python -m shardrec_data.criteo_preprocess day_0.tsv day_1.tsv --out-dir out \\
-        --frequency-threshold 3
+    shardrec preprocess-criteo day_0.tsv day_1.tsv --out-dir out --frequency-threshold 3
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
 from collections.abc import Sequence
@@ -32,7 +31,7 @@ import numpy.typing as npt
 from shardrec_data.criteo import CARDINALITIES_FILE, npy_day_paths
 from shardrec_data.criteo_format import NUM_DENSE, NUM_SPARSE, log_transform, read_tsv_blocks
 
-__all__ = ["main", "preprocess_criteo"]
+__all__ = ["DEFAULT_FREQUENCY_THRESHOLD", "preprocess_criteo"]
 
 DEFAULT_FREQUENCY_THRESHOLD = 1
 
@@ -125,37 +124,8 @@ def preprocess_criteo(
     return sizes
 
 
-def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
-    """The command line (also used by ``shardrec preprocess-criteo``)."""
-    parser = argparse.ArgumentParser(
-        prog=prog,
-        description=(
-            "Convert Criteo TSV files (label, 13 integers, 26 hex) to per-day .npy files with "
-            "log-transformed dense features and contiguous ids; rare ids share id 0."
-        ),
-    )
-    parser.add_argument("tsv_paths", nargs="+", type=pathlib.Path, help="TSV files, in day order")
-    parser.add_argument("--out-dir", required=True, type=pathlib.Path, help="output directory")
-    parser.add_argument(
-        "--frequency-threshold",
-        type=int,
-        default=DEFAULT_FREQUENCY_THRESHOLD,
-        help="ids seen fewer times than this (over all files) share id 0 (default: %(default)s)",
-    )
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status."""
-    parser = build_parser("python -m shardrec_data.criteo_preprocess")
-    args = parser.parse_args(argv)
-    try:
-        sizes = preprocess_criteo(args.tsv_paths, args.out_dir, args.frequency_threshold)
-    except (ValueError, FileNotFoundError) as err:
-        parser.exit(2, f"error: {err}\n")
-    print(f"wrote {len(args.tsv_paths)} day(s) to {args.out_dir}; table sizes {sizes}")
-    return 0
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(
+        "shardrec_data has no command line; run shardrec-train's "
+        "`shardrec preprocess-criteo TSV... --out-dir DIR [--frequency-threshold N]`"
+    )

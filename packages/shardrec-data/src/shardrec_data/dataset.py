@@ -19,13 +19,14 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TypedDict, Unpack
 
 import numpy as np
 import numpy.typing as npt
 
 from shardrec_data.batch import Batch
 
-__all__ = ["SPLITS", "RecDataset", "SparseFeature", "shard_indices"]
+__all__ = ["SPLITS", "ReadOrder", "RecDataset", "SparseFeature", "shard_indices"]
 
 SPLITS = ("train", "test")
 
@@ -103,6 +104,17 @@ def _check_rank(rank: int, world_size: int) -> None:
         )
 
 
+class ReadOrder(TypedDict, total=False):
+    """Which samples a rank reads, in which order: the keyword arguments of ``shard_indices``
+    after ``num_samples`` (defaults there), which ``RecDataset.batches`` passes on."""
+
+    rank: int
+    world_size: int
+    shuffle: bool
+    seed: int
+    epoch: int
+
+
 def shard_indices(
     num_samples: int,
     *,
@@ -165,31 +177,16 @@ class RecDataset(abc.ABC):
         per_rank = self.num_samples(split) // world_size
         return -(-per_rank // batch_size)
 
-    def batches(
-        self,
-        split: str,
-        batch_size: int,
-        *,
-        rank: int = 0,
-        world_size: int = 1,
-        shuffle: bool = False,
-        seed: int = 0,
-        epoch: int = 0,
-    ) -> Iterator[Batch]:
+    def batches(self, split: str, batch_size: int, **order: Unpack[ReadOrder]) -> Iterator[Batch]:
         """One epoch of ``rank``'s batches of ``split`` (sharding rule: module docstring).
 
-        Arguments are checked when this is called, not when the iterator is first advanced.
+        ``order``: ``rank=0, world_size=1, shuffle=False, seed=0, epoch=0`` (``ReadOrder``, as
+        for ``shard_indices``). Arguments are checked when this is called, not when the iterator
+        is first advanced.
         """
         check_split(split)
         _check_int("batch_size", batch_size, 1)
-        indices = shard_indices(
-            self.num_samples(split),
-            rank=rank,
-            world_size=world_size,
-            shuffle=shuffle,
-            seed=seed,
-            epoch=epoch,
-        )
+        indices = shard_indices(self.num_samples(split), **order)
         return self._iterate(split, indices, batch_size)
 
     def _iterate(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from torch.utils.data import IterDataPipe
@@ -38,19 +39,12 @@ def _default_row_mapper(example: list[str]) -> dict[str, float | int | str]:
     return {DEFAULT_COLUMN_NAMES[i]: safe_cast(val, *_TYPES[i]) for i, val in enumerate(example)}
 
 
+@dataclass(eq=False, repr=False)  # IterDataPipe's own repr and identity equality
 class _MovieLensPipe(IterDataPipe):  # type: ignore[type-arg]  # torch's pipes are untyped
-    def __init__(
-        self,
-        root: str,
-        include_movies_data: bool,
-        row_mapper: Callable[[list[str]], Any] | None,
-        open_kw: dict[str, Any],
-    ) -> None:
-        super().__init__()
-        self.root = root
-        self.include_movies_data = include_movies_data
-        self.row_mapper = row_mapper
-        self.open_kw = open_kw
+    root: str
+    include_movies_data: bool
+    row_mapper: Callable[[list[str]], Any] | None
+    open_kw: dict[str, Any]
 
     def _lines(self, filename: str) -> Iterable[list[str]]:
         files = LoadFiles((os.path.join(self.root, filename),), mode="r", **self.open_kw)
@@ -78,16 +72,11 @@ def movielens_20m(
     row_mapper: Callable[[list[str]], Any] | None = _default_row_mapper,
     **open_kw: Any,
 ) -> IterDataPipe:  # type: ignore[type-arg]
-    """MovieLens 20M from the directory `root` holding `ratings.csv` (and `movies.csv`)."""
+    """MovieLens 20M or 25M from the directory `root` holding `ratings.csv` (and `movies.csv`).
+
+    `movielens_25m` is this same reader: the two releases share the file layout.
+    """
     return _MovieLensPipe(root, include_movies_data, row_mapper, open_kw)
 
 
-def movielens_25m(
-    root: str,
-    *,
-    include_movies_data: bool = False,
-    row_mapper: Callable[[list[str]], Any] | None = _default_row_mapper,
-    **open_kw: Any,
-) -> IterDataPipe:  # type: ignore[type-arg]
-    """MovieLens 25M from the directory `root` (same layout as 20M)."""
-    return _MovieLensPipe(root, include_movies_data, row_mapper, open_kw)
+movielens_25m = movielens_20m

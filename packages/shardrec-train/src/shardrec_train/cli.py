@@ -86,8 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Convert Criteo TSV files (label, 13 integers, 26 hex) to the per-day .npy "
         "layout `--dataset criteo-npy` reads: log-transformed dense features, contiguous ids.",
     )
-    # shardrec_data.criteo_preprocess.build_parser's arguments, spelled out again: importing
-    # shardrec_data imports torch, and parsing here must not (see the module docstring).
+    # The only command line of shardrec_data.preprocess_criteo (shardrec_data has none:
+    # importing it imports torch, and parsing here must not; see the module docstring).
     pre.add_argument("tsv_paths", nargs="+", type=pathlib.Path, help="TSV files, in day order")
     pre.add_argument("--out-dir", required=True, type=pathlib.Path, help="output directory")
     pre.add_argument(

@@ -40,6 +40,9 @@ def forced_type_problem(
 ) -> str | None:
     """Why `sharding_type` cannot spread `tables` (name, rows) over the world, or None."""
     st = sharding_type
+    # the ranks one table's row or column blocks spread over: one host's for the table_* types
+    host_local = st in (ShardingType.TABLE_ROW_WISE, ShardingType.TABLE_COLUMN_WISE)
+    blocks = local_world_size if host_local else world_size
     if st is ShardingType.TABLE_WISE and world_size > len(tables):
         return (
             f"--sharding-type table_wise places one whole table per rank: world size "
@@ -47,7 +50,6 @@ def forced_type_problem(
             f"{len(tables)} ranks or let the planner decide"
         )
     if st in (ShardingType.ROW_WISE, ShardingType.TABLE_ROW_WISE):
-        blocks = world_size if st is ShardingType.ROW_WISE else local_world_size
         for name, rows in tables:
             if 0 in row_block_sizes(rows, blocks):
                 return (
@@ -55,14 +57,13 @@ def forced_type_problem(
                     f"{blocks} row blocks of ceil({rows} / {blocks}), which leaves a rank "
                     f"without rows: world size {world_size} is larger than this table allows"
                 )
-    if st in (ShardingType.COLUMN_WISE, ShardingType.TABLE_COLUMN_WISE):
-        blocks = world_size if st is ShardingType.COLUMN_WISE else local_world_size
-        if embedding_dim % blocks != 0:
-            return (
-                f"--sharding-type {st.value} splits each table's {embedding_dim} columns "
-                f"evenly over {blocks} ranks: {blocks} does not divide --embedding-dim "
-                f"{embedding_dim}; pick a dim that is a multiple of {blocks}"
-            )
+    columns = st in (ShardingType.COLUMN_WISE, ShardingType.TABLE_COLUMN_WISE)
+    if columns and embedding_dim % blocks != 0:
+        return (
+            f"--sharding-type {st.value} splits each table's {embedding_dim} columns "
+            f"evenly over {blocks} ranks: {blocks} does not divide --embedding-dim "
+            f"{embedding_dim}; pick a dim that is a multiple of {blocks}"
+        )
     return None
 
 
