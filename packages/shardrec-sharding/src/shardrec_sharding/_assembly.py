@@ -36,7 +36,7 @@ from shardrec_sharding.layout import LocalTable, TableSharding, check_plan, segm
 from shardrec_sharding.lookup import LookupTable
 from shardrec_sharding.state_dict import ShardedStateDict
 from shardrec_sharding.strategies._kjt import expand_variable_batch
-from shardrec_sharding.types import PooledStrategy, SequenceStrategy, TableMaker
+from shardrec_sharding.types import LocalBatch, PooledStrategy, SequenceStrategy, TableMaker
 
 __all__ = [
     "DEFAULT_FUSED_OPTIMIZER",
@@ -219,13 +219,14 @@ class ShardedCollectionBase(nn.Module, Generic[S]):
         if not self._strategies[0].carries_errors:
             agree_on_error(self.env, error)
             error = None
-        kjt = features
-        positions = {} if error is not None else self._checker.feature_positions(kjt)
+        positions = {} if error is not None else self._checker.feature_positions(features)
+        first = LocalBatch(features=features, feature_pos=positions, error=error)
+        rest = first if error is None else LocalBatch(features=features, feature_pos=positions)
         pending: list[Awaitable[object]] = [
-            s.input_dist(kjt, positions, error if k == 0 else None)  # type: ignore[misc]  # S's input types differ; each strategy returns its own
+            s.input_dist(first if k == 0 else rest)  # type: ignore[misc]  # S's input types differ; each strategy returns its own
             for k, s in enumerate(self._strategies)
         ]
-        return kjt, pending
+        return features, pending
 
     def _by_type(self, attr: str) -> dict[str, object]:
         return {str(s.sharding_type): getattr(s, attr) for s in self._strategies}
