@@ -42,7 +42,7 @@ __all__ = [
 
 @dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
 class LocalBatch:
-    """What every strategy's input_dist sends from: this rank's batch, as the collection checked it.
+    """What every strategy's input_dist sends from: this rank's batch, checked by the collection.
 
     features: this rank's fixed-batch KJT. feature_pos: feature name -> its key position in
         `features` (empty when `error` is set).
