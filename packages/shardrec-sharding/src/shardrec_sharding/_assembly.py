@@ -207,10 +207,15 @@ class ShardedCollectionBase(nn.Module, Generic[S, M]):
         # Both are untyped in torch's stubs.
         self._register_state_dict_hook(self._state.to_sharded)  # type: ignore[no-untyped-call]
         self.register_load_state_dict_pre_hook(self._state.to_local)  # type: ignore[no-untyped-call]
+        self._built()
 
     @abc.abstractmethod
     def _read_module(self, module: M) -> Sequence[BaseEmbeddingConfig]:
         """Keep what this collection needs of `module` (its configs, flags); its table configs."""
+
+    def _built(self) -> None:
+        """Called at the end of `__init__`, the strategies built: precompute what the forward
+        reads of them (by default nothing)."""
 
     def _send_features(
         self, features: KeyedJaggedTensor | object

@@ -15,7 +15,6 @@ group instead) and its values.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Mapping
 from typing import cast
 
@@ -88,10 +87,12 @@ class ShardedEmbeddingBagCollection(ShardedCollectionBase[PooledStrategy, Pooled
         self._is_weighted = module.is_weighted()
         return self._configs
 
-    @functools.cached_property
-    def _permutation(self) -> Tensor | None:
-        """The output columns of the strategies' outputs side by side, in the module's order
-        (None when they already are)."""
+    def _built(self) -> None:
+        self._permutation = self._output_permutation()
+
+    def _output_permutation(self) -> Tensor | None:
+        """The columns of the strategies' outputs side by side in the module's order (None when
+        they already are)."""
         starts: list[int] = []
         start = 0
         for s in self._strategies:
