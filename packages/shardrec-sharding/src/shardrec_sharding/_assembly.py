@@ -10,6 +10,7 @@ sharders differ only in the module they take (`TableSharder`).
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -36,7 +37,7 @@ from shardrec_sharding.layout import LocalTable, TableSharding, check_plan, segm
 from shardrec_sharding.lookup import LookupTable
 from shardrec_sharding.state_dict import ShardedStateDict
 from shardrec_sharding.strategies._kjt import expand_variable_batch
-from shardrec_sharding.types import PooledStrategy, SequenceStrategy, TableMaker
+from shardrec_sharding.types import LocalBatch, PooledStrategy, SequenceStrategy, TableMaker
 
 __all__ = [
     "DEFAULT_FUSED_OPTIMIZER",
@@ -52,6 +53,8 @@ DEFAULT_FUSED_OPTIMIZER = FusedOptimSpec(optimizer=EmbOptimType.EXACT_SGD)
 `apply_optimizer_in_backward` chose an optimizer (TorchRec's default: exact SGD, lr 0.01)."""
 
 S = TypeVar("S", PooledStrategy, SequenceStrategy)
+M = TypeVar("M", bound=nn.Module)  # the module type a sharder takes
+C = TypeVar("C", bound=nn.Module)  # the sharded module it makes
 Builder = Callable[[Sequence[TableSharding], ShardingEnv, TableMaker], S]
 
 
@@ -116,27 +119,35 @@ def _sets_optimizer(fused_params: Mapping[str, object] | None) -> bool:
     )
 
 
-class ShardedCollectionBase(nn.Module, Generic[S]):
+class ShardedCollectionBase(nn.Module, Generic[S, M]):
     """What a sharded collection keeps and does whatever its strategies' output: the assembled
     parts, the sharded state_dict hooks, the start of input_dist, TorchRec's per-type views,
-    the fused optimizer and moving the lookups' state with `.to()`."""
+    the fused optimizer and moving the lookups' state with `.to()`.
+
+    Built from a module `M` (checked against `_module_types`), a plan (table name ->
+    ParameterSharding), the ranks, the device of the local shards (default `env.device`) and
+    the sharder's `fused_params`; `_read_module` keeps what the collection needs of the module.
+    """
 
     _prefix: str  # the table container (`embedding_bags` or `embeddings`)
     _owner: str  # the class name that error messages give
+    _module_types: tuple[type[nn.Module], ...]  # the module types it shards, the first names them
+    _registry: Mapping[ShardingType, Builder[S]]  # sharding type -> its strategy
 
     def __init__(
         self,
-        module: nn.Module,
-        configs: Sequence[BaseEmbeddingConfig],
+        module: M,
         plan: Mapping[str, ParameterSharding],
         env: ShardingEnv,
-        device: torch.device | str | None,
-        fused_params: Mapping[str, object] | None,
-        registry: Mapping[
-            ShardingType, Callable[[Sequence[TableSharding], ShardingEnv, TableMaker], S]
-        ],
+        device: torch.device | str | None = None,
+        fused_params: Mapping[str, object] | None = None,
     ) -> None:
+        if not isinstance(module, self._module_types):
+            kind = self._module_types[0].__name__
+            raise TypeError(f"{self._owner} shards an {kind}, got {type(module).__name__}")
         super().__init__()
+        configs = self._read_module(module)
+        registry = self._registry
         if device is not None and torch.device(device) != env.device:
             env = dataclasses.replace(env, device=torch.device(device))
         self.env = env
@@ -196,6 +207,15 @@ class ShardedCollectionBase(nn.Module, Generic[S]):
         # Both are untyped in torch's stubs.
         self._register_state_dict_hook(self._state.to_sharded)  # type: ignore[no-untyped-call]
         self.register_load_state_dict_pre_hook(self._state.to_local)  # type: ignore[no-untyped-call]
+        self._built()
+
+    @abc.abstractmethod
+    def _read_module(self, module: M) -> Sequence[BaseEmbeddingConfig]:
+        """Keep what this collection needs of `module` (its configs, flags); its table configs."""
+
+    def _built(self) -> None:
+        """Called at the end of `__init__`, the strategies built: precompute what the forward
+        reads of them (by default nothing)."""
 
     def _send_features(
         self, features: KeyedJaggedTensor | object
@@ -219,13 +239,14 @@ class ShardedCollectionBase(nn.Module, Generic[S]):
         if not self._strategies[0].carries_errors:
             agree_on_error(self.env, error)
             error = None
-        kjt = features
-        positions = {} if error is not None else self._checker.feature_positions(kjt)
+        positions = {} if error is not None else self._checker.feature_positions(features)
+        first = LocalBatch(features=features, feature_pos=positions, error=error)
+        rest = first if error is None else LocalBatch(features=features, feature_pos=positions)
         pending: list[Awaitable[object]] = [
-            s.input_dist(kjt, positions, error if k == 0 else None)  # type: ignore[misc]  # S's input types differ; each strategy returns its own
+            s.input_dist(first if k == 0 else rest)  # type: ignore[misc]  # S's input types differ; each strategy returns its own
             for k, s in enumerate(self._strategies)
         ]
-        return kjt, pending
+        return features, pending
 
     def _by_type(self, attr: str) -> dict[str, object]:
         return {str(s.sharding_type): getattr(s, attr) for s in self._strategies}
@@ -265,9 +286,10 @@ class ShardedCollectionBase(nn.Module, Generic[S]):
         return result
 
 
-class TableSharder:
+class TableSharder(Generic[M, C]):
     """What the EmbeddingBagCollection and EmbeddingCollection sharders share; satisfies the
-    planner's `PlannerSharder` Protocol with the class attributes a sharder sets.
+    planner's `PlannerSharder` Protocol with the class attributes a sharder sets, and `shard`s
+    a module `M` into the sharded module `C` its `_sharded` class builds.
 
     Args:
         fused_params: TorchRec's fused optimizer settings (`{"optimizer": EmbOptimType.ADAM,
@@ -286,6 +308,17 @@ class TableSharder:
     _modules: tuple[type[nn.Module], ...]  # the module types it shards, the first is its type
     _container: str  # the attribute holding the tables
     _sharding_types: Sequence[ShardingType]
+    # the sharded module's class: (module, plan, env, device, fused_params) -> C
+    _sharded: Callable[
+        [
+            M,
+            Mapping[str, ParameterSharding],
+            ShardingEnv,
+            torch.device | str | None,
+            Mapping[str, object] | None,
+        ],
+        C,
+    ]
 
     def __init__(
         self,
@@ -323,6 +356,16 @@ class TableSharder:
 
     def compute_kernels(self, sharding_type: str, compute_device_type: str) -> list[str]:
         return sharded_kernels(sharding_type, compute_device_type)
+
+    def shard(
+        self,
+        module: M,
+        params: Mapping[str, ParameterSharding],
+        env: ShardingEnv,
+        device: torch.device | str | None = None,
+    ) -> C:
+        """The sharded module of `module` under `params` (one entry per table) on this rank."""
+        return self._sharded(module, params, env, device, self._fused_params)
 
     def shardable_parameters(self, module: nn.Module) -> dict[str, nn.Parameter]:
         if not isinstance(module, self._modules):

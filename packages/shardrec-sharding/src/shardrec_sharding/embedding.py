@@ -12,10 +12,9 @@ import dataclasses
 from collections.abc import Mapping
 from typing import cast
 
-import torch
 from torch import Tensor, nn
 
-from shardrec_collectives import Awaitable, LazyAwaitable, ShardingEnv
+from shardrec_collectives import Awaitable, LazyAwaitable
 from shardrec_embedding import EmbeddingCollection, EmbeddingConfig
 from shardrec_jagged import JaggedTensor, KeyedJaggedTensor
 from shardrec_planner import ParameterSharding
@@ -37,7 +36,7 @@ class ShardedSequenceInput:
     features: KeyedJaggedTensor
 
 
-class ShardedEmbeddingCollection(ShardedCollectionBase[SequenceStrategy]):
+class ShardedEmbeddingCollection(ShardedCollectionBase[SequenceStrategy, EmbeddingCollection]):
     """An EmbeddingCollection whose tables are spread over the ranks of `env` by `plan`.
 
     Arguments as for `ShardedEmbeddingBagCollection`. `forward(features)` returns a
@@ -48,22 +47,14 @@ class ShardedEmbeddingCollection(ShardedCollectionBase[SequenceStrategy]):
 
     _prefix = "embeddings"
     _owner = _OWNER
+    _module_types = (EmbeddingCollection,)
+    _registry = SEQUENCE_STRATEGIES
     embeddings: nn.ModuleDict
 
-    def __init__(
-        self,
-        module: EmbeddingCollection,
-        plan: Mapping[str, ParameterSharding],
-        env: ShardingEnv,
-        device: torch.device | str | None = None,
-        fused_params: Mapping[str, object] | None = None,
-    ) -> None:
-        if not isinstance(module, EmbeddingCollection):
-            raise TypeError(f"{_OWNER} shards an EmbeddingCollection, got {type(module).__name__}")
-        configs: list[EmbeddingConfig] = module.embedding_configs()
-        super().__init__(module, configs, plan, env, device, fused_params, SEQUENCE_STRATEGIES)
-        self._configs = configs
+    def _read_module(self, module: EmbeddingCollection) -> list[EmbeddingConfig]:
+        self._configs = module.embedding_configs()
         self._need_indices = module.need_indices()
+        return self._configs
 
     @classmethod
     def create_grouped_sharding_infos(
@@ -135,21 +126,10 @@ class ShardedEmbeddingCollection(ShardedCollectionBase[SequenceStrategy]):
         return self._need_indices
 
 
-class EmbeddingCollectionSharder(TableSharder):
+class EmbeddingCollectionSharder(TableSharder[EmbeddingCollection, ShardedEmbeddingCollection]):
     """Shards EmbeddingCollections; see `TableSharder`."""
 
-    _modules = (EmbeddingCollection,)
+    _modules = ShardedEmbeddingCollection._module_types
     _container = "embeddings"
     _sharding_types = tuple(SEQUENCE_STRATEGIES)
-
-    def shard(
-        self,
-        module: EmbeddingCollection,
-        params: Mapping[str, ParameterSharding],
-        env: ShardingEnv,
-        device: torch.device | str | None = None,
-    ) -> ShardedEmbeddingCollection:
-        """The sharded module of `module` under `params` on this rank."""
-        return ShardedEmbeddingCollection(
-            module, params, env, device=device, fused_params=self._fused_params
-        )
+    _sharded = ShardedEmbeddingCollection

@@ -21,7 +21,7 @@ from typing import cast
 import torch
 from torch import Tensor, nn
 
-from shardrec_collectives import Awaitable, LazyAwaitable, ShardingEnv
+from shardrec_collectives import Awaitable, LazyAwaitable
 from shardrec_embedding import EmbeddingBagCollection, EmbeddingBagConfig
 from shardrec_embedding.fused import FusedEmbeddingBagCollection
 from shardrec_jagged import KeyedJaggedTensor, KeyedTensor
@@ -57,7 +57,7 @@ class ShardedInput:
     batch_size: int
 
 
-class ShardedEmbeddingBagCollection(ShardedCollectionBase[PooledStrategy]):
+class ShardedEmbeddingBagCollection(ShardedCollectionBase[PooledStrategy, PooledModule]):
     """An EmbeddingBagCollection whose tables are spread over the ranks of `env` by `plan`.
 
     Args:
@@ -78,27 +78,21 @@ class ShardedEmbeddingBagCollection(ShardedCollectionBase[PooledStrategy]):
 
     _prefix = "embedding_bags"
     _owner = _OWNER
+    _module_types = (EmbeddingBagCollection, FusedEmbeddingBagCollection)
+    _registry = POOLED_STRATEGIES
     embedding_bags: nn.ModuleDict
 
-    def __init__(
-        self,
-        module: PooledModule,
-        plan: Mapping[str, ParameterSharding],
-        env: ShardingEnv,
-        device: torch.device | str | None = None,
-        fused_params: Mapping[str, object] | None = None,
-    ) -> None:
-        if not isinstance(module, EmbeddingBagCollection | FusedEmbeddingBagCollection):
-            raise TypeError(
-                f"{_OWNER} shards an EmbeddingBagCollection, got {type(module).__name__}"
-            )
-        configs: list[EmbeddingBagConfig] = module.embedding_bag_configs()
-        super().__init__(module, configs, plan, env, device, fused_params, POOLED_STRATEGIES)
-        self._configs = configs
+    def _read_module(self, module: PooledModule) -> list[EmbeddingBagConfig]:
+        self._configs = module.embedding_bag_configs()
         self._is_weighted = module.is_weighted()
+        return self._configs
+
+    def _built(self) -> None:
         self._permutation = self._output_permutation()
 
     def _output_permutation(self) -> Tensor | None:
+        """The columns of the strategies' outputs side by side in the module's order (None when
+        they already are)."""
         starts: list[int] = []
         start = 0
         for s in self._strategies:
@@ -199,21 +193,10 @@ class ShardedEmbeddingBagCollection(ShardedCollectionBase[PooledStrategy]):
         return f"rank={self.env.rank}/{self.env.world_size}, {kinds}"
 
 
-class EmbeddingBagCollectionSharder(TableSharder):
+class EmbeddingBagCollectionSharder(TableSharder[PooledModule, ShardedEmbeddingBagCollection]):
     """Shards EmbeddingBagCollections (and FusedEmbeddingBagCollections); see `TableSharder`."""
 
-    _modules = (EmbeddingBagCollection, FusedEmbeddingBagCollection)
+    _modules = ShardedEmbeddingBagCollection._module_types
     _container = "embedding_bags"
     _sharding_types = tuple(POOLED_STRATEGIES)
-
-    def shard(
-        self,
-        module: PooledModule,
-        params: Mapping[str, ParameterSharding],
-        env: ShardingEnv,
-        device: torch.device | str | None = None,
-    ) -> ShardedEmbeddingBagCollection:
-        """The sharded module of `module` under `params` (one entry per table) on this rank."""
-        return ShardedEmbeddingBagCollection(
-            module, params, env, device=device, fused_params=self._fused_params
-        )
+    _sharded = ShardedEmbeddingBagCollection

@@ -3,7 +3,7 @@
 A strategy owns the tables of one sharding type and runs the three phases for them:
 
 ```
-input_dist(features)  -> Awaitable[DistInput]   ids to the ranks that hold their rows
+input_dist(batch)     -> Awaitable[DistInput]   ids to the ranks that hold their rows
 compute(dist_input)   -> Tensor                 local lookup, (sum_s B_s or B, D_local)
 output_dist(local, dist_input) -> Awaitable[Tensor]   (B, output_dim) on the batch's rank
 ```
@@ -29,6 +29,7 @@ from shardrec_sharding.lookup import LocalLookup, LookupTable
 
 __all__ = [
     "DistInput",
+    "LocalBatch",
     "PooledStrategy",
     "SequenceFactory",
     "SequenceInput",
@@ -37,6 +38,21 @@ __all__ = [
     "StrategyFactory",
     "TableMaker",
 ]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
+class LocalBatch:
+    """What every strategy's input_dist sends from: this rank's batch, checked by the collection.
+
+    features: this rank's fixed-batch KJT. feature_pos: feature name -> its key position in
+        `features` (empty when `error` is set).
+    error: this rank's bad-input error, which the strategy's exchange header carries to every
+        rank; None when the input is good or another strategy carries it.
+    """
+
+    features: KeyedJaggedTensor
+    feature_pos: Mapping[str, int]
+    error: BaseException | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
@@ -97,12 +113,7 @@ class PooledStrategy(Protocol):
     carries_errors: bool
     """Whether input_dist exchanges an error flag (kjt_all_to_all's header) on every rank."""
 
-    def input_dist(
-        self,
-        features: KeyedJaggedTensor,
-        feature_pos: Mapping[str, int],
-        error: BaseException | None,
-    ) -> Awaitable[DistInput]: ...
+    def input_dist(self, batch: LocalBatch) -> Awaitable[DistInput]: ...
 
     def compute(self, dist_input: DistInput) -> Tensor: ...
 
@@ -121,12 +132,7 @@ class SequenceStrategy(Protocol):
     lookup: LocalLookup
     carries_errors: bool
 
-    def input_dist(
-        self,
-        features: KeyedJaggedTensor,
-        feature_pos: Mapping[str, int],
-        error: BaseException | None,
-    ) -> Awaitable[SequenceInput]: ...
+    def input_dist(self, batch: LocalBatch) -> Awaitable[SequenceInput]: ...
 
     def compute(self, dist_input: SequenceInput) -> Tensor: ...
 

@@ -1,46 +1,44 @@
 """Fused optimizer updates on the native kernels: SGD and exact rowwise Adagrad.
 
-Both take a packed group's rows (`ids`, table-local id + the table's row offset) and the
-pooled output gradient, and update the touched rows in place (docs/design/native-kernels.md).
+Both take one `shardrec_optim.PooledGrad` (a packed group's rows `ids`, table-local id + the
+table's row offset, and the pooled output gradient) and update the touched rows in place
+(docs/design/native-kernels.md).
 """
 
 from __future__ import annotations
 
 import ctypes
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from shardrec_embedding._native.ops import _I64, _PTR, _check_layout, _lib, _psw_ptr, native_scatter
 
+if TYPE_CHECKING:
+    from shardrec_optim import PooledGrad
+
 __all__ = ["AdagradWorkspace", "native_rowwise_adagrad", "native_sgd"]
 
 
-def native_sgd(
-    weight: Tensor,
-    ids: Tensor,
-    offsets: Tensor,
-    psw: Tensor | None,
-    mean: bool,
-    grad: Tensor,
-    learning_rate: float,
-) -> None:
+def native_sgd(grad: PooledGrad) -> None:
     """`weight[ids] -= lr * (summed scaled output gradient)`, in place (exact SGD: duplicate
     ids add their gradients, which for SGD equals updating with the coalesced sum).
 
     weight: `(R, D)` contiguous fp32. ids: `(N,)` rows. offsets: `(num_bags + 1,)`.
-    grad: `(num_bags, D)` fp32.
+    grad_out: `(num_bags, D)` fp32.
     """
+    psw = grad.per_sample_weights
     native_scatter(
-        [weight],
-        ids,
-        offsets.to(torch.int64).contiguous(),
+        [grad.weight],
+        grad.ids,
+        grad.offsets.to(torch.int64).contiguous(),
         None if psw is None else psw.float().contiguous(),
-        grad.contiguous(),
+        grad.grad_out.contiguous(),
         [0],
         [0],
-        [int(mean)],
-        alpha=-learning_rate,
+        [int(grad.mean)],
+        alpha=-grad.learning_rate,
     )
 
 
@@ -72,34 +70,25 @@ class AdagradWorkspace:
         return scratch, owned
 
 
-def native_rowwise_adagrad(
-    weight: Tensor,
-    momentum: Tensor,
-    ids: Tensor,
-    offsets: Tensor,
-    psw: Tensor | None,
-    mean: bool,
-    grad: Tensor,
-    *,
-    learning_rate: float,
-    eps: float,
-    workspace: AdagradWorkspace,
-) -> None:
-    """Exact rowwise Adagrad (no weight decay) over the rows `ids` touched, in place.
+def native_rowwise_adagrad(grad: PooledGrad, workspace: AdagradWorkspace) -> None:
+    """Exact rowwise Adagrad (no weight decay) over the rows `grad.ids` touched, in place.
 
-    weight: `(R, D)` contiguous fp32. momentum: `(R,)` fp32. ids: `(N,)` int64 rows.
-    offsets: `(num_bags + 1,)`. psw: `(N,)` or None. grad: `(num_bags, D)` fp32.
-    For each distinct row: `g = sum of scaled gradients`, `m += mean(g^2)`,
+    weight: `(R, D)` contiguous fp32. state `momentum1`: `(R,)` fp32. ids: `(N,)` int64 rows.
+    offsets: `(num_bags + 1,)`. per_sample_weights: `(N,)` or None. grad_out: `(num_bags, D)`
+    fp32. For each distinct row: `g = sum of scaled gradients`, `m += mean(g^2)`,
     `w -= lr / (sqrt(m) + eps) * g` (the formula of shardrec_optim's rowwise kernel).
     """
+    offsets = grad.offsets
     num_bags = offsets.numel() - 1
-    if num_bags <= 0 or ids.numel() == 0:
+    if num_bags <= 0 or grad.ids.numel() == 0:
         return
-    ids = ids.to(torch.int64).contiguous()
+    ids = grad.ids.to(torch.int64).contiguous()
     offsets = offsets.to(torch.int64).contiguous()
     _check_layout(ids, offsets, [0], num_bags)
-    grad = grad.contiguous()
+    grad_out = grad.grad_out.contiguous()
+    psw = grad.per_sample_weights
     psw = None if psw is None else psw.float().contiguous()
+    weight, momentum = grad.weight, grad.state["momentum1"]
     rows, dim = weight.shape
     lib = _lib()
     slot = workspace.slot(rows)
@@ -125,11 +114,11 @@ def native_rowwise_adagrad(
         _PTR(offsets.data_ptr()),
         _I64(num_bags),
         _PTR(_psw_ptr(psw)),
-        _I64(int(mean)),
-        _PTR(grad.data_ptr()),
-        _I64(grad.stride(0)),
-        ctypes.c_float(learning_rate),
-        ctypes.c_float(eps),
+        _I64(int(grad.mean)),
+        _PTR(grad_out.data_ptr()),
+        _I64(grad_out.stride(0)),
+        ctypes.c_float(grad.learning_rate),
+        ctypes.c_float(grad.spec.eps),
         _PTR(slot.data_ptr()),
         _PTR(scratch.data_ptr()),
         _PTR(owned.data_ptr()),

@@ -90,28 +90,15 @@ def native_backward_unsupported(
 def native_update(grad: PooledGrad) -> None:
     """The fused update on the native kernels (call only when `native_backward_unsupported`
     returns None); the weight and state are updated in place."""
-    spec, weight, lr = grad.spec, grad.weight, grad.learning_rate
-    ids, offsets, psw = grad.ids, grad.offsets, grad.per_sample_weights
-    if spec.optimizer in _SGD:
-        native_sgd(weight, ids, offsets, psw, grad.mean, grad.grad_out, lr)
+    if grad.spec.optimizer in _SGD:
+        native_sgd(grad)
         return
     momentum = grad.state["momentum1"]
     workspace = _WORKSPACES.get(id(momentum))
     if workspace is None:
         workspace = _WORKSPACES[id(momentum)] = AdagradWorkspace()
         weakref.finalize(momentum, _WORKSPACES.pop, id(momentum), None)
-    native_rowwise_adagrad(
-        weight,
-        momentum,
-        ids,
-        offsets,
-        psw,
-        grad.mean,
-        grad.grad_out,
-        learning_rate=lr,
-        eps=spec.eps,
-        workspace=workspace,
-    )
+    native_rowwise_adagrad(grad, workspace)
 
 
 def triton_update(grad: PooledGrad) -> None:

@@ -16,7 +16,6 @@ from shardrec_embedding.quant.config import output_dtype_of
 from shardrec_embedding.quant.lookup import (
     PooledLookup,
     eager_lookup_args,
-    keyed_lookup_args,
     kjt_lookup_args,
 )
 from shardrec_embedding.quant.traced import _get_kjt_keys
@@ -28,7 +27,7 @@ _OWNER = "QuantEmbeddingBagCollection"
 
 # graph leaves of the fx-traced forward (quant/traced.py)
 torch.fx.wrap("_get_kjt_keys")
-torch.fx.wrap("keyed_lookup_args")
+torch.fx.wrap("kjt_lookup_args")
 
 
 class QuantEmbeddingBagCollection(PooledCollectionAPI, QuantCollectionBase[EmbeddingBagConfig]):
@@ -131,8 +130,8 @@ class QuantEmbeddingBagCollection(PooledCollectionAPI, QuantCollectionBase[Embed
         """The forward `torch.fx` records (`features` is a Proxy): TorchRec's graph shape."""
         meta = self.lookup.segments
         keys = _get_kjt_keys(features)
-        args = keyed_lookup_args(
-            features, keys, self._is_weighted, _OWNER, meta.features, meta.tables
+        args = kjt_lookup_args(
+            features, self._is_weighted, _OWNER, meta.features, meta.tables, keys
         )
         out = self.lookup(args[0], args[1], args[2], args[3], args[4], args[5])
         return KeyedTensor(

@@ -30,7 +30,6 @@ __all__ = [
     "check_kjt_input",
     "check_segment_ids",
     "eager_lookup_args",
-    "keyed_lookup_args",
     "keyed_sequence_index",
     "kjt_lookup_args",
     "kjt_segment_index",
@@ -216,25 +215,18 @@ def kjt_lookup_args(
     owner: str,
     segment_features: list[str],
     segment_tables: list[str],
+    keys: list[str] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, list[int], list[int], int]:
-    """A scripted pooled forward's checks and `PooledLookup` arguments from the KJT."""
-    keys = features.keys()
-    return keyed_lookup_args(features, keys, weighted, owner, segment_features, segment_tables)
+    """A scripted pooled forward's checks and `PooledLookup` arguments from the KJT.
 
-
-def keyed_lookup_args(
-    features: KeyedJaggedTensor,
-    keys: list[str],
-    weighted: bool,
-    owner: str,
-    segment_features: list[str],
-    segment_tables: list[str],
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, list[int], list[int], int]:
-    """`kjt_lookup_args` given the KJT's `keys` (the fx-traced forwards read them first)."""
+    keys: the KJT's keys when the caller has read them already (the fx-traced forwards read
+    them first, as TorchRec's graph does); None: `features.keys()`.
+    """
+    key_list = features.keys() if keys is None else keys
     values = features.values()
     weights = features.weights_or_none()
     check_kjt_input(values, weights, weighted, owner)
-    index = kjt_segment_index(keys, segment_features, segment_tables)
+    index = kjt_segment_index(key_list, segment_features, segment_tables)
     return values, features.lengths(), weights, features.offset_per_key(), index, features.stride()
 
 

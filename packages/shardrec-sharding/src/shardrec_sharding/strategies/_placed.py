@@ -29,7 +29,7 @@ from shardrec_planner import ShardingType
 from shardrec_sharding.layout import LocalTable, Segment, TableSharding
 from shardrec_sharding.lookup import LocalLookup, LookupSegment
 from shardrec_sharding.strategies._kjt import empty_kjt, pooled_lookup, unique
-from shardrec_sharding.types import DistInput, StrategyArgs
+from shardrec_sharding.types import DistInput, LocalBatch, StrategyArgs
 
 
 class PlacedSharding:
@@ -73,17 +73,13 @@ class PlacedSharding:
         self._key_index = tuple(own_features.index(s.feature) for t, _ in mine for s in t.segments)
         self.lookup = LocalLookup(lookup_tables, segments, env.device)
 
-    def input_dist(
-        self,
-        features: KeyedJaggedTensor,
-        feature_pos: Mapping[str, int],
-        error: BaseException | None,
-    ) -> Awaitable[DistInput]:
+    def input_dist(self, batch: LocalBatch) -> Awaitable[DistInput]:
+        features, error = batch.features, batch.error
         send: KeySelection | list[KeyedJaggedTensor]
         if error is None:
             # One copy of the ids on the way out (views of the input's key segments,
             # concatenated into the send buffer), not a permuted KJT per rank and then the buffer.
-            positions = [[feature_pos[f] for f in feats] for feats in self._features_per_rank]
+            positions = [[batch.feature_pos[f] for f in feats] for feats in self._features_per_rank]
             send = KeySelection(features=features, keys_per_rank=positions)
         else:
             # The input is unusable: send nothing; the header carries the error to every rank.

@@ -23,13 +23,12 @@ from torch import Tensor
 
 from shardrec_collectives import Awaitable, kjt_all_to_all, reduce_scatter_pooled
 from shardrec_embedding import PoolingType
-from shardrec_jagged import KeyedJaggedTensor
 from shardrec_planner import ShardingType
 from shardrec_sharding._index_cache import IndexCache
 from shardrec_sharding.strategies._bucketize import RowBucketizer
 from shardrec_sharding.strategies._kjt import empty_kjt, pooled_lookup
 from shardrec_sharding.strategies._local import consecutive_columns, held_lookup
-from shardrec_sharding.types import DistInput, StrategyArgs
+from shardrec_sharding.types import DistInput, LocalBatch, StrategyArgs
 
 
 class RowBlockSharding:
@@ -52,13 +51,8 @@ class RowBlockSharding:
         columns, self.output_dim = consecutive_columns(self._segments)
         self.segment_columns: Mapping[int, Sequence[int]] = columns
 
-    def input_dist(
-        self,
-        features: KeyedJaggedTensor,
-        feature_pos: Mapping[str, int],
-        error: BaseException | None,
-    ) -> Awaitable[DistInput]:
-        batch = features.stride()
+    def input_dist(self, batch: LocalBatch) -> Awaitable[DistInput]:
+        features, error, feature_pos = batch.features, batch.error, batch.feature_pos
         if error is None:
             per_rank, _ = self._bucketize(features, feature_pos)
         else:
@@ -69,7 +63,7 @@ class RowBlockSharding:
         own_lengths = None
         if any(self._mean):
             keys = [feature_pos[s.feature] for s in self._segments]
-            lengths = features.lengths().view(len(features.keys()), batch)
+            lengths = features.lengths().view(len(features.keys()), features.stride())
             own_lengths = lengths[self._key_tensors.get(keys, lengths.device)]
         key_index = self._key_index
         return pending.then(

@@ -14,7 +14,7 @@ sender, where each segment's rows land in what comes back:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -32,7 +32,7 @@ from shardrec_sharding.lookup import LocalLookup, LookupSegment, LookupTable
 from shardrec_sharding.strategies._bucketize import RowBucketizer
 from shardrec_sharding.strategies._kjt import empty_kjt
 from shardrec_sharding.strategies._local import held_lookup
-from shardrec_sharding.types import SequenceInput, StrategyArgs
+from shardrec_sharding.types import LocalBatch, SequenceInput, StrategyArgs
 
 __all__ = ["PlacedSequence", "RowSequence"]
 
@@ -66,15 +66,13 @@ class _SequenceEngine:
     def _send(
         self,
         per_rank: list[KeyedJaggedTensor],
-        features: KeyedJaggedTensor,
-        feature_pos: Mapping[str, int],
-        error: BaseException | None,
+        batch: LocalBatch,
         key_index: tuple[int, ...],
         order: Tensor | None = None,
     ) -> Awaitable[SequenceInput]:
-        pending = kjt_all_to_all(self.env, per_rank, error=error)
-        lengths = features.length_per_key()
-        counts = tuple(lengths[feature_pos[s.feature]] for s in self.segments)
+        pending = kjt_all_to_all(self.env, per_rank, error=batch.error)
+        lengths = batch.features.length_per_key()
+        counts = tuple(lengths[batch.feature_pos[s.feature]] for s in self.segments)
         layout = pending.layout
         return pending.then(
             lambda kjt: SequenceInput(
@@ -127,22 +125,18 @@ class PlacedSequence(_SequenceEngine):
     def _name(self, j: int, c0: int) -> str:
         return f"{self.segments[j].name}#{c0}"
 
-    def input_dist(
-        self,
-        features: KeyedJaggedTensor,
-        feature_pos: Mapping[str, int],
-        error: BaseException | None,
-    ) -> Awaitable[SequenceInput]:
+    def input_dist(self, batch: LocalBatch) -> Awaitable[SequenceInput]:
+        features, feature_pos = batch.features, batch.feature_pos
         per_rank = []
         for keys in self._keys_per_rank:
             names = [self._name(j, c0) for j, c0 in keys]
-            if error is None:
+            if batch.error is None:
                 idx = [feature_pos[self.segments[j].feature] for j, _ in keys]
                 per_rank.append(_rename(features, names, idx))
             else:
                 per_rank.append(empty_kjt(names, features))
         key_index = tuple(range(len(self._keys_per_rank[self.env.rank])))
-        return self._send(per_rank, features, feature_pos, error, key_index)
+        return self._send(per_rank, batch, key_index)
 
     def compute(self, dist_input: SequenceInput) -> Tensor:
         kjt = dist_input.features
@@ -182,19 +176,14 @@ class RowSequence(_SequenceEngine):
         self._bucketize = RowBucketizer(self.segments, args.tables, args.env)
         self.lookup, _ = held_lookup(args, self.segments, PoolingType.SUM)
 
-    def input_dist(
-        self,
-        features: KeyedJaggedTensor,
-        feature_pos: Mapping[str, int],
-        error: BaseException | None,
-    ) -> Awaitable[SequenceInput]:
+    def input_dist(self, batch: LocalBatch) -> Awaitable[SequenceInput]:
         order: Tensor | None = None
-        if error is None:
-            per_rank, order = self._bucketize(features, feature_pos)
+        if batch.error is None:
+            per_rank, order = self._bucketize(batch.features, batch.feature_pos)
         else:
-            per_rank = [empty_kjt(self._bucketize.keys, features)] * self.env.world_size
+            per_rank = [empty_kjt(self._bucketize.keys, batch.features)] * self.env.world_size
         key_index = tuple(range(len(self.segments)))
-        return self._send(per_rank, features, feature_pos, error, key_index, order)
+        return self._send(per_rank, batch, key_index, order)
 
     def compute(self, dist_input: SequenceInput) -> Tensor:
         kjt = dist_input.features

@@ -28,7 +28,7 @@ from shardrec_planner import ShardingType
 from shardrec_sharding.layout import Segment
 from shardrec_sharding.lookup import LocalLookup, LookupTable
 from shardrec_sharding.strategies._local import consecutive_columns, held_lookup
-from shardrec_sharding.types import DistInput, SequenceInput, StrategyArgs
+from shardrec_sharding.types import DistInput, LocalBatch, SequenceInput, StrategyArgs
 
 
 class ReplicatedGrads:
@@ -155,13 +155,9 @@ class DataParallelSharding(_Replicated):
         columns, self.output_dim = consecutive_columns(self.segments)
         self.segment_columns: Mapping[int, Sequence[int]] = columns
 
-    def input_dist(
-        self,
-        features: KeyedJaggedTensor,
-        feature_pos: Mapping[str, int],
-        error: BaseException | None,
-    ) -> Awaitable[DistInput]:
-        key_index = tuple(feature_pos[f] for f in self._features)
+    def input_dist(self, batch: LocalBatch) -> Awaitable[DistInput]:
+        features = batch.features
+        key_index = tuple(batch.feature_pos[f] for f in self._features)
         return NoWait(
             DistInput(
                 features=features, key_index=key_index, batch_size_per_rank=(features.stride(),)
@@ -190,17 +186,12 @@ class DataParallelSequence(_Replicated):
     def __init__(self, args: StrategyArgs) -> None:
         super().__init__(args, PoolingType.SUM)
 
-    def input_dist(
-        self,
-        features: KeyedJaggedTensor,
-        feature_pos: Mapping[str, int],
-        error: BaseException | None,
-    ) -> Awaitable[SequenceInput]:
-        key_index = tuple(feature_pos[s.feature] for s in self.segments)
-        lengths = features.length_per_key()
+    def input_dist(self, batch: LocalBatch) -> Awaitable[SequenceInput]:
+        key_index = tuple(batch.feature_pos[s.feature] for s in self.segments)
+        lengths = batch.features.length_per_key()
         counts = tuple(lengths[k] for k in key_index)
         return NoWait(
-            SequenceInput(features=features, key_index=key_index, layout=None, counts=counts)
+            SequenceInput(features=batch.features, key_index=key_index, layout=None, counts=counts)
         )
 
     def compute(self, dist_input: SequenceInput) -> Tensor:
