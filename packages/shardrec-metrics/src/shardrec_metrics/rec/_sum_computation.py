@@ -135,17 +135,6 @@ def weights_or_ones(weights: Tensor | None, like: Tensor) -> Tensor:
     return torch.ones_like(like) if weights is None else weights
 
 
-class SingleSumComputation(SumStatesComputation):
-    """A metric that reports its one weighted sum as is (sum of weights, of positives, ...)."""
-
-    _needs_weights = False
-    _metric_name: ClassVar[MetricName]
-
-    def _compute(self) -> list[MetricComputationReport]:
-        identity = Formula(self._metric_name, lambda total: total, self._state_names)
-        return self._reports(identity)
-
-
 NUM_EXAMPLES = "num_examples"
 
 
