@@ -9,23 +9,25 @@ Each reports one per-task sum of `weights * value`, lifetime and window, under i
     weighted_sum_predictions  the prediction (NaN counts 0)
 
 A metric is its `compute_*` function (TorchRec's, on (n_tasks, B) inputs) and a `SingleSum`
-row naming its state, that function and its metric name; `SingleSumComputation` reads the row
-(states, `get_*_states`, the one reported value) and `SingleSumMetric` takes its namespace
-from it (the metric's name).
+row (`_row`, see _sum_computation.py) naming its state, that function and its metric name:
+the row gives the states, `get_*_states` and the one reported value.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
-from shardrec_metrics.rec._sum_computation import Formula, SumStatesComputation, weights_or_ones
-from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace
-from shardrec_metrics.rec.rec_metric import RecMetric
+from shardrec_metrics.rec._sum_computation import (
+    Formula,
+    SumStatesComputation,
+    SumStatesMetric,
+    weights_or_ones,
+)
+from shardrec_metrics.rec.metrics_namespace import MetricName
 
 __all__ = [
     "NumMissingLabelsMetric",
@@ -34,7 +36,6 @@ __all__ = [
     "NumPositiveSamplesMetricComputation",
     "SingleSum",
     "SingleSumComputation",
-    "SingleSumMetric",
     "SumWeightsMetric",
     "SumWeightsMetricComputation",
     "WeightedSumPredictionsMetric",
@@ -59,6 +60,11 @@ class SingleSum:
     batch_sum: Callable[[Tensor, Tensor, Tensor], Tensor]
     name: MetricName
 
+    @property
+    def formula(self) -> Formula:
+        """The state reported as is."""
+        return Formula(self.name, _total, (self.state,))
+
     def states(
         self, labels: Tensor, predictions: Tensor, weights: Tensor | None = None
     ) -> dict[str, Tensor]:
@@ -71,26 +77,9 @@ def _total(total: Tensor) -> Tensor:
 
 
 class SingleSumComputation(SumStatesComputation):
-    """A computation of one `SingleSum` row (`_sum`), reported as is."""
+    """A computation of one `SingleSum` row (`_row`); weights default to ones."""
 
     _needs_weights = False
-    _sum: ClassVar[SingleSum]
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        cls._state_names = (cls._sum.state,)
-        cls._batch_sums = cls._sum.states
-        cls._formulas = (Formula(cls._sum.name, _total, cls._state_names),)
-
-
-class SingleSumMetric(RecMetric):
-    """The RecMetric of a `SingleSumComputation`: its namespace is its metric's name."""
-
-    _computation_class: ClassVar[type[SingleSumComputation]]
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        cls._namespace = MetricNamespace(cls._computation_class._sum.name.value)
 
 
 def compute_missing_label_sum(labels: Tensor, predictions: Tensor, weights: Tensor) -> Tensor:
@@ -98,10 +87,10 @@ def compute_missing_label_sum(labels: Tensor, predictions: Tensor, weights: Tens
 
 
 class NumMissingLabelsMetricComputation(SingleSumComputation):
-    _sum = SingleSum("missing_label_sum", compute_missing_label_sum, MetricName.NUM_MISSING_LABELS)
+    _row = SingleSum("missing_label_sum", compute_missing_label_sum, MetricName.NUM_MISSING_LABELS)
 
 
-class NumMissingLabelsMetric(SingleSumMetric):
+class NumMissingLabelsMetric(SumStatesMetric):
     _computation_class = NumMissingLabelsMetricComputation
 
 
@@ -110,10 +99,10 @@ def compute_weighted_pos_sum(labels: Tensor, predictions: Tensor, weights: Tenso
 
 
 class NumPositiveSamplesMetricComputation(SingleSumComputation):
-    _sum = SingleSum("weighted_pos_sum", compute_weighted_pos_sum, MetricName.NUM_POSITIVE_SAMPLES)
+    _row = SingleSum("weighted_pos_sum", compute_weighted_pos_sum, MetricName.NUM_POSITIVE_SAMPLES)
 
 
-class NumPositiveSamplesMetric(SingleSumMetric):
+class NumPositiveSamplesMetric(SumStatesMetric):
     _computation_class = NumPositiveSamplesMetricComputation
 
 
@@ -122,10 +111,10 @@ def compute_weighted_sum(labels: Tensor, predictions: Tensor, weights: Tensor) -
 
 
 class SumWeightsMetricComputation(SingleSumComputation):
-    _sum = SingleSum("weighted_sum", compute_weighted_sum, MetricName.SUM_WEIGHTS)
+    _row = SingleSum("weighted_sum", compute_weighted_sum, MetricName.SUM_WEIGHTS)
 
 
-class SumWeightsMetric(SingleSumMetric):
+class SumWeightsMetric(SumStatesMetric):
     _computation_class = SumWeightsMetricComputation
 
 
@@ -136,19 +125,19 @@ def compute_weighted_predictions_sum(
 
 
 class WeightedSumPredictionsMetricComputation(SingleSumComputation):
-    _sum = SingleSum(
+    _row = SingleSum(
         "weighted_predictions_sum",
         compute_weighted_predictions_sum,
         MetricName.WEIGHTED_SUM_PREDICTIONS,
     )
 
 
-class WeightedSumPredictionsMetric(SingleSumMetric):
+class WeightedSumPredictionsMetric(SumStatesMetric):
     _computation_class = WeightedSumPredictionsMetricComputation
 
 
 # TorchRec's `get_*_states` functions: the rows' `states`
-get_num_missing_labels_states = NumMissingLabelsMetricComputation._sum.states
-get_num_positive_sample_states = NumPositiveSamplesMetricComputation._sum.states
-get_weighted_sum_states = SumWeightsMetricComputation._sum.states
-get_weighted_sum_prediction_states = WeightedSumPredictionsMetricComputation._sum.states
+get_num_missing_labels_states = NumMissingLabelsMetricComputation._row.states
+get_num_positive_sample_states = NumPositiveSamplesMetricComputation._row.states
+get_weighted_sum_states = SumWeightsMetricComputation._row.states
+get_weighted_sum_prediction_states = WeightedSumPredictionsMetricComputation._row.states
