@@ -26,7 +26,6 @@ from shardrec_metrics.rec._sum_computation import (
     SumStatesComputation,
     SumStatesMetric,
     ratio_or_zero,
-    weights_or_ones,
 )
 from shardrec_metrics.rec.metrics_namespace import MetricName
 
@@ -89,10 +88,17 @@ class Ratio:
     ) -> dict[str, Tensor]:
         """TorchRec's `get_*_states`: `{a: (n_tasks,), b: (n_tasks,)}`; no weights weigh 1.
         `options` (`threshold=...`) go to both sum functions."""
-        w = weights_or_ones(weights, predictions)
+        # this runs every batch: no helper calls or comprehension beyond the two sums
+        w = torch.ones_like(predictions) if weights is None else weights
+        (a, sum_a), (b, sum_b) = self.a, self.b
+        if keyword_options:
+            return {
+                a: sum_a(labels, predictions, w, *options, **keyword_options),
+                b: sum_b(labels, predictions, w, *options, **keyword_options),
+            }
         return {
-            state: fn(labels, predictions, w, *options, **keyword_options)
-            for state, fn in (self.a, self.b)
+            a: sum_a(labels, predictions, w, *options),
+            b: sum_b(labels, predictions, w, *options),
         }
 
 
