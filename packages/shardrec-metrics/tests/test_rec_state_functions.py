@@ -1,6 +1,6 @@
 """TorchRec's public `get_*_states` functions of the one-sum and ratio metrics against naive
 loops (with and without weights, the threshold positional or by keyword), and the namespace
-each metric's keys carry."""
+each metric's keys carry (derived from its row unless a subclass sets one)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,10 @@ from collections.abc import Callable
 
 import pytest
 import torch
+
+from shardrec_metrics.rec.ctr import CTRMetric, CTRMetricComputation
+from shardrec_metrics.rec.metrics_config import RecTaskInfo
+from shardrec_metrics.rec.metrics_namespace import MetricNamespace
 
 Naive = Callable[[float, float, float], float]  # (label, prediction, threshold) -> value
 
@@ -86,3 +90,21 @@ def test_metric_namespace_is_the_module_name(module: str) -> None:
     assert str(metric_cls._namespace) == module
     metric = metric_cls(world_size=1, my_rank=0, batch_size=9, tasks=[], window_size=100)
     assert metric.compute() == {}
+
+
+def test_a_subclass_keeps_the_namespace_it_sets() -> None:
+    class ServingCTR(CTRMetric):
+        _namespace = MetricNamespace.SERVING_NE
+
+    class DerivedCTR(CTRMetric):
+        _computation_class = CTRMetricComputation
+
+    assert ServingCTR._namespace is MetricNamespace.SERVING_NE
+    assert DerivedCTR._namespace is MetricNamespace.CTR
+    metric = ServingCTR(world_size=1, my_rank=0, batch_size=2, tasks=[RecTaskInfo(name="t")])
+    metric.update(
+        predictions={"t": torch.tensor([0.2, 0.9])},
+        labels={"t": torch.tensor([0.0, 1.0])},
+        weights={"t": torch.tensor([1.0, 3.0])},
+    )
+    assert float(metric.compute()["serving_ne-t|lifetime_ctr"]) == pytest.approx(0.75)

@@ -158,13 +158,14 @@ def weights_or_ones(weights: Tensor | None, like: Tensor) -> Tensor:
 
 class SumStatesMetric(RecMetric):
     """The RecMetric of a one-value sum-states computation: its namespace is that value's name
-    (TorchRec's `ctr-<task>|lifetime_ctr`)."""
+    (TorchRec's `ctr-<task>|lifetime_ctr`) unless the class sets `_namespace` itself."""
 
     _computation_class: ClassVar[type[SumStatesComputation]]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        cls._namespace = MetricNamespace(cls._computation_class._formulas[0].name.value)
+        if "_namespace" not in cls.__dict__:
+            cls._namespace = MetricNamespace(cls._computation_class._formulas[0].name.value)
 
 
 NUM_EXAMPLES = "num_examples"
