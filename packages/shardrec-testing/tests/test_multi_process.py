@@ -78,3 +78,13 @@ def test_context_creates_and_destroys_a_group(monkeypatch: pytest.MonkeyPatch) -
     assert not dist.is_initialized()
     with pytest.raises(ValueError, match="rank 2 is outside"):
         MultiProcessContext(2, 2)
+    with pytest.raises(ValueError, match="local_size 3 must be >= 1 and divide 4"):
+        MultiProcessContext(0, 4, "gloo", 3)
+    ctx = MultiProcessContext(1, 4, "gloo", 2, False, False)  # TorchRec's positional order
+    assert (ctx.local_size, ctx.use_deterministic_algorithms, ctx.disable_cuda_tf_32) == (
+        2,
+        False,
+        False,
+    )
+    assert ctx.device == torch.device("cpu") and ctx.pg is None
+    assert MultiProcessContext(0, 2, "nccl").device == torch.device("cuda", 0)

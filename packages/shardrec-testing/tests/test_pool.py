@@ -146,6 +146,12 @@ def test_constructor_validates_arguments() -> None:
         RankPool(0)
     with pytest.raises(ValueError, match="'mpi'"):
         RankPool(2, backend="mpi")
+    with pytest.raises(TypeError):
+        RankPool(2, "gloo")  # type: ignore[call-arg]  # everything after world_size is keyword-only
+    pool = RankPool(3, timeout_s=5.0)  # not started: a record of its settings
+    assert (pool.world_size, pool.backend, pool.timeout_s, pool.starts) == (3, "gloo", 5.0, 0)
+    assert not pool.running and pool.pids == []
+    assert pool != RankPool(3, timeout_s=5.0)  # pools compare by identity
 
 
 def raise_then_peers_block(ctx: RankContext) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import unittest
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -32,6 +33,7 @@ from shardrec_testing.pool import _function_reference, shared_pool
 __all__ = ["MultiProcessContext", "MultiProcessTestBase"]
 
 
+@dataclass(eq=False)
 class MultiProcessContext:
     """One rank's process group for the body of a `with` block.
 
@@ -39,33 +41,30 @@ class MultiProcessContext:
     `backend`), else creates it from `MASTER_ADDR` / `MASTER_PORT` and destroys it on exit.
     `local_size` sets `LOCAL_WORLD_SIZE` / `LOCAL_RANK` for the block (what `comm`'s helpers
     read); `use_deterministic_algorithms` turns torch's deterministic mode on for the block.
+    A record of its arguments (positional as TorchRec's), `device` and, inside the block, `pg`.
     """
 
-    def __init__(
-        self,
-        rank: int,
-        world_size: int,
-        backend: str = "gloo",
-        local_size: int | None = None,
-        use_deterministic_algorithms: bool = True,
-        disable_cuda_tf_32: bool = True,
-    ) -> None:
-        if not 0 <= rank < world_size:
-            raise ValueError(f"rank {rank} is outside world_size {world_size}")
-        if local_size is not None and (local_size < 1 or world_size % local_size != 0):
-            raise ValueError(f"local_size {local_size} must be >= 1 and divide {world_size}")
-        self.rank = rank
-        self.world_size = world_size
-        self.backend = backend
-        self.local_size = local_size
-        self.use_deterministic_algorithms = use_deterministic_algorithms
-        self.disable_cuda_tf_32 = disable_cuda_tf_32
-        self.device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
-        self.pg: dist.ProcessGroup | None = None
-        self._owns_pg = False
-        self._saved_env: dict[str, str | None] = {}
-        self._saved_deterministic = False
-        self._saved_tf32 = (False, False)
+    rank: int
+    world_size: int
+    backend: str = "gloo"
+    local_size: int | None = None
+    use_deterministic_algorithms: bool = True
+    disable_cuda_tf_32: bool = True
+    device: torch.device = field(init=False)
+    pg: dist.ProcessGroup | None = field(default=None, init=False)
+    _owns_pg: bool = field(default=False, init=False, repr=False)
+    _saved_env: dict[str, str | None] = field(default_factory=dict, init=False, repr=False)
+    _saved_deterministic: bool = field(default=False, init=False, repr=False)
+    _saved_tf32: tuple[bool, bool] = field(default=(False, False), init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError(f"rank {self.rank} is outside world_size {self.world_size}")
+        local_size = self.local_size
+        if local_size is not None and (local_size < 1 or self.world_size % local_size != 0):
+            raise ValueError(f"local_size {local_size} must be >= 1 and divide {self.world_size}")
+        cuda = self.backend == "nccl"
+        self.device = torch.device("cuda", self.rank) if cuda else torch.device("cpu")
 
     def __enter__(self) -> MultiProcessContext:
         if dist.is_initialized():

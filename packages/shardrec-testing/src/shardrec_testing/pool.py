@@ -70,6 +70,7 @@ class RankTimeoutError(TimeoutError):
         self.ranks = ranks
 
 
+@dataclasses.dataclass(eq=False)
 class RankPool:
     """`world_size` spawned processes, each a rank of one `backend` process group.
 
@@ -83,27 +84,21 @@ class RankPool:
             (they may be blocked in a collective the raising rank never joined).
     """
 
-    def __init__(
-        self,
-        world_size: int,
-        *,
-        backend: str = "gloo",
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-        start_timeout_s: float = 300.0,
-        error_grace_s: float = ERROR_GRACE_S,
-    ) -> None:
-        if world_size < 1:
-            raise ValueError(f"world_size must be >= 1, got {world_size}")
-        if backend not in ("gloo", "nccl"):
-            raise ValueError(f"backend must be 'gloo' or 'nccl', got {backend!r}")
-        self.world_size = world_size
-        self.backend = backend
-        self.timeout_s = timeout_s
-        self.start_timeout_s = start_timeout_s
-        self.error_grace_s = error_grace_s
-        self.starts = 0  # how many times processes were started (1 + restarts)
-        self._procs: list[BaseProcess] = []
-        self._conns: list[Connection] = []
+    world_size: int
+    _: dataclasses.KW_ONLY
+    backend: str = "gloo"
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    start_timeout_s: float = 300.0
+    error_grace_s: float = ERROR_GRACE_S
+    starts: int = dataclasses.field(default=0, init=False)  # how many times processes were started
+    _procs: list[BaseProcess] = dataclasses.field(default_factory=list, init=False, repr=False)
+    _conns: list[Connection] = dataclasses.field(default_factory=list, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.world_size < 1:
+            raise ValueError(f"world_size must be >= 1, got {self.world_size}")
+        if self.backend not in ("gloo", "nccl"):
+            raise ValueError(f"backend must be 'gloo' or 'nccl', got {self.backend!r}")
 
     # -- lifecycle -------------------------------------------------------------------------
 

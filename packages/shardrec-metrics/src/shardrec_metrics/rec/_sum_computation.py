@@ -8,28 +8,28 @@ A metric of this family is a declaration, not code: its state names, the functio
 one batch (TorchRec's `get_<metric>_states`) and a table of the values it reports, each a
 function of named states (TorchRec's `compute_<metric>`):
 
-    class CTRMetricComputation(SumStatesComputation):
-        _state_names = (CTR_NUM, CTR_DENOM)
-        _batch_sums = staticmethod(get_ctr_states)
-        _formulas = (Formula(MetricName.CTR, compute_ctr, (CTR_NUM, CTR_DENOM)),)
+    class MSEMetricComputation(SumStatesComputation):
+        _state_names = (ERROR_SUM, WEIGHTED_NUM_SAMPES, "label_sum", "label_squared_sum")
+        _batch_sums = staticmethod(get_mse_states)
+        _formulas = (Formula(MetricName.MSE, compute_mse, (ERROR_SUM, WEIGHTED_NUM_SAMPES)), ...)
 
-Those few lines, with TorchRec's `RecMetric` wrapper after them, are all a metric module adds
-to its own formulas; modules of metrics with as many states read alike line by line (the
-`duplicates` tool pairs them), but each holds only its own metric's data.
+A metric that reports one value of its sums says all three with one row (`_row`, a `SumsRow`:
+`Ratio` in _ratios.py, `SingleSum` in _single_sums.py), and its RecMetric, a `SumStatesMetric`,
+takes the namespace of that value's name.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import torch
 from torch import Tensor
 
 from shardrec_metrics.rec.computation import BatchComputation
-from shardrec_metrics.rec.metrics_namespace import MetricName, MetricPrefix
-from shardrec_metrics.rec.rec_metric import MetricComputationReport
+from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace, MetricPrefix
+from shardrec_metrics.rec.rec_metric import MetricComputationReport, RecMetric
 
 StateGetter = Callable[[str], Tensor]
 BatchSums = Callable[..., dict[str, Tensor]]
@@ -46,6 +46,17 @@ class Formula:
     options: tuple[str, ...] = ()
 
 
+class SumsRow(Protocol):
+    """A one-value metric as data: `formula` (its name, function and the states it reads, which
+    are the metric's states) and `states`, TorchRec's `get_<metric>_states`."""
+
+    @property
+    def formula(self) -> Formula: ...
+
+    @property
+    def states(self) -> BatchSums: ...
+
+
 class SumStatesComputation(BatchComputation):
     """A computation whose states are (n_tasks,) (or `_state_shape()`) float64 sums, each
     with a window.
@@ -53,13 +64,23 @@ class SumStatesComputation(BatchComputation):
     Subclasses declare `_state_names`, `_batch_sums` (called as `(labels, predictions,
     weights, *self._batch_sums_args())`) and `_formulas` (reported as every lifetime value in
     table order, then every window value); `_optional_formulas` are reported after them (in
-    the same way) when their constructor flag is true (`include_logloss=True`, ...).
+    the same way) when their constructor flag is true (`include_logloss=True`, ...). A subclass
+    that sets `_row` instead gets all three from it.
     """
 
     _state_names: ClassVar[tuple[str, ...]]
     _batch_sums: ClassVar[BatchSums]
     _formulas: ClassVar[tuple[Formula, ...]]
     _optional_formulas: ClassVar[tuple[tuple[str, Formula], ...]] = ()  # (flag, formula)
+    _row: ClassVar[SumsRow]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        row = cls.__dict__.get("_row")
+        if row is not None:
+            cls._state_names = row.formula.states
+            cls._batch_sums = row.states
+            cls._formulas = (row.formula,)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         wanted = tuple(f for flag, f in self._optional_formulas if kwargs.pop(flag, False))
@@ -135,15 +156,16 @@ def weights_or_ones(weights: Tensor | None, like: Tensor) -> Tensor:
     return torch.ones_like(like) if weights is None else weights
 
 
-class SingleSumComputation(SumStatesComputation):
-    """A metric that reports its one weighted sum as is (sum of weights, of positives, ...)."""
+class SumStatesMetric(RecMetric):
+    """The RecMetric of a one-value sum-states computation: its namespace is that value's name
+    (TorchRec's `ctr-<task>|lifetime_ctr`) unless the class sets `_namespace` itself."""
 
-    _needs_weights = False
-    _metric_name: ClassVar[MetricName]
+    _computation_class: ClassVar[type[SumStatesComputation]]
 
-    def _compute(self) -> list[MetricComputationReport]:
-        identity = Formula(self._metric_name, lambda total: total, self._state_names)
-        return self._reports(identity)
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "_namespace" not in cls.__dict__:
+            cls._namespace = MetricNamespace(cls._computation_class._formulas[0].name.value)
 
 
 NUM_EXAMPLES = "num_examples"
