@@ -175,3 +175,13 @@ def helpers() -> Helpers:
         fused_batch=fused_batch,
         backend_matches_torch_over_steps=backend_matches_torch_over_steps,
     )
+
+
+@pytest.fixture(
+    params=[(PoolingType.SUM, False), (PoolingType.SUM, True), (PoolingType.MEAN, False)],
+    ids=["sum", "weighted-sum", "mean"],
+)
+def pooled_case(request: pytest.FixtureRequest) -> tuple[PoolingType, bool]:
+    """(pooling, weighted): the cases every pooled-lookup test covers (a MEAN bag is unweighted)."""
+    case: tuple[PoolingType, bool] = request.param
+    return case

@@ -55,14 +55,10 @@ WEIGHT_DECAY_SPECS = [
 
 @pytest.mark.fbgemm
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: f"{s.optimizer.name}-{s.weight_decay_mode}")
-@pytest.mark.parametrize(
-    ("pooling", "weighted"),
-    [(PoolingType.SUM, False), (PoolingType.SUM, True), (PoolingType.MEAN, False)],
-    ids=["sum", "weighted-sum", "mean"],
-)
 def test_fbgemm_and_torch_backends_agree_over_steps(
-    helpers: Any, spec: FusedOptimSpec, pooling: PoolingType, weighted: bool
+    helpers: Any, spec: FusedOptimSpec, pooled_case: tuple[PoolingType, bool]
 ) -> None:
+    pooling, weighted = pooled_case
     _fbgemm_or_skip()
     helpers.backend_matches_torch_over_steps(
         "fbgemm", spec, pooling, weighted, rows=40, dim=8, bags=12, tol=(1e-5, 1e-6)

@@ -322,15 +322,11 @@ NATIVE_SPECS = [
 
 @needs_native
 @pytest.mark.parametrize("spec", NATIVE_SPECS, ids=lambda s: s.optimizer.name)
-@pytest.mark.parametrize(
-    ("pooling", "weighted"),
-    [(PoolingType.SUM, False), (PoolingType.SUM, True), (PoolingType.MEAN, False)],
-    ids=["sum", "weighted-sum", "mean"],
-)
 @pytest.mark.parametrize("dim", [8, 64, 20])
 def test_native_and_torch_fused_updates_agree_over_steps(
-    helpers: Any, spec: FusedOptimSpec, pooling: PoolingType, weighted: bool, dim: int
+    helpers: Any, spec: FusedOptimSpec, pooled_case: tuple[PoolingType, bool], dim: int
 ) -> None:
+    pooling, weighted = pooled_case
     helpers.backend_matches_torch_over_steps(
         "native", spec, pooling, weighted, rows=90, dim=dim, bags=40, max_length=6
     )

@@ -73,14 +73,11 @@ def _per_table(
 
 
 @pytest.mark.parametrize("dtype", [torch.int8, torch.quint4x2, torch.float16])
-@pytest.mark.parametrize(
-    "pooling,weighted",
-    [(PoolingType.SUM, False), (PoolingType.SUM, True), (PoolingType.MEAN, False)],
-)
 @pytest.mark.parametrize("key_order", ["table", "shuffled"])
 def test_grouped_equals_per_table(
-    dtype: torch.dtype, pooling: PoolingType, weighted: bool, key_order: str
+    dtype: torch.dtype, pooled_case: tuple[PoolingType, bool], key_order: str
 ) -> None:
+    pooling, weighted = pooled_case
     torch.manual_seed(0)
     ebc = EmbeddingBagCollection(_tables(pooling), is_weighted=weighted)
     grouped = _quantized(ebc, dtype)

@@ -103,13 +103,10 @@ def _pooled_bound(
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
-@pytest.mark.parametrize(
-    "pooling,weighted",
-    [(PoolingType.SUM, False), (PoolingType.SUM, True), (PoolingType.MEAN, False)],
-)
 def test_ebc_within_scale_bound(
-    dtype: torch.dtype, pooling: PoolingType, weighted: bool, helpers: object
+    dtype: torch.dtype, pooled_case: tuple[PoolingType, bool], helpers: object
 ) -> None:
+    pooling, weighted = pooled_case
     torch.manual_seed(0)
     ebc = EmbeddingBagCollection(_bag_tables(pooling), is_weighted=weighted)
     qebc = _quantized(ebc, dtype)

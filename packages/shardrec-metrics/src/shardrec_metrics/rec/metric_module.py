@@ -266,6 +266,17 @@ def _generate_rec_metrics(
     batch_size_stages: list[BatchSizeStage] | None = None,
 ) -> RecMetricList:
     metrics: list[RecMetric] = []
+    # What every metric of the config is built with; each adds its tasks, window and arguments.
+    shared: dict[str, Any] = {
+        "world_size": world_size,
+        "my_rank": my_rank,
+        "batch_size": batch_size,
+        "compute_mode": metrics_config.rec_compute_mode,
+        "fused_update_limit": metrics_config.fused_update_limit,
+        "compute_on_all_ranks": metrics_config.compute_on_all_ranks,
+        "should_validate_update": metrics_config.should_validate_update,
+        "process_group": process_group,
+    }
     for metric, definition in metrics_config.rec_metrics.items():
         if metric not in REC_METRICS_MAPPING:
             raise ValueError(
@@ -289,17 +300,7 @@ def _generate_rec_metrics(
             )
         metrics.append(
             REC_METRICS_MAPPING[metric](
-                world_size=world_size,
-                my_rank=my_rank,
-                batch_size=batch_size,
-                tasks=tasks,
-                compute_mode=metrics_config.rec_compute_mode,
-                window_size=definition.window_size,
-                fused_update_limit=metrics_config.fused_update_limit,
-                compute_on_all_ranks=metrics_config.compute_on_all_ranks,
-                should_validate_update=metrics_config.should_validate_update,
-                process_group=process_group,
-                **kwargs,
+                tasks=tasks, window_size=definition.window_size, **shared, **kwargs
             )
         )
     return RecMetricList(metrics)
