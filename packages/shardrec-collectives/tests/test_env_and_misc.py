@@ -9,6 +9,7 @@ from shardrec_collectives import (
     PeerError,
     ShardingEnv,
     agree_on_error,
+    all_gather_ints,
     all_gather_object,
     all_reduce_sum,
     barrier,
@@ -88,6 +89,7 @@ def small_collectives(ctx: RankContext) -> list[object]:
     broadcast_(env, t, src=n - 1)
     assert_close(t, torch.full((3,), float(n)))
     barrier(env)
+    assert all_gather_ints(env, 10 * ctx.rank) == [10 * r for r in range(ctx.world_size)]
     return all_gather_object(env, {"rank": ctx.rank})
 
 
@@ -130,3 +132,11 @@ def test_split_by_host(rank_pool: RankPool) -> None:
 def test_split_by_host_rejects_bad_local_size() -> None:
     with pytest.raises(ValueError, match="local_world_size 3 must be >= 1 and divide world_size 4"):
         split_by_host(ShardingEnv.from_local(4, 0), 3)
+
+
+def test_all_gather_ints_rejects_a_non_int() -> None:
+    env = ShardingEnv.from_local(1, 0)
+    assert all_gather_ints(env, 7) == [7]
+    for bad in (1.5, "3", True):
+        with pytest.raises(TypeError, match="must be an int"):
+            all_gather_ints(env, bad)  # type: ignore[arg-type]

@@ -26,6 +26,7 @@ from shardrec_collectives.kjt_all_to_all import (
 )
 from shardrec_collectives.misc import (
     HostGroups,
+    all_gather_ints,
     all_gather_object,
     all_reduce_sum,
     barrier,
@@ -58,6 +59,7 @@ __all__ = [
     "Watchdog",
     "agree_on_attempt",
     "agree_on_error",
+    "all_gather_ints",
     "all_gather_object",
     "all_gather_pooled",
     "all_reduce_sum",

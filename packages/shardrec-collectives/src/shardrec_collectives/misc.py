@@ -15,6 +15,7 @@ from shardrec_collectives.env import ShardingEnv
 
 __all__ = [
     "HostGroups",
+    "all_gather_ints",
     "all_gather_object",
     "all_reduce_sum",
     "barrier",
@@ -95,6 +96,18 @@ def all_gather_object(env: ShardingEnv, obj: object) -> list[object]:
     out: list[object] = [None] * env.world_size
     dist.all_gather_object(out, obj, group=env.require_pg())
     return out
+
+
+def all_gather_ints(env: ShardingEnv, value: int) -> list[int]:
+    """Every rank's `value` (a Python int: a count, a step), in rank order."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"all_gather_ints: value must be an int, got {value!r}")
+    ints: list[int] = []
+    for rank, got in enumerate(all_gather_object(env, value)):
+        if not isinstance(got, int):
+            raise TypeError(f"all_gather_ints: rank {rank} sent {got!r}, not an int")
+        ints.append(got)
+    return ints
 
 
 def _global_rank(env: ShardingEnv, group_rank: int) -> int:

@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from shardrec_collectives import ShardingEnv, all_gather_object, all_gather_pooled
+from shardrec_collectives import ShardingEnv, all_gather_ints, all_gather_pooled
 from shardrec_collectives import all_reduce_sum as _all_reduce_sum
 
 
@@ -46,11 +46,11 @@ def all_gather_columns(cols: Tensor, group: dist.ProcessGroup) -> list[Tensor]:
 
     Each rank sends `cols: (C, N_r)` (N_r may differ per rank, C may not) and receives the list
     `[cols_0: (C, N_0), ..., cols_{W-1}: (C, N_{W-1})]`. Two collectives: the sample counts
-    (all_gather_object), then the samples (all_gather_pooled, which pads to the largest N_r, so
+    (all_gather_ints), then the samples (all_gather_pooled, which pads to the largest N_r, so
     each rank receives W * C * max(N_r) elements).
     """
     env = _env(group)
-    sizes = [int(str(n)) for n in all_gather_object(env, int(cols.shape[1]))]
+    sizes = all_gather_ints(env, int(cols.shape[1]))
     if max(sizes) == 0:  # every rank sees the same counts, so every rank skips together
         return [cols[:, :0] for _ in sizes]
     rows = cols.to(env.device).t().contiguous()  # (N_r, C): one pooled "row" per sample

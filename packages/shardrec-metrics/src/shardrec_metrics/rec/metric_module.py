@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from shardrec_collectives import ShardingEnv, all_gather_object
+from shardrec_collectives import ShardingEnv, all_gather_ints
 from shardrec_metrics.rec.accuracy import AccuracyMetric
 from shardrec_metrics.rec.auc import AUCMetric
 from shardrec_metrics.rec.auprc import AUPRCMetric
@@ -218,7 +218,7 @@ class RecMetricModule(nn.Module):
                     world = dist.group.WORLD
                     assert world is not None
                     env = ShardingEnv.from_process_group(world)
-                    steps = max(int(str(s)) for s in all_gather_object(env, steps))
+                    steps = max(all_gather_ints(env, steps))
                 self.compute_interval_steps = max(steps, 1)
             self.min_compute_interval = self.max_compute_interval = -1.0
         self.last_compute_time = time.time()
