@@ -60,6 +60,8 @@ shardrec.modules.fused_embedding_modules  shardrec_embedding  FusedEmbeddingBagC
 shardrec.modules.fused_embedding_modules  shardrec_embedding.fused  fuse_embedding_optimizer
 shardrec.modules.feature_processor_  shardrec_embedding  PositionWeightedModule
     PositionWeightedModuleCollection FeatureProcessor FeatureProcessorsCollection
+shardrec.modules.feature_processor  shardrec_embedding.dict_feature_processor
+    BaseFeatureProcessor PositionWeightedModule
 shardrec.modules.fp_embedding_modules  shardrec_embedding  FeatureProcessedEmbeddingBagCollection
     FeatureProcessorDictWrapper
 shardrec.optim  shardrec_optim  CombinedOptimizer KeyedOptimizer KeyedOptimizerWrapper
