@@ -17,6 +17,7 @@ import shardrec
 _EXPORTS = """
 shardrec.test_utils  shardrec_testing  get_free_port skip_if_asan skip_if_asan_class
 shardrec.optim.fused  shardrec_optim  EmptyFusedOptimizer FusedOptimizer FusedOptimizerModule
+shardrec.quant.utils  shardrec_embedding.quant  meta_to_cpu_placement
 shardrec.quant.embedding_modules  shardrec_embedding.quant
     MODULE_ATTR_USE_UNFLATTENED_LENGTHS_FOR_BATCHING MODULE_ATTR_QUANT_STATE_DICT_SPLIT_SCALE_BIAS
 shardrec.distributed.quant_embedding  shardrec_sharding  QuantEmbeddingCollectionSharder
