@@ -52,3 +52,13 @@ def test_deepfm_applies_the_dense_module_to_the_flattened_input() -> None:
     dense = torch.nn.Linear(13, 2)
     embs = _embeddings()
     assert_close(DeepFM(dense)(embs), dense(torch.cat([e.flatten(1) for e in embs], dim=1)))
+
+
+def test_deepfm_and_fm_trace_as_roots_and_script() -> None:
+    # traced on their own, the embeddings list is one graph input: the flatten is a wrapped leaf
+    embs = _embeddings()
+    for module in (FactorizationMachine(), DeepFM(torch.nn.Linear(13, 2))):
+        gm = torch.fx.GraphModule(module, torch.fx.Tracer().trace(module))
+        scripted = torch.jit.script(gm)
+        assert_close(gm(embs), module(embs))
+        assert_close(scripted(embs), module(embs))

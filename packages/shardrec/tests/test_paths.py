@@ -17,6 +17,7 @@ import shardrec
 _EXPORTS = """
 shardrec.test_utils  shardrec_testing  get_free_port skip_if_asan skip_if_asan_class
 shardrec.optim.fused  shardrec_optim  EmptyFusedOptimizer FusedOptimizer FusedOptimizerModule
+shardrec.quant.utils  shardrec_embedding.quant  meta_to_cpu_placement
 shardrec.quant.embedding_modules  shardrec_embedding.quant
     MODULE_ATTR_USE_UNFLATTENED_LENGTHS_FOR_BATCHING MODULE_ATTR_QUANT_STATE_DICT_SPLIT_SCALE_BIAS
 shardrec.distributed.quant_embedding  shardrec_sharding  QuantEmbeddingCollectionSharder
@@ -60,6 +61,8 @@ shardrec.modules.fused_embedding_modules  shardrec_embedding  FusedEmbeddingBagC
 shardrec.modules.fused_embedding_modules  shardrec_embedding.fused  fuse_embedding_optimizer
 shardrec.modules.feature_processor_  shardrec_embedding  PositionWeightedModule
     PositionWeightedModuleCollection FeatureProcessor FeatureProcessorsCollection
+shardrec.modules.feature_processor  shardrec_embedding.dict_feature_processor
+    BaseFeatureProcessor PositionWeightedModule
 shardrec.modules.fp_embedding_modules  shardrec_embedding  FeatureProcessedEmbeddingBagCollection
     FeatureProcessorDictWrapper
 shardrec.optim  shardrec_optim  CombinedOptimizer KeyedOptimizer KeyedOptimizerWrapper
@@ -149,6 +152,8 @@ shardrec.modules.deepfm  shardrec_models  DeepFM FactorizationMachine
 shardrec.modules.embedding_tower  shardrec_embedding  EmbeddingTower EmbeddingTowerCollection
     tower_input_params
 shardrec.models.deepfm  shardrec_models.deepfm_nn  DenseArch OverArch SparseArch
+shardrec.models.experimental.transformerdlrm  shardrec_models.transformer_dlrm
+    DLRM_Transformer InteractionTransformerArch
 shardrec.models.deepfm  shardrec_models  FMInteractionArch SimpleDeepFMNN SimpleDeepFMNNWrapper
 shardrec.modules.lazy_extension  shardrec_models  LazyModuleExtensionMixin lazy_apply
 shardrec.modules.utils  shardrec_embedding.module_utils  check_module_output_dimension

@@ -17,6 +17,7 @@ its source and reads its annotations.
 """
 
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 import torch
 import torch.fx
@@ -79,6 +80,21 @@ def _check_length(name: str, length: int) -> None:
         raise ValueError(f"max_feature_length of {name!r} must be a positive int, got {length!r}")
 
 
+def init_position_weights(
+    module: nn.Module, max_feature_lengths: Mapping[str, int], device: torch.device | str | None
+) -> None:
+    """Give `module` `max_feature_lengths` (a dict) and `position_weights`, one `(max_length,)`
+    Parameter per feature (each length checked), then call its `reset_parameters()`."""
+    for name, length in max_feature_lengths.items():
+        _check_length(name, length)
+    weights = {
+        k: nn.Parameter(torch.empty(n, device=device)) for k, n in max_feature_lengths.items()
+    }
+    setattr(module, "max_feature_lengths", dict(max_feature_lengths))  # noqa: B010  # any module
+    module.position_weights = nn.ParameterDict(weights)
+    module.reset_parameters()  # type: ignore[operator]  # both users define it
+
+
 class FeatureProcessor(TorchScriptable, nn.Module):
     """Base of per-feature processors: `forward(JaggedTensor) -> JaggedTensor` with weights
     (TorchRec's `torchrec.modules.feature_processor_.FeatureProcessor`)."""
@@ -134,18 +150,15 @@ class PositionWeightedModuleCollection(FeatureProcessorsCollection):
     """
 
     position_weights_dict: dict[str, torch.Tensor]
+    if TYPE_CHECKING:  # for mypy only: torch.jit.script would read class annotations
+        max_feature_lengths: dict[str, int]
+        position_weights: nn.ParameterDict
 
     def __init__(
         self, max_feature_lengths: Mapping[str, int], device: torch.device | str | None = None
     ) -> None:
         super().__init__()
-        for name, length in max_feature_lengths.items():
-            _check_length(name, length)
-        self.max_feature_lengths = dict(max_feature_lengths)
-        self.position_weights = nn.ParameterDict(
-            {k: nn.Parameter(torch.empty(n, device=device)) for k, n in max_feature_lengths.items()}
-        )
-        self.reset_parameters()
+        init_position_weights(self, max_feature_lengths, device)
         self.register_load_state_dict_post_hook(_resync)  # type: ignore[no-untyped-call]  # untyped in torch
 
     def _sync_dict(self) -> None:

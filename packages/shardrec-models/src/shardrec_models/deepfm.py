@@ -12,13 +12,19 @@ Reference: Guo et al., https://arxiv.org/abs/1703.04247.
 """
 
 import torch
+import torch.fx
 from torch import nn
 
 __all__ = ["DeepFM", "FactorizationMachine"]
 
 
+@torch.fx.wrap
 def _flatten(embeddings: list[torch.Tensor]) -> torch.Tensor:
-    """`list[(B, N_i, D_i)]` -> `(B, sum N_i * D_i)`."""
+    """`list[(B, N_i, D_i)]` -> `(B, sum N_i * D_i)`.
+
+    A leaf for torch.fx (`torch.fx.wrap`): these modules trace when `embeddings` is itself a
+    graph input (a Proxy that cannot be iterated), and the traced graph then scripts.
+    """
     return torch.cat([e.flatten(1) for e in embeddings], dim=1)
 
 

@@ -5,6 +5,7 @@ from shardrec_embedding.quant.config import (
     QuantConfig,
 )
 from shardrec_embedding.quant.convert import (
+    meta_to_cpu_placement,
     quant_prep_enable_quant_state_dict_split_scale_bias,
     quant_prep_enable_quant_state_dict_split_scale_bias_for_types,
     quantize_embeddings,
@@ -66,6 +67,7 @@ __all__ = [
     "kjt_lookup_args",
     "kjt_segment_index",
     "kjt_sequence_index",
+    "meta_to_cpu_placement",
     "quant_prep_enable_quant_state_dict_split_scale_bias",
     "quant_prep_enable_quant_state_dict_split_scale_bias_for_types",
     "quantize",

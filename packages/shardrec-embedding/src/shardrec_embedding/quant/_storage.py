@@ -105,6 +105,10 @@ class QuantStorage:
     def load_float(self, table: BaseEmbeddingConfig, weight: torch.Tensor) -> None:
         """Quantize a float `(R, D)` table into its rows."""
         rows = self.rows_of(table)
+        if (
+            rows.is_meta or weight.is_meta
+        ):  # shapes only (checked by the caller): no data to quantize
+            return
         dt = DataType(table.data_type)
         with torch.no_grad():
             rows.copy_(to_kernel_rows(quantize(weight.to(rows.device), dt), dt))

@@ -18,6 +18,7 @@ from shardrec_embedding.quant.embedding_collection import QuantEmbeddingCollecti
 
 __all__ = [
     "MODULE_ATTR_QUANT_STATE_DICT_SPLIT_SCALE_BIAS",
+    "meta_to_cpu_placement",
     "quant_prep_enable_quant_state_dict_split_scale_bias",
     "quant_prep_enable_quant_state_dict_split_scale_bias_for_types",
     "quantize_embeddings",
@@ -111,3 +112,41 @@ def _swap(module: nn.Module, qconfig: QuantConfig) -> nn.Module:
         if new is not child:
             setattr(module, name, new)
     return module
+
+
+def _on_cpu(module: nn.Module) -> nn.Module | None:
+    """A CPU twin (same tables and options, freshly initialized rows) of a quantized collection
+    on `meta`; None for any other module."""
+    if isinstance(module, QuantEmbeddingBagCollection) and module.device.type == "meta":
+        return QuantEmbeddingBagCollection(
+            module.embedding_bag_configs(),
+            module.is_weighted(),
+            torch.device("cpu"),
+            module.output_dtype(),
+            check_ids=bool(module.lookup.check_ids),
+            quant_state_dict_split_scale_bias=module._split_scale_bias,
+        )
+    if isinstance(module, QuantEmbeddingCollection) and module.device.type == "meta":
+        return QuantEmbeddingCollection(
+            module.embedding_configs(),
+            torch.device("cpu"),
+            module.output_dtype(),
+            bool(module._need_indices),
+            check_ids=bool(module.lookup.check_ids),
+            quant_state_dict_split_scale_bias=module._split_scale_bias,
+        )
+    return None
+
+
+def meta_to_cpu_placement(module: nn.Module) -> None:
+    """Replace, in place, every quantized collection on `meta` below `module` (a model, or a
+    DistributedModelParallel wrapping one) by the same collection on CPU (TorchRec's
+    `torchrec.quant.utils.meta_to_cpu_placement`). The new rows are uninitialized: load a
+    `state_dict` afterwards. `module` itself is never replaced (it has no parent to hold the
+    new one)."""
+    for name, child in list(module.named_children()):
+        cpu = _on_cpu(child)
+        if cpu is None:
+            meta_to_cpu_placement(child)
+        else:
+            setattr(module, name, cpu)

@@ -1,5 +1,5 @@
 """Recommendation models (TorchRec path `torchrec.models`)."""
 
-from shardrec.models import deepfm, dlrm
+from shardrec.models import deepfm, dlrm, experimental
 
-__all__ = ["deepfm", "dlrm"]
+__all__ = ["deepfm", "dlrm", "experimental"]
