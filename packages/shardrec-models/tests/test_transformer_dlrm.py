@@ -7,8 +7,8 @@ from torch import nn
 
 from shardrec_embedding import EmbeddingBagCollection, EmbeddingBagConfig
 from shardrec_jagged import KeyedJaggedTensor
-from shardrec_models.arches import ModelConfigError
-from shardrec_models.transformer_dlrm import DLRM_Transformer, InteractionTransformerArch
+from shardrec_models.arches import InteractionTransformerArch, ModelConfigError
+from shardrec_models.dlrm import DLRM_Transformer
 from shardrec_testing import assert_close, seeded_generator
 
 

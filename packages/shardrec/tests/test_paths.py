@@ -152,8 +152,8 @@ shardrec.modules.deepfm  shardrec_models  DeepFM FactorizationMachine
 shardrec.modules.embedding_tower  shardrec_embedding  EmbeddingTower EmbeddingTowerCollection
     tower_input_params
 shardrec.models.deepfm  shardrec_models.deepfm_nn  DenseArch OverArch SparseArch
-shardrec.models.experimental.transformerdlrm  shardrec_models.transformer_dlrm
-    DLRM_Transformer InteractionTransformerArch
+shardrec.models.experimental.transformerdlrm  shardrec_models.dlrm  DLRM_Transformer
+shardrec.models.experimental.transformerdlrm  shardrec_models.arches  InteractionTransformerArch
 shardrec.models.deepfm  shardrec_models  FMInteractionArch SimpleDeepFMNN SimpleDeepFMNNWrapper
 shardrec.modules.lazy_extension  shardrec_models  LazyModuleExtensionMixin lazy_apply
 shardrec.modules.utils  shardrec_embedding.module_utils  check_module_output_dimension

@@ -15,6 +15,8 @@ products of every pair of the F + 1 vectors (upper triangle, row by row).
 `InteractionProjectionArch` (DLRM_Projection): I = D + F1 * F2, the dense output followed by
 the products `P1 @ P2` of two learned projections of `[dense, f_1, ..., f_F]`:
 `P1 = branch1(x).view(B, F1, D)`, `P2 = branch2(x).view(B, D, F2)`.
+`InteractionTransformerArch` (DLRM_Transformer, TorchRec's experimental model): I = N, a
+transformer encoder over each sample's F + 1 vectors as one sequence of tokens.
 
 No `from __future__ import annotations` here: `torch.fx` records string annotations that
 TorchScript cannot read, and the arches are traced then scripted as TorchRec's are.
@@ -265,3 +267,55 @@ class OverArch(nn.Module):
     def forward(self, features: Tensor) -> Tensor:
         out: Tensor = self.model(features)
         return out
+
+
+class InteractionTransformerArch(nn.Module):
+    """A transformer encoder over each sample's `[dense, f_1, ..., f_F]` (module docstring).
+
+    Args:
+        num_sparse_features: F.
+        embedding_dim: D (divisible by `nhead`).
+        nhead: attention heads per layer.
+        ntransformer_layers: encoder layers.
+
+    forward: `dense_features: (B, D)`, `sparse_features: (B, F, D)` -> `(B, (F + 1) * D)` (the
+    dense features alone when F is 0).
+
+    Differs from TorchRec on purpose: TorchRec builds its encoder with torch's default
+    `batch_first=False`, so a `(B, F + 1, D)` input is read as F + 1 sequences of length B and
+    the attention mixes the samples of a batch (a sample's output depends on the other
+    samples). Here the encoder is `batch_first=True`: each sample attends over its own F + 1
+    features only, and a sample's output is the same in any batch. The parameters (and their
+    state-dict keys, `inter_arch.interarch_TE.layers.<l>.*`) are the same.
+    """
+
+    def __init__(
+        self,
+        num_sparse_features: int,
+        embedding_dim: int,
+        nhead: int = 8,
+        ntransformer_layers: int = 4,
+    ) -> None:
+        super().__init__()
+        for field, value in (("nhead", nhead), ("ntransformer_layers", ntransformer_layers)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ModelConfigError(f"{field} must be a positive int, got {value!r}")
+        if embedding_dim % nhead != 0:
+            raise ModelConfigError(
+                f"embedding_dim {embedding_dim} must be divisible by nhead {nhead}; "
+                "pick an nhead that divides it"
+            )
+        self.F: int = num_sparse_features
+        self.nhead = nhead
+        self.ntransformer_layers = ntransformer_layers
+        layer = nn.TransformerEncoderLayer(d_model=embedding_dim, nhead=nhead, batch_first=True)
+        self.interarch_TE = nn.TransformerEncoder(
+            layer, num_layers=ntransformer_layers, enable_nested_tensor=False
+        )
+
+    def forward(self, dense_features: Tensor, sparse_features: Tensor) -> Tensor:
+        if self.F <= 0:
+            return dense_features
+        tokens = torch.cat((dense_features.unsqueeze(1), sparse_features), dim=1)  # (B, F+1, D)
+        out: Tensor = self.interarch_TE(tokens)
+        return out.flatten(1)

@@ -1,4 +1,5 @@
-"""`DLRM` and `DLRM_DCN`: TorchRec's `torchrec.models.dlrm` models, same names and semantics.
+"""`DLRM` and its variants: TorchRec's `torchrec.models.dlrm` models (and the experimental
+`DLRM_Transformer`), same names and semantics.
 
 DLRM (Naumov et al., https://arxiv.org/abs/1906.00091) projects the dense features into the
 embedding space (`dense_arch`), pools one embedding per sparse feature (`sparse_arch`), lets
@@ -28,6 +29,7 @@ from shardrec_models.arches import (
     InteractionArch,
     InteractionDCNArch,
     InteractionProjectionArch,
+    InteractionTransformerArch,
     ModelConfigError,
     OverArch,
     SparseArch,
@@ -36,6 +38,8 @@ from shardrec_models.arches import (
 from shardrec_models.crossnet import LowRankCrossNet
 from shardrec_models.mlp import check_layer_sizes
 
+# DLRM_Transformer is TorchRec's experimental model: served at its own path
+# (`torchrec.models.experimental.transformerdlrm`), not with the others.
 __all__ = ["DLRM", "DLRM_DCN", "DLRMWrapper", "DLRM_Projection"]
 
 
@@ -114,6 +118,19 @@ class DLRM(nn.Module):
         self.over_arch = OverArch(over_in, over_sizes, device=device)
         self._cuda_graph_enabled = False
 
+    def _replace_interaction(
+        self,
+        inter_arch: nn.Module,
+        over_in_features: int,
+        over_arch_layer_sizes: list[int],
+        device: torch.device | None,
+    ) -> None:
+        """A variant's interaction and the over arch over its output width, in place of the
+        dot-product ones. The base class builds those first, as TorchRec's does, so that one
+        seed draws the same weights in both libraries."""
+        self.inter_arch = inter_arch if device is None else inter_arch.to(device)
+        self.over_arch = OverArch(over_in_features, list(over_arch_layer_sizes), device=device)
+
     def forward(self, dense_features: Tensor, sparse_features: KeyedJaggedTensor) -> Tensor:
         # The lookup is started first: a sharded collection returns while its output
         # all-to-all is in flight, and the dense arch computes in the meantime.
@@ -185,11 +202,10 @@ class DLRM_DCN(DLRM):
         device = _device(dense_device)
         dim, num_features = self.sparse_arch.D, self.sparse_arch.F
         width = (num_features + 1) * dim
-        # The base class built the dot-product interaction and its over arch; both are
-        # replaced, as in TorchRec (the over arch's input width changes with the interaction).
         crossnet = LowRankCrossNet(width, dcn_num_layers, dcn_low_rank_dim, device=device)
-        self.inter_arch = InteractionDCNArch(num_features, crossnet)
-        self.over_arch = OverArch(width, list(over_arch_layer_sizes), device=device)
+        self._replace_interaction(
+            InteractionDCNArch(num_features, crossnet), width, over_arch_layer_sizes, device
+        )
 
 
 class DLRM_Projection(DLRM):
@@ -238,9 +254,48 @@ class DLRM_Projection(DLRM):
                 )
             projected.append(checked[-1] // dim)
             branches.append(DenseArch(width, checked, device=device))
-        self.inter_arch = InteractionProjectionArch(num_features, branches[0], branches[1])
-        self.over_arch = OverArch(
-            dim + projected[0] * projected[1], list(over_arch_layer_sizes), device=device
+        self._replace_interaction(
+            InteractionProjectionArch(num_features, branches[0], branches[1]),
+            dim + projected[0] * projected[1],
+            over_arch_layer_sizes,
+            device,
+        )
+
+
+class DLRM_Transformer(DLRM):
+    """DLRM with `InteractionTransformerArch` as its interaction (module docstring).
+
+    Args: those of `DLRM`, plus
+        nhead: attention heads (must divide the tables' embedding dim).
+        ntransformer_layers: encoder layers.
+
+    The over arch reads the encoder's flattened output, of width `(F + 1) * D`.
+    """
+
+    def __init__(
+        self,
+        embedding_bag_collection: EmbeddingBagCollection,
+        dense_in_features: int,
+        dense_arch_layer_sizes: list[int],
+        over_arch_layer_sizes: list[int],
+        nhead: int = 8,
+        ntransformer_layers: int = 4,
+        dense_device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__(
+            embedding_bag_collection,
+            dense_in_features,
+            dense_arch_layer_sizes,
+            over_arch_layer_sizes,
+            dense_device,
+        )
+        device = _device(dense_device)
+        dim, num_features = self.sparse_arch.D, self.sparse_arch.F
+        self._replace_interaction(
+            InteractionTransformerArch(num_features, dim, nhead, ntransformer_layers),
+            (num_features + 1) * dim,
+            over_arch_layer_sizes,
+            device,
         )
 
 
