@@ -75,9 +75,9 @@ def test_model_feeds_the_encoder_output_to_the_over_arch() -> None:
 def test_bad_configurations_raise_naming_the_value() -> None:
     with pytest.raises(ModelConfigError, match="embedding_dim 6 must be divisible by nhead 4"):
         InteractionTransformerArch(2, 6, nhead=4)
-    with pytest.raises(ModelConfigError, match="nhead must be a positive int, got 0"):
+    with pytest.raises(ModelConfigError, match="nhead must be an int >= 1, got 0"):
         InteractionTransformerArch(2, 6, nhead=0)
-    with pytest.raises(ModelConfigError, match="ntransformer_layers must be a positive int"):
+    with pytest.raises(ModelConfigError, match="ntransformer_layers must be an int >= 1"):
         InteractionTransformerArch(2, 6, nhead=2, ntransformer_layers=0)
     with pytest.raises(AssertionError):  # TorchRec's type for a model without sparse features
         DLRM_Transformer(EmbeddingBagCollection([]), 5, [6, 4], [3, 1])

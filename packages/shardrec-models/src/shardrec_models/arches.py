@@ -32,7 +32,7 @@ from torch import Tensor, nn
 from shardrec_embedding import EmbeddingBagCollection
 from shardrec_jagged import KeyedJaggedTensor, KeyedTensor
 from shardrec_models.crossnet import LowRankCrossNet
-from shardrec_models.mlp import MLP, check_width
+from shardrec_models.mlp import MLP, check_int
 
 __all__ = [
     "DenseArch",
@@ -116,7 +116,7 @@ class DenseArch(nn.Module):
         self, in_features: int, layer_sizes: Sequence[int], device: torch.device | None = None
     ) -> None:
         super().__init__()
-        self.in_features = check_width("dense_in_features", in_features)
+        self.in_features = check_int("dense_in_features", in_features)
         self.model = MLP(in_features, layer_sizes, device=device)
 
     def forward(self, features: Tensor) -> Tensor:
@@ -297,9 +297,8 @@ class InteractionTransformerArch(nn.Module):
         ntransformer_layers: int = 4,
     ) -> None:
         super().__init__()
-        for field, value in (("nhead", nhead), ("ntransformer_layers", ntransformer_layers)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ModelConfigError(f"{field} must be a positive int, got {value!r}")
+        check_int("nhead", nhead, error=ModelConfigError)
+        check_int("ntransformer_layers", ntransformer_layers, error=ModelConfigError)
         if embedding_dim % nhead != 0:
             raise ModelConfigError(
                 f"embedding_dim {embedding_dim} must be divisible by nhead {nhead}; "

@@ -28,6 +28,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
+from shardrec_models.mlp import check_int
+
 __all__ = ["CrossNet", "LowRankCrossNet", "LowRankMixtureCrossNet", "VectorCrossNet"]
 
 
@@ -70,14 +72,13 @@ class LowRankCrossNet(nn.Module):
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
-        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 0:
-            raise ValueError(f"dcn_num_layers must be an int >= 0, got {num_layers!r}")
-        if isinstance(low_rank, bool) or not isinstance(low_rank, int) or low_rank <= 0:
-            raise ValueError(
-                f"dcn_low_rank_dim must be an int >= 1, got {low_rank!r} (the rank of each cross "
-                f"layer; about in_features / 4 = {max(1, in_features // 4)} keeps the accuracy "
-                "of a full-rank cross net)"
-            )
+        check_int("dcn_num_layers", num_layers, at_least=0)
+        check_int(
+            "dcn_low_rank_dim",
+            low_rank,
+            why=f" (the rank of each cross layer; about in_features / 4 = "
+            f"{max(1, in_features // 4)} keeps the accuracy of a full-rank cross net)",
+        )
         self.in_features = in_features
         self.num_layers = num_layers
         self.low_rank = low_rank
@@ -116,11 +117,6 @@ class LowRankCrossNet(nn.Module):
         )
 
 
-def _check_layers(num_layers: int) -> None:
-    if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 0:
-        raise ValueError(f"num_layers must be an int >= 0, got {num_layers!r}")
-
-
 def _xavier(*shape: int) -> nn.Parameter:
     return nn.Parameter(nn.init.xavier_normal_(torch.empty(*shape)))
 
@@ -135,7 +131,7 @@ class _KernelCrossLayers(nn.Module):
 
     def __init__(self, in_features: int, num_layers: int, kernel_cols: int) -> None:
         super().__init__()
-        _check_layers(num_layers)
+        check_int("num_layers", num_layers, at_least=0)
         self._num_layers = num_layers
         self.kernels = nn.ParameterList(
             [_xavier(in_features, kernel_cols) for _ in range(num_layers)]
@@ -201,10 +197,9 @@ class LowRankMixtureCrossNet(nn.Module):
         activation: nn.Module | Callable[[torch.Tensor], torch.Tensor] = torch.relu,
     ) -> None:
         super().__init__()
-        _check_layers(num_layers)
-        for name, value in (("num_experts", num_experts), ("low_rank", low_rank)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        check_int("num_layers", num_layers, at_least=0)
+        check_int("num_experts", num_experts)
+        check_int("low_rank", low_rank)
         self._num_layers = num_layers
         self._num_experts = num_experts
         self._low_rank = low_rank

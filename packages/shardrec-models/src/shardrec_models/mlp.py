@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 from shardrec_models.activation import SwishLayerNorm
 
-__all__ = ["MLP", "Activation", "Perceptron", "check_layer_sizes", "check_width"]
+__all__ = ["MLP", "Activation", "Perceptron", "check_int", "check_layer_sizes"]
 
 
 def check_layer_sizes(name: str, sizes: Sequence[int], *, min_len: int = 1) -> list[int]:
@@ -30,14 +30,21 @@ def check_layer_sizes(name: str, sizes: Sequence[int], *, min_len: int = 1) -> l
             f"{name} must list at least {min_len} layer size(s), got {out!r} (e.g. [512, 256, 64])"
         )
     for size in out:
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ValueError(f"{name} must hold ints >= 1, got {size!r} in {out!r}")
+        check_int(f"every size in {name}", size, why=f" in {out!r}")
     return out
 
 
-def check_width(name: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+def check_int(
+    name: str,
+    value: int,
+    at_least: int = 1,
+    why: str = "",
+    error: type[ValueError] = ValueError,
+) -> int:
+    """`value` if it is an int (not a bool) of at least `at_least`, else `error` naming `name`
+    and the value (`why`, when given, follows: what the value means)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < at_least:
+        raise error(f"{name} must be an int >= {at_least}, got {value!r}{why}")
     return value
 
 
