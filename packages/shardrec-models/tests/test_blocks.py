@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from torch import nn
@@ -77,3 +79,28 @@ def test_crossnet_matches_torchrec_with_default_rank() -> None:
     theirs.load_state_dict(ours.state_dict())
     x = torch.randn(3, 8, generator=g)
     assert_close(ours(x), theirs(x).detach())
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "3"])
+def test_interactions_refuse_a_bad_feature_count(bad: object) -> None:
+    from shardrec_models import (
+        InteractionArch,
+        InteractionDCNArch,
+        InteractionProjectionArch,
+        ModelConfigError,
+    )
+    from shardrec_models.arches import InteractionTransformerArch
+
+    builds = [
+        lambda: InteractionArch(bad),  # type: ignore[arg-type]
+        lambda: InteractionDCNArch(bad, LowRankCrossNet(4, 1)),  # type: ignore[arg-type]
+        lambda: InteractionProjectionArch(bad, nn.Identity(), nn.Identity()),  # type: ignore[arg-type]
+        lambda: InteractionTransformerArch(bad, 4, nhead=2),  # type: ignore[arg-type]
+    ]
+    message = re.escape(f"num_sparse_features must be an int >= 0, got {bad!r}")
+    for build in builds:
+        with pytest.raises(ModelConfigError, match=message):
+            build()
+    # zero features is a model of dense features only: accepted, the interaction passes them on
+    dense = torch.randn(3, 4)
+    assert_close(InteractionArch(0)(dense, torch.randn(3, 0, 4)), dense)

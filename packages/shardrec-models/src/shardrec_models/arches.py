@@ -146,6 +146,11 @@ def _width_error(shape: list[int], width: int) -> str:
     )
 
 
+def _feature_count(num_sparse_features: int) -> int:
+    """An interaction's F, checked: a negative count would skip the interaction silently."""
+    return check_int("num_sparse_features", num_sparse_features, at_least=0, error=ModelConfigError)
+
+
 class InteractionArch(nn.Module):
     """The dense output followed by the pairwise dot products of `[dense, f_1, ..., f_F]`.
 
@@ -156,7 +161,7 @@ class InteractionArch(nn.Module):
 
     def __init__(self, num_sparse_features: int) -> None:
         super().__init__()
-        self.F = num_sparse_features
+        self.F = _feature_count(num_sparse_features)
         # Flat positions of the pairs in the (F+1) x (F+1) Gram matrix, per device. Not a
         # buffer (TorchRec's is): DDP broadcasts buffers at every forward, a collective per
         # step for a constant, and a `meta` model would have to recompute it.
@@ -199,7 +204,7 @@ class InteractionDCNArch(nn.Module):
 
     def __init__(self, num_sparse_features: int, crossnet: LowRankCrossNet) -> None:
         super().__init__()
-        self.F = num_sparse_features
+        self.F = _feature_count(num_sparse_features)
         self.crossnet = crossnet
 
     def forward(self, dense_features: Tensor, sparse_features: Tensor) -> Tensor:
@@ -229,7 +234,7 @@ class InteractionProjectionArch(nn.Module):
         interaction_branch2: nn.Module,
     ) -> None:
         super().__init__()
-        self.F = num_sparse_features
+        self.F = _feature_count(num_sparse_features)
         self.interaction_branch1 = interaction_branch1
         self.interaction_branch2 = interaction_branch2
 
@@ -304,7 +309,7 @@ class InteractionTransformerArch(nn.Module):
                 f"embedding_dim {embedding_dim} must be divisible by nhead {nhead}; "
                 "pick an nhead that divides it"
             )
-        self.F: int = num_sparse_features
+        self.F: int = _feature_count(num_sparse_features)
         self.nhead = nhead
         self.ntransformer_layers = ntransformer_layers
         layer = nn.TransformerEncoderLayer(d_model=embedding_dim, nhead=nhead, batch_first=True)
