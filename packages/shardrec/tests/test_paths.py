@@ -73,6 +73,7 @@ shardrec.optim.warmup  shardrec_optim  WarmupOptimizer WarmupPolicy WarmupStage
 shardrec.optim.clipping  shardrec_optim  GradientClipping GradientClippingOptimizer
 shardrec.distributed  shardrec_sharding  EmbeddingBagCollectionSharder EmbeddingCollectionSharder
 shardrec.distributed.types  shardrec_collectives  Awaitable LazyAwaitable LazyNoWait NoWait
+    LazyGetItemMixin GetItemLazyAwaitable
     ShardingEnv
 shardrec.distributed.types  shardrec_embedding  DataType
 shardrec.distributed.types  shardrec_planner  ParameterSharding ShardingPlan ShardingType
