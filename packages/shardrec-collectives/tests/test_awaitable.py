@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.fx
 
 from shardrec_collectives import Awaitable, LazyAwaitable, LazyNoWait, NoWait
+from shardrec_collectives.awaitable import GetItemLazyAwaitable, LazyGetItemMixin
 
 
 class Counter:
@@ -143,3 +145,79 @@ def test_lazy_awaitable_built_from_a_proxy_is_a_graph_node() -> None:
     x = torch.randn(3, 4, generator=torch.Generator().manual_seed(0))
     assert torch.equal(gm(x), x * 2 + 3 - x)
     assert torch.equal(gm(x), model(x))
+
+
+def test_result_is_none_until_the_first_wait() -> None:
+    lazy = LazyAwaitable(lambda: torch.tensor([3.0]))
+    assert lazy._result is None and not lazy.done
+    waited = lazy.wait()
+    assert lazy._result is waited and lazy.done
+
+
+class _Forgot(LazyAwaitable[torch.Tensor]):
+    def __init__(self) -> None:  # does not call super().__init__(): a user error
+        self.value = torch.ones(2)
+
+    def _wait_impl(self) -> torch.Tensor:
+        return self.value
+
+
+def test_subclass_without_super_init_raises_a_clear_error() -> None:
+    with pytest.raises(RuntimeError, match=r"not been initialized properly.*super"):
+        torch.ones(2) + _Forgot()  # type: ignore[operator]  # the error under test
+
+
+class _Keyed(LazyGetItemMixin[str, torch.Tensor], LazyAwaitable[dict[str, torch.Tensor]]):
+    def __init__(self, fn: Counter) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def _wait_impl(self) -> dict[str, torch.Tensor]:
+        value = self.fn()
+        return {"a": value, "b": 2 * value}
+
+
+def test_lazy_get_item_mixin_defers_the_parent_wait() -> None:
+    fn = Counter(torch.tensor([1.0, 4.0]))
+    parent = _Keyed(fn)
+    a, b = parent["a"], parent["b"]
+    assert isinstance(a, GetItemLazyAwaitable) and isinstance(b, LazyAwaitable)
+    assert fn.calls == 0 and not parent.done and not a.done
+    total = torch.add(a, b)  # type: ignore[call-overload]  # waited by __torch_function__
+    assert torch.equal(total, 3 * fn.value)
+    assert fn.calls == 1  # the parent waited once for both items
+    with pytest.raises(KeyError):
+        parent["missing"].wait()
+
+
+def test_lazy_get_item_mixin_needs_a_lazy_awaitable() -> None:
+    class NotLazy(LazyGetItemMixin[str, int]):
+        pass
+
+    with pytest.raises(TypeError, match="not a LazyAwaitable"):
+        NotLazy()["x"]
+
+
+class _PlusOne(LazyAwaitable[torch.Tensor]):
+    def __init__(self, x: torch.Tensor) -> None:
+        super().__init__()
+        self.x = x
+
+    def _wait_impl(self) -> torch.Tensor:
+        return self.x + 1
+
+
+class _UsesLazy(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        first, second = _PlusOne(x), _PlusOne(2 * x)
+        return 3 * first - second + torch.mul(first, x)  # type: ignore[operator, no-any-return]
+
+
+def test_fx_symbolic_trace_of_a_model_using_lazy_awaitables() -> None:
+    model = _UsesLazy()
+    gm = torch.fx.symbolic_trace(model)
+    assert any(n.target is _PlusOne for n in gm.graph.nodes)  # the awaitable is a graph node
+    x = torch.randn(4, 3, generator=torch.Generator().manual_seed(0))
+    expected = 3 * (x + 1) - (2 * x + 1) + (x + 1) * x  # the formula, no awaitables
+    assert torch.allclose(gm(x), expected)
+    assert torch.allclose(model(x), expected)

@@ -105,3 +105,26 @@ def test_bad_world() -> None:
         manual.construct_module_sharding_plan(
             ebc, {"a": manual.row_wise()}, world_size=4, local_world_size=3
         )
+
+
+def test_local_size_is_torchrecs_name_for_local_world_size() -> None:
+    ebc = make_ebc([("a", 16, 8), ("b", 12, 8)])
+    gens = {"a": manual.table_row_wise(host_index=1), "b": manual.row_wise()}
+    ours = manual.construct_module_sharding_plan(
+        ebc, gens, world_size=4, local_world_size=2, device_type="cuda"
+    )
+    torchrecs = manual.construct_module_sharding_plan(
+        ebc, gens, world_size=4, local_size=2, device_type="cuda"
+    )
+    assert torchrecs == ours
+    # host 1 of two hosts of two ranks: ranks 2 and 3, devices cuda:0 and cuda:1
+    assert torchrecs["a"].ranks == [2, 3]
+    assert [s.placement for s in torchrecs["a"].shards] == ["rank:2/cuda:0", "rank:3/cuda:1"]
+    both = manual.construct_module_sharding_plan(
+        ebc, gens, world_size=4, local_size=2, local_world_size=2
+    )
+    assert both["a"].ranks == [2, 3]
+    with pytest.raises(ValueError, match="local_size 2 and local_world_size 4 differ"):
+        manual.construct_module_sharding_plan(
+            ebc, gens, world_size=4, local_size=2, local_world_size=4
+        )

@@ -29,7 +29,11 @@ from shardrec_planner import (
     table_wise,
 )
 from shardrec_sharding import ShardedEmbeddingBagCollection, ShardedEmbeddingCollection
-from shardrec_sharding.sharding_infos import table_fused_params
+from shardrec_sharding.sharding_infos import (
+    add_params_from_parameter_sharding,
+    merge_fused_params,
+    table_fused_params,
+)
 
 
 def _bag_module() -> EmbeddingBagCollection:
@@ -156,3 +160,48 @@ def test_bad_input_names_the_table() -> None:
         ShardedEmbeddingBagCollection.create_grouped_sharding_infos(
             m, {**plan, "t0": "table_wise"}, "embedding_bags.", None
         )
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_merge_fused_params_against_naive(seed: int) -> None:
+    rng = random.Random(seed)
+    keys = ["learning_rate", "eps", "optimizer", "cache_load_factor"]
+    sharder = {k: rng.random() for k in keys if rng.random() < 0.6}
+    table: dict[str, object] = {k: rng.random() for k in keys if rng.random() < 0.5}
+    if rng.random() < 0.5:
+        table.pop("learning_rate", None)
+        table["lr"] = rng.random()
+    expected = dict(sharder)
+    for k, v in table.items():  # the table's settings win; its lr is learning_rate
+        expected["learning_rate" if k == "lr" else k] = v
+    sharder_before, table_before = dict(sharder), dict(table)
+    assert merge_fused_params(sharder, table) == expected
+    assert sharder == sharder_before and table == table_before  # inputs untouched
+    assert merge_fused_params() == {} and merge_fused_params(None, None) == {}
+
+
+def test_merge_fused_params_refuses_two_learning_rates() -> None:
+    assert merge_fused_params(None, {"lr": 0.1, "learning_rate": 0.1}) == {"learning_rate": 0.1}
+    with pytest.raises(ValueError, match=r"both lr=0.1 and learning_rate=0.2"):
+        merge_fused_params(None, {"lr": 0.1, "learning_rate": 0.2})
+
+
+def test_add_params_from_parameter_sharding_is_the_plan_layer() -> None:
+    m = _bag_module()
+    ps = _with_options(
+        _plan(m, {"t0": "table_wise", "t1": "table_wise", "t2": "table_wise"})["t0"],
+        cache_params=CacheParams(algorithm=CacheAlgorithm.LFU, reserved_memory=1.0),
+        stochastic_rounding=False,
+    )
+    given = {"learning_rate": 0.1, "cache_algorithm": CacheAlgorithm.LRU}
+    got = add_params_from_parameter_sharding(given, ps)  # type: ignore[arg-type]
+    assert got == {
+        "learning_rate": 0.1,
+        "cache_algorithm": CacheAlgorithm.LFU,
+        "cache_reserved_memory": 1.0,
+        "stochastic_rounding": False,
+    }
+    assert given["cache_algorithm"] is CacheAlgorithm.LRU  # a new dict
+    assert add_params_from_parameter_sharding(None, ps) == table_fused_params(None, ps)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="must be a ParameterSharding, got dict"):
+        add_params_from_parameter_sharding(None, {})  # type: ignore[arg-type]

@@ -76,6 +76,7 @@ shardrec.optim.warmup  shardrec_optim  WarmupOptimizer WarmupPolicy WarmupStage
 shardrec.optim.clipping  shardrec_optim  GradientClipping GradientClippingOptimizer
 shardrec.distributed  shardrec_sharding  EmbeddingBagCollectionSharder EmbeddingCollectionSharder
 shardrec.distributed.types  shardrec_collectives  Awaitable LazyAwaitable LazyNoWait NoWait
+    LazyGetItemMixin GetItemLazyAwaitable
     ShardingEnv
 shardrec.distributed.types  shardrec_embedding  DataType
 shardrec.distributed.types  shardrec_planner  ParameterSharding ShardingPlan ShardingType
@@ -182,6 +183,8 @@ shardrec.distributed.planner.types  shardrec_planner.pluggable  PlanLoader
 shardrec.distributed.planner.proposers  shardrec_planner.offload_scaleup
     EmbeddingOffloadScaleupProposer
 shardrec.distributed.utils  shardrec_planner.optional  none_throws
+shardrec.distributed.utils  shardrec_sharding  add_params_from_parameter_sharding merge_fused_params
+shardrec.distributed.utils  shardrec_dmp  get_unsharded_module_names
 shardrec.distributed.planner.types  shardrec_planner.topology_parts  BasicCommsBandwidths
     CollectiveType CustomTopologyData GeneralizedCommsBandwidth
 shardrec.distributed.planner.types  shardrec_planner.topology_factory  HardwareConfig KernelConfig

@@ -2,7 +2,14 @@
 
 from shardrec_collectives import dist_data
 from shardrec_collectives.attempt import agree_on_attempt
-from shardrec_collectives.awaitable import Awaitable, LazyAwaitable, LazyNoWait, NoWait
+from shardrec_collectives.awaitable import (
+    Awaitable,
+    GetItemLazyAwaitable,
+    LazyAwaitable,
+    LazyGetItemMixin,
+    LazyNoWait,
+    NoWait,
+)
 from shardrec_collectives.comm import (
     get_group_rank,
     get_local_rank,
@@ -45,11 +52,13 @@ from shardrec_collectives.watchdog import EXIT_STATUS, Watchdog
 __all__ = [
     "EXIT_STATUS",
     "Awaitable",
+    "GetItemLazyAwaitable",
     "HostGroups",
     "KJTAllToAllAwaitable",
     "KJTAllToAllLayout",
     "KeySelection",
     "LazyAwaitable",
+    "LazyGetItemMixin",
     "LazyNoWait",
     "NoWait",
     "PeerError",

@@ -6,7 +6,11 @@ start more work (the next batch's input distribution, the dense forward) before 
 
 `LazyAwaitable[T]` waits by itself the first time its result is used: passed to a torch function,
 asked for an attribute, or used with an operator. It is what a sharded module's `forward` returns,
-so that code written for the unsharded module keeps working unchanged.
+so that code written for the unsharded module keeps working unchanged. Its class is proxyable by
+`torch.fx`: built from a traced value, it becomes a node of the graph (TorchRec's behaviour), so a
+model whose forward uses one traces with `torch.fx.symbolic_trace`. `LazyGetItemMixin` makes
+indexing lazy too: `lazy["f1"]` is another `LazyAwaitable`, and the parent waits only when a value
+is used.
 
 Awaitables never nest: a `wait()` that would produce another awaitable raises `TypeError`
 (TorchRec's `.wait().wait()` is what this rule removes). Chain with `then` instead. The one
@@ -24,12 +28,19 @@ import torch
 import torch.fx
 from torch.utils._pytree import tree_map
 
-__all__ = ["Awaitable", "LazyAwaitable", "LazyNoWait", "NoWait"]
+__all__ = [
+    "Awaitable",
+    "GetItemLazyAwaitable",
+    "LazyAwaitable",
+    "LazyGetItemMixin",
+    "LazyNoWait",
+    "NoWait",
+]
 
 T = TypeVar("T")
 U = TypeVar("U")
-
-_UNSET = object()
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 class Awaitable(Generic[T]):
@@ -45,7 +56,9 @@ class Awaitable(Generic[T]):
     def __init__(self, wait_fn: Callable[[], T] | None = None) -> None:
         self._wait_fn = wait_fn
         self._callbacks: list[Callable[[T], T]] = []
-        self._result: object = _UNSET
+        # TorchRec's attribute: the cached result, None until the first wait.
+        self._result: T | None = None
+        self._done = False
 
     @property
     def callbacks(self) -> list[Callable[[T], T]]:
@@ -71,11 +84,11 @@ class Awaitable(Generic[T]):
     @property
     def done(self) -> bool:
         """Whether `wait()` has already produced the result."""
-        return self._result is not _UNSET
+        return self._done
 
     def wait(self) -> T:
         """The result (computed on the first call, cached afterwards)."""
-        if self._result is _UNSET:
+        if not self._done:
             result = self._wait_impl()
             for fn in self._callbacks:
                 result = fn(result)
@@ -85,6 +98,7 @@ class Awaitable(Generic[T]):
                     f"({type(result).__name__}); awaitables never nest, chain with then()"
                 )
             self._result = result
+            self._done = True
             self._wait_fn = None  # drop references to buffers and work handles
         return self._result  # type: ignore[return-value]  # set to a T just above
 
@@ -141,6 +155,11 @@ class LazyAwaitable(Awaitable[T], metaclass=torch.fx._symbolic_trace.ProxyableCl
     def __getattr__(self, name: str) -> object:
         # Only called for names not found normally. Private names are not forwarded, so that
         # copy/pickle probes and half-initialized objects do not trigger a wait.
+        if name in ("_done", "_result", "_callbacks", "_wait_fn"):
+            raise RuntimeError(
+                f"{type(self).__name__} has not been initialized properly ({name} is unset): "
+                "its __init__ must call super().__init__()"
+            )
         if name.startswith("_"):
             raise AttributeError(name)
         return getattr(self.wait(), name)
@@ -163,6 +182,37 @@ class LazyNoWait(LazyAwaitable[T]):
         if isinstance(obj, Awaitable):
             raise TypeError(f"LazyNoWait of an awaitable ({type(obj).__name__}); pass the value")
         super().__init__(lambda: obj)
+
+
+class LazyGetItemMixin(Generic[K, V]):
+    """Makes `awaitable[key]` lazy: it returns a `GetItemLazyAwaitable` instead of waiting.
+
+    Put it before `LazyAwaitable` among the bases (`class A(LazyGetItemMixin[str, Tensor],
+    LazyAwaitable[dict[str, Tensor]])`) so that its `__getitem__` wins. Each item waits the parent
+    (once, cached) when the item itself is first used.
+    """
+
+    def __getitem__(self, key: K) -> GetItemLazyAwaitable[V]:
+        parent: object = self
+        if not isinstance(parent, LazyAwaitable):
+            raise TypeError(
+                f"LazyGetItemMixin is mixed into {type(self).__name__}, which is not a "
+                "LazyAwaitable: list LazyAwaitable among its bases"
+            )
+        return GetItemLazyAwaitable(parent, key)
+
+
+class GetItemLazyAwaitable(LazyAwaitable[V]):
+    """`parent.wait()[key]`, computed when first used (what `LazyGetItemMixin` indexing returns)."""
+
+    def __init__(self, parent: LazyAwaitable[object], key: object) -> None:
+        super().__init__()
+        self._parent = parent
+        self._key = key
+
+    def _wait_impl(self) -> V:
+        value: V = self._parent.wait()[self._key]  # type: ignore[index]  # the parent is keyed
+        return value
 
 
 def _install_operators() -> None:

@@ -18,6 +18,7 @@ from shardrec_dmp.model_parallel import (
     get_unwrapped_module,
 )
 from shardrec_dmp.train_pipeline import Pipelineable, TrainPipelineSparseDist
+from shardrec_dmp.unsharded import get_unsharded_module_names
 
 __all__ = [
     "FORMAT_VERSION",
@@ -30,6 +31,7 @@ __all__ = [
     "default_sharders",
     "full_state_dict",
     "get_module",
+    "get_unsharded_module_names",
     "get_unwrapped_module",
     "iter_full_state_dict",
     "load",

@@ -226,14 +226,23 @@ def construct_module_sharding_plan(
     local_world_size: int | None = None,
     device_type: str = "cpu",
     sharder: PlannerSharder | None = None,
+    local_size: int | None = None,
 ) -> dict[str, ParameterSharding]:
     """One module's plan from a generator per table; every table must be named exactly once.
 
     Tables are the sharder's shardable parameters, or, without a sharder, the module's
-    `embedding_bag_configs()` / `embedding_configs()` tables.
+    `embedding_bag_configs()` / `embedding_configs()` tables. `local_size` is TorchRec's name for
+    `local_world_size` (give one of them, or both equal).
     """
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
+    if local_size is not None and local_world_size not in (None, local_size):
+        raise ValueError(
+            f"local_size {local_size} and local_world_size {local_world_size} differ: "
+            "they name the same thing, pass one of them"
+        )
+    if local_world_size is None:
+        local_world_size = local_size
     local = world_size if local_world_size is None else local_world_size
     if local < 1 or world_size % local != 0:
         raise ValueError(

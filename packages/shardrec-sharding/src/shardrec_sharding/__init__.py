@@ -26,7 +26,12 @@ from shardrec_sharding.quant import (
     shard_quant_model,
 )
 from shardrec_sharding.registry import POOLED_STRATEGIES, SEQUENCE_STRATEGIES, strategy_for
-from shardrec_sharding.sharding_infos import EmbeddingShardingInfo, create_grouped_sharding_infos
+from shardrec_sharding.sharding_infos import (
+    EmbeddingShardingInfo,
+    add_params_from_parameter_sharding,
+    create_grouped_sharding_infos,
+    merge_fused_params,
+)
 from shardrec_sharding.state_dict import ShardedStateDict
 from shardrec_sharding.types import (
     DistInput,
@@ -62,11 +67,13 @@ __all__ = [
     "ShardedStateDict",
     "TableMaker",
     "TableSharding",
+    "add_params_from_parameter_sharding",
     "apply_to_all",
     "check_plan",
     "create_grouped_sharding_infos",
     "get_default_sharders",
     "get_module_to_default_sharders",
+    "merge_fused_params",
     "shard_quant_model",
     "strategy_for",
 ]

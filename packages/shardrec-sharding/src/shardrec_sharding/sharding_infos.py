@@ -32,7 +32,9 @@ from shardrec_planner import ParameterSharding
 
 __all__ = [
     "EmbeddingShardingInfo",
+    "add_params_from_parameter_sharding",
     "create_grouped_sharding_infos",
+    "merge_fused_params",
     "table_fused_params",
 ]
 
@@ -93,6 +95,40 @@ def table_fused_params(
     if kv is not None:
         out.update({k: v for k, v in dataclasses.asdict(kv).items() if v is not None})
     return out
+
+
+def merge_fused_params(
+    fused_params: Mapping[str, object] | None = None,
+    param_fused_params: Mapping[str, object] | None = None,
+) -> dict[str, object]:
+    """TorchRec's merge of a sharder's `fused_params` with one table's (`param_fused_params`
+    wins; its `lr` is renamed `learning_rate`). Returns a new dict; the inputs are not changed
+    (values are shared, not copied)."""
+    out: dict[str, object] = dict(fused_params or {})
+    table = dict(param_fused_params or {})
+    if "lr" in table:
+        if "learning_rate" in table and table["learning_rate"] != table["lr"]:
+            raise ValueError(
+                f"param_fused_params sets both lr={table['lr']!r} and "
+                f"learning_rate={table['learning_rate']!r}: they name the same setting, pass one"
+            )
+        table["learning_rate"] = table.pop("lr")
+    out.update(table)
+    return out
+
+
+def add_params_from_parameter_sharding(
+    fused_params: Mapping[str, object] | None, parameter_sharding: ParameterSharding
+) -> dict[str, object]:
+    """TorchRec's name for the plan layer of `table_fused_params`: `fused_params` with
+    `parameter_sharding`'s options (cache params, `enforce_hbm`, `stochastic_rounding`,
+    `bounds_check_mode`, key-value params) written over it, as a new dict."""
+    if not isinstance(parameter_sharding, ParameterSharding):
+        raise TypeError(
+            "parameter_sharding must be a ParameterSharding, "
+            f"got {type(parameter_sharding).__name__}"
+        )
+    return table_fused_params(fused_params, parameter_sharding)
 
 
 def create_grouped_sharding_infos(

@@ -1,6 +1,7 @@
 """Sharding types and environment (TorchRec path `torchrec.distributed.types`)."""
 
 from shardrec_collectives import Awaitable, LazyAwaitable, LazyNoWait, NoWait, ShardingEnv
+from shardrec_collectives.awaitable import GetItemLazyAwaitable, LazyGetItemMixin
 from shardrec_embedding import DataType
 from shardrec_planner import (
     EmbeddingModuleShardingPlan,
@@ -33,8 +34,10 @@ __all__ = [
     "DataType",
     "EmbeddingModuleShardingPlan",
     "EnumerableShardingSpec",
+    "GetItemLazyAwaitable",
     "KeyValueParams",
     "LazyAwaitable",
+    "LazyGetItemMixin",
     "LazyNoWait",
     "ModuleSharder",
     "MultiPassPrefetchConfig",
