@@ -13,6 +13,7 @@ from shardrec_jagged import KeyedJaggedTensor
 from shardrec_planner import construct_module_sharding_plan
 from shardrec_sharding import EmbeddingCollectionSharder
 from shardrec_testing import RankContext, assert_close, seeded_generator
+from shardrec_testing.placements import local_world_size
 from shardrec_testing.random_ids import random_ids
 
 # s0 and s2 both read f0; rows uneven on every world > 1.
@@ -64,6 +65,7 @@ def sequence_cases(ctx: RankContext) -> list[dict[str, torch.Tensor]]:
             ec,
             {n: generator_for(case[i], i, ctx.world_size) for i, (n, *_) in enumerate(TABLES)},
             world_size=ctx.world_size,
+            local_world_size=local_world_size(ctx.world_size),
         )
         sharder = EmbeddingCollectionSharder({"optimizer": "exact_sgd", "learning_rate": LR})
         sharded = sharder.shard(ec, plan, env)
