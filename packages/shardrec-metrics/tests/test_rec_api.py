@@ -213,6 +213,33 @@ def test_validate_update_masks_a_task_without_weight() -> None:
     assert float(out["ctr-t1|lifetime_ctr"]) == 1.0 and float(out["ctr-t2|lifetime_ctr"]) == 0.0
 
 
+@pytest.mark.parametrize("cls", [NEMetric, MSEMetric, CalibrationMetric])
+@pytest.mark.parametrize(
+    "mode", [RecComputeMode.UNFUSED_TASKS_COMPUTATION, RecComputeMode.FUSED_TASKS_COMPUTATION]
+)
+def test_validate_update_masks_every_report_of_a_task_without_weight(
+    cls: type[RecMetric], mode: RecComputeMode
+) -> None:
+    """Each report (lifetime and window, every metric name) keeps its key under validation;
+    a task whose weights were all zero reads 0 in every one, the other task reads what an
+    unvalidated metric fed only its batches reads."""
+    data = _batches(5, [4, 4, 4])
+    zero = {t: [[(p, y, 0.0) for p, y, _ in b] for b in data[t]] for t in TASKS}
+    masked_data = {TASKS[0]: data[TASKS[0]], TASKS[1]: zero[TASKS[1]]}
+    fused = mode == RecComputeMode.FUSED_TASKS_COMPUTATION
+    checked = _make(cls, mode, 100, should_validate_update=True)
+    plain = _make(cls, mode, 100)
+    _feed(checked, masked_data, fused=fused)
+    _feed(plain, data, fused=fused)
+    got, want = checked.compute(), plain.compute()
+    assert sorted(got) == sorted(want)
+    for key, value in got.items():
+        if f"-{TASKS[1]}|" in key:
+            assert float(value) == 0.0, key
+        else:
+            assert float(value) == pytest.approx(float(want[key]), rel=1e-12), key
+
+
 def test_reset_forgets_everything_and_keys_follow_torchrec() -> None:
     metric = _make(NEMetric, RecComputeMode.UNFUSED_TASKS_COMPUTATION, 100)
     _feed(metric, _batches(1, [4]), fused=False)
