@@ -37,7 +37,7 @@ from shardrec_metrics.rec.nmse import NMSEMetric
 from shardrec_metrics.rec.num_missing_labels import NumMissingLabelsMetric
 from shardrec_metrics.rec.num_positive_samples import NumPositiveSamplesMetric
 from shardrec_metrics.rec.precision import PrecisionMetric
-from shardrec_metrics.rec.rec_metric import RecMetric
+from shardrec_metrics.rec.rec_metric import RecMetric, RecMetricList
 from shardrec_metrics.rec.recall import RecallMetric
 from shardrec_metrics.rec.sum_weights import SumWeightsMetric
 from shardrec_metrics.rec.unweighted_ne import UnweightedNEMetric
@@ -298,6 +298,51 @@ def test_throughput_against_hand_computed_rates() -> None:
     assert float(out["throughput-throughput|window_throughput"]) == pytest.approx(2 * 16 / 5)
     with pytest.raises(ValueError, match="window_seconds"):
         ThroughputMetric(batch_size=1, world_size=1, window_seconds=0)
+
+
+class _ListStandIn:
+    """A duck-typed RecMetricList (as a user's mock): truthy, without a len."""
+
+    def __init__(self) -> None:
+        self.computes = 0
+
+    def compute(self) -> dict[str, torch.Tensor]:
+        self.computes += 1
+        return {"stand-in|x": torch.tensor(1.0)}
+
+
+@pytest.mark.parametrize("stand_in", [False, True])
+@pytest.mark.parametrize(
+    ("low", "high", "want"),
+    # 1 s per step, 100 steps between the first two computes; the new interval by hand:
+    # (high - 1) s, (low + 1) s, the middle, each over 1 s per step; none when 100 s fits
+    [(0.0, 30.0, 29), (150.0, math.inf, 151), (15.0, 30.0, 22), (50.0, 150.0, 100)],
+)
+def test_compute_interval_is_sized_after_the_second_compute(
+    stand_in: bool, low: float, high: float, want: int
+) -> None:
+    metrics = (
+        _ListStandIn()
+        if stand_in
+        else RecMetricList([_make(NEMetric, RecComputeMode.UNFUSED_TASKS_COMPUTATION, 100)])
+    )
+    clock = [0.0]
+    with mock.patch("shardrec_metrics.rec.metric_module.time.time", lambda: clock[0]):
+        module = RecMetricModule(
+            batch_size=4,
+            world_size=1,
+            rec_metrics=metrics,  # type: ignore[arg-type]
+            min_compute_interval=low,
+            max_compute_interval=high,
+        )
+        for _ in range(2):
+            clock[0] += 100.0
+            assert module.compute_interval_steps == 100
+            module.compute()
+    assert module.compute_interval_steps == want
+    assert (module.min_compute_interval, module.max_compute_interval) == (-1.0, -1.0)
+    if stand_in:
+        assert metrics.computes == 2  # type: ignore[union-attr]
 
 
 def test_generate_metric_module_from_a_config() -> None:
