@@ -37,7 +37,7 @@ from shardrec_metrics.rec.nmse import NMSEMetric
 from shardrec_metrics.rec.num_missing_labels import NumMissingLabelsMetric
 from shardrec_metrics.rec.num_positive_samples import NumPositiveSamplesMetric
 from shardrec_metrics.rec.precision import PrecisionMetric
-from shardrec_metrics.rec.rec_metric import RecMetric, RecMetricList
+from shardrec_metrics.rec.rec_metric import RecMetric
 from shardrec_metrics.rec.recall import RecallMetric
 from shardrec_metrics.rec.sum_weights import SumWeightsMetric
 from shardrec_metrics.rec.unweighted_ne import UnweightedNEMetric
@@ -213,33 +213,6 @@ def test_validate_update_masks_a_task_without_weight() -> None:
     assert float(out["ctr-t1|lifetime_ctr"]) == 1.0 and float(out["ctr-t2|lifetime_ctr"]) == 0.0
 
 
-@pytest.mark.parametrize("cls", [NEMetric, MSEMetric, CalibrationMetric])
-@pytest.mark.parametrize(
-    "mode", [RecComputeMode.UNFUSED_TASKS_COMPUTATION, RecComputeMode.FUSED_TASKS_COMPUTATION]
-)
-def test_validate_update_masks_every_report_of_a_task_without_weight(
-    cls: type[RecMetric], mode: RecComputeMode
-) -> None:
-    """Each report (lifetime and window, every metric name) keeps its key under validation;
-    a task whose weights were all zero reads 0 in every one, the other task reads what an
-    unvalidated metric fed only its batches reads."""
-    data = _batches(5, [4, 4, 4])
-    zero = {t: [[(p, y, 0.0) for p, y, _ in b] for b in data[t]] for t in TASKS}
-    masked_data = {TASKS[0]: data[TASKS[0]], TASKS[1]: zero[TASKS[1]]}
-    fused = mode == RecComputeMode.FUSED_TASKS_COMPUTATION
-    checked = _make(cls, mode, 100, should_validate_update=True)
-    plain = _make(cls, mode, 100)
-    _feed(checked, masked_data, fused=fused)
-    _feed(plain, data, fused=fused)
-    got, want = checked.compute(), plain.compute()
-    assert sorted(got) == sorted(want)
-    for key, value in got.items():
-        if f"-{TASKS[1]}|" in key:
-            assert float(value) == 0.0, key
-        else:
-            assert float(value) == pytest.approx(float(want[key]), rel=1e-12), key
-
-
 def test_reset_forgets_everything_and_keys_follow_torchrec() -> None:
     metric = _make(NEMetric, RecComputeMode.UNFUSED_TASKS_COMPUTATION, 100)
     _feed(metric, _batches(1, [4]), fused=False)
@@ -298,51 +271,6 @@ def test_throughput_against_hand_computed_rates() -> None:
     assert float(out["throughput-throughput|window_throughput"]) == pytest.approx(2 * 16 / 5)
     with pytest.raises(ValueError, match="window_seconds"):
         ThroughputMetric(batch_size=1, world_size=1, window_seconds=0)
-
-
-class _ListStandIn:
-    """A duck-typed RecMetricList (as a user's mock): truthy, without a len."""
-
-    def __init__(self) -> None:
-        self.computes = 0
-
-    def compute(self) -> dict[str, torch.Tensor]:
-        self.computes += 1
-        return {"stand-in|x": torch.tensor(1.0)}
-
-
-@pytest.mark.parametrize("stand_in", [False, True])
-@pytest.mark.parametrize(
-    ("low", "high", "want"),
-    # 1 s per step, 100 steps between the first two computes; the new interval by hand:
-    # (high - 1) s, (low + 1) s, the middle, each over 1 s per step; none when 100 s fits
-    [(0.0, 30.0, 29), (150.0, math.inf, 151), (15.0, 30.0, 22), (50.0, 150.0, 100)],
-)
-def test_compute_interval_is_sized_after_the_second_compute(
-    stand_in: bool, low: float, high: float, want: int
-) -> None:
-    metrics = (
-        _ListStandIn()
-        if stand_in
-        else RecMetricList([_make(NEMetric, RecComputeMode.UNFUSED_TASKS_COMPUTATION, 100)])
-    )
-    clock = [0.0]
-    with mock.patch("shardrec_metrics.rec.metric_module.time.time", lambda: clock[0]):
-        module = RecMetricModule(
-            batch_size=4,
-            world_size=1,
-            rec_metrics=metrics,  # type: ignore[arg-type]
-            min_compute_interval=low,
-            max_compute_interval=high,
-        )
-        for _ in range(2):
-            clock[0] += 100.0
-            assert module.compute_interval_steps == 100
-            module.compute()
-    assert module.compute_interval_steps == want
-    assert (module.min_compute_interval, module.max_compute_interval) == (-1.0, -1.0)
-    if stand_in:
-        assert metrics.computes == 2  # type: ignore[union-attr]
 
 
 def test_generate_metric_module_from_a_config() -> None:
