@@ -5,7 +5,7 @@ without labels, the compute-interval sizing with a stand-in metric list, grouped
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from unittest import mock
 
 import _rec_reference as ref
@@ -20,6 +20,7 @@ from shardrec_metrics.rec.metric_module import RecMetricModule
 from shardrec_metrics.rec.metrics_config import RecComputeMode
 from shardrec_metrics.rec.mse import MSEMetric
 from shardrec_metrics.rec.ne import NEMetric
+from shardrec_metrics.rec.rauc import RAUCMetric
 from shardrec_metrics.rec.rec_metric import RecMetric, RecMetricList
 
 TASKS = ["t1", "t2"]
@@ -115,21 +116,40 @@ def test_compute_interval_is_sized_after_the_second_compute(
         assert metrics.computes == 2  # type: ignore[union-attr]
 
 
-def _grouped_auc(samples: Sequence[Sample], keys: Sequence[int]) -> float:
-    """Mean over the groups of each group's AUC (the naive pairwise count of `ref.auc`)."""
+def _rauc(samples: Sequence[Sample]) -> float:
+    """1 - label inversions over all pairs, samples ordered by (prediction, label): a
+    naive pair loop."""
+    ys = [y for p, y, _ in sorted(samples, key=lambda s: (s[0], s[1]))]
+    n = len(ys)
+    inversions = sum(ys[i] > ys[j] for i in range(n) for j in range(i + 1, n))
+    return 1 - inversions / (n * (n - 1) / 2)
+
+
+def _mean_over_groups(
+    fn: Callable[[Sequence[Sample]], float], samples: Sequence[Sample], keys: Sequence[int]
+) -> float:
     groups = sorted(set(keys))
-    return sum(
-        ref.auc([s for s, k in zip(samples, keys, strict=True) if k == g]) for g in groups
-    ) / len(groups)
+    per_group = [fn([s for s, k in zip(samples, keys, strict=True) if k == g]) for g in groups]
+    return sum(per_group) / len(groups)
 
 
+@pytest.mark.parametrize(
+    ("cls", "flag", "name", "fn"),
+    [(AUCMetric, "grouped_auc", "auc", ref.auc), (RAUCMetric, "grouped_rauc", "rauc", _rauc)],
+)
 @pytest.mark.parametrize("mode", [UNFUSED, FUSED])
-def test_grouped_auc_is_the_mean_auc_of_the_window_groups(mode: RecComputeMode) -> None:
+def test_grouped_value_is_the_mean_over_the_window_groups(
+    cls: type[RecMetric],
+    flag: str,
+    name: str,
+    fn: Callable[[Sequence[Sample]], float],
+    mode: RecComputeMode,
+) -> None:
     sizes = [5, 5, 5, 3]
     data = random_batches(21, sizes, TASKS)
     g = torch.Generator().manual_seed(4)
     keys = [torch.randint(0, 3, (n,), generator=g).tolist() for n in sizes]
-    metric = make_metric(AUCMetric, TASKS, mode, window=12, grouped_auc=True)
+    metric = make_metric(cls, TASKS, mode, window=12, **{flag: True})
     assert GROUPING_KEYS in metric.get_required_inputs()
     _feed(metric, data, mode, keys)
     out = metric.compute()
@@ -137,14 +157,17 @@ def test_grouped_auc_is_the_mean_auc_of_the_window_groups(mode: RecComputeMode) 
     for t in TASKS:
         window = ref.window_samples(data[t], 12)
         assert len(window) == len(flat_keys) == 12
-        got = out[f"auc-{t}|window_grouped_auc"]
+        got = out[f"{name}-{t}|window_grouped_{name}"]
         assert got.dtype == torch.float32  # as TorchRec
-        assert float(got) == pytest.approx(_grouped_auc(window, flat_keys), rel=1e-6)
-        assert float(out[f"auc-{t}|window_auc"]) == pytest.approx(ref.auc(window), rel=1e-6)
+        assert float(got) == pytest.approx(_mean_over_groups(fn, window, flat_keys), rel=1e-6)
+        assert float(out[f"{name}-{t}|window_{name}"]) == pytest.approx(fn(window), rel=1e-6)
 
 
-def test_grouped_auc_bad_input_names_the_fix() -> None:
-    metric = make_metric(AUCMetric, TASKS, UNFUSED, window=12, grouped_auc=True)
+@pytest.mark.parametrize(
+    ("cls", "flag"), [(AUCMetric, "grouped_auc"), (RAUCMetric, "grouped_rauc")]
+)
+def test_grouped_bad_input_names_the_fix(cls: type[RecMetric], flag: str) -> None:
+    metric = make_metric(cls, TASKS, UNFUSED, window=12, **{flag: True})
     one = {t: torch.rand(4) for t in TASKS}
     with pytest.raises(RecMetricException, match="grouping_keys"):
         metric.update(predictions=one, labels=one, weights=None)
@@ -156,4 +179,4 @@ def test_grouped_auc_bad_input_names_the_fix() -> None:
             required_inputs={GROUPING_KEYS: torch.arange(3)},
         )
     with pytest.raises(RecMetricException, match="fused update"):
-        make_metric(AUCMetric, TASKS, UNFUSED, window=12, grouped_auc=True, fused_update_limit=2)
+        make_metric(cls, TASKS, UNFUSED, window=12, fused_update_limit=2, **{flag: True})
