@@ -14,6 +14,7 @@ import torch
 from _rec_data import Sample, make_metric, random_batches
 
 from shardrec_metrics.rec.auc import GROUPING_KEYS, AUCMetric
+from shardrec_metrics.rec.auprc import AUPRCMetric
 from shardrec_metrics.rec.calibration import CalibrationMetric
 from shardrec_metrics.rec.computation import RecMetricException
 from shardrec_metrics.rec.metric_module import RecMetricModule
@@ -135,7 +136,11 @@ def _mean_over_groups(
 
 @pytest.mark.parametrize(
     ("cls", "flag", "name", "fn"),
-    [(AUCMetric, "grouped_auc", "auc", ref.auc), (RAUCMetric, "grouped_rauc", "rauc", _rauc)],
+    [
+        (AUCMetric, "grouped_auc", "auc", ref.auc),
+        (RAUCMetric, "grouped_rauc", "rauc", _rauc),
+        (AUPRCMetric, "grouped_auprc", "auprc", ref.auprc),
+    ],
 )
 @pytest.mark.parametrize("mode", [UNFUSED, FUSED])
 def test_grouped_value_is_the_mean_over_the_window_groups(
@@ -158,13 +163,14 @@ def test_grouped_value_is_the_mean_over_the_window_groups(
         window = ref.window_samples(data[t], 12)
         assert len(window) == len(flat_keys) == 12
         got = out[f"{name}-{t}|window_grouped_{name}"]
-        assert got.dtype == torch.float32  # as TorchRec
+        assert got.dtype == torch.float32  # as TorchRec's grouped values
         assert float(got) == pytest.approx(_mean_over_groups(fn, window, flat_keys), rel=1e-6)
         assert float(out[f"{name}-{t}|window_{name}"]) == pytest.approx(fn(window), rel=1e-6)
 
 
 @pytest.mark.parametrize(
-    ("cls", "flag"), [(AUCMetric, "grouped_auc"), (RAUCMetric, "grouped_rauc")]
+    ("cls", "flag"),
+    [(AUCMetric, "grouped_auc"), (RAUCMetric, "grouped_rauc"), (AUPRCMetric, "grouped_auprc")],
 )
 def test_grouped_bad_input_names_the_fix(cls: type[RecMetric], flag: str) -> None:
     metric = make_metric(cls, TASKS, UNFUSED, window=12, **{flag: True})
