@@ -247,6 +247,7 @@ def test_segmented_ne_is_ne_per_segment(
         keys = _keys(data, i).double() if float_keys else _keys(data, i)
         _feed(metric, data, mode, i, required_inputs={name: keys})
     out = metric.compute()
+    assert all(v.dim() == 0 for v in out.values())  # one 0-d value per key in every mode (TorchRec)
     for t in tasks:
         window = ref.window_batches(data[t], 8)
         for g in range(3):

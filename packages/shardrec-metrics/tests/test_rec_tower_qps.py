@@ -166,3 +166,31 @@ def test_two_ranks_sum_examples_over_the_slowest_rank(
         assert got[f"qps-{t}|lifetime_qps"] == pytest.approx(life, rel=1e-12)
         assert got[f"qps-{t}|window_qps"] == pytest.approx(win, rel=1e-12)
         assert got[f"qps-{t}|total_examples"] == sum(map(sum, RANK_SIZES.values()))
+
+
+def test_a_task_missing_from_labels_is_skipped_for_that_batch() -> None:
+    """Per task examples by hand: a batch counts only for the tasks its labels hold, whatever
+    the predictions hold; under validation a task with all-zero weights is not counted, and
+    one with no weights entry is."""
+    metric = TowerQPSMetric(
+        world_size=1,
+        my_rank=0,
+        batch_size=4,
+        tasks=[RecTaskInfo(name=t) for t in TASKS],
+        warmup_steps=0,
+        should_validate_update=True,
+    )
+    counts = {"a": 0, "b": 0}
+    g = torch.Generator().manual_seed(3)
+    present_by_step = [["a"], ["b"], TASKS, TASKS, ["b"]]
+    for step, (n, present) in enumerate(zip([4, 3, 2, 4, 1], present_by_step, strict=True)):
+        labels = {t: torch.randint(0, 2, (n,), generator=g).double() for t in present}
+        predictions = {t: torch.rand(n, generator=g) for t in TASKS}
+        weights = {"a": torch.zeros(n) if step == 3 else torch.ones(n)}  # no entry for "b"
+        metric.update(predictions=predictions, labels=labels, weights=weights)
+        for t in present:
+            counts[t] += 0 if (t == "a" and step == 3) else n
+    out = metric.compute()
+    for t in TASKS:
+        assert int(out[f"qps-{t}|total_examples"]) == counts[t]
+        assert f"qps-{t}|window_qps" in out and f"qps-{t}|lifetime_qps" in out

@@ -4,18 +4,20 @@ Samples are ranked by descending prediction; at every distinct prediction (a thr
 weighted precision and recall of "predicted >= threshold" give a point, and the area is the
 step sum over recall of precision (TorchRec's Riemann sum, with the (recall 0, precision 1)
 start; an undefined recall counts 0 and an undefined precision 1, as TorchRec). No samples
-give 0.
+give 0. With `grouped_auprc=True` also `window_grouped_auprc`: the mean over the window's
+groups (required input `grouping_keys`, one key per sample) of each group's AUPRC, as TorchRec.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from shardrec_metrics.rec._sample_window import SampleWindowComputation
+from shardrec_metrics.rec._sample_window import SampleWindowComputation, SampleWindowMetric
 from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace
-from shardrec_metrics.rec.rec_metric import RecMetric
 
 __all__ = ["AUPRCMetric", "AUPRCMetricComputation", "compute_auprc"]
 
@@ -47,7 +49,13 @@ class AUPRCMetricComputation(SampleWindowComputation):
     _metric_name = MetricName.AUPRC
     _of_samples = staticmethod(_auprc)
 
+    def __init__(self, *args: Any, grouped_auprc: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if grouped_auprc:
+            self._group_by_keys(MetricName.GROUPED_AUPRC)
 
-class AUPRCMetric(RecMetric):
+
+class AUPRCMetric(SampleWindowMetric):
     _namespace = MetricNamespace.AUPRC
     _computation_class = AUPRCMetricComputation
+    _group_flag = "grouped_auprc"

@@ -181,7 +181,7 @@ class RecMetricModule(nn.Module):
         self.last_compute_time = -1.0
 
     def _update_rec_metrics(self, model_out: dict[str, Tensor], **kwargs: Any) -> None:
-        if len(self.rec_metrics) and self.rec_tasks:
+        if self.rec_metrics and self.rec_tasks:
             labels, predictions, weights, required = parse_task_model_outputs(
                 self.rec_tasks, model_out, self.get_required_inputs()
             )
@@ -230,7 +230,9 @@ class RecMetricModule(nn.Module):
         """Every metric's values (a collective for the RecMetrics: call it on every rank)."""
         self.compute_count += 1
         out: dict[str, MetricValue] = {}
-        if len(self.rec_metrics):
+        # truthiness as TorchRec (an empty RecMetricList is falsy through its len; a stand-in
+        # list, e.g. a test's mock, is truthy)
+        if self.rec_metrics:
             self._adjust_compute_interval()
             out.update(self.rec_metrics.compute())
         if self.throughput_metric is not None:
@@ -242,7 +244,7 @@ class RecMetricModule(nn.Module):
 
     def local_compute(self) -> dict[str, MetricValue]:
         """This rank's RecMetric values (`...|local_...` keys), without communication."""
-        return dict(self.rec_metrics.local_compute()) if len(self.rec_metrics) else {}
+        return dict(self.rec_metrics.local_compute()) if self.rec_metrics else {}
 
     def sync(self) -> None:
         self.rec_metrics.sync()

@@ -3,7 +3,9 @@ predictions order the same way as the labels.
 
 Samples are sorted by (prediction, label); RAUC = 1 - inversions / (n (n - 1) / 2), where an
 inversion is a pair i < j (in that order) whose labels satisfy label_i > label_j. Weights are
-not used (as TorchRec). Window only, as TorchRec.
+not used (as TorchRec). Window only, as TorchRec. With `grouped_rauc=True` also
+`window_grouped_rauc`: the mean over the window's groups (required input `grouping_keys`, one
+key per sample) of each group's RAUC, as TorchRec.
 """
 
 from __future__ import annotations
@@ -13,9 +15,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from shardrec_metrics.rec._sample_window import SampleWindowComputation
+from shardrec_metrics.rec._sample_window import SampleWindowComputation, SampleWindowMetric
 from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace
-from shardrec_metrics.rec.rec_metric import RecMetric, RecMetricException
 
 __all__ = ["RAUCMetric", "RAUCMetricComputation", "compute_rauc", "count_inversions"]
 
@@ -49,7 +50,8 @@ def _rauc(predictions: Tensor, labels: Tensor, weights: Tensor) -> Tensor:
         )
     ]
     pairs = n * (n - 1) / 2
-    return torch.tensor(1 - count_inversions(ordered) / pairs, dtype=torch.double)
+    # float32, as TorchRec (a default-dtype tensor of the Python value)
+    return torch.tensor(1 - count_inversions(ordered) / pairs, dtype=torch.float32)
 
 
 def compute_rauc(
@@ -71,11 +73,12 @@ class RAUCMetricComputation(SampleWindowComputation):
     _of_samples = staticmethod(_rauc)
 
     def __init__(self, *args: Any, grouped_rauc: bool = False, **kwargs: Any) -> None:
-        if grouped_rauc:
-            raise RecMetricException("grouped_rauc is not supported by shardrec's RAUCMetric")
         super().__init__(*args, **kwargs)
+        if grouped_rauc:
+            self._group_by_keys(MetricName.GROUPED_RAUC)
 
 
-class RAUCMetric(RecMetric):
+class RAUCMetric(SampleWindowMetric):
     _namespace = MetricNamespace.RAUC
     _computation_class = RAUCMetricComputation
+    _group_flag = "grouped_rauc"

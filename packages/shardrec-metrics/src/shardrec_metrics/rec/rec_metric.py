@@ -319,12 +319,13 @@ class RecMetric(_Parts, nn.Module):
         for group, computation in zip(groups, self._computations(), strict=True):
             computation.pre_compute()
             reports = getattr(computation, scope + "compute")()
-            valid: Iterator[Any] = (
-                iter(computation.valid_updates())
-                if self._should_validate_update
-                else itertools.repeat(1)
-            )
             for report in reports:
+                # each report masks its own tasks: one flag per task, read afresh per report
+                valid: Iterator[Any] = (
+                    iter(computation.valid_updates())
+                    if self._should_validate_update
+                    else itertools.repeat(1)
+                )
                 # as TorchRec: one computation per task reports its (1,) value as is; a fused
                 # computation's (n_tasks, ...) value is split into one value per task
                 values = list(report.value) if fused else [report.value]

@@ -22,7 +22,7 @@ from torch import Tensor
 from shardrec_metrics._validate import check_int_at_least
 from shardrec_metrics.ne import ETA
 from shardrec_metrics.rec.computation import BatchComputation, RecMetricException, required_input
-from shardrec_metrics.rec.metrics_config import RecTaskInfo
+from shardrec_metrics.rec.metrics_config import RecComputeMode, RecTaskInfo
 from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace, MetricPrefix
 from shardrec_metrics.rec.ne import NE_STATES, compute_cross_entropy, compute_logloss, label_sums
 from shardrec_metrics.rec.ne import compute_ne as _compute_ne
@@ -199,8 +199,12 @@ class SegmentedNEMetricComputation(BatchComputation):
                 (MetricPrefix.LIFETIME, self._segment_values(prefix, window=False)),
                 (MetricPrefix.WINDOW, self._segment_values(prefix, window=True)),
             )
+            # as TorchRec: a computation of one task (unfused mode) reports 0-d values
+            one = self._compute_mode == RecComputeMode.UNFUSED_TASKS_COMPUTATION
             reports += [  # TorchRec's order: per metric, per segment, lifetime then window
-                MetricComputationReport(name, scope, values[name][:, g], f"_{g}{suffix}")
+                MetricComputationReport(
+                    name, scope, values[name][0, g] if one else values[name][:, g], f"_{g}{suffix}"
+                )
                 for name in scopes[0][1]
                 for g in range(config.num_groups)
                 for scope, values in scopes

@@ -105,7 +105,8 @@ class TowerQPSMetricComputation(BatchComputation):
 
 
 class TowerQPSMetric(RecMetric):
-    """Tower QPS per task (module docstring). `update` needs only labels; a fused update
+    """Tower QPS per task (module docstring). `update` reads only labels (predictions are
+    ignored; a task missing from `labels` is skipped for that batch); a fused update
     (`fused_update_limit` > 0) would merge steps and is refused."""
 
     _namespace = MetricNamespace.TOWER_QPS
@@ -124,5 +125,11 @@ class TowerQPSMetric(RecMetric):
         weights: RecModelOutput | None,
         **kwargs: Any,
     ) -> None:
-        given = labels if predictions is None else predictions
-        super().update(predictions=given, labels=labels, weights=weights, **kwargs)
+        # as TorchRec: only labels count; a task without labels in this batch is skipped, and
+        # one without weights counts as a valid update
+        if isinstance(labels, dict) and isinstance(weights, dict):
+            weights = {
+                name: weights[name] if name in weights else torch.ones_like(lab, dtype=torch.double)
+                for name, lab in labels.items()
+            }
+        super().update(predictions=labels, labels=labels, weights=weights, **kwargs)
