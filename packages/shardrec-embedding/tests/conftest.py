@@ -1,7 +1,10 @@
-"""Naive references and random inputs for the embedding tests (exposed as fixtures)."""
+"""Naive references and random inputs for the embedding tests (exposed as fixtures); the tests'
+helper module (`_quant_cases`) importable under --import-mode=importlib."""
 
 from __future__ import annotations
 
+import pathlib
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -15,6 +18,10 @@ from shardrec_embedding.fused.lookup import fused_update
 from shardrec_jagged import JaggedTensor, KeyedJaggedTensor
 from shardrec_optim import FusedOptimSpec, init_state
 from shardrec_testing import random_lengths, seeded_generator, tolerance
+
+_HERE = str(pathlib.Path(__file__).parent)
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
 
 _Table = TypeVar("_Table", bound=BaseEmbeddingConfig)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _quant_cases import float_and_quantized, quantized
 from torch.ao.quantization import PlaceholderObserver
 
 from shardrec_embedding import (
@@ -16,19 +17,6 @@ from shardrec_embedding import (
 )
 from shardrec_embedding.quant import SegmentMeta
 from shardrec_jagged import KeyedJaggedTensor
-
-
-def _quantized(
-    ebc: EmbeddingBagCollection, dtype: torch.dtype, out: torch.dtype = torch.float
-) -> QuantEmbeddingBagCollection:
-    ebc.qconfig = QuantConfig(
-        activation=PlaceholderObserver.with_args(dtype=out),
-        weight=PlaceholderObserver.with_args(dtype=dtype),
-    )
-    try:
-        return QuantEmbeddingBagCollection.from_float(ebc)
-    finally:
-        del ebc.qconfig
 
 
 def _tables(pooling: PoolingType) -> list[EmbeddingBagConfig]:
@@ -68,7 +56,7 @@ def _per_table(
     for t in ebc.embedding_bag_configs():
         single = EmbeddingBagCollection([t], is_weighted=ebc.is_weighted())
         single.embedding_bags[t.name].weight.data.copy_(ebc.embedding_bags[t.name].weight)
-        blocks.append(_quantized(single, dtype)(kjt).values())
+        blocks.append(quantized(single, dtype)(kjt).values())
     return torch.cat(blocks, dim=1)
 
 
@@ -78,9 +66,7 @@ def test_grouped_equals_per_table(
     dtype: torch.dtype, pooled_case: tuple[PoolingType, bool], key_order: str
 ) -> None:
     pooling, weighted = pooled_case
-    torch.manual_seed(0)
-    ebc = EmbeddingBagCollection(_tables(pooling), is_weighted=weighted)
-    grouped = _quantized(ebc, dtype)
+    ebc, grouped = float_and_quantized(_tables(pooling), weighted, dtype)
     assert len(grouped.lookup.groups) == 1
     keys = ["f0", "f1", "f2", "f3"] if key_order == "table" else ["f2", "f0", "f3", "f1"]
     for seed, batch, id_dtype in [(0, 6, torch.int64), (1, 1, torch.int32), (2, 0, torch.int64)]:
@@ -114,13 +100,7 @@ def test_mixed_groups_interleaved_in_output() -> None:
     for t in tables:
         single = EmbeddingBagCollection([t])
         single.embedding_bags[t.name].weight.data.copy_(ebc.embedding_bags[t.name].weight)
-        single.qconfig = QuantConfig(
-            activation=PlaceholderObserver.with_args(dtype=torch.float),
-            weight=PlaceholderObserver.with_args(
-                dtype=torch.float16 if t.name == "t3" else torch.int8
-            ),
-        )
-        want = QuantEmbeddingBagCollection.from_float(single)(kjt).to_dict()
+        want = quantized(single, torch.float16 if t.name == "t3" else torch.int8)(kjt).to_dict()
         for f in t.feature_names:
             name = f if f != "a" else f"a@{t.name}"
             torch.testing.assert_close(got[name], want[f], rtol=0, atol=0)
@@ -147,8 +127,8 @@ def test_output_runs_of_segments() -> None:
 def test_half_output_is_the_rounded_fp32_output(dtype: torch.dtype) -> None:
     torch.manual_seed(2)
     ebc = EmbeddingBagCollection(_tables(PoolingType.SUM))
-    fp32 = _quantized(ebc, dtype)
-    fp16 = _quantized(ebc, dtype, torch.half)
+    fp32 = quantized(ebc, dtype)
+    fp16 = quantized(ebc, dtype, torch.half)
     kjt = _kjt(["f0", "f1", "f2", "f3"], 4, False, 4, torch.int64)
     out = fp16(kjt).values()
     assert out.dtype == torch.float16
@@ -158,7 +138,7 @@ def test_half_output_is_the_rounded_fp32_output(dtype: torch.dtype) -> None:
 def test_scripted_grouped_lookup_equals_eager() -> None:
     torch.manual_seed(3)
     ebc = EmbeddingBagCollection(_tables(PoolingType.SUM), is_weighted=True)
-    qebc = _quantized(ebc, torch.quint4x2)
+    qebc = quantized(ebc, torch.quint4x2)
     keys = ["f3", "f1", "f0", "f2"]
     scripted = torch.jit.script(qebc.scriptable(keys))
     kjt = _kjt(keys, 5, True, 5, torch.int64)
@@ -170,7 +150,7 @@ def test_scripted_grouped_lookup_equals_eager() -> None:
 def test_out_of_range_id_in_a_packed_group_names_its_table() -> None:
     # id 35 is a valid row of the packed buffer (t1's rows start at 30) but not of t0
     ebc = EmbeddingBagCollection(_tables(PoolingType.SUM))
-    qebc = _quantized(ebc, torch.int8)
+    qebc = quantized(ebc, torch.int8)
     kjt = KeyedJaggedTensor.from_lengths_sync(
         ["f0", "f1", "f2", "f3"], torch.tensor([35, 1, 2, 3]), torch.tensor([1, 1, 1, 1])
     )

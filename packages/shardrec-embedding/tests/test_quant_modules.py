@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _quant_cases import float_and_quantized, qconfig, quantized
 from torch import nn
 from torch.ao.quantization import PlaceholderObserver
 
@@ -40,13 +41,6 @@ DTYPES = {
 }
 
 
-def _qconfig(dtype: torch.dtype, out: torch.dtype = torch.float) -> QuantConfig:
-    return QuantConfig(
-        activation=PlaceholderObserver.with_args(dtype=out),
-        weight=PlaceholderObserver.with_args(dtype=dtype),
-    )
-
-
 def _bag_tables(pooling: PoolingType = PoolingType.SUM) -> list[EmbeddingBagConfig]:
     return [
         EmbeddingBagConfig(
@@ -66,16 +60,6 @@ def _bag_tables(pooling: PoolingType = PoolingType.SUM) -> list[EmbeddingBagConf
             name="t3", num_embeddings=20, embedding_dim=6, feature_names=["d"], pooling=pooling
         ),
     ]
-
-
-def _quantized(
-    ebc: EmbeddingBagCollection, dtype: torch.dtype, out: torch.dtype = torch.float
-) -> QuantEmbeddingBagCollection:
-    ebc.qconfig = _qconfig(dtype, out)
-    try:
-        return QuantEmbeddingBagCollection.from_float(ebc)
-    finally:
-        del ebc.qconfig
 
 
 def _pooled_bound(
@@ -107,9 +91,7 @@ def test_ebc_within_scale_bound(
     dtype: torch.dtype, pooled_case: tuple[PoolingType, bool], helpers: object
 ) -> None:
     pooling, weighted = pooled_case
-    torch.manual_seed(0)
-    ebc = EmbeddingBagCollection(_bag_tables(pooling), is_weighted=weighted)
-    qebc = _quantized(ebc, dtype)
+    ebc, qebc = float_and_quantized(_bag_tables(pooling), weighted, dtype)
     kjt = helpers.random_kjt(
         ebc.embedding_bag_configs(),
         7,
@@ -149,7 +131,7 @@ def test_quantize_dynamic_with_mapping_and_fp16_output() -> None:
         warnings.simplefilter("ignore")
         q = torch.ao.quantization.quantize_dynamic(
             model,
-            qconfig_spec={EmbeddingBagCollection: _qconfig(torch.int8, torch.half)},
+            qconfig_spec={EmbeddingBagCollection: qconfig(torch.int8, torch.half)},
             mapping={EmbeddingBagCollection: QuantEmbeddingBagCollection},
             inplace=False,
         )
@@ -186,7 +168,7 @@ def test_per_table_dtype_and_bytes() -> None:
 @pytest.mark.parametrize("dtype", list(DTYPES))
 def test_state_dict_round_trip_exact(dtype: torch.dtype) -> None:
     ebc = EmbeddingBagCollection(_bag_tables())
-    q = _quantized(ebc, dtype)
+    q = quantized(ebc, dtype)
     sd = q.state_dict()
     names = {"t0", "t1", "t2", "t3"}
     assert {k.split(".")[1] for k in sd} == names
@@ -203,7 +185,7 @@ def test_state_dict_round_trip_exact(dtype: torch.dtype) -> None:
 
 
 def test_state_dict_shape_mismatch_and_missing_keys() -> None:
-    q = _quantized(EmbeddingBagCollection(_bag_tables()), torch.int8)
+    q = quantized(EmbeddingBagCollection(_bag_tables()), torch.int8)
     sd = q.state_dict()
     sd["embedding_bags.t1.weight"] = torch.zeros(25, 9, dtype=torch.uint8)
     with pytest.raises(RuntimeError, match=r"embedding_bags.t1.weight: expected \(25, 8\)"):
@@ -232,7 +214,7 @@ def test_bad_input() -> None:
     ebc = EmbeddingBagCollection(_bag_tables())
     with pytest.raises(ValueError, match="no qconfig"):
         QuantEmbeddingBagCollection.from_float(ebc)
-    ebc.qconfig = _qconfig(torch.int32)
+    ebc.qconfig = qconfig(torch.int32)
     with pytest.raises(ValueError, match=r"torch\.int32"):
         QuantEmbeddingBagCollection.from_float(ebc)
     with pytest.raises(ValueError, match=r"torch\.int32"):

@@ -35,6 +35,22 @@ _SAMPLE_STATES = (PREDICTIONS, LABELS, WEIGHTS)
 PerTask = Callable[[Tensor, Tensor, Tensor], Tensor]
 
 
+def each_task(
+    fn: PerTask,
+    n_tasks: int,
+    predictions: list[Tensor] | Tensor,
+    labels: list[Tensor] | Tensor,
+    weights: list[Tensor] | Tensor,
+) -> Tensor:
+    """(n_tasks,) `fn` of each task's row of (n_tasks, N) samples (or of lists of such blocks,
+    concatenated): the public `compute_auc`/`compute_rauc`/`compute_auprc` functions."""
+    p, y, w = (
+        torch.cat(t, dim=-1) if isinstance(t, list) else t for t in (predictions, labels, weights)
+    )
+    p, y, w = (t.reshape(n_tasks, -1) for t in (p, y, w))
+    return torch.stack([fn(p[i], y[i], w[i]) for i in range(n_tasks)])
+
+
 def mean_over_groups(
     fn: PerTask, predictions: Tensor, labels: Tensor, weights: Tensor, keys: Tensor, empty: float
 ) -> Tensor:
@@ -55,15 +71,22 @@ class SampleWindowComputation(BatchComputation, abc.ABC):
     _metric_name: ClassVar[MetricName]
     _of_samples: ClassVar[Callable[..., Tensor]]  # a PerTask function
 
+    # The grouped report a metric can add; its value is also the constructor's keyword that
+    # turns it on (TorchRec's `grouped_auc`, `grouped_rauc`, `grouped_auprc`).
+    _grouped_report: ClassVar[MetricName | None] = None
     _grouped: MetricName | None = None  # the grouped report's name, when grouped
     _no_signal: float = 0.5  # a grouped value without samples
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        report = self._grouped_report
+        grouped = report is not None and bool(kwargs.pop(report.value, False))
         super().__init__(*args, **kwargs)
         for name in _SAMPLE_STATES:
             self._add_state(
                 name, [], add_window_state=False, dist_reduce_fx="cat", persistent=False
             )
+        if grouped and report is not None:
+            self._group_by_keys(report)
 
     def _group_by_keys(self, report: MetricName) -> None:
         """Also keep `grouping_keys` and report `report`, the mean value over the groups."""
@@ -164,17 +187,19 @@ class SampleWindowComputation(BatchComputation, abc.ABC):
 
 
 class SampleWindowMetric(RecMetric):
-    """A RecMetric of a SampleWindowComputation whose `_group_flag` keyword (TorchRec's
+    """A RecMetric of a SampleWindowComputation whose grouped report's keyword (TorchRec's
     `grouped_auc`, `grouped_rauc`) turns grouping on: `grouping_keys` becomes a required input,
     and a fused update (which would merge batches and their keys) is refused, as TorchRec."""
 
-    _group_flag: ClassVar[str]
+    _computation_class: ClassVar[type[SampleWindowComputation]]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        grouped = bool(kwargs.get(self._group_flag))
+        report = self._computation_class._grouped_report
+        flag = "" if report is None else report.value
+        grouped = bool(flag) and bool(kwargs.get(flag))
         if grouped and kwargs.get("fused_update_limit", 0) > 0:
             raise RecMetricException(
-                f"{self._group_flag}=True does not support fused update: pass fused_update_limit=0"
+                f"{flag}=True does not support fused update: pass fused_update_limit=0"
             )
         super().__init__(*args, **kwargs)
         if grouped:

@@ -12,6 +12,7 @@ mean over the window's groups of each group's AUC (0.5 without samples), as Torc
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Any
 
 import torch
@@ -22,6 +23,7 @@ from shardrec_metrics.rec._sample_window import (
     GROUPING_KEYS,
     SampleWindowComputation,
     SampleWindowMetric,
+    each_task,
     mean_over_groups,
 )
 from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace
@@ -54,11 +56,7 @@ def compute_auc(
     apply_bin: bool = False,
 ) -> Tensor:
     """(n_tasks,) AUC of (n_tasks, N) samples (or lists of such blocks, concatenated)."""
-    p, y, w = (
-        torch.cat(t, dim=-1) if isinstance(t, list) else t for t in (predictions, labels, weights)
-    )
-    p, y, w = (t.reshape(n_tasks, -1) for t in (p, y, w))
-    return torch.stack([_auc(p[i], y[i], w[i], apply_bin) for i in range(n_tasks)])
+    return each_task(partial(_auc, apply_bin=apply_bin), n_tasks, predictions, labels, weights)
 
 
 def compute_auc_per_group(
@@ -84,14 +82,11 @@ class AUCMetricComputation(SampleWindowComputation):
     the mean per-group AUC (module docstring)."""
 
     _metric_name = MetricName.AUC
+    _grouped_report = MetricName.GROUPED_AUC
 
-    def __init__(
-        self, *args: Any, grouped_auc: bool = False, apply_bin: bool = False, **kwargs: Any
-    ) -> None:
+    def __init__(self, *args: Any, apply_bin: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._apply_bin = apply_bin
-        if grouped_auc:
-            self._group_by_keys(MetricName.GROUPED_AUC)
 
     def _value_of_samples(self, predictions: Tensor, labels: Tensor, weights: Tensor) -> Tensor:
         return _auc(predictions, labels, weights, self._apply_bin)
@@ -100,4 +95,3 @@ class AUCMetricComputation(SampleWindowComputation):
 class AUCMetric(SampleWindowMetric):
     _namespace = MetricNamespace.AUC
     _computation_class = AUCMetricComputation
-    _group_flag = "grouped_auc"

@@ -10,13 +10,15 @@ groups (required input `grouping_keys`, one key per sample) of each group's AUPR
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from shardrec_metrics.rec._sample_window import SampleWindowComputation, SampleWindowMetric
+from shardrec_metrics.rec._sample_window import (
+    SampleWindowComputation,
+    SampleWindowMetric,
+    each_task,
+)
 from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace
 
 __all__ = ["AUPRCMetric", "AUPRCMetricComputation", "compute_auprc"]
@@ -41,21 +43,15 @@ def _auprc(predictions: Tensor, labels: Tensor, weights: Tensor) -> Tensor:
 
 def compute_auprc(n_tasks: int, predictions: Tensor, labels: Tensor, weights: Tensor) -> Tensor:
     """(n_tasks,) AUPRC of (n_tasks, N) samples."""
-    p, y, w = (t.reshape(n_tasks, -1) for t in (predictions, labels, weights))
-    return torch.stack([_auprc(p[i], y[i], w[i]) for i in range(n_tasks)])
+    return each_task(_auprc, n_tasks, predictions, labels, weights)
 
 
 class AUPRCMetricComputation(SampleWindowComputation):
     _metric_name = MetricName.AUPRC
     _of_samples = staticmethod(_auprc)
-
-    def __init__(self, *args: Any, grouped_auprc: bool = False, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        if grouped_auprc:
-            self._group_by_keys(MetricName.GROUPED_AUPRC)
+    _grouped_report = MetricName.GROUPED_AUPRC
 
 
 class AUPRCMetric(SampleWindowMetric):
     _namespace = MetricNamespace.AUPRC
     _computation_class = AUPRCMetricComputation
-    _group_flag = "grouped_auprc"

@@ -10,12 +10,14 @@ key per sample) of each group's RAUC, as TorchRec.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import Tensor
 
-from shardrec_metrics.rec._sample_window import SampleWindowComputation, SampleWindowMetric
+from shardrec_metrics.rec._sample_window import (
+    SampleWindowComputation,
+    SampleWindowMetric,
+    each_task,
+)
 from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace
 
 __all__ = ["RAUCMetric", "RAUCMetricComputation", "compute_rauc", "count_inversions"]
@@ -61,24 +63,15 @@ def compute_rauc(
     weights: list[Tensor] | Tensor,
 ) -> Tensor:
     """(n_tasks,) RAUC of (n_tasks, N) samples (or lists of such blocks, concatenated)."""
-    p, y, w = (
-        torch.cat(t, dim=-1) if isinstance(t, list) else t for t in (predictions, labels, weights)
-    )
-    p, y, w = (t.reshape(n_tasks, -1) for t in (p, y, w))
-    return torch.stack([_rauc(p[i], y[i], w[i]) for i in range(n_tasks)])
+    return each_task(_rauc, n_tasks, predictions, labels, weights)
 
 
 class RAUCMetricComputation(SampleWindowComputation):
     _metric_name = MetricName.RAUC
     _of_samples = staticmethod(_rauc)
-
-    def __init__(self, *args: Any, grouped_rauc: bool = False, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        if grouped_rauc:
-            self._group_by_keys(MetricName.GROUPED_RAUC)
+    _grouped_report = MetricName.GROUPED_RAUC
 
 
 class RAUCMetric(SampleWindowMetric):
     _namespace = MetricNamespace.RAUC
     _computation_class = RAUCMetricComputation
-    _group_flag = "grouped_rauc"
