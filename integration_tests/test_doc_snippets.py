@@ -119,6 +119,7 @@ def test_block_runs(
 
 
 PROCESSES = [s for s in ALL if s.kind in ("torchrun", "script")]
+_TEARDOWN_ABORT = "terminate called without an active exception"
 
 
 @pytest.mark.slow
@@ -130,9 +131,15 @@ def test_block_runs_in_its_processes(snippet: Snippet, tmp_path: pathlib.Path) -
     if snippet.kind == "torchrun":
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
         cmd += ["--nproc-per-node", str(snippet.ranks), str(path)]
-    done = subprocess.run(
-        cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300, check=False
-    )
+    for _attempt in range(3):
+        done = subprocess.run(
+            cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300, check=False
+        )
+        # torch 2.13 + gloo: now and then a rank that has run a backward aborts at interpreter
+        # exit, after the script has finished ("terminate called without an active exception";
+        # reproduced with plain torch, no shardrec import). Only that abort is run again.
+        if done.returncode == 0 or _TEARDOWN_ABORT not in done.stderr:
+            break
     assert done.returncode == 0, (
         f"{snippet.id} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
     )
