@@ -122,18 +122,78 @@ KJT_PATHS: dict[str, Callable[..., Any]] = {
 
 # (promise, keys, lengths, offsets, the error's words); values are always [10, 11, 12].
 KJT_PROMISES = [
-    ("negative length, one key", ["a"], T([3, -1]), None, r"lengths\[1\] = -1 is negative \(key 'a', sample 1\)"),
-    ("negative length, two keys", ["a", "b"], T([1, 2, -1, 0]), None, r"lengths\[2\] = -1 is negative \(key 'b', sample 0\)"),
+    (
+        "negative length, one key",
+        ["a"],
+        T([3, -1]),
+        None,
+        r"lengths\[1\] = -1 is negative \(key 'a', sample 1\)",
+    ),
+    (
+        "negative length, two keys",
+        ["a", "b"],
+        T([1, 2, -1, 0]),
+        None,
+        r"lengths\[2\] = -1 is negative \(key 'b', sample 0\)",
+    ),
     ("lengths past values, one key", ["a"], T([2, 2]), None, r"lengths sum to 4 .*only 3 entries"),
-    ("lengths past values, two keys", ["a", "b"], T([1, 1, 1, 1]), None, r"lengths sum to 4 .*only 3 entries"),
-    ("offsets not from 0, one key", ["a"], None, T([1, 2, 3]), r"offsets\[0\] = 1; offsets must start at 0"),
-    ("offsets not from 0, two keys", ["a", "b"], None, T([1, 1, 2, 2, 3]), r"offsets\[0\] = 1; offsets must start at 0"),
-    ("offsets decreasing between keys", ["a", "b"], None, T([0, 2, 3, 1, 1]), r"offsets decrease within key 'b'"),
-    ("offsets past values, one key", ["a"], None, T([0, 2, 4]), r"offsets\[-1\] = 4 but values has only 3"),
-    ("offsets past values, two keys", ["a", "b"], None, T([0, 1, 2, 3, 4]), r"offsets\[-1\] = 4 but values has only 3"),
-    ("lengths and offsets disagree, one key", ["a"], T([1, 1]), T([0, 2, 2]), r"disagree at bag 0: lengths\[0\] = 1"),
-    ("lengths and offsets disagree, two keys", ["a", "b"], T([1, 1, 0, 1]), T([0, 1, 2, 3, 3]), r"disagree at bag 2: lengths\[2\] = 0"),
-]  # fmt: skip
+    (
+        "lengths past values, two keys",
+        ["a", "b"],
+        T([1, 1, 1, 1]),
+        None,
+        r"lengths sum to 4 .*only 3 entries",
+    ),
+    (
+        "offsets not from 0, one key",
+        ["a"],
+        None,
+        T([1, 2, 3]),
+        r"offsets\[0\] = 1; offsets must start at 0",
+    ),
+    (
+        "offsets not from 0, two keys",
+        ["a", "b"],
+        None,
+        T([1, 1, 2, 2, 3]),
+        r"offsets\[0\] = 1; offsets must start at 0",
+    ),
+    (
+        "offsets decreasing between keys",
+        ["a", "b"],
+        None,
+        T([0, 2, 3, 1, 1]),
+        r"offsets decrease within key 'b'",
+    ),
+    (
+        "offsets past values, one key",
+        ["a"],
+        None,
+        T([0, 2, 4]),
+        r"offsets\[-1\] = 4 but values has only 3",
+    ),
+    (
+        "offsets past values, two keys",
+        ["a", "b"],
+        None,
+        T([0, 1, 2, 3, 4]),
+        r"offsets\[-1\] = 4 but values has only 3",
+    ),
+    (
+        "lengths and offsets disagree, one key",
+        ["a"],
+        T([1, 1]),
+        T([0, 2, 2]),
+        r"disagree at bag 0: lengths\[0\] = 1",
+    ),
+    (
+        "lengths and offsets disagree, two keys",
+        ["a", "b"],
+        T([1, 1, 0, 1]),
+        T([0, 1, 2, 3, 3]),
+        r"disagree at bag 2: lengths\[2\] = 0",
+    ),
+]
 
 
 @pytest.mark.parametrize("path", list(KJT_PATHS), ids=list(KJT_PATHS))
@@ -187,7 +247,7 @@ JT_PROMISES = [
     ("offsets decreasing", None, T([0, 3, 2]), r"offsets decrease at index 2 \(3 -> 2\)"),
     ("offsets past values", None, T([0, 2, 4]), r"offsets\[-1\] = 4 but values has only 3"),
     ("lengths and offsets disagree", T([1, 1]), T([0, 2, 2]), r"disagree at bag 0"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("path", list(JT_PATHS), ids=list(JT_PATHS))

@@ -92,13 +92,12 @@ def _negative_length_error_vb(
 ) -> ValueError:
     """The error for a variable-batch KJT's first negative length, naming its key and sample."""
     i = int((lengths < 0).nonzero()[0, 0])
-    start = 0
-    for key, n in zip(keys, stride_per_key, strict=True):
-        if i < start + n:
-            break
-        start += n
+    start, k = 0, 0
+    while k < len(keys) - 1 and i >= start + stride_per_key[k]:
+        start += stride_per_key[k]
+        k += 1
     return ValueError(
-        f"lengths[{i}] = {int(lengths[i])} is negative (key {key!r}, sample {i - start}); "
+        f"lengths[{i}] = {int(lengths[i])} is negative (key {keys[k]!r}, sample {i - start}); "
         "lengths count ids per bag and must be >= 0"
     )
 

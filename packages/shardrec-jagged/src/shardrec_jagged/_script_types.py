@@ -273,8 +273,6 @@ class ScriptKeyedJaggedTensor:
         self._stride_per_key_per_rank = stride_per_key_per_rank
         self._length_per_key = length_per_key
         self._offset_per_key = offset_per_key
-        # Both given: their agreement is checked at the first host read, as in the Python class.
-        self._check_agree: bool = lengths is not None and offsets is not None
         # The Python class's caches: declared so that a KJT returned to Python is complete.
         self._stride_per_key = torch.jit.annotate(list[int] | None, None)
         self._lengths_offset_per_key = torch.jit.annotate(list[int] | None, None)
@@ -353,9 +351,11 @@ class ScriptKeyedJaggedTensor:
                 given_offsets = self._offsets
                 if given_offsets is None and lengths is not None:
                     _check_lengths(lengths, self._keys, self.stride_per_key(), n_values)
-                if self._check_agree and lengths is not None and given_offsets is not None:
+                if lengths is not None and given_offsets is not None:
+                    # Both present: compared bag by bag (the twin declares only the Python
+                    # class's fields, which artifacts are fed with, so it cannot tell given
+                    # from derived; one full pass, at the first read only).
                     _check_agree(lengths, given_offsets)
-                    self._check_agree = False
                 bounds = torch.tensor(
                     _cumsum(self.stride_per_key()), dtype=torch.long, device=self._values.device
                 )
