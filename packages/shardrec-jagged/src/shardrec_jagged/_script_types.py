@@ -332,6 +332,13 @@ class ScriptKeyedJaggedTensor:
     def variable_stride_per_key(self) -> bool:
         return self._stride_per_key_per_rank is not None
 
+    def stride_per_key_per_rank(self) -> list[list[int]]:
+        """`[F][R]`; `[]` unless the KJT has variable batch per key."""
+        spkpr = self._stride_per_key_per_rank
+        if spkpr is None:
+            return torch.jit.annotate(list[list[int]], [])
+        return spkpr
+
     def stride_per_key(self) -> list[int]:
         spkpr = self._stride_per_key_per_rank
         if spkpr is None:
@@ -380,6 +387,17 @@ class ScriptKeyedJaggedTensor:
 
     def offset_per_key_or_none(self) -> list[int] | None:
         return self._offset_per_key
+
+    def sync(self) -> "ScriptKeyedJaggedTensor":
+        """Compute `length_per_key`/`offset_per_key` now (one device-to-host copy)."""
+        self.offset_per_key()
+        return self
+
+    def unsync(self) -> "ScriptKeyedJaggedTensor":
+        """Drop the cached host-side metadata."""
+        self._length_per_key = None
+        self._offset_per_key = None
+        return self
 
     def _index(self, key: str) -> int:
         for i, k in enumerate(self._keys):
