@@ -142,7 +142,31 @@ class PositionWeightedModule(FeatureProcessor):
         )
 
 
-class PositionWeightedModuleCollection(FeatureProcessorsCollection):
+class _PositionWeightsDict(nn.Module):
+    """`position_weights` (a ParameterDict) mirrored into the plain dict `position_weights_dict`
+    (TorchScript cannot index a ParameterDict by a variable key), kept in step across
+    `reset_parameters()`, `.to()` and `load_state_dict(assign=True)` (`_resync`)."""
+
+    position_weights_dict: dict[str, torch.Tensor]
+    if TYPE_CHECKING:  # for mypy only: torch.jit.script would read class annotations
+        position_weights: nn.ParameterDict
+
+    def _sync_dict(self) -> None:
+        self.position_weights_dict = dict(self.position_weights.items())
+
+    def reset_parameters(self) -> None:
+        with torch.no_grad():
+            for p in self.position_weights.values():
+                p.fill_(1.0)
+        self._sync_dict()
+
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> nn.Module:
+        result: nn.Module = super()._apply(fn, recurse)  # type: ignore[no-untyped-call]  # untyped in torch
+        self._sync_dict()
+        return result
+
+
+class PositionWeightedModuleCollection(FeatureProcessorsCollection, _PositionWeightsDict):
     """Position weights for several features of a KJT at once (TorchRec's module of this name).
 
     forward(KJT) -> the same KJT with `weights` set; features without a maximum length get
@@ -162,20 +186,6 @@ class PositionWeightedModuleCollection(FeatureProcessorsCollection):
         super().__init__()
         init_position_weights(self, max_feature_lengths, device)
         self.register_load_state_dict_post_hook(_resync)  # type: ignore[no-untyped-call]  # untyped in torch
-
-    def _sync_dict(self) -> None:
-        self.position_weights_dict = dict(self.position_weights.items())
-
-    def reset_parameters(self) -> None:
-        with torch.no_grad():
-            for p in self.position_weights.values():
-                p.fill_(1.0)
-        self._sync_dict()
-
-    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> nn.Module:
-        result: nn.Module = super()._apply(fn, recurse)  # type: ignore[no-untyped-call]  # untyped in torch
-        self._sync_dict()
-        return result
 
     def forward(self, features: KeyedJaggedTensor) -> KeyedJaggedTensor:
         # Nested ifs: TorchScript drops only the body of `if not is_scripting()`.
@@ -208,7 +218,7 @@ class PositionWeightedModuleCollection(FeatureProcessorsCollection):
 
 def _resync(module: nn.Module, incompatible_keys: object) -> None:
     """After `load_state_dict` (which may assign new Parameters): refresh the plain dict."""
-    assert isinstance(module, PositionWeightedModuleCollection | PositionWeightedProcessor)
+    assert isinstance(module, _PositionWeightsDict)
     module._sync_dict()
 
 
@@ -217,7 +227,7 @@ class BaseGroupedFeatureProcessor(TorchScriptable, nn.Module):
     `torchrec.modules.feature_processor.BaseGroupedFeatureProcessor`)."""
 
 
-class PositionWeightedProcessor(BaseGroupedFeatureProcessor):
+class PositionWeightedProcessor(BaseGroupedFeatureProcessor, _PositionWeightsDict):
     """Position weights for the features of a KJT, keeping only those features (TorchRec's
     `torchrec.modules.feature_processor.PositionWeightedProcessor`).
 
@@ -243,12 +253,6 @@ class PositionWeightedProcessor(BaseGroupedFeatureProcessor):
         super().__init__()
         init_position_weights(self, max_feature_lengths, device)
         self.register_load_state_dict_post_hook(_resync)  # type: ignore[no-untyped-call]  # untyped in torch
-
-    # The plain-dict twin of `position_weights` (TorchScript cannot index a ParameterDict by a
-    # variable key): the same three methods as PositionWeightedModuleCollection's.
-    _sync_dict = PositionWeightedModuleCollection._sync_dict
-    reset_parameters = PositionWeightedModuleCollection.reset_parameters
-    _apply = PositionWeightedModuleCollection._apply
 
     def forward(self, features: KeyedJaggedTensor) -> KeyedJaggedTensor:
         # Nested ifs: TorchScript drops only the body of `if not is_scripting()`.

@@ -37,9 +37,10 @@ def _jagged_parts(td: Any, key: str) -> tuple[torch.Tensor, torch.Tensor]:
             f"maybe_td_to_kjt: entry {key!r} is {kind}; each entry must be a jagged-layout "
             "nested tensor (torch.nested.nested_tensor_from_jagged(values, lengths=...))"
         )
-    lengths = nt.lengths()
+    # (torch's stubs type a nested tensor as a plain Tensor, without these two methods.)
+    lengths: torch.Tensor | None = nt.lengths()  # type: ignore[attr-defined]
     if lengths is None:
-        lengths = torch.diff(nt.offsets())
+        lengths = torch.diff(nt.offsets())  # type: ignore[attr-defined]
     return nt.values(), lengths
 
 
@@ -47,7 +48,7 @@ def maybe_td_to_kjt(features: Any, keys: list[str] | None = None) -> KeyedJagged
     """`features` itself unless it is a tensordict `TensorDict`; then a KJT with one key per
     entry (`keys`, default: the TensorDict's keys in order): that entry's values and lengths.
     Under TorchScript the input must already be a KJT."""
-    if torch.jit.is_scripting() or not _is_tensor_dict(features):
+    if torch._jit_internal.is_scripting() or not _is_tensor_dict(features):
         return features  # type: ignore[no-any-return]  # a KJT (TorchRec passes others through too)
     names = list(features.keys()) if keys is None else list(keys)
     parts = [_jagged_parts(features, k) for k in names]
