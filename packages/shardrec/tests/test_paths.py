@@ -53,7 +53,10 @@ shardrec.sparse.jagged_tensor  shardrec_jagged  JaggedTensor KeyedJaggedTensor K
     regroup_kts
 shardrec.sparse.jagged_tensor_validator  shardrec_jagged  validate_keyed_jagged_tensor
 shardrec.sparse.jagged_tensor  shardrec_jagged.torchrec_private  _safe_tolist _all_keys_used_once
-    _regroup_keyed_tensors _fbgemm_permute_pooled_embs
+    _regroup_keyed_tensors _fbgemm_permute_pooled_embs _kt_regroup_arguments
+shardrec.sparse.tensor_dict  shardrec_jagged.tensor_dict  maybe_td_to_kjt
+shardrec.modules.feature_processor  shardrec_embedding  BaseGroupedFeatureProcessor
+    PositionWeightedProcessor
 shardrec.modules.embedding_configs  shardrec_embedding  BaseEmbeddingConfig DataType
     EmbeddingBagConfig EmbeddingConfig PoolingType data_type_to_dtype dtype_to_data_type
 shardrec.modules.embedding_modules  shardrec_embedding  EmbeddingBagCollection EmbeddingCollection
