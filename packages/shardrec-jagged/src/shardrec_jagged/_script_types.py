@@ -130,9 +130,10 @@ def _check_lengths(
     """Given lengths: none negative (naming its key and sample), and their sum fits values."""
     if lengths.numel() == 0:
         return
-    neg = (lengths < 0).nonzero()
-    if neg.numel() > 0:
-        i = int(neg[0, 0])
+    # One host read for both facts; the offending index is looked up only on failure.
+    smallest_and_total: list[int] = torch.stack([lengths.min(), lengths.sum()]).long().tolist()
+    if smallest_and_total[0] < 0:
+        i = int((lengths < 0).nonzero()[0, 0])
         key = 0
         start = 0
         while key < len(keys) - 1 and i >= start + stride_per_key[key]:
@@ -142,7 +143,7 @@ def _check_lengths(
             f"lengths[{i}] = {int(lengths[i])} is negative (key '{keys[key]}', sample "
             f"{i - start}); lengths count ids per bag and must be >= 0"
         )
-    total = int(lengths.sum())
+    total = smallest_and_total[1]
     if total > n_values:
         raise ValueError(
             f"lengths sum to {total} but values has only {n_values} entries; the bags need "
