@@ -1,15 +1,17 @@
 """Collective control flow: run a function on one rank and give every rank its result.
 
-TorchRec's `torchrec.distributed.collective_utils`: `is_leader`, `invoke_on_rank_and_broadcast_result`,
-`run_on_leader`, `create_on_rank_and_share_result` (CPU tensors handed to the other ranks of one
-host through shared memory) and the collective-validation switch (`init_collective_validation`,
-`validate_collectives_enabled`).
+TorchRec's `torchrec.distributed.collective_utils`: `is_leader`,
+`invoke_on_rank_and_broadcast_result`, `run_on_leader`, `create_on_rank_and_share_result`
+(CPU tensors handed to the other ranks of one host through shared memory) and the
+collective-validation switch (`init_collective_validation`, `validate_collectives_enabled`).
 
 Differences from TorchRec, all of them refusals instead of hangs:
 
-- a `rank` outside the group raises `ValueError` on every rank (TorchRec's broadcast fails or hangs);
-- an exception raised by `func` on the chosen rank is raised there as itself and on every other rank
-  as a `PeerError` quoting it (TorchRec's other ranks wait in the broadcast until the timeout);
+- a `rank` outside the group raises `ValueError` on every rank (TorchRec's broadcast fails or
+  hangs);
+- an exception raised by `func` on the chosen rank is raised there as itself and on every other
+  rank as a `PeerError` quoting it (TorchRec's other ranks wait in the broadcast until the
+  timeout);
 - `create_on_rank_and_share_result` ends with a barrier, so that the creator cannot free its
   tensors (and their shared-memory files) before a slower rank has mapped them.
 """
@@ -52,7 +54,7 @@ def _rank_and_size(pg: dist.ProcessGroup | None) -> tuple[int, int]:
 
 
 def is_leader(pg: dist.ProcessGroup | None, leader_rank: int = 0) -> bool:
-    """True on the process whose rank in `pg` is `leader_rank`; `pg=None` is a one-process program."""
+    """True on the process whose rank in `pg` is `leader_rank` (`pg=None`: one process)."""
     return _rank_and_size(pg)[0] == leader_rank
 
 
