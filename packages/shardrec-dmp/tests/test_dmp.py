@@ -567,3 +567,10 @@ def test_pipeline_batches_new_iterators_and_eval_mode(rank_pool: object) -> None
 def test_pipeline_rejects_a_non_bool_execute_all_batches() -> None:
     with pytest.raises(TypeError, match="execute_all_batches must be a bool, got 'yes'"):
         TrainPipelineSparseDist(nn.Linear(1, 1), None, "cpu", "yes")  # type: ignore[arg-type]
+
+
+def test_dmp_registers_the_default_sharders_for_collective_plan() -> None:
+    from shardrec_planner.default_sharders import default_sharders as planner_defaults
+    from shardrec_sharding import get_default_sharders
+
+    assert [type(s) for s in planner_defaults()] == [type(s) for s in get_default_sharders()]
