@@ -45,7 +45,7 @@ def test_topology_from_environment(
 
 
 def test_topology_from_environment_refusals() -> None:
-    with pytest.raises(ValueError, match="the world size is unknown.*WORLD_SIZE is not set"):
+    with pytest.raises(ValueError, match=r"the world size is unknown.*WORLD_SIZE is not set"):
         topology_from_environment(environ={})
     for bad in ("0", "two", "-1"):
         with pytest.raises(ValueError, match=f"WORLD_SIZE must be a positive integer, got '{bad}'"):
