@@ -30,6 +30,8 @@ from shardrec_dmp import (
     full_state_dict,
     load,
     save,
+    state_dict_gather,
+    state_dict_to_device,
 )
 from shardrec_embedding import EmbeddingBagCollection, EmbeddingBagConfig
 from shardrec_jagged import KeyedJaggedTensor
@@ -574,3 +576,69 @@ def test_dmp_registers_the_default_sharders_for_collective_plan() -> None:
     from shardrec_sharding import get_default_sharders
 
     assert [type(s) for s in planner_defaults()] == [type(s) for s in get_default_sharders()]
+
+
+def gather_for_serving(ctx: RankContext, types: tuple[str, ...]) -> bool:
+    """Train one step sharded, gather with state_dict_gather into an unsharded model's state
+    (zeros): rank 0 holds the single-process reference's weights, the other ranks their
+    plain tensors; state_dict_to_device keeps every value and gathers to the same."""
+    seed = f"gather{types}"
+    dmp = wrap(ctx, seed, types)
+    opt = optimizer_of(dmp)
+    loss, _ = dmp(make_batch(seed, ctx.rank, 0))
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    _, want = reference(seed, [ctx.world_size])
+    state = dmp.state_dict()
+    moved = state_dict_to_device(state, ctx.pg, torch.device("cpu"))
+    assert list(moved) == sorted(state)
+    for src in (state, moved):
+        serving = Dlrm()
+        dst = {k: torch.zeros_like(v) for k, v in serving.state_dict().items()}
+        state_dict_gather(src, dst)
+        for key, value in dst.items():
+            if ctx.rank == 0 or not hasattr(src[key], "local_shards"):
+                assert_close(value, want[key], msg=f"{types} {key}")
+            else:  # TorchRec: only rank 0 receives a sharded value
+                assert not value.any(), key
+        batch = make_batch(seed, ctx.rank, 5)
+        sharded_scores = dmp(batch)[1].detach()  # a collective: every rank runs it
+        if ctx.rank == 0:
+            serving.load_state_dict(dst)
+            assert_close(serving(batch)[1], sharded_scores)
+    return True
+
+
+def gather_refusals(ctx: RankContext) -> list[str]:
+    dmp = wrap(ctx, "refuse", ("row_wise",) * 3)
+    state = dmp.state_dict()
+    full = {k: torch.zeros(tuple(v.size())) for k, v in state.items()}
+    messages: list[str] = []
+    for dst in (
+        {**full, "nope": torch.zeros(1)},
+        {**full, "sparse.embedding_bags.t0.weight": torch.zeros(3, 3)},
+    ):
+        try:
+            state_dict_gather(state, dst)
+        except ValueError as e:
+            messages.append(str(e))
+    state_dict_gather(state, full)  # nothing left half-done
+    return messages
+
+
+@pytest.mark.parametrize("rank_pool", [2], indirect=True)
+def test_state_dict_transform_gathers_for_serving(rank_pool: object) -> None:
+    for types in [("table_wise",) * 3, ("row_wise",) * 3, ("column_wise",) * 3]:
+        assert all(rank_pool.run(gather_for_serving, types))  # type: ignore[attr-defined]
+    assert (
+        rank_pool.run(gather_refusals)
+        == [  # type: ignore[attr-defined]
+            [
+                "state_dict_gather: dst key 'nope' is not in src",
+                "state_dict_gather: dst['sparse.embedding_bags.t0.weight'] has shape (3, 3), but "
+                "the value in src is (11, 4)",
+            ]
+        ]
+        * 2
+    )
