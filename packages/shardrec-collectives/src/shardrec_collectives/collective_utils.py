@@ -81,7 +81,7 @@ def invoke_on_rank_and_broadcast_result(
     """
     _check_rank(pg, rank)
     me, size = _rank_and_size(pg)
-    if size == 1:
+    if pg is None or size == 1:
         return func(*args, **kwargs)
     error: BaseException | None = None
     payload: list[object] = [None]
@@ -126,7 +126,7 @@ def _share(t: torch.Tensor | None) -> _ShmMeta | None:
             f"create_on_rank_and_share_result shares CPU tensors only, got one on {t.device}; "
             "move it to the CPU in the creator"
         )
-    manager, handle, size = t.untyped_storage()._share_filename_cpu_()  # type: ignore[attr-defined]  # torch private, untyped
+    manager, handle, size = t.untyped_storage()._share_filename_cpu_()
     return (
         bytes(manager),
         bytes(handle),
@@ -142,7 +142,7 @@ def _map(meta: _ShmMeta | None) -> torch.Tensor | None:
     if meta is None:
         return None
     manager, handle, size, shape, stride, offset, dtype = meta
-    storage = torch.UntypedStorage._new_shared_filename_cpu(manager, handle, size)  # type: ignore[attr-defined]  # torch private, untyped
+    storage = torch.UntypedStorage._new_shared_filename_cpu(manager, handle, size)
     return torch.empty([], dtype=dtype).set_(storage, offset, shape, stride)
 
 

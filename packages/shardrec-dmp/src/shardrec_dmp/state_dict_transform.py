@@ -25,7 +25,8 @@ from collections.abc import Mapping, MutableMapping
 import torch
 import torch.distributed as dist
 from torch import Tensor
-from torch.distributed._shard.sharded_tensor import Shard, ShardedTensor
+from torch.distributed._shard.sharded_tensor.api import ShardedTensor
+from torch.distributed._shard.sharded_tensor.shard import Shard
 from torch.distributed.tensor import DTensor
 
 from shardrec_collectives import ShardingEnv, agree_on_error, all_gather_object
