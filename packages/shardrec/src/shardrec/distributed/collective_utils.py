@@ -1,21 +1,13 @@
-"""Collective control flow (TorchRec path `torchrec.distributed.collective_utils`)."""
+"""TorchRec path `torchrec.distributed.collective_utils`.
 
-from shardrec_collectives.collective_utils import (
-    _resolve_enablement_on_leader,
-    create_on_rank_and_share_result,
-    init_collective_validation,
-    invoke_on_rank_and_broadcast_result,
-    is_leader,
-    run_on_leader,
-    validate_collectives_enabled,
-)
+This module is the module `shardrec_collectives.collective_utils` itself.
 
-__all__ = [
-    "_resolve_enablement_on_leader",
-    "create_on_rank_and_share_result",
-    "init_collective_validation",
-    "invoke_on_rank_and_broadcast_result",
-    "is_leader",
-    "run_on_leader",
-    "validate_collectives_enabled",
-]
+The same module object, not a re-export, so that setting its switches
+(`collective_utils._INITIALIZED = False`, as TorchRec's tests do) reaches the code that reads them.
+"""
+
+import sys
+
+from shardrec_collectives import collective_utils as _component
+
+sys.modules[__name__] = _component
