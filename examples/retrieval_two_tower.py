@@ -133,9 +133,10 @@ def main() -> None:
     # Gather the sharded model into a plain one for serving (rank 0 receives it).
     cpu_pg = dist.new_group(backend="gloo")
     state = state_dict_to_device(dmp.state_dict(), pg=cpu_pg, device=torch.device("cpu"))
-    serving = TwoTowerTrainTask(TwoTower(device=torch.device("cpu")))
-    serving_state = serving.state_dict()
-    state_dict_gather(state, serving_state)
+    serving = TwoTowerTrainTask(TwoTower(device=torch.device("meta")))
+    if rank == 0:  # only rank 0 holds the serving copy; the others' stays on meta
+        serving = serving.to_empty(device="cpu")
+    state_dict_gather(state, serving.state_dict())  # writes into the model's own tensors
 
     # Score every candidate for a batch of queries, sharded (all ranks) and gathered (rank 0).
     users = torch.arange(NUM_ITEMS) % NUM_USERS  # one row per candidate: the towers run together
@@ -149,7 +150,6 @@ def main() -> None:
         sharded_query, sharded_items = dmp.module.two_tower(scoring)
         sharded_scores = sharded_query[:8] @ sharded_items.T  # 8 users x every item
     if rank == 0:
-        serving.load_state_dict(serving_state)
         serving.eval()
         with torch.no_grad():
             query, items = serving.two_tower(scoring)

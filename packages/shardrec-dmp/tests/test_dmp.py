@@ -607,6 +607,15 @@ def gather_for_serving(ctx: RankContext, types: tuple[str, ...]) -> bool:
         if ctx.rank == 0:
             serving.load_state_dict(dst)
             assert_close(serving(batch)[1], sharded_scores)
+    # TorchRec's retrieval example: the serving copy exists on rank 0 only (meta elsewhere),
+    # and the gather writes into the module's own tensors.
+    serving = Dlrm(device="meta")
+    if ctx.rank == 0:
+        serving = serving.to_empty(device="cpu")
+    state_dict_gather(state, serving.state_dict())
+    if ctx.rank == 0:
+        for key, value in serving.state_dict().items():
+            assert_close(value, want[key], msg=f"{types} in place {key}")
     return True
 
 
