@@ -434,9 +434,8 @@ def movielens(session: nox.Session) -> None:
 # Lines of a run's output that are warnings: Python's `warnings` (`file:line: XWarning: ...`) and
 # torch's logging (`[rank0]:W1128 12:00:00.000 ...` under torchrun, `W1128 ...` without a rank).
 _WARNING_LINE = re.compile(r"\w+Warning: |^(\[rank\d+\]:)?W\d{4} ", re.MULTILINE)
-# Warnings the fresh run still prints, each with its owner; remove an entry once fixed there.
-# shardrec-dmp passes DDP `broadcast_buffers=False`, deprecated in torch 2.13 (FutureWarning).
-_KNOWN_WARNINGS = ("`broadcast_buffers` is deprecated",)
+# Warnings the fresh run may still print, each with its owner and reason; none today.
+_KNOWN_WARNINGS: tuple[str, ...] = ()
 
 
 @nox.session
