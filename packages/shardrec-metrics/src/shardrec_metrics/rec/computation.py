@@ -140,6 +140,11 @@ class RecMetricComputation(nn.Module, abc.ABC):
                 persistent=True,
             )
 
+    @property
+    def _batch_window_buffers(self) -> dict[str, WindowBuffer]:
+        """TorchRec's name for the windows, by window state name (`window_<state>`)."""
+        return self._windows
+
     def valid_updates(self) -> Tensor:
         """(n_tasks,) uint8: whether each task got a batch with some weight (validation on)."""
         state = self.has_valid_update
