@@ -61,7 +61,14 @@ from shardrec_metrics.rec.precision import PrecisionMetric
 from shardrec_metrics.rec.precision_session import PrecisionSessionMetric
 from shardrec_metrics.rec.rauc import RAUCMetric
 from shardrec_metrics.rec.events import EventLoggingHandler, TorchrecComponent
-from shardrec_metrics.rec.rec_metric import RecMetric, RecMetricException, RecMetricList
+from shardrec_metrics._comm import resolve_group
+from shardrec_metrics.rec._reductions import gather_state, reduce_gathered
+from shardrec_metrics.rec.rec_metric import (
+    RecMetric,
+    RecMetricComputation,
+    RecMetricException,
+    RecMetricList,
+)
 from shardrec_metrics.rec.recall import RecallMetric
 from shardrec_metrics.rec.recall_session import RecallSessionMetric
 from shardrec_metrics.rec.scalar import ScalarMetric
@@ -266,6 +273,71 @@ class RecMetricModule(nn.Module):
 
     def get_required_inputs(self) -> list[str] | None:
         return self.rec_metrics.get_required_inputs()
+
+    def _get_metric_states(
+        self,
+        metric: RecMetric,
+        world_size: int,
+        process_group: dist.ProcessGroup | None,
+    ) -> dict[str, dict[str, Any]]:
+        """`{task name: {state name: value over every rank}}` of one metric (a collective):
+        each state gathered from every rank, then reduced by its reduction (a sum for the sum
+        states; one tensor of every rank's samples for the sample states)."""
+        group = process_group if process_group is not None else resolve_group(None)
+        if group is not None and dist.get_world_size(group) != world_size:
+            raise ValueError(
+                f"world_size {world_size} is not the process group's size "
+                f"{dist.get_world_size(group)}; pass the group the metric runs on"
+            )
+        out: dict[str, dict[str, Any]] = {}
+        for task, computation in zip(metric._tasks, metric._metrics_computations, strict=False):
+            assert isinstance(computation, RecMetricComputation)
+            states = out.setdefault(task.name, {})
+            for name, reduction in computation._reductions.items():
+                value = getattr(computation, name)
+                if isinstance(value, list):
+                    if not value:
+                        states[name] = []
+                        continue
+                    gathered: Any = gather_state(torch.cat(value, dim=-1), group)
+                else:
+                    gathered = torch.stack(gather_state(value, group))
+                states[name] = reduce_gathered(reduction, gathered)
+        return out
+
+    def get_pre_compute_states(
+        self, pg: dist.ProcessGroup | None = None
+    ) -> dict[str, dict[str, dict[str, Any]]]:
+        """Every metric's states over all ranks, `{namespace: {task: {state: value}}}` (the
+        throughput metric's buffers under its namespace and name); a collective, the same on
+        every rank. `load_pre_compute_states` of a one-rank module then computes the values this
+        module's `compute()` gives."""
+        group = pg if pg is not None else resolve_group(None)
+        world = dist.get_world_size(group) if group is not None else 1
+        out: dict[str, dict[str, dict[str, Any]]] = {}
+        for metric in self.rec_metrics.rec_metrics:
+            assert isinstance(metric, RecMetric)
+            out[metric._namespace.value] = self._get_metric_states(metric, world, group)
+        if self.throughput_metric is not None:
+            t = self.throughput_metric
+            out.setdefault(t._namespace.value, {})[t._metric_name.value] = dict(t.named_buffers())
+        return out
+
+    def load_pre_compute_states(self, source: dict[str, dict[str, dict[str, Any]]]) -> None:
+        """Take the states `get_pre_compute_states` returned (no communication)."""
+        for metric in self.rec_metrics.rec_metrics:
+            assert isinstance(metric, RecMetric)
+            states = source[metric._namespace.value]
+            for task, computation in zip(
+                metric._tasks, metric._metrics_computations, strict=False
+            ):
+                for name, value in states[task.name].items():
+                    setattr(computation, name, value)
+        if self.throughput_metric is not None:
+            t = self.throughput_metric
+            buffers = source[t._namespace.value][t._metric_name.value]
+            for name, buf in t.named_buffers():
+                buf.copy_(buffers[name])
 
     def shutdown(self) -> None:
         """Release what the module holds (nothing here: every computation is synchronous; an
