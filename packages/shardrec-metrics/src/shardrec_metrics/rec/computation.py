@@ -253,6 +253,16 @@ class RecMetricComputation(nn.Module, abc.ABC):
             return None
         return group
 
+    def load_states(self, states: Mapping[str, Any]) -> None:
+        """Take states by name (`RecMetricModule.load_pre_compute_states`); a window state's
+        value becomes its window's one (oldest) entry, so later batches add to it."""
+        for name, value in states.items():
+            setattr(self, name, value)
+            window = self._windows.get(name)
+            if window is not None and isinstance(value, Tensor):
+                self._windows[name] = WindowBuffer(self._window_size)
+                self._windows[name].aggregate_state(torch.zeros_like(value), value, 0)
+
     def _refresh_windows(self) -> None:
         for name, window in self._windows.items():
             current = getattr(self, name)

@@ -292,6 +292,8 @@ class RecMetricModule(nn.Module):
         out: dict[str, dict[str, Any]] = {}
         for task, computation in zip(metric._tasks, metric._metrics_computations, strict=False):
             assert isinstance(computation, RecMetricComputation)
+            if computation._synced is None:
+                computation._refresh_windows()  # the window states as of now
             states = out.setdefault(task.name, {})
             for name, reduction in computation._reductions.items():
                 value = getattr(computation, name)
@@ -331,8 +333,8 @@ class RecMetricModule(nn.Module):
             for task, computation in zip(
                 metric._tasks, metric._metrics_computations, strict=False
             ):
-                for name, value in states[task.name].items():
-                    setattr(computation, name, value)
+                assert isinstance(computation, RecMetricComputation)
+                computation.load_states(states[task.name])
         if self.throughput_metric is not None:
             t = self.throughput_metric
             buffers = source[t._namespace.value][t._metric_name.value]
