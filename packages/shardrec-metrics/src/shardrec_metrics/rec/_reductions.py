@@ -36,7 +36,9 @@ def _by_name(name: str) -> Callable[[Any], Any]:
         return lambda x: (x > 0).any(dim=0).to(x.dtype)
     if name == "cat":
         return state_reduction
-    raise ValueError(f"unknown state reduction {name!r}: use 'sum', 'max', 'any', 'cat' or a function")
+    raise ValueError(
+        f"unknown state reduction {name!r}: use 'sum', 'max', 'any', 'cat' or a function"
+    )
 
 
 def reduce_gathered(reduction: Reduction, gathered: Any) -> Any:

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from shardrec_metrics.auc import _auc_of_samples
+from shardrec_metrics.rec._reductions import state_reduction
 from shardrec_metrics.rec._sample_window import (
     GROUPING_KEYS,
     SampleWindowComputation,
@@ -26,7 +27,6 @@ from shardrec_metrics.rec._sample_window import (
     each_task,
     mean_over_groups,
 )
-from shardrec_metrics.rec._reductions import state_reduction
 from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace
 
 __all__ = [

@@ -283,7 +283,10 @@ class RecMetricComputation(nn.Module, abc.ABC):
             # one all-reduce for every tensor state; a "max" state is sent in this rank's row
             # of a (world, numel) block of zeros, so the sum holds every rank's values
             world, rank = dist.get_world_size(group), dist.get_rank(group)
-            parts = [_row(cast(Tensor, local[n]), rank, world, self._reductions[n]) for n in sums]
+            parts = [
+                _row(cast(Tensor, local[n]), rank, world, cast(str, self._reductions[n]))
+                for n in sums
+            ]
             total = all_reduce_sum(torch.cat(parts), group)
             at = 0
             for n, sent in zip(sums, parts, strict=True):

@@ -21,6 +21,8 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from shardrec_collectives import ShardingEnv, all_gather_ints
+from shardrec_metrics._comm import resolve_group
+from shardrec_metrics.rec._reductions import gather_state, reduce_gathered
 from shardrec_metrics.rec.accuracy import AccuracyMetric
 from shardrec_metrics.rec.auc import AUCMetric
 from shardrec_metrics.rec.auprc import AUPRCMetric
@@ -29,6 +31,7 @@ from shardrec_metrics.rec.cali_free_ne import CaliFreeNEMetric
 from shardrec_metrics.rec.calibration import CalibrationMetric
 from shardrec_metrics.rec.calibration_with_recalibration import RecalibratedCalibrationMetric
 from shardrec_metrics.rec.ctr import CTRMetric
+from shardrec_metrics.rec.events import EventLoggingHandler, TorchrecComponent
 from shardrec_metrics.rec.hindsight_target_pr import HindsightTargetPRMetric
 from shardrec_metrics.rec.mae import MAEMetric
 from shardrec_metrics.rec.metrics_config import (
@@ -60,9 +63,6 @@ from shardrec_metrics.rec.output import OutputMetric
 from shardrec_metrics.rec.precision import PrecisionMetric
 from shardrec_metrics.rec.precision_session import PrecisionSessionMetric
 from shardrec_metrics.rec.rauc import RAUCMetric
-from shardrec_metrics.rec.events import EventLoggingHandler, TorchrecComponent
-from shardrec_metrics._comm import resolve_group
-from shardrec_metrics.rec._reductions import gather_state, reduce_gathered
 from shardrec_metrics.rec.rec_metric import (
     RecMetric,
     RecMetricComputation,
@@ -192,7 +192,7 @@ class RecMetricModule(nn.Module):
             if min_compute_interval < 0.0:
                 raise ValueError("Min compute interval should not be smaller than 0.0.")
         self.last_compute_time = -1.0
-        self._register_load_state_dict_pre_hook(_drop_trained_batches)
+        self._register_load_state_dict_pre_hook(_drop_trained_batches)  # type: ignore[no-untyped-call]
 
     def _update_rec_metrics(self, model_out: dict[str, Tensor], **kwargs: Any) -> None:
         if self.rec_metrics and self.rec_tasks:
@@ -330,9 +330,7 @@ class RecMetricModule(nn.Module):
         for metric in self.rec_metrics.rec_metrics:
             assert isinstance(metric, RecMetric)
             states = source[metric._namespace.value]
-            for task, computation in zip(
-                metric._tasks, metric._metrics_computations, strict=False
-            ):
+            for task, computation in zip(metric._tasks, metric._metrics_computations, strict=False):
                 assert isinstance(computation, RecMetricComputation)
                 computation.load_states(states[task.name])
         if self.throughput_metric is not None:
