@@ -61,6 +61,7 @@ __all__ = [
     "QuantizationContext",
     "QuantizedCommCodec",
     "QuantizedCommCodecs",
+    "checked_codecs",
     "codecs_for",
     "get_qcomm_codecs",
     "get_qcomm_codecs_registry",
@@ -536,6 +537,19 @@ def codecs_for(
     ):
         return None
     return found
+
+
+def checked_codecs(codecs: object, owner: str) -> QuantizedCommCodecs | None:
+    """`codecs` as a collective's codecs (None when it quantizes nothing); raises TypeError
+    naming `owner` for anything but a `QuantizedCommCodecs` or None."""
+    if codecs is None:
+        return None
+    if not isinstance(codecs, QuantizedCommCodecs):
+        raise TypeError(
+            f"{owner}(codecs={codecs!r}): expected QuantizedCommCodecs (get_qcomm_codecs "
+            "builds one from a QCommsConfig) or None"
+        )
+    return codecs_for({CommOp.POOLED_EMBEDDINGS_ALL_TO_ALL.name: codecs})
 
 
 # -- the quantized all-to-all -----------------------------------------------------------------
