@@ -22,7 +22,8 @@ Precisions (the wire dtype; the error of one decoded element, round to nearest):
   3 mantissa bits): values clamped to +-0.9375, |error| <= 2^-4 |x| for |x| >= 2^-14, <= 2^-18
   below. For values of unknown range prefer the row-wise form.
 - INT8: groups of `row_dim` values (32) stored as uint8 steps between the group's min and max
-  with a float32 scale and bias: |error| <= (max - min) / 510 of the group (+ float32 rounding).
+  with a float32 scale and bias: |error| <= (max - min) / 510 of the group + 1e-8 (fbgemm's
+  epsilon in the step) + float32 rounding.
   The wire holds `ceil(row_dim / 4) * 4 + 8` bytes per group.
 - MX4 (OCP MX FP4): groups of `mx4_quantize_dim` values (32) share a power-of-two scale
   `2^s` (s = floor(log2(amax)) - 2, one more when amax's mantissa rounds up past 1.75); each
