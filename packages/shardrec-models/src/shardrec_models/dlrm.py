@@ -146,7 +146,7 @@ class DLRM(nn.Module):
         # The lookup is started first: a sharded collection returns while its output
         # all-to-all is in flight, and the dense arch computes in the meantime.
         pooled = self.sparse_arch.embedding_bag_collection(sparse_features)
-        if self._dense_precision == "bf16" and not torch.jit.is_scripting():
+        if self._dense_precision == "bf16" and not torch._jit_internal.is_scripting():
             return self._bf16_dense(dense_features, pooled)
         return self._dense(dense_features, pooled)
 
