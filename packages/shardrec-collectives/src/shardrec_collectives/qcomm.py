@@ -228,7 +228,7 @@ def _int8_encode(x: torch.Tensor, row_dim: int) -> torch.Tensor:
     g = _groups(x, row_dim)
     low = g.amin(1, keepdim=True)
     span = g.amax(1, keepdim=True) - low
-    q = torch.round((g - low) * (255.0 / (span + 1e-8))).clamp_(0, 255).to(torch.uint8)
+    q = torch.sub(g, low).mul_(255.0 / (span + 1e-8)).round_().clamp_(0, 255).to(torch.uint8)
     return _pack(q, torch.cat([span / 255.0, low], 1), row_dim)
 
 
@@ -239,6 +239,20 @@ def _int8_decode(wire: torch.Tensor, row_dim: int) -> torch.Tensor:
 
 def _fp8_format(is_fwd: bool) -> torch.dtype:
     return torch.float8_e4m3fn if is_fwd else torch.float8_e5m2
+
+
+_FP8_TABLES: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
+
+
+def _fp8_to_float(wire: torch.Tensor, fmt: torch.dtype) -> torch.Tensor:
+    """uint8 codes of `fmt` -> float32 through a 256-entry table (torch's own float8 -> float
+    conversion is an unvectorized loop on CPU, 20x slower)."""
+    key = (fmt, wire.device)
+    table = _FP8_TABLES.get(key)
+    if table is None:
+        codes = torch.arange(256, dtype=torch.uint8, device=wire.device)
+        table = _FP8_TABLES[key] = codes.view(fmt).float()
+    return table.index_select(0, wire.reshape(-1).int()).view(wire.shape)
 
 
 def _fp8_rowwise_encode(x: torch.Tensor, row_dim: int, is_fwd: bool) -> torch.Tensor:
@@ -253,7 +267,7 @@ def _fp8_rowwise_encode(x: torch.Tensor, row_dim: int, is_fwd: bool) -> torch.Te
 
 def _fp8_rowwise_decode(wire: torch.Tensor, row_dim: int, is_fwd: bool) -> torch.Tensor:
     q, scales = _unpack(wire, row_dim)
-    values = q.contiguous().view(_fp8_format(is_fwd)).float()
+    values = _fp8_to_float(q.contiguous(), _fp8_format(is_fwd))
     return (values * scales[:, :1]).view(-1)
 
 
@@ -275,9 +289,17 @@ def _mx4_encode(x: torch.Tensor, group: int) -> torch.Tensor:
     exponent = exponent - 1 + (mantissa > 0.875).to(exponent.dtype)
     shared = (exponent - 2).clamp(-127, 125)
     scaled = g / torch.pow(2.0, shared.float())
-    values = torch.tensor(MX4_VALUES, device=x.device)
-    midpoints = (values[1:] + values[:-1]) / 2
-    codes = torch.bucketize(scaled.abs(), midpoints, right=True).to(torch.uint8)
+    v = scaled.abs()
+    # The nearest e2m1 magnitude (ties up), as its 3-bit code: steps of 0.5 below 2 (codes
+    # 0-4), of 1 below 4 (4-6), of 2 above (6-7, saturating at 6 = code 7).
+    # Branch-free (torch.where is slow on CPU): the step is 0.5 * 2^(v >= 2) * 2^(v >= 4).
+    above2 = (v >= 2).to(v.dtype)
+    above4 = (v >= 4).to(v.dtype)
+    step = (above2 + 1).mul_(above4 + 1).mul_(0.5)
+    rounded = torch.div(v, step).add_(0.5).floor_().mul_(step)  # the nearest magnitude
+    # magnitude -> code: 2r below 2, r + 2 below 4, r / 2 + 4 above
+    code = rounded.div_(step).add_(above2.mul_(2).add_(above4.mul_(2)))
+    codes = code.clamp_(max=7).to(torch.uint8)
     codes |= (scaled < 0).to(torch.uint8) << 3
     packed = codes[:, 0::2] | (codes[:, 1::2] << 4)
     return torch.cat([packed, (shared + 127).to(torch.uint8)], 1).view(-1)
@@ -286,10 +308,10 @@ def _mx4_encode(x: torch.Tensor, group: int) -> torch.Tensor:
 def _mx4_decode(wire: torch.Tensor, group: int) -> torch.Tensor:
     rows = wire.view(-1, group // 2 + 1)
     packed = rows[:, :-1]
-    codes = torch.stack([packed & 0xF, packed >> 4], 2).view(rows.shape[0], group).long()
-    values = torch.tensor(MX4_VALUES, device=wire.device)
-    magnitude = values[codes & 7]
-    signed = torch.where(codes >= 8, -magnitude, magnitude)
+    codes = torch.stack([packed & 0xF, packed >> 4], 2).view(-1).int()
+    magnitudes = torch.tensor(MX4_VALUES, device=wire.device)
+    table = torch.cat([magnitudes, -magnitudes])  # code -> value (bit 3: the sign)
+    signed = table.index_select(0, codes).view(rows.shape[0], group)
     scale = torch.pow(2.0, rows[:, -1:].float() - 127)
     return (signed * scale).view(-1)
 
@@ -407,7 +429,7 @@ class QuantizedCommCodec:
             elif ctx.row_dim > 0:
                 out = _fp8_rowwise_decode(input_tensor, ctx.row_dim, self._is_fwd)
             else:
-                out = input_tensor.view(torch.float8_e4m3fn).float() / HFP8_SHIFT
+                out = _fp8_to_float(input_tensor, torch.float8_e4m3fn) / HFP8_SHIFT
         else:
             out = input_tensor.float()
         if self._loss_scale is not None:
