@@ -305,13 +305,27 @@ def _mx4_encode(x: torch.Tensor, group: int) -> torch.Tensor:
     return torch.cat([packed, (shared + 127).to(torch.uint8)], 1).view(-1)
 
 
+_MX4_TABLES: dict[torch.device, torch.Tensor] = {}
+
+
+def _mx4_table(device: torch.device) -> torch.Tensor:
+    """4-bit code -> value (bit 3: the sign; MX4_VALUES), built on `device` once (from an
+    arange: no host-to-device copy)."""
+    table = _MX4_TABLES.get(device)
+    if table is None:
+        code = torch.arange(16, device=device)
+        exponent, mantissa = (code & 7) >> 1, (code & 1).float()
+        normal = torch.pow(2.0, (exponent - 1).float()) * (1 + mantissa / 2)
+        magnitude = torch.where(exponent == 0, mantissa / 2, normal)
+        table = _MX4_TABLES[device] = torch.where(code >= 8, -magnitude, magnitude)
+    return table
+
+
 def _mx4_decode(wire: torch.Tensor, group: int) -> torch.Tensor:
     rows = wire.view(-1, group // 2 + 1)
     packed = rows[:, :-1]
     codes = torch.stack([packed & 0xF, packed >> 4], 2).view(-1).int()
-    magnitudes = torch.tensor(MX4_VALUES, device=wire.device)
-    table = torch.cat([magnitudes, -magnitudes])  # code -> value (bit 3: the sign)
-    signed = table.index_select(0, codes).view(rows.shape[0], group)
+    signed = _mx4_table(wire.device).index_select(0, codes).view(rows.shape[0], group)
     scale = torch.pow(2.0, rows[:, -1:].float() - 127)
     return (signed * scale).view(-1)
 
