@@ -1,0 +1,40 @@
+"""Managed-collision modules: raw ids -> rows, TorchRec's `mc_modules` family."""
+
+from shardrec_embedding.mc.base import ManagedCollisionModule, apply_mc_method_to_jt_dict
+from shardrec_embedding.mc.collection import ManagedCollisionCollection
+from shardrec_embedding.mc.embedding_modules import (
+    BaseManagedCollisionEmbeddingCollection,
+    ManagedCollisionEmbeddingBagCollection,
+    ManagedCollisionEmbeddingCollection,
+)
+from shardrec_embedding.mc.filters import (
+    average_threshold_filter,
+    dynamic_threshold_filter,
+    probabilistic_threshold_filter,
+)
+from shardrec_embedding.mc.mch import MCHManagedCollisionModule
+from shardrec_embedding.mc.policies import (
+    DistanceLFU_EvictionPolicy,
+    LFU_EvictionPolicy,
+    LRU_EvictionPolicy,
+    MCHEvictionPolicy,
+    MCHEvictionPolicyMetadataInfo,
+)
+
+__all__ = [
+    "BaseManagedCollisionEmbeddingCollection",
+    "DistanceLFU_EvictionPolicy",
+    "LFU_EvictionPolicy",
+    "LRU_EvictionPolicy",
+    "MCHEvictionPolicy",
+    "MCHEvictionPolicyMetadataInfo",
+    "MCHManagedCollisionModule",
+    "ManagedCollisionCollection",
+    "ManagedCollisionEmbeddingBagCollection",
+    "ManagedCollisionEmbeddingCollection",
+    "ManagedCollisionModule",
+    "apply_mc_method_to_jt_dict",
+    "average_threshold_filter",
+    "dynamic_threshold_filter",
+    "probabilistic_threshold_filter",
+]
