@@ -85,6 +85,8 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
 
     _mch_sorted_raw_ids: torch.Tensor
     _mch_remapped_ids_mapping: torch.Tensor
+    _mch_metadata: dict[str, torch.Tensor]
+    _history_metadata: dict[str, torch.Tensor]
 
     def __init__(
         self,
@@ -139,8 +141,8 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
         self._evicted_emb_indices = torch.empty((0,), dtype=torch.int64, device=self.device)
         self._input_history_buffer_size = -1
         self._current_history_buffer_offset = 0
-        self._mch_metadata: dict[str, torch.Tensor] = {}
-        self._history_metadata: dict[str, torch.Tensor] = {}
+        self._mch_metadata = {}
+        self._history_metadata = {}
         self._init_buffers()
 
     def _init_buffers(self) -> None:

@@ -1,0 +1,15 @@
+"""Sharders of the managed-collision modules (planner view; see `sharders`)."""
+
+from shardrec_sharding.mc.sharders import (
+    BaseManagedCollisionEmbeddingCollectionSharder,
+    ManagedCollisionCollectionSharder,
+    ManagedCollisionEmbeddingBagCollectionSharder,
+    ManagedCollisionEmbeddingCollectionSharder,
+)
+
+__all__ = [
+    "BaseManagedCollisionEmbeddingCollectionSharder",
+    "ManagedCollisionCollectionSharder",
+    "ManagedCollisionEmbeddingBagCollectionSharder",
+    "ManagedCollisionEmbeddingCollectionSharder",
+]

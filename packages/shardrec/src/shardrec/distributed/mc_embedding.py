@@ -1,0 +1,5 @@
+"""Sharder of the MC EmbeddingCollection (TorchRec path `torchrec.distributed.mc_embedding`)."""
+
+from shardrec_sharding.mc import ManagedCollisionEmbeddingCollectionSharder
+
+__all__ = ["ManagedCollisionEmbeddingCollectionSharder"]
