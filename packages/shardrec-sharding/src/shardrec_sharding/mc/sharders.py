@@ -44,6 +44,13 @@ _MC_KERNELS = (
 )
 
 
+def _mc_kernels(compute_device_type: str) -> list[str]:
+    """TorchRec's MC kernels on cuda; on other devices `fused` (what runs there)."""
+    if compute_device_type == "cuda":
+        return [kernel.value for kernel in _MC_KERNELS]
+    return [EmbeddingComputeKernel.FUSED.value]
+
+
 def _not_yet(module: nn.Module) -> NotImplementedError:
     return NotImplementedError(
         f"sharding a {type(module).__name__} is not implemented yet in shardrec; run the module "
@@ -67,7 +74,7 @@ class ManagedCollisionCollectionSharder:
         return [ShardingType.ROW_WISE.value]
 
     def compute_kernels(self, sharding_type: str, compute_device_type: str) -> list[str]:
-        return [kernel.value for kernel in _MC_KERNELS]
+        return _mc_kernels(compute_device_type)
 
     def shardable_parameters(self, module: nn.Module) -> dict[str, nn.Parameter]:
         return {}
@@ -114,7 +121,7 @@ class BaseManagedCollisionEmbeddingCollectionSharder:
         return [t for t in self._e_sharder.sharding_types(compute_device_type) if t in mc]
 
     def compute_kernels(self, sharding_type: str, compute_device_type: str) -> list[str]:
-        return [kernel.value for kernel in _MC_KERNELS]
+        return _mc_kernels(compute_device_type)
 
     def shardable_parameters(self, module: nn.Module) -> dict[str, nn.Parameter]:
         if not isinstance(module, self._module):
