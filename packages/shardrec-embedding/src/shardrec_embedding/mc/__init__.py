@@ -1,5 +1,9 @@
 """Managed-collision modules: raw ids -> rows, TorchRec's `mc_modules` family."""
 
+from shardrec_embedding.mc.adapter import (
+    McEmbeddingBagCollectionAdapter,
+    McEmbeddingCollectionAdapter,
+)
 from shardrec_embedding.mc.base import ManagedCollisionModule, apply_mc_method_to_jt_dict
 from shardrec_embedding.mc.collection import ManagedCollisionCollection
 from shardrec_embedding.mc.embedding_modules import (
@@ -12,6 +16,13 @@ from shardrec_embedding.mc.filters import (
     dynamic_threshold_filter,
     probabilistic_threshold_filter,
 )
+from shardrec_embedding.mc.hash_evictions import (
+    HashZchEvictionConfig,
+    HashZchEvictionPolicyName,
+    HashZchEvictionScorer,
+)
+from shardrec_embedding.mc.hash_metrics import ScalarLogger
+from shardrec_embedding.mc.hash_zch import HashZchManagedCollisionModule, HashZchStats
 from shardrec_embedding.mc.mch import MCHManagedCollisionModule
 from shardrec_embedding.mc.policies import (
     DistanceLFU_EvictionPolicy,
@@ -22,6 +33,14 @@ from shardrec_embedding.mc.policies import (
 )
 
 __all__ = [
+    "HashZchEvictionConfig",
+    "HashZchEvictionPolicyName",
+    "HashZchEvictionScorer",
+    "HashZchManagedCollisionModule",
+    "HashZchStats",
+    "McEmbeddingBagCollectionAdapter",
+    "McEmbeddingCollectionAdapter",
+    "ScalarLogger",
     "BaseManagedCollisionEmbeddingCollection",
     "DistanceLFU_EvictionPolicy",
     "LFU_EvictionPolicy",
