@@ -20,6 +20,9 @@ from shardrec_embedding.mc.hash_evictions import (
     HashZchEvictionConfig,
     HashZchEvictionPolicyName,
     HashZchEvictionScorer,
+    HashZchPerFeatureTtlScorer,
+    HashZchSingleTtlScorer,
+    get_eviction_scorer,
 )
 from shardrec_embedding.mc.hash_metrics import ScalarLogger
 from shardrec_embedding.mc.hash_zch import HashZchManagedCollisionModule, HashZchStats
@@ -37,6 +40,8 @@ __all__ = [
     "HashZchEvictionPolicyName",
     "HashZchEvictionScorer",
     "HashZchManagedCollisionModule",
+    "HashZchPerFeatureTtlScorer",
+    "HashZchSingleTtlScorer",
     "HashZchStats",
     "McEmbeddingBagCollectionAdapter",
     "McEmbeddingCollectionAdapter",
@@ -54,6 +59,7 @@ __all__ = [
     "ManagedCollisionModule",
     "apply_mc_method_to_jt_dict",
     "average_threshold_filter",
+    "get_eviction_scorer",
     "dynamic_threshold_filter",
     "probabilistic_threshold_filter",
 ]

@@ -15,14 +15,19 @@ from __future__ import annotations
 import dataclasses
 import enum
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import torch
+
+from shardrec_jagged import JaggedTensor
 
 __all__ = [
     "HashZchEvictionConfig",
     "HashZchEvictionPolicyName",
     "HashZchEvictionScorer",
+    "HashZchPerFeatureTtlScorer",
+    "HashZchSingleTtlScorer",
+    "get_eviction_scorer",
 ]
 
 Clock = Callable[[], float]
@@ -77,45 +82,104 @@ class HashZchEvictionConfig:
 
 
 class HashZchEvictionScorer:
-    """Per-id expiry hours and the current threshold for one policy.
+    """Expiry hours of a lookup's ids and the current eviction threshold (TorchRec's scorer).
 
-    `scores(values, lengths, features)` gives `(N,)` int32 expiry hours for the ids `values:
-    (N,)` of a table whose `features` features are laid out feature-major in `lengths: (F * B,)`.
+    The base scores nothing (no eviction). `clock` (seconds) defaults to `time.time`, read at
+    each call.
     """
 
-    def __init__(
-        self,
-        policy: HashZchEvictionPolicyName,
-        config: HashZchEvictionConfig,
-        clock: Clock = time.time,
-    ) -> None:
-        if policy is HashZchEvictionPolicyName.PER_FEATURE_TTL_EVICTION:
-            if config.per_feature_ttl is None:
-                raise ValueError(
-                    "PER_FEATURE_TTL_EVICTION needs HashZchEvictionConfig(per_feature_ttl=[...]), "
-                    "one TTL in hours per feature"
-                )
-        elif config.single_ttl is None:
-            raise ValueError(
-                f"{policy.value} needs HashZchEvictionConfig(single_ttl=<hours>), got None"
-            )
-        self.policy = policy
-        self.config = config
+    def __init__(self, config: HashZchEvictionConfig, clock: Clock | None = None) -> None:
+        self._config = config
         self.clock = clock
 
     def now_hours(self) -> int:
-        return int(self.clock() / _SECONDS_PER_HOUR)
+        return int((self.clock or time.time)() / _SECONDS_PER_HOUR)
 
-    def scores(self, values: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        now = self.now_hours()
-        if self.config.per_feature_ttl is None or (
-            self.policy is not HashZchEvictionPolicyName.PER_FEATURE_TTL_EVICTION
-        ):
-            assert self.config.single_ttl is not None
-            return torch.full_like(values, self.config.single_ttl + now, dtype=torch.int32)
-        ttl = torch.tensor(self.config.per_feature_ttl, dtype=torch.int32, device=values.device)
-        per_feature = _per_feature_counts(lengths, len(self.config.features))
-        return ttl.repeat_interleave(per_feature, output_size=values.numel()) + now
+    def gen_score(
+        self,
+        feature: JaggedTensor,
+        device: torch.device | None = None,
+        feature_split: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """`(N,)` int32 expiry hour of each id of `feature` (empty here)."""
+        return torch.empty(0, dtype=torch.int32, device=device)
+
+    def gen_threshold(self) -> int:
+        """Slots whose expiry is below this are evictable (-1: none)."""
+        return -1
+
+
+class HashZchSingleTtlScorer(HashZchEvictionScorer):
+    """Every id expires `single_ttl` hours after its last lookup."""
+
+    def __init__(self, config: HashZchEvictionConfig, clock: Clock | None = None) -> None:
+        if config.single_ttl is None:
+            raise ValueError(
+                "SINGLE_TTL_EVICTION / LRU_EVICTION need HashZchEvictionConfig(single_ttl=<hours>)"
+            )
+        super().__init__(config, clock)
+
+    def gen_score(
+        self,
+        feature: JaggedTensor,
+        device: torch.device | None = None,
+        feature_split: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        assert self._config.single_ttl is not None
+        values = feature.values()
+        return torch.full(
+            values.shape,
+            self._config.single_ttl + self.now_hours(),
+            dtype=torch.int32,
+            device=device or values.device,
+        )
+
+    def gen_threshold(self) -> int:
+        return self.now_hours()
+
+
+class HashZchPerFeatureTtlScorer(HashZchEvictionScorer):
+    """An id of feature `features[i]` expires `per_feature_ttl[i]` hours after its last lookup.
+
+    `feature_split: (F,)` gives the ids per feature; by default it is read off the feature-major
+    lengths `(F * B,)` of the table's jagged tensor.
+    """
+
+    def __init__(self, config: HashZchEvictionConfig, clock: Clock | None = None) -> None:
+        if config.per_feature_ttl is None:
+            raise ValueError(
+                "PER_FEATURE_TTL_EVICTION needs HashZchEvictionConfig(per_feature_ttl=[...]), one "
+                "TTL in hours per feature"
+            )
+        super().__init__(config, clock)
+
+    def gen_score(
+        self,
+        feature: JaggedTensor,
+        device: torch.device | None = None,
+        feature_split: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        assert self._config.per_feature_ttl is not None
+        values = feature.values()
+        device = device or values.device
+        split = feature_split
+        if split is None:
+            split = _per_feature_counts(feature.lengths(), len(self._config.features))
+        ttl = torch.tensor(self._config.per_feature_ttl, dtype=torch.int32, device=device)
+        scores = ttl.repeat_interleave(split.to(device), output_size=values.numel())
+        return scores + self.now_hours()
+
+    def gen_threshold(self) -> int:
+        return self.now_hours()
+
+
+def get_eviction_scorer(
+    policy_name: HashZchEvictionPolicyName, config: HashZchEvictionConfig
+) -> HashZchEvictionScorer:
+    """The scorer of `policy_name` (TorchRec's factory)."""
+    if policy_name is HashZchEvictionPolicyName.PER_FEATURE_TTL_EVICTION:
+        return HashZchPerFeatureTtlScorer(config)
+    return HashZchSingleTtlScorer(config)
 
 
 def _per_feature_counts(lengths: torch.Tensor, num_features: int) -> torch.Tensor:
@@ -125,12 +189,3 @@ def _per_feature_counts(lengths: torch.Tensor, num_features: int) -> torch.Tenso
             f"per-feature TTL: {lengths.numel()} bags cannot be split over {num_features} features"
         )
     return lengths.view(num_features, -1).sum(1)
-
-
-def check_features(features: Sequence[str], config: HashZchEvictionConfig) -> None:
-    """Refuse a config naming other features than the table reads."""
-    if list(features) != list(config.features):
-        raise ValueError(
-            f"HashZchEvictionConfig.features {config.features} must be the table's features "
-            f"{list(features)}, in order"
-        )

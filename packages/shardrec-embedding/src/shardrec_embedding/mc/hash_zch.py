@@ -16,7 +16,6 @@ The probing runs in vectorized torch (`mc.probe`); it is the seam where a native
 
 import dataclasses
 import logging
-import time
 
 import torch
 
@@ -26,6 +25,7 @@ from shardrec_embedding.mc.hash_evictions import (
     HashZchEvictionConfig,
     HashZchEvictionPolicyName,
     HashZchEvictionScorer,
+    get_eviction_scorer,
 )
 from shardrec_embedding.mc.probe import insert, lookup, probe_slots
 from shardrec_jagged import JaggedTensor
@@ -160,7 +160,7 @@ class HashZchManagedCollisionModule(ManagedCollisionModule):
                     f"{table}: eviction_policy_name={eviction_policy_name.value} needs an "
                     "eviction_config (HashZchEvictionConfig(features=..., single_ttl=...))"
                 )
-            self._scorer = HashZchEvictionScorer(eviction_policy_name, eviction_config)
+            self._scorer = get_eviction_scorer(eviction_policy_name, eviction_config)
         self._evicted_indices: list[torch.Tensor] = []
         self.stats = HashZchStats()
         # per bucket of this module: [first row, rows] relative to its first row
@@ -349,7 +349,7 @@ class HashZchManagedCollisionModule(ManagedCollisionModule):
         new = rows < 0
         expiry, threshold = None, -1
         if self._scorer is not None:
-            expiry, threshold = metadata, self._scorer.now_hours()
+            expiry, threshold = metadata, self._scorer.gen_threshold()
             # ids of this batch keep their rows: nothing they hold is evicted by this batch
             metadata[rows[~new]] = torch.iinfo(torch.int32).max
         got, evicted = insert(
@@ -367,7 +367,7 @@ class HashZchManagedCollisionModule(ManagedCollisionModule):
             self.stats.evictions += int(evicted.numel())
             self._evicted_indices.append(evicted)
         if self._scorer is not None:
-            per_id = self._scorer.scores(jt.values(), jt.lengths())
+            per_id = self._scorer.gen_score(jt)
             score = torch.full_like(uniq, -1, dtype=torch.int32).scatter_reduce(
                 0, inverse, per_id, reduce="amax", include_self=True
             )
@@ -376,7 +376,7 @@ class HashZchManagedCollisionModule(ManagedCollisionModule):
         return rows
 
 
-def set_clock(module: HashZchManagedCollisionModule, clock: Clock = time.time) -> None:
+def set_clock(module: HashZchManagedCollisionModule, clock: Clock | None = None) -> None:
     """Use `clock()` (seconds) for the module's eviction hours (tests, replays)."""
     if module._scorer is not None:
         module._scorer.clock = clock
