@@ -9,7 +9,8 @@ slot reads, so `zch_size - 1` ids can own a row.
     _mch_remapped_ids_mapping:  [ 2   0   1   3    4   ]   (row of each slot)
 
 Training: every forward appends its ids to a window (`_history_accumulator`, sized at the first
-batch: 1.25 x its ids x `eviction_interval`; ids past its end are not counted, as TorchRec). Every
+non-empty batch: 1.25 x its ids x `eviction_interval`; ids past its end are not counted, as
+TorchRec). Every
 `eviction_interval` forwards the window's distinct ids compete with the held ids under the
 eviction policy (`mc.policies`); winners take the losers' rows and `evict()` reports those rows.
 Evaluation: lookups only. Remapping reads the state *after* this forward's eviction round.
@@ -200,12 +201,17 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
             self._last_eviction_iter = self._current_iter
         self._current_iter += 1
         self._current_iter_tensor.add_(1)
-        if self._input_history_buffer_size == -1:
-            self._init_history_buffers(sum(jt.values().numel() for jt in features.values()))
-        for jt in features.values():
-            self._record(jt.values())
+        num_ids = sum(jt.values().numel() for jt in features.values())
+        if self._input_history_buffer_size == -1 and num_ids > 0:
+            # sized at the first non-empty batch (TorchRec: the first batch, so an empty first
+            # batch would leave a window of 0 ids and admit nothing ever)
+            self._init_history_buffers(num_ids)
+        if self._input_history_buffer_size > 0:
+            for jt in features.values():
+                self._record(jt.values())
         if self._current_iter - self._last_eviction_iter == self._eviction_interval:
-            self._coalesce_history()
+            if self._input_history_buffer_size > 0:
+                self._coalesce_history()
             self._last_eviction_iter = self._current_iter
         return features
 
