@@ -1,7 +1,8 @@
 """`ManagedCollisionEmbeddingBagCollection` / `ManagedCollisionEmbeddingCollection`.
 
-    raw-id KJT --ManagedCollisionCollection--> row KJT --EBC / EC--> embeddings
-                                    \\--evict()--> rows freed this step: reset to the table's init
+    raw-id KJT --ManagedCollisionCollection--> row KJT ----------------> EBC / EC --> embeddings
+                                                  \\--evict(): rows freed this step, reset to
+                                                     the table's init before the lookup
 
 `forward(features)` returns `(embeddings, remapped features or None)`.
 """
@@ -115,9 +116,10 @@ class BaseManagedCollisionEmbeddingCollection(nn.Module):
         features = self._managed_collision_collection(
             features, mutate_miss_lengths=mutate_miss_lengths
         )
+        # rows handed to new ids this step are reset before the lookup reads them (TorchRec
+        # resets after it, so a new id's first lookup reads the evicted id's row)
+        evict(self._managed_collision_collection.evict(), self._embedding_module)
         embeddings = self._embedding_module(features)
-        if self.training:
-            evict(self._managed_collision_collection.evict(), self._embedding_module)
         return embeddings, features if self._return_remapped_features else None
 
 
