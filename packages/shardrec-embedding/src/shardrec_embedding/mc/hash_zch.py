@@ -1,7 +1,7 @@
 """`HashZchManagedCollisionModule`: multi-probe zero-collision hashing (TorchRec's MPZCH).
 
 State (TorchRec's state-dict keys): `_hash_zch_identities: (Z, 1)` int64, the raw id owning each
-row (-1: free), and `_hash_zch_metadata: (Z, 1)` int32, each row's expiry hour (with an eviction
+row (-1: free; so raw id -1 is stored as -2**63, and those two ids share a row), and `_hash_zch_metadata: (Z, 1)` int32, each row's expiry hour (with an eviction
 policy). The rows are cut into `total_num_buckets` equal buckets; an id's bucket is
 `id % buckets` (`input_hash_size == 0`) or `id // ceil(input_hash_size / buckets)`, and it
 probes `max_probe` rows of that bucket from a hash of the id (`mc.probe`).
@@ -33,6 +33,7 @@ from shardrec_jagged import JaggedTensor
 __all__ = ["HashZchManagedCollisionModule", "HashZchStats"]
 
 _LOG = logging.getLogger(__name__)
+_INT64_MIN = torch.iinfo(torch.int64).min
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -276,6 +277,17 @@ class HashZchManagedCollisionModule(ManagedCollisionModule):
     def _describe(self) -> str:
         return f"table {self._name!r}" if self._name else "HashZchManagedCollisionModule"
 
+    def _check_range(self, name: str, ids: torch.Tensor) -> None:
+        if self._input_hash_size == 0 or ids.numel() == 0:
+            return
+        out = (ids < 0) | (ids >= self._input_hash_size)
+        if bool(out.any()):
+            raise IndexError(
+                f"{self._describe()}: feature {name!r} id {ids[out][0].item()} is outside [0, "
+                f"input_hash_size={self._input_hash_size}); pass ids in range or build the "
+                "module with input_hash_size=0 (any int64 id)"
+            )
+
     def _windows(self, name: str, ids: torch.Tensor) -> torch.Tensor:
         """`(N, P)` local rows each id probes."""
         if self._input_hash_size == 0:
@@ -283,13 +295,6 @@ class HashZchManagedCollisionModule(ManagedCollisionModule):
         else:
             block = -(-self._input_hash_size // self._buckets)
             bucket = torch.div(ids, block, rounding_mode="floor")
-            if ids.numel() and (bool((ids < 0).any()) or bool((bucket >= self._buckets).any())):
-                bad = ids[(ids < 0) | (bucket >= self._buckets)][0].item()
-                raise IndexError(
-                    f"{self._describe()}: feature {name!r} id {bad} is outside [0, "
-                    f"input_hash_size={self._input_hash_size}); pass ids in range or build the "
-                    "module with input_hash_size=0 (any int64 id)"
-                )
         local = bucket - self._start_bucket
         if ids.numel() and bool(((local < 0) | (local >= self._end_bucket - self._start_bucket)).any()):
             raise IndexError(
@@ -307,7 +312,10 @@ class HashZchManagedCollisionModule(ManagedCollisionModule):
                 f"{self._describe()}: feature {name!r} has {values.dtype} ids; raw ids must be "
                 "integers (int64 or int32)"
             )
+        # -1 marks a free row (TorchRec's identity format): raw id -1 is keyed as int64 min
         ids = values.to(torch.int64)
+        self._check_range(name, ids)
+        ids = torch.where(ids == -1, _INT64_MIN, ids)
         identities = self._hash_zch_identities.data.view(-1)
         uniq, inverse = torch.unique(ids, return_inverse=True)
         windows = self._windows(name, uniq)
