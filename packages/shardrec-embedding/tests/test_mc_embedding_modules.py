@@ -26,7 +26,9 @@ from shardrec_jagged import KeyedJaggedTensor
 
 def _mcc(configs: list, zch: int) -> ManagedCollisionCollection:  # type: ignore[type-arg]
     module = MCHManagedCollisionModule(
-        zch_size=zch, device=torch.device("cpu"), eviction_policy=LFU_EvictionPolicy(),
+        zch_size=zch,
+        device=torch.device("cpu"),
+        eviction_policy=LFU_EvictionPolicy(),
         eviction_interval=1,
     )
     return ManagedCollisionCollection({"t": module}, configs)
@@ -42,7 +44,9 @@ def test_pooled_output_equals_the_collection_on_remapped_ids() -> None:
     torch.manual_seed(0)
     configs = [EmbeddingBagConfig(name="t", embedding_dim=4, num_embeddings=6, feature_names=["f"])]
     ebc = EmbeddingBagCollection(tables=configs)
-    mc = ManagedCollisionEmbeddingBagCollection(ebc, _mcc(configs, 6), return_remapped_features=True)
+    mc = ManagedCollisionEmbeddingBagCollection(
+        ebc, _mcc(configs, 6), return_remapped_features=True
+    )
     for ids in ([1 << 45, -2, 1 << 45, 9], [9, 1 << 45, -2, 77]):
         out, remapped = mc(_kjt(ids))
         assert remapped is not None
@@ -62,7 +66,10 @@ def test_sequence_output_and_no_remapped_features_by_default() -> None:
 def test_evicted_rows_are_reset_to_the_tables_init_and_others_kept() -> None:
     configs = [
         EmbeddingBagConfig(
-            name="t", embedding_dim=3, num_embeddings=4, feature_names=["f"],
+            name="t",
+            embedding_dim=3,
+            num_embeddings=4,
+            feature_names=["f"],
             init_fn=lambda w: torch.nn.init.constant_(w, 0.5),
         )
     ]
@@ -70,7 +77,9 @@ def test_evicted_rows_are_reset_to_the_tables_init_and_others_kept() -> None:
     weight = ebc.embedding_bags["t"].weight
     with torch.no_grad():
         weight.copy_(torch.arange(12.0).view(4, 3))
-    mc = ManagedCollisionEmbeddingBagCollection(ebc, _mcc(configs, 4), return_remapped_features=True)
+    mc = ManagedCollisionEmbeddingBagCollection(
+        ebc, _mcc(configs, 4), return_remapped_features=True
+    )
     _, remapped = mc(_kjt([7, 7, 8, 9]))  # 3 ids take 3 empty rows: they are reset
     assert remapped is not None
     taken = sorted(set(remapped.values().tolist()))
@@ -95,9 +104,13 @@ def test_mismatched_configs_are_refused() -> None:
 def test_adapters_build_a_working_collection(method: str) -> None:
     bag = [EmbeddingBagConfig(name="t", embedding_dim=4, num_embeddings=16, feature_names=["f"])]
     seq = [EmbeddingConfig(name="t", embedding_dim=4, num_embeddings=16, feature_names=["f"])]
-    common = {"input_hash_size": 0 if method == "mpzch" else 1 << 40,
-              "device": torch.device("cpu"), "world_size": 2, "zch_method": method,
-              "mpzch_num_buckets": 2}
+    common = {
+        "input_hash_size": 0 if method == "mpzch" else 1 << 40,
+        "device": torch.device("cpu"),
+        "world_size": 2,
+        "zch_method": method,
+        "mpzch_num_buckets": 2,
+    }
     ebc = McEmbeddingBagCollectionAdapter(tables=bag, **common)  # type: ignore[arg-type]
     ec = McEmbeddingCollectionAdapter(tables=seq, **common)  # type: ignore[arg-type]
     assert ebc(_kjt([3, 1 << 33])).values().shape == (1, 4)

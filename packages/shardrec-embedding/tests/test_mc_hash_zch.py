@@ -34,8 +34,9 @@ def fmix64(x: int) -> int:
 class Model:
     """Rows of `buckets` equal buckets; ids probe `probe` rows of bucket `id % buckets`."""
 
-    def __init__(self, rows: int, buckets: int, probe: int, ttl: int | None = None,
-                 lru: bool = False) -> None:
+    def __init__(
+        self, rows: int, buckets: int, probe: int, ttl: int | None = None, lru: bool = False
+    ) -> None:
         self.ids = [-1] * rows
         self.expiry = [-1] * rows
         self.size = rows // buckets
@@ -78,8 +79,11 @@ class Model:
                     self.ids[r], row[i] = i, r
                     if self.ttl is not None:
                         self.expiry[r] = 2**31 - 1
-                pending = [i for i in pending if i not in won and any(
-                    self._usable(r, hour) for r in self.window(i))]
+                pending = [
+                    i
+                    for i in pending
+                    if i not in won and any(self._usable(r, hour) for r in self.window(i))
+                ]
             if self.ttl is not None:
                 for i in uniq:
                     if row[i] >= 0:
@@ -91,8 +95,12 @@ class Model:
 
 
 def _jt(ids: list[int]) -> dict[str, JaggedTensor]:
-    return {"t": JaggedTensor(values=torch.tensor(ids, dtype=torch.int64),
-                              lengths=torch.ones(len(ids), dtype=torch.int64))}
+    return {
+        "t": JaggedTensor(
+            values=torch.tensor(ids, dtype=torch.int64),
+            lengths=torch.ones(len(ids), dtype=torch.int64),
+        )
+    }
 
 
 def _run(m: HashZchManagedCollisionModule, ids: list[int]) -> list[int]:
@@ -103,8 +111,9 @@ def _run(m: HashZchManagedCollisionModule, ids: list[int]) -> list[int]:
 @pytest.mark.parametrize(("buckets", "probe"), [(1, 4), (2, 3), (4, 16)])
 def test_random_stream_without_eviction_matches_model(seed: int, buckets: int, probe: int) -> None:
     g = torch.Generator().manual_seed(seed)
-    m = HashZchManagedCollisionModule(zch_size=16, device=torch.device("cpu"),
-                                      total_num_buckets=buckets, max_probe=probe)
+    m = HashZchManagedCollisionModule(
+        zch_size=16, device=torch.device("cpu"), total_num_buckets=buckets, max_probe=probe
+    )
     model = Model(16, buckets, probe)
     for step in range(8):
         n = int(torch.randint(0, 9, (1,), generator=g))
@@ -119,10 +128,16 @@ def test_random_stream_without_eviction_matches_model(seed: int, buckets: int, p
 
 @pytest.mark.parametrize("lru", [False, True])
 def test_ttl_eviction_matches_model_on_a_fake_clock(lru: bool) -> None:
-    policy = HashZchEvictionPolicyName.LRU_EVICTION if lru else (
-        HashZchEvictionPolicyName.SINGLE_TTL_EVICTION)
+    policy = (
+        HashZchEvictionPolicyName.LRU_EVICTION
+        if lru
+        else (HashZchEvictionPolicyName.SINGLE_TTL_EVICTION)
+    )
     m = HashZchManagedCollisionModule(
-        zch_size=8, device=torch.device("cpu"), total_num_buckets=1, max_probe=8,
+        zch_size=8,
+        device=torch.device("cpu"),
+        total_num_buckets=1,
+        max_probe=8,
         eviction_policy_name=policy,
         eviction_config=HashZchEvictionConfig(features=["f"], single_ttl=2),
     )
@@ -142,8 +157,9 @@ def test_ttl_eviction_matches_model_on_a_fake_clock(lru: bool) -> None:
 
 
 def test_distinct_ids_get_distinct_rows_while_their_windows_have_room() -> None:
-    m = HashZchManagedCollisionModule(zch_size=64, device=torch.device("cpu"),
-                                      total_num_buckets=1, max_probe=64)
+    m = HashZchManagedCollisionModule(
+        zch_size=64, device=torch.device("cpu"), total_num_buckets=1, max_probe=64
+    )
     ids = list(range(-20, 44))  # -1 included
     rows = _run(m, ids)
     assert sorted(rows) == list(range(64))
@@ -151,8 +167,13 @@ def test_distinct_ids_get_distinct_rows_while_their_windows_have_room() -> None:
 
 
 def test_disable_fallback_drops_misses_and_shrinks_their_bags() -> None:
-    m = HashZchManagedCollisionModule(zch_size=2, device=torch.device("cpu"),
-                                      total_num_buckets=1, max_probe=2, disable_fallback=True)
+    m = HashZchManagedCollisionModule(
+        zch_size=2,
+        device=torch.device("cpu"),
+        total_num_buckets=1,
+        max_probe=2,
+        disable_fallback=True,
+    )
     jt = JaggedTensor(values=torch.tensor([1, 2, 3, 4]), lengths=torch.tensor([1, 3]))
     out = m({"t": jt})["t"]
     assert out.values().numel() == 2 and out.lengths().tolist() == [1, 1]
@@ -166,8 +187,13 @@ def test_readonly_features_do_not_admit() -> None:
 
 
 def test_ids_outside_input_hash_size_are_refused_clearly() -> None:
-    m = HashZchManagedCollisionModule(zch_size=4, device=torch.device("cpu"),
-                                      total_num_buckets=2, input_hash_size=100, name="user")
+    m = HashZchManagedCollisionModule(
+        zch_size=4,
+        device=torch.device("cpu"),
+        total_num_buckets=2,
+        input_hash_size=100,
+        name="user",
+    )
     assert len(_run(m, [0, 99])) == 2
     for bad in (100, -1):
         with pytest.raises(IndexError, match=f"id {bad} is outside"):
@@ -176,8 +202,9 @@ def test_ids_outside_input_hash_size_are_refused_clearly() -> None:
 
 def test_scorers_follow_torchrecs_hours() -> None:
     jt = JaggedTensor(values=torch.arange(5), lengths=torch.tensor([2, 2, 1, 0]))
-    single = HashZchSingleTtlScorer(HashZchEvictionConfig(features=["a"], single_ttl=24),
-                                    clock=lambda: 36000000.0)
+    single = HashZchSingleTtlScorer(
+        HashZchEvictionConfig(features=["a"], single_ttl=24), clock=lambda: 36000000.0
+    )
     assert single.gen_score(jt).tolist() == [10024] * 5 and single.gen_threshold() == 10000
     per = HashZchPerFeatureTtlScorer(
         HashZchEvictionConfig(features=["a", "b"], per_feature_ttl=[24, 48]),
@@ -192,12 +219,18 @@ def test_scorers_follow_torchrecs_hours() -> None:
         ({"zch_size": 0}, "zch_size"),
         ({"zch_size": 10, "total_num_buckets": 3}, "multiple"),
         ({"max_probe": 0}, "max_probe"),
-        ({"eviction_policy_name": HashZchEvictionPolicyName.SINGLE_TTL_EVICTION}, "eviction_config"),
+        (
+            {"eviction_policy_name": HashZchEvictionPolicyName.SINGLE_TTL_EVICTION},
+            "eviction_config",
+        ),
     ],
 )
 def test_bad_arguments_are_refused(kwargs: dict[str, object], match: str) -> None:
-    args: dict[str, object] = {"zch_size": 8, "device": torch.device("cpu"),
-                               "total_num_buckets": 2} | kwargs
+    args: dict[str, object] = {
+        "zch_size": 8,
+        "device": torch.device("cpu"),
+        "total_num_buckets": 2,
+    } | kwargs
     with pytest.raises(ValueError, match=match):
         HashZchManagedCollisionModule(**args)  # type: ignore[arg-type]
 

@@ -25,7 +25,9 @@ POLICIES = {
 }
 
 
-def _module(policy: MCHEvictionPolicy, zch: int = 8, interval: int = 1) -> MCHManagedCollisionModule:
+def _module(
+    policy: MCHEvictionPolicy, zch: int = 8, interval: int = 1
+) -> MCHManagedCollisionModule:
     return MCHManagedCollisionModule(
         zch_size=zch, device=torch.device("cpu"), eviction_policy=policy, eviction_interval=interval
     )
@@ -37,7 +39,9 @@ def _jt(ids: list[int]) -> dict[str, JaggedTensor]:
 
 
 def _state(m: MCHManagedCollisionModule) -> list[tuple[int, int]]:
-    return list(zip(m._mch_sorted_raw_ids.tolist(), m._mch_remapped_ids_mapping.tolist(), strict=True))
+    return list(
+        zip(m._mch_sorted_raw_ids.tolist(), m._mch_remapped_ids_mapping.tolist(), strict=True)
+    )
 
 
 def _model_state(model: MCHModel) -> list[tuple[int, int]]:
@@ -112,8 +116,14 @@ def test_state_dict_round_trip_keeps_mapping() -> None:
     m = _module(DistanceLFU_EvictionPolicy(), zch=8)
     m(_jt([10, 20, 30, 10]))
     keys = set(m.state_dict())
-    assert {"_mch_sorted_raw_ids", "_mch_remapped_ids_mapping", "_mch_counts",
-            "_mch_last_access_iter", "_output_segments_tensor", "_current_iter_tensor"} <= keys
+    assert {
+        "_mch_sorted_raw_ids",
+        "_mch_remapped_ids_mapping",
+        "_mch_counts",
+        "_mch_last_access_iter",
+        "_output_segments_tensor",
+        "_current_iter_tensor",
+    } <= keys
     fresh = _module(DistanceLFU_EvictionPolicy(), zch=8)
     fresh.load_state_dict(m.state_dict())
     fresh.eval()

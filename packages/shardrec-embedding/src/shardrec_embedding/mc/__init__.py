@@ -36,6 +36,8 @@ from shardrec_embedding.mc.policies import (
 )
 
 __all__ = [
+    "BaseManagedCollisionEmbeddingCollection",
+    "DistanceLFU_EvictionPolicy",
     "HashZchEvictionConfig",
     "HashZchEvictionPolicyName",
     "HashZchEvictionScorer",
@@ -43,11 +45,6 @@ __all__ = [
     "HashZchPerFeatureTtlScorer",
     "HashZchSingleTtlScorer",
     "HashZchStats",
-    "McEmbeddingBagCollectionAdapter",
-    "McEmbeddingCollectionAdapter",
-    "ScalarLogger",
-    "BaseManagedCollisionEmbeddingCollection",
-    "DistanceLFU_EvictionPolicy",
     "LFU_EvictionPolicy",
     "LRU_EvictionPolicy",
     "MCHEvictionPolicy",
@@ -57,9 +54,12 @@ __all__ = [
     "ManagedCollisionEmbeddingBagCollection",
     "ManagedCollisionEmbeddingCollection",
     "ManagedCollisionModule",
+    "McEmbeddingBagCollectionAdapter",
+    "McEmbeddingCollectionAdapter",
+    "ScalarLogger",
     "apply_mc_method_to_jt_dict",
     "average_threshold_filter",
-    "get_eviction_scorer",
     "dynamic_threshold_filter",
+    "get_eviction_scorer",
     "probabilistic_threshold_filter",
 ]

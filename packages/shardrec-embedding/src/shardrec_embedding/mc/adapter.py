@@ -114,7 +114,7 @@ class McEmbeddingCollectionAdapter(nn.Module):
         )
         self.remapped_ids: KeyedJaggedTensor | None = None
 
-    def forward(self, input: KeyedJaggedTensor) -> dict[str, JaggedTensor]:  # noqa: A002
+    def forward(self, input: KeyedJaggedTensor) -> dict[str, JaggedTensor]:
         out, self.remapped_ids = self.mc_embedding_collection(input)
         assert isinstance(out, dict)
         return out
@@ -169,4 +169,6 @@ class McEmbeddingBagCollectionAdapter(nn.Module):
         return self.mc_embedding_bag_collection._embedding_module.parameters(recurse=recurse)
 
     def embedding_bag_configs(self) -> list[EmbeddingBagConfig]:
-        return list(self.mc_embedding_bag_collection._embedding_bag_collection.embedding_bag_configs())
+        return list(
+            self.mc_embedding_bag_collection._embedding_bag_collection.embedding_bag_configs()
+        )

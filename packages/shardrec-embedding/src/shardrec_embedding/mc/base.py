@@ -51,6 +51,9 @@ class ManagedCollisionModule(nn.Module, abc.ABC):
     `_current_iter_tensor: (1,)`, the training iteration count.
     """
 
+    _output_segments_tensor: torch.Tensor
+    _current_iter_tensor: torch.Tensor
+
     def __init__(
         self,
         device: torch.device,
@@ -77,7 +80,7 @@ class ManagedCollisionModule(nn.Module, abc.ABC):
         self.register_buffer(
             "_current_iter_tensor", torch.zeros(1, dtype=torch.int64, device=self._device)
         )
-        self.register_load_state_dict_post_hook(_validate_after_load)
+        self.register_load_state_dict_post_hook(_validate_after_load)  # type: ignore[no-untyped-call]  # untyped in torch
 
     @property
     def device(self) -> torch.device:

@@ -1,8 +1,8 @@
 """`ManagedCollisionCollection`: one MC module per table, applied to a KeyedJaggedTensor.
 
-    KJT (any key order, extra keys)  --permute to the tables' features-->  split per table
-      --> {table: JaggedTensor(values of its features, lengths)} --> table's MC module
-      --> remapped values, concatenated back: a KJT of the tables' features only
+KJT (any key order, extra keys)  --permute to the tables' features-->  split per table
+  --> {table: JaggedTensor(values of its features, lengths)} --> table's MC module
+  --> remapped values, concatenated back: a KJT of the tables' features only
 """
 
 from __future__ import annotations
@@ -106,9 +106,7 @@ class ManagedCollisionCollection(nn.Module):
             config.name: list(config.feature_names) for config in embedding_configs
         }
         self._feature_to_table: dict[str, str] = {
-            feature: config.name
-            for config in embedding_configs
-            for feature in config.feature_names
+            feature: config.name for config in embedding_configs for feature in config.feature_names
         }
         self._table_feature_splits: list[int] = [
             len(features) for features in self._table_to_features.values()

@@ -57,7 +57,9 @@ def _configs(module: nn.Module) -> dict[str, BaseEmbeddingConfig]:
 
 
 def _weights(module: nn.Module) -> dict[str, torch.Tensor]:
-    tables = module.embedding_bags if isinstance(module, EmbeddingBagCollection) else module.embeddings
+    tables = (
+        module.embedding_bags if isinstance(module, EmbeddingBagCollection) else module.embeddings
+    )
     assert isinstance(tables, nn.ModuleDict)
     out: dict[str, torch.Tensor] = {}
     for name, table in tables.items():
@@ -87,6 +89,7 @@ class BaseManagedCollisionEmbeddingCollection(nn.Module):
         allow_in_place_embed_weight_update: bool = False,
     ) -> None:
         super().__init__()
+        configs: list[BaseEmbeddingConfig]
         if isinstance(embedding_module, EmbeddingBagCollection):
             configs = list(embedding_module.embedding_bag_configs())
         elif isinstance(embedding_module, EmbeddingCollection):

@@ -1,7 +1,8 @@
 """`HashZchManagedCollisionModule`: multi-probe zero-collision hashing (TorchRec's MPZCH).
 
 State (TorchRec's state-dict keys): `_hash_zch_identities: (Z, 1)` int64, the raw id owning each
-row (-1: free; so raw id -1 is stored as -2**63, and those two ids share a row), and `_hash_zch_metadata: (Z, 1)` int32, each row's expiry hour (with an eviction
+row (-1: free; so raw id -1 is stored as -2**63, and those two ids share a row), and
+`_hash_zch_metadata: (Z, 1)` int32, each row's expiry hour (with an eviction
 policy). The rows are cut into `total_num_buckets` equal buckets; an id's bucket is
 `id % buckets` (`input_hash_size == 0`) or `id // ceil(input_hash_size / buckets)`, and it
 probes `max_probe` rows of that bucket from a hash of the id (`mc.probe`).
@@ -68,6 +69,10 @@ class HashZchManagedCollisionModule(ManagedCollisionModule):
         implemented (other values raise `NotImplementedError`).
     """
 
+    _hash_zch_metadata: torch.Tensor
+    _bucket_sizes: torch.Tensor
+    _bucket_starts: torch.Tensor
+
     IDENTITY_BUFFER: str = "_hash_zch_identities"
     METADATA_BUFFER: str = "_hash_zch_metadata"
     BUCKET_BUFFER: str = "_hash_zch_bucket"
@@ -124,7 +129,10 @@ class HashZchManagedCollisionModule(ManagedCollisionModule):
             "percent_reserved_slots": (percent_reserved_slots, 0),
             "track_id_freq": (track_id_freq, False),
             "write_runtime_meta_dim": (write_runtime_meta_dim, 0),
-            "inference_dispatch_div_train_world_size": (inference_dispatch_div_train_world_size, False),
+            "inference_dispatch_div_train_world_size": (
+                inference_dispatch_div_train_world_size,
+                False,
+            ),
             "enable_per_feature_lookups": (enable_per_feature_lookups, False),
             "no_bag": (no_bag, False),
         }
@@ -215,7 +223,7 @@ class HashZchManagedCollisionModule(ManagedCollisionModule):
     def evict(self) -> torch.Tensor | None:
         if not self._evicted_indices:
             return None
-        rows = torch.unique(torch.cat(self._evicted_indices)) + self._offset
+        rows: torch.Tensor = torch.unique(torch.cat(self._evicted_indices)) + self._offset
         self._evicted_indices = []
         return rows
 
@@ -296,7 +304,9 @@ class HashZchManagedCollisionModule(ManagedCollisionModule):
             block = -(-self._input_hash_size // self._buckets)
             bucket = torch.div(ids, block, rounding_mode="floor")
         local = bucket - self._start_bucket
-        if ids.numel() and bool(((local < 0) | (local >= self._end_bucket - self._start_bucket)).any()):
+        if ids.numel() and bool(
+            ((local < 0) | (local >= self._end_bucket - self._start_bucket)).any()
+        ):
             raise IndexError(
                 f"{self._describe()}: feature {name!r} has ids of buckets outside this shard's "
                 f"[{self._start_bucket}, {self._end_bucket}); route ids to the rank owning them"
@@ -320,8 +330,8 @@ class HashZchManagedCollisionModule(ManagedCollisionModule):
         uniq, inverse = torch.unique(ids, return_inverse=True)
         windows = self._windows(name, uniq)
         rows = lookup(identities, uniq, windows)
-        writable = self.training and not self._is_inference and not name.endswith(
-            self._read_only_suffix
+        writable = (
+            self.training and not self._is_inference and not name.endswith(self._read_only_suffix)
         )
         if writable:
             rows = self._admit(uniq, rows, windows, jt, inverse)

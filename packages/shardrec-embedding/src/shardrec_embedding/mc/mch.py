@@ -16,7 +16,6 @@ eviction policy (`mc.policies`); winners take the losers' rows and `evict()` rep
 Evaluation: lookups only. Remapping reads the state *after* this forward's eviction round.
 """
 
-
 import logging
 from collections.abc import Callable
 
@@ -87,6 +86,8 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
     _mch_sorted_raw_ids: torch.Tensor
     _mch_remapped_ids_mapping: torch.Tensor
     _mch_metadata: dict[str, torch.Tensor]
+    _mch_slots: torch.Tensor
+    _delimiter: torch.Tensor
     _history_metadata: dict[str, torch.Tensor]
 
     def __init__(

@@ -83,7 +83,7 @@ class MCHEvictionPolicy(abc.ABC):
 
     @abc.abstractmethod
     def eviction_scores(self, current_iter: int, merged: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Scores of `merged` slots and candidates (`(Z + U',)` per metadata name); higher is kept."""
+        """Scores of the `merged` slots and candidates, `(Z + U',)` each; higher is kept."""
 
     def record_history_metadata(
         self,
@@ -91,7 +91,7 @@ class MCHEvictionPolicy(abc.ABC):
         incoming_ids: torch.Tensor,
         history_metadata: dict[str, torch.Tensor],
     ) -> None:
-        """Write the window metadata of `incoming_ids: (n,)` into `history_metadata` views `(n,)`."""
+        """Write the window metadata of `incoming_ids: (n,)` into the `(n,)` views given."""
         if "last_access_iter" in history_metadata:
             history_metadata["last_access_iter"].fill_(current_iter)
 
@@ -166,7 +166,7 @@ def _distance(current_iter: int, last: torch.Tensor, decay_exponent: float) -> t
     return torch.pow(current_iter - last + 1, decay_exponent)
 
 
-class LFU_EvictionPolicy(MCHEvictionPolicy):  # noqa: N801 (TorchRec's name)
+class LFU_EvictionPolicy(MCHEvictionPolicy):
     """Keep the most frequently seen ids (counts since admission)."""
 
     def __init__(self, threshold_filtering_func: ThresholdFilter | None = None) -> None:
@@ -176,7 +176,7 @@ class LFU_EvictionPolicy(MCHEvictionPolicy):  # noqa: N801 (TorchRec's name)
         return merged["counts"]
 
 
-class LRU_EvictionPolicy(MCHEvictionPolicy):  # noqa: N801 (TorchRec's name)
+class LRU_EvictionPolicy(MCHEvictionPolicy):
     """Keep the most recently seen ids."""
 
     def __init__(
@@ -191,7 +191,7 @@ class LRU_EvictionPolicy(MCHEvictionPolicy):  # noqa: N801 (TorchRec's name)
         return torch.neg(_distance(current_iter, merged["last_access_iter"], self._decay_exponent))
 
 
-class DistanceLFU_EvictionPolicy(MCHEvictionPolicy):  # noqa: N801 (TorchRec's name)
+class DistanceLFU_EvictionPolicy(MCHEvictionPolicy):
     """Keep ids by count divided by (iterations since last seen + 1) ** decay_exponent."""
 
     def __init__(

@@ -64,7 +64,8 @@ def insert(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Give each of the distinct, absent `ids: (U,)` a free slot of its window `slots: (U, P)`.
 
-    Writes `identities` (and marks claimed slots unexpired in `expiry`) in place. Returns `(slot per id or -1 if its window is full, slots
+    Writes `identities` (and marks claimed slots unexpired in `expiry`) in place. Returns
+    `(slot per id or -1 if its window is full, slots
     whose previous id was evicted)`.
     """
     result = torch.full_like(ids, -1)

@@ -60,7 +60,7 @@ def _not_yet(module: nn.Module) -> NotImplementedError:
 
 
 class ManagedCollisionCollectionSharder:
-    """The MC collection's sharder: row-wise only (TorchRec's `ManagedCollisionCollectionSharder`)."""
+    """The MC collection's sharder: row-wise only (TorchRec's ManagedCollisionCollectionSharder)."""
 
     @property
     def module_type(self) -> type[nn.Module]:

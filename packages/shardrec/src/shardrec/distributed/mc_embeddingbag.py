@@ -1,4 +1,5 @@
-"""Sharder of the MC EmbeddingBagCollection (TorchRec path `torchrec.distributed.mc_embeddingbag`)."""
+"""Sharder of the MC EmbeddingBagCollection (TorchRec path
+`torchrec.distributed.mc_embeddingbag`)."""
 
 from shardrec_sharding.mc import ManagedCollisionEmbeddingBagCollectionSharder
 
