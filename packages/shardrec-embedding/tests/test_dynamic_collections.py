@@ -27,11 +27,27 @@ CAP = 64
 FEATURES = {"f0": "t0", "f1": "t0", "g": "t1"}
 
 
-def _bag_tables(dynamic: bool, pooling: PoolingType = PoolingType.SUM, **dyn: object) -> list[EmbeddingBagConfig]:
+def _bag_tables(
+    dynamic: bool, pooling: PoolingType = PoolingType.SUM, **dyn: object
+) -> list[EmbeddingBagConfig]:
     cfg = DynamicTableConfig(**dyn) if dynamic else None  # type: ignore[arg-type]  # test fields
     return [
-        EmbeddingBagConfig(name="t0", num_embeddings=CAP, embedding_dim=8, feature_names=["f0", "f1"], pooling=pooling, dynamic=cfg),
-        EmbeddingBagConfig(name="t1", num_embeddings=CAP, embedding_dim=8, feature_names=["g"], pooling=pooling, dynamic=cfg),
+        EmbeddingBagConfig(
+            name="t0",
+            num_embeddings=CAP,
+            embedding_dim=8,
+            feature_names=["f0", "f1"],
+            pooling=pooling,
+            dynamic=cfg,
+        ),
+        EmbeddingBagConfig(
+            name="t1",
+            num_embeddings=CAP,
+            embedding_dim=8,
+            feature_names=["g"],
+            pooling=pooling,
+            dynamic=cfg,
+        ),
     ]
 
 
@@ -42,8 +58,19 @@ def _batches(seed: int, steps: int, batch: int, weighted: bool = False) -> list[
     for _ in range(steps):
         lengths = [rng.randrange(4) for _ in range(3 * batch)]  # empty bags included
         values = [rng.choice(pool[: rng.randrange(5, len(pool))]) for _ in range(sum(lengths))]
-        weights = torch.rand(len(values), generator=torch.Generator().manual_seed(rng.randrange(99))) if weighted else None
-        out.append(KeyedJaggedTensor(keys=["f0", "f1", "g"], values=torch.tensor(values, dtype=torch.int64), lengths=torch.tensor(lengths), weights=weights))
+        weights = (
+            torch.rand(len(values), generator=torch.Generator().manual_seed(rng.randrange(99)))
+            if weighted
+            else None
+        )
+        out.append(
+            KeyedJaggedTensor(
+                keys=["f0", "f1", "g"],
+                values=torch.tensor(values, dtype=torch.int64),
+                lengths=torch.tensor(lengths),
+                weights=weights,
+            )
+        )
     return out
 
 
@@ -61,8 +88,17 @@ def _premap(batches: list[KeyedJaggedTensor]) -> list[KeyedJaggedTensor]:
                     for i in ids.tolist():
                         seen[table].setdefault(i, len(seen[table]))
         for key, ids in zip(kjt.keys(), kjt.values().split(kjt.length_per_key()), strict=True):
-            parts.append(torch.tensor([seen[FEATURES[key]][i] for i in ids.tolist()], dtype=torch.int64))
-        out.append(KeyedJaggedTensor(keys=kjt.keys(), values=torch.cat(parts), lengths=kjt.lengths(), weights=kjt.weights_or_none()))
+            parts.append(
+                torch.tensor([seen[FEATURES[key]][i] for i in ids.tolist()], dtype=torch.int64)
+            )
+        out.append(
+            KeyedJaggedTensor(
+                keys=kjt.keys(),
+                values=torch.cat(parts),
+                lengths=kjt.lengths(),
+                weights=kjt.weights_or_none(),
+            )
+        )
     return out
 
 
@@ -79,13 +115,22 @@ SPECS = [
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.optimizer.name)
-@pytest.mark.parametrize(("pooling", "weighted"), [(PoolingType.SUM, False), (PoolingType.SUM, True), (PoolingType.MEAN, False)])
-def test_fused_training_equals_static_on_premapped_ids(spec: FusedOptimSpec, pooling: PoolingType, weighted: bool) -> None:
+@pytest.mark.parametrize(
+    ("pooling", "weighted"),
+    [(PoolingType.SUM, False), (PoolingType.SUM, True), (PoolingType.MEAN, False)],
+)
+def test_fused_training_equals_static_on_premapped_ids(
+    spec: FusedOptimSpec, pooling: PoolingType, weighted: bool
+) -> None:
     batches = _batches(1, 6, 5, weighted)
     mods = []
     for dynamic in (True, False):
         torch.manual_seed(0)
-        mods.append(FusedEmbeddingBagCollection(_bag_tables(dynamic, pooling, eviction="NONE"), spec, is_weighted=weighted))
+        mods.append(
+            FusedEmbeddingBagCollection(
+                _bag_tables(dynamic, pooling, eviction="NONE"), spec, is_weighted=weighted
+            )
+        )
     dyn, static = mods
     for raw, mapped in zip(batches, _premap(batches), strict=True):
         a, b = dyn(raw).values(), static(mapped).values()
@@ -105,7 +150,11 @@ def test_dense_gradient_training_equals_static(optim: str) -> None:
         torch.manual_seed(0)
         m = EmbeddingBagCollection(_bag_tables(dynamic, eviction="NONE"), is_weighted=True)
         mods.append(m)
-        opts.append(torch.optim.SGD(m.parameters(), lr=0.1) if optim == "sgd" else torch.optim.Adagrad(m.parameters(), lr=0.1))
+        opts.append(
+            torch.optim.SGD(m.parameters(), lr=0.1)
+            if optim == "sgd"
+            else torch.optim.Adagrad(m.parameters(), lr=0.1)
+        )
     for raw, mapped in zip(batches, _premap(batches), strict=True):
         for m, o, kjt in zip(mods, opts, (raw, mapped), strict=True):
             o.zero_grad()
@@ -121,10 +170,27 @@ def test_sequence_collection_equals_static() -> None:
     for dynamic in (True, False):
         cfg = DynamicTableConfig(eviction="NONE") if dynamic else None
         torch.manual_seed(0)
-        mods.append(EmbeddingCollection([
-            EmbeddingConfig(name="t0", num_embeddings=CAP, embedding_dim=4, feature_names=["f0", "f1"], dynamic=cfg),
-            EmbeddingConfig(name="t1", num_embeddings=CAP, embedding_dim=4, feature_names=["g"], dynamic=cfg),
-        ], need_indices=True))
+        mods.append(
+            EmbeddingCollection(
+                [
+                    EmbeddingConfig(
+                        name="t0",
+                        num_embeddings=CAP,
+                        embedding_dim=4,
+                        feature_names=["f0", "f1"],
+                        dynamic=cfg,
+                    ),
+                    EmbeddingConfig(
+                        name="t1",
+                        num_embeddings=CAP,
+                        embedding_dim=4,
+                        feature_names=["g"],
+                        dynamic=cfg,
+                    ),
+                ],
+                need_indices=True,
+            )
+        )
     opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in mods]
     for raw, mapped in zip(batches, _premap(batches), strict=True):
         outs = [m(k) for m, k in zip(mods, (raw, mapped), strict=True)]
@@ -139,15 +205,33 @@ def test_sequence_collection_equals_static() -> None:
     assert torch.equal(mods[0].embeddings["t0"].weight, mods[1].embeddings["t0"].weight)
 
 
-def _one(key_ids: dict[str, list[list[int]]], weights: list[float] | None = None) -> KeyedJaggedTensor:
+def _one(
+    key_ids: dict[str, list[list[int]]], weights: list[float] | None = None
+) -> KeyedJaggedTensor:
     keys = list(key_ids)
     lengths = [len(bag) for k in keys for bag in key_ids[k]]
     values = [i for k in keys for bag in key_ids[k] for i in bag]
-    return KeyedJaggedTensor(keys=keys, values=torch.tensor(values, dtype=torch.int64), lengths=torch.tensor(lengths), weights=None if weights is None else torch.tensor(weights))
+    return KeyedJaggedTensor(
+        keys=keys,
+        values=torch.tensor(values, dtype=torch.int64),
+        lengths=torch.tensor(lengths),
+        weights=None if weights is None else torch.tensor(weights),
+    )
 
 
 def _const_table(pooling: PoolingType = PoolingType.SUM, **dyn: object) -> list[EmbeddingBagConfig]:
-    return [EmbeddingBagConfig(name="t", num_embeddings=2, embedding_dim=2, feature_names=["f"], pooling=pooling, weight_init_min=0.5, weight_init_max=0.5, dynamic=DynamicTableConfig(**dyn))]  # type: ignore[arg-type]
+    return [
+        EmbeddingBagConfig(
+            name="t",
+            num_embeddings=2,
+            embedding_dim=2,
+            feature_names=["f"],
+            pooling=pooling,
+            weight_init_min=0.5,
+            weight_init_max=0.5,
+            dynamic=DynamicTableConfig(**dyn),
+        )
+    ]  # type: ignore[arg-type]
 
 
 def test_evicted_slot_is_reset_row_and_optimizer_state() -> None:
@@ -181,18 +265,37 @@ def test_dense_optimizer_state_reset_with_track_optimizer() -> None:
 @pytest.mark.parametrize("pooling", [PoolingType.SUM, PoolingType.MEAN])
 def test_not_admitted_ids_read_zero_and_get_no_update(pooling: PoolingType) -> None:
     spec = FusedOptimSpec(optimizer=EmbOptimType.EXACT_SGD, learning_rate=0.5)
-    m = FusedEmbeddingBagCollection(_const_table(pooling, admission="THRESHOLD", admission_threshold=2), spec)
+    m = FusedEmbeddingBagCollection(
+        _const_table(pooling, admission="THRESHOLD", admission_threshold=2), spec
+    )
     out = m(_one({"f": [[7, 8, 8], []]})).values()  # 8 admitted (2 sightings), 7 not
     expected = 1.0 if pooling is PoolingType.SUM else 1.0 / 3  # 7 reads a zero row
     assert torch.allclose(out, torch.tensor([[expected] * 2, [0.0, 0.0]]))
     out.sum().backward()
     w = m.embedding_bags["t"].weight
     assert w[1].tolist() == [0.5, 0.5]  # slot 1 is free: untouched
-    assert m.dynamic_tables.stats()["t"] | {} == {"capacity": 2, "occupancy": 1, "admissions": 1, "rejections": 1, "evictions": 0, "unknown_reads": 0, "steps": 1}
+    assert m.dynamic_tables.stats()["t"] | {} == {
+        "capacity": 2,
+        "occupancy": 1,
+        "admissions": 1,
+        "rejections": 1,
+        "evictions": 0,
+        "unknown_reads": 0,
+        "steps": 1,
+    }
 
 
 def test_evaluation_inserts_nothing_and_reads_the_default() -> None:
-    tables = [EmbeddingBagConfig(name="t", num_embeddings=4, embedding_dim=2, feature_names=["f"], pooling=PoolingType.MEAN, dynamic=DynamicTableConfig(unknown_id="DEFAULT_ROW"))]
+    tables = [
+        EmbeddingBagConfig(
+            name="t",
+            num_embeddings=4,
+            embedding_dim=2,
+            feature_names=["f"],
+            pooling=PoolingType.MEAN,
+            dynamic=DynamicTableConfig(unknown_id="DEFAULT_ROW"),
+        )
+    ]
     m = EmbeddingBagCollection(tables).eval()
     m.dynamic_tables.table("t").default_row.fill_(3.0)
     out = m(_one({"f": [[1, 2], []]})).values()
@@ -208,12 +311,25 @@ def test_evaluation_inserts_nothing_and_reads_the_default() -> None:
 
 
 def test_weighted_default_row_and_zero_batch() -> None:
-    tables = [EmbeddingBagConfig(name="t", num_embeddings=4, embedding_dim=2, feature_names=["f"], dynamic=DynamicTableConfig(unknown_id="DEFAULT_ROW"))]
+    tables = [
+        EmbeddingBagConfig(
+            name="t",
+            num_embeddings=4,
+            embedding_dim=2,
+            feature_names=["f"],
+            dynamic=DynamicTableConfig(unknown_id="DEFAULT_ROW"),
+        )
+    ]
     m = EmbeddingBagCollection(tables, is_weighted=True).eval()
     m.dynamic_tables.table("t").default_row.fill_(1.0)
     out = m(_one({"f": [[5, 6]]}, [2.0, 0.5])).values()
     assert torch.equal(out, torch.full((1, 2), 2.5))
-    empty = KeyedJaggedTensor(keys=["f"], values=torch.empty(0, dtype=torch.int64), lengths=torch.empty(0, dtype=torch.int64), weights=torch.empty(0))
+    empty = KeyedJaggedTensor(
+        keys=["f"],
+        values=torch.empty(0, dtype=torch.int64),
+        lengths=torch.empty(0, dtype=torch.int64),
+        weights=torch.empty(0),
+    )
     assert m.train()(empty).values().shape == (0, 2)
 
 
@@ -230,7 +346,13 @@ def test_fuse_embedding_optimizer_keeps_the_map() -> None:
 def test_bad_inputs() -> None:
     m = EmbeddingBagCollection(_bag_tables(True))
     with pytest.raises(TypeError, match="integer"):
-        m(KeyedJaggedTensor(keys=["f0", "f1", "g"], values=torch.tensor([1.0, 2.0, 3.0]), lengths=torch.tensor([1, 1, 1])))
+        m(
+            KeyedJaggedTensor(
+                keys=["f0", "f1", "g"],
+                values=torch.tensor([1.0, 2.0, 3.0]),
+                lengths=torch.tensor([1, 1, 1]),
+            )
+        )
     extreme = _one({"f0": [[-(2**63), 2**63 - 1]], "f1": [[0]], "g": [[-1]]})
     assert m(extreme).values().shape == (1, 24)  # any int64 is a valid raw id
 
@@ -259,11 +381,19 @@ def test_config_errors_name_table_value_and_fix(fields: dict[str, object], match
 
 def test_config_errors_capacity_zero_and_shared_feature() -> None:
     with pytest.raises(ValueError, match="table 'x': dynamic capacity"):
-        EmbeddingBagConfig(name="x", num_embeddings=0, embedding_dim=2, dynamic=DynamicTableConfig())
+        EmbeddingBagConfig(
+            name="x", num_embeddings=0, embedding_dim=2, dynamic=DynamicTableConfig()
+        )
     with pytest.raises(TypeError, match="DynamicTableConfig"):
         EmbeddingBagConfig(name="x", num_embeddings=2, embedding_dim=2, dynamic={"capacity": 2})  # type: ignore[arg-type]
     tables = [
-        EmbeddingBagConfig(name="a", num_embeddings=4, embedding_dim=2, feature_names=["f"], dynamic=DynamicTableConfig()),
+        EmbeddingBagConfig(
+            name="a",
+            num_embeddings=4,
+            embedding_dim=2,
+            feature_names=["f"],
+            dynamic=DynamicTableConfig(),
+        ),
         EmbeddingBagConfig(name="b", num_embeddings=4, embedding_dim=2, feature_names=["f"]),
     ]
     with pytest.raises(ValueError, match="read by dynamic table 'a' and by"):

@@ -34,7 +34,10 @@ def _stream(seed: int, steps: int, pool: int, batch: int) -> list[list[int]]:
     ids = EXTREMES + [rng.randrange(-(2**63), 2**63) for _ in range(pool)]
     # skewed: low ranks repeat often (hits), the tail brings new ids (inserts, evictions)
     return [
-        [ids[min(int(rng.paretovariate(0.8)) - 1, len(ids) - 1)] for _ in range(rng.randrange(batch))]
+        [
+            ids[min(int(rng.paretovariate(0.8)) - 1, len(ids) - 1)]
+            for _ in range(rng.randrange(batch))
+        ]
         for _ in range(steps)
     ]
 
@@ -89,8 +92,18 @@ POLICIES = [
     {"eviction": "LRU", "scan_per_step": 64},
     {"eviction": "TTL", "ttl_steps": 2, "scan_per_step": 5},
     {"eviction": "TTL", "ttl_steps": 1, "scan_per_step": 64},
-    {"eviction": "LRU", "admission": "THRESHOLD", "admission_threshold": 3, "sketch_width": 1 << 16},
-    {"eviction": "LFU", "admission": "PROBABILITY", "admission_probability": 0.3, "admission_seed": 7},
+    {
+        "eviction": "LRU",
+        "admission": "THRESHOLD",
+        "admission_threshold": 3,
+        "sketch_width": 1 << 16,
+    },
+    {
+        "eviction": "LFU",
+        "admission": "PROBABILITY",
+        "admission_probability": 0.3,
+        "admission_seed": 7,
+    },
 ]
 
 

@@ -143,12 +143,12 @@ class BaseEmbeddingConfig:
     dynamic: DynamicTableConfig | None = None
 
     def __post_init__(self) -> None:
-        if self.dynamic is not None and not isinstance(self.num_embeddings, bool):
-            if isinstance(self.num_embeddings, int) and self.num_embeddings < 1:
-                raise ValueError(
-                    f"table {self.name!r}: dynamic capacity (num_embeddings) must be >= 1, got "
-                    f"{self.num_embeddings}; set it to the number of slots (rows) the table holds"
-                )
+        capacity = self.num_embeddings
+        if self.dynamic is not None and type(capacity) is int and capacity < 1:
+            raise ValueError(
+                f"table {self.name!r}: dynamic capacity (num_embeddings) must be >= 1, got "
+                f"{capacity}; set it to the number of slots (rows) the table holds"
+            )
         _require_int("num_embeddings", self.num_embeddings, self.name, minimum=1)
         _require_int("embedding_dim", self.embedding_dim, self.name, minimum=1)
         self._check_virtual_fields()

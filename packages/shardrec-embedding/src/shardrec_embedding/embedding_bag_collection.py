@@ -135,7 +135,7 @@ class EmbeddingBagCollection(PooledCollectionAPI, TorchScriptable, PackedCollect
         """features: KJT with (at least) every feature the tables read; `(F * B,)` lengths.
         Returns `KeyedTensor` `(B, sum of dims)`, fp32."""
         # Nested ifs: TorchScript drops only the body of `if not is_scripting()`.
-        if not torch._jit_internal.is_scripting():  # noqa: SIM102
+        if not torch._jit_internal.is_scripting():
             if not traced_input(features):
                 if tables_on_meta(self.embedding_bags):
                     return self._forward_meta(features)

@@ -102,7 +102,7 @@ class EmbeddingCollection(TorchScriptable, PackedCollection):
         """features: KJT with every feature the tables read. Returns name -> JaggedTensor of
         `(N_f, D)` fp32 rows, one per id, with the feature's `(B,)` lengths."""
         # Nested ifs: TorchScript drops only the body of `if not is_scripting()`.
-        if not torch._jit_internal.is_scripting():  # noqa: SIM102
+        if not torch._jit_internal.is_scripting():
             if not traced_input(features) and not tables_on_meta(self.embeddings):
                 return self._forward_eager(features)
             self._refuse_dynamic()

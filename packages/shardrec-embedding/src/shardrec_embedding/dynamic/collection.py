@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -34,10 +34,12 @@ from shardrec_jagged import KeyedJaggedTensor
 if TYPE_CHECKING:
     from shardrec_embedding.configs import BaseEmbeddingConfig
 
+_Config = TypeVar("_Config", bound="BaseEmbeddingConfig")
+
 __all__ = ["DroppedIds", "DynamicTables", "Remapped", "dynamic_configs", "reset_rows_hook"]
 
 
-def dynamic_configs(tables: Sequence[BaseEmbeddingConfig]) -> list[BaseEmbeddingConfig]:
+def dynamic_configs(tables: Sequence[_Config]) -> list[_Config]:
     """The tables of `tables` that are dynamic."""
     return [t for t in tables if t.dynamic is not None]
 
@@ -84,7 +86,9 @@ def reset_rows_hook(
     return reset
 
 
-def _optimizer_rows_hook(optimizer: torch.optim.Optimizer, weight: Callable[[], Tensor]) -> ResetHook:
+def _optimizer_rows_hook(
+    optimizer: torch.optim.Optimizer, weight: Callable[[], Tensor]
+) -> ResetHook:
     def reset(slots: Tensor) -> None:
         param = weight()
         for group in optimizer.param_groups:
@@ -165,9 +169,7 @@ class DynamicTables(nn.Module):
         """Per dynamic table: occupancy, admissions, rejections, evictions, unknown reads..."""
         return {name: self.table(name).stats() for name in self.tables}
 
-    def remap(
-        self, features: KeyedJaggedTensor, *, training: bool, owner: str
-    ) -> Remapped:
+    def remap(self, features: KeyedJaggedTensor, *, training: bool, owner: str) -> Remapped:
         """The KJT with every dynamic feature's ids replaced by slots (see the module doc)."""
         values = features.values()
         if values.is_floating_point() or values.is_complex() or values.dtype == torch.bool:
@@ -178,9 +180,7 @@ class DynamicTables(nn.Module):
             )
         keys = features.keys()
         position = {k: i for i, k in enumerate(keys)}
-        missing = [
-            f for feats in self._table_features.values() for f in feats if f not in position
-        ]
+        missing = [f for feats in self._table_features.values() for f in feats if f not in position]
         if missing:
             raise ValueError(
                 f"{owner}: the KeyedJaggedTensor lacks feature(s) {missing} that dynamic tables "
@@ -201,8 +201,10 @@ class DynamicTables(nn.Module):
         for name, feats in self._table_features.items():
             table = self.table(name)
             spans = [(opk[position[f]], opk[position[f] + 1]) for f in feats]
-            ids = torch.cat([values[a:b] for a, b in spans]) if len(spans) > 1 else (
-                values[spans[0][0] : spans[0][1]]
+            ids = (
+                torch.cat([values[a:b] for a, b in spans])
+                if len(spans) > 1
+                else (values[spans[0][0] : spans[0][1]])
             )
             slots = table.map_ids(ids, training=training).to(values.device)
             start = 0

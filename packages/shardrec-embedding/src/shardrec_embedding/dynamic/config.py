@@ -146,9 +146,7 @@ class DynamicTableConfig:
             _int(where, "sketch_width", self.sketch_width, "cells per sketch row (0: automatic)")
         lf = self.load_factor
         if isinstance(lf, bool) or not isinstance(lf, int | float) or not 0.0 < lf <= 0.95:
-            raise ValueError(
-                f"{where} load_factor {lf!r} must be in (0, 0.95]; 0.5 is the default"
-            )
+            raise ValueError(f"{where} load_factor {lf!r} must be in (0, 0.95]; 0.5 is the default")
         _int(where, "scan_per_step", self.scan_per_step, "the slots scanned per step")
 
     def num_buckets(self, capacity: int) -> int:

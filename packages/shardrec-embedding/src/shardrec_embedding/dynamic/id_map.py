@@ -30,9 +30,12 @@ _I64 = ctypes.c_int64
 _PTR = ctypes.c_void_p
 
 
+_TYPED: set[int] = set()
+
+
 def _library() -> ctypes.CDLL | None:
     lib = native_library_of("idmap.c")
-    if lib is not None and not getattr(lib, "_sr_typed", False):
+    if lib is not None and id(lib) not in _TYPED:
         for name, args in (
             ("sr_idmap_find", (_PTR, _I64, _PTR, _I64, _PTR)),
             ("sr_idmap_insert", (_PTR, _I64, _PTR, _PTR, _I64)),
@@ -41,7 +44,7 @@ def _library() -> ctypes.CDLL | None:
             fn = getattr(lib, name)
             fn.argtypes = args
             fn.restype = _I64
-        lib._sr_typed = True
+        _TYPED.add(id(lib))
     return lib
 
 
@@ -113,8 +116,9 @@ class IdSlotMap:
             return out
         if self._lib is not None:
             b = self._buckets
-            self._lib.sr_idmap_find(b.data_ptr(), self.num_buckets, ids.data_ptr(), ids.numel(),
-                                    out.data_ptr())
+            self._lib.sr_idmap_find(
+                b.data_ptr(), self.num_buckets, ids.data_ptr(), ids.numel(), out.data_ptr()
+            )
             return out
         if self._keys.numel() == 0:
             return out.fill_(-1)
@@ -161,8 +165,9 @@ class IdSlotMap:
         if self._lib is not None:
             b = self._buckets
             removed = int(
-                self._lib.sr_idmap_erase(b.data_ptr(), self.num_buckets, ids.data_ptr(),
-                                         ids.numel())
+                self._lib.sr_idmap_erase(
+                    b.data_ptr(), self.num_buckets, ids.data_ptr(), ids.numel()
+                )
             )
         else:
             keep = ~torch.isin(self._keys, ids)

@@ -105,7 +105,9 @@ class DynamicTable(nn.Module):
         self.register_buffer("last_seen", torch.zeros(capacity, dtype=torch.int64))
         self.register_buffer("counts", torch.zeros(capacity, dtype=torch.int64))
         self.register_buffer("free_slots", torch.zeros(capacity, dtype=torch.int64))
-        width = config.sketch_cells(capacity) if config.admission is AdmissionPolicy.THRESHOLD else 0
+        width = (
+            config.sketch_cells(capacity) if config.admission is AdmissionPolicy.THRESHOLD else 0
+        )
         self.register_buffer("sketch", torch.zeros(2 if width else 0, width, dtype=torch.int64))
         self.register_buffer("default_row", torch.zeros(dim, dtype=torch.float32))
         self._counters = dict.fromkeys(COUNTERS, 0)
@@ -142,9 +144,7 @@ class DynamicTable(nn.Module):
         """Free `slots` (occupied ones; others are skipped) and reset them through the hooks."""
         slots = slots.reshape(-1).to(device="cpu", dtype=torch.int64)
         if slots.numel() and (int(slots.min()) < 0 or int(slots.max()) >= self.capacity):
-            raise IndexError(
-                f"dynamic table {self.name!r}: slots must lie in [0, {self.capacity})"
-            )
+            raise IndexError(f"dynamic table {self.name!r}: slots must lie in [0, {self.capacity})")
         slots = torch.unique(slots)
         self._sync_map()
         self._free(slots[self.occupied[slots]])
@@ -188,7 +188,7 @@ class DynamicTable(nn.Module):
         self._map_stale = True
 
     def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
-        super()._load_from_state_dict(*args, **kwargs)  # type: ignore[no-untyped-call]  # torch leaves it untyped
+        super()._load_from_state_dict(*args, **kwargs)
         self._map_stale = True
 
     def _sync_map(self) -> None:
@@ -216,9 +216,7 @@ class DynamicTable(nn.Module):
             self._ttl_sweep(step)
         if missing.numel() == 0:
             return slots
-        uniq, inverse, occurrences = torch.unique(
-            missing, return_inverse=True, return_counts=True
-        )
+        uniq, inverse, occurrences = torch.unique(missing, return_inverse=True, return_counts=True)
         first = torch.full_like(uniq, missing.numel()).scatter_reduce_(
             0, inverse, torch.arange(missing.numel()), "amin"
         )
