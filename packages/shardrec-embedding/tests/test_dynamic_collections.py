@@ -415,3 +415,16 @@ def test_state_dict_round_trip_continues_identically() -> None:
         _loss(x).backward()
         _loss(y).backward()
     assert a.dynamic_tables.stats() == b.dynamic_tables.stats()
+
+
+def test_stats_readable_from_a_model() -> None:
+    from torch import nn
+
+    from shardrec_embedding import dynamic_table_stats
+
+    model = nn.Sequential(EmbeddingBagCollection(_bag_tables(True)))
+    model(_batches(7, 1, 3)[0])
+    stats = dynamic_table_stats(model)
+    assert set(stats) == {"0.t0", "0.t1"}
+    assert stats["0.t0"]["admissions"] == stats["0.t0"]["occupancy"] > 0
+    assert all(isinstance(v, int) for v in stats["0.t1"].values())

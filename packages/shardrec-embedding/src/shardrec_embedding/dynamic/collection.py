@@ -36,7 +36,14 @@ if TYPE_CHECKING:
 
 _Config = TypeVar("_Config", bound="BaseEmbeddingConfig")
 
-__all__ = ["DroppedIds", "DynamicTables", "Remapped", "dynamic_configs", "reset_rows_hook"]
+__all__ = [
+    "DroppedIds",
+    "DynamicTables",
+    "Remapped",
+    "dynamic_configs",
+    "dynamic_table_stats",
+    "reset_rows_hook",
+]
 
 
 def dynamic_configs(tables: Sequence[_Config]) -> list[_Config]:
@@ -291,3 +298,16 @@ class DynamicTables(nn.Module):
         else:
             full = rows.new_zeros(n, rows.shape[1])
         return full.index_copy(0, info.kept_positions, rows)
+
+
+def dynamic_table_stats(model: nn.Module) -> dict[str, dict[str, int]]:
+    """Every dynamic table's counters in `model` (`DynamicTable.stats`), keyed by table name,
+    prefixed with its collection's module path when that is not `model` itself
+    (`"sparse.ebc.t0"`)."""
+    out: dict[str, dict[str, int]] = {}
+    for path, module in model.named_modules():
+        if isinstance(module, DynamicTables):
+            owner = path.rsplit(".", 1)[0] if "." in path else ""
+            for name, stats in module.stats().items():
+                out[f"{owner}.{name}" if owner else name] = stats
+    return out
