@@ -428,3 +428,23 @@ def test_stats_readable_from_a_model() -> None:
     assert set(stats) == {"0.t0", "0.t1"}
     assert stats["0.t0"]["admissions"] == stats["0.t0"]["occupancy"] > 0
     assert all(isinstance(v, int) for v in stats["0.t1"].values())
+
+
+def test_feature_processor_equals_static() -> None:
+    from shardrec_embedding.feature_processors import (
+        FeatureProcessedEmbeddingBagCollection,
+        PositionWeightedModule,
+    )
+
+    batches = _batches(8, 3, 4)
+    outs = []
+    for dynamic, data in ((True, batches), (False, _premap(batches))):
+        torch.manual_seed(0)
+        ebc = EmbeddingBagCollection(_bag_tables(dynamic, eviction="NONE"), is_weighted=True)
+        processors = {f: PositionWeightedModule(4) for f in FEATURES}
+        for p in processors.values():
+            torch.nn.init.uniform_(p.position_weight, 0.5, 1.5, generator=torch.Generator().manual_seed(1))
+        fp = FeatureProcessedEmbeddingBagCollection(ebc, processors)
+        outs.append([fp(kjt).values() for kjt in data])
+    for a, b in zip(*outs, strict=True):
+        assert torch.equal(a, b)
