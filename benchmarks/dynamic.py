@@ -1,0 +1,185 @@
+"""Raw-id (dynamic) tables: id -> slot throughput, and a training step against a static table.
+
+Run: ``.venv/bin/python benchmarks/dynamic.py`` (``--quick`` for a smoke run of small shapes).
+
+1. Id -> slot map (`IdSlotMap.find`, native and torch backends) on one thread, at 50% and 90%
+   load of its buckets, in millions of ids per second, beside the random-DRAM-access floor:
+   one random 8-byte read per id from an array the size of the map's buckets (a torch gather).
+2. Training step (forward + fused EXACT_ROWWISE_ADAGRAD backward) of 8 dynamic tables x
+   capacity 100k x dim 64, batch 2048, 20 ids per bag, Zipf(1.05) raw ids over 2^40 (each
+   rank scattered over the id space by a hash), LRU eviction, with the tables pre-filled to
+   50% and 95% occupancy, against static tables of the same size fed ids pre-mapped into
+   [0, capacity) (the same popularity ranks, hashed to rows). Goal (issue 27): <= 1.3x.
+
+Prints the machine, shapes, ours, the reference, the floor and the ratio; asserts nothing.
+Numbers from a loaded machine are not comparable: measure on a quiet one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from shardrec_embedding.configs import EmbeddingBagConfig
+from shardrec_embedding.dynamic import DynamicTableConfig
+from shardrec_embedding.dynamic.hashing import mix64
+from shardrec_embedding.dynamic.id_map import IdSlotMap, idmap_native_available
+from shardrec_embedding.fused import FusedEmbeddingBagCollection
+from shardrec_jagged import KeyedJaggedTensor
+from shardrec_optim import EmbOptimType, FusedOptimSpec
+
+
+def machine() -> str:
+    return (
+        f"machine: {platform.platform()}, {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} cpus, torch {torch.__version__} ({torch.get_num_threads()} threads)"
+    )
+
+
+def _best(fn: Callable[[], object], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def map_throughput(log2_buckets: int, queries: int, repeats: int) -> None:
+    torch.set_num_threads(1)
+    buckets = 1 << log2_buckets
+    gen = torch.Generator().manual_seed(0)
+    print(
+        f"\n## id -> slot, one thread: {buckets} buckets ({buckets * 16 / 2**20:.0f} MiB), "
+        f"{queries} hit queries per run, best of {repeats}"
+    )
+    print("| load | backend | find M ids/s | DRAM floor M reads/s | ours / floor |")
+    print("|---|---|---|---|---|")
+    floor_array = torch.zeros(buckets * 2, dtype=torch.int64)
+    backends = ["native", "torch"] if idmap_native_available() else ["torch"]
+    for load in (0.5, 0.9):
+        n = int(buckets * load)
+        ids = torch.unique(torch.randint(-(2**62), 2**62, (n + n // 8,), generator=gen))[:n]
+        ids = ids[torch.randperm(ids.numel(), generator=gen)]
+        query = ids[torch.randint(0, ids.numel(), (queries,), generator=gen)]
+        where = torch.randint(0, floor_array.numel(), (queries,), generator=gen)
+        floor = queries / _best(lambda w=where: floor_array.index_select(0, w), repeats) / 1e6
+        for backend in backends:
+            m = IdSlotMap(buckets, backend=backend)  # type: ignore[arg-type]
+            m.insert(ids, torch.arange(ids.numel()))
+            rate = queries / _best(lambda m=m, q=query: m.find(q), repeats) / 1e6
+            print(f"| {load:.0%} | {backend} | {rate:.1f} | {floor:.1f} | {rate / floor:.2f} |")
+    torch.set_num_threads(os.cpu_count() or 1)
+
+
+def zipf_ids(n: int, rng: np.random.Generator) -> torch.Tensor:
+    """`n` raw ids: Zipf(1.05) ranks below 2^40, scattered over int64 by a hash."""
+    ranks = rng.zipf(1.05, size=n)
+    ranks = np.where(ranks >= 2**40, ranks % 2**40, ranks)
+    return mix64(torch.from_numpy(ranks.astype(np.int64)))
+
+
+def batches(
+    count: int, tables: int, batch: int, bag: int, capacity: int, seed: int
+) -> list[tuple[KeyedJaggedTensor, KeyedJaggedTensor]]:
+    """(raw-id KJT, pre-mapped KJT) pairs."""
+    rng = np.random.default_rng(seed)
+    keys = [f"f{i}" for i in range(tables)]
+    lengths = torch.full((tables * batch,), bag, dtype=torch.int64)
+    out = []
+    for _ in range(count):
+        raw = zipf_ids(tables * batch * bag, rng)
+        mapped = (mix64(raw) & ((1 << 62) - 1)) % capacity
+        out.append(
+            (
+                KeyedJaggedTensor(keys=keys, values=raw, lengths=lengths),
+                KeyedJaggedTensor(keys=keys, values=mapped, lengths=lengths),
+            )
+        )
+    return out
+
+
+def collection(tables: int, capacity: int, dim: int, dynamic: bool) -> FusedEmbeddingBagCollection:
+    cfg = DynamicTableConfig(eviction="LRU") if dynamic else None
+    configs = [
+        EmbeddingBagConfig(
+            name=f"t{i}",
+            num_embeddings=capacity,
+            embedding_dim=dim,
+            feature_names=[f"f{i}"],
+            dynamic=cfg,
+        )
+        for i in range(tables)
+    ]
+    spec = FusedOptimSpec(optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=0.01)
+    return FusedEmbeddingBagCollection(configs, spec)
+
+
+def prefill(module: FusedEmbeddingBagCollection, occupancy: float, seed: int) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    for name in module.dynamic_tables.tables:
+        table = module.dynamic_tables.table(name)
+        target = int(table.capacity * occupancy)
+        while table.stats()["occupancy"] < target:
+            need = target - table.stats()["occupancy"]
+            table.map_ids(torch.randint(-(2**63), 2**63 - 1, (need,), generator=gen), training=True)
+
+
+def step_time(
+    module: FusedEmbeddingBagCollection, kjts: list[KeyedJaggedTensor], steps: int
+) -> float:
+    times = []
+    for i in range(steps):
+        kjt = kjts[i % len(kjts)]
+        start = time.perf_counter()
+        module(kjt).values().sum().backward()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[1:] if len(times) > 1 else times)
+
+
+def training(tables: int, capacity: int, dim: int, batch: int, bag: int, steps: int) -> None:
+    print(
+        f"\n## training step: {tables} tables x capacity {capacity} x dim {dim}, batch {batch}, "
+        f"{bag} ids per bag, Zipf(1.05) over 2^40, fused EXACT_ROWWISE_ADAGRAD, median of "
+        f"{steps} steps"
+    )
+    print("| occupancy (start -> end) | dynamic ms | static ms (pre-mapped) | ratio |")
+    print("|---|---|---|---|")
+    pairs = batches(min(steps, 8), tables, batch, bag, capacity, seed=1)
+    static = collection(tables, capacity, dim, dynamic=False)
+    static_ms = 1e3 * step_time(static, [m for _, m in pairs], steps)
+    for occupancy in (0.5, 0.95):
+        dyn = collection(tables, capacity, dim, dynamic=True)
+        prefill(dyn, occupancy, seed=2)
+        start = dyn.dynamic_tables.stats()["t0"]["occupancy"] / capacity
+        dyn_ms = 1e3 * step_time(dyn, [r for r, _ in pairs], steps)
+        end = dyn.dynamic_tables.stats()["t0"]["occupancy"] / capacity
+        print(
+            f"| {start:.0%} -> {end:.0%} | {dyn_ms:.1f} | {static_ms:.1f} | "
+            f"{dyn_ms / static_ms:.2f} |"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small shapes, few repeats")
+    args = parser.parse_args()
+    print(machine())
+    print("note: re-measure on a quiet machine; a loaded one gives noise, not numbers")
+    if args.quick:
+        map_throughput(log2_buckets=14, queries=1 << 15, repeats=2)
+        training(tables=2, capacity=5_000, dim=16, batch=128, bag=5, steps=4)
+    else:
+        map_throughput(log2_buckets=23, queries=1 << 22, repeats=5)
+        training(tables=8, capacity=100_000, dim=64, batch=2048, bag=20, steps=20)
+
+
+if __name__ == "__main__":
+    main()
