@@ -101,7 +101,7 @@ def test_the_planner_plans_an_mc_collection_row_wise() -> None:
 def test_shard_is_not_implemented_and_qcomm_is_refused() -> None:
     env = ShardingEnv(world_size=1, rank=0, pg=None)
     for sharder, module in (
-        (ManagedCollisionEmbeddingBagCollectionSharder(), _mc_ebc()),
+        (ManagedCollisionEmbeddingCollectionSharder(), _mc_ec()),
         (ManagedCollisionCollectionSharder(), _mcc([])),
     ):
         with pytest.raises(NotImplementedError, match="not implemented yet"):

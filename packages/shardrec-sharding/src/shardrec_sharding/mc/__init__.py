@@ -1,5 +1,6 @@
 """Sharders of the managed-collision modules (planner view; see `sharders`)."""
 
+from shardrec_sharding.mc.sharded import ShardedManagedCollisionEmbeddingBagCollection
 from shardrec_sharding.mc.sharders import (
     BaseManagedCollisionEmbeddingCollectionSharder,
     ManagedCollisionCollectionSharder,
@@ -12,4 +13,5 @@ __all__ = [
     "ManagedCollisionCollectionSharder",
     "ManagedCollisionEmbeddingBagCollectionSharder",
     "ManagedCollisionEmbeddingCollectionSharder",
+    "ShardedManagedCollisionEmbeddingBagCollection",
 ]

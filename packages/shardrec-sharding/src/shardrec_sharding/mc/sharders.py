@@ -7,7 +7,8 @@ embedding sharder's types and the MC sharder's `row_wise`) with TorchRec's compu
 the planner enumerates and prices MC tables as TorchRec does; their storage adds the id map and
 the policy metadata per row (`MCH: 16 + 8 x metadata bytes`, `HashZch: 8 + 4 bytes`).
 
-`shard` is not implemented yet (docs/porting.md): it raises `NotImplementedError`.
+The MC EmbeddingBagCollection shards row-wise and table-wise (`mc.sharded`); the collection's
+and the MC EmbeddingCollection's `shard` raise `NotImplementedError` (docs/porting.md).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from shardrec_planner import EmbeddingComputeKernel, ParameterSharding, Sharding
 from shardrec_planner.sharder_data import BaseEmbeddingSharder
 from shardrec_sharding.embedding import EmbeddingCollectionSharder
 from shardrec_sharding.embeddingbag import EmbeddingBagCollectionSharder
+from shardrec_sharding.mc.sharded import ShardedManagedCollisionEmbeddingBagCollection
 
 __all__ = [
     "BaseManagedCollisionEmbeddingCollectionSharder",
@@ -139,9 +141,28 @@ class BaseManagedCollisionEmbeddingCollectionSharder:
 
 
 class ManagedCollisionEmbeddingBagCollectionSharder(BaseManagedCollisionEmbeddingCollectionSharder):
-    """Sharder of `ManagedCollisionEmbeddingBagCollection` (TorchRec's name and arguments)."""
+    """Sharder of `ManagedCollisionEmbeddingBagCollection` (TorchRec's name and arguments).
+
+    Shards row-wise and table-wise (`ShardedManagedCollisionEmbeddingBagCollection`); the
+    planner is offered row-wise, as TorchRec's.
+    """
 
     _module = ManagedCollisionEmbeddingBagCollection
+
+    def shard(
+        self,
+        module: nn.Module,
+        params: Mapping[str, ParameterSharding],
+        env: ShardingEnv,
+        device: torch.device | str | None = None,
+    ) -> nn.Module:
+        if not isinstance(module, ManagedCollisionEmbeddingBagCollection):
+            raise TypeError(
+                f"expected a ManagedCollisionEmbeddingBagCollection, got {type(module).__name__}"
+            )
+        e_sharder = self._e_sharder
+        assert isinstance(e_sharder, EmbeddingBagCollectionSharder)
+        return ShardedManagedCollisionEmbeddingBagCollection(module, params, env, device, e_sharder)
 
     def __init__(
         self,
