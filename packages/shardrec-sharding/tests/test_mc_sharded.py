@@ -135,3 +135,52 @@ def _run(ctx: RankContext, kind: str) -> int:
 @pytest.mark.parametrize("kind", ["row_wise", "table_wise"])
 def test_sharded_mc_ebc_matches_unsharded_references(pool_factory, kind):  # type: ignore[no-untyped-def]
     assert pool_factory(2).run(_run, kind) == [STEPS, STEPS]
+
+
+def _owners(mc: MCHManagedCollisionModule) -> dict[int, int]:
+    return dict(
+        zip(mc._mch_remapped_ids_mapping.tolist(), mc._mch_sorted_raw_ids.tolist(), strict=True)
+    )
+
+
+def _run_training(ctx: RankContext) -> int:
+    """Rows that change owner are reset (weight to the init, fused Adagrad state to zero) before
+    the lookup reads them, on the rank that holds them."""
+    from shardrec_optim import EmbOptimType
+
+    env = ShardingEnv.from_process_group(ctx.pg)
+    module = ManagedCollisionEmbeddingBagCollection(
+        _ebc(), ManagedCollisionCollection({"t": _mch()}, _configs())
+    )
+    plan = dict(
+        construct_module_sharding_plan(
+            module._embedding_module, {"t": row_wise()}, world_size=2, local_world_size=2
+        )
+    )
+    sharder = ManagedCollisionEmbeddingBagCollectionSharder(
+        fused_params={"optimizer": EmbOptimType.EXACT_ROWWISE_ADAGRAD, "learning_rate": 0.5}
+    )
+    sharded = sharder.shard(module, plan, env)
+    local = sharded._managed_collision_modules["t"]
+    weight = dict(sharded._embedding_module.named_parameters())["embedding_bags.t.weight"]
+    state = sharded._embedding_module.fused_optimizer.state[weight]["t.momentum1"]
+    offset = local._output_global_offset
+    resets = 0
+    for step in range(8):
+        before = _owners(local)
+        g = seeded_generator("mc-train", ctx.rank, step)
+        values = torch.randint(0, 40, (6,), generator=g) * (HASH // 40)
+        kjt = KeyedJaggedTensor(["f", "g"], values, lengths=torch.tensor([2, 1, 2, 1]), stride=2)
+        out = sharded(kjt).wait()
+        changed = [row for row, raw in _owners(local).items() if before[row] != raw]
+        for row in changed:
+            assert torch.equal(weight[row - offset], torch.full((DIM,), 0.25)), (step, row)
+            assert float(state[row - offset]) == 0.0, (step, row)
+        resets += len(changed)
+        out.values().sum().backward()
+    return resets
+
+
+def test_rows_handed_to_new_ids_are_reset_with_their_optimizer_state(pool_factory):  # type: ignore[no-untyped-def]
+    resets = pool_factory(2).run(_run_training)
+    assert all(n > 0 for n in resets), resets

@@ -9,8 +9,8 @@ keeps an MC module rebuilt over its rows. Table-wise: the table's rank owns ever
     training, admits / evicts) --all-to-all back--> rows, in the batch's order
         --> the sharded EmbeddingBagCollection (whose row-wise shards are the same rows)
 
-Rows an owner hands to new ids are reset to the table's initializer in its local shard before
-the lookup (fused optimizer state of those rows is not reset yet; docs/porting.md).
+Rows an owner hands to new ids are reset before the lookup: the row to the table's initializer
+in its local shard, its fused optimizer state (Adagrad's sum, Adam's moments) to zero.
 """
 
 from __future__ import annotations
@@ -206,29 +206,23 @@ class ShardedManagedCollisionEmbeddingBagCollection(nn.Module):
 
     @torch.no_grad()
     def _reset_evicted(self) -> None:
-        state: dict[str, object] | None = None
+        # Local tensors only (no state_dict): each owner evicts on its own schedule, and the
+        # sharded state dict's ShardedTensors would start collectives on one rank only.
+        params = dict(self._embedding_module.named_parameters())
+        optimizer = getattr(self._embedding_module, "fused_optimizer", None)
+        states = getattr(optimizer, "state", {})
         for route in self._routes:
             if route.local is None:
                 continue
             rows = route.local.evict()
             if rows is None or rows.numel() == 0:
                 continue
-            if state is None:
-                state = dict(self._embedding_module.state_dict())  # views of the local shards
-            weight = state[f"embedding_bags.{route.table}.weight"]
-            local = _local_rows(weight)
-            fresh = local.new_empty((rows.numel(), local.size(1)))
+            weight = params[f"embedding_bags.{route.table}.weight"]
+            index = (rows - route.row_offset).to(weight.device)
+            fresh = weight.new_empty((rows.numel(), weight.size(1)))
             self._configs[route.table].init_weight_(fresh)
-            local[(rows - route.row_offset).to(local.device)] = fresh
-
-
-def _local_rows(weight: object) -> torch.Tensor:
-    """This rank's `(rows, dim)` shard of a table's state-dict entry."""
-    shards = getattr(weight, "local_shards", None)
-    if callable(shards):
-        (only,) = shards()
-        tensor = only.tensor
-    else:
-        tensor = weight
-    assert isinstance(tensor, torch.Tensor)
-    return tensor
+            weight[index] = fresh
+            for value in states.get(weight, {}).values():
+                per_row = isinstance(value, torch.Tensor) and value.dim() >= 1
+                if per_row and value.size(0) == weight.size(0):
+                    value[index] = 0  # a fused optimizer's per-row state starts at zero
