@@ -9,6 +9,7 @@ only the tables'.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 
 import torch
@@ -34,18 +35,35 @@ __all__ = ["McEmbeddingBagCollectionAdapter", "McEmbeddingCollectionAdapter"]
 _METHODS = ("sort_zch", "mpzch")
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Settings:
+    """The adapters' shared arguments (TorchRec's names)."""
+
+    input_hash_size: int
+    device: torch.device
+    world_size: int
+    eviction_interval: int
+    zch_method: str
+    mpzch_num_buckets: int | None
+    mpzch_max_probe: int | None
+
+
+_SETTINGS = frozenset(f.name for f in dataclasses.fields(_Settings))
+
+
+def _collection(
+    configs: Sequence[BaseEmbeddingConfig], settings: _Settings, *, cap_probe: bool
+) -> ManagedCollisionCollection:
+    return ManagedCollisionCollection(_mc_modules(configs, settings, cap_probe), configs)
+
+
 def _mc_modules(
-    configs: Sequence[BaseEmbeddingConfig],
-    *,
-    input_hash_size: int,
-    device: torch.device,
-    world_size: int,
-    eviction_interval: int,
-    zch_method: str,
-    mpzch_num_buckets: int | None,
-    mpzch_max_probe: int | None,
-    cap_probe: bool,
+    configs: Sequence[BaseEmbeddingConfig], settings: _Settings, cap_probe: bool
 ) -> dict[str, ManagedCollisionModule]:
+    input_hash_size, device = settings.input_hash_size, settings.device
+    world_size, eviction_interval = settings.world_size, settings.eviction_interval
+    zch_method = settings.zch_method
+    mpzch_num_buckets, mpzch_max_probe = settings.mpzch_num_buckets, settings.mpzch_max_probe
     if zch_method not in _METHODS:
         raise ValueError(f"zch_method must be one of {list(_METHODS)}, got {zch_method!r}")
     out: dict[str, ManagedCollisionModule] = {}
@@ -62,7 +80,7 @@ def _mc_modules(
             continue
         buckets = mpzch_num_buckets or world_size
         probe = mpzch_max_probe or 128
-        if cap_probe:  # TorchRec's EBC adapter caps the probe at a bucket's rows per rank
+        if cap_probe:
             probe = min(probe, max(config.num_embeddings // world_size // buckets, 1))
         out[config.name] = HashZchManagedCollisionModule(
             zch_size=config.num_embeddings,
@@ -96,20 +114,11 @@ class McEmbeddingCollectionAdapter(nn.Module):
     ) -> None:
         super().__init__()
         ec = EmbeddingCollection(tables=tables, device=device)
-        modules = _mc_modules(
-            ec.embedding_configs(),
-            input_hash_size=input_hash_size,
-            device=device,
-            world_size=world_size,
-            eviction_interval=eviction_interval,
-            zch_method=zch_method,
-            mpzch_num_buckets=mpzch_num_buckets,
-            mpzch_max_probe=mpzch_max_probe,
-            cap_probe=False,
-        )
+        # the shared arguments above, by name
+        settings = _Settings(**{k: v for k, v in locals().items() if k in _SETTINGS})
         self.mc_embedding_collection = ManagedCollisionEmbeddingCollection(
             ec,
-            ManagedCollisionCollection(modules, ec.embedding_configs()),
+            _collection(ec.embedding_configs(), settings, cap_probe=False),
             allow_in_place_embed_weight_update=allow_in_place_embed_weight_update,
         )
         self.remapped_ids: KeyedJaggedTensor | None = None
@@ -143,20 +152,11 @@ class McEmbeddingBagCollectionAdapter(nn.Module):
     ) -> None:
         super().__init__()
         ebc = EmbeddingBagCollection(tables=tables, device=device)
-        modules = _mc_modules(
-            ebc.embedding_bag_configs(),
-            input_hash_size=input_hash_size,
-            device=device,
-            world_size=world_size,
-            eviction_interval=eviction_interval,
-            zch_method=zch_method,
-            mpzch_num_buckets=mpzch_num_buckets,
-            mpzch_max_probe=mpzch_max_probe,
-            cap_probe=True,
-        )
+        settings = _Settings(**{k: v for k, v in locals().items() if k in _SETTINGS})
+        # TorchRec's bag adapter (only) caps the probe at a bucket's rows per rank
         self.mc_embedding_bag_collection = ManagedCollisionEmbeddingBagCollection(
             ebc,
-            ManagedCollisionCollection(modules, ebc.embedding_bag_configs()),
+            _collection(ebc.embedding_bag_configs(), settings, cap_probe=True),
             allow_in_place_embed_weight_update=allow_in_place_embed_weight_update,
         )
 

@@ -88,6 +88,8 @@ class HashZchEvictionScorer:
     each call.
     """
 
+    _evicts = False  # TTL scorers: slots expiring before the current hour are evictable
+
     def __init__(self, config: HashZchEvictionConfig, clock: Clock | None = None) -> None:
         self._config = config
         self.clock = clock
@@ -106,11 +108,13 @@ class HashZchEvictionScorer:
 
     def gen_threshold(self) -> int:
         """Slots whose expiry is below this are evictable (-1: none)."""
-        return -1
+        return self.now_hours() if self._evicts else -1
 
 
 class HashZchSingleTtlScorer(HashZchEvictionScorer):
     """Every id expires `single_ttl` hours after its last lookup."""
+
+    _evicts = True
 
     def __init__(self, config: HashZchEvictionConfig, clock: Clock | None = None) -> None:
         if config.single_ttl is None:
@@ -134,9 +138,6 @@ class HashZchSingleTtlScorer(HashZchEvictionScorer):
             device=device or values.device,
         )
 
-    def gen_threshold(self) -> int:
-        return self.now_hours()
-
 
 class HashZchPerFeatureTtlScorer(HashZchEvictionScorer):
     """An id of feature `features[i]` expires `per_feature_ttl[i]` hours after its last lookup.
@@ -144,6 +145,8 @@ class HashZchPerFeatureTtlScorer(HashZchEvictionScorer):
     `feature_split: (F,)` gives the ids per feature; by default it is read off the feature-major
     lengths `(F * B,)` of the table's jagged tensor.
     """
+
+    _evicts = True
 
     def __init__(self, config: HashZchEvictionConfig, clock: Clock | None = None) -> None:
         if config.per_feature_ttl is None:
@@ -168,9 +171,6 @@ class HashZchPerFeatureTtlScorer(HashZchEvictionScorer):
         ttl = torch.tensor(self._config.per_feature_ttl, dtype=torch.int32, device=device)
         scores = ttl.repeat_interleave(split.to(device), output_size=values.numel())
         return scores + self.now_hours()
-
-    def gen_threshold(self) -> int:
-        return self.now_hours()
 
 
 def get_eviction_scorer(

@@ -149,6 +149,19 @@ class ManagedCollisionEmbeddingBagCollectionSharder(BaseManagedCollisionEmbeddin
 
     _module = ManagedCollisionEmbeddingBagCollection
 
+    def __init__(
+        self,
+        ebc_sharder: EmbeddingBagCollectionSharder | None = None,
+        mc_sharder: ManagedCollisionCollectionSharder | None = None,
+        fused_params: Mapping[str, object] | None = None,
+        qcomm_codecs_registry: Mapping[str, object] | None = None,
+    ) -> None:
+        super().__init__(
+            ebc_sharder or EmbeddingBagCollectionSharder(fused_params=fused_params),
+            mc_sharder or ManagedCollisionCollectionSharder(),
+            qcomm_codecs_registry=qcomm_codecs_registry,
+        )
+
     def shard(
         self,
         module: nn.Module,
@@ -163,19 +176,6 @@ class ManagedCollisionEmbeddingBagCollectionSharder(BaseManagedCollisionEmbeddin
         e_sharder = self._e_sharder
         assert isinstance(e_sharder, EmbeddingBagCollectionSharder)
         return ShardedManagedCollisionEmbeddingBagCollection(module, params, env, device, e_sharder)
-
-    def __init__(
-        self,
-        ebc_sharder: EmbeddingBagCollectionSharder | None = None,
-        mc_sharder: ManagedCollisionCollectionSharder | None = None,
-        fused_params: Mapping[str, object] | None = None,
-        qcomm_codecs_registry: Mapping[str, object] | None = None,
-    ) -> None:
-        super().__init__(
-            ebc_sharder or EmbeddingBagCollectionSharder(fused_params=fused_params),
-            mc_sharder or ManagedCollisionCollectionSharder(),
-            qcomm_codecs_registry=qcomm_codecs_registry,
-        )
 
 
 class ManagedCollisionEmbeddingCollectionSharder(BaseManagedCollisionEmbeddingCollectionSharder):
