@@ -62,6 +62,13 @@ _HOST_KERNELS = frozenset(
         EmbeddingComputeKernel.DRAM_VIRTUAL_TABLE.value,
     }
 )
+_KEY_VALUE_KERNELS = frozenset(
+    {
+        EmbeddingComputeKernel.KEY_VALUE.value,
+        EmbeddingComputeKernel.SSD_VIRTUAL_TABLE.value,
+        EmbeddingComputeKernel.DRAM_VIRTUAL_TABLE.value,
+    }
+)
 _DTYPE_BITS = {"FP32": 32, "FP16": 16, "BF16": 16, "INT8": 8, "UINT8": 8, "INT4": 4, "INT2": 2}
 
 
@@ -355,7 +362,7 @@ def calculate_shard_storages(
     cached = compute_kernel in _CACHED_KERNELS
     if cached:
         hbm = round(ddr * caching_ratio)
-    if compute_kernel == EmbeddingComputeKernel.KEY_VALUE.value:
+    if compute_kernel in _KEY_VALUE_KERNELS:  # rows live in the key-value store, not in DDR
         ddr = 0
     optimizer_class = getattr(tensor, "_optimizer_classes", [None])[0]
     hbm_specific = _calculate_storage_specific_sizes(
