@@ -24,6 +24,7 @@ __all__ = ["hash_ids", "insert", "lookup", "probe_slots"]
 _C1 = 0xFF51AFD7ED558CCD - (1 << 64)  # murmur3 fmix64 constants as signed int64
 _C2 = 0xC4CEB9FE1A85EC53 - (1 << 64)
 _LOW31 = (1 << 31) - 1
+_BLOCK = 8  # probes looked at per step of `lookup`
 
 
 def hash_ids(ids: torch.Tensor) -> torch.Tensor:
@@ -45,13 +46,26 @@ def probe_slots(
 
 
 def lookup(identities: torch.Tensor, ids: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
-    """Slot holding each id among its probe `slots: (N, P)`, or -1; `(N,)`."""
-    if ids.numel() == 0:
-        return torch.empty_like(ids)
-    hit = identities[slots] == ids[:, None]
-    first = hit.to(torch.int8).argmax(dim=1)
-    found = slots.gather(1, first[:, None]).squeeze(1)
-    return torch.where(hit.any(dim=1), found, -1)
+    """Slot holding each id among its probe `slots: (N, P)`, or -1; `(N,)`.
+
+    Probes `_BLOCK` slots at a time and stops an id at its first empty slot: an id is never
+    stored past an empty slot of its window (`insert` takes the first free one, and slots are
+    never freed), so most ids are resolved by the first block.
+    """
+    found = torch.full_like(ids, -1)
+    pending = torch.arange(ids.numel(), device=ids.device)
+    for start in range(0, slots.size(1), _BLOCK):
+        if pending.numel() == 0:
+            break
+        block = slots[pending, start : start + _BLOCK]
+        held = identities[block]
+        hit = held == ids[pending, None]
+        has_hit = hit.any(dim=1)
+        first = hit.to(torch.int8).argmax(dim=1, keepdim=True)
+        found[pending[has_hit]] = block.gather(1, first).squeeze(1)[has_hit]
+        done = has_hit | (held == -1).any(dim=1)
+        pending = pending[~done]
+    return found
 
 
 def insert(
