@@ -8,17 +8,26 @@ import pytest
 import torch
 
 from shardrec_collectives import ShardingEnv
-from shardrec_embedding import EmbeddingBagCollection, EmbeddingBagConfig
+from shardrec_embedding import (
+    EmbeddingBagCollection,
+    EmbeddingBagConfig,
+    EmbeddingCollection,
+    EmbeddingConfig,
+)
 from shardrec_embedding.mc import (
     LFU_EvictionPolicy,
     ManagedCollisionCollection,
     ManagedCollisionEmbeddingBagCollection,
+    ManagedCollisionEmbeddingCollection,
     MCHManagedCollisionModule,
 )
 from shardrec_embedding.mc.embedding_modules import evict
 from shardrec_jagged import JaggedTensor, KeyedJaggedTensor
 from shardrec_planner import construct_module_sharding_plan, row_wise, table_wise
-from shardrec_sharding.mc import ManagedCollisionEmbeddingBagCollectionSharder
+from shardrec_sharding.mc import (
+    ManagedCollisionEmbeddingBagCollectionSharder,
+    ManagedCollisionEmbeddingCollectionSharder,
+)
 from shardrec_testing import RankContext, assert_close, seeded_generator
 
 ROWS, DIM, HASH = 12, 4, 1 << 20
@@ -184,3 +193,62 @@ def _run_training(ctx: RankContext) -> int:
 def test_rows_handed_to_new_ids_are_reset_with_their_optimizer_state(pool_factory):  # type: ignore[no-untyped-def]
     resets = pool_factory(2).run(_run_training)
     assert all(n > 0 for n in resets), resets
+
+
+def _seq_configs() -> list[EmbeddingConfig]:
+    return [
+        EmbeddingConfig(
+            name="t",
+            embedding_dim=DIM,
+            num_embeddings=ROWS,
+            feature_names=["f", "g"],
+            init_fn=_init,
+        )
+    ]
+
+
+def _ec() -> EmbeddingCollection:
+    ec = EmbeddingCollection(tables=_seq_configs())
+    with torch.no_grad():
+        w = ec.embeddings["t"].weight
+        w.copy_(torch.randn(w.shape, generator=seeded_generator("mc-weights")))
+    return ec
+
+
+def _run_sequence(ctx: RankContext, kind: str) -> int:
+    """The MC EmbeddingCollection: each feature's rows equal the unsharded EmbeddingCollection's
+    on the reference remapped ids."""
+    env = ShardingEnv.from_process_group(ctx.pg)
+    module = ManagedCollisionEmbeddingCollection(
+        _ec(), ManagedCollisionCollection({"t": _mch()}, _seq_configs())
+    )
+    generator = row_wise() if kind == "row_wise" else table_wise(rank=0)
+    plan = dict(
+        construct_module_sharding_plan(
+            module._embedding_module,
+            {"t": generator},
+            world_size=ctx.world_size,
+            local_world_size=ctx.world_size,
+        )
+    )
+    sharded = ManagedCollisionEmbeddingCollectionSharder().shard(module, plan, env)
+    reference = _ec()
+    expected_rows = _reference_rows(kind, ctx.world_size, ctx.rank)
+    per = ROWS // (1 if kind == "table_wise" else ctx.world_size)
+    for step in range(STEPS):
+        kjt = _batch(ctx.rank, step)
+        got = sharded(kjt).wait()  # type: ignore[operator]
+        want_ids = expected_rows[step]
+        remapped = KeyedJaggedTensor(
+            ["f", "g"], want_ids, lengths=kjt.permute([1, 0]).lengths(), stride=kjt.stride()
+        )
+        evict({"t": torch.unique(want_ids[want_ids % per != per - 1])}, reference)
+        want = reference(remapped)
+        for feature in ("f", "g"):
+            assert_close(got[feature].values(), want[feature].values(), msg=f"{kind} {step}")
+    return STEPS
+
+
+@pytest.mark.parametrize("kind", ["row_wise", "table_wise"])
+def test_sharded_mc_ec_matches_unsharded_references(pool_factory, kind):  # type: ignore[no-untyped-def]
+    assert pool_factory(2).run(_run_sequence, kind) == [STEPS, STEPS]

@@ -215,6 +215,7 @@ shardrec.distributed.mc_modules  shardrec_sharding.mc  ManagedCollisionCollectio
 shardrec.distributed.mc_embeddingbag  shardrec_sharding.mc
     ManagedCollisionEmbeddingBagCollectionSharder ShardedManagedCollisionEmbeddingBagCollection
 shardrec.distributed.mc_embedding  shardrec_sharding.mc  ManagedCollisionEmbeddingCollectionSharder
+    ShardedManagedCollisionEmbeddingCollection
 shardrec.distributed.mc_embedding_modules  shardrec_sharding.mc
     BaseManagedCollisionEmbeddingCollectionSharder
 """

@@ -1,6 +1,9 @@
 """Sharders of the managed-collision modules (planner view; see `sharders`)."""
 
-from shardrec_sharding.mc.sharded import ShardedManagedCollisionEmbeddingBagCollection
+from shardrec_sharding.mc.sharded import (
+    ShardedManagedCollisionEmbeddingBagCollection,
+    ShardedManagedCollisionEmbeddingCollection,
+)
 from shardrec_sharding.mc.sharders import (
     BaseManagedCollisionEmbeddingCollectionSharder,
     ManagedCollisionCollectionSharder,
@@ -14,4 +17,5 @@ __all__ = [
     "ManagedCollisionEmbeddingBagCollectionSharder",
     "ManagedCollisionEmbeddingCollectionSharder",
     "ShardedManagedCollisionEmbeddingBagCollection",
+    "ShardedManagedCollisionEmbeddingCollection",
 ]

@@ -1,4 +1,4 @@
-"""`ShardedManagedCollisionEmbeddingBagCollection`: raw ids routed to the rank owning them.
+"""Sharded MC collections (bag and sequence): raw ids routed to the rank owning them.
 
 Each table's MC state is split like its rows. Row-wise: rank r owns rows `[o_r, o_r + n_r)` and
 the part of the raw-id space that maps to them (MCH: `(id mod input_hash_size)` in the r-th of
@@ -7,7 +7,8 @@ keeps an MC module rebuilt over its rows. Table-wise: the table's rank owns ever
 
     raw ids --all-to-all (to the owner of each id)--> owner: its MC module remaps (and, in
     training, admits / evicts) --all-to-all back--> rows, in the batch's order
-        --> the sharded EmbeddingBagCollection (whose row-wise shards are the same rows)
+        --> the sharded EmbeddingBagCollection / EmbeddingCollection (whose row-wise shards
+            are the same rows)
 
 Rows an owner hands to new ids are reset before the lookup: the row to the table's initializer
 in its local shard, its fused optimizer state (Adagrad's sum, Adam's moments) to zero.
@@ -22,17 +23,23 @@ from torch import nn
 
 from shardrec_collectives import LazyAwaitable, ShardingEnv, kjt_all_to_all
 from shardrec_embedding.mc import (
+    BaseManagedCollisionEmbeddingCollection,
     HashZchManagedCollisionModule,
     ManagedCollisionEmbeddingBagCollection,
+    ManagedCollisionEmbeddingCollection,
     ManagedCollisionModule,
     MCHManagedCollisionModule,
 )
 from shardrec_embedding.mc.collection import _tables_features
 from shardrec_jagged import JaggedTensor, KeyedJaggedTensor, KeyedTensor
 from shardrec_planner import ParameterSharding, ShardingType
+from shardrec_sharding.embedding import EmbeddingCollectionSharder
 from shardrec_sharding.embeddingbag import EmbeddingBagCollectionSharder
 
-__all__ = ["ShardedManagedCollisionEmbeddingBagCollection"]
+__all__ = [
+    "ShardedManagedCollisionEmbeddingBagCollection",
+    "ShardedManagedCollisionEmbeddingCollection",
+]
 
 _SUPPORTED = (ShardingType.ROW_WISE, ShardingType.TABLE_WISE)
 
@@ -97,18 +104,19 @@ class _Route:
         return ranks[torch.div(torch.remainder(ids, size), block, rounding_mode="floor")]
 
 
-class ShardedManagedCollisionEmbeddingBagCollection(nn.Module):
-    """A `ManagedCollisionEmbeddingBagCollection` sharded row-wise or table-wise (see module
-    docstring); `forward(features)` returns a `LazyAwaitable[KeyedTensor]` of this rank's batch
-    (the remapped features are not returned)."""
+class _ShardedMC(nn.Module):
+    """What the sharded MC collections share: the routes, the local MC modules, the remap and
+    the reset of rows handed to new ids; `_embedding_module` is the sharded collection."""
+
+    _container: str  # the sharded collection's attribute holding the tables
 
     def __init__(
         self,
-        module: ManagedCollisionEmbeddingBagCollection,
+        module: BaseManagedCollisionEmbeddingCollection,
         params: Mapping[str, ParameterSharding],
         env: ShardingEnv,
-        device: torch.device | str | None = None,
-        ebc_sharder: EmbeddingBagCollectionSharder | None = None,
+        device: torch.device | str | None,
+        embedding_module: nn.Module,
     ) -> None:
         super().__init__()
         mcc = module._managed_collision_collection
@@ -128,16 +136,8 @@ class ShardedManagedCollisionEmbeddingBagCollection(nn.Module):
         self._managed_collision_modules = nn.ModuleDict(
             {r.table: r.local for r in self._routes if r.local is not None}
         )
-        sharder = ebc_sharder or EmbeddingBagCollectionSharder()
-        ebc = module._embedding_bag_collection
-        self._embedding_module = sharder.shard(ebc, params, env, device)
-        self._configs = {c.name: c for c in ebc.embedding_bag_configs()}
-
-    def forward(self, features: KeyedJaggedTensor) -> LazyAwaitable[KeyedTensor]:
-        remapped = self.remap(features)
-        self._reset_evicted()
-        result: LazyAwaitable[KeyedTensor] = self._embedding_module(remapped)
-        return result
+        self._embedding_module = embedding_module
+        self._configs = {c.name: c for c in mcc.embedding_configs()}
 
     def remap(self, features: KeyedJaggedTensor) -> KeyedJaggedTensor:
         """This rank's batch with raw ids replaced by rows (every rank must call it together)."""
@@ -217,7 +217,7 @@ class ShardedManagedCollisionEmbeddingBagCollection(nn.Module):
             rows = route.local.evict()
             if rows is None or rows.numel() == 0:
                 continue
-            weight = params[f"embedding_bags.{route.table}.weight"]
+            weight = params[f"{self._container}.{route.table}.weight"]
             index = (rows - route.row_offset).to(weight.device)
             fresh = weight.new_empty((rows.numel(), weight.size(1)))
             self._configs[route.table].init_weight_(fresh)
@@ -226,3 +226,54 @@ class ShardedManagedCollisionEmbeddingBagCollection(nn.Module):
                 per_row = isinstance(value, torch.Tensor) and value.dim() >= 1
                 if per_row and value.size(0) == weight.size(0):
                     value[index] = 0  # a fused optimizer's per-row state starts at zero
+
+
+class ShardedManagedCollisionEmbeddingBagCollection(_ShardedMC):
+    """A `ManagedCollisionEmbeddingBagCollection` sharded row-wise or table-wise (module
+    docstring); `forward(features)` returns a `LazyAwaitable[KeyedTensor]` of this rank's batch
+    (the remapped features come from `remap`)."""
+
+    _container = "embedding_bags"
+
+    def __init__(
+        self,
+        module: ManagedCollisionEmbeddingBagCollection,
+        params: Mapping[str, ParameterSharding],
+        env: ShardingEnv,
+        device: torch.device | str | None = None,
+        ebc_sharder: EmbeddingBagCollectionSharder | None = None,
+    ) -> None:
+        sharder = ebc_sharder or EmbeddingBagCollectionSharder()
+        sharded = sharder.shard(module._embedding_bag_collection, params, env, device)
+        super().__init__(module, params, env, device, sharded)
+
+    def forward(self, features: KeyedJaggedTensor) -> LazyAwaitable[KeyedTensor]:
+        remapped = self.remap(features)
+        self._reset_evicted()
+        result: LazyAwaitable[KeyedTensor] = self._embedding_module(remapped)
+        return result
+
+
+class ShardedManagedCollisionEmbeddingCollection(_ShardedMC):
+    """A `ManagedCollisionEmbeddingCollection` sharded row-wise or table-wise (module
+    docstring); `forward(features)` returns a `LazyAwaitable[dict[str, JaggedTensor]]`."""
+
+    _container = "embeddings"
+
+    def __init__(
+        self,
+        module: ManagedCollisionEmbeddingCollection,
+        params: Mapping[str, ParameterSharding],
+        env: ShardingEnv,
+        device: torch.device | str | None = None,
+        ec_sharder: EmbeddingCollectionSharder | None = None,
+    ) -> None:
+        sharder = ec_sharder or EmbeddingCollectionSharder()
+        sharded = sharder.shard(module._embedding_collection, params, env, device)
+        super().__init__(module, params, env, device, sharded)
+
+    def forward(self, features: KeyedJaggedTensor) -> LazyAwaitable[dict[str, JaggedTensor]]:
+        remapped = self.remap(features)
+        self._reset_evicted()
+        result: LazyAwaitable[dict[str, JaggedTensor]] = self._embedding_module(remapped)
+        return result

@@ -7,8 +7,8 @@ embedding sharder's types and the MC sharder's `row_wise`) with TorchRec's compu
 the planner enumerates and prices MC tables as TorchRec does; their storage adds the id map and
 the policy metadata per row (`MCH: 16 + 8 x metadata bytes`, `HashZch: 8 + 4 bytes`).
 
-The MC EmbeddingBagCollection shards row-wise and table-wise (`mc.sharded`); the collection's
-and the MC EmbeddingCollection's `shard` raise `NotImplementedError` (docs/porting.md).
+The MC EmbeddingBagCollection and EmbeddingCollection shard row-wise and table-wise
+(`mc.sharded`); the bare collection's `shard` raises `NotImplementedError` (docs/porting.md).
 """
 
 from __future__ import annotations
@@ -29,7 +29,10 @@ from shardrec_planner import EmbeddingComputeKernel, ParameterSharding, Sharding
 from shardrec_planner.sharder_data import BaseEmbeddingSharder
 from shardrec_sharding.embedding import EmbeddingCollectionSharder
 from shardrec_sharding.embeddingbag import EmbeddingBagCollectionSharder
-from shardrec_sharding.mc.sharded import ShardedManagedCollisionEmbeddingBagCollection
+from shardrec_sharding.mc.sharded import (
+    ShardedManagedCollisionEmbeddingBagCollection,
+    ShardedManagedCollisionEmbeddingCollection,
+)
 
 __all__ = [
     "BaseManagedCollisionEmbeddingCollectionSharder",
@@ -179,7 +182,8 @@ class ManagedCollisionEmbeddingBagCollectionSharder(BaseManagedCollisionEmbeddin
 
 
 class ManagedCollisionEmbeddingCollectionSharder(BaseManagedCollisionEmbeddingCollectionSharder):
-    """Sharder of `ManagedCollisionEmbeddingCollection` (TorchRec's name and arguments)."""
+    """Sharder of `ManagedCollisionEmbeddingCollection` (TorchRec's name and arguments); shards
+    row-wise and table-wise (`ShardedManagedCollisionEmbeddingCollection`)."""
 
     _module = ManagedCollisionEmbeddingCollection
 
@@ -195,6 +199,21 @@ class ManagedCollisionEmbeddingCollectionSharder(BaseManagedCollisionEmbeddingCo
             mc_sharder or ManagedCollisionCollectionSharder(),
             qcomm_codecs_registry=qcomm_codecs_registry,
         )
+
+    def shard(
+        self,
+        module: nn.Module,
+        params: Mapping[str, ParameterSharding],
+        env: ShardingEnv,
+        device: torch.device | str | None = None,
+    ) -> nn.Module:
+        if not isinstance(module, ManagedCollisionEmbeddingCollection):
+            raise TypeError(
+                f"expected a ManagedCollisionEmbeddingCollection, got {type(module).__name__}"
+            )
+        e_sharder = self._e_sharder
+        assert isinstance(e_sharder, EmbeddingCollectionSharder)
+        return ShardedManagedCollisionEmbeddingCollection(module, params, env, device, e_sharder)
 
 
 # TorchRec's `isinstance(sharder, BaseEmbeddingSharder)` holds without a base class.
