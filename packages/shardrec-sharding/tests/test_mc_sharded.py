@@ -4,6 +4,8 @@ in rank order, and the pooled output equals the unsharded EmbeddingBagCollection
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 
@@ -15,10 +17,12 @@ from shardrec_embedding import (
     EmbeddingConfig,
 )
 from shardrec_embedding.mc import (
+    HashZchManagedCollisionModule,
     LFU_EvictionPolicy,
     ManagedCollisionCollection,
     ManagedCollisionEmbeddingBagCollection,
     ManagedCollisionEmbeddingCollection,
+    ManagedCollisionModule,
     MCHManagedCollisionModule,
 )
 from shardrec_embedding.mc.embedding_modules import evict
@@ -77,7 +81,9 @@ def _batch(rank: int, step: int) -> KeyedJaggedTensor:
     return KeyedJaggedTensor(["g", "f"], values, lengths=lengths, stride=size)
 
 
-def _reference_rows(kind: str, world: int, rank: int) -> list[torch.Tensor]:
+def _reference_rows(
+    kind: str, world: int, rank: int, make: Callable[[], ManagedCollisionModule] | None = None
+) -> list[torch.Tensor]:
     """Per step, this rank's remapped ids by per-owner unsharded MC modules."""
     if kind == "table_wise":
         owners_bounds = [(0, ROWS)]
@@ -85,17 +91,20 @@ def _reference_rows(kind: str, world: int, rank: int) -> list[torch.Tensor]:
         per = ROWS // world
         owners_bounds = [(r * per, (r + 1) * per) for r in range(world)]
     segments = [b for b, _ in owners_bounds] + [ROWS]
-    modules = [_mch().rebuild_with_output_id_range(b, segments) for b in owners_bounds]
+    make = make or _mch
+    modules = [make().rebuild_with_output_id_range(b, segments) for b in owners_bounds]
     block = -(-HASH // len(owners_bounds))
+    hashzch = isinstance(modules[0], HashZchManagedCollisionModule)
     out = []
     for step in range(STEPS):
         per_rank = []
         for r in range(world):
             kjt = _batch(r, step)
             ids = torch.cat([kjt["f"].values(), kjt["g"].values()])
-            per_rank.append(
-                (ids, torch.div(torch.remainder(ids, HASH), block, rounding_mode="floor"))
-            )
+            owner = torch.div(torch.remainder(ids, HASH), block, rounding_mode="floor")
+            if hashzch:  # bucket id % 2, one bucket per owner (table-wise: one owner)
+                owner = torch.remainder(ids, 2) if len(modules) == 2 else torch.zeros_like(ids)
+            per_rank.append((ids, owner))
         mine = torch.empty_like(per_rank[rank][0])
         for d, module in enumerate(modules):
             sent = [ids[owner == d] for ids, owner in per_rank]
@@ -252,3 +261,34 @@ def _run_sequence(ctx: RankContext, kind: str) -> int:
 @pytest.mark.parametrize("kind", ["row_wise", "table_wise"])
 def test_sharded_mc_ec_matches_unsharded_references(pool_factory, kind):  # type: ignore[no-untyped-def]
     assert pool_factory(2).run(_run_sequence, kind) == [STEPS, STEPS]
+
+
+def _hash() -> HashZchManagedCollisionModule:
+    return HashZchManagedCollisionModule(
+        zch_size=ROWS, device=torch.device("cpu"), total_num_buckets=2, max_probe=3
+    )
+
+
+def _run_hash(ctx: RankContext, kind: str) -> int:
+    """HashZch: ids go to the rank holding their bucket; rows as per-bucket unsharded modules."""
+    env = ShardingEnv.from_process_group(ctx.pg)
+    module = ManagedCollisionEmbeddingBagCollection(
+        _ebc(), ManagedCollisionCollection({"t": _hash()}, _configs())
+    )
+    generator = row_wise() if kind == "row_wise" else table_wise(rank=0)
+    plan = dict(
+        construct_module_sharding_plan(
+            module._embedding_module, {"t": generator}, world_size=2, local_world_size=2
+        )
+    )
+    sharded = ManagedCollisionEmbeddingBagCollectionSharder().shard(module, plan, env)
+    expected = _reference_rows(kind, 2, ctx.rank, _hash)
+    for step in range(STEPS):
+        got = sharded.remap(_batch(ctx.rank, step))  # type: ignore[operator]
+        assert got.values().tolist() == expected[step].tolist(), (kind, step)
+    return STEPS
+
+
+@pytest.mark.parametrize("kind", ["row_wise", "table_wise"])
+def test_sharded_hash_zch_routes_ids_to_their_buckets_rank(pool_factory, kind):  # type: ignore[no-untyped-def]
+    assert pool_factory(2).run(_run_hash, kind) == [STEPS, STEPS]
