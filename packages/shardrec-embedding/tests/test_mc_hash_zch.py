@@ -240,3 +240,16 @@ def test_bad_eviction_configs_are_refused() -> None:
         HashZchEvictionConfig(features=["f"], single_ttl=0)
     with pytest.raises(ValueError, match="one TTL per feature"):
         HashZchEvictionConfig(features=["f", "g"], per_feature_ttl=[1])
+
+
+def test_a_ttl_policy_without_its_ttl_fails_at_the_first_training_lookup() -> None:
+    m = HashZchManagedCollisionModule(
+        zch_size=4,
+        device=torch.device("cpu"),
+        total_num_buckets=1,
+        name="user",
+        eviction_policy_name=HashZchEvictionPolicyName.SINGLE_TTL_EVICTION,
+        eviction_config=HashZchEvictionConfig(features=["f"]),  # TorchRec builds this too
+    )
+    with pytest.raises(ValueError, match="single_ttl"):
+        _run(m, [1])

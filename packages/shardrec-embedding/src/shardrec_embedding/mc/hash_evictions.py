@@ -116,20 +116,18 @@ class HashZchSingleTtlScorer(HashZchEvictionScorer):
 
     _evicts = True
 
-    def __init__(self, config: HashZchEvictionConfig, clock: Clock | None = None) -> None:
-        if config.single_ttl is None:
-            raise ValueError(
-                "SINGLE_TTL_EVICTION / LRU_EVICTION need HashZchEvictionConfig(single_ttl=<hours>)"
-            )
-        super().__init__(config, clock)
-
     def gen_score(
         self,
         feature: JaggedTensor,
         device: torch.device | None = None,
         feature_split: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        assert self._config.single_ttl is not None
+        # checked at the first scored lookup, as TorchRec (a config may be built before its TTL)
+        if self._config.single_ttl is None:
+            raise ValueError(
+                "SINGLE_TTL_EVICTION / LRU_EVICTION need HashZchEvictionConfig(single_ttl=<hours>)"
+                f" for features {self._config.features}, got single_ttl=None"
+            )
         values = feature.values()
         return torch.full(
             values.shape,
@@ -148,21 +146,17 @@ class HashZchPerFeatureTtlScorer(HashZchEvictionScorer):
 
     _evicts = True
 
-    def __init__(self, config: HashZchEvictionConfig, clock: Clock | None = None) -> None:
-        if config.per_feature_ttl is None:
-            raise ValueError(
-                "PER_FEATURE_TTL_EVICTION needs HashZchEvictionConfig(per_feature_ttl=[...]), one "
-                "TTL in hours per feature"
-            )
-        super().__init__(config, clock)
-
     def gen_score(
         self,
         feature: JaggedTensor,
         device: torch.device | None = None,
         feature_split: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        assert self._config.per_feature_ttl is not None
+        if self._config.per_feature_ttl is None:
+            raise ValueError(
+                "PER_FEATURE_TTL_EVICTION needs HashZchEvictionConfig(per_feature_ttl=[...]), one "
+                f"TTL in hours per feature of {self._config.features}, got None"
+            )
         values = feature.values()
         device = device or values.device
         split = feature_split
