@@ -443,7 +443,9 @@ def test_feature_processor_equals_static() -> None:
         ebc = EmbeddingBagCollection(_bag_tables(dynamic, eviction="NONE"), is_weighted=True)
         processors = {f: PositionWeightedModule(4) for f in FEATURES}
         for p in processors.values():
-            torch.nn.init.uniform_(p.position_weight, 0.5, 1.5, generator=torch.Generator().manual_seed(1))
+            torch.nn.init.uniform_(
+                p.position_weight, 0.5, 1.5, generator=torch.Generator().manual_seed(1)
+            )
         fp = FeatureProcessedEmbeddingBagCollection(ebc, processors)
         outs.append([fp(kjt).values() for kjt in data])
     for a, b in zip(*outs, strict=True):

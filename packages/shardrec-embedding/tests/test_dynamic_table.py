@@ -187,3 +187,16 @@ def test_evict_given_slots() -> None:
     with pytest.raises(IndexError, match=r"\[0, 4\)"):
         table.evict(torch.tensor([4]))
     assert table.map_ids(torch.tensor([40]), training=True).tolist() == [1]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_distinct_missing_in_first_appearance_order(backend: str) -> None:
+    m = IdSlotMap(16, backend=backend)  # type: ignore[arg-type]
+    m.insert(torch.tensor([4, -(2**63)]), torch.tensor([0, 1]))
+    ids = torch.tensor([9, 4, -3, 9, -(2**63), 2**63 - 1, -3, 9])
+    uniq, counts, inverse = m.distinct_missing(ids, m.find(ids))
+    assert uniq.tolist() == [9, -3, 2**63 - 1]
+    assert counts.tolist() == [3, 2, 1]
+    assert inverse.tolist() == [0, -1, 1, 0, -1, 2, 1, 0]
+    empty = torch.empty(0, dtype=torch.int64)
+    assert [t.numel() for t in m.distinct_missing(empty, empty)] == [0, 0, 0]

@@ -99,3 +99,38 @@ int64_t sr_idmap_erase(int64_t *buckets, int64_t num_buckets, const int64_t *ids
     }
     return removed;
 }
+
+/* The distinct ids among those with slots[i] < 0, in order of first appearance: written to
+ * uniq[0..u) with their occurrence counts in counts[0..u); inverse[i] = the index in uniq of
+ * ids[i] for each such i (other entries untouched). scratch: 2 * cap int64s, cap a power of
+ * two > the number of missing ids. Returns u. */
+int64_t sr_idmap_distinct_missing(const int64_t *ids, const int64_t *slots, int64_t n,
+                                  int64_t *scratch, int64_t cap, int64_t *uniq, int64_t *counts,
+                                  int64_t *inverse) {
+    const uint64_t mask = (uint64_t)cap - 1;
+    for (int64_t b = 0; b < cap; b++) scratch[2 * b + 1] = -1;
+    int64_t u = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (slots[i] >= 0) continue;
+        const int64_t key = ids[i];
+        uint64_t h = sr_idmap_mix((uint64_t)key) & mask;
+        for (;;) {
+            int64_t *b = scratch + 2 * h;
+            if (b[1] < 0) {
+                b[0] = key;
+                b[1] = u;
+                uniq[u] = key;
+                counts[u] = 1;
+                inverse[i] = u++;
+                break;
+            }
+            if (b[0] == key) {
+                counts[b[1]]++;
+                inverse[i] = b[1];
+                break;
+            }
+            h = (h + 1) & mask;
+        }
+    }
+    return u;
+}

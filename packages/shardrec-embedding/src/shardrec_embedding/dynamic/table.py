@@ -211,34 +211,33 @@ class DynamicTable(nn.Module):
         if found.numel():
             self.last_seen[found] = step
             self.counts.index_add_(0, found, torch.ones_like(found))
-        missing = ids[~hit]
         if self.config.eviction is EvictionPolicy.TTL:
             self._ttl_sweep(step)
-        if missing.numel() == 0:
+        if bool(hit.all()):
             return slots
-        uniq, inverse, occurrences = torch.unique(missing, return_inverse=True, return_counts=True)
-        first = torch.full_like(uniq, missing.numel()).scatter_reduce_(
-            0, inverse, torch.arange(missing.numel()), "amin"
-        )
-        order = torch.argsort(first)
-        uniq, occurrences = uniq[order], occurrences[order]
+        uniq, occurrences, inverse = self.map.distinct_missing(ids, slots)
         admitted = self._admit(uniq, occurrences, step)
-        new_ids, new_counts = uniq[admitted], occurrences[admitted]
-        need = new_ids.numel()
+        chosen = torch.nonzero(admitted).reshape(-1)
+        need = chosen.numel()
         c["rejections"] += uniq.numel() - need
         if need > self._available() and self.config.eviction is not EvictionPolicy.NONE:
             self._evict_for(need - self._available(), step)
         take = min(need, self._available())
         c["rejections"] += need - take
         if take:
+            chosen = chosen[:take]
+            new_ids = uniq[chosen]
             new_slots = self._allocate(take)
-            self.map.insert(new_ids[:take], new_slots)
-            self.slot_ids[new_slots] = new_ids[:take]
+            self.map.insert(new_ids, new_slots)
+            self.slot_ids[new_slots] = new_ids
             self.occupied[new_slots] = True
             self.last_seen[new_slots] = step
-            self.counts[new_slots] = new_counts[:take]
+            self.counts[new_slots] = occurrences[chosen]
             c["admissions"] += take
-            slots[~hit] = self.map.find(missing)
+            slot_of = torch.full_like(uniq, -1)
+            slot_of[chosen] = new_slots
+            missing = ~hit
+            slots[missing] = slot_of[inverse[missing]]
         return slots
 
     def _admit(self, uniq: Tensor, occurrences: Tensor, step: int) -> Tensor:
@@ -323,10 +322,17 @@ class DynamicTable(nn.Module):
             cand = window[ok]
             if cand.numel() == 0:
                 continue
-            cand = cand[torch.argsort(self.last_seen[cand], stable=True)]
             if policy is EvictionPolicy.LFU:
-                cand = cand[torch.argsort(self.counts[cand], stable=True)]
-            pick = cand[:k]
+                cand = cand[torch.argsort(self.last_seen[cand], stable=True)]
+                pick = cand[torch.argsort(self.counts[cand], stable=True)][:k]
+            else:
+                # (last seen, place in the window) as one distinct key: the k smallest in
+                # key order by a partial selection instead of a full sort.
+                key = self.last_seen[cand] * cand.numel() + torch.arange(cand.numel())
+                if k < cand.numel():
+                    pick = cand[torch.topk(key, k, largest=False, sorted=True).indices]
+                else:
+                    pick = cand[torch.argsort(key)]
             victims.append(pick)
             k -= pick.numel()
         if victims:
