@@ -294,17 +294,29 @@ class DynamicTable(nn.Module):
         for hook in self._reset_hooks:
             hook(slots)
 
-    def _window(self, cursor_name: str, width: int) -> Tensor:
+    def _window(self, cursor_name: str, width: int) -> tuple[Tensor, Tensor, Tensor | int]:
+        """The next `width` slots from a cursor (wrapping): their `(occupied, last_seen)` and
+        where they are: the first slot (a contiguous window, read as views) or the slots."""
         start = self._counters[cursor_name]
         self._counters[cursor_name] = (start + width) % self.capacity
-        return (torch.arange(start, start + width) % self.capacity).to(torch.int64)
+        if start + width <= self.capacity:
+            end = start + width
+            return self.occupied[start:end], self.last_seen[start:end], start
+        slots = torch.arange(start, start + width) % self.capacity
+        return self.occupied[slots], self.last_seen[slots], slots
+
+    @staticmethod
+    def _slots_where(ok: Tensor, where: Tensor | int) -> Tensor:
+        if isinstance(where, int):
+            return torch.nonzero(ok).reshape(-1) + where
+        return where[ok]
 
     def _ttl_sweep(self, step: int) -> None:
         ttl = self.config.ttl_steps
         assert ttl is not None
-        window = self._window("ttl_cursor", min(self.capacity, self.config.scan_per_step))
-        expired = self.occupied[window] & (step - self.last_seen[window] > ttl)
-        self._free(window[expired])
+        width = min(self.capacity, self.config.scan_per_step)
+        occupied, seen, where = self._window("ttl_cursor", width)
+        self._free(self._slots_where(occupied & (step - seen > ttl), where))
 
     def _evict_for(self, k: int, step: int) -> None:
         policy = self.config.eviction
@@ -312,23 +324,25 @@ class DynamicTable(nn.Module):
         victims: list[Tensor] = []
         scanned = 0
         while k > 0 and scanned < self.capacity:
-            window = self._window("evict_cursor", min(width, self.capacity - scanned))
-            scanned += window.numel()
-            seen = self.last_seen[window]
-            ok = self.occupied[window] & (seen < step)
+            part = min(width, self.capacity - scanned)
+            occupied, seen, where = self._window("evict_cursor", part)
+            scanned += part
+            ok = occupied & (seen < step)
             if policy is EvictionPolicy.TTL:
                 assert self.config.ttl_steps is not None
                 ok &= step - seen > self.config.ttl_steps
-            cand = window[ok]
+            cand = self._slots_where(ok, where)
             if cand.numel() == 0:
                 continue
+            cand_seen = seen[ok]
             if policy is EvictionPolicy.LFU:
-                cand = cand[torch.argsort(self.last_seen[cand], stable=True)]
+                order = torch.argsort(cand_seen, stable=True)
+                cand = cand[order]
                 pick = cand[torch.argsort(self.counts[cand], stable=True)][:k]
             else:
                 # (last seen, place in the window) as one distinct key: the k smallest in
                 # key order by a partial selection instead of a full sort.
-                key = self.last_seen[cand] * cand.numel() + torch.arange(cand.numel())
+                key = cand_seen * cand.numel() + torch.arange(cand.numel())
                 if k < cand.numel():
                     pick = cand[torch.topk(key, k, largest=False, sorted=True).indices]
                 else:
