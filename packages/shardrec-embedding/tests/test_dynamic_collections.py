@@ -450,3 +450,29 @@ def test_feature_processor_equals_static() -> None:
         outs.append([fp(kjt).values() for kjt in data])
     for a, b in zip(*outs, strict=True):
         assert torch.equal(a, b)
+
+
+def test_quantized_collections_refuse_dynamic_tables() -> None:
+    from shardrec_embedding.quant import QuantEmbeddingBagCollection
+
+    with pytest.raises(NotImplementedError, match="table 't0' is a dynamic"):
+        QuantEmbeddingBagCollection(_bag_tables(True))
+
+
+def test_script_and_trace_refuse_dynamic_tables() -> None:
+    import shardrec_jagged.fx as jagged_fx
+
+    for module in (
+        EmbeddingBagCollection(_bag_tables(True)),
+        EmbeddingCollection(
+            [
+                EmbeddingConfig(
+                    name="t", num_embeddings=4, embedding_dim=2, dynamic=DynamicTableConfig()
+                )
+            ]
+        ),
+    ):
+        with pytest.raises(NotImplementedError, match="dynamic"):
+            torch.jit.script(module)
+        with pytest.raises(NotImplementedError, match="dynamic"):
+            jagged_fx.symbolic_trace(module)
