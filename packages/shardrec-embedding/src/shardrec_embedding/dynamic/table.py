@@ -154,6 +154,47 @@ class DynamicTable(nn.Module):
         slots = torch.nonzero(self.occupied).reshape(-1)
         return self.slot_ids[slots], slots
 
+    def load_items(
+        self,
+        ids: Tensor,
+        slots: Tensor,
+        *,
+        last_seen: Tensor | None = None,
+        counts: Tensor | None = None,
+    ) -> None:
+        """Replace the table's contents with `ids[i] -> slots[i]` (for re-partitioned or
+        resized checkpoints): metadata from `last_seen` / `counts` (default 0), counters and
+        cursors kept, the sketch kept. Slots below the highest one given that stay empty
+        become free, the lowest reused first. The rows are the caller's to load."""
+        ids = ids.reshape(-1).to(device="cpu", dtype=torch.int64)
+        slots = slots.reshape(-1).to(device="cpu", dtype=torch.int64)
+        where = f"dynamic table {self.name!r}: load_items"
+        if ids.numel() != slots.numel():
+            raise ValueError(f"{where}: {ids.numel()} ids but {slots.numel()} slots")
+        if slots.numel() and (int(slots.min()) < 0 or int(slots.max()) >= self.capacity):
+            raise ValueError(
+                f"{where}: slots must lie in [0, {self.capacity}) (the capacity); a larger "
+                "table's slots need a table at least that large"
+            )
+        if torch.unique(slots).numel() != slots.numel() or torch.unique(ids).numel() != ids.numel():
+            raise ValueError(f"{where}: ids and slots must be distinct")
+        self.occupied.zero_()
+        self.slot_ids.zero_()
+        self.last_seen.zero_()
+        self.counts.zero_()
+        self.occupied[slots] = True
+        self.slot_ids[slots] = ids
+        if last_seen is not None:
+            self.last_seen[slots] = last_seen.reshape(-1).to("cpu", torch.int64)
+        if counts is not None:
+            self.counts[slots] = counts.reshape(-1).to("cpu", torch.int64)
+        high = int(slots.max()) + 1 if slots.numel() else 0
+        free = torch.nonzero(~self.occupied[:high]).reshape(-1).flip(0)
+        self.free_slots[: free.numel()] = free
+        self._counters["n_free"] = free.numel()
+        self._counters["high_water"] = high
+        self._map_stale = True
+
     def find(self, ids: Tensor) -> Tensor:
         """`(N,)` slot of each raw id, -1 when absent; changes nothing, counts nothing."""
         self._sync_map()
