@@ -476,3 +476,13 @@ def test_script_and_trace_refuse_dynamic_tables() -> None:
             torch.jit.script(module)
         with pytest.raises(NotImplementedError, match="dynamic"):
             jagged_fx.symbolic_trace(module)
+
+
+def test_id_map_state_stays_on_cpu_and_survives_to_empty() -> None:
+    m = EmbeddingBagCollection(_bag_tables(True), device="meta")
+    m.to_empty(device="cpu")
+    m.reset_parameters()
+    table = m.dynamic_tables.table("t0")
+    assert table.slot_ids.device.type == "cpu" and table.default_row.dtype is torch.float32
+    out = m.half()(_batches(9, 1, 2)[0]).values()
+    assert out.dtype is torch.float32 and table.default_row.dtype is torch.float32

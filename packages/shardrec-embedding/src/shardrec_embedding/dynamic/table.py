@@ -214,6 +214,11 @@ class DynamicTable(nn.Module):
             "steps": c["steps"],
         }
 
+    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> DynamicTable:
+        """`.to()`, `.cuda()`, `.half()`, `to_empty()` leave the table as it is: the id map
+        and its metadata live on the CPU whatever device the rows are on."""
+        return self
+
     # ---- checkpoint hooks -------------------------------------------------------------------
 
     def get_extra_state(self) -> dict[str, int]:
