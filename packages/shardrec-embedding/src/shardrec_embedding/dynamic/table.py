@@ -389,10 +389,10 @@ class DynamicTable(nn.Module):
                 # (last seen, place in the window) as one distinct key: the k smallest in
                 # key order by a partial selection instead of a full sort.
                 key = cand_seen * cand.numel() + torch.arange(cand.numel())
-                if k < cand.numel():
+                if 8 * k < cand.numel():  # a few victims out of many: partial selection
                     pick = cand[torch.topk(key, k, largest=False, sorted=True).indices]
                 else:
-                    pick = cand[torch.argsort(key)]
+                    pick = cand[torch.argsort(key)[:k]]
             victims.append(pick)
             k -= pick.numel()
         if victims:
