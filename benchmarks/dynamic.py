@@ -46,15 +46,18 @@ def machine() -> str:
 
 
 def _best(fn: Callable[[], object], repeats: int) -> float:
+    """Least process-CPU seconds of `repeats` calls (one thread: steadier than wall time on a
+    shared machine)."""
     times = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = time.process_time()
         fn()
-        times.append(time.perf_counter() - start)
+        times.append(time.process_time() - start)
     return min(times)
 
 
 def map_throughput(log2_buckets: int, queries: int, repeats: int) -> None:
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
     buckets = 1 << log2_buckets
     gen = torch.Generator().manual_seed(0)
@@ -62,7 +65,7 @@ def map_throughput(log2_buckets: int, queries: int, repeats: int) -> None:
         f"\n## id -> slot, one thread: {buckets} buckets ({buckets * 16 / 2**20:.0f} MiB), "
         f"{queries} hit queries per run, best of {repeats}"
     )
-    print("| load | backend | find M ids/s | DRAM floor M reads/s | ours / floor |")
+    print("| load | backend | find M ids / CPU s | DRAM floor M reads / CPU s | ours / floor |")
     print("|---|---|---|---|---|")
     floor_array = torch.zeros(buckets * 2, dtype=torch.int64)
     backends = ["native", "torch"] if idmap_native_available() else ["torch"]
@@ -78,7 +81,7 @@ def map_throughput(log2_buckets: int, queries: int, repeats: int) -> None:
             m.insert(ids, torch.arange(ids.numel()))
             rate = queries / _best(lambda m=m, q=query: m.find(q), repeats) / 1e6
             print(f"| {load:.0%} | {backend} | {rate:.1f} | {floor:.1f} | {rate / floor:.2f} |")
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(threads)
 
 
 def zipf_ranks(n: int, limit: int, rng: np.random.Generator) -> torch.Tensor:
@@ -139,16 +142,23 @@ def prefill(module: FusedEmbeddingBagCollection, count: int) -> None:
         module.dynamic_tables.table(name).map_ids(ids, training=True)
 
 
-def step_time(
-    module: FusedEmbeddingBagCollection, kjts: list[KeyedJaggedTensor], steps: int
-) -> float:
-    times = []
-    for i in range(steps):
-        kjt = kjts[i % len(kjts)]
-        start = time.perf_counter()
-        module(kjt).values().sum().backward()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times[1:] if len(times) > 1 else times)
+def step_times(
+    modules: list[FusedEmbeddingBagCollection], kjts: list[list[KeyedJaggedTensor]], steps: int
+) -> list[tuple[float, float]]:
+    """Per module, (median wall s, minimum process-CPU s) of a step; the modules run
+    interleaved (one step each per round) so load bursts hit them alike; the first round is
+    a warm-up."""
+    wall: list[list[float]] = [[] for _ in modules]
+    cpu: list[list[float]] = [[] for _ in modules]
+    for i in range(steps + 1):
+        for j, module in enumerate(modules):
+            kjt = kjts[j][i % len(kjts[j])]
+            start, start_cpu = time.perf_counter(), time.process_time()
+            module(kjt).values().sum().backward()
+            if i:
+                wall[j].append(time.perf_counter() - start)
+                cpu[j].append(time.process_time() - start_cpu)
+    return [(statistics.median(w), min(c)) for w, c in zip(wall, cpu, strict=True)]
 
 
 def training(tables: int, capacity: int, dim: int, batch: int, bag: int, steps: int) -> None:
@@ -161,8 +171,8 @@ def training(tables: int, capacity: int, dim: int, batch: int, bag: int, steps: 
         "the static table reads the same rows. stream: Zipf(1.05) over 2^40 ids, new ids evict."
     )
     print(
-        "| ids | occupancy (start -> end) | new ids / table / step | dynamic ms | "
-        "static ms (pre-mapped) | ratio |"
+        "| ids | occupancy (start -> end) | new ids / table / step | dynamic ms (wall / cpu) | "
+        "static ms (wall / cpu) | ratio (wall / cpu) |"
     )
     print("|---|---|---|---|---|---|")
     for occupancy in (0.5, 0.95):
@@ -170,33 +180,41 @@ def training(tables: int, capacity: int, dim: int, batch: int, bag: int, steps: 
         for mode, pool in (("resident", filled), ("stream", 1 << 40)):
             pairs = batches(min(steps, 8), tables, batch, bag, capacity, pool, seed=1)
             static = collection(tables, capacity, dim, dynamic=False)
-            static_ms = 1e3 * step_time(static, [m for _, m in pairs], steps)
             dyn = collection(tables, capacity, dim, dynamic=True)
             prefill(dyn, filled)
             before = dyn.dynamic_tables.stats()["t0"]
-            dyn_ms = 1e3 * step_time(dyn, [r for r, _ in pairs], steps)
-            after = dyn.dynamic_tables.stats()["t0"]
-            new = (after["admissions"] - before["admissions"]) / max(
-                1, after["steps"] - before["steps"]
+            (dw, dc), (sw, sc) = step_times(
+                [dyn, static], [[r for r, _ in pairs], [m for _, m in pairs]], steps
             )
+            after = dyn.dynamic_tables.stats()["t0"]
+            steps_run = max(1, after["steps"] - before["steps"])
+            new = (after["admissions"] - before["admissions"]) / steps_run
             print(
                 f"| {mode} | {before['occupancy'] / capacity:.0%} -> "
-                f"{after['occupancy'] / capacity:.0%} | {new:.0f} | {dyn_ms:.1f} | "
-                f"{static_ms:.1f} | {dyn_ms / static_ms:.2f} |"
+                f"{after['occupancy'] / capacity:.0%} | {new:.0f} | {1e3 * dw:.1f} / "
+                f"{1e3 * dc:.1f} | {1e3 * sw:.1f} / {1e3 * sc:.1f} | {dw / sw:.2f} / "
+                f"{dc / sc:.2f} |",
+                flush=True,
             )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small shapes, few repeats")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    parser.add_argument("--skip-map", action="store_true", help="only the training step")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     print(machine())
     print("note: re-measure on a quiet machine; a loaded one gives noise, not numbers")
     if args.quick:
-        map_throughput(log2_buckets=14, queries=1 << 15, repeats=2)
+        if not args.skip_map:
+            map_throughput(log2_buckets=14, queries=1 << 15, repeats=2)
         training(tables=2, capacity=5_000, dim=16, batch=128, bag=5, steps=4)
     else:
-        map_throughput(log2_buckets=23, queries=1 << 22, repeats=5)
+        if not args.skip_map:
+            map_throughput(log2_buckets=23, queries=1 << 22, repeats=5)
         training(tables=8, capacity=100_000, dim=64, batch=2048, bag=20, steps=20)
 
 
