@@ -134,3 +134,29 @@ int64_t sr_idmap_distinct_missing(const int64_t *ids, const int64_t *slots, int6
     }
     return u;
 }
+
+/* sr_idmap_find, and for every id found: last_seen[slot] = step, counts[slot] += 1 (the
+ * dynamic table's per-slot metadata, updated in the same pass). Returns the number found. */
+int64_t sr_idmap_find_touch(const int64_t *buckets, int64_t num_buckets, const int64_t *ids,
+                            int64_t n, int64_t *out, int64_t *last_seen, int64_t *counts,
+                            int64_t step) {
+    const uint64_t mask = (uint64_t)num_buckets - 1;
+    int64_t found = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (i + SR_IDMAP_PREFETCH < n) {
+            uint64_t ahead = sr_idmap_mix((uint64_t)ids[i + SR_IDMAP_PREFETCH]) & mask;
+            __builtin_prefetch(buckets + 2 * ahead, 0, 0);
+        }
+        int64_t h = sr_idmap_probe(buckets, mask, ids[i]);
+        if (h < 0) {
+            out[i] = -1;
+            continue;
+        }
+        const int64_t slot = buckets[2 * h + 1];
+        out[i] = slot;
+        last_seen[slot] = step;
+        counts[slot] += 1;
+        found++;
+    }
+    return found;
+}

@@ -41,6 +41,7 @@ def _library() -> ctypes.CDLL | None:
             ("sr_idmap_insert", (_PTR, _I64, _PTR, _PTR, _I64)),
             ("sr_idmap_erase", (_PTR, _I64, _PTR, _I64)),
             ("sr_idmap_distinct_missing", (_PTR, _PTR, _I64, _PTR, _I64, _PTR, _PTR, _PTR)),
+            ("sr_idmap_find_touch", (_PTR, _I64, _PTR, _I64, _PTR, _PTR, _PTR, _I64)),
         ):
             fn = getattr(lib, name)
             fn.argtypes = args
@@ -126,6 +127,32 @@ class IdSlotMap:
         pos = torch.searchsorted(self._keys, ids).clamp_(max=self._keys.numel() - 1)
         hit = self._keys[pos] == ids
         return torch.where(hit, self._slots[pos], torch.full_like(ids, -1))
+
+    def find_touch(self, ids: Tensor, last_seen: Tensor, counts: Tensor, step: int) -> Tensor:
+        """`find`, and for each id found `last_seen[slot] = step`, `counts[slot] += 1` (per
+        occurrence): the per-slot metadata of a training step, updated in the same pass
+        (`last_seen` / `counts`: contiguous CPU int64 tensors indexed by slot)."""
+        ids = _ids(ids, "IdSlotMap.find_touch")
+        if self._lib is None or ids.numel() == 0:
+            slots = self.find(ids)
+            found = slots[slots >= 0]
+            last_seen[found] = step
+            counts.index_add_(0, found, torch.ones_like(found))
+            return slots
+        assert last_seen.is_contiguous() and counts.is_contiguous()
+        out = torch.empty_like(ids)
+        b = self._buckets
+        self._lib.sr_idmap_find_touch(
+            b.data_ptr(),
+            self.num_buckets,
+            ids.data_ptr(),
+            ids.numel(),
+            out.data_ptr(),
+            last_seen.data_ptr(),
+            counts.data_ptr(),
+            step,
+        )
+        return out
 
     def insert(self, ids: Tensor, slots: Tensor) -> None:
         """Add `ids[i] -> slots[i]`; the ids must be absent and distinct, the slots >= 0."""

@@ -134,11 +134,11 @@ class DynamicTable(nn.Module):
             )
         ids = ids.to(device="cpu", dtype=torch.int64)
         self._sync_map()
-        slots = self.map.find(ids)
         if not training:
+            slots = self.map.find(ids)
             self._counters["unknown_reads"] += int((slots < 0).sum())
             return slots
-        return self._train_step(ids, slots)
+        return self._train_step(ids)
 
     def evict(self, slots: Tensor) -> None:
         """Free `slots` (occupied ones; others are skipped) and reset them through the hooks."""
@@ -248,15 +248,12 @@ class DynamicTable(nn.Module):
 
     # ---- one training step ------------------------------------------------------------------
 
-    def _train_step(self, ids: Tensor, slots: Tensor) -> Tensor:
+    def _train_step(self, ids: Tensor) -> Tensor:
         c = self._counters
         c["steps"] += 1
         step = c["steps"]
+        slots = self.map.find_touch(ids, self.last_seen, self.counts, step)
         hit = slots >= 0
-        found = slots[hit]
-        if found.numel():
-            self.last_seen[found] = step
-            self.counts.index_add_(0, found, torch.ones_like(found))
         if self.config.eviction is EvictionPolicy.TTL:
             self._ttl_sweep(step)
         if bool(hit.all()):
