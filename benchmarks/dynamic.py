@@ -6,10 +6,12 @@ Run: ``.venv/bin/python benchmarks/dynamic.py`` (``--quick`` for a smoke run of 
    load of its buckets, in millions of ids per second, beside the random-DRAM-access floor:
    one random 8-byte read per id from an array the size of the map's buckets (a torch gather).
 2. Training step (forward + fused EXACT_ROWWISE_ADAGRAD backward) of 8 dynamic tables x
-   capacity 100k x dim 64, batch 2048, 20 ids per bag, Zipf(1.05) raw ids over 2^40 (each
-   rank scattered over the id space by a hash), LRU eviction, with the tables pre-filled to
-   50% and 95% occupancy, against static tables of the same size fed ids pre-mapped into
-   [0, capacity) (the same popularity ranks, hashed to rows). Goal (issue 27): <= 1.3x.
+   capacity 100k x dim 64, batch 2048, 20 ids per bag, Zipf(1.05) raw ids (each rank
+   scattered over the id space by a hash), LRU eviction, tables pre-filled to 50% and 95%
+   occupancy, against static tables of the same size fed pre-mapped ids. Two id streams:
+   "resident" (ranks over the ids already in the table: the map's cost alone, the same rows
+   as the static table) and "stream" (ranks over 2^40: most ids are new, so every step
+   admits, evicts and resets thousands of rows). Goal (issue 27): <= 1.3x.
 
 Prints the machine, shapes, ours, the reference, the floor and the ratio; asserts nothing.
 Numbers from a loaded machine are not comparable: measure on a quiet one.
@@ -44,15 +46,18 @@ def machine() -> str:
 
 
 def _best(fn: Callable[[], object], repeats: int) -> float:
+    """Least process-CPU seconds of `repeats` calls (one thread: steadier than wall time on a
+    shared machine)."""
     times = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = time.process_time()
         fn()
-        times.append(time.perf_counter() - start)
+        times.append(time.process_time() - start)
     return min(times)
 
 
 def map_throughput(log2_buckets: int, queries: int, repeats: int) -> None:
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
     buckets = 1 << log2_buckets
     gen = torch.Generator().manual_seed(0)
@@ -60,7 +65,7 @@ def map_throughput(log2_buckets: int, queries: int, repeats: int) -> None:
         f"\n## id -> slot, one thread: {buckets} buckets ({buckets * 16 / 2**20:.0f} MiB), "
         f"{queries} hit queries per run, best of {repeats}"
     )
-    print("| load | backend | find M ids/s | DRAM floor M reads/s | ours / floor |")
+    print("| load | backend | find M ids / CPU s | DRAM floor M reads / CPU s | ours / floor |")
     print("|---|---|---|---|---|")
     floor_array = torch.zeros(buckets * 2, dtype=torch.int64)
     backends = ["native", "torch"] if idmap_native_available() else ["torch"]
@@ -76,27 +81,35 @@ def map_throughput(log2_buckets: int, queries: int, repeats: int) -> None:
             m.insert(ids, torch.arange(ids.numel()))
             rate = queries / _best(lambda m=m, q=query: m.find(q), repeats) / 1e6
             print(f"| {load:.0%} | {backend} | {rate:.1f} | {floor:.1f} | {rate / floor:.2f} |")
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(threads)
 
 
-def zipf_ids(n: int, rng: np.random.Generator) -> torch.Tensor:
-    """`n` raw ids: Zipf(1.05) ranks below 2^40, scattered over int64 by a hash."""
-    ranks = rng.zipf(1.05, size=n)
-    ranks = np.where(ranks >= 2**40, ranks % 2**40, ranks)
-    return mix64(torch.from_numpy(ranks.astype(np.int64)))
+def zipf_ranks(n: int, limit: int, rng: np.random.Generator) -> torch.Tensor:
+    """`n` Zipf(1.05) ranks in [0, limit) (ranks past the limit wrap around)."""
+    ranks = rng.zipf(1.05, size=n) - 1
+    return torch.from_numpy((ranks % limit).astype(np.int64))
+
+
+def raw_id(ranks: torch.Tensor) -> torch.Tensor:
+    """The raw id of each popularity rank: scattered over int64 by a hash."""
+    return mix64(ranks + 1)
 
 
 def batches(
-    count: int, tables: int, batch: int, bag: int, capacity: int, seed: int
+    count: int, tables: int, batch: int, bag: int, capacity: int, pool: int, seed: int
 ) -> list[tuple[KeyedJaggedTensor, KeyedJaggedTensor]]:
-    """(raw-id KJT, pre-mapped KJT) pairs."""
+    """(raw-id KJT, pre-mapped KJT) pairs of Zipf(1.05) ranks below `pool`: the raw ids are
+    the ranks' hashes; the pre-mapped ids are the ranks themselves when `pool <= capacity`
+    (the slots a table pre-filled with ranks 0, 1, ... in order gives), else the hashes
+    modulo the capacity (the same popularity over the rows)."""
     rng = np.random.default_rng(seed)
     keys = [f"f{i}" for i in range(tables)]
     lengths = torch.full((tables * batch,), bag, dtype=torch.int64)
     out = []
     for _ in range(count):
-        raw = zipf_ids(tables * batch * bag, rng)
-        mapped = (mix64(raw) & ((1 << 62) - 1)) % capacity
+        ranks = zipf_ranks(tables * batch * bag, pool, rng)
+        raw = raw_id(ranks)
+        mapped = ranks if pool <= capacity else (raw & ((1 << 62) - 1)) % capacity
         out.append(
             (
                 KeyedJaggedTensor(keys=keys, values=raw, lengths=lengths),
@@ -122,62 +135,86 @@ def collection(tables: int, capacity: int, dim: int, dynamic: bool) -> FusedEmbe
     return FusedEmbeddingBagCollection(configs, spec)
 
 
-def prefill(module: FusedEmbeddingBagCollection, occupancy: float, seed: int) -> None:
-    gen = torch.Generator().manual_seed(seed)
+def prefill(module: FusedEmbeddingBagCollection, count: int) -> None:
+    """Insert the raw ids of ranks 0 .. count-1, in order (rank r gets slot r)."""
+    ids = raw_id(torch.arange(count))
     for name in module.dynamic_tables.tables:
-        table = module.dynamic_tables.table(name)
-        target = int(table.capacity * occupancy)
-        while table.stats()["occupancy"] < target:
-            need = target - table.stats()["occupancy"]
-            table.map_ids(torch.randint(-(2**63), 2**63 - 1, (need,), generator=gen), training=True)
+        module.dynamic_tables.table(name).map_ids(ids, training=True)
 
 
-def step_time(
-    module: FusedEmbeddingBagCollection, kjts: list[KeyedJaggedTensor], steps: int
-) -> float:
-    times = []
-    for i in range(steps):
-        kjt = kjts[i % len(kjts)]
-        start = time.perf_counter()
-        module(kjt).values().sum().backward()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times[1:] if len(times) > 1 else times)
+def step_times(
+    modules: list[FusedEmbeddingBagCollection], kjts: list[list[KeyedJaggedTensor]], steps: int
+) -> list[tuple[float, float]]:
+    """Per module, (median wall s, minimum process-CPU s) of a step; the modules run
+    interleaved (one step each per round) so load bursts hit them alike; the first round is
+    a warm-up."""
+    wall: list[list[float]] = [[] for _ in modules]
+    cpu: list[list[float]] = [[] for _ in modules]
+    for i in range(steps + 1):
+        for j, module in enumerate(modules):
+            kjt = kjts[j][i % len(kjts[j])]
+            start, start_cpu = time.perf_counter(), time.process_time()
+            module(kjt).values().sum().backward()
+            if i:
+                wall[j].append(time.perf_counter() - start)
+                cpu[j].append(time.process_time() - start_cpu)
+    return [(statistics.median(w), min(c)) for w, c in zip(wall, cpu, strict=True)]
 
 
 def training(tables: int, capacity: int, dim: int, batch: int, bag: int, steps: int) -> None:
     print(
         f"\n## training step: {tables} tables x capacity {capacity} x dim {dim}, batch {batch}, "
-        f"{bag} ids per bag, Zipf(1.05) over 2^40, fused EXACT_ROWWISE_ADAGRAD, median of "
-        f"{steps} steps"
+        f"{bag} ids per bag, fused EXACT_ROWWISE_ADAGRAD, LRU, median of {steps} steps"
     )
-    print("| occupancy (start -> end) | dynamic ms | static ms (pre-mapped) | ratio |")
-    print("|---|---|---|---|")
-    pairs = batches(min(steps, 8), tables, batch, bag, capacity, seed=1)
-    static = collection(tables, capacity, dim, dynamic=False)
-    static_ms = 1e3 * step_time(static, [m for _, m in pairs], steps)
+    print(
+        "resident: Zipf(1.05) over the ids already in the table (occupancy x capacity of them); "
+        "the static table reads the same rows. stream: Zipf(1.05) over 2^40 ids, new ids evict."
+    )
+    print(
+        "| ids | occupancy (start -> end) | new ids / table / step | dynamic ms (wall / cpu) | "
+        "static ms (wall / cpu) | ratio (wall / cpu) |"
+    )
+    print("|---|---|---|---|---|---|")
     for occupancy in (0.5, 0.95):
-        dyn = collection(tables, capacity, dim, dynamic=True)
-        prefill(dyn, occupancy, seed=2)
-        start = dyn.dynamic_tables.stats()["t0"]["occupancy"] / capacity
-        dyn_ms = 1e3 * step_time(dyn, [r for r, _ in pairs], steps)
-        end = dyn.dynamic_tables.stats()["t0"]["occupancy"] / capacity
-        print(
-            f"| {start:.0%} -> {end:.0%} | {dyn_ms:.1f} | {static_ms:.1f} | "
-            f"{dyn_ms / static_ms:.2f} |"
-        )
+        filled = int(capacity * occupancy)
+        for mode, pool in (("resident", filled), ("stream", 1 << 40)):
+            pairs = batches(min(steps, 8), tables, batch, bag, capacity, pool, seed=1)
+            static = collection(tables, capacity, dim, dynamic=False)
+            dyn = collection(tables, capacity, dim, dynamic=True)
+            prefill(dyn, filled)
+            before = dyn.dynamic_tables.stats()["t0"]
+            (dw, dc), (sw, sc) = step_times(
+                [dyn, static], [[r for r, _ in pairs], [m for _, m in pairs]], steps
+            )
+            after = dyn.dynamic_tables.stats()["t0"]
+            steps_run = max(1, after["steps"] - before["steps"])
+            new = (after["admissions"] - before["admissions"]) / steps_run
+            print(
+                f"| {mode} | {before['occupancy'] / capacity:.0%} -> "
+                f"{after['occupancy'] / capacity:.0%} | {new:.0f} | {1e3 * dw:.1f} / "
+                f"{1e3 * dc:.1f} | {1e3 * sw:.1f} / {1e3 * sc:.1f} | {dw / sw:.2f} / "
+                f"{dc / sc:.2f} |",
+                flush=True,
+            )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small shapes, few repeats")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    parser.add_argument("--skip-map", action="store_true", help="only the training step")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     print(machine())
     print("note: re-measure on a quiet machine; a loaded one gives noise, not numbers")
     if args.quick:
-        map_throughput(log2_buckets=14, queries=1 << 15, repeats=2)
+        if not args.skip_map:
+            map_throughput(log2_buckets=14, queries=1 << 15, repeats=2)
         training(tables=2, capacity=5_000, dim=16, batch=128, bag=5, steps=4)
     else:
-        map_throughput(log2_buckets=23, queries=1 << 22, repeats=5)
+        if not args.skip_map:
+            map_throughput(log2_buckets=23, queries=1 << 22, repeats=5)
         training(tables=8, capacity=100_000, dim=64, batch=2048, bag=20, steps=20)
 
 

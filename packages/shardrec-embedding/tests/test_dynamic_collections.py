@@ -443,8 +443,46 @@ def test_feature_processor_equals_static() -> None:
         ebc = EmbeddingBagCollection(_bag_tables(dynamic, eviction="NONE"), is_weighted=True)
         processors = {f: PositionWeightedModule(4) for f in FEATURES}
         for p in processors.values():
-            torch.nn.init.uniform_(p.position_weight, 0.5, 1.5, generator=torch.Generator().manual_seed(1))
+            torch.nn.init.uniform_(
+                p.position_weight, 0.5, 1.5, generator=torch.Generator().manual_seed(1)
+            )
         fp = FeatureProcessedEmbeddingBagCollection(ebc, processors)
         outs.append([fp(kjt).values() for kjt in data])
     for a, b in zip(*outs, strict=True):
         assert torch.equal(a, b)
+
+
+def test_quantized_collections_refuse_dynamic_tables() -> None:
+    from shardrec_embedding.quant import QuantEmbeddingBagCollection
+
+    with pytest.raises(NotImplementedError, match="table 't0' is a dynamic"):
+        QuantEmbeddingBagCollection(_bag_tables(True))
+
+
+def test_script_and_trace_refuse_dynamic_tables() -> None:
+    import shardrec_jagged.fx as jagged_fx
+
+    for module in (
+        EmbeddingBagCollection(_bag_tables(True)),
+        EmbeddingCollection(
+            [
+                EmbeddingConfig(
+                    name="t", num_embeddings=4, embedding_dim=2, dynamic=DynamicTableConfig()
+                )
+            ]
+        ),
+    ):
+        with pytest.raises(NotImplementedError, match="dynamic"):
+            torch.jit.script(module)
+        with pytest.raises(NotImplementedError, match="dynamic"):
+            jagged_fx.symbolic_trace(module)
+
+
+def test_id_map_state_stays_on_cpu_and_survives_to_empty() -> None:
+    m = EmbeddingBagCollection(_bag_tables(True), device="meta")
+    m.to_empty(device="cpu")
+    m.reset_parameters()
+    table = m.dynamic_tables.table("t0")
+    assert table.slot_ids.device.type == "cpu" and table.default_row.dtype is torch.float32
+    out = m.half()(_batches(9, 1, 2)[0]).values()
+    assert out.dtype is torch.float32 and table.default_row.dtype is torch.float32

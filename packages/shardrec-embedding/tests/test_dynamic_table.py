@@ -187,3 +187,31 @@ def test_evict_given_slots() -> None:
     with pytest.raises(IndexError, match=r"\[0, 4\)"):
         table.evict(torch.tensor([4]))
     assert table.map_ids(torch.tensor([40]), training=True).tolist() == [1]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_distinct_missing_in_first_appearance_order(backend: str) -> None:
+    m = IdSlotMap(16, backend=backend)  # type: ignore[arg-type]
+    m.insert(torch.tensor([4, -(2**63)]), torch.tensor([0, 1]))
+    ids = torch.tensor([9, 4, -3, 9, -(2**63), 2**63 - 1, -3, 9])
+    uniq, counts, inverse = m.distinct_missing(ids, m.find(ids))
+    assert uniq.tolist() == [9, -3, 2**63 - 1]
+    assert counts.tolist() == [3, 2, 1]
+    assert inverse.tolist() == [0, -1, 1, 0, -1, 2, 1, 0]
+    empty = torch.empty(0, dtype=torch.int64)
+    assert [t.numel() for t in m.distinct_missing(empty, empty)] == [0, 0, 0]
+
+
+def test_load_items_restores_a_table() -> None:
+    a = DynamicTable("t", _config(8), 8, 2)
+    a.map_ids(torch.tensor([11, 12, 13, 14]), training=True)
+    a.evict(torch.tensor([1]))
+    ids, slots = a.items()
+    b = DynamicTable("t", _config(16), 16, 2, backend="torch")
+    b.load_items(ids, slots, last_seen=a.last_seen[slots], counts=a.counts[slots])
+    assert b.find(torch.tensor([11, 12, 13, 14])).tolist() == [0, -1, 2, 3]
+    assert b.map_ids(torch.tensor([20, 21]), training=True).tolist() == [1, 4]  # hole first
+    with pytest.raises(ValueError, match=r"slots must lie in \[0, 16\)"):
+        b.load_items(torch.tensor([1]), torch.tensor([16]))
+    with pytest.raises(ValueError, match="distinct"):
+        b.load_items(torch.tensor([1, 1]), torch.tensor([0, 1]))

@@ -143,6 +143,14 @@ class EmbeddingBagCollection(PooledCollectionAPI, TorchScriptable, PackedCollect
             self._refuse_traced_dynamic()
         return self._forward_plain(features)
 
+    def __prepare_scriptable__(self) -> TorchScriptable:
+        if self._has_dynamic:
+            raise NotImplementedError(
+                f"{_OWNER}: torch.jit.script of dynamic (raw-id) tables is not supported yet; "
+                "run the module eagerly"
+            )
+        return super().__prepare_scriptable__()
+
     @torch.jit.unused
     def _refuse_traced_dynamic(self) -> None:
         if self._has_dynamic:

@@ -99,3 +99,64 @@ int64_t sr_idmap_erase(int64_t *buckets, int64_t num_buckets, const int64_t *ids
     }
     return removed;
 }
+
+/* The distinct ids among those with slots[i] < 0, in order of first appearance: written to
+ * uniq[0..u) with their occurrence counts in counts[0..u); inverse[i] = the index in uniq of
+ * ids[i] for each such i (other entries untouched). scratch: 2 * cap int64s, cap a power of
+ * two > the number of missing ids. Returns u. */
+int64_t sr_idmap_distinct_missing(const int64_t *ids, const int64_t *slots, int64_t n,
+                                  int64_t *scratch, int64_t cap, int64_t *uniq, int64_t *counts,
+                                  int64_t *inverse) {
+    const uint64_t mask = (uint64_t)cap - 1;
+    for (int64_t b = 0; b < cap; b++) scratch[2 * b + 1] = -1;
+    int64_t u = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (slots[i] >= 0) continue;
+        const int64_t key = ids[i];
+        uint64_t h = sr_idmap_mix((uint64_t)key) & mask;
+        for (;;) {
+            int64_t *b = scratch + 2 * h;
+            if (b[1] < 0) {
+                b[0] = key;
+                b[1] = u;
+                uniq[u] = key;
+                counts[u] = 1;
+                inverse[i] = u++;
+                break;
+            }
+            if (b[0] == key) {
+                counts[b[1]]++;
+                inverse[i] = b[1];
+                break;
+            }
+            h = (h + 1) & mask;
+        }
+    }
+    return u;
+}
+
+/* sr_idmap_find, and for every id found: last_seen[slot] = step, counts[slot] += 1 (the
+ * dynamic table's per-slot metadata, updated in the same pass). Returns the number found. */
+int64_t sr_idmap_find_touch(const int64_t *buckets, int64_t num_buckets, const int64_t *ids,
+                            int64_t n, int64_t *out, int64_t *last_seen, int64_t *counts,
+                            int64_t step) {
+    const uint64_t mask = (uint64_t)num_buckets - 1;
+    int64_t found = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (i + SR_IDMAP_PREFETCH < n) {
+            uint64_t ahead = sr_idmap_mix((uint64_t)ids[i + SR_IDMAP_PREFETCH]) & mask;
+            __builtin_prefetch(buckets + 2 * ahead, 0, 0);
+        }
+        int64_t h = sr_idmap_probe(buckets, mask, ids[i]);
+        if (h < 0) {
+            out[i] = -1;
+            continue;
+        }
+        const int64_t slot = buckets[2 * h + 1];
+        out[i] = slot;
+        last_seen[slot] = step;
+        counts[slot] += 1;
+        found++;
+    }
+    return found;
+}

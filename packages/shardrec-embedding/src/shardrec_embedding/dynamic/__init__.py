@@ -14,6 +14,7 @@ from shardrec_embedding.dynamic.config import (
     EvictionPolicy,
     UnknownIdPolicy,
 )
+from shardrec_embedding.dynamic.hashing import mix64
 from shardrec_embedding.dynamic.id_map import IdMapBackend, IdSlotMap, idmap_native_available
 from shardrec_embedding.dynamic.table import DynamicTable, ResetHook
 
@@ -29,4 +30,5 @@ __all__ = [
     "UnknownIdPolicy",
     "dynamic_table_stats",
     "idmap_native_available",
+    "mix64",
 ]

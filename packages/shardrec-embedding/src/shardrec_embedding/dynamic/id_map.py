@@ -40,6 +40,8 @@ def _library() -> ctypes.CDLL | None:
             ("sr_idmap_find", (_PTR, _I64, _PTR, _I64, _PTR)),
             ("sr_idmap_insert", (_PTR, _I64, _PTR, _PTR, _I64)),
             ("sr_idmap_erase", (_PTR, _I64, _PTR, _I64)),
+            ("sr_idmap_distinct_missing", (_PTR, _PTR, _I64, _PTR, _I64, _PTR, _PTR, _PTR)),
+            ("sr_idmap_find_touch", (_PTR, _I64, _PTR, _I64, _PTR, _PTR, _PTR, _I64)),
         ):
             fn = getattr(lib, name)
             fn.argtypes = args
@@ -126,6 +128,32 @@ class IdSlotMap:
         hit = self._keys[pos] == ids
         return torch.where(hit, self._slots[pos], torch.full_like(ids, -1))
 
+    def find_touch(self, ids: Tensor, last_seen: Tensor, counts: Tensor, step: int) -> Tensor:
+        """`find`, and for each id found `last_seen[slot] = step`, `counts[slot] += 1` (per
+        occurrence): the per-slot metadata of a training step, updated in the same pass
+        (`last_seen` / `counts`: contiguous CPU int64 tensors indexed by slot)."""
+        ids = _ids(ids, "IdSlotMap.find_touch")
+        if self._lib is None or ids.numel() == 0:
+            slots = self.find(ids)
+            found = slots[slots >= 0]
+            last_seen[found] = step
+            counts.index_add_(0, found, torch.ones_like(found))
+            return slots
+        assert last_seen.is_contiguous() and counts.is_contiguous()
+        out = torch.empty_like(ids)
+        b = self._buckets
+        self._lib.sr_idmap_find_touch(
+            b.data_ptr(),
+            self.num_buckets,
+            ids.data_ptr(),
+            ids.numel(),
+            out.data_ptr(),
+            last_seen.data_ptr(),
+            counts.data_ptr(),
+            step,
+        )
+        return out
+
     def insert(self, ids: Tensor, slots: Tensor) -> None:
         """Add `ids[i] -> slots[i]`; the ids must be absent and distinct, the slots >= 0."""
         ids = _ids(ids, "IdSlotMap.insert")
@@ -175,6 +203,48 @@ class IdSlotMap:
             self._keys, self._slots = self._keys[keep], self._slots[keep]
         self._size -= removed
         return removed
+
+    def distinct_missing(self, ids: Tensor, slots: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The ids whose `slots` (from `find`) are -1, deduplicated in order of first
+        appearance: `(uniq (U,), counts (U,), inverse (N,))`, where `inverse[i]` is the index in
+        `uniq` of `ids[i]` for each missing position (-1 elsewhere). Same answer on both
+        backends (native: one pass with a scratch hash set; torch: `unique` + a sort)."""
+        ids = _ids(ids, "IdSlotMap.distinct_missing")
+        slots = slots.reshape(-1).to(torch.int64).contiguous()
+        missing = slots < 0
+        n_missing = int(missing.sum())
+        inverse = torch.full_like(ids, -1)
+        if n_missing == 0:
+            empty = ids.new_empty(0)
+            return empty, empty, inverse
+        if self._lib is not None:
+            cap = 1 << (2 * n_missing).bit_length()
+            scratch = torch.empty(cap, 2, dtype=torch.int64)
+            uniq = torch.empty(n_missing, dtype=torch.int64)
+            counts = torch.empty(n_missing, dtype=torch.int64)
+            u = int(
+                self._lib.sr_idmap_distinct_missing(
+                    ids.data_ptr(),
+                    slots.data_ptr(),
+                    ids.numel(),
+                    scratch.data_ptr(),
+                    cap,
+                    uniq.data_ptr(),
+                    counts.data_ptr(),
+                    inverse.data_ptr(),
+                )
+            )
+            return uniq[:u], counts[:u], inverse
+        where = torch.nonzero(missing).reshape(-1)
+        uniq, inv, counts = torch.unique(ids[where], return_inverse=True, return_counts=True)
+        first = torch.full_like(uniq, n_missing).scatter_reduce_(
+            0, inv, torch.arange(n_missing), "amin"
+        )
+        order = torch.argsort(first)
+        rank = torch.empty_like(order)
+        rank[order] = torch.arange(order.numel())
+        inverse[where] = rank[inv]
+        return uniq[order], counts[order], inverse
 
     def items(self) -> tuple[Tensor, Tensor]:
         """`(ids, slots)` of every entry, ordered by slot (the same for both backends)."""

@@ -134,11 +134,11 @@ class DynamicTable(nn.Module):
             )
         ids = ids.to(device="cpu", dtype=torch.int64)
         self._sync_map()
-        slots = self.map.find(ids)
         if not training:
+            slots = self.map.find(ids)
             self._counters["unknown_reads"] += int((slots < 0).sum())
             return slots
-        return self._train_step(ids, slots)
+        return self._train_step(ids)
 
     def evict(self, slots: Tensor) -> None:
         """Free `slots` (occupied ones; others are skipped) and reset them through the hooks."""
@@ -153,6 +153,47 @@ class DynamicTable(nn.Module):
         """`(ids, slots)` of every occupied slot, in slot order (for checkpoints)."""
         slots = torch.nonzero(self.occupied).reshape(-1)
         return self.slot_ids[slots], slots
+
+    def load_items(
+        self,
+        ids: Tensor,
+        slots: Tensor,
+        *,
+        last_seen: Tensor | None = None,
+        counts: Tensor | None = None,
+    ) -> None:
+        """Replace the table's contents with `ids[i] -> slots[i]` (for re-partitioned or
+        resized checkpoints): metadata from `last_seen` / `counts` (default 0), counters and
+        cursors kept, the sketch kept. Slots below the highest one given that stay empty
+        become free, the lowest reused first. The rows are the caller's to load."""
+        ids = ids.reshape(-1).to(device="cpu", dtype=torch.int64)
+        slots = slots.reshape(-1).to(device="cpu", dtype=torch.int64)
+        where = f"dynamic table {self.name!r}: load_items"
+        if ids.numel() != slots.numel():
+            raise ValueError(f"{where}: {ids.numel()} ids but {slots.numel()} slots")
+        if slots.numel() and (int(slots.min()) < 0 or int(slots.max()) >= self.capacity):
+            raise ValueError(
+                f"{where}: slots must lie in [0, {self.capacity}) (the capacity); a larger "
+                "table's slots need a table at least that large"
+            )
+        if torch.unique(slots).numel() != slots.numel() or torch.unique(ids).numel() != ids.numel():
+            raise ValueError(f"{where}: ids and slots must be distinct")
+        self.occupied.zero_()
+        self.slot_ids.zero_()
+        self.last_seen.zero_()
+        self.counts.zero_()
+        self.occupied[slots] = True
+        self.slot_ids[slots] = ids
+        if last_seen is not None:
+            self.last_seen[slots] = last_seen.reshape(-1).to("cpu", torch.int64)
+        if counts is not None:
+            self.counts[slots] = counts.reshape(-1).to("cpu", torch.int64)
+        high = int(slots.max()) + 1 if slots.numel() else 0
+        free = torch.nonzero(~self.occupied[:high]).reshape(-1).flip(0)
+        self.free_slots[: free.numel()] = free
+        self._counters["n_free"] = free.numel()
+        self._counters["high_water"] = high
+        self._map_stale = True
 
     def find(self, ids: Tensor) -> Tensor:
         """`(N,)` slot of each raw id, -1 when absent; changes nothing, counts nothing."""
@@ -172,6 +213,11 @@ class DynamicTable(nn.Module):
             "unknown_reads": c["unknown_reads"],
             "steps": c["steps"],
         }
+
+    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> DynamicTable:
+        """`.to()`, `.cuda()`, `.half()`, `to_empty()` leave the table as it is: the id map
+        and its metadata live on the CPU whatever device the rows are on."""
+        return self
 
     # ---- checkpoint hooks -------------------------------------------------------------------
 
@@ -202,43 +248,39 @@ class DynamicTable(nn.Module):
 
     # ---- one training step ------------------------------------------------------------------
 
-    def _train_step(self, ids: Tensor, slots: Tensor) -> Tensor:
+    def _train_step(self, ids: Tensor) -> Tensor:
         c = self._counters
         c["steps"] += 1
         step = c["steps"]
+        slots = self.map.find_touch(ids, self.last_seen, self.counts, step)
         hit = slots >= 0
-        found = slots[hit]
-        if found.numel():
-            self.last_seen[found] = step
-            self.counts.index_add_(0, found, torch.ones_like(found))
-        missing = ids[~hit]
         if self.config.eviction is EvictionPolicy.TTL:
             self._ttl_sweep(step)
-        if missing.numel() == 0:
+        if bool(hit.all()):
             return slots
-        uniq, inverse, occurrences = torch.unique(missing, return_inverse=True, return_counts=True)
-        first = torch.full_like(uniq, missing.numel()).scatter_reduce_(
-            0, inverse, torch.arange(missing.numel()), "amin"
-        )
-        order = torch.argsort(first)
-        uniq, occurrences = uniq[order], occurrences[order]
+        uniq, occurrences, inverse = self.map.distinct_missing(ids, slots)
         admitted = self._admit(uniq, occurrences, step)
-        new_ids, new_counts = uniq[admitted], occurrences[admitted]
-        need = new_ids.numel()
+        chosen = torch.nonzero(admitted).reshape(-1)
+        need = chosen.numel()
         c["rejections"] += uniq.numel() - need
         if need > self._available() and self.config.eviction is not EvictionPolicy.NONE:
             self._evict_for(need - self._available(), step)
         take = min(need, self._available())
         c["rejections"] += need - take
         if take:
+            chosen = chosen[:take]
+            new_ids = uniq[chosen]
             new_slots = self._allocate(take)
-            self.map.insert(new_ids[:take], new_slots)
-            self.slot_ids[new_slots] = new_ids[:take]
+            self.map.insert(new_ids, new_slots)
+            self.slot_ids[new_slots] = new_ids
             self.occupied[new_slots] = True
             self.last_seen[new_slots] = step
-            self.counts[new_slots] = new_counts[:take]
+            self.counts[new_slots] = occurrences[chosen]
             c["admissions"] += take
-            slots[~hit] = self.map.find(missing)
+            slot_of = torch.full_like(uniq, -1)
+            slot_of[chosen] = new_slots
+            missing = ~hit
+            slots[missing] = slot_of[inverse[missing]]
         return slots
 
     def _admit(self, uniq: Tensor, occurrences: Tensor, step: int) -> Tensor:
@@ -295,17 +337,29 @@ class DynamicTable(nn.Module):
         for hook in self._reset_hooks:
             hook(slots)
 
-    def _window(self, cursor_name: str, width: int) -> Tensor:
+    def _window(self, cursor_name: str, width: int) -> tuple[Tensor, Tensor, Tensor | int]:
+        """The next `width` slots from a cursor (wrapping): their `(occupied, last_seen)` and
+        where they are: the first slot (a contiguous window, read as views) or the slots."""
         start = self._counters[cursor_name]
         self._counters[cursor_name] = (start + width) % self.capacity
-        return (torch.arange(start, start + width) % self.capacity).to(torch.int64)
+        if start + width <= self.capacity:
+            end = start + width
+            return self.occupied[start:end], self.last_seen[start:end], start
+        slots = torch.arange(start, start + width) % self.capacity
+        return self.occupied[slots], self.last_seen[slots], slots
+
+    @staticmethod
+    def _slots_where(ok: Tensor, where: Tensor | int) -> Tensor:
+        if isinstance(where, int):
+            return torch.nonzero(ok).reshape(-1) + where
+        return where[ok]
 
     def _ttl_sweep(self, step: int) -> None:
         ttl = self.config.ttl_steps
         assert ttl is not None
-        window = self._window("ttl_cursor", min(self.capacity, self.config.scan_per_step))
-        expired = self.occupied[window] & (step - self.last_seen[window] > ttl)
-        self._free(window[expired])
+        width = min(self.capacity, self.config.scan_per_step)
+        occupied, seen, where = self._window("ttl_cursor", width)
+        self._free(self._slots_where(occupied & (step - seen > ttl), where))
 
     def _evict_for(self, k: int, step: int) -> None:
         policy = self.config.eviction
@@ -313,20 +367,29 @@ class DynamicTable(nn.Module):
         victims: list[Tensor] = []
         scanned = 0
         while k > 0 and scanned < self.capacity:
-            window = self._window("evict_cursor", min(width, self.capacity - scanned))
-            scanned += window.numel()
-            seen = self.last_seen[window]
-            ok = self.occupied[window] & (seen < step)
+            part = min(width, self.capacity - scanned)
+            occupied, seen, where = self._window("evict_cursor", part)
+            scanned += part
+            ok = occupied & (seen < step)
             if policy is EvictionPolicy.TTL:
                 assert self.config.ttl_steps is not None
                 ok &= step - seen > self.config.ttl_steps
-            cand = window[ok]
+            cand = self._slots_where(ok, where)
             if cand.numel() == 0:
                 continue
-            cand = cand[torch.argsort(self.last_seen[cand], stable=True)]
+            cand_seen = seen[ok]
             if policy is EvictionPolicy.LFU:
-                cand = cand[torch.argsort(self.counts[cand], stable=True)]
-            pick = cand[:k]
+                order = torch.argsort(cand_seen, stable=True)
+                cand = cand[order]
+                pick = cand[torch.argsort(self.counts[cand], stable=True)][:k]
+            else:
+                # (last seen, place in the window) as one distinct key: the k smallest in
+                # key order by a partial selection instead of a full sort.
+                key = cand_seen * cand.numel() + torch.arange(cand.numel())
+                if 8 * k < cand.numel():  # a few victims out of many: partial selection
+                    pick = cand[torch.topk(key, k, largest=False, sorted=True).indices]
+                else:
+                    pick = cand[torch.argsort(key)[:k]]
             victims.append(pick)
             k -= pick.numel()
         if victims:
