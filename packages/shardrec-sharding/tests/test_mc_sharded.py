@@ -137,7 +137,7 @@ def _run(ctx: RankContext, kind: str) -> int:
     expected_rows = _reference_rows(kind, ctx.world_size, ctx.rank)
     for step in range(STEPS):
         kjt = _batch(ctx.rank, step)
-        got = sharded(kjt).wait()  # type: ignore[operator]
+        got = sharded(kjt)[0].wait()  # type: ignore[index]
         want_ids = expected_rows[step]
         remapped = KeyedJaggedTensor(
             ["f", "g"], want_ids, lengths=kjt.permute([1, 0]).lengths(), stride=kjt.stride()
@@ -189,7 +189,7 @@ def _run_training(ctx: RankContext) -> int:
         g = seeded_generator("mc-train", ctx.rank, step)
         values = torch.randint(0, 40, (6,), generator=g) * (HASH // 40)
         kjt = KeyedJaggedTensor(["f", "g"], values, lengths=torch.tensor([2, 1, 2, 1]), stride=2)
-        out = sharded(kjt).wait()
+        out = sharded(kjt)[0].wait()
         changed = [row for row, raw in _owners(local).items() if before[row] != raw]
         for row in changed:
             assert torch.equal(weight[row - offset], torch.full((DIM,), 0.25)), (step, row)
@@ -246,7 +246,7 @@ def _run_sequence(ctx: RankContext, kind: str) -> int:
     per = ROWS // (1 if kind == "table_wise" else ctx.world_size)
     for step in range(STEPS):
         kjt = _batch(ctx.rank, step)
-        got = sharded(kjt).wait()  # type: ignore[operator]
+        got = sharded(kjt)[0].wait()  # type: ignore[index]
         want_ids = expected_rows[step]
         remapped = KeyedJaggedTensor(
             ["f", "g"], want_ids, lengths=kjt.permute([1, 0]).lengths(), stride=kjt.stride()

@@ -137,6 +137,7 @@ class _ShardedMC(nn.Module):
             {r.table: r.local for r in self._routes if r.local is not None}
         )
         self._embedding_module = embedding_module
+        self._return_remapped = module._return_remapped_features
         self._configs = {c.name: c for c in mcc.embedding_configs()}
 
     def remap(self, features: KeyedJaggedTensor) -> KeyedJaggedTensor:
@@ -230,8 +231,8 @@ class _ShardedMC(nn.Module):
 
 class ShardedManagedCollisionEmbeddingBagCollection(_ShardedMC):
     """A `ManagedCollisionEmbeddingBagCollection` sharded row-wise or table-wise (module
-    docstring); `forward(features)` returns a `LazyAwaitable[KeyedTensor]` of this rank's batch
-    (the remapped features come from `remap`)."""
+    docstring). `forward(features)` returns, as the unsharded module, `(embeddings, remapped
+    features or None)`; the embeddings a `LazyAwaitable[KeyedTensor]` of this rank's batch."""
 
     _container = "embedding_bags"
 
@@ -247,16 +248,19 @@ class ShardedManagedCollisionEmbeddingBagCollection(_ShardedMC):
         sharded = sharder.shard(module._embedding_bag_collection, params, env, device)
         super().__init__(module, params, env, device, sharded)
 
-    def forward(self, features: KeyedJaggedTensor) -> LazyAwaitable[KeyedTensor]:
+    def forward(
+        self, features: KeyedJaggedTensor
+    ) -> tuple[LazyAwaitable[KeyedTensor], KeyedJaggedTensor | None]:
         remapped = self.remap(features)
         self._reset_evicted()
         result: LazyAwaitable[KeyedTensor] = self._embedding_module(remapped)
-        return result
+        return result, remapped if self._return_remapped else None
 
 
 class ShardedManagedCollisionEmbeddingCollection(_ShardedMC):
     """A `ManagedCollisionEmbeddingCollection` sharded row-wise or table-wise (module
-    docstring); `forward(features)` returns a `LazyAwaitable[dict[str, JaggedTensor]]`."""
+    docstring). `forward(features)` returns `(LazyAwaitable[dict[str, JaggedTensor]], remapped
+    features or None)`, as the unsharded module."""
 
     _container = "embeddings"
 
@@ -272,8 +276,10 @@ class ShardedManagedCollisionEmbeddingCollection(_ShardedMC):
         sharded = sharder.shard(module._embedding_collection, params, env, device)
         super().__init__(module, params, env, device, sharded)
 
-    def forward(self, features: KeyedJaggedTensor) -> LazyAwaitable[dict[str, JaggedTensor]]:
+    def forward(
+        self, features: KeyedJaggedTensor
+    ) -> tuple[LazyAwaitable[dict[str, JaggedTensor]], KeyedJaggedTensor | None]:
         remapped = self.remap(features)
         self._reset_evicted()
         result: LazyAwaitable[dict[str, JaggedTensor]] = self._embedding_module(remapped)
-        return result
+        return result, remapped if self._return_remapped else None
