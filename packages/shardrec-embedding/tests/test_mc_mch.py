@@ -67,6 +67,8 @@ def test_random_stream_matches_reference(policy: str, interval: int, seed: int) 
         got = m.evict()
         assert (None if got is None else sorted(got.tolist())) == model.take_evicted()
         assert m.open_slots().item() == sum(s.raw == INT64_MAX for s in model.slots[:-1])
+        held = sum(s.raw != INT64_MAX for s in model.slots[:-1])
+        assert m.stats.admissions - m.stats.evictions == held  # every held id was admitted once
 
 
 def test_ids_are_remapped_into_range_and_distinct_ids_get_distinct_rows() -> None:

@@ -26,7 +26,7 @@ from shardrec_embedding.mc.hash_evictions import (
 )
 from shardrec_embedding.mc.hash_metrics import ScalarLogger
 from shardrec_embedding.mc.hash_zch import HashZchManagedCollisionModule, HashZchStats
-from shardrec_embedding.mc.mch import MCHManagedCollisionModule
+from shardrec_embedding.mc.mch import MCHManagedCollisionModule, MCHStats
 from shardrec_embedding.mc.policies import (
     DistanceLFU_EvictionPolicy,
     LFU_EvictionPolicy,
@@ -50,6 +50,7 @@ __all__ = [
     "MCHEvictionPolicy",
     "MCHEvictionPolicyMetadataInfo",
     "MCHManagedCollisionModule",
+    "MCHStats",
     "ManagedCollisionCollection",
     "ManagedCollisionEmbeddingBagCollection",
     "ManagedCollisionEmbeddingCollection",

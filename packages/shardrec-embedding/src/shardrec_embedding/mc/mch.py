@@ -16,6 +16,7 @@ eviction policy (`mc.policies`); winners take the losers' rows and `evict()` rep
 Evaluation: lookups only. Remapping reads the state *after* this forward's eviction round.
 """
 
+import dataclasses
 import logging
 from collections.abc import Callable
 
@@ -25,12 +26,21 @@ from shardrec_embedding.mc.base import ManagedCollisionModule
 from shardrec_embedding.mc.policies import MCHEvictionPolicy
 from shardrec_jagged import JaggedTensor
 
-__all__ = ["MCHManagedCollisionModule"]
+__all__ = ["MCHManagedCollisionModule", "MCHStats"]
 
 _LOG = logging.getLogger(__name__)
 _INT64_MAX = torch.iinfo(torch.int64).max
 
 InputHashFunc = Callable[[torch.Tensor, int], torch.Tensor]
+
+
+@dataclasses.dataclass(kw_only=True)
+class MCHStats:
+    """Counters of the eviction rounds since construction (`module.stats`)."""
+
+    rounds: int = 0
+    admissions: int = 0  # new ids that took a row
+    evictions: int = 0  # held ids that lost their row to a new id
 
 
 @torch.fx.wrap
@@ -145,6 +155,7 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
         self._current_history_buffer_offset = 0
         self._mch_metadata = {}
         self._history_metadata = {}
+        self.stats = MCHStats()
         self._init_buffers()
 
     def _init_buffers(self) -> None:
@@ -360,6 +371,9 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
             self._mch_metadata,
             uniq_ids_metadata,
         )
+        self.stats.rounds += 1
+        self.stats.admissions += int(evicted.numel())
+        self.stats.evictions += int((self._mch_sorted_raw_ids[evicted] != _INT64_MAX).sum())
         self._mch_sorted_raw_ids[evicted] = ids[~held][selected]
         rows = self._mch_remapped_ids_mapping[evicted]
         if self._evicted:  # rows of an earlier round not yet consumed by evict()
