@@ -31,7 +31,7 @@ try:  # TorchRec is only a comparison point
     from torchrec.modules import hash_mc_modules as tr_hash
     from torchrec.modules import mc_modules as tr_mc
     from torchrec.sparse.jagged_tensor import JaggedTensor as TrJT
-except Exception:  # noqa: BLE001  (no TorchRec: shardrec's column only)
+except Exception:  # no TorchRec: shardrec's column only
     tr_mc = tr_hash = TrJT = None
 
 
@@ -56,7 +56,9 @@ def median_ms(fn: Callable[[], object], repeat: int) -> float:
 
 def mch(module_lib: object, zch: int, interval: int) -> torch.nn.Module:
     return module_lib.MCHManagedCollisionModule(  # type: ignore[attr-defined, no-any-return]
-        zch_size=zch, device=torch.device("cpu"), eviction_interval=interval,
+        zch_size=zch,
+        device=torch.device("cpu"),
+        eviction_interval=interval,
         eviction_policy=module_lib.DistanceLFU_EvictionPolicy(),  # type: ignore[attr-defined]
         input_hash_size=1 << 40,
     )
@@ -69,8 +71,10 @@ def main() -> None:
     zch, batch = (10_000, 4096) if args.quick else (100_000, 2048 * 20)
     repeat = 3 if args.quick else 15
     torch.set_num_threads(1)
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus, "
-          f"torch {torch.__version__}, 1 thread")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus, "
+        f"torch {torch.__version__}, 1 thread"
+    )
     print(f"shape: zch_size {zch}, {batch} ids per forward, Zipf(1.05) over 2**40\n")
     batches = [zipf_ids(batch, 1_000_000, s) for s in range(8)]
     lengths = torch.ones(batch, dtype=torch.int64)
@@ -99,8 +103,9 @@ def main() -> None:
     hz = lambda lib: lib.HashZchManagedCollisionModule(  # noqa: E731
         zch_size=zch, device=torch.device("cpu"), total_num_buckets=1, max_probe=128
     )
-    rows.append(("HashZch train (insert + lookup)", run(lambda: hz(ours), JaggedTensor, True),
-                 float("nan")))
+    rows.append(
+        ("HashZch train (insert + lookup)", run(lambda: hz(ours), JaggedTensor, True), float("nan"))
+    )
     ours_eval = run(lambda: hz(ours), JaggedTensor, False)
     theirs_eval = float("nan")
     if tr_hash is not None:

@@ -1,5 +1,6 @@
 """The managed-collision sharders as the planner sees them: row-wise only, TorchRec's kernels on
-cuda, the embedding module's weights; a plan for an MC collection; the bare collection does not shard."""
+cuda, the embedding module's weights; a plan for an MC collection; the bare collection does not
+shard."""
 
 from __future__ import annotations
 
