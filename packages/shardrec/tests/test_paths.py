@@ -203,6 +203,27 @@ shardrec.distributed.embedding_types  shardrec_planner.sharder_data  BaseEmbeddi
     BaseQuantEmbeddingSharder
 shardrec.distributed.planner.utils  shardrec_planner.sharder_data  build_sharder_data
     build_sharder_data_map
+shardrec.modules.mc_modules  shardrec_embedding.mc  DistanceLFU_EvictionPolicy LFU_EvictionPolicy
+    LRU_EvictionPolicy MCHEvictionPolicy MCHEvictionPolicyMetadataInfo MCHManagedCollisionModule
+    ManagedCollisionCollection ManagedCollisionModule apply_mc_method_to_jt_dict
+    average_threshold_filter dynamic_threshold_filter probabilistic_threshold_filter
+shardrec.modules.mc_embedding_modules  shardrec_embedding.mc
+    BaseManagedCollisionEmbeddingCollection ManagedCollisionCollection
+    ManagedCollisionEmbeddingBagCollection ManagedCollisionEmbeddingCollection
+shardrec.modules.hash_mc_modules  shardrec_embedding.mc  HashZchManagedCollisionModule
+shardrec.modules.hash_mc_evictions  shardrec_embedding.mc  HashZchEvictionConfig
+    HashZchEvictionPolicyName HashZchEvictionScorer HashZchPerFeatureTtlScorer
+    HashZchSingleTtlScorer get_eviction_scorer
+shardrec.modules.hash_mc_metrics  shardrec_embedding.mc  ScalarLogger
+shardrec.modules.mc_adapter  shardrec_embedding.mc  McEmbeddingBagCollectionAdapter
+    McEmbeddingCollectionAdapter
+shardrec.distributed.mc_modules  shardrec_sharding.mc  ManagedCollisionCollectionSharder
+shardrec.distributed.mc_embeddingbag  shardrec_sharding.mc
+    ManagedCollisionEmbeddingBagCollectionSharder ShardedManagedCollisionEmbeddingBagCollection
+shardrec.distributed.mc_embedding  shardrec_sharding.mc  ManagedCollisionEmbeddingCollectionSharder
+    ShardedManagedCollisionEmbeddingCollection
+shardrec.distributed.mc_embedding_modules  shardrec_sharding.mc
+    BaseManagedCollisionEmbeddingCollectionSharder
 """
 
 

@@ -18,6 +18,13 @@ from shardrec_embedding.configs import (
     data_type_to_dtype,
     dtype_to_data_type,
 )
+from shardrec_embedding.dynamic import (
+    AdmissionPolicy,
+    DynamicTableConfig,
+    EvictionPolicy,
+    UnknownIdPolicy,
+    dynamic_table_stats,
+)
 from shardrec_embedding.embedding_bag_collection import EmbeddingBagCollection
 from shardrec_embedding.embedding_collection import EmbeddingCollection
 from shardrec_embedding.embedding_tower import (
@@ -55,17 +62,20 @@ from shardrec_embedding.regroup import (
 )
 
 __all__ = [
+    "AdmissionPolicy",
     "BaseEmbeddingConfig",
     "BaseGroupedFeatureProcessor",
     "BatchedFusedEmbeddingBag",
     "CacheMixin",
     "DataType",
+    "DynamicTableConfig",
     "EmbeddingBagCollection",
     "EmbeddingBagConfig",
     "EmbeddingCollection",
     "EmbeddingConfig",
     "EmbeddingTower",
     "EmbeddingTowerCollection",
+    "EvictionPolicy",
     "FeatureProcessedEmbeddingBagCollection",
     "FeatureProcessor",
     "FeatureProcessorDictWrapper",
@@ -82,6 +92,7 @@ __all__ = [
     "QuantConfig",
     "QuantEmbeddingBagCollection",
     "QuantEmbeddingCollection",
+    "UnknownIdPolicy",
     "allocate_packed",
     "batched_embedding",
     "batched_embedding_bag",
@@ -89,6 +100,7 @@ __all__ = [
     "data_type_to_dtype",
     "deterministic_dedup",
     "dtype_to_data_type",
+    "dynamic_table_stats",
     "module_init",
     "packed_weight",
     "quantize_inference_model",

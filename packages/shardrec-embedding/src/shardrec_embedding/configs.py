@@ -14,6 +14,8 @@ from enum import StrEnum
 
 import torch
 
+from shardrec_embedding.dynamic.config import DynamicTableConfig
+
 __all__ = [
     "BaseEmbeddingConfig",
     "DataType",
@@ -122,6 +124,8 @@ class BaseEmbeddingConfig:
         modules refuse it until raw-id dynamic tables land.
     use_virtual_table: TorchRec's marker of a raw-id table whose rows are created on first use.
         Carried for the planner; the sharded modules refuse it until raw-id dynamic tables land.
+    dynamic: a `DynamicTableConfig` makes this a raw-id table: any int64 id is mapped to one
+        of `num_embeddings` slots (its capacity) by the table's id map (docs/dynamic.md).
     """
 
     num_embeddings: int
@@ -136,8 +140,15 @@ class BaseEmbeddingConfig:
     need_pos: bool = False
     total_num_buckets: int | None = None
     use_virtual_table: bool = False
+    dynamic: DynamicTableConfig | None = None
 
     def __post_init__(self) -> None:
+        capacity = self.num_embeddings
+        if self.dynamic is not None and type(capacity) is int and capacity < 1:
+            raise ValueError(
+                f"table {self.name!r}: dynamic capacity (num_embeddings) must be >= 1, got "
+                f"{capacity}; set it to the number of slots (rows) the table holds"
+            )
         _require_int("num_embeddings", self.num_embeddings, self.name, minimum=1)
         _require_int("embedding_dim", self.embedding_dim, self.name, minimum=1)
         self._check_virtual_fields()
@@ -165,6 +176,13 @@ class BaseEmbeddingConfig:
         if len(set(names)) != len(names):
             raise ValueError(f"table {self.name!r}: feature_names {names} repeat a feature")
         object.__setattr__(self, "feature_names", names)
+        if self.dynamic is not None:
+            if not isinstance(self.dynamic, DynamicTableConfig):
+                raise TypeError(
+                    f"table {self.name!r}: dynamic must be a DynamicTableConfig or None, got "
+                    f"{self.dynamic!r}"
+                )
+            self.dynamic.validate(self.name, self.num_embeddings)
         low, high = self.get_weight_init_min(), self.get_weight_init_max()
         if not low <= high:
             raise ValueError(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -26,6 +26,7 @@ from shardrec_embedding.configs import (
     PoolingType,
     module_dtype,
 )
+from shardrec_embedding.dynamic.collection import DynamicTables, dynamic_configs
 from shardrec_jagged import KeyedJaggedTensor, KeyedTensor, TorchScriptable
 
 __all__ = ["EmbeddingBagCollection"]
@@ -69,7 +70,11 @@ class EmbeddingBagCollection(PooledCollectionAPI, TorchScriptable, PackedCollect
     """
 
     # Python-only state the scripted forward never reads.
-    __jit_ignored_attributes__ = [*PackedCollection.__jit_ignored_attributes__, "_configs"]  # noqa: RUF012
+    __jit_ignored_attributes__ = [  # noqa: RUF012
+        *PackedCollection.__jit_ignored_attributes__,
+        "_configs",
+        "_dynamic_segments",
+    ]
 
     def __init__(
         self,
@@ -108,6 +113,16 @@ class EmbeddingBagCollection(PooledCollectionAPI, TorchScriptable, PackedCollect
         self._segment_names = "\x1f".join(
             part for s in self._plan.segments for part in (s.feature, s.table)
         )
+        self._has_dynamic = bool(dynamic_configs(bag_configs))
+        if self._has_dynamic:
+            # Raw-id tables (docs/dynamic.md): their ids become slots before the lookup.
+            self.dynamic_tables = DynamicTables(bag_configs, _OWNER)
+            self._dynamic_segments = [
+                (s.feature, s.dim, bag_configs[s.table_index].pooling is PoolingType.MEAN)
+                for s in self._plan.segments
+            ]
+            for t in dynamic_configs(bag_configs):
+                self.dynamic_tables.bind_weight(t.name, _weight_of(self.embedding_bags, t.name))
         if not tables_on_meta(self.embedding_bags):
             with torch.no_grad():
                 for t in bag_configs:
@@ -120,12 +135,29 @@ class EmbeddingBagCollection(PooledCollectionAPI, TorchScriptable, PackedCollect
         """features: KJT with (at least) every feature the tables read; `(F * B,)` lengths.
         Returns `KeyedTensor` `(B, sum of dims)`, fp32."""
         # Nested ifs: TorchScript drops only the body of `if not is_scripting()`.
-        if not torch._jit_internal.is_scripting():  # noqa: SIM102
+        if not torch._jit_internal.is_scripting():
             if not traced_input(features):
                 if tables_on_meta(self.embedding_bags):
                     return self._forward_meta(features)
                 return self._forward_eager(features)
+            self._refuse_traced_dynamic()
         return self._forward_plain(features)
+
+    def __prepare_scriptable__(self) -> TorchScriptable:
+        if self._has_dynamic:
+            raise NotImplementedError(
+                f"{_OWNER}: torch.jit.script of dynamic (raw-id) tables is not supported yet; "
+                "run the module eagerly"
+            )
+        return super().__prepare_scriptable__()
+
+    @torch.jit.unused
+    def _refuse_traced_dynamic(self) -> None:
+        if self._has_dynamic:
+            raise NotImplementedError(
+                f"{_OWNER}: torch.fx tracing of dynamic (raw-id) tables is not supported yet; "
+                "run the module eagerly"
+            )
 
     @torch.jit.unused
     def _forward_meta(self, features: KeyedJaggedTensor) -> KeyedTensor:
@@ -153,6 +185,18 @@ class EmbeddingBagCollection(PooledCollectionAPI, TorchScriptable, PackedCollect
 
     @torch.jit.unused
     def _forward_eager(self, features: KeyedJaggedTensor) -> KeyedTensor:
+        if not self._has_dynamic:
+            return self._forward_packed(features)
+        remapped = self.dynamic_tables.remap(features, training=self.training, owner=_OWNER)
+        out = self._forward_packed(remapped.features).values()
+        return KeyedTensor(
+            keys=self._embedding_names,
+            length_per_key=self._lengths_per_embedding,
+            values=DynamicTables.fix_pooled(out, remapped, self._dynamic_segments),
+        )
+
+    @torch.jit.unused
+    def _forward_packed(self, features: KeyedJaggedTensor) -> KeyedTensor:
         values, weights = check_features(features, weighted=self._is_weighted, owner=_OWNER)
         keys = features.keys()
         feature_index = self._plan.feature_indices(keys)
@@ -224,6 +268,10 @@ class EmbeddingBagCollection(PooledCollectionAPI, TorchScriptable, PackedCollect
             for g in self._plan.groups
         )
         return f"is_weighted={self._is_weighted}, lookup groups: [{groups}]"
+
+
+def _weight_of(modules: nn.ModuleDict, name: str) -> Callable[[], torch.Tensor]:
+    return lambda: module_weight(modules[name])
 
 
 def _make_bag(config: BaseEmbeddingConfig, weight: torch.Tensor) -> nn.Module:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -25,6 +25,7 @@ from shardrec_embedding.configs import (
     PoolingType,
     module_dtype,
 )
+from shardrec_embedding.dynamic.collection import DynamicTables, dynamic_configs
 from shardrec_jagged import JaggedTensor, KeyedJaggedTensor, TorchScriptable
 
 __all__ = ["EmbeddingCollection"]
@@ -82,6 +83,12 @@ class EmbeddingCollection(TorchScriptable, PackedCollection):
         )
         # Per table, the output names of the features it reads (the plain forward's loop).
         self._table_outputs = outputs_by_table(configs, self._plan)
+        self._has_dynamic = bool(dynamic_configs(configs))
+        if self._has_dynamic:
+            # Raw-id tables (docs/dynamic.md): their ids become slots before the lookup.
+            self.dynamic_tables = DynamicTables(configs, _OWNER)
+            for t in dynamic_configs(configs):
+                self.dynamic_tables.bind_weight(t.name, _weight_of(self.embeddings, t.name))
         if not tables_on_meta(self.embeddings):
             with torch.no_grad():
                 for t in configs:
@@ -95,10 +102,27 @@ class EmbeddingCollection(TorchScriptable, PackedCollection):
         """features: KJT with every feature the tables read. Returns name -> JaggedTensor of
         `(N_f, D)` fp32 rows, one per id, with the feature's `(B,)` lengths."""
         # Nested ifs: TorchScript drops only the body of `if not is_scripting()`.
-        if not torch._jit_internal.is_scripting():  # noqa: SIM102
+        if not torch._jit_internal.is_scripting():
             if not traced_input(features) and not tables_on_meta(self.embeddings):
                 return self._forward_eager(features)
+            self._refuse_dynamic()
         return self._forward_plain(features)
+
+    def __prepare_scriptable__(self) -> TorchScriptable:
+        if self._has_dynamic:
+            raise NotImplementedError(
+                f"{_OWNER}: torch.jit.script of dynamic (raw-id) tables is not supported yet; "
+                "run the module eagerly"
+            )
+        return super().__prepare_scriptable__()
+
+    @torch.jit.unused
+    def _refuse_dynamic(self) -> None:
+        if self._has_dynamic:
+            raise NotImplementedError(
+                f"{_OWNER}: torch.fx tracing and meta lookups of dynamic (raw-id) tables are not "
+                "supported yet; run the module eagerly on materialized weights"
+            )
 
     def _forward_plain(self, features: KeyedJaggedTensor) -> dict[str, JaggedTensor]:
         """One `nn.Embedding` call per (table, feature): TorchScript, fx and meta."""
@@ -118,6 +142,29 @@ class EmbeddingCollection(TorchScriptable, PackedCollection):
 
     @torch.jit.unused
     def _forward_eager(self, features: KeyedJaggedTensor) -> dict[str, JaggedTensor]:
+        if not self._has_dynamic:
+            return self._forward_packed(features)
+        remapped = self.dynamic_tables.remap(features, training=self.training, owner=_OWNER)
+        out = self._forward_packed(remapped.features)
+        raw = remapped.raw_values
+        opk = features.offset_per_key()
+        position = {k: i for i, k in enumerate(features.keys())}
+        stride = features.stride()
+        for seg in self._plan.segments:
+            k = position[seg.feature]
+            info = remapped.dropped.get(seg.feature)
+            jt = out[seg.embedding_name]
+            if info is None and not self._need_indices:
+                continue
+            out[seg.embedding_name] = JaggedTensor(
+                values=DynamicTables.fix_sequence(jt.values(), info),
+                lengths=features.lengths()[k * stride : (k + 1) * stride],
+                weights=raw[opk[k] : opk[k + 1]] if self._need_indices else None,
+            )
+        return out
+
+    @torch.jit.unused
+    def _forward_packed(self, features: KeyedJaggedTensor) -> dict[str, JaggedTensor]:
         values, _ = check_features(features, weighted=False, owner=_OWNER)
         kjt = self._plan.read_kjt(features, values, None, self._check_ids)
         offset_per_key, feature_index = kjt.offset_per_key, kjt.feature_index
@@ -162,6 +209,10 @@ class EmbeddingCollection(TorchScriptable, PackedCollection):
         """(Re)initialize every table; on a meta module first allocate on `device` (default
         CPU). See `EmbeddingBagCollection.reset_parameters`."""
         materialize_and_init(self, self._embedding_configs, self.embeddings, device)
+
+
+def _weight_of(modules: nn.ModuleDict, name: str) -> Callable[[], torch.Tensor]:
+    return lambda: module_weight(modules[name])
 
 
 def _make_embedding(config: BaseEmbeddingConfig, weight: torch.Tensor) -> nn.Module:

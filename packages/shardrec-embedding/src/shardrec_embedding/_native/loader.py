@@ -25,7 +25,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
-__all__ = ["ENV_VAR", "NativeUnavailableWarning", "native_library"]
+__all__ = ["ENV_VAR", "NativeUnavailableWarning", "native_library", "native_library_of"]
 
 ENV_VAR = "SHARDREC_NATIVE"
 FLAGS = ("-std=c11", "-O3", "-march=native", "-fopenmp", "-fPIC", "-shared")
@@ -65,16 +65,17 @@ def _cache_dir() -> Path:
     return Path(root) / "shardrec" / "native"
 
 
-def _build(compiler: str) -> Path:
+def _build(compiler: str, source_path: Path = _SOURCE) -> Path:
     version = subprocess.run(
         [compiler, "--version"], capture_output=True, text=True, check=True, timeout=60
     ).stdout
-    source = _SOURCE.read_bytes()
+    source = source_path.read_bytes()
     digest = hashlib.sha256()
     for part in (source, " ".join(FLAGS).encode(), version.encode(), _cpu_id().encode()):
         digest.update(part)
         digest.update(b"\0")
-    target = _cache_dir() / f"shardrec_kernels_{digest.hexdigest()[:20]}.so"
+    stem = "shardrec_kernels" if source_path == _SOURCE else f"shardrec_{source_path.stem}"
+    target = _cache_dir() / f"{stem}_{digest.hexdigest()[:20]}.so"
     if target.is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -82,7 +83,7 @@ def _build(compiler: str) -> Path:
     os.close(fd)
     try:
         result = subprocess.run(
-            [compiler, *FLAGS, "-o", tmp, str(_SOURCE), "-lm"],
+            [compiler, *FLAGS, "-o", tmp, str(source_path), "-lm"],
             capture_output=True,
             text=True,
             timeout=300,
@@ -99,6 +100,13 @@ def _build(compiler: str) -> Path:
 @functools.cache
 def native_library() -> ctypes.CDLL | None:
     """The loaded kernels, or None (after one warning) when they are off or cannot be built."""
+    return native_library_of(_SOURCE.name)
+
+
+@functools.cache
+def native_library_of(source_name: str) -> ctypes.CDLL | None:
+    """The library built from the C file `source_name` of this directory (`kernels.c`,
+    `idmap.c`), or None (after one warning) when the kernels are off or cannot be built."""
     if os.environ.get(ENV_VAR, "1").strip().lower() in ("0", "false", "off", "no"):
         _warn(f"{ENV_VAR}={os.environ[ENV_VAR]} turns them off")
         return None
@@ -107,7 +115,7 @@ def native_library() -> ctypes.CDLL | None:
         _warn("no C compiler found (set CC or install gcc/clang)")
         return None
     try:
-        return ctypes.CDLL(str(_build(compiler)))
+        return ctypes.CDLL(str(_build(compiler, _SOURCE.with_name(source_name))))
     except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
         _warn(f"building or loading them failed ({type(exc).__name__}: {exc})")
         return None

@@ -11,6 +11,7 @@ from shardrec_embedding._grouping import TablePlan
 from shardrec_embedding._pooled_api import PooledCollectionAPI
 from shardrec_embedding._tables import WeightsDevice, check_features, validate_tables
 from shardrec_embedding.configs import EmbeddingBagConfig, PoolingType
+from shardrec_embedding.dynamic.collection import DynamicTables, dynamic_configs
 from shardrec_embedding.fused.batched import BatchedFusedEmbeddingBag
 from shardrec_embedding.fused.tables import FusedTableSpec
 from shardrec_jagged import KeyedJaggedTensor, KeyedTensor
@@ -125,6 +126,23 @@ class FusedEmbeddingBagCollection(PooledCollectionAPI, WeightsDevice):
         )
         self._embedding_names = [s.embedding_name for s in self._plan.segments]
         self._lengths_per_embedding = [s.dim for s in self._plan.segments]
+        self._has_dynamic = bool(dynamic_configs(configs))
+        if self._has_dynamic:
+            # Raw-id tables (docs/dynamic.md): ids become slots before the lookup; a freed
+            # slot's row and optimizer state are reset.
+            self.dynamic_tables = DynamicTables(configs, _OWNER)
+            self._dynamic_segments = [
+                (s.feature, s.dim, configs[s.table_index].pooling is PoolingType.MEAN)
+                for s in self._plan.segments
+            ]
+            for t in dynamic_configs(configs):
+                lookup = next(lk for lk in self._lookups if t.name in lk.tables)
+                self.dynamic_tables.bind_weight(
+                    t.name, lookup.packed_weight, _row_offset(lookup, t.name)
+                )
+                self.dynamic_tables.table(t.name).add_reset_hook(
+                    _state_reset(lookup, _row_offset(lookup, t.name))
+                )
 
     @property
     def fused_optimizer(self) -> CollectionFusedOptimizer:
@@ -134,6 +152,17 @@ class FusedEmbeddingBagCollection(PooledCollectionAPI, WeightsDevice):
 
     def forward(self, features: KeyedJaggedTensor) -> KeyedTensor:
         """features: KJT with every feature the tables read. Returns `KeyedTensor (B, sum dims)`."""
+        if not self._has_dynamic:
+            return self._forward_packed(features)
+        remapped = self.dynamic_tables.remap(features, training=self.training, owner=_OWNER)
+        out = self._forward_packed(remapped.features).values()
+        return KeyedTensor(
+            keys=self._embedding_names,
+            length_per_key=self._lengths_per_embedding,
+            values=DynamicTables.fix_pooled(out, remapped, self._dynamic_segments),
+        )
+
+    def _forward_packed(self, features: KeyedJaggedTensor) -> KeyedTensor:
         values, weights = check_features(features, weighted=self._is_weighted, owner=_OWNER)
         kjt = self._plan.read_kjt(features, values, weights, self._check_ids)
         batch = kjt.batch
@@ -164,3 +193,20 @@ class FusedEmbeddingBagCollection(PooledCollectionAPI, WeightsDevice):
 
     def extra_repr(self) -> str:
         return f"is_weighted={self._is_weighted}, optimizer={self.spec}"
+
+
+def _row_offset(lookup: BatchedFusedEmbeddingBag, name: str) -> int:
+    index = [t.name for t in lookup.table_specs].index(name)
+    return lookup.row_offsets[index]
+
+
+def _state_reset(lookup: BatchedFusedEmbeddingBag, row_offset: int) -> Callable[[Tensor], None]:
+    """Zero the optimizer state rows of freed slots (the fused optimizers start from zeros)."""
+
+    def reset(slots: Tensor) -> None:
+        rows = slots.to(lookup.packed_weight().device) + row_offset
+        with torch.no_grad():
+            for state in lookup.optimizer_state().values():
+                state[rows] = 0
+
+    return reset

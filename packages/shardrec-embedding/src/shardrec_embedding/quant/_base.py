@@ -46,6 +46,11 @@ class QuantCollectionBase(TorchScriptable, nn.Module, Generic[C]):
             if not isinstance(t, self._config_type):
                 kind = self._config_type.__name__
                 raise TypeError(f"{self._owner} takes {kind}s, got {type(t).__name__}")
+            if t.dynamic is not None:
+                raise NotImplementedError(
+                    f"{self._owner}: table {t.name!r} is a dynamic (raw-id) table; quantized "
+                    "collections do not map raw ids yet (docs/dynamic.md): serve it unquantized"
+                )
         return tables
 
     def _init_storage(

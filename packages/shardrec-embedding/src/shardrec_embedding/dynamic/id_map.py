@@ -1,0 +1,262 @@
+"""`IdSlotMap`: raw int64 id -> slot, with a native C hash map and a torch fallback.
+
+The map stores only *which slot an id owns*; which slot a new id gets is decided by its
+caller (`DynamicTable`), so both backends hold the same id -> slot pairs for the same calls:
+
+- `native`: open addressing with linear probing over `num_buckets` (a power of two) `{key,
+  slot}` buckets in one int64 tensor; a negative slot marks an empty bucket, so no id value is
+  reserved; deletion shifts the probe run back (no tombstones). `_native/idmap.c`.
+- `torch`: the ids kept sorted with their slots; `find` is a `searchsorted`. Used when the
+  native kernels are unavailable (no compiler, `SHARDREC_NATIVE=0`) or asked for.
+
+docs/design/dynamic-id-map.md explains the choice and how a backing store plugs in.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from shardrec_embedding._native.loader import native_library_of
+
+__all__ = ["IdMapBackend", "IdSlotMap", "idmap_native_available"]
+
+IdMapBackend = Literal["auto", "native", "torch"]
+
+_I64 = ctypes.c_int64
+_PTR = ctypes.c_void_p
+
+
+_TYPED: set[int] = set()
+
+
+def _library() -> ctypes.CDLL | None:
+    lib = native_library_of("idmap.c")
+    if lib is not None and id(lib) not in _TYPED:
+        for name, args in (
+            ("sr_idmap_find", (_PTR, _I64, _PTR, _I64, _PTR)),
+            ("sr_idmap_insert", (_PTR, _I64, _PTR, _PTR, _I64)),
+            ("sr_idmap_erase", (_PTR, _I64, _PTR, _I64)),
+            ("sr_idmap_distinct_missing", (_PTR, _PTR, _I64, _PTR, _I64, _PTR, _PTR, _PTR)),
+            ("sr_idmap_find_touch", (_PTR, _I64, _PTR, _I64, _PTR, _PTR, _PTR, _I64)),
+        ):
+            fn = getattr(lib, name)
+            fn.argtypes = args
+            fn.restype = _I64
+        _TYPED.add(id(lib))
+    return lib
+
+
+def idmap_native_available() -> bool:
+    """True when the native id map is built and loaded."""
+    return _library() is not None
+
+
+def _ids(ids: Tensor, what: str) -> Tensor:
+    if ids.dtype is not torch.int64:
+        if ids.is_floating_point() or ids.is_complex() or ids.dtype is torch.bool:
+            raise TypeError(
+                f"{what}: raw ids must be an integer tensor, got dtype {ids.dtype}; cast whole "
+                "numbers with .long()"
+            )
+        ids = ids.to(torch.int64)
+    return ids.reshape(-1).to("cpu").contiguous()
+
+
+class IdSlotMap:
+    """Raw int64 id -> slot (`>= 0`) map.
+
+    Args:
+        num_buckets: the native hash map's buckets (a power of two > the most ids held).
+        backend: `"native"`, `"torch"`, or `"auto"` (native when available).
+
+    All tensors are CPU int64. `insert` takes ids that are absent and distinct (the caller
+    finds them first); `find` answers -1 for an absent id.
+    """
+
+    def __init__(self, num_buckets: int, *, backend: IdMapBackend = "auto") -> None:
+        if num_buckets < 2 or num_buckets & (num_buckets - 1):
+            raise ValueError(f"num_buckets must be a power of two >= 2, got {num_buckets}")
+        if backend not in ("auto", "native", "torch"):
+            raise ValueError(f"backend {backend!r} is not 'auto', 'native' or 'torch'")
+        lib = _library() if backend != "torch" else None
+        if backend == "native" and lib is None:
+            raise RuntimeError(
+                "the native id map is unavailable (see NativeUnavailableWarning); use "
+                "backend='torch' or 'auto'"
+            )
+        self.backend: Literal["native", "torch"] = "native" if lib is not None else "torch"
+        self.num_buckets = num_buckets
+        self._lib = lib
+        self._size = 0
+        self._buckets = torch.empty(0, 2, dtype=torch.int64)
+        self._keys = torch.empty(0, dtype=torch.int64)
+        self._slots = torch.empty(0, dtype=torch.int64)
+        self.clear()
+
+    def __len__(self) -> int:
+        return self._size
+
+    def clear(self) -> None:
+        """Forget every id."""
+        self._size = 0
+        if self.backend == "native":
+            self._buckets = torch.zeros(self.num_buckets, 2, dtype=torch.int64)
+            self._buckets[:, 1] = -1
+        else:
+            self._keys = torch.empty(0, dtype=torch.int64)
+            self._slots = torch.empty(0, dtype=torch.int64)
+
+    def find(self, ids: Tensor) -> Tensor:
+        """`(N,)` slot of each id, -1 where absent."""
+        ids = _ids(ids, "IdSlotMap.find")
+        out = torch.empty_like(ids)
+        if ids.numel() == 0:
+            return out
+        if self._lib is not None:
+            b = self._buckets
+            self._lib.sr_idmap_find(
+                b.data_ptr(), self.num_buckets, ids.data_ptr(), ids.numel(), out.data_ptr()
+            )
+            return out
+        if self._keys.numel() == 0:
+            return out.fill_(-1)
+        pos = torch.searchsorted(self._keys, ids).clamp_(max=self._keys.numel() - 1)
+        hit = self._keys[pos] == ids
+        return torch.where(hit, self._slots[pos], torch.full_like(ids, -1))
+
+    def find_touch(
+        self, ids: Tensor, last_seen: Tensor | None, counts: Tensor | None, step: int
+    ) -> Tensor:
+        """`find`, and for each id found `last_seen[slot] = step`, `counts[slot] += 1` (per
+        occurrence): the per-slot metadata of a training step, updated in the same pass
+        (contiguous CPU int64 tensors indexed by slot; None skips one)."""
+        ids = _ids(ids, "IdSlotMap.find_touch")
+        if self._lib is None or ids.numel() == 0:
+            slots = self.find(ids)
+            found = slots[slots >= 0]
+            if last_seen is not None:
+                last_seen[found] = step
+            if counts is not None:
+                counts.index_add_(0, found, torch.ones_like(found))
+            return slots
+        for meta in (last_seen, counts):
+            assert meta is None or meta.is_contiguous()
+        out = torch.empty_like(ids)
+        b = self._buckets
+        self._lib.sr_idmap_find_touch(
+            b.data_ptr(),
+            self.num_buckets,
+            ids.data_ptr(),
+            ids.numel(),
+            out.data_ptr(),
+            None if last_seen is None else last_seen.data_ptr(),
+            None if counts is None else counts.data_ptr(),
+            step,
+        )
+        return out
+
+    def insert(self, ids: Tensor, slots: Tensor) -> None:
+        """Add `ids[i] -> slots[i]`; the ids must be absent and distinct, the slots >= 0."""
+        ids = _ids(ids, "IdSlotMap.insert")
+        slots = slots.reshape(-1).to(torch.int64).contiguous()
+        if ids.numel() != slots.numel():
+            raise ValueError(f"{ids.numel()} ids but {slots.numel()} slots")
+        if ids.numel() == 0:
+            return
+        if self._size + ids.numel() >= self.num_buckets:
+            raise ValueError(
+                f"IdSlotMap with {self.num_buckets} buckets cannot hold {self._size} + "
+                f"{ids.numel()} ids; build it with more buckets"
+            )
+        if self._lib is not None:
+            b = self._buckets
+            done = self._lib.sr_idmap_insert(
+                b.data_ptr(), self.num_buckets, ids.data_ptr(), slots.data_ptr(), ids.numel()
+            )
+            if done != ids.numel():
+                bad = int(ids[-done - 1])
+                raise ValueError(f"IdSlotMap.insert: id {bad} is already present")
+        else:
+            keys = torch.cat([self._keys, ids])
+            values = torch.cat([self._slots, slots])
+            keys, order = torch.sort(keys, stable=True)
+            if keys.numel() > 1 and bool((keys[1:] == keys[:-1]).any()):
+                dup = int(keys[1:][keys[1:] == keys[:-1]][0])
+                raise ValueError(f"IdSlotMap.insert: id {dup} is already present")
+            self._keys, self._slots = keys, values[order]
+        self._size += ids.numel()
+
+    def erase(self, ids: Tensor) -> int:
+        """Remove `ids` (absent ones are skipped); returns how many were removed."""
+        ids = _ids(ids, "IdSlotMap.erase")
+        if ids.numel() == 0 or self._size == 0:
+            return 0
+        if self._lib is not None:
+            b = self._buckets
+            removed = int(
+                self._lib.sr_idmap_erase(
+                    b.data_ptr(), self.num_buckets, ids.data_ptr(), ids.numel()
+                )
+            )
+        else:
+            keep = ~torch.isin(self._keys, ids)
+            removed = int(self._keys.numel() - int(keep.sum()))
+            self._keys, self._slots = self._keys[keep], self._slots[keep]
+        self._size -= removed
+        return removed
+
+    def distinct_missing(self, ids: Tensor, slots: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The ids whose `slots` (from `find`) are -1, deduplicated in order of first
+        appearance: `(uniq (U,), counts (U,), inverse (N,))`, where `inverse[i]` is the index in
+        `uniq` of `ids[i]` for each missing position (-1 elsewhere). Same answer on both
+        backends (native: one pass with a scratch hash set; torch: `unique` + a sort)."""
+        ids = _ids(ids, "IdSlotMap.distinct_missing")
+        slots = slots.reshape(-1).to(torch.int64).contiguous()
+        missing = slots < 0
+        n_missing = int(missing.sum())
+        inverse = torch.full_like(ids, -1)
+        if n_missing == 0:
+            empty = ids.new_empty(0)
+            return empty, empty, inverse
+        if self._lib is not None:
+            cap = 1 << (2 * n_missing).bit_length()
+            scratch = torch.empty(cap, 2, dtype=torch.int64)
+            uniq = torch.empty(n_missing, dtype=torch.int64)
+            counts = torch.empty(n_missing, dtype=torch.int64)
+            u = int(
+                self._lib.sr_idmap_distinct_missing(
+                    ids.data_ptr(),
+                    slots.data_ptr(),
+                    ids.numel(),
+                    scratch.data_ptr(),
+                    cap,
+                    uniq.data_ptr(),
+                    counts.data_ptr(),
+                    inverse.data_ptr(),
+                )
+            )
+            return uniq[:u], counts[:u], inverse
+        where = torch.nonzero(missing).reshape(-1)
+        uniq, inv, counts = torch.unique(ids[where], return_inverse=True, return_counts=True)
+        first = torch.full_like(uniq, n_missing).scatter_reduce_(
+            0, inv, torch.arange(n_missing), "amin"
+        )
+        order = torch.argsort(first)
+        rank = torch.empty_like(order)
+        rank[order] = torch.arange(order.numel())
+        inverse[where] = rank[inv]
+        return uniq[order], counts[order], inverse
+
+    def items(self) -> tuple[Tensor, Tensor]:
+        """`(ids, slots)` of every entry, ordered by slot (the same for both backends)."""
+        if self._lib is not None:
+            used = self._buckets[:, 1] >= 0
+            keys, slots = self._buckets[used, 0], self._buckets[used, 1]
+        else:
+            keys, slots = self._keys, self._slots
+        slots, order = torch.sort(slots)
+        return keys[order], slots

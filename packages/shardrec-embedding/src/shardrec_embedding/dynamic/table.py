@@ -1,0 +1,412 @@
+"""`DynamicTable`: the id -> slot state of one raw-id table, with admission and eviction.
+
+Slot-level state lives in flat buffers (checkpointed with the module's `state_dict`):
+
+```
+slot_ids   (C,) int64  raw id owning each slot          occupied (C,) bool
+last_seen  (C,) int64  training step it was last seen    counts   (C,) int64 sightings
+           (kept up to date as the policy needs: last_seen for LRU / LFU / TTL, counts for LFU)
+free_slots (C,) int64  stack of freed slots (first `n_free` entries)
+sketch     (2, W) int64  count-min sketch of not-yet-admitted ids (THRESHOLD only)
+default_row (D,) float32 what unknown ids read in evaluation (UnknownIdPolicy.DEFAULT_ROW)
+```
+
+plus scalar counters (`get_extra_state`). The `IdSlotMap` index is rebuilt from `slot_ids` /
+`occupied` after a load, so its layout never has to be saved.
+
+One training call (`map_ids(ids, training=True)`) is one step `s`:
+
+1. find every id; found ids get `last_seen = s`, `counts += 1` per sighting;
+2. the distinct missing ids, in order of first appearance, go through admission;
+3. TTL: a sweep of `scan_per_step` slots frees rows unseen for more than `ttl_steps` steps;
+4. when the admitted ids need more slots than are free, the eviction policy frees slots not
+   seen in this step (scanning windows of at least `scan_per_step` slots from a cursor);
+5. admitted ids take the most recently freed slots first (the top of the free stack, in stack
+   order), then never-used slots in increasing order; ids beyond the free slots are rejected.
+
+A freed slot's row and optimizer state are reset by the reset hooks the owning collection
+registered (`add_reset_hook`), so a new id never inherits another's vector or momentum.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from shardrec_embedding.dynamic.config import (
+    AdmissionPolicy,
+    DynamicTableConfig,
+    EvictionPolicy,
+)
+from shardrec_embedding.dynamic.hashing import mix64, uniform01
+from shardrec_embedding.dynamic.id_map import IdMapBackend, IdSlotMap
+
+__all__ = ["COUNTERS", "EVICTION_SAMPLE", "DynamicTable", "ResetHook"]
+
+ResetHook = Callable[[Tensor], None]
+"""Called with the `(k,)` int64 slots just freed: reset their rows / optimizer state."""
+
+EVICTION_SAMPLE = 8
+"""An eviction needing k slots scans windows of max(EVICTION_SAMPLE * k, scan_per_step) slots."""
+
+COUNTERS = (
+    "steps",
+    "admissions",
+    "rejections",
+    "evictions",
+    "unknown_reads",
+    "high_water",
+    "n_free",
+    "evict_cursor",
+    "ttl_cursor",
+)
+"""Scalar state (`get_extra_state`)."""
+
+_SKETCH_SALTS = (0x243F6A8885A308D3, 0x13198A2E03707344)
+
+
+class DynamicTable(nn.Module):
+    """The id map, policy metadata and counters of one raw-id table of `capacity` slots.
+
+    Args:
+        name: the table's name (in messages).
+        config: its `DynamicTableConfig` (validated by the table config).
+        capacity: slots (the table's `num_embeddings`).
+        dim: the row width (for `default_row`).
+        backend: the id map's backend (`IdSlotMap`).
+    """
+
+    slot_ids: Tensor
+    occupied: Tensor
+    last_seen: Tensor
+    counts: Tensor
+    free_slots: Tensor
+    sketch: Tensor
+    default_row: Tensor
+
+    def __init__(
+        self,
+        name: str,
+        config: DynamicTableConfig,
+        capacity: int,
+        dim: int,
+        *,
+        backend: IdMapBackend = "auto",
+    ) -> None:
+        super().__init__()
+        self.name = name
+        self.config = config
+        self.capacity = capacity
+        self.map = IdSlotMap(config.num_buckets(capacity), backend=backend)
+        self.register_buffer("slot_ids", torch.zeros(capacity, dtype=torch.int64))
+        self.register_buffer("occupied", torch.zeros(capacity, dtype=torch.bool))
+        self.register_buffer("last_seen", torch.zeros(capacity, dtype=torch.int64))
+        self.register_buffer("counts", torch.zeros(capacity, dtype=torch.int64))
+        self.register_buffer("free_slots", torch.zeros(capacity, dtype=torch.int64))
+        width = (
+            config.sketch_cells(capacity) if config.admission is AdmissionPolicy.THRESHOLD else 0
+        )
+        self.register_buffer("sketch", torch.zeros(2 if width else 0, width, dtype=torch.int64))
+        self.register_buffer("default_row", torch.zeros(dim, dtype=torch.float32))
+        self._counters = dict.fromkeys(COUNTERS, 0)
+        self._map_stale = False
+        self._reset_hooks: list[ResetHook] = []
+
+    # ---- public API -------------------------------------------------------------------------
+
+    def add_reset_hook(self, hook: ResetHook) -> None:
+        """Run `hook(slots)` whenever slots are freed (evicted, expired, or `evict`ed)."""
+        self._reset_hooks.append(hook)
+
+    def map_ids(self, ids: Tensor, *, training: bool) -> Tensor:
+        """`(N,)` int64 slot per raw id, -1 for an id without a slot.
+
+        training: admit and insert new ids, update the policy metadata, evict (one step).
+        Otherwise only look up, counting `unknown_reads`.
+        """
+        ids = ids.reshape(-1)
+        if ids.is_floating_point() or ids.is_complex() or ids.dtype is torch.bool:
+            raise TypeError(
+                f"dynamic table {self.name!r}: raw ids must be integers, got dtype {ids.dtype}; "
+                "cast whole numbers with .long()"
+            )
+        ids = ids.to(device="cpu", dtype=torch.int64)
+        self._sync_map()
+        if not training:
+            slots = self.map.find(ids)
+            self._counters["unknown_reads"] += int((slots < 0).sum())
+            return slots
+        return self._train_step(ids)
+
+    def evict(self, slots: Tensor) -> None:
+        """Free `slots` (occupied ones; others are skipped) and reset them through the hooks."""
+        slots = slots.reshape(-1).to(device="cpu", dtype=torch.int64)
+        if slots.numel() and (int(slots.min()) < 0 or int(slots.max()) >= self.capacity):
+            raise IndexError(f"dynamic table {self.name!r}: slots must lie in [0, {self.capacity})")
+        slots = torch.unique(slots)
+        self._sync_map()
+        self._free(slots[self.occupied[slots]])
+
+    def items(self) -> tuple[Tensor, Tensor]:
+        """`(ids, slots)` of every occupied slot, in slot order (for checkpoints)."""
+        slots = torch.nonzero(self.occupied).reshape(-1)
+        return self.slot_ids[slots], slots
+
+    def load_items(
+        self,
+        ids: Tensor,
+        slots: Tensor,
+        *,
+        last_seen: Tensor | None = None,
+        counts: Tensor | None = None,
+    ) -> None:
+        """Replace the table's contents with `ids[i] -> slots[i]` (for re-partitioned or
+        resized checkpoints): metadata from `last_seen` / `counts` (default 0), counters and
+        cursors kept, the sketch kept. Slots below the highest one given that stay empty
+        become free, the lowest reused first. The rows are the caller's to load."""
+        ids = ids.reshape(-1).to(device="cpu", dtype=torch.int64)
+        slots = slots.reshape(-1).to(device="cpu", dtype=torch.int64)
+        where = f"dynamic table {self.name!r}: load_items"
+        if ids.numel() != slots.numel():
+            raise ValueError(f"{where}: {ids.numel()} ids but {slots.numel()} slots")
+        if slots.numel() and (int(slots.min()) < 0 or int(slots.max()) >= self.capacity):
+            raise ValueError(
+                f"{where}: slots must lie in [0, {self.capacity}) (the capacity); a larger "
+                "table's slots need a table at least that large"
+            )
+        if torch.unique(slots).numel() != slots.numel() or torch.unique(ids).numel() != ids.numel():
+            raise ValueError(f"{where}: ids and slots must be distinct")
+        self.occupied.zero_()
+        self.slot_ids.zero_()
+        self.last_seen.zero_()
+        self.counts.zero_()
+        self.occupied[slots] = True
+        self.slot_ids[slots] = ids
+        if last_seen is not None:
+            self.last_seen[slots] = last_seen.reshape(-1).to("cpu", torch.int64)
+        if counts is not None:
+            self.counts[slots] = counts.reshape(-1).to("cpu", torch.int64)
+        high = int(slots.max()) + 1 if slots.numel() else 0
+        free = torch.nonzero(~self.occupied[:high]).reshape(-1).flip(0)
+        self.free_slots[: free.numel()] = free
+        self._counters["n_free"] = free.numel()
+        self._counters["high_water"] = high
+        self._map_stale = True
+
+    def find(self, ids: Tensor) -> Tensor:
+        """`(N,)` slot of each raw id, -1 when absent; changes nothing, counts nothing."""
+        self._sync_map()
+        return self.map.find(ids)
+
+    def stats(self) -> dict[str, int]:
+        """Plain numbers: capacity, occupancy, admissions, rejections, evictions, unknown
+        reads and training steps so far."""
+        c = self._counters
+        return {
+            "capacity": self.capacity,
+            "occupancy": int(self.occupied.sum()),
+            "admissions": c["admissions"],
+            "rejections": c["rejections"],
+            "evictions": c["evictions"],
+            "unknown_reads": c["unknown_reads"],
+            "steps": c["steps"],
+        }
+
+    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> DynamicTable:
+        """`.to()`, `.cuda()`, `.half()`, `to_empty()` leave the table as it is: the id map
+        and its metadata live on the CPU whatever device the rows are on."""
+        return self
+
+    # ---- checkpoint hooks -------------------------------------------------------------------
+
+    def get_extra_state(self) -> dict[str, int]:
+        return dict(self._counters)
+
+    def set_extra_state(self, state: Any) -> None:
+        if not isinstance(state, dict) or set(state) != set(COUNTERS):
+            raise ValueError(
+                f"dynamic table {self.name!r}: extra state must hold {list(COUNTERS)}, got "
+                f"{state!r}"
+            )
+        self._counters = {k: int(state[k]) for k in COUNTERS}
+        self._map_stale = True
+
+    def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
+        super()._load_from_state_dict(*args, **kwargs)
+        self._map_stale = True
+
+    def _sync_map(self) -> None:
+        """Rebuild the id index from `slot_ids` / `occupied` after a load."""
+        if not self._map_stale:
+            return
+        self.map.clear()
+        ids, slots = self.items()
+        self.map.insert(ids, slots)
+        self._map_stale = False
+
+    # ---- one training step ------------------------------------------------------------------
+
+    def _train_step(self, ids: Tensor) -> Tensor:
+        c = self._counters
+        c["steps"] += 1
+        step = c["steps"]
+        # Each policy's metadata only: LRU / TTL read last_seen, LFU both, NONE neither
+        # (one random write per id and array saved).
+        policy = self.config.eviction
+        slots = self.map.find_touch(
+            ids,
+            None if policy is EvictionPolicy.NONE else self.last_seen,
+            self.counts if policy is EvictionPolicy.LFU else None,
+            step,
+        )
+        hit = slots >= 0
+        if self.config.eviction is EvictionPolicy.TTL:
+            self._ttl_sweep(step)
+        if bool(hit.all()):
+            return slots
+        uniq, occurrences, inverse = self.map.distinct_missing(ids, slots)
+        admitted = self._admit(uniq, occurrences, step)
+        chosen = torch.nonzero(admitted).reshape(-1)
+        need = chosen.numel()
+        c["rejections"] += uniq.numel() - need
+        if need > self._available() and self.config.eviction is not EvictionPolicy.NONE:
+            self._evict_for(need - self._available(), step)
+        take = min(need, self._available())
+        c["rejections"] += need - take
+        if take:
+            chosen = chosen[:take]
+            new_ids = uniq[chosen]
+            new_slots = self._allocate(take)
+            self.map.insert(new_ids, new_slots)
+            self.slot_ids[new_slots] = new_ids
+            self.occupied[new_slots] = True
+            self.last_seen[new_slots] = step
+            self.counts[new_slots] = occurrences[chosen]
+            c["admissions"] += take
+            slot_of = torch.full_like(uniq, -1)
+            slot_of[chosen] = new_slots
+            missing = ~hit
+            slots[missing] = slot_of[inverse[missing]]
+        return slots
+
+    def _admit(self, uniq: Tensor, occurrences: Tensor, step: int) -> Tensor:
+        cfg = self.config
+        if cfg.admission is AdmissionPolicy.THRESHOLD:
+            width = self.sketch.shape[1]
+            estimate = None
+            for row, salt in enumerate(_SKETCH_SALTS):
+                cells = mix64(uniq ^ (salt + cfg.admission_seed)) & (width - 1)
+                self.sketch[row].index_add_(0, cells, occurrences)
+                value = self.sketch[row][cells]
+                estimate = value if estimate is None else torch.minimum(estimate, value)
+            assert estimate is not None
+            return estimate >= cfg.admission_threshold
+        if cfg.admission is AdmissionPolicy.PROBABILITY:
+            p = float(cfg.admission_probability)
+            if p >= 1.0:
+                return torch.ones_like(uniq, dtype=torch.bool)
+            key = mix64(uniq) ^ mix64(torch.tensor(step * 0x9E3779B97F4A7C15 % (1 << 63)))
+            draw = uniform01(key ^ cfg.admission_seed)
+            # c sightings in this step each admit with probability p: one draw decides.
+            chance = 1.0 - (1.0 - p) ** occurrences.to(torch.float64)
+            return draw < chance
+        return torch.ones_like(uniq, dtype=torch.bool)
+
+    def _available(self) -> int:
+        c = self._counters
+        return c["n_free"] + self.capacity - c["high_water"]
+
+    def _allocate(self, k: int) -> Tensor:
+        c = self._counters
+        reused = min(k, c["n_free"])
+        top = c["n_free"]
+        parts = [self.free_slots[top - reused : top].clone()]
+        c["n_free"] = top - reused
+        fresh = k - reused
+        parts.append(torch.arange(c["high_water"], c["high_water"] + fresh))
+        c["high_water"] += fresh
+        return torch.cat(parts)
+
+    def _free(self, slots: Tensor) -> None:
+        if slots.numel() == 0:
+            return
+        c = self._counters
+        self.map.erase(self.slot_ids[slots])
+        self.occupied[slots] = False
+        self.slot_ids[slots] = 0
+        self.last_seen[slots] = 0
+        self.counts[slots] = 0
+        n = c["n_free"]
+        self.free_slots[n : n + slots.numel()] = slots
+        c["n_free"] = n + slots.numel()
+        c["evictions"] += slots.numel()
+        for hook in self._reset_hooks:
+            hook(slots)
+
+    def _window(self, cursor_name: str, width: int) -> tuple[Tensor, Tensor, Tensor | int]:
+        """The next `width` slots from a cursor (wrapping): their `(occupied, last_seen)` and
+        where they are: the first slot (a contiguous window, read as views) or the slots."""
+        start = self._counters[cursor_name]
+        self._counters[cursor_name] = (start + width) % self.capacity
+        if start + width <= self.capacity:
+            end = start + width
+            return self.occupied[start:end], self.last_seen[start:end], start
+        slots = torch.arange(start, start + width) % self.capacity
+        return self.occupied[slots], self.last_seen[slots], slots
+
+    @staticmethod
+    def _slots_where(ok: Tensor, where: Tensor | int) -> Tensor:
+        if isinstance(where, int):
+            return torch.nonzero(ok).reshape(-1) + where
+        return where[ok]
+
+    def _ttl_sweep(self, step: int) -> None:
+        ttl = self.config.ttl_steps
+        assert ttl is not None
+        width = min(self.capacity, self.config.scan_per_step)
+        occupied, seen, where = self._window("ttl_cursor", width)
+        self._free(self._slots_where(occupied & (step - seen > ttl), where))
+
+    def _evict_for(self, k: int, step: int) -> None:
+        policy = self.config.eviction
+        width = min(self.capacity, max(EVICTION_SAMPLE * k, self.config.scan_per_step))
+        victims: list[Tensor] = []
+        scanned = 0
+        while k > 0 and scanned < self.capacity:
+            part = min(width, self.capacity - scanned)
+            occupied, seen, where = self._window("evict_cursor", part)
+            scanned += part
+            ok = occupied & (seen < step)
+            if policy is EvictionPolicy.TTL:
+                assert self.config.ttl_steps is not None
+                ok &= step - seen > self.config.ttl_steps
+            cand = self._slots_where(ok, where)
+            if cand.numel() == 0:
+                continue
+            cand_seen = seen[ok]
+            if policy is EvictionPolicy.LFU:
+                order = torch.argsort(cand_seen, stable=True)
+                cand = cand[order]
+                pick = cand[torch.argsort(self.counts[cand], stable=True)][:k]
+            else:
+                # (last seen, place in the window) as one distinct key: the k smallest in
+                # key order by a partial selection instead of a full sort.
+                key = cand_seen * cand.numel() + torch.arange(cand.numel())
+                if 8 * k < cand.numel():  # a few victims out of many: partial selection
+                    pick = cand[torch.topk(key, k, largest=False, sorted=True).indices]
+                else:
+                    pick = cand[torch.argsort(key)[:k]]
+            victims.append(pick)
+            k -= pick.numel()
+        if victims:
+            self._free(torch.cat(victims))
+
+    def extra_repr(self) -> str:
+        cfg = self.config
+        return (
+            f"name={self.name!r}, capacity={self.capacity}, eviction={cfg.eviction.value}, "
+            f"admission={cfg.admission.value}, map={self.map.backend}"
+        )

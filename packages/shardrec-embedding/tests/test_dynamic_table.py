@@ -1,0 +1,217 @@
+"""The id -> slot map and the dynamic table's policies against a Python dict model
+(`_dynamic_model.ModelTable`), on randomized id streams, native and torch backends alike."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from _dynamic_model import ModelTable
+
+from shardrec_embedding.dynamic import DynamicTableConfig
+from shardrec_embedding.dynamic.id_map import IdSlotMap, idmap_native_available
+from shardrec_embedding.dynamic.table import DynamicTable
+
+BACKENDS = [
+    pytest.param(
+        "native",
+        marks=pytest.mark.skipif(not idmap_native_available(), reason="no C compiler"),
+    ),
+    "torch",
+]
+EXTREMES = [0, -1, 1, 2**63 - 1, -(2**63), 2**40, -(2**40) + 3]
+
+
+def _config(capacity: int, **fields: object) -> DynamicTableConfig:
+    cfg = DynamicTableConfig(**fields)  # type: ignore[arg-type]  # test parameters
+    cfg.validate("t", capacity)
+    return cfg
+
+
+def _stream(seed: int, steps: int, pool: int, batch: int) -> list[list[int]]:
+    rng = random.Random(seed)
+    ids = EXTREMES + [rng.randrange(-(2**63), 2**63) for _ in range(pool)]
+    # skewed: low ranks repeat often (hits), the tail brings new ids (inserts, evictions)
+    return [
+        [
+            ids[min(int(rng.paretovariate(0.8)) - 1, len(ids) - 1)]
+            for _ in range(rng.randrange(batch))
+        ]
+        for _ in range(steps)
+    ]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_id_map_matches_dict(backend: str) -> None:
+    rng = random.Random(0)
+    m = IdSlotMap(64, backend=backend)  # type: ignore[arg-type]
+    model: dict[int, int] = {}
+    next_slot = 0
+    for _ in range(300):
+        op = rng.random()
+        pool = EXTREMES + [rng.randrange(-50, 50) for _ in range(5)]
+        if op < 0.5 and len(model) < 40:
+            new = list(dict.fromkeys(i for i in pool if i not in model))[: rng.randrange(1, 6)]
+            slots = list(range(next_slot, next_slot + len(new)))
+            next_slot += len(new)
+            m.insert(torch.tensor(new, dtype=torch.int64), torch.tensor(slots, dtype=torch.int64))
+            model.update(zip(new, slots, strict=True))
+        elif op < 0.8:
+            gone = rng.sample(pool, 3)
+            removed = m.erase(torch.tensor(gone, dtype=torch.int64))
+            assert removed == sum(model.pop(i, None) is not None for i in set(gone))
+        query = pool + list(model)
+        got = m.find(torch.tensor(query, dtype=torch.int64)).tolist()
+        assert got == [model.get(i, -1) for i in query]
+        assert len(m) == len(model)
+    ids, slots = m.items()
+    assert list(zip(ids.tolist(), slots.tolist(), strict=True)) == sorted(
+        model.items(), key=lambda p: p[1]
+    )
+
+
+def test_id_map_refuses_duplicates_and_overfill() -> None:
+    for backend in ("torch", *(["native"] if idmap_native_available() else [])):
+        m = IdSlotMap(4, backend=backend)  # type: ignore[arg-type]
+        m.insert(torch.tensor([7]), torch.tensor([0]))
+        with pytest.raises(ValueError, match="already present"):
+            m.insert(torch.tensor([7]), torch.tensor([1]))
+        with pytest.raises(ValueError, match="more buckets"):
+            m.insert(torch.tensor([1, 2, 3]), torch.tensor([1, 2, 3]))
+        with pytest.raises(TypeError, match="integer"):
+            m.find(torch.tensor([1.0]))
+    with pytest.raises(ValueError, match="power of two"):
+        IdSlotMap(12)
+
+
+POLICIES = [
+    {"eviction": "NONE"},
+    {"eviction": "LRU", "scan_per_step": 4},
+    {"eviction": "LFU", "scan_per_step": 4},
+    {"eviction": "LRU", "scan_per_step": 64},
+    {"eviction": "TTL", "ttl_steps": 2, "scan_per_step": 5},
+    {"eviction": "TTL", "ttl_steps": 1, "scan_per_step": 64},
+    {
+        "eviction": "LRU",
+        "admission": "THRESHOLD",
+        "admission_threshold": 3,
+        "sketch_width": 1 << 16,
+    },
+    {
+        "eviction": "LFU",
+        "admission": "PROBABILITY",
+        "admission_probability": 0.3,
+        "admission_seed": 7,
+    },
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("fields", POLICIES, ids=lambda f: "-".join(map(str, f.values())))
+@pytest.mark.parametrize("seed", [0, 1])
+def test_table_matches_dict_model(backend: str, fields: dict[str, object], seed: int) -> None:
+    capacity = 16
+    cfg = _config(capacity, **fields)
+    table = DynamicTable("t", cfg, capacity, 4, backend=backend)  # type: ignore[arg-type]
+    freed: list[list[int]] = []
+    table.add_reset_hook(lambda s: freed.append(s.tolist()))
+    model = ModelTable(cfg, capacity)
+    for n, batch in enumerate(_stream(seed, 60, 40, 12)):
+        ids = torch.tensor(batch, dtype=torch.int64)
+        if n % 7 == 6:  # an evaluation batch now and then
+            assert table.map_ids(ids, training=False).tolist() == model.lookup(batch)
+        else:
+            assert table.map_ids(ids, training=True).tolist() == model.train(batch), n
+        assert table.stats() == model.stats()
+        assert freed == model.freed
+    ids, slots = table.items()
+    assert list(zip(ids.tolist(), slots.tolist(), strict=True)) == model.items()
+    if fields["eviction"] != "NONE" and "admission" not in fields:
+        assert table.stats()["evictions"] > 0  # the stream exercised eviction
+
+
+def test_native_equals_torch_backend() -> None:
+    if not idmap_native_available():
+        pytest.skip("no C compiler")
+    cfg = _config(64, eviction="LRU", scan_per_step=8)
+    a = DynamicTable("t", cfg, 64, 4, backend="native")
+    b = DynamicTable("t", cfg, 64, 4, backend="torch")
+    for batch in _stream(3, 80, 300, 40):
+        ids = torch.tensor(batch, dtype=torch.int64)
+        assert torch.equal(a.map_ids(ids, training=True), b.map_ids(ids, training=True))
+    assert a.stats() == b.stats()
+    assert all(torch.equal(x, y) for x, y in zip(a.items(), b.items(), strict=True))
+
+
+def test_collision_free_while_slots_remain() -> None:
+    cfg = _config(1000, eviction="NONE")
+    table = DynamicTable("t", cfg, 1000, 4)
+    ids = torch.randint(-(2**63), 2**63 - 1, (1000,), generator=torch.Generator().manual_seed(0))
+    ids = torch.unique(ids)
+    slots = table.map_ids(ids, training=True)
+    assert torch.equal(torch.sort(slots).values, torch.arange(ids.numel()))
+    again = table.map_ids(ids.flip(0), training=False)
+    assert torch.equal(again, slots.flip(0))
+
+
+def test_threshold_admission_and_zero_batch() -> None:
+    cfg = _config(8, admission="THRESHOLD", admission_threshold=3)
+    table = DynamicTable("t", cfg, 8, 2)
+    assert table.map_ids(torch.tensor([5, 5]), training=True).tolist() == [-1, -1]
+    assert table.map_ids(torch.empty(0, dtype=torch.int64), training=True).numel() == 0
+    assert table.map_ids(torch.tensor([5, 6]), training=True).tolist() == [0, -1]
+    assert table.stats()["rejections"] == 2  # 5 once, then 6 (5 was admitted at its 3rd sight)
+
+
+def test_state_dict_round_trip_rebuilds_the_map() -> None:
+    cfg = _config(16, eviction="LRU", scan_per_step=4)
+    a = DynamicTable("t", cfg, 16, 2)
+    stream = _stream(5, 30, 30, 10)
+    for batch in stream[:15]:
+        a.map_ids(torch.tensor(batch, dtype=torch.int64), training=True)
+    b = DynamicTable("t", cfg, 16, 2, backend="torch")
+    b.load_state_dict(a.state_dict())
+    assert b.stats() == a.stats()
+    for batch in stream[15:]:
+        ids = torch.tensor(batch, dtype=torch.int64)
+        assert torch.equal(a.map_ids(ids, training=True), b.map_ids(ids, training=True))
+
+
+def test_evict_given_slots() -> None:
+    table = DynamicTable("t", _config(4), 4, 2)
+    table.map_ids(torch.tensor([10, 20, 30]), training=True)
+    table.evict(torch.tensor([1, 1, 3]))  # duplicate and unoccupied slots are skipped
+    assert table.find(torch.tensor([10, 20, 30])).tolist() == [0, -1, 2]
+    assert table.stats()["evictions"] == 1
+    with pytest.raises(IndexError, match=r"\[0, 4\)"):
+        table.evict(torch.tensor([4]))
+    assert table.map_ids(torch.tensor([40]), training=True).tolist() == [1]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_distinct_missing_in_first_appearance_order(backend: str) -> None:
+    m = IdSlotMap(16, backend=backend)  # type: ignore[arg-type]
+    m.insert(torch.tensor([4, -(2**63)]), torch.tensor([0, 1]))
+    ids = torch.tensor([9, 4, -3, 9, -(2**63), 2**63 - 1, -3, 9])
+    uniq, counts, inverse = m.distinct_missing(ids, m.find(ids))
+    assert uniq.tolist() == [9, -3, 2**63 - 1]
+    assert counts.tolist() == [3, 2, 1]
+    assert inverse.tolist() == [0, -1, 1, 0, -1, 2, 1, 0]
+    empty = torch.empty(0, dtype=torch.int64)
+    assert [t.numel() for t in m.distinct_missing(empty, empty)] == [0, 0, 0]
+
+
+def test_load_items_restores_a_table() -> None:
+    a = DynamicTable("t", _config(8), 8, 2)
+    a.map_ids(torch.tensor([11, 12, 13, 14]), training=True)
+    a.evict(torch.tensor([1]))
+    ids, slots = a.items()
+    b = DynamicTable("t", _config(16), 16, 2, backend="torch")
+    b.load_items(ids, slots, last_seen=a.last_seen[slots], counts=a.counts[slots])
+    assert b.find(torch.tensor([11, 12, 13, 14])).tolist() == [0, -1, 2, 3]
+    assert b.map_ids(torch.tensor([20, 21]), training=True).tolist() == [1, 4]  # hole first
+    with pytest.raises(ValueError, match=r"slots must lie in \[0, 16\)"):
+        b.load_items(torch.tensor([1]), torch.tensor([16]))
+    with pytest.raises(ValueError, match="distinct"):
+        b.load_items(torch.tensor([1, 1]), torch.tensor([0, 1]))
