@@ -18,6 +18,7 @@ dict afterwards, which still works).
 
 from __future__ import annotations
 
+import inspect
 import logging
 import operator
 from collections import defaultdict
@@ -125,6 +126,7 @@ def decapsulate_ir_modules(
         )
     for name, child in list(module.named_children()):
         setattr(module, name, decapsulate_ir_modules(child, serializer, device))
+    _trim_call_module_args(module)
     if "ir_metadata" in dict(module.named_buffers(recurse=False)):
         module = serializer.decapsulate_module(module, device)
     if short_circuit_pytree_ebc_regroup:
@@ -134,6 +136,42 @@ def decapsulate_ir_modules(
             if isinstance(m, InterpreterModule):
                 m.finalize()
     return module
+
+
+def _positional_count(module: nn.Module) -> int | None:
+    """How many positional arguments `module`'s forward takes (None: any number)."""
+    params = inspect.signature(module.forward).parameters.values()
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return None
+    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+
+
+def _trim_call_module_args(module: nn.Module) -> None:
+    """Drop the extra leading arguments unflatten passes to a rebuilt module.
+
+    When a symbolic size used inside a preserved module was computed outside it (e.g. from the
+    input's offsets), `torch.export.unflatten` passes the tensors that define the size as
+    extra leading inputs of the call; the rebuilt (real) module takes only its own inputs.
+    """
+    graph = getattr(module, "graph", None)
+    if not isinstance(graph, torch.fx.Graph):
+        return
+    for node in graph.nodes:
+        if node.op != "call_module":
+            continue
+        try:
+            callee = module.get_submodule(str(node.target))
+        except AttributeError:
+            continue
+        if isinstance(callee, InterpreterModule):
+            continue
+        expected = _positional_count(callee)
+        if expected is not None and len(node.args) > expected:
+            node.args = tuple(node.args[len(node.args) - expected :])
+    graph.eliminate_dead_code()
+    graph_module = getattr(module, "graph_module", None)  # set once finalized
+    if isinstance(graph_module, torch.fx.GraphModule):
+        graph_module.recompile()
 
 
 def _get_dim(name: str, min: int | None = None, max: int | None = None) -> Dim:  # noqa: A002
