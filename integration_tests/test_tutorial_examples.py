@@ -67,3 +67,13 @@ def test_inference_example() -> None:
     assert "sharded equals unsharded: ok" in out
     assert "scripted equals eager: True" in out
     assert "exported equals eager: True" in out
+
+
+def test_export_serving_example() -> None:
+    out = run_example("export_serving.py")
+    assert len(re.findall(r"^step \d: loss \d", out, flags=re.M)) == 5
+    assert "encapsulated: ['sparse']" in out
+    assert "restored sparse: EmbeddingBagCollection" in out
+    assert len(re.findall(r"^request \d: \d+ ids, equals the trained model: True$", out, re.M)) == 4
+    assert "request 3: 0 ids, equals the trained model: True" in out
+    assert "served from the exported artifact: ok" in out

@@ -300,6 +300,19 @@ def _copy_tensors(source: nn.Module | None, target: nn.Module) -> None:
                 t.copy_(src)
 
 
+def _own_storage(module: nn.Module) -> None:
+    """Give each parameter that views a larger (packed) storage a storage of its own.
+
+    A float collection packs its tables per lookup group; `torch.export.save` warns on (and
+    reads back as copies anyway) tensors that are views into a larger storage. The shape-only
+    forward of an encapsulated module never reads the packed group.
+    """
+    with torch.no_grad():
+        for p in module.parameters():
+            if p.untyped_storage().nbytes() != p.numel() * p.element_size():
+                p.data = p.data.clone()
+
+
 class JsonSerializer(SerializerInterface):
     """Serializer of the export IR using JSON: the description travels in the exported
     program as the module's `ir_metadata` buffer (UTF-8 JSON bytes)."""
@@ -357,6 +370,7 @@ class JsonSerializer(SerializerInterface):
             "ir_metadata", torch.frombuffer(data, dtype=torch.uint8), persistent=False
         )
         serializer.swap_meta_forward(module)
+        _own_storage(module)
         return serializer.children(module)
 
     @classmethod
