@@ -209,7 +209,9 @@ def test_metadata_is_json_with_public_type_names() -> None:
     assert raw["typename"] == "shardrec.modules.embedding_modules.EmbeddingBagCollection"
     assert [t["name"] for t in raw["metadata_dict"]["tables"]] == ["t1", "t2"]
     assert raw["metadata_dict"]["tables"][1]["pooling"] == "MEAN"
-    assert qualname(QuantEmbeddingCollection) == "shardrec.quant.embedding_modules.EmbeddingCollection"
+    assert (
+        qualname(QuantEmbeddingCollection) == "shardrec.quant.embedding_modules.EmbeddingCollection"
+    )
     assert qualname(nn.Linear(1, 1)) == "torch.nn.modules.linear.Linear"
 
 
@@ -217,12 +219,12 @@ def test_refusals_name_the_problem() -> None:
     class Unknown(nn.Module):
         pass
 
-    with pytest.raises(ValueError, match="Expected typename to be one of .*Unknown"):
+    with pytest.raises(ValueError, match=r"Expected typename to be one of .*Unknown"):
         JsonSerializer.encapsulate_module(Unknown())
     bad = nn.Module()
     data = bytearray(json.dumps({"typename": "x.Nope", "metadata_dict": {}}).encode())
     bad.register_buffer("ir_metadata", torch.frombuffer(data, dtype=torch.uint8))
-    with pytest.raises(ValueError, match="got x.Nope"):
+    with pytest.raises(ValueError, match=r"got x\.Nope"):
         JsonSerializer.decapsulate_module(bad)
     with pytest.raises(ValueError, match="needs finalize_interpreter_modules=True"):
         decapsulate_ir_modules(nn.Module(), JsonSerializer, short_circuit_pytree_ebc_regroup=True)

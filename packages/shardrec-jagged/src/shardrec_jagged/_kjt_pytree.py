@@ -34,8 +34,8 @@ def _kjt_flatten(kjt: KeyedJaggedTensor) -> tuple[list[torch.Tensor | None], _KJ
     spkpr = kjt._stride_per_key_per_rank
     # The batch is left out of the context when the leaves give it (see unflatten): a program
     # exported with a dynamic batch then accepts any batch size.
-    derived = spkpr is None and bool(kjt._keys) and (
-        kjt._lengths is not None or kjt._offsets is not None
+    derived = (
+        spkpr is None and bool(kjt._keys) and (kjt._lengths is not None or kjt._offsets is not None)
     )
     ctx: _KJTContext = (
         tuple(kjt._keys),

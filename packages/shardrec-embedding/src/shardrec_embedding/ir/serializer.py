@@ -21,6 +21,7 @@ from typing import Any, ClassVar, cast
 import torch
 from torch import nn
 
+from shardrec_embedding._grouping import TablePlan
 from shardrec_embedding.configs import (
     DataType,
     EmbeddingBagConfig,
@@ -82,7 +83,9 @@ logger = logging.getLogger(__name__)
 # --- configs <-> metadata ------------------------------------------------------------------
 
 
-def embedding_bag_config_to_metadata(table_config: EmbeddingBagConfig) -> EmbeddingBagConfigMetadata:
+def embedding_bag_config_to_metadata(
+    table_config: EmbeddingBagConfig,
+) -> EmbeddingBagConfigMetadata:
     return EmbeddingBagConfigMetadata(
         num_embeddings=table_config.num_embeddings,
         embedding_dim=table_config.embedding_dim,
@@ -186,9 +189,7 @@ def _kjt_tensors(features: KeyedJaggedTensor) -> list[torch.Tensor | None]:
     ]
 
 
-def _pooled_meta(
-    module: nn.Module, features: KeyedJaggedTensor, dtype: torch.dtype
-) -> KeyedTensor:
+def _pooled_meta(module: nn.Module, features: KeyedJaggedTensor, dtype: torch.dtype) -> KeyedTensor:
     dims = cast(list[int], module._lengths_per_embedding)
     outputs = _ops.ir_emb_lookup(_kjt_tensors(features), features.stride(), dims, dtype)
     return KeyedTensor(
@@ -210,12 +211,15 @@ def qebc_meta_forward(
 
 
 def _sequence_meta(
-    module: nn.Module, features: KeyedJaggedTensor, need_indices: bool, dtype: torch.dtype
+    module: EmbeddingCollection | QuantEmbeddingCollection,
+    features: KeyedJaggedTensor,
+    need_indices: bool,
+    dtype: torch.dtype,
 ) -> dict[str, JaggedTensor]:
-    plan = module._plan
+    plan: TablePlan = module._plan
     segments = plan.segments
     keys = features.keys()
-    feature_index = cast(list[int], plan.feature_indices(keys))
+    feature_index = list(plan.feature_indices(keys))
     lengths = features.lengths()
     batch = features.stride()
     out = _ops.ir_ec_lookup(
@@ -395,7 +399,7 @@ def _as_dict(metadata: object) -> dict[str, Any]:
 
 
 def _swap(module: nn.Module, forward: Any) -> None:
-    module.forward = forward.__get__(module, type(module))  # type: ignore[method-assign]
+    module.forward = forward.__get__(module, type(module))
 
 
 class EBCJsonSerializer(JsonSerializer):
@@ -617,7 +621,7 @@ class FPEBCJsonSerializer(JsonSerializer):
         processors_module = unflatten_ep._feature_processors
         ebc = unflatten_ep._embedding_bag_collection
         if not isinstance(ebc, EmbeddingBagCollection):
-            raise ValueError(f"expected a rebuilt EmbeddingBagCollection, got {qualname(ebc)}")
+            raise ValueError(f"expected a rebuilt EmbeddingBagCollection, got {type(ebc)}")
         processors: FeatureProcessorsCollection | dict[str, FeatureProcessor]
         if metadata.is_fp_collection:
             if not isinstance(processors_module, FeatureProcessorsCollection):

@@ -27,7 +27,5 @@ class SerializerInterface(abc.ABC):
 
     @classmethod
     @abc.abstractmethod
-    def decapsulate_module(
-        cls, module: nn.Module, device: torch.device | None = None
-    ) -> nn.Module:
+    def decapsulate_module(cls, module: nn.Module, device: torch.device | None = None) -> nn.Module:
         raise NotImplementedError

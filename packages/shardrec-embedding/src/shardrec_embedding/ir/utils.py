@@ -4,9 +4,12 @@
 The flow, as in TorchRec::
 
     model, fqns = encapsulate_ir_modules(model, JsonSerializer)
-    ep = torch.export.export(model, (kjt,), strict=False, preserve_module_call_signature=tuple(fqns))
+    ep = torch.export.export(
+        model, (kjt,), strict=False, preserve_module_call_signature=tuple(fqns)
+    )
     torch.export.save(ep, path)                      # later, anywhere:
-    restored = decapsulate_ir_modules(torch.export.unflatten(torch.export.load(path)), JsonSerializer)
+    unflat = torch.export.unflatten(torch.export.load(path))
+    restored = decapsulate_ir_modules(unflat, JsonSerializer)
 
 `encapsulate_ir_modules` walks the module tree; each module with a serializer gets its
 description as a non-persistent `ir_metadata` buffer (JSON bytes) and a shape-only forward.
@@ -134,7 +137,7 @@ def decapsulate_ir_modules(
     if finalize_interpreter_modules:
         for m in module.modules():
             if isinstance(m, InterpreterModule):
-                m.finalize()
+                m.finalize()  # type: ignore[no-untyped-call]
     return module
 
 
@@ -174,7 +177,7 @@ def _trim_call_module_args(module: nn.Module) -> None:
         graph_module.recompile()
 
 
-def _get_dim(name: str, min: int | None = None, max: int | None = None) -> Dim:  # noqa: A002
+def _get_dim(name: str, min: int | None = None, max: int | None = None) -> Dim:
     """A `Dim` named `name_<n>`, n counting the dims made under that name."""
     dim = Dim(f"{name}_{DYNAMIC_DIMS[name]}", min=min, max=max)
     DYNAMIC_DIMS[name] += 1
@@ -203,7 +206,9 @@ def mark_dynamic_kjt(
     Returns `shapes_collection` (a new one when None) with the entries added; pass
     `collection.dynamic_shapes(model, args)` to `torch.export.export`.
     """
-    shapes = ShapesCollection() if shapes_collection is None else shapes_collection
+    shapes = shapes_collection
+    if shapes is None:
+        shapes = ShapesCollection()  # type: ignore[no-untyped-call]
     vlen = _get_dim("vlen", min=2) if vlen is None else vlen
     if _has_dim(kjt._values):
         if kjt._values.numel() == 0:
