@@ -102,14 +102,8 @@ def register_kjt_pytree(cls: type[KeyedJaggedTensor]) -> None:
         assert values is not None
         keys, stride, spkpr, inv_keys = ctx
         strides = None if spkpr is None else [list(r) for r in spkpr]
-        if stride is None:
-            # The batch follows the leaves (a symbolic size under torch.export with a dynamic
-            # batch): a number in the context would pin the batch to the example's.
-            if lengths is not None:
-                stride = lengths.numel() // len(keys)
-            else:
-                assert offsets is not None
-                stride = (offsets.numel() - 1) // len(keys)
+        # stride None: the KJT derives its batch from the leaves on first use (a symbolic size
+        # under torch.export with a dynamic batch; a number here would pin the example's).
         inverse = None if inv is None or inv_keys is None else (list(inv_keys), inv)
         # The leaves come in _unchecked's own argument order.
         return cls._unchecked(
