@@ -61,6 +61,11 @@ def _tables(data_type: DataType = DataType.FP32) -> list[EmbeddingConfig]:
     ]  # fmt: skip
 
 
+def _mixed_bag_tables() -> list[EmbeddingBagConfig]:
+    int8, fp16 = _bag_tables(DataType.INT8), _bag_tables(DataType.FP16)
+    return [int8[0], fp16[1]]
+
+
 def _random_kjt(gen: torch.Generator, batch: int, weighted: bool) -> KeyedJaggedTensor:
     """Bags of 0..3 ids (some empty), ids valid for every table (< 20)."""
     lengths = torch.randint(0, 4, (len(KEYS) * batch,), generator=gen)
@@ -156,6 +161,25 @@ def test_ebc_dynamic_id_count_and_empty_batch_input() -> None:
     assert ep.module()(others[0]).shape == expected[0].shape
 
 
+def test_variable_batch_serves_other_batch_sizes() -> None:
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(7)
+    model = Pooled(EmbeddingBagCollection(_bag_tables())).eval()
+    example = _random_kjt(gen, 4, False)
+    inputs = [_random_kjt(gen, b, False) for b in (2, 4, 7)]  # batch 1: see docs/inference.md
+    expected = [model(k) for k in inputs]
+    model, fqns = encapsulate_ir_modules(model, JsonSerializer)
+    shapes = mark_dynamic_kjt(example, variable_batch=True).dynamic_shapes(model, (example,))
+    ep = torch.export.export(
+        model, (example,), strict=False, dynamic_shapes=shapes,
+        preserve_module_call_signature=tuple(fqns),
+    )  # fmt: skip
+    restored = decapsulate_ir_modules(torch.export.unflatten(ep), JsonSerializer)
+    for kjt, want in zip(inputs, expected, strict=True):
+        assert ep.module()(kjt).shape == want.shape
+        _assert_same(restored(kjt), want)
+
+
 def test_ec_roundtrip_equals_eager_with_indices() -> None:
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(3)
@@ -181,9 +205,10 @@ def test_ec_roundtrip_equals_eager_with_indices() -> None:
             ),
             Pooled,
         ),
+        (lambda: QuantEmbeddingBagCollection(_mixed_bag_tables()), Pooled),
         (lambda: QuantEmbeddingCollection(_tables(DataType.INT8)), Sequence),
     ],
-    ids=["qebc-int8", "qebc-int4-fp16-out", "qec-int8"],
+    ids=["qebc-int8", "qebc-int4-fp16-out", "qebc-int8-and-fp16-tables", "qec-int8"],
 )
 def test_quantized_roundtrip_equals_eager(
     build: Callable[[], nn.Module], wrap: Callable[[nn.Module], nn.Module]
