@@ -19,6 +19,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 import torch
@@ -106,7 +107,13 @@ def train_and_export(path: Path) -> list[tuple[torchrec.KeyedJaggedTensor, torch
 def serve(path: Path, io_path: Path) -> None:
     """What a serving process runs: no model code, only the saved program."""
     program = torch.export.load(path)
-    model = decapsulate_ir_modules(torch.export.unflatten(program), JsonSerializer)
+    with warnings.catch_warnings():
+        # torch.export.unflatten's own notes on programs with preserved module signatures
+        # (TorchRec's programs print them too); nothing is wrong with the program.
+        warnings.filterwarnings("ignore", message="Attempted to insert a get_attr Node")
+        warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)`")
+        unflattened = torch.export.unflatten(program)
+    model = decapsulate_ir_modules(unflattened, JsonSerializer)
     print(f"restored sparse: {type(model.sparse).__name__}")
     ok = True
     for i, (request, want) in enumerate(torch.load(io_path, weights_only=False)):
@@ -132,6 +139,7 @@ def main() -> None:
             check=False,
         )
         print(run.stdout, end="")
+        sys.stderr.write(run.stderr)
         if run.returncode != 0:
             raise SystemExit(f"serving failed:\n{run.stderr}")
 
