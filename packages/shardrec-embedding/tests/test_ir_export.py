@@ -17,7 +17,11 @@ from shardrec_embedding import (
     EmbeddingBagConfig,
     EmbeddingCollection,
     EmbeddingConfig,
+    FeatureProcessedEmbeddingBagCollection,
+    KTRegroupAsDict,
     PoolingType,
+    PositionWeightedModule,
+    PositionWeightedModuleCollection,
     QuantEmbeddingBagCollection,
     QuantEmbeddingCollection,
 )
@@ -223,6 +227,59 @@ def test_quantized_roundtrip_equals_eager(
     restored, _ = _roundtrip(model, example)
     assert type(restored.sparse) is type(sparse)
     assert restored.sparse.output_dtype() == sparse.output_dtype()
+    for kjt, want in zip(inputs, expected, strict=True):
+        _assert_same(restored(kjt), want)
+
+
+class Processed(nn.Module):
+    """A plain and a position-weighted collection, regrouped into two outputs."""
+
+    def __init__(self, processors: str) -> None:
+        super().__init__()
+        self.ebc = EmbeddingBagCollection(_bag_tables()[:1])  # f1, f2
+        fp = (
+            PositionWeightedModuleCollection({"f3": 5})
+            if processors == "collection"
+            else {"f3": PositionWeightedModule(5)}
+        )
+        self.fpebc = FeatureProcessedEmbeddingBagCollection(
+            EmbeddingBagCollection(_bag_tables(pooling=PoolingType.SUM)[1:], is_weighted=True),
+            fp,
+        )
+        self.regroup = KTRegroupAsDict([["f1", "f3"], ["f2"]], ["a", "b"])
+
+    def forward(self, kjt: KeyedJaggedTensor) -> dict[str, torch.Tensor]:
+        return self.regroup([self.ebc(kjt), self.fpebc(kjt)])
+
+
+@pytest.mark.parametrize("processors", ["collection", "dict"])
+@pytest.mark.parametrize("short_circuit", [False, True])
+def test_feature_processed_and_regroup_roundtrip(processors: str, short_circuit: bool) -> None:
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(8)
+    model = Processed(processors).eval()
+    with torch.no_grad():  # position weights away from their all-ones init
+        for p in model.fpebc.parameters():
+            p.uniform_(0.5, 1.5)
+    example = _random_kjt(gen, 4, False)
+    inputs = [example, _random_kjt(gen, 4, False)]
+    expected = [model(k) for k in inputs]
+    model.regroup.clear_cache()
+    model, fqns = encapsulate_ir_modules(model, JsonSerializer)
+    assert set(fqns) >= {"ebc", "fpebc", "fpebc._embedding_bag_collection", "regroup"}
+    shapes = mark_dynamic_kjt(example).dynamic_shapes(model, (example,))
+    ep = torch.export.export(
+        model, (example,), strict=False, dynamic_shapes=shapes,
+        preserve_module_call_signature=tuple(fqns),
+    )  # fmt: skip
+    restored = decapsulate_ir_modules(
+        torch.export.unflatten(ep),
+        JsonSerializer,
+        short_circuit_pytree_ebc_regroup=short_circuit,
+        finalize_interpreter_modules=short_circuit,
+    )
+    assert isinstance(restored.fpebc, FeatureProcessedEmbeddingBagCollection)
+    assert isinstance(restored.regroup, KTRegroupAsDict)
     for kjt, want in zip(inputs, expected, strict=True):
         _assert_same(restored(kjt), want)
 
