@@ -312,6 +312,20 @@ def test_refusals_name_the_problem() -> None:
         decapsulate_ir_modules(nn.Module(), JsonSerializer, short_circuit_pytree_ebc_regroup=True)
 
 
+def test_a_program_whose_weights_do_not_match_its_description_is_refused() -> None:
+    gen = torch.Generator().manual_seed(9)
+    model = Pooled(EmbeddingBagCollection(_bag_tables())).eval()
+    model, fqns = encapsulate_ir_modules(model, JsonSerializer)
+    kjt = _random_kjt(gen, 2, False)
+    ep = torch.export.export(
+        model, (kjt,), strict=False, preserve_module_call_signature=tuple(fqns)
+    )
+    unflat = torch.export.unflatten(ep)
+    unflat.sparse.embedding_bags.t2.weight = nn.Parameter(torch.zeros(3, 8))
+    with pytest.raises(ValueError, match=r"no tensor 'embedding_bags\.t2\.weight' of shape"):
+        decapsulate_ir_modules(unflat, JsonSerializer)
+
+
 def test_deserialize_on_meta_builds_an_empty_module() -> None:
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(5)

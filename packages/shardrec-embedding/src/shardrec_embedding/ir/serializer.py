@@ -291,17 +291,25 @@ def _tensor_at(module: nn.Module, name: str) -> torch.Tensor | None:
 
 
 def _copy_tensors(source: nn.Module | None, target: nn.Module) -> None:
-    """Copy into `target`'s parameters and buffers the same-named, same-shaped tensors of
-    `source` (the unflattened program's module, which holds the exported weights)."""
+    """Copy into `target`'s parameters and buffers the same-named tensors of `source` (the
+    unflattened program's module, which holds the exported weights); `ValueError` naming the
+    tensor when one is missing or differs in shape or dtype (an artifact that does not match
+    its own description)."""
     if source is None:
         return
     with torch.no_grad():
         for name, t in itertools.chain(target.named_parameters(), target.named_buffers()):
-            src = _tensor_at(source, name)
-            if t.device.type == "meta" or src is None:
+            if t.device.type == "meta":
                 continue
-            if src.shape == t.shape and src.dtype == t.dtype:
-                t.copy_(src)
+            src = _tensor_at(source, name)
+            if src is None or src.shape != t.shape or src.dtype != t.dtype:
+                found = "missing" if src is None else f"{tuple(src.shape)} {src.dtype}"
+                raise ValueError(
+                    f"the exported program's {type(target).__name__} has no tensor {name!r} "
+                    f"of shape {tuple(t.shape)} {t.dtype} (found: {found}); the program does "
+                    "not match its serialized description"
+                )
+            t.copy_(src)
 
 
 def _own_storage(module: nn.Module) -> None:
