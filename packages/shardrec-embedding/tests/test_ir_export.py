@@ -352,3 +352,19 @@ def test_direct_export_of_ebc_without_ir_equals_eager() -> None:
     ep = torch.export.export(model, (example,), strict=False, dynamic_shapes=shapes)
     for kjt in (example, other):
         torch.testing.assert_close(ep.module()(kjt), model(kjt))
+
+
+def test_collection_without_tables_round_trips() -> None:
+    class Empty(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ebc = EmbeddingBagCollection([])
+
+        def forward(self, kjt: KeyedJaggedTensor) -> torch.Tensor:
+            return self.ebc(kjt).values()
+
+    kjt = KeyedJaggedTensor.from_lengths_sync(
+        keys=["a"], values=torch.tensor([1]), lengths=torch.tensor([1, 0])
+    )
+    restored, ep = _roundtrip(Empty(), kjt, dynamic=False)
+    assert restored(kjt).shape == ep.module()(kjt).shape == (2, 0)

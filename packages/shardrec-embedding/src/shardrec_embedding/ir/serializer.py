@@ -191,11 +191,15 @@ def _kjt_tensors(features: KeyedJaggedTensor) -> list[torch.Tensor | None]:
 
 def _pooled_meta(module: nn.Module, features: KeyedJaggedTensor, dtype: torch.dtype) -> KeyedTensor:
     dims = cast(list[int], module._lengths_per_embedding)
-    outputs = _ops.ir_emb_lookup(_kjt_tensors(features), features.stride(), dims, dtype)
+    batch = features.stride()
+    outputs = _ops.ir_emb_lookup(_kjt_tensors(features), batch, dims, dtype)
+    values = (
+        torch.cat(outputs, dim=1)
+        if outputs
+        else torch.zeros(batch, 0, dtype=dtype, device=features.values().device)
+    )
     return KeyedTensor(
-        keys=cast(list[str], module._embedding_names),
-        length_per_key=dims,
-        values=torch.cat(outputs, dim=1),
+        keys=cast(list[str], module._embedding_names), length_per_key=dims, values=values
     )
 
 
