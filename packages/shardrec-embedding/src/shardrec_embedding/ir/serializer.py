@@ -192,12 +192,11 @@ def _kjt_tensors(features: KeyedJaggedTensor) -> list[torch.Tensor | None]:
 def _pooled_meta(module: nn.Module, features: KeyedJaggedTensor, dtype: torch.dtype) -> KeyedTensor:
     dims = cast(list[int], module._lengths_per_embedding)
     batch = features.stride()
-    outputs = _ops.ir_emb_lookup(_kjt_tensors(features), batch, dims, dtype)
-    values = (
-        torch.cat(outputs, dim=1)
-        if outputs
-        else torch.zeros(batch, 0, dtype=dtype, device=features.values().device)
-    )
+    if dims:
+        outputs = _ops.ir_emb_lookup(_kjt_tensors(features), batch, dims, dtype)
+        values = torch.cat(outputs, dim=1)
+    else:  # no op: torch.export.load cannot read back an op returning an empty list
+        values = torch.zeros(batch, 0, dtype=dtype, device=features.values().device)
     return KeyedTensor(
         keys=cast(list[str], module._embedding_names), length_per_key=dims, values=values
     )
@@ -222,6 +221,8 @@ def _sequence_meta(
 ) -> dict[str, JaggedTensor]:
     plan: TablePlan = module._plan
     segments = plan.segments
+    if not segments:  # (an op returning an empty list does not load back)
+        return {}
     keys = features.keys()
     feature_index = list(plan.feature_indices(keys))
     lengths = features.lengths()
