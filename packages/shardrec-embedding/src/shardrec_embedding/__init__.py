@@ -26,12 +26,14 @@ from shardrec_embedding.embedding_tower import (
     tower_input_params,
 )
 from shardrec_embedding.feature_processors import (
+    BaseGroupedFeatureProcessor,
     FeatureProcessedEmbeddingBagCollection,
     FeatureProcessor,
     FeatureProcessorDictWrapper,
     FeatureProcessorsCollection,
     PositionWeightedModule,
     PositionWeightedModuleCollection,
+    PositionWeightedProcessor,
 )
 from shardrec_embedding.fused import (
     BatchedFusedEmbeddingBag,
@@ -54,6 +56,7 @@ from shardrec_embedding.regroup import (
 
 __all__ = [
     "BaseEmbeddingConfig",
+    "BaseGroupedFeatureProcessor",
     "BatchedFusedEmbeddingBag",
     "CacheMixin",
     "DataType",
@@ -75,6 +78,7 @@ __all__ = [
     "PoolingType",
     "PositionWeightedModule",
     "PositionWeightedModuleCollection",
+    "PositionWeightedProcessor",
     "QuantConfig",
     "QuantEmbeddingBagCollection",
     "QuantEmbeddingCollection",
