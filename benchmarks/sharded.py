@@ -6,7 +6,10 @@ time a training step: forward (input dist, lookup, output dist, wait) + backward
 row-wise Adagrad (data_parallel: dense gradients, all-reduced; TorchRec wraps those in DDP). Batch
 1024 per rank, ~10 ids per bag. Median over repeats, ours and TorchRec's timed in alternation,
 as seen by rank 0. TorchRec runs only table_wise, column_wise and data_parallel on CPU; row_wise
-and table_row_wise are reported on their own. Reports only; asserts nothing.
+and table_row_wise are reported on their own. Also reports rank 0's minor page faults per step
+(`getrusage` ru_minflt, median): fresh memory touched by a step. `--types` picks sharding types,
+`--no-torchrec` times ours alone (A/B runs of two checkouts: `SHARDREC_WT=<checkout>`).
+Reports only; asserts nothing.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import resource
 import statistics
 import sys
 import time
@@ -160,31 +164,51 @@ def _torchrec(
     return step
 
 
-Row = tuple[str, float, float | None, float, float | None, str]
+# kind, ours ms, TorchRec ms, CPU ms ours, CPU ms TorchRec, note, faults ours, faults TorchRec
+Row = tuple[str, float, float | None, float, float | None, str, float, float | None]
 
 
-def bench_rank(ctx: RankContext, tables: int, rows: int, batch: int, repeats: int) -> list[Row]:
+def _minflt() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def bench_rank(
+    ctx: RankContext,
+    tables: int,
+    rows: int,
+    batch: int,
+    repeats: int,
+    types: list[str],
+    with_torchrec: bool,
+) -> list[Row]:
     torch.set_num_threads(1)
     out: list[Row] = []
-    for kind in TYPES:
+    for kind in types:
         ours = _ours(ctx, kind, tables, rows, batch)
         ref: Callable[[], object] | str = "TorchRec has no CPU implementation"
-        if kind in TORCHREC_TYPES:
+        if not with_torchrec:
+            ref = "not run (--no-torchrec)"
+        elif kind in TORCHREC_TYPES:
             ref = _torchrec(ctx, kind, tables, rows, batch)
         fns: list[Callable[[], object]] = [ours] + ([ref] if callable(ref) else [])
         for fn in fns:
             fn()  # warm up
+            fn()  # buffers kept across steps are made by now
         samples: list[list[float]] = [[] for _ in fns]
         cpu: list[list[float]] = [[] for _ in fns]
+        faults: list[list[float]] = [[] for _ in fns]
         for _ in range(repeats):
             for i, fn in enumerate(fns):
                 dist.barrier(group=ctx.pg)
+                flt = _minflt()
                 start, cpu_start = time.perf_counter(), time.process_time()
                 fn()
                 samples[i].append((time.perf_counter() - start) * 1e3)
                 cpu[i].append((time.process_time() - cpu_start) * 1e3)
+                faults[i].append(float(_minflt() - flt))
         times = [statistics.median(s) for s in samples]
         cpus = [statistics.median(c) for c in cpu]
+        flts = [statistics.median(f) for f in faults]
         note = "" if callable(ref) else ref
         out.append(
             (
@@ -194,6 +218,8 @@ def bench_rank(ctx: RankContext, tables: int, rows: int, batch: int, repeats: in
                 cpus[0],
                 cpus[1] if len(cpus) > 1 else None,
                 note,
+                flts[0],
+                flts[1] if len(flts) > 1 else None,
             )
         )
         del ours, ref, fns
@@ -203,8 +229,17 @@ def bench_rank(ctx: RankContext, tables: int, rows: int, batch: int, repeats: in
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small shapes, few repeats")
+    parser.add_argument("--types", default=",".join(TYPES), help="sharding types, comma-separated")
+    parser.add_argument("--no-torchrec", action="store_true", help="time ours only")
+    parser.add_argument("--repeats", type=int, default=None, help="timed steps per type")
     args = parser.parse_args()
+    types = [t for t in args.types.split(",") if t]
+    unknown = sorted(set(types) - set(TYPES))
+    if unknown:
+        parser.error(f"unknown sharding types {unknown}; choose from {TYPES}")
     tables, rows, batch, repeats = (4, 10_000, 128, 3) if args.quick else (26, 100_000, 1024, 7)
+    if args.repeats is not None:
+        repeats = args.repeats
     print(f"machine: {platform.platform()}, 1 intra-op thread per rank, ", end="")
     print(f"{os.cpu_count()} cpus, torch {torch.__version__}, python {sys.version.split()[0]}")
     print(
@@ -213,20 +248,23 @@ def main() -> None:
     )
     load_before = _loadavg()
     with RankPool(2, timeout_s=1800) as pool:
-        results = pool.run(bench_rank, tables, rows, batch, repeats)[0]
+        results = pool.run(bench_rank, tables, rows, batch, repeats, types, not args.no_torchrec)[0]
     print(f"1-minute load average: {load_before} before -> {_loadavg()} after")
     print(
         "| sharding type | ours (ms) | TorchRec 1.8 (ms) | TorchRec / ours "
-        "| CPU ms ours / TorchRec (rank 0) |"
+        "| CPU ms ours / TorchRec (rank 0) | page faults per step ours / TorchRec (rank 0) |"
     )
-    print("|---|---|---|---|---|")
-    for kind, ours, ref, cpu_ours, cpu_ref, note in results:
-        if ref is None or cpu_ref is None:
-            print(f"| {kind} | {ours:.1f} | - ({note}) | - | {cpu_ours:.1f} / - |")
+    print("|---|---|---|---|---|---|")
+    for kind, ours, ref, cpu_ours, cpu_ref, note, flt_ours, flt_ref in results:
+        if ref is None or cpu_ref is None or flt_ref is None:
+            print(
+                f"| {kind} | {ours:.1f} | - ({note}) | - | {cpu_ours:.1f} / - "
+                f"| {flt_ours:.0f} / - |"
+            )
         else:
             print(
                 f"| {kind} | {ours:.1f} | {ref:.1f} | {ref / ours:.2f}x "
-                f"| {cpu_ours:.1f} / {cpu_ref:.1f} |"
+                f"| {cpu_ours:.1f} / {cpu_ref:.1f} | {flt_ours:.0f} / {flt_ref:.0f} |"
             )
 
 

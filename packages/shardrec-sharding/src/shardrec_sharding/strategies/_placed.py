@@ -3,8 +3,9 @@
 Every shard holds all rows of some columns of a table, so a rank needs, for each of its local
 tables, every id of the features the table reads. Input: each rank sends rank d the features
 d's tables read (`kjt_all_to_all`). Output: rank d's pooled rows for every sample go back to the
-sample's rank (`pooled_all_to_all`), arriving rank-major; the collection gathers the columns
-back into the unsharded module's order (`segment_columns`).
+sample's rank (`pooled_all_to_all_flat`), arriving rank-major, one `(B, D_r)` block per source
+rank (`output_blocks`); the collection copies the blocks' columns into the unsharded module's
+order (`segment_columns`, `_columns`).
 
 ```
 rank 0 holds t0, t1[:, :4]     rank 1 holds t1[:, 4:]        received on every rank:
@@ -22,7 +23,7 @@ from shardrec_collectives import (
     Awaitable,
     KeySelection,
     kjt_all_to_all,
-    pooled_all_to_all,
+    pooled_all_to_all_flat,
 )
 from shardrec_jagged import KeyedJaggedTensor
 from shardrec_planner import ShardingType
@@ -62,6 +63,7 @@ class PlacedSharding:
             if r == env.rank:
                 mine = held
         self.output_dim = position
+        self.output_blocks: Sequence[int] = tuple(self.dim_per_rank)
         self.segment_columns: Mapping[int, Sequence[int]] = {
             s.index: [columns[(s.index, c)] for c in range(s.dim)]
             for t in tables
@@ -104,4 +106,6 @@ class PlacedSharding:
         return pooled_lookup(self.lookup, dist_input)
 
     def output_dist(self, local: Tensor, dist_input: DistInput) -> Awaitable[Tensor]:
-        return pooled_all_to_all(self.env, local, dist_input.batch_size_per_rank, self.dim_per_rank)
+        return pooled_all_to_all_flat(
+            self.env, local, dist_input.batch_size_per_rank, self.dim_per_rank
+        )
