@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import torch
 from torch import Tensor
 
 from shardrec_collectives import (
@@ -31,6 +32,8 @@ from shardrec_sharding.layout import LocalTable, Segment, TableSharding
 from shardrec_sharding.lookup import LocalLookup, LookupSegment
 from shardrec_sharding.strategies._kjt import empty_kjt, pooled_lookup, unique
 from shardrec_sharding.types import DistInput, LocalBatch, StrategyArgs
+
+_INT32_ROWS = 2**31 - 1  # the most rows whose ids fit in int32
 
 
 class PlacedSharding:
@@ -73,6 +76,10 @@ class PlacedSharding:
         lookup_tables = [args.make_table(t, lt) for t, lt in mine]
         segments = [LookupSegment(i, lt.dim) for i, (t, lt) in enumerate(mine) for _ in t.segments]
         self._key_index = tuple(own_features.index(s.feature) for t, _ in mine for s in t.segments)
+        # Ids are checked to be rows of their tables before they move (FeatureChecker), so with
+        # fewer than 2**31 rows per table they travel as int32: half the bytes of int64 ids.
+        small = all(t.config.num_embeddings <= _INT32_ROWS for t in tables)
+        self._wire_dtype: torch.dtype | None = torch.int32 if small else None
         self.lookup = LocalLookup(lookup_tables, segments, env.device)
 
     def input_dist(self, batch: LocalBatch) -> Awaitable[DistInput]:
@@ -82,7 +89,9 @@ class PlacedSharding:
             # One copy of the ids on the way out (views of the input's key segments,
             # concatenated into the send buffer), not a permuted KJT per rank and then the buffer.
             positions = [[batch.feature_pos[f] for f in feats] for feats in self._features_per_rank]
-            send = KeySelection(features=features, keys_per_rank=positions)
+            send = KeySelection(
+                features=features, keys_per_rank=positions, wire_dtype=self._wire_dtype
+            )
         else:
             # The input is unusable: send nothing; the header carries the error to every rank.
             send = [empty_kjt(feats, features) for feats in self._features_per_rank]
