@@ -230,6 +230,10 @@ class _Place(torch.autograd.Function):
     ) -> tuple[Tensor | None, ...]:
         placement, batch = ctx.geometry  # type: ignore[attr-defined]  # set in forward
         shapes = ctx.shapes  # type: ignore[attr-defined]  # set in forward
+        if 0 in grad.stride() and grad.numel():
+            # An expanded gradient (of `.sum()`): strided copies from a stride-0 source take a
+            # slow path (measured 13 ms vs 1.6 ms for 1024 x 1664); one fill first is cheaper.
+            grad = grad.contiguous()
         needs = ctx.needs_input_grad[1:]  # type: ignore[attr-defined]  # torch sets it
         make = torch.empty if placement.complete else torch.zeros
         flats = [
