@@ -250,5 +250,5 @@ def test_int32_wire_dtype_carries_the_same_ids(rank_pool: RankPool) -> None:
 
 def test_wire_dtype_must_be_an_integer_dtype() -> None:
     kjt = KeyedJaggedTensor(["a"], torch.tensor([1]), lengths=torch.tensor([1]))
-    with pytest.raises(TypeError, match="wire_dtype must be an integer dtype, got torch.float32"):
+    with pytest.raises(TypeError, match=r"wire_dtype must be an integer dtype, got torch\.float32"):
         KeySelection(features=kjt, keys_per_rank=[[0]], wire_dtype=torch.float32)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -24,7 +25,7 @@ def _layout(
     for seg, dim in enumerate(dims):
         cuts = sorted(rng.sample(range(1, dim), rng.randint(0, dim - 1))) if dim > 1 else []
         bounds = [0, *cuts, dim]
-        for a, b in zip(bounds, bounds[1:], strict=False):
+        for a, b in itertools.pairwise(bounds):
             part = rng.randrange(n_parts)
             rng.choice(placed[part]).append((seg, a, b - a))
     for blocks in placed:
@@ -86,8 +87,8 @@ def test_matches_gather_bitwise(seed: int) -> None:
     ref = _reference(part_blocks, part_columns, order, ref_parts, batch)
     assert torch.equal(out, ref)
     grad = torch.randn(ref.shape, generator=g)
-    out.backward(grad)
-    ref.backward(grad)
+    out.backward(grad)  # type: ignore[no-untyped-call]  # untyped in torch's stubs
+    ref.backward(grad)  # type: ignore[no-untyped-call]  # same
     for p, r in zip(parts, ref_parts, strict=True):
         assert p.grad is not None and r.grad is not None
         assert torch.equal(p.grad, r.grad)
@@ -101,7 +102,7 @@ def test_expanded_gradient() -> None:
     assert torch.equal(
         out, part.detach().view(2, 3, 2).permute(1, 0, 2).reshape(3, 4)[:, [0, 2, 1, 3]]
     )
-    out.sum().backward()
+    out.sum().backward()  # type: ignore[no-untyped-call]  # untyped in torch's stubs
     assert part.grad is not None and torch.equal(part.grad, torch.ones(12))
 
 
