@@ -101,7 +101,8 @@ class ColumnPlacement:
         """`(batch, dim)`: the parts' columns in output order. parts: one tensor per part whose
         flattening holds its `(batch, w)` blocks one after another."""
         if self.identity:
-            return parts[0].view(batch, self.dim)
+            part = parts[0]
+            return part if part.shape == (batch, self.dim) else part.view(batch, self.dim)
         geometry = (self, batch)
         out: Tensor = _Place.apply(geometry, *parts)  # type: ignore[no-untyped-call]  # torch leaves apply untyped
         return out
