@@ -1,0 +1,254 @@
+"""`TieredFusedEmbeddingBag`: a fused pooled lookup whose tables live on disk behind a row cache.
+
+The tiered twin of `shardrec_embedding.fused.BatchedFusedEmbeddingBag` (same arguments, same
+group-row ids, same forward contract). Its tables share one packed cache, each table owning a
+block of slots with its own `RowCache` and `FlatFileStore`:
+
+```
+cache weight (sum of slots, D)   [0, S0) table 0's slots   [S0, S0 + S1) table 1's ...
+cache state  (same rows)         momentum1 / momentum2 of the cached rows
+```
+
+forward: the batch's distinct ids are admitted (missing rows read from the store, pinned),
+ids become slots, and `FusedLookupFunction` looks up and, in backward, updates the cache rows
+with the same fused kernels (`pooled_update`) an in-memory table uses; a hook on the output's
+backward node releases the pins. `prefetch(ids)` admits and pins a batch ahead of its forward.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from shardrec_embedding.batched_lookup import batched_embedding_bag
+from shardrec_embedding.configs import EmbeddingBagConfig, PoolingType
+from shardrec_embedding.fused.lookup import FusedLookupFunction
+from shardrec_embedding.fused.tables import FusedTableSpec
+from shardrec_optim import FusedOptimSpec, init_state, state_shapes
+from shardrec_tiered.cache import RowCache
+from shardrec_tiered.layout import StoreLayout
+from shardrec_tiered.options import TieredOptions
+from shardrec_tiered.store import FlatFileStore
+
+__all__ = ["TieredFusedEmbeddingBag"]
+
+INIT_CHUNK_BYTES = 64 << 20
+"""Rows are initialized and written to the store in chunks of this size. A table of at most one
+chunk is initialized whole, exactly as an in-memory table with the same seed."""
+
+_Pins = list[tuple[RowCache, Tensor]]
+
+
+class TieredFusedEmbeddingBag(nn.Module):
+    """Pooled lookup over tiered tables sharing (dim, pooling); backward updates cache rows.
+
+    Args:
+        tables: `FusedTableSpec`s or `EmbeddingBagConfig`s, equal `dim` and `pooling`.
+        optimizer: `FusedOptimSpec` (or `fused_params`).
+        options: `TieredOptions` for every table, or a mapping table name -> options.
+    """
+
+    def __init__(
+        self,
+        tables: Sequence[FusedTableSpec | EmbeddingBagConfig],
+        optimizer: FusedOptimSpec | Mapping[str, object],
+        options: TieredOptions | Mapping[str, TieredOptions],
+    ) -> None:
+        super().__init__()
+        specs = [
+            t if isinstance(t, FusedTableSpec) else FusedTableSpec.from_config(t) for t in tables
+        ]
+        if not specs:
+            raise ValueError("TieredFusedEmbeddingBag needs at least one table")
+        if len({(t.dim, t.pooling) for t in specs}) != 1:
+            raise ValueError(
+                f"tables of one tiered lookup share dim and pooling, got "
+                f"{[(t.name, t.dim, t.pooling.value) for t in specs]}"
+            )
+        self.spec = (
+            optimizer
+            if isinstance(optimizer, FusedOptimSpec)
+            else FusedOptimSpec.from_fused_params(optimizer)
+        )
+        self.table_specs = specs
+        self.dim = specs[0].dim
+        self.pooling: PoolingType = specs[0].pooling
+        per_table = {
+            t.name: options if isinstance(options, TieredOptions) else options[t.name]
+            for t in specs
+        }
+        rows = [t.num_rows for t in specs]
+        self.row_offsets = [sum(rows[:i]) for i in range(len(rows))]
+        self.num_rows = sum(rows)
+        slots = [per_table[t.name].slots_for(t.num_rows) for t in specs]
+        self.slot_offsets = [sum(slots[:i]) for i in range(len(slots))]
+        self.cache_weight = nn.Parameter(torch.zeros(sum(slots), self.dim))
+        state = init_state(self.spec.optimizer, sum(slots), self.dim)
+        self._state_names = list(state)
+        for name, tensor in state.items():
+            self.register_buffer(f"_cache_{name}", tensor, persistent=False)
+        widths = tuple(
+            (name, self.dim if len(shape) == 2 else 1)
+            for name, shape in state_shapes(self.spec.optimizer, 1, self.dim).items()
+        )
+        self.caches: list[RowCache] = []
+        for t, lo, n in zip(specs, self.slot_offsets, slots, strict=True):
+            opts = per_table[t.name]
+            layout = StoreLayout(table=t.name, num_rows=t.num_rows, dim=self.dim, state=widths)
+            store = FlatFileStore(opts.directory(), layout, threads=opts.io_threads)
+            _initialize(store, t)
+            cache_state = {k: v[lo : lo + n] for k, v in self.cache_state().items()}
+            self.caches.append(
+                RowCache(store, self.cache_weight.detach()[lo : lo + n], cache_state, opts.policy)
+            )
+        self.learning_rate = self.spec.learning_rate
+        self.step = 0
+        self._prefetched: deque[_Pins] = deque()
+        self._row_bounds = torch.tensor([*self.row_offsets, self.num_rows], dtype=torch.int64)
+
+    def cache_state(self) -> dict[str, Tensor]:
+        return {name: getattr(self, f"_cache_{name}") for name in self._state_names}
+
+    def _admit(self, ids: Tensor, *, pin: bool) -> tuple[Tensor, _Pins]:
+        """Slot of each group row in `ids` (loading misses), and the pins taken."""
+        unique, inverse, counts = torch.unique(ids, return_inverse=True, return_counts=True)
+        bounds = torch.searchsorted(unique, self._row_bounds).tolist()
+        slot_of_unique = torch.empty_like(unique)
+        pins: _Pins = []
+        for i, cache in enumerate(self.caches):
+            a, b = bounds[i], bounds[i + 1]
+            if a == b:
+                continue
+            local = unique[a:b] - self.row_offsets[i]
+            slots = cache.admit(local, counts[a:b], pin=pin)
+            slot_of_unique[a:b] = slots + self.slot_offsets[i]
+            if pin:
+                pins.append((cache, slots))
+        return slot_of_unique[inverse], pins
+
+    def prefetch(self, ids: Tensor) -> None:
+        """Load the missing rows of a coming batch's group rows `ids` and hold them until that
+        batch's forward (prefetches are consumed in order)."""
+        self._check(ids)
+        _, pins = self._admit(ids.long(), pin=True)
+        self._prefetched.append(pins)
+
+    def _check(self, ids: Tensor) -> None:
+        if ids.numel():
+            low, high = torch.aminmax(ids)
+            if int(low) < 0 or int(high) >= self.num_rows:
+                bad = int(low) if int(low) < 0 else int(high)
+                raise IndexError(
+                    f"tiered lookup over {[t.name for t in self.table_specs]}: group row {bad} "
+                    f"outside [0, {self.num_rows})"
+                )
+
+    def forward(
+        self, ids: Tensor, offsets: Tensor, per_sample_weights: Tensor | None = None
+    ) -> Tensor:
+        """Pooled lookup of group rows `ids` (as `BatchedFusedEmbeddingBag.forward`)."""
+        if per_sample_weights is not None and self.pooling is not PoolingType.SUM:
+            raise ValueError(f"per_sample_weights need SUM pooling, got {self.pooling.value}")
+        ids = ids.long()
+        offsets = offsets.long()
+        self._check(ids)
+        train = torch.is_grad_enabled() and self.cache_weight.requires_grad
+        slots, pins = self._admit(ids, pin=train)
+        if self._prefetched:
+            _release(self._prefetched.popleft())
+        if not train:
+            return batched_embedding_bag(
+                [self.cache_weight],
+                slots,
+                offsets,
+                pooling=self.pooling,
+                per_sample_weights=per_sample_weights,
+            )
+        for cache, s in pins:
+            cache.mark_dirty(s)
+        out: Tensor = FusedLookupFunction.apply(  # type: ignore[no-untyped-call]  # torch leaves apply untyped
+            slots,
+            offsets,
+            per_sample_weights,
+            self.pooling,
+            self._update_context,
+            self.cache_weight,
+        )
+        node = out.grad_fn
+        assert node is not None
+        node.register_hook(lambda *_: _release(pins))
+        return out
+
+    def _update_context(self) -> tuple[Tensor, Mapping[str, Tensor], FusedOptimSpec, float, int]:
+        self.step += 1
+        return self.cache_weight, self.cache_state(), self.spec, self.learning_rate, self.step
+
+    def flush(self) -> None:
+        """Write every dirty cached row back to the stores and make them durable."""
+        for cache in self.caches:
+            cache.flush()
+
+    def read_table(self, name: str) -> tuple[Tensor, dict[str, Tensor]]:
+        """Table `name`'s `(rows, dim)` weight and its optimizer state, read whole from the
+        store after a flush (small tables: tests, conversions)."""
+        i = [t.name for t in self.table_specs].index(name)
+        rows = torch.from_numpy(self.caches[i].read_all())
+        weight = rows[:, : self.dim]
+        state: dict[str, Tensor] = {}
+        col = self.dim
+        for (k, w), v in zip(self.caches[i].store.layout.state, self._state_names, strict=True):
+            assert k == v
+            block = rows[:, col : col + w]
+            state[k] = block if w > 1 or self.cache_state()[k].dim() == 2 else block.squeeze(1)
+            col += w
+        return weight, state
+
+    def stats(self) -> dict[str, dict[str, Any]]:
+        """Per table: hits, misses, bytes read and written."""
+        return {
+            c.table: {
+                "hits": c.hits,
+                "misses": c.misses,
+                "bytes_read": c.store.bytes_read,
+                "bytes_written": c.store.bytes_written,
+                "cache_rows": c.slots,
+            }
+            for c in self.caches
+        }
+
+    def extra_repr(self) -> str:
+        return (
+            f"tables={[t.name for t in self.table_specs]}, dim={self.dim}, "
+            f"cache_rows={[c.slots for c in self.caches]}, optimizer={self.spec.optimizer.name}"
+        )
+
+
+def _release(pins: _Pins) -> None:
+    for cache, slots in pins:
+        cache.unpin(slots)
+
+
+def _initialize(store: FlatFileStore, spec: FusedTableSpec) -> None:
+    """Write `spec`'s initial weights and zero optimizer state to every row of `store`."""
+    layout = store.layout
+    chunk = max(1, INIT_CHUNK_BYTES // layout.row_bytes)
+    for lo in range(0, layout.num_rows, chunk):
+        n = min(chunk, layout.num_rows - lo)
+        rows = np.zeros((n, layout.stride), dtype=np.float32)
+        weight = torch.from_numpy(rows[:, : layout.dim])
+        if n == layout.num_rows:
+            spec.init_(weight)
+        elif spec.weight is not None:
+            weight.copy_(spec.weight[lo : lo + n])
+        elif spec.init_fn is not None:
+            spec.init_fn(weight)
+        else:
+            FusedTableSpec(
+                name=spec.name, num_rows=spec.num_rows, dim=spec.dim, init_range=spec.init_range
+            ).init_(weight)
+        store.write(np.arange(lo, lo + n, dtype=np.int64), rows)
