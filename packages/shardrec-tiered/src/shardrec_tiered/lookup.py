@@ -18,7 +18,7 @@ backward node releases the pins. `prefetch(ids)` admits and pins a batch ahead o
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,13 +35,25 @@ from shardrec_tiered.layout import StoreLayout
 from shardrec_tiered.options import TieredOptions
 from shardrec_tiered.store import FlatFileStore
 
-__all__ = ["TieredFusedEmbeddingBag"]
+__all__ = ["TieredFusedEmbeddingBag", "TieredTable"]
 
 INIT_CHUNK_BYTES = 64 << 20
 """Rows are initialized and written to the store in chunks of this size. A table of at most one
 chunk is initialized whole, exactly as an in-memory table with the same seed."""
 
 _Pins = list[tuple[RowCache, Tensor]]
+
+
+class TieredTable(nn.Module):
+    """Stands for one tiered table among a module's tables. It holds no Parameter: the rows are
+    in the store and the cache (`lookup.read_table(name)` reads them)."""
+
+    def __init__(self, name: str, rows: int, dim: int) -> None:
+        super().__init__()
+        self.name, self.rows, self.dim = name, rows, dim
+
+    def extra_repr(self) -> str:
+        return f"{self.name!r}, rows={self.rows}, dim={self.dim} (tiered)"
 
 
 class TieredFusedEmbeddingBag(nn.Module):
@@ -106,6 +118,7 @@ class TieredFusedEmbeddingBag(nn.Module):
             self.caches.append(
                 RowCache(store, self.cache_weight.detach()[lo : lo + n], cache_state, opts.policy)
             )
+        self.tables = nn.ModuleDict({t.name: TieredTable(t.name, t.num_rows, t.dim) for t in specs})
         self.learning_rate = self.spec.learning_rate
         self.step = 0
         self._prefetched: deque[_Pins] = deque()
@@ -187,6 +200,15 @@ class TieredFusedEmbeddingBag(nn.Module):
     def _update_context(self) -> tuple[Tensor, Mapping[str, Tensor], FusedOptimSpec, float, int]:
         self.step += 1
         return self.cache_weight, self.cache_state(), self.spec, self.learning_rate, self.step
+
+    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> nn.Module:
+        result: nn.Module = super()._apply(fn, recurse)  # type: ignore[no-untyped-call]  # torch leaves _apply untyped
+        state = self.cache_state()
+        for cache, lo in zip(self.caches, self.slot_offsets, strict=True):
+            hi = lo + cache.slots
+            cache.weight = self.cache_weight.detach()[lo:hi]
+            cache.state = {k: v[lo:hi] for k, v in state.items()}
+        return result
 
     def flush(self) -> None:
         """Write every dirty cached row back to the stores and make them durable."""
