@@ -10,6 +10,10 @@ import pathlib
 
 import pytest
 import torch
+
+from shardrec_embedding.fused import BatchedFusedEmbeddingBag, FusedTableSpec
+from shardrec_optim import EmbOptimType, FusedOptimSpec
+from shardrec_testing import random_lengths, seeded_generator
 from shardrec_tiered import (
     CacheFullError,
     CachePolicy,
@@ -19,10 +23,6 @@ from shardrec_tiered import (
     TieredFusedEmbeddingBag,
     TieredOptions,
 )
-
-from shardrec_embedding.fused import BatchedFusedEmbeddingBag, FusedTableSpec
-from shardrec_optim import EmbOptimType, FusedOptimSpec
-from shardrec_testing import random_lengths, seeded_generator
 
 ROWS = {"a": 40, "b": 25}
 DIM = 4

@@ -172,7 +172,7 @@ class ShardedCollectionBase(nn.Module, Generic[S, M]):
                 weight=None if weight is None else local.slice_of(weight),
                 init_fn=table.config.init_weight_,
                 optimizer=optimizers.get(table.name),
-                tier=tier_options(table.sharding),
+                tier=tier_options(table.sharding, env.rank),
             )
 
         strategies: list[S] = []

@@ -19,7 +19,6 @@ import dataclasses
 from collections.abc import Callable, Sequence
 
 import torch
-from shardrec_tiered import TieredFusedEmbeddingBag, TieredOptions
 from torch import Tensor, nn
 
 from shardrec_embedding import (
@@ -35,6 +34,7 @@ from shardrec_embedding.fused import BatchedFusedEmbeddingBag, FusedTable, Fused
 from shardrec_optim import FusedOptimSpec
 from shardrec_sharding._index_cache import IndexCache
 from shardrec_sharding.layout import LocalTable
+from shardrec_tiered import TieredFusedEmbeddingBag, TieredOptions
 
 __all__ = ["DenseBatchedBag", "LocalLookup", "LookupSegment", "LookupTable"]
 
