@@ -62,11 +62,14 @@ class RowCache:
         self.hits = 0
         self.misses = 0
 
-    def admit(self, ids: Tensor, counts: Tensor | None = None, *, pin: bool) -> Tensor:
+    def admit(
+        self, ids: Tensor, counts: Tensor | None = None, *, pin: bool, count: bool = True
+    ) -> Tensor:
         """Slots of distinct table rows `ids` (int64), loading the missing ones.
 
         counts: uses of each id in the batch (LFU scores; default 1). pin: hold the slots until
-        `unpin`. Raises CacheTooSmallError if `ids` outnumber the slots, CacheFullError if pins
+        `unpin`. count: add to `hits` / `misses` (a forward after its batch's prefetch does
+        not: the prefetch counted). Raises CacheTooSmallError if `ids` outnumber the slots, CacheFullError if pins
         leave too few evictable slots.
         """
         if ids.numel() > self.slots:
@@ -81,8 +84,9 @@ class RowCache:
         hit = slots >= 0
         missing = ids[~hit]
         k = missing.numel()
-        self.hits += ids.numel() - k
-        self.misses += k
+        if count:
+            self.hits += ids.numel() - k
+            self.misses += k
         if k:
             victims = self._victims(slots[hit], k)
             self._evict(victims)

@@ -137,7 +137,7 @@ class TieredFusedEmbeddingBag(nn.Module):
     def cache_state(self) -> dict[str, Tensor]:
         return {name: getattr(self, f"_cache_{name}") for name in self._state_names}
 
-    def _admit(self, ids: Tensor, *, pin: bool) -> tuple[Tensor, _Pins]:
+    def _admit(self, ids: Tensor, *, pin: bool, count: bool = True) -> tuple[Tensor, _Pins]:
         """Slot of each group row in `ids` (loading misses), and the pins taken."""
         unique, inverse, counts = torch.unique(ids, return_inverse=True, return_counts=True)
         bounds = torch.searchsorted(unique, self._row_bounds).tolist()
@@ -148,7 +148,7 @@ class TieredFusedEmbeddingBag(nn.Module):
             if a == b:
                 continue
             local = unique[a:b] - self.row_offsets[i]
-            slots = cache.admit(local, counts[a:b], pin=pin)
+            slots = cache.admit(local, counts[a:b], pin=pin, count=count)
             slot_of_unique[a:b] = slots + self.slot_offsets[i]
             if pin:
                 pins.append((cache, slots))
@@ -181,7 +181,7 @@ class TieredFusedEmbeddingBag(nn.Module):
         offsets = offsets.long()
         self._check(ids)
         train = torch.is_grad_enabled() and self.cache_weight.requires_grad
-        slots, pins = self._admit(ids, pin=train)
+        slots, pins = self._admit(ids, pin=train, count=not self._prefetched)
         if self._prefetched:
             _release(self._prefetched.popleft())
         if not train:
