@@ -16,6 +16,7 @@ Numbers need a quiet machine (docs/benchmarks.md). `--quick`: small shapes, seco
 from __future__ import annotations
 
 import argparse
+import mmap
 import os
 import platform
 import tempfile
@@ -89,6 +90,13 @@ def distinct_per_table(batches: list, args: argparse.Namespace) -> int:
     )
 
 
+def _read_at(fd: int, nbytes: int, offsets: list[int]) -> None:
+    buf = mmap.mmap(-1, max(nbytes, 4096))  # page aligned, as O_DIRECT needs
+    view = memoryview(buf)[:nbytes]
+    for o in offsets:
+        os.preadv(fd, [view], o)
+
+
 def disk_floor(directory: str, row_bytes: int, quick: bool) -> dict[str, float]:
     """MB/s of random positioned reads: (4 KiB, row) x (queue depth 1, 32)."""
     size = (64 if quick else 1024) << 20
@@ -113,18 +121,10 @@ def disk_floor(directory: str, row_bytes: int, quick: bool) -> dict[str, float]:
         rng = np.random.default_rng(1)
         offsets = (rng.integers(0, size // nbytes - 1, reads) * nbytes).tolist()
         for depth in (1, 32):
-
-            def part(offs: list[int]) -> None:
-                import mmap
-
-                buf = mmap.mmap(-1, max(nbytes, 4096))  # page aligned, as O_DIRECT needs
-                view = memoryview(buf)[:nbytes]
-                for o in offs:
-                    os.preadv(fd, [view], o)
-
             start = time.perf_counter()
             with ThreadPoolExecutor(depth) as pool:
-                list(pool.map(part, [offsets[i::depth] for i in range(depth)]))
+                chunks = [offsets[i::depth] for i in range(depth)]
+                list(pool.map(_read_at, [fd] * depth, [nbytes] * depth, chunks))
             secs = time.perf_counter() - start
             key = f"{label} qd{depth}{'' if direct else ' (buffered)'}"
             out[key] = reads * nbytes / secs / 1e6
@@ -176,10 +176,12 @@ def main() -> None:
                 misses = sum(s["misses"] - before[k]["misses"] for k, s in stats.items())
                 read = sum(s["bytes_read"] - before[k]["bytes_read"] for k, s in stats.items())
                 total_s = ms * len(batches) / 1e3
+                raised = ", raised to 2 batches" if rows > round(share * args.rows) else ""
+                rate = hits / max(1, hits + misses)
                 print(
-                    f"  cache {share:4.0%} ({rows} rows{', raised to 2 batches' if rows > round(share * args.rows) else ''})"
-                    f" {ms:8.2f} ms/step  {ms / ram:5.2f}x in-RAM  hit rate {hits / max(1, hits + misses):6.1%}"
-                    f"  store read {read / total_s / 1e6:7.1f} MB/s"
+                    f"  cache {share:4.0%} ({rows} rows{raised}) {ms:8.2f} ms/step  "
+                    f"{ms / ram:5.2f}x in-RAM  hit rate {rate:6.1%}  "
+                    f"store read {read / total_s / 1e6:7.1f} MB/s"
                 )
         print(f"\ndisk random-read floor (row = {row_bytes} bytes), MB/s:")
         for k, v in disk_floor(root, row_bytes, args.quick).items():

@@ -68,9 +68,9 @@ class RowCache:
         """Slots of distinct table rows `ids` (int64), loading the missing ones.
 
         counts: uses of each id in the batch (LFU scores; default 1). pin: hold the slots until
-        `unpin`. count: add to `hits` / `misses` (a forward after its batch's prefetch does
-        not: the prefetch counted). Raises CacheTooSmallError if `ids` outnumber the slots, CacheFullError if pins
-        leave too few evictable slots.
+        `unpin`. count: add to `hits` / `misses` (a forward after its batch's prefetch
+        does not: the prefetch counted). Raises CacheTooSmallError if `ids` outnumber the
+        slots, CacheFullError if pins leave too few evictable slots.
         """
         if ids.numel() > self.slots:
             raise CacheTooSmallError(
