@@ -189,3 +189,20 @@ def test_unusable_store_directory_is_refused_with_bytes_needed(tmp_path: pathlib
             huge, OPTIMIZERS[0], TieredOptions(store_dir=str(tmp_path), cache_rows=4)
         )
     assert not os.path.exists(tmp_path / "huge.tier")
+
+
+def test_empty_batch_and_released_pins(tmp_path: pathlib.Path) -> None:
+    tiered = TieredFusedEmbeddingBag(
+        specs(), OPTIMIZERS[2], TieredOptions(store_dir=str(tmp_path), cache_rows=4)
+    )
+    empty = tiered(torch.zeros(0, dtype=torch.int64), torch.zeros(3, dtype=torch.int64))
+    assert torch.equal(empty, torch.zeros(2, DIM))
+    empty.sum().backward()
+    # A forward whose backward never runs keeps its rows; release_pins frees them.
+    tiered(torch.tensor([0, 1, 2, 3]), torch.tensor([0, 4]))
+    with pytest.raises(CacheFullError):
+        tiered(torch.tensor([4, 5]), torch.tensor([0, 2]))
+    tiered.release_pins()
+    out = tiered(torch.tensor([4, 5]), torch.tensor([0, 2]))
+    out.sum().backward()
+    assert all(int(c.pins.sum()) == 0 for c in tiered.caches)

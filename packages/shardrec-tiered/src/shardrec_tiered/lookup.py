@@ -143,15 +143,19 @@ class TieredFusedEmbeddingBag(nn.Module):
         bounds = torch.searchsorted(unique, self._row_bounds).tolist()
         slot_of_unique = torch.empty_like(unique)
         pins: _Pins = []
-        for i, cache in enumerate(self.caches):
-            a, b = bounds[i], bounds[i + 1]
-            if a == b:
-                continue
-            local = unique[a:b] - self.row_offsets[i]
-            slots = cache.admit(local, counts[a:b], pin=pin, count=count)
-            slot_of_unique[a:b] = slots + self.slot_offsets[i]
-            if pin:
-                pins.append((cache, slots))
+        try:
+            for i, cache in enumerate(self.caches):
+                a, b = bounds[i], bounds[i + 1]
+                if a == b:
+                    continue
+                local = unique[a:b] - self.row_offsets[i]
+                slots = cache.admit(local, counts[a:b], pin=pin, count=count)
+                slot_of_unique[a:b] = slots + self.slot_offsets[i]
+                if pin:
+                    pins.append((cache, slots))
+        except BaseException:
+            _release(pins)  # a refused batch holds nothing
+            raise
         return slot_of_unique[inverse], pins
 
     def prefetch(self, ids: Tensor) -> None:
@@ -219,6 +223,13 @@ class TieredFusedEmbeddingBag(nn.Module):
             cache.weight = self.cache_weight.detach()[lo:hi]
             cache.state = {k: v[lo:hi] for k, v in state.items()}
         return result
+
+    def release_pins(self) -> None:
+        """Drop every pin: pending prefetches and forwards whose backward will never run (a
+        forward with grad enabled holds its rows until its backward)."""
+        self._prefetched.clear()
+        for cache in self.caches:
+            cache.pins.zero_()
 
     def flush(self) -> None:
         """Write every dirty cached row back to the stores and make them durable."""
