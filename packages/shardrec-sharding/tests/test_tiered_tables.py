@@ -16,8 +16,11 @@ from shardrec_jagged import KeyedJaggedTensor
 from shardrec_optim import EmbOptimType, FusedOptimSpec
 from shardrec_planner import (
     CacheParams,
+    EmbeddingShardingPlanner,
     KeyValueParams,
+    ParameterConstraints,
     ParameterSharding,
+    Topology,
     construct_module_sharding_plan,
     kernel_notes,
     table_wise,
@@ -91,3 +94,33 @@ def test_key_value_table_trains_as_fused(tmp_path: pathlib.Path, algorithm: Cach
     # Checkpoints of tiered tables are not built yet: refused, never saved without the rows.
     with pytest.raises(NotImplementedError, match="table 'disk' is tiered"):
         tiered.state_dict()
+
+
+def test_planner_constraints_reach_the_tier(tmp_path: pathlib.Path) -> None:
+    ebc = EmbeddingBagCollection(CONFIGS)
+    constraints = {
+        "disk": ParameterConstraints(
+            sharding_types=["table_wise"],
+            compute_kernels=["key_value"],
+            key_value_params=KeyValueParams(ssd_storage_directory=str(tmp_path)),
+            cache_params=CacheParams(load_factor=0.5, algorithm=CacheAlgorithm.LFU),
+        )
+    }
+    sharder = EmbeddingBagCollectionSharder(fused_params=SPEC.to_fused_params())
+    planner = EmbeddingShardingPlanner(Topology(world_size=1, compute_device="cpu"), 4, constraints)
+    plan = planner.plan(ebc, [sharder])
+    assert "kernel key_value runs tiered" in plan.report()
+    sharded = sharder.shard(ebc, plan.plan[""], ShardingEnv.from_local(1, 0))
+    tiered = [
+        g.module
+        for s in sharded._strategies
+        for g in s.lookup.groups
+        if isinstance(g.module, TieredFusedEmbeddingBag)
+    ]
+    assert [c.slots for m in tiered for c in m.caches] == [25]
+    assert [c.policy.value for m in tiered for c in m.caches] == ["lfu"]
+    kjt = KeyedJaggedTensor(
+        ["a", "b"], torch.tensor([1, 2, 49, 3]), lengths=torch.tensor([2, 1, 0, 0, 1, 0, 0, 0])
+    )
+    sharded(kjt).wait().values().sum().backward()
+    assert tiered[0].stats()["disk"]["misses"] == 3

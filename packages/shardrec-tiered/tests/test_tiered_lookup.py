@@ -82,6 +82,8 @@ OPTIMIZERS = [
     FusedOptimSpec(optimizer=EmbOptimType.EXACT_SGD, learning_rate=0.1),
     FusedOptimSpec(optimizer=EmbOptimType.EXACT_ADAGRAD, learning_rate=0.1),
     FusedOptimSpec(optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=0.1),
+    FusedOptimSpec(optimizer=EmbOptimType.ADAM, learning_rate=0.1),
+    FusedOptimSpec(optimizer=EmbOptimType.PARTIAL_ROWWISE_ADAM, learning_rate=0.1),
 ]
 
 
@@ -206,3 +208,24 @@ def test_empty_batch_and_released_pins(tmp_path: pathlib.Path) -> None:
     out = tiered(torch.tensor([4, 5]), torch.tensor([0, 2]))
     out.sum().backward()
     assert all(int(c.pins.sum()) == 0 for c in tiered.caches)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_caches_and_schedules_equal_in_memory(tmp_path: pathlib.Path, seed: int) -> None:
+    """Random cache size (one or two batches' rows up to the table), policy, prefetch or not,
+    per step: the weights stay those of the in-memory table."""
+    g = seeded_generator("tiered-random", seed)
+    data = batches(weighted=bool(seed % 2))
+    smallest = min_cache_rows(data)
+    prefetch = bool(torch.randint(0, 2, (1,), generator=g))
+    low = smallest * (2 if prefetch else 1)
+    rows = int(torch.randint(low, max(ROWS.values()) + 1, (1,), generator=g))
+    policy = [CachePolicy.LRU, CachePolicy.LFU][seed % 2]
+    spec = OPTIMIZERS[seed % len(OPTIMIZERS)]
+    reference = BatchedFusedEmbeddingBag(specs(), spec)
+    options = TieredOptions(store_dir=str(tmp_path), cache_rows=rows, policy=policy)
+    tiered = TieredFusedEmbeddingBag(specs(), spec, options)
+    train(reference, data, prefetch=False)
+    train(tiered, data, prefetch=prefetch)
+    for name, weight in zip(ROWS, reference.split_embedding_weights(), strict=True):
+        assert torch.equal(tiered.read_table(name)[0], weight.detach()), (name, rows, policy)
