@@ -67,13 +67,14 @@ def min_cache_rows(data: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | N
     return most
 
 
-def train(module: torch.nn.Module, data: list, prefetch: bool) -> None:
+def train(module: torch.nn.Module, data: list, prefetch: bool, background: bool = False) -> None:
     for i, (ids, offsets, psw) in enumerate(data):
         if prefetch and i == 0:
-            module.prefetch(ids)  # type: ignore[operator]
+            module.prefetch(ids, background=background)  # type: ignore[operator]
         out = module(ids, offsets, psw)
         if prefetch and i + 1 < len(data):
-            module.prefetch(data[i + 1][0])  # type: ignore[operator]  # batch i+1 while i runs
+            # batch i+1 while batch i runs its backward
+            module.prefetch(data[i + 1][0], background=background)  # type: ignore[operator]
         coefficients = torch.linspace(-1, 1, out.numel()).view_as(out)
         (out * coefficients).sum().backward()
 
@@ -91,10 +92,11 @@ OPTIMIZERS = [
 @pytest.mark.parametrize(
     ("cache", "policy", "prefetch", "weighted", "mean"),
     [
-        ("min", CachePolicy.LRU, False, False, False),
-        ("min", CachePolicy.LFU, True, True, False),
-        ("min+1", CachePolicy.LRU, True, False, True),
-        ("all", CachePolicy.LFU, False, True, False),
+        ("min", CachePolicy.LRU, "no", False, False),
+        ("min", CachePolicy.LFU, "sync", True, False),
+        ("min", CachePolicy.LRU, "background", False, False),
+        ("min+1", CachePolicy.LRU, "background", False, True),
+        ("all", CachePolicy.LFU, "no", True, False),
     ],
 )
 def test_training_equals_in_memory_table(
@@ -102,19 +104,19 @@ def test_training_equals_in_memory_table(
     spec: FusedOptimSpec,
     cache: str,
     policy: CachePolicy,
-    prefetch: bool,
+    prefetch: str,
     weighted: bool,
     mean: bool,
 ) -> None:
     data = batches(weighted)
     smallest = min_cache_rows(data)
     # With a prefetch in flight the cache holds two batches.
-    rows = {"min": smallest * (2 if prefetch else 1), "min+1": 2 * smallest + 1, "all": 100}
+    rows = {"min": smallest * (1 if prefetch == "no" else 2), "min+1": 2 * smallest + 1, "all": 100}
     reference = BatchedFusedEmbeddingBag(specs(mean), spec)
     options = TieredOptions(store_dir=str(tmp_path), cache_rows=rows[cache], policy=policy)
     tiered = TieredFusedEmbeddingBag(specs(mean), spec, options)
     train(reference, data, prefetch=False)
-    train(tiered, data, prefetch=prefetch)
+    train(tiered, data, prefetch=prefetch != "no", background=prefetch == "background")
     state = reference.optimizer_state()
     for name, weight, start in zip(
         ROWS, reference.split_embedding_weights(), reference.row_offsets, strict=True
@@ -226,6 +228,6 @@ def test_random_caches_and_schedules_equal_in_memory(tmp_path: pathlib.Path, see
     options = TieredOptions(store_dir=str(tmp_path), cache_rows=rows, policy=policy)
     tiered = TieredFusedEmbeddingBag(specs(), spec, options)
     train(reference, data, prefetch=False)
-    train(tiered, data, prefetch=prefetch)
+    train(tiered, data, prefetch=prefetch, background=bool(seed // 2))
     for name, weight in zip(ROWS, reference.split_embedding_weights(), strict=True):
         assert torch.equal(tiered.read_table(name)[0], weight.detach()), (name, rows, policy)

@@ -15,6 +15,8 @@ misses take the slots of lowest score that are neither pinned nor hit by this ba
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import torch
 from torch import Tensor
@@ -59,6 +61,7 @@ class RowCache:
         self.dirty = torch.zeros(self.slots, dtype=torch.bool)
         self.score = torch.full((self.slots,), -1, dtype=torch.int64)
         self._tick = 0
+        self._pin_lock = threading.Lock()
         self.hits = 0
         self.misses = 0
 
@@ -101,7 +104,8 @@ class RowCache:
         else:
             self.score[slots] += 1 if counts is None else counts
         if pin:
-            self.pins[slots] += 1
+            with self._pin_lock:
+                self.pins[slots] += 1
         return slots
 
     def _victims(self, hit_slots: Tensor, k: int) -> Tensor:
@@ -160,7 +164,10 @@ class RowCache:
         self.dirty[slots] = True
 
     def unpin(self, slots: Tensor) -> None:
-        self.pins[slots] -= 1
+        """Release one hold on `slots` (any thread: a backward releases while a background
+        prefetch admits; a stale read of `pins` there only protects more slots)."""
+        with self._pin_lock:
+            self.pins[slots] -= 1
 
     def flush(self) -> None:
         """Write every dirty row back and make the store durable (rows stay cached)."""

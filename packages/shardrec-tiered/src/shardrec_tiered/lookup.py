@@ -17,8 +17,11 @@ backward node releases the pins. `prefetch(ids)` admits and pins a batch ahead o
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -131,7 +134,14 @@ class TieredFusedEmbeddingBag(nn.Module):
         self.tables = nn.ModuleDict({t.name: TieredTable(t.name, t.num_rows, t.dim) for t in specs})
         self.learning_rate = self.spec.learning_rate
         self.step = 0
-        self._prefetched: deque[_Pins] = deque()
+        self._prefetched: deque[Future[_Pins]] = deque()
+        self._lock = threading.Lock()  # admissions: a background prefetch vs a forward
+        self._worker: ThreadPoolExecutor | None = None
+        self.prefetch_seconds = 0.0
+        """Time spent admitting prefetched batches (loading their rows)."""
+        self.exposed_seconds = 0.0
+        """Of it, time a forward or the caller waited for: a synchronous prefetch, or a forward
+        blocked on a background prefetch that had not finished."""
         self._row_bounds = torch.tensor([*self.row_offsets, self.num_rows], dtype=torch.int64)
 
     def cache_state(self) -> dict[str, Tensor]:
@@ -158,12 +168,45 @@ class TieredFusedEmbeddingBag(nn.Module):
             raise
         return slot_of_unique[inverse], pins
 
-    def prefetch(self, ids: Tensor) -> None:
+    def prefetch(self, ids: Tensor, *, background: bool = False) -> None:
         """Load the missing rows of a coming batch's group rows `ids` and hold them until that
-        batch's forward (prefetches are consumed in order)."""
+        batch's forward (prefetches are consumed in order).
+
+        background: load on a worker thread and return at once, so the reads overlap the
+        current batch's backward; the next forward waits for it (its errors surface there).
+        """
         self._check(ids)
-        _, pins = self._admit(ids.long(), pin=True)
-        self._prefetched.append(pins)
+        ids = ids.long()
+        if background:
+            if self._worker is None:
+                self._worker = ThreadPoolExecutor(1, thread_name_prefix="tier-prefetch")
+            self._prefetched.append(self._worker.submit(self._timed_admit, ids))
+            return
+        done: Future[_Pins] = Future()
+        start = time.perf_counter()
+        done.set_result(self._timed_admit(ids))
+        self.exposed_seconds += time.perf_counter() - start
+        self._prefetched.append(done)
+
+    def _timed_admit(self, ids: Tensor) -> _Pins:
+        start = time.perf_counter()
+        with self._lock:
+            _, pins = self._admit(ids, pin=True)
+        self.prefetch_seconds += time.perf_counter() - start
+        return pins
+
+    def _next_prefetch(self) -> _Pins | None:
+        """The pins of the oldest prefetch, waiting for it if it is still loading."""
+        if not self._prefetched:
+            return None
+        pending = self._prefetched.popleft()
+        if pending.done():
+            return pending.result()
+        start = time.perf_counter()
+        try:
+            return pending.result()
+        finally:
+            self.exposed_seconds += time.perf_counter() - start
 
     def _check(self, ids: Tensor) -> None:
         if ids.numel():
@@ -185,9 +228,13 @@ class TieredFusedEmbeddingBag(nn.Module):
         offsets = offsets.long()
         self._check(ids)
         train = torch.is_grad_enabled() and self.cache_weight.requires_grad
-        slots, pins = self._admit(ids, pin=train, count=not self._prefetched)
-        if self._prefetched:
-            _release(self._prefetched.popleft())
+        prefetched = self._next_prefetch()
+        with self._lock:
+            slots, pins = self._admit(ids, pin=train, count=prefetched is None)
+            for cache, s in pins:
+                cache.mark_dirty(s)
+        if prefetched is not None:
+            _release(prefetched)
         if not train:
             return batched_embedding_bag(
                 [self.cache_weight],
@@ -196,8 +243,6 @@ class TieredFusedEmbeddingBag(nn.Module):
                 pooling=self.pooling,
                 per_sample_weights=per_sample_weights,
             )
-        for cache, s in pins:
-            cache.mark_dirty(s)
         out: Tensor = FusedLookupFunction.apply(  # type: ignore[no-untyped-call]  # torch leaves apply untyped
             slots,
             offsets,
@@ -227,14 +272,22 @@ class TieredFusedEmbeddingBag(nn.Module):
     def release_pins(self) -> None:
         """Drop every pin: pending prefetches and forwards whose backward will never run (a
         forward with grad enabled holds its rows until its backward)."""
+        self._drain()
         self._prefetched.clear()
         for cache in self.caches:
             cache.pins.zero_()
 
+    def _drain(self) -> None:
+        """Wait for every background prefetch (their pins stay queued)."""
+        for pending in self._prefetched:
+            pending.exception()
+
     def flush(self) -> None:
         """Write every dirty cached row back to the stores and make them durable."""
-        for cache in self.caches:
-            cache.flush()
+        self._drain()
+        with self._lock:
+            for cache in self.caches:
+                cache.flush()
 
     def read_table(self, name: str) -> tuple[Tensor, dict[str, Tensor]]:
         """Table `name`'s `(rows, dim)` weight and its optimizer state, read whole from the
@@ -252,7 +305,8 @@ class TieredFusedEmbeddingBag(nn.Module):
         return weight, state
 
     def stats(self) -> dict[str, dict[str, Any]]:
-        """Per table: hits, misses, bytes read and written."""
+        """Per table: hits, misses, bytes read and written, cache rows; and the module's
+        prefetch time and the part of it the caller waited for (all tables together)."""
         return {
             c.table: {
                 "hits": c.hits,
@@ -260,6 +314,8 @@ class TieredFusedEmbeddingBag(nn.Module):
                 "bytes_read": c.store.bytes_read,
                 "bytes_written": c.store.bytes_written,
                 "cache_rows": c.slots,
+                "prefetch_seconds": self.prefetch_seconds,
+                "exposed_seconds": self.exposed_seconds,
             }
             for c in self.caches
         }
