@@ -2,12 +2,14 @@
 
     in RAM       BatchedFusedEmbeddingBag (rows and state in memory)
     cache 10%    TieredFusedEmbeddingBag, cache of 10% of each table's rows
-    cache 1%     the same with 1% (raised to one batch's distinct rows where 1% is smaller)
+    cache 1%     the same with 1% (raised to two batches' distinct rows where 1% is fewer:
+                 the batch in flight and the one prefetched)
 
 Zipf(1.05) and uniform ids; fused rowwise Adagrad; the tiered runs prefetch batch i+1 after
-batch i's forward (synchronously today: there is no background prefetch yet, so every disk
-read is exposed). Prints ms per step, the ratio to in-RAM, hit rates and the store's read
-bandwidth next to the disk floor: positioned random reads of 4 KiB (O_DIRECT where the file
+batch i's forward on a background thread, so its disk reads overlap batch i's backward (no
+train-pipeline stage yet: the loop below calls `prefetch` itself); "exposed" is the share of
+the prefetch time the next forward still waited for. Prints ms per step, the ratio to in-RAM,
+hit rates and the store's read bandwidth next to the disk floor: positioned random reads of 4 KiB (O_DIRECT where the file
 system allows it) and of one row, at queue depth 1 and 32 (threads).
 
 Numbers need a quiet machine (docs/benchmarks.md). `--quick`: small shapes, seconds.
@@ -68,7 +70,7 @@ def run(module: torch.nn.Module, batches: list, warmup: int, prefetch: bool) -> 
             module.prefetch(ids)
         out = module(ids, offsets)
         if prefetch and i + 1 < len(batches):
-            module.prefetch(batches[i + 1][0])
+            module.prefetch(batches[i + 1][0], background=True)
         out.sum().backward()
         if i >= warmup:
             times.append(time.perf_counter() - start)
@@ -178,10 +180,12 @@ def main() -> None:
                 total_s = ms * len(batches) / 1e3
                 raised = ", raised to 2 batches" if rows > round(share * args.rows) else ""
                 rate = hits / max(1, hits + misses)
+                first = next(iter(stats.values()))
+                exposed = first["exposed_seconds"] / max(1e-9, first["prefetch_seconds"])
                 print(
                     f"  cache {share:4.0%} ({rows} rows{raised}) {ms:8.2f} ms/step  "
                     f"{ms / ram:5.2f}x in-RAM  hit rate {rate:6.1%}  "
-                    f"store read {read / total_s / 1e6:7.1f} MB/s"
+                    f"store read {read / total_s / 1e6:7.1f} MB/s  prefetch exposed {exposed:5.1%}"
                 )
         print(f"\ndisk random-read floor (row = {row_bytes} bytes), MB/s:")
         for k, v in disk_floor(root, row_bytes, args.quick).items():
