@@ -231,3 +231,28 @@ def test_random_caches_and_schedules_equal_in_memory(tmp_path: pathlib.Path, see
     train(tiered, data, prefetch=prefetch, background=bool(seed // 2))
     for name, weight in zip(ROWS, reference.split_embedding_weights(), strict=True):
         assert torch.equal(tiered.read_table(name)[0], weight.detach()), (name, rows, policy)
+
+
+def test_rows_of_an_in_flight_batch_are_never_evicted(tmp_path: pathlib.Path) -> None:
+    spec = OPTIMIZERS[2]
+    tiered = TieredFusedEmbeddingBag(
+        specs(), spec, TieredOptions(store_dir=str(tmp_path), cache_rows=4)
+    )
+    reference = BatchedFusedEmbeddingBag(specs(), spec)
+    first, second = torch.tensor([0, 1, 2]), torch.tensor([3, 4, 5, 6])
+    out = tiered(first, torch.tensor([0, 3]))
+    cache = tiered.caches[0]
+    held = cache.map.find(first)
+    # One free slot, three pinned: a prefetch needing four rows must not take them.
+    with pytest.raises(CacheFullError, match="3 pinned"):
+        tiered.prefetch(second)
+    assert torch.equal(cache.map.find(first), held)
+    tiered.prefetch(torch.tensor([7]))  # the free slot
+    out.sum().backward()
+    reference(first, torch.tensor([0, 3])).sum().backward()
+    with torch.no_grad():
+        tiered(torch.tensor([7]), torch.tensor([0, 1]))  # consumes the prefetch of row 7
+    tiered.prefetch(second)  # now the batch's rows may go (written back first)
+    assert bool((cache.map.find(first) < 0).all())
+    weight, _ = tiered.read_table("a")
+    assert torch.equal(weight, reference.split_embedding_weights()[0].detach())
