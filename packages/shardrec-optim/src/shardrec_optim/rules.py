@@ -71,7 +71,7 @@ _M2 = StateSlot(name="momentum2", rowwise=False)
 _M2_ROW = StateSlot(name="momentum2", rowwise=True)
 
 _SGD = UpdateRule(state=(), uses_step=False, backends=("native", "fbgemm", "torch"))
-_ADAGRAD = UpdateRule(state=(_M1,), uses_step=False, backends=("fbgemm", "torch"))
+_ADAGRAD = UpdateRule(state=(_M1,), uses_step=False, backends=("native", "fbgemm", "torch"))
 _ROWWISE_ADAGRAD = UpdateRule(
     state=(_M1_ROW,), uses_step=False, backends=("triton", "fbgemm", "native", "torch")
 )

@@ -316,3 +316,169 @@ void sr_adagrad_apply(float *weight, float *momentum, int64_t rows, int64_t dim,
         }
     }
 }
+
+/* ---- One-pass fused updates: bucketed counting sort, then one pass over the touched rows ----
+ *
+ * sr_fused_update runs SGD, rowwise Adagrad or (elementwise) Adagrad over one packed weight
+ * (rows, dim) from a pooled lookup's output gradient, in place, in three steps:
+ *
+ * 1. Sort (stable counting sort, no comparisons): the batch's ids are bucketed by
+ *    `row >> shift` (a bucket is W = 2^shift consecutive rows, 64 unless the weight has more
+ *    than 2^28 rows); each id becomes one 12-byte entry {bag, row - bucket base, scale} in
+ *    bucket order, input order kept within a bucket. `scale` is the id's factor on its bag's
+ *    gradient: alpha (1, or -lr for SGD) / bag length for MEAN, times its per-sample weight.
+ *    Out-of-range ids are skipped (the forward already refused them).
+ * 2. Per bucket (contiguous bucket ranges per thread, so no two threads share a row): the
+ *    gradients of repeated rows are summed in input order into a W x dim accumulator (the
+ *    first two add as sc0 * g0 + sc1 * g1, then += sc * g: the old kernel's order, bit for
+ *    bit); a row seen once is not copied.
+ * 3. Each touched row of the bucket, ascending: its state and row are read and written once
+ *    by a loop vectorised over dim. Rows are visited in address order, so the row traffic is
+ *    a near-sequential stream instead of random 256-byte accesses (the old kernels' cost).
+ *
+ * SGD needs no sum (it is linear): step 2-3 add scale * g to each entry's row in input order,
+ * within a bucket's 16 KB window (bit-identical to the old scatter).
+ *
+ * Workspace (zeroed once by the caller, returned zeroed): starts (buckets + 1) int32,
+ * entries (N) sr_entry, per thread: 3W int32 (counts, first entry, touched list) and W x dim
+ * floats. N must be below 2^31 (the caller checks). */
+typedef struct {
+    int32_t bag;
+    int32_t local;
+    float scale;
+} sr_entry;
+
+#define SR_KIND_SGD 0
+#define SR_KIND_ROWWISE_ADAGRAD 1
+#define SR_KIND_ADAGRAD 2
+
+/* Elementwise Adagrad on one row, torch's order: m += g * g; w += (g / (sqrt(m) + eps)) * -lr. */
+static inline void sr_adagrad_elem_row(float *w, float *m, const float *g, float g_scale,
+                                       int64_t dim, float lr, float eps) {
+#pragma omp simd
+    for (int64_t d = 0; d < dim; d++) {
+        const float gd = g_scale * g[d];
+        const float md = m[d] + gd * gd;
+        m[d] = md;
+        w[d] += (gd / (sqrtf(md) + eps)) * -lr;
+    }
+}
+
+static void sr_bucket_sort(const int64_t *ids, const int64_t *offsets, int64_t num_bags,
+                           const float *psw, int64_t mean, float alpha, int64_t rows,
+                           int64_t shift, int64_t buckets, int32_t *starts, sr_entry *entries) {
+    memset(starts, 0, (size_t)(buckets + 1) * sizeof(int32_t));
+    const int64_t first = offsets[0], last = offsets[num_bags];
+    for (int64_t j = first; j < last; j++) {
+        const uint64_t r = (uint64_t)ids[j];
+        if (r < (uint64_t)rows) starts[(r >> shift) + 1]++;
+    }
+    for (int64_t k = 1; k <= buckets; k++) starts[k] += starts[k - 1];
+    /* starts[k] = first entry of bucket k; the scatter advances it to the bucket's end, so
+     * afterwards bucket k is [k ? starts[k - 1] : 0, starts[k]). */
+    const int64_t mask = ((int64_t)1 << shift) - 1;
+    for (int64_t b = 0; b < num_bags; b++) {
+        const int64_t start = offsets[b], end = offsets[b + 1];
+        if (end <= start) continue;
+        const float bag_scale = mean ? alpha / (float)(end - start) : alpha;
+        for (int64_t j = start; j < end; j++) {
+            const uint64_t r = (uint64_t)ids[j];
+            if (r >= (uint64_t)rows) continue;
+            sr_entry *e = &entries[starts[r >> shift]++];
+            e->bag = (int32_t)b;
+            e->local = (int32_t)((int64_t)r & mask);
+            e->scale = psw ? bag_scale * psw[j] : bag_scale;
+        }
+    }
+}
+
+void sr_fused_update(int64_t kind, float *weight, float *state, int64_t rows, int64_t dim,
+                     const int64_t *ids, const int64_t *offsets, int64_t num_bags,
+                     const float *psw, int64_t mean, const float *grad, int64_t grad_stride,
+                     float lr, float eps, int64_t shift, int32_t *starts, sr_entry *entries,
+                     int32_t *local_ws, float *acc_ws, int num_threads) {
+    if (num_bags <= 0 || rows <= 0) return;
+    const int64_t buckets = ((rows - 1) >> shift) + 1;
+    const int64_t width = (int64_t)1 << shift;
+    const float alpha = kind == SR_KIND_SGD ? -lr : 1.0f;
+    sr_bucket_sort(ids, offsets, num_bags, psw, mean, alpha, rows, shift, buckets, starts,
+                   entries);
+#pragma omp parallel num_threads(num_threads)
+    {
+        const int64_t nt = omp_get_num_threads(), me = omp_get_thread_num();
+        const int64_t k0 = buckets * me / nt, k1 = buckets * (me + 1) / nt;
+        int32_t *count = local_ws + me * 3 * width; /* all zero between buckets */
+        int32_t *first = count + width;
+        int32_t *touched = first + width;
+        float *acc = acc_ws + me * width * dim;
+        for (int64_t k = k0; k < k1; k++) {
+            const int64_t lo = k ? starts[k - 1] : 0, hi = starts[k];
+            if (lo == hi) continue;
+            float *wbase = weight + (k << shift) * dim;
+            if (kind == SR_KIND_SGD) {
+                for (int64_t e = lo; e < hi; e++) {
+                    const sr_entry en = entries[e];
+                    const float *g = grad + (int64_t)en.bag * grad_stride;
+                    float *dst = wbase + (int64_t)en.local * dim;
+#pragma omp simd
+                    for (int64_t d = 0; d < dim; d++) dst[d] += en.scale * g[d];
+                }
+                continue;
+            }
+            int64_t ntouched = 0;
+            for (int64_t e = lo; e < hi; e++) {
+                const sr_entry en = entries[e];
+                const int32_t l = en.local;
+                const int32_t c = count[l]++;
+                if (c == 0) {
+                    first[l] = (int32_t)e;
+                    touched[ntouched++] = l;
+                    continue;
+                }
+                const float *g = grad + (int64_t)en.bag * grad_stride;
+                float *a = acc + (int64_t)l * dim;
+                const float sc = en.scale;
+                if (c == 1) {
+                    const sr_entry e0 = entries[first[l]];
+                    const float *g0 = grad + (int64_t)e0.bag * grad_stride;
+                    const float sc0 = e0.scale;
+#pragma omp simd
+                    for (int64_t d = 0; d < dim; d++) a[d] = sc0 * g0[d];
+                }
+#pragma omp simd
+                for (int64_t d = 0; d < dim; d++) a[d] += sc * g[d];
+            }
+            /* ascending rows: insertion sort of the (distinct) touched offsets */
+            for (int64_t i = 1; i < ntouched; i++) {
+                const int32_t v = touched[i];
+                int64_t p = i - 1;
+                while (p >= 0 && touched[p] > v) {
+                    touched[p + 1] = touched[p];
+                    p--;
+                }
+                touched[p + 1] = v;
+            }
+            const int64_t row0 = k << shift;
+            for (int64_t i = 0; i < ntouched; i++) {
+                const int32_t l = touched[i];
+                const float *g;
+                float sc;
+                if (count[l] == 1) {
+                    const sr_entry e0 = entries[first[l]];
+                    g = grad + (int64_t)e0.bag * grad_stride;
+                    sc = e0.scale;
+                } else {
+                    g = acc + (int64_t)l * dim;
+                    sc = 1.0f;
+                }
+                count[l] = 0;
+                const int64_t r = row0 + l;
+                if (kind == SR_KIND_ROWWISE_ADAGRAD) {
+                    sr_adagrad_row(weight + r * dim, &state[r], g, sc, dim, lr, eps);
+                } else {
+                    sr_adagrad_elem_row(weight + r * dim, state + r * dim, g, sc, dim, lr, eps);
+                }
+            }
+        }
+    }
+}
