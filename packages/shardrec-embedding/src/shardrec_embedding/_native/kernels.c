@@ -339,9 +339,13 @@ void sr_adagrad_apply(float *weight, float *momentum, int64_t rows, int64_t dim,
  * SGD needs no sum (it is linear): step 2-3 add scale * g to each entry's row in input order,
  * within a bucket's 16 KB window (bit-identical to the old scatter).
  *
- * Workspace (zeroed once by the caller, returned zeroed): starts (buckets + 1) int32,
- * entries (N) sr_entry, per thread: 3W int32 (counts, first entry, touched list) and W x dim
- * floats. N must be below 2^31 (the caller checks). */
+ * Steps 2 and 3 run by chunks of consecutive buckets (at most `cap` touched rows): step 2 lists
+ * a chunk's rows ascending with their gradients (sr_item), then one tight loop updates them,
+ * prefetching SR_ROW_AHEAD rows ahead.
+ *
+ * Workspace: starts (buckets + 1) int32, entries (N) sr_entry, and per thread: 3W int32
+ * (counts, first entry, seen-bitmap; zeroed once by the caller, returned zeroed), `cap`
+ * sr_items and cap x dim floats (cap >= W). N must be below 2^31 (the caller checks). */
 typedef struct {
     int32_t bag;
     int32_t local;
@@ -392,30 +396,156 @@ static void sr_bucket_sort(const int64_t *ids, const int64_t *offsets, int64_t n
     }
 }
 
+/* One touched row of a chunk: its gradient (a row of grad_out times scale, or its sum in the
+ * chunk's scratch with scale 1). */
+typedef struct {
+    int64_t row;
+    const float *g;
+    float scale;
+} sr_item;
+
+typedef struct {
+    int64_t kind, dim, shift, grad_stride;
+    float *weight, *state;
+    const float *grad;
+    const sr_entry *entries;
+    float lr, eps;
+} sr_update_args;
+
+/* Per-thread scratch: count and first are (W,) int32, seen W / 64 words (both zero between
+ * buckets), items and acc hold one chunk (`cap` rows). */
+typedef struct {
+    int32_t *count, *first;
+    uint64_t *seen;
+    sr_item *items;
+    float *acc;
+    int64_t nitems, nacc;
+} sr_chunk;
+
+/* Appends bucket k's touched rows (entries [lo, hi)) to the chunk, ascending (a bitmap of the
+ * bucket's rows, read with count-trailing-zeros: measured faster than sorting them): a row seen once
+ * points at its grad_out row, a repeated row at its gradient sum, accumulated here in input
+ * order (sc0 * g0 + sc1 * g1, then += sc * g). */
+static void sr_bucket_gather(const sr_update_args *a, int64_t k, int64_t lo, int64_t hi,
+                             sr_chunk *c) {
+    const int64_t dim = a->dim, row0 = k << a->shift;
+    const sr_entry *entries = a->entries;
+    int32_t *count = c->count, *first = c->first;
+    uint64_t *seen = c->seen; /* bit l: row l of the bucket was touched */
+    for (int64_t e = lo; e < hi; e++) {
+        const int32_t l = entries[e].local;
+        if (count[l]++ == 0) {
+            first[l] = (int32_t)e;
+            seen[l >> 6] |= (uint64_t)1 << (l & 63);
+        }
+    }
+    int64_t repeated = 0;
+    const int64_t words = ((int64_t)1 << a->shift) >> 6;
+    for (int64_t wd = 0; wd < words; wd++) {
+        uint64_t bits = seen[wd];
+        seen[wd] = 0;
+        while (bits) { /* touched rows in ascending order */
+            const int32_t l = (int32_t)(wd * 64 + __builtin_ctzll(bits));
+            bits &= bits - 1;
+            sr_item *it = &c->items[c->nitems++];
+            it->row = row0 + l;
+            if (count[l] == 1) {
+                const sr_entry e0 = entries[first[l]];
+                it->g = a->grad + (int64_t)e0.bag * a->grad_stride;
+                it->scale = e0.scale;
+                count[l] = 0;
+            } else {
+                it->g = c->acc + c->nacc * dim;
+                it->scale = 1.0f;
+                first[l] = (int32_t)c->nacc++; /* now: its scratch row */
+                count[l] = -1;                 /* repeated, sum not started */
+                repeated++;
+            }
+        }
+    }
+    if (repeated == 0) return;
+    for (int64_t e = lo; e < hi; e++) {
+        const sr_entry en = entries[e];
+        const int32_t l = en.local;
+        if (count[l] == 0) continue; /* seen once */
+        float *acc = c->acc + (int64_t)first[l] * dim;
+        const float *g = a->grad + (int64_t)en.bag * a->grad_stride;
+        const float sc = en.scale;
+        if (count[l] < 0) {
+            count[l] = 1;
+#pragma omp simd
+            for (int64_t d = 0; d < dim; d++) acc[d] = sc * g[d];
+        } else {
+#pragma omp simd
+            for (int64_t d = 0; d < dim; d++) acc[d] += sc * g[d];
+        }
+    }
+    for (int64_t e = lo; e < hi; e++) count[entries[e].local] = 0;
+}
+
+/* Rows ahead whose row and state are prefetched in a chunk's update loop (measured on the
+ * bare loop over 269k of 800k rows, ascending: none 17.7 ms, 16 ahead 13.1, 32 ahead 14.7;
+ * the same rows in random order 20.3 ms with 16 ahead). */
+#define SR_ROW_AHEAD 16
+
+static void sr_chunk_update(const sr_update_args *a, sr_chunk *c) {
+    const int64_t dim = a->dim, n = c->nitems;
+    const sr_item *items = c->items;
+    for (int64_t i = 0; i < n; i++) {
+        if (i + SR_ROW_AHEAD < n) {
+            const int64_t r = items[i + SR_ROW_AHEAD].row;
+            sr_prefetch_rw(a->weight + r * dim, dim);
+            if (a->kind == SR_KIND_ROWWISE_ADAGRAD) {
+                __builtin_prefetch(&a->state[r], 1, 0);
+            } else {
+                sr_prefetch_rw(a->state + r * dim, dim);
+            }
+            sr_prefetch_row(items[i + SR_ROW_AHEAD].g, dim);
+        }
+        const int64_t r = items[i].row;
+        if (a->kind == SR_KIND_ROWWISE_ADAGRAD) {
+            sr_adagrad_row(a->weight + r * dim, &a->state[r], items[i].g, items[i].scale, dim,
+                           a->lr, a->eps);
+        } else {
+            sr_adagrad_elem_row(a->weight + r * dim, a->state + r * dim, items[i].g,
+                                items[i].scale, dim, a->lr, a->eps);
+        }
+    }
+    c->nitems = 0;
+    c->nacc = 0;
+}
+
 void sr_fused_update(int64_t kind, float *weight, float *state, int64_t rows, int64_t dim,
                      const int64_t *ids, const int64_t *offsets, int64_t num_bags,
                      const float *psw, int64_t mean, const float *grad, int64_t grad_stride,
                      float lr, float eps, int64_t shift, int32_t *starts, sr_entry *entries,
-                     int32_t *local_ws, float *acc_ws, int num_threads) {
+                     int32_t *local_ws, sr_item *items_ws, float *acc_ws, int64_t cap,
+                     int num_threads) {
     if (num_bags <= 0 || rows <= 0) return;
     const int64_t buckets = ((rows - 1) >> shift) + 1;
     const int64_t width = (int64_t)1 << shift;
     const float alpha = kind == SR_KIND_SGD ? -lr : 1.0f;
     sr_bucket_sort(ids, offsets, num_bags, psw, mean, alpha, rows, shift, buckets, starts,
                    entries);
+    const sr_update_args args = {kind, dim, shift, grad_stride, weight, state, grad, entries,
+                                 lr, eps};
 #pragma omp parallel num_threads(num_threads)
     {
         const int64_t nt = omp_get_num_threads(), me = omp_get_thread_num();
         const int64_t k0 = buckets * me / nt, k1 = buckets * (me + 1) / nt;
-        int32_t *count = local_ws + me * 3 * width; /* all zero between buckets */
-        int32_t *first = count + width;
-        int32_t *touched = first + width;
-        float *acc = acc_ws + me * width * dim;
+        int32_t *base = local_ws + me * 3 * width;
+        sr_chunk chunk = {base,
+                          base + width,
+                          (uint64_t *)(base + 2 * width),
+                          items_ws + me * cap,
+                          acc_ws + me * cap * dim,
+                          0,
+                          0};
         for (int64_t k = k0; k < k1; k++) {
             const int64_t lo = k ? starts[k - 1] : 0, hi = starts[k];
             if (lo == hi) continue;
-            float *wbase = weight + (k << shift) * dim;
             if (kind == SR_KIND_SGD) {
+                float *wbase = weight + (k << shift) * dim;
                 for (int64_t e = lo; e < hi; e++) {
                     const sr_entry en = entries[e];
                     const float *g = grad + (int64_t)en.bag * grad_stride;
@@ -425,60 +555,9 @@ void sr_fused_update(int64_t kind, float *weight, float *state, int64_t rows, in
                 }
                 continue;
             }
-            int64_t ntouched = 0;
-            for (int64_t e = lo; e < hi; e++) {
-                const sr_entry en = entries[e];
-                const int32_t l = en.local;
-                const int32_t c = count[l]++;
-                if (c == 0) {
-                    first[l] = (int32_t)e;
-                    touched[ntouched++] = l;
-                    continue;
-                }
-                const float *g = grad + (int64_t)en.bag * grad_stride;
-                float *a = acc + (int64_t)l * dim;
-                const float sc = en.scale;
-                if (c == 1) {
-                    const sr_entry e0 = entries[first[l]];
-                    const float *g0 = grad + (int64_t)e0.bag * grad_stride;
-                    const float sc0 = e0.scale;
-#pragma omp simd
-                    for (int64_t d = 0; d < dim; d++) a[d] = sc0 * g0[d];
-                }
-#pragma omp simd
-                for (int64_t d = 0; d < dim; d++) a[d] += sc * g[d];
-            }
-            /* ascending rows: insertion sort of the (distinct) touched offsets */
-            for (int64_t i = 1; i < ntouched; i++) {
-                const int32_t v = touched[i];
-                int64_t p = i - 1;
-                while (p >= 0 && touched[p] > v) {
-                    touched[p + 1] = touched[p];
-                    p--;
-                }
-                touched[p + 1] = v;
-            }
-            const int64_t row0 = k << shift;
-            for (int64_t i = 0; i < ntouched; i++) {
-                const int32_t l = touched[i];
-                const float *g;
-                float sc;
-                if (count[l] == 1) {
-                    const sr_entry e0 = entries[first[l]];
-                    g = grad + (int64_t)e0.bag * grad_stride;
-                    sc = e0.scale;
-                } else {
-                    g = acc + (int64_t)l * dim;
-                    sc = 1.0f;
-                }
-                count[l] = 0;
-                const int64_t r = row0 + l;
-                if (kind == SR_KIND_ROWWISE_ADAGRAD) {
-                    sr_adagrad_row(weight + r * dim, &state[r], g, sc, dim, lr, eps);
-                } else {
-                    sr_adagrad_elem_row(weight + r * dim, state + r * dim, g, sc, dim, lr, eps);
-                }
-            }
+            if (chunk.nitems + width > cap) sr_chunk_update(&args, &chunk);
+            sr_bucket_gather(&args, k, lo, hi, &chunk);
         }
+        if (kind != SR_KIND_SGD) sr_chunk_update(&args, &chunk);
     }
 }

@@ -45,27 +45,33 @@ def bucket_shift(rows: int) -> int:
     return shift
 
 
+_CHUNK_BYTES = 256 << 10  # gradient sums of one chunk: stays in the L2 cache
+
+
 class AdagradWorkspace:
     """Scratch of the one-pass native updates, kept between steps (resident pages).
 
     starts: `(buckets + 1,)` int32 bucket bounds; entries: `(3 * capacity,)` int32, one
     {bag, row in bucket, scale} per id; local: per thread `3 * W` int32 (zero between
-    calls); acc: per thread `(W, D)` fp32 sums of repeated rows. Grown (x1.5) when a batch
-    has more ids. Used by every optimizer (the name predates SGD and Adagrad using it).
+    calls); items: per thread `cap` rows of a chunk (24 bytes each); acc: per thread
+    `(cap, D)` fp32 gradient sums. Grown (x1.5) when a batch has more ids. Used by every
+    optimizer (the name predates SGD and Adagrad using it).
     """
 
     def __init__(self) -> None:
         self._starts: Tensor | None = None
         self._entries: Tensor | None = None
         self._local: Tensor | None = None
+        self._items: Tensor | None = None
         self._acc: Tensor | None = None
 
     def buffers(
         self, rows: int, dim: int, num_ids: int, threads: int
-    ) -> tuple[int, Tensor, Tensor, Tensor, Tensor]:
-        """(shift, starts, entries, local, acc) sized for this update."""
+    ) -> tuple[int, int, Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """(shift, cap, starts, entries, local, items, acc) sized for this update."""
         shift = bucket_shift(rows)
         width = 1 << shift
+        cap = max(2 * width, _CHUNK_BYTES // (4 * max(dim, 1)))
         buckets = ((max(rows, 1) - 1) >> shift) + 1
         starts = self._starts
         if starts is None or starts.numel() != buckets + 1:
@@ -77,10 +83,13 @@ class AdagradWorkspace:
         local = self._local
         if local is None or local.numel() != threads * 3 * width:
             local = self._local = torch.zeros(threads * 3 * width, dtype=torch.int32)
+        items = self._items
+        if items is None or items.numel() != threads * 3 * cap:
+            items = self._items = torch.empty(threads * 3 * cap, dtype=torch.int64)
         acc = self._acc
-        if acc is None or acc.numel() != threads * width * dim:
-            acc = self._acc = torch.empty(threads * width * dim, dtype=torch.float32)
-        return shift, starts, entries, local, acc
+        if acc is None or acc.numel() != threads * cap * dim:
+            acc = self._acc = torch.empty(threads * cap * dim, dtype=torch.float32)
+        return shift, cap, starts, entries, local, items, acc
 
 
 def native_sgd(grad: PooledGrad, workspace: AdagradWorkspace | None = None) -> None:
@@ -133,7 +142,9 @@ def _fused_update(
     weight = grad.weight
     rows, dim = weight.shape
     threads = max(1, torch.get_num_threads())
-    shift, starts, entries, local, acc = workspace.buffers(rows, dim, num_ids, threads)
+    shift, cap, starts, entries, local, items, acc = workspace.buffers(
+        rows, dim, num_ids, threads
+    )
     _lib().sr_fused_update(
         _I64(kind),
         _PTR(weight.data_ptr()),
@@ -153,6 +164,8 @@ def _fused_update(
         _PTR(starts.data_ptr()),
         _PTR(entries.data_ptr()),
         _PTR(local.data_ptr()),
+        _PTR(items.data_ptr()),
         _PTR(acc.data_ptr()),
+        _I64(cap),
         ctypes.c_int(threads),
     )
