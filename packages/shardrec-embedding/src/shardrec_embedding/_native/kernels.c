@@ -319,40 +319,35 @@ void sr_adagrad_apply(float *weight, float *momentum, int64_t rows, int64_t dim,
 
 /* ---- One-pass fused updates: bucketed counting sort, then one pass over the touched rows ----
  *
- * sr_fused_update runs SGD, rowwise Adagrad or (elementwise) Adagrad over one packed weight
+ * sr_fused_update runs rowwise Adagrad or (elementwise) Adagrad over one packed weight
  * (rows, dim) from a pooled lookup's output gradient, in place, in three steps:
  *
  * 1. Sort (stable counting sort, no comparisons): the batch's ids are bucketed by
  *    `row >> shift` (a bucket is W = 2^shift consecutive rows, 64 unless the weight has more
  *    than 2^28 rows); each id becomes one 12-byte entry {bag, row - bucket base, scale} in
  *    bucket order, input order kept within a bucket. `scale` is the id's factor on its bag's
- *    gradient: alpha (1, or -lr for SGD) / bag length for MEAN, times its per-sample weight.
- *    Out-of-range ids are skipped (the forward already refused them).
- * 2. Per bucket (contiguous bucket ranges per thread, so no two threads share a row): the
- *    gradients of repeated rows are summed in input order into a W x dim accumulator (the
- *    first two add as sc0 * g0 + sc1 * g1, then += sc * g: the old kernel's order, bit for
- *    bit); a row seen once is not copied.
- * 3. Each touched row of the bucket, ascending: its state and row are read and written once
- *    by a loop vectorised over dim. Rows are visited in address order, so the row traffic is
- *    a near-sequential stream instead of random 256-byte accesses (the old kernels' cost).
+ *    gradient: 1 / bag length for MEAN, times its per-sample weight. Out-of-range ids are
+ *    skipped (the forward already refused them).
+ * 2. Per bucket (contiguous bucket ranges per thread, so no two threads share a row): a bitmap
+ *    lists the touched rows in ascending order; a row seen once keeps a pointer to its
+ *    grad_out row, a repeated row's gradients are summed in input order into scratch (the
+ *    first two as sc0 * g0 + sc1 * g1, then += sc * g: the previous kernel's order).
+ * 3. One tight loop reads and writes each touched row and its state once, vectorised over
+ *    dim, in address order (prefetched SR_ROW_AHEAD rows ahead), not in id order.
  *
- * SGD needs no sum (it is linear): step 2-3 add scale * g to each entry's row in input order,
- * within a bucket's 16 KB window (bit-identical to the old scatter).
- *
- * Steps 2 and 3 run by chunks of consecutive buckets (at most `cap` touched rows): step 2 lists
- * a chunk's rows ascending with their gradients (sr_item), then one tight loop updates them,
- * prefetching SR_ROW_AHEAD rows ahead.
+ * Steps 2 and 3 alternate by chunks of consecutive buckets (at most `cap` touched rows, so
+ * the sums stay in the L2 cache). SGD does not come here: it needs no sum per row and the
+ * scatter kernel above measured faster (docs/design/native-kernels.md).
  *
  * Workspace: starts (buckets + 1) int32, entries (N) sr_entry, and per thread: 3W int32
  * (counts, first entry, seen-bitmap; zeroed once by the caller, returned zeroed), `cap`
- * sr_items and cap x dim floats (cap >= W). N must be below 2^31 (the caller checks). */
+ * sr_items and cap x dim floats (cap >= 2W). N must be below 2^31 (the caller checks). */
 typedef struct {
     int32_t bag;
     int32_t local;
     float scale;
 } sr_entry;
 
-#define SR_KIND_SGD 0
 #define SR_KIND_ROWWISE_ADAGRAD 1
 #define SR_KIND_ADAGRAD 2
 
@@ -524,8 +519,7 @@ void sr_fused_update(int64_t kind, float *weight, float *state, int64_t rows, in
     if (num_bags <= 0 || rows <= 0) return;
     const int64_t buckets = ((rows - 1) >> shift) + 1;
     const int64_t width = (int64_t)1 << shift;
-    const float alpha = kind == SR_KIND_SGD ? -lr : 1.0f;
-    sr_bucket_sort(ids, offsets, num_bags, psw, mean, alpha, rows, shift, buckets, starts,
+    sr_bucket_sort(ids, offsets, num_bags, psw, mean, 1.0f, rows, shift, buckets, starts,
                    entries);
     const sr_update_args args = {kind, dim, shift, grad_stride, weight, state, grad, entries,
                                  lr, eps};
@@ -544,20 +538,9 @@ void sr_fused_update(int64_t kind, float *weight, float *state, int64_t rows, in
         for (int64_t k = k0; k < k1; k++) {
             const int64_t lo = k ? starts[k - 1] : 0, hi = starts[k];
             if (lo == hi) continue;
-            if (kind == SR_KIND_SGD) {
-                float *wbase = weight + (k << shift) * dim;
-                for (int64_t e = lo; e < hi; e++) {
-                    const sr_entry en = entries[e];
-                    const float *g = grad + (int64_t)en.bag * grad_stride;
-                    float *dst = wbase + (int64_t)en.local * dim;
-#pragma omp simd
-                    for (int64_t d = 0; d < dim; d++) dst[d] += en.scale * g[d];
-                }
-                continue;
-            }
             if (chunk.nitems + width > cap) sr_chunk_update(&args, &chunk);
             sr_bucket_gather(&args, k, lo, hi, &chunk);
         }
-        if (kind != SR_KIND_SGD) sr_chunk_update(&args, &chunk);
+        sr_chunk_update(&args, &chunk);
     }
 }

@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from shardrec_embedding._native.ops import _I64, _PTR, _check_layout, _lib, _psw_ptr
+from shardrec_embedding._native.ops import (
+    _I64,
+    _PTR,
+    _check_layout,
+    _lib,
+    _psw_ptr,
+    native_scatter,
+)
 
 if TYPE_CHECKING:
     from shardrec_optim import PooledGrad
@@ -28,7 +35,7 @@ __all__ = [
 ]
 
 
-_SGD, _ROWWISE_ADAGRAD, _ADAGRAD = 0, 1, 2  # sr_fused_update's kinds
+_ROWWISE_ADAGRAD, _ADAGRAD = 1, 2  # sr_fused_update's kinds
 
 MAX_IDS = 2**31 - 1
 """Most ids one batch may hand the one-pass kernel (its entries index them as int32)."""
@@ -97,10 +104,27 @@ def native_sgd(grad: PooledGrad, workspace: AdagradWorkspace | None = None) -> N
     duplicate ids add their gradients one by one, in input order, which for SGD equals one
     update with their sum up to float rounding).
 
+    The scatter kernel of the dense backward with `alpha = -lr`, not `sr_fused_update`: SGD
+    needs no sum per row, and the bucket sort cost more than it saved (benchmarks/
+    optim_update.py: 15.0-15.9 ms scatter vs 15.9-16.6 one-pass). `workspace` is unused (kept
+    so that every native update takes one).
+
     weight: `(R, D)` contiguous fp32. ids: `(N,)` rows. offsets: `(num_bags + 1,)`.
-    grad_out: `(num_bags, D)` fp32. workspace: reused between steps (None: a fresh one).
+    grad_out: `(num_bags, D)` fp32.
     """
-    _fused_update(_SGD, grad, workspace or AdagradWorkspace(), None)
+    del workspace
+    psw = grad.per_sample_weights
+    native_scatter(
+        [grad.weight],
+        grad.ids,
+        grad.offsets.to(torch.int64).contiguous(),
+        None if psw is None else psw.float().contiguous(),
+        grad.grad_out.contiguous(),
+        [0],
+        [0],
+        [int(grad.mean)],
+        alpha=-grad.learning_rate,
+    )
 
 
 def native_rowwise_adagrad(grad: PooledGrad, workspace: AdagradWorkspace) -> None:
