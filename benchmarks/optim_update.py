@@ -11,9 +11,10 @@ Run: ``.venv/bin/python benchmarks/optim_update.py`` (``--quick`` for a smoke ru
 For SGD, rowwise Adagrad and Adagrad it times, interleaved (one update each per round, so load
 bursts from other jobs hit all alike; a 96 MB write before each evicts the previous one's rows
 from the caches), ``native`` (the one-pass kernel ``sr_fused_update``),
-``fbgemm`` (fbgemm-gpu-cpu's ``split_embedding_backward_codegen_*_cpu``), and where one exists
-the previous native kernel (``old``: the sort-free scatter for SGD, mark + apply for rowwise
-Adagrad). Each cell: median wall ms / minimum process-CPU ms. **floor** = bytes the update must
+``fbgemm`` (fbgemm-gpu-cpu's ``split_embedding_backward_codegen_*_cpu``), and for rowwise
+Adagrad the previous native kernel (``old``: mark + apply in id order). Native SGD is the
+scatter kernel (no sum per row needed; it measured faster than the one-pass kernel). Each cell:
+median wall ms / minimum process-CPU ms. **floor** = bytes the update must
 move / copy bandwidth (best of 7 copies of 256 MB): read the ids and the output gradient, read
 and write each touched row and its state once. Reports only; asserts nothing.
 """
@@ -31,7 +32,7 @@ from typing import NamedTuple
 
 import torch
 
-from shardrec_embedding._native.ops import _I64, _PTR, _lib, native_available, native_scatter
+from shardrec_embedding._native.ops import _I64, _PTR, _lib, native_available
 from shardrec_embedding.fused.kernels import native_update
 from shardrec_optim import EmbOptimType, FusedOptimSpec, PooledGrad, fbgemm_kernels, init_state
 from shardrec_optim.pooled import torch_update
@@ -81,14 +82,8 @@ def batches(shape: Shape, count: int) -> list[Batch]:
 
 
 def old_native(grad: PooledGrad) -> None:
-    """The previous native kernels: SGD scatters id by id (`sr_pooled_scatter`); rowwise
-    Adagrad marks repeated rows in an `(R,)` slot array, then updates rows in id order."""
-    if grad.spec.optimizer is EmbOptimType.EXACT_SGD:
-        native_scatter(
-            [grad.weight], grad.ids, grad.offsets, None, grad.grad_out, [0], [0], [0],
-            alpha=-grad.learning_rate,
-        )  # fmt: skip
-        return
+    """The previous native rowwise-Adagrad kernel: marks repeated rows in an `(R,)` slot array,
+    then updates rows in id order (`sr_adagrad_mark` + `sr_adagrad_apply`)."""
     lib = _lib()
     rows, dim = grad.weight.shape
     num_bags = grad.offsets.numel() - 1
@@ -136,8 +131,10 @@ def floor_bytes(spec: FusedOptimSpec, shape: Shape, batch: Batch) -> int:
     state = {EmbOptimType.EXACT_SGD: 0, EmbOptimType.EXACT_ADAGRAD: shape.dim * 4}.get(
         spec.optimizer, 4
     )
-    return batch.ids.numel() * 8 + batch.grad_out.numel() * 4 + batch.unique * 2 * (
-        shape.dim * 4 + state
+    return (
+        batch.ids.numel() * 8
+        + batch.grad_out.numel() * 4
+        + batch.unique * 2 * (shape.dim * 4 + state)
     )
 
 
@@ -171,7 +168,7 @@ def contenders(
     weight = torch.randn(rows, shape.dim) * 0.01
     state = init_state(spec.optimizer, rows, shape.dim)
     kernels: dict[str, Callable[[PooledGrad], None]] = {"native": native_update}
-    if spec.optimizer is not EmbOptimType.EXACT_ADAGRAD:
+    if spec.optimizer is EmbOptimType.EXACT_ROWWISE_ADAGRAD:
         kernels["old"] = old_native
     if fbgemm_kernels.fbgemm_tbe_available():
         kernels["fbgemm"] = fbgemm_kernels.fbgemm_update
@@ -201,6 +198,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small shapes, few repeats")
     parser.add_argument("--torch", action="store_true", help="also time the torch kernel")
     parser.add_argument("--only", default="", help="comma-separated shape names")
+    parser.add_argument(
+        "--bandwidth",
+        type=float,
+        default=0.0,
+        help="copy GB/s for the floor (default: measured now; on a loaded machine that "
+        "measures the share left to us, so pass a quiet run's figure to compare)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if not native_available():
@@ -211,11 +215,13 @@ def main() -> None:
     repeats, warmup = (3, 1) if args.quick else (args.repeats, 3)
     if args.quick:
         shapes = [s._replace(rows=s.rows // 20, batch=s.batch // 8) for s in shapes]
-    bandwidth = copy_bandwidth_gbs()
+    measured = copy_bandwidth_gbs()
+    bandwidth = args.bandwidth or measured
     print(
         f"machine: {platform.platform()}, {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} CPUs, torch {torch.__version__}, threads {args.threads}, "
-        f"copy bandwidth {bandwidth:.1f} GB/s, load {os.getloadavg()[0]:.1f}"
+        f"copy bandwidth {measured:.1f} GB/s measured now, {bandwidth:.1f} used for the floor, "
+        f"load {os.getloadavg()[0]:.1f}"
     )
     for shape in shapes:
         data = batches(shape, 4)

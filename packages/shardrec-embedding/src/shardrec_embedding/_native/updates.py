@@ -166,9 +166,7 @@ def _fused_update(
     weight = grad.weight
     rows, dim = weight.shape
     threads = max(1, torch.get_num_threads())
-    shift, cap, starts, entries, local, items, acc = workspace.buffers(
-        rows, dim, num_ids, threads
-    )
+    shift, cap, starts, entries, local, items, acc = workspace.buffers(rows, dim, num_ids, threads)
     _lib().sr_fused_update(
         _I64(kind),
         _PTR(weight.data_ptr()),
