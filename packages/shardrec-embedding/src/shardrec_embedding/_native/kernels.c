@@ -3,6 +3,7 @@
  *
  * Plain C11 + OpenMP, no torch headers: `loader.py` compiles this file on first use and calls
  * it through ctypes with raw data pointers. Every function is exported with a `sr_` prefix.
+ * The fused rowwise-Adagrad / Adagrad update (sr_fused_update) is at the end of the file.
  *
  * Layout shared by all kernels (S segments, B bags per segment):
  *   segment s reads table `table[s]` (base pointer, `rows[s]` rows of `dim[s]` floats),
@@ -212,7 +213,9 @@ static inline void sr_prefetch_rw(const float *row, int64_t dim) {
 #define SR_ONCE (-2)
 #define SR_MANY (-3)
 
-/* Fused exact rowwise Adagrad over one packed weight (rows, dim), ids already group rows.
+/* The previous fused rowwise Adagrad: no longer called by the package (sr_fused_update below
+ * replaced it); kept only as the "old" column of benchmarks/optim_update.py's A/B runs.
+ * Fused exact rowwise Adagrad over one packed weight (rows, dim), ids already group rows.
  * For each distinct row r touched: g = sum over its ids of scale_j * grad[bag_j],
  * m[r] += mean(g^2), w[r] -= lr / (sqrt(m[r]) + eps) * g.
  * Sort-free and exact: the rows are split into P partitions (r % P), one per thread; each
