@@ -431,13 +431,32 @@ static void sr_bucket_gather(const sr_update_args *a, int64_t k, int64_t lo, int
     int32_t *count = c->count, *first = c->first;
     uint64_t *seen = c->seen; /* bit l: row l of the bucket was touched */
     for (int64_t e = lo; e < hi; e++) {
-        const int32_t l = entries[e].local;
-        if (count[l]++ == 0) {
+        const sr_entry en = entries[e];
+        const int32_t l = en.local;
+        const int32_t n = count[l]++;
+        if (n == 0) {
             first[l] = (int32_t)e;
             seen[l >> 6] |= (uint64_t)1 << (l & 63);
+            continue;
         }
+        /* repeated: sum into a scratch row, which then replaces first[l] */
+        const float *g = a->grad + (int64_t)en.bag * a->grad_stride;
+        const float sc = en.scale;
+        float *acc;
+        if (n == 1) {
+            const sr_entry e0 = entries[first[l]];
+            const float *g0 = a->grad + (int64_t)e0.bag * a->grad_stride;
+            const float sc0 = e0.scale;
+            first[l] = (int32_t)c->nacc;
+            acc = c->acc + c->nacc++ * dim;
+#pragma omp simd
+            for (int64_t d = 0; d < dim; d++) acc[d] = sc0 * g0[d];
+        } else {
+            acc = c->acc + (int64_t)first[l] * dim;
+        }
+#pragma omp simd
+        for (int64_t d = 0; d < dim; d++) acc[d] += sc * g[d];
     }
-    int64_t repeated = 0;
     const int64_t words = ((int64_t)1 << a->shift) >> 6;
     for (int64_t wd = 0; wd < words; wd++) {
         uint64_t bits = seen[wd];
@@ -451,34 +470,13 @@ static void sr_bucket_gather(const sr_update_args *a, int64_t k, int64_t lo, int
                 const sr_entry e0 = entries[first[l]];
                 it->g = a->grad + (int64_t)e0.bag * a->grad_stride;
                 it->scale = e0.scale;
-                count[l] = 0;
             } else {
-                it->g = c->acc + c->nacc * dim;
+                it->g = c->acc + (int64_t)first[l] * dim;
                 it->scale = 1.0f;
-                first[l] = (int32_t)c->nacc++; /* now: its scratch row */
-                count[l] = -1;                 /* repeated, sum not started */
-                repeated++;
             }
+            count[l] = 0;
         }
     }
-    if (repeated == 0) return;
-    for (int64_t e = lo; e < hi; e++) {
-        const sr_entry en = entries[e];
-        const int32_t l = en.local;
-        if (count[l] == 0) continue; /* seen once */
-        float *acc = c->acc + (int64_t)first[l] * dim;
-        const float *g = a->grad + (int64_t)en.bag * a->grad_stride;
-        const float sc = en.scale;
-        if (count[l] < 0) {
-            count[l] = 1;
-#pragma omp simd
-            for (int64_t d = 0; d < dim; d++) acc[d] = sc * g[d];
-        } else {
-#pragma omp simd
-            for (int64_t d = 0; d < dim; d++) acc[d] += sc * g[d];
-        }
-    }
-    for (int64_t e = lo; e < hi; e++) count[entries[e].local] = 0;
 }
 
 /* Rows ahead whose row and state are prefetched in a chunk's update loop (measured on the
