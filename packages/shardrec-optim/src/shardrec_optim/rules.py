@@ -16,8 +16,8 @@ every rule has); `pooled.pooled_update` is the one dispatch that runs a rule on 
 
 Each order is the measured speed on CPU (benchmarks/optim_update.py, issue 28; docs/optim.md):
 native SGD (scatter) and Adagrad (one-pass) are 2.4-4.2x faster than fbgemm's kernels; for
-rowwise Adagrad fbgemm's kernel and the native one-pass kernel tie within 1-6% (fbgemm ahead),
-so fbgemm stays first where it runs. Triton runs only on CUDA under auto.
+rowwise Adagrad fbgemm's kernel and the native one-pass kernel tie (0.94-1.00x), so fbgemm
+stays first where it runs. Triton runs only on CUDA under auto.
 """
 
 from __future__ import annotations
