@@ -78,7 +78,7 @@ def batches(shape: Shape, count: int) -> list[Batch]:
         ids = (local + table * shape.rows).reshape(-1)
         offsets = torch.arange(0, bags + 1, dtype=torch.int64) * shape.ids_per_bag
         grad_out = torch.randn(bags, shape.dim, generator=gen) * 1e-3
-        out.append(Batch(ids, offsets, grad_out, int(ids.unique().numel())))
+        out.append(Batch(ids, offsets, grad_out, int(torch.unique(ids).numel())))
     return out
 
 
