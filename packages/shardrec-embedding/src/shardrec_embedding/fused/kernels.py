@@ -4,13 +4,17 @@
 Both kernels live here because they are built by this package's loaders, next to the lookup
 kernels they share code with (docs/design/fused-kernel-home.md).
 
-On the native CPU kernels (`shardrec_embedding._native`), one kernel call buckets the batch's
-ids by row (a counting sort, no comparisons), sums each repeated row's gradient and then
-updates every touched row and its state once, in row order (`sr_fused_update`):
+On the native CPU kernels (`shardrec_embedding._native`):
 
-- EXACT_SGD / SGD: `w[id] -= lr * scale * grad_out[bag]` for every id. SGD is linear in the
-  gradient, so adding duplicate ids' contributions one by one equals one update with their
-  coalesced sum (within float rounding): exact.
+- EXACT_SGD / SGD: the dense backward's scatter with `-lr`, `w[id] -= lr * scale *
+  grad_out[bag]` for every id, no sort. SGD is linear in the gradient, so adding duplicate
+  ids' contributions one by one equals one update with their coalesced sum (within float
+  rounding): exact.
+
+The Adagrad rules run the one-pass kernel (`sr_fused_update`): one call buckets the batch's
+ids by row (a counting sort, no comparisons), sums each repeated row's gradient and updates
+every touched row and its state once, in row order:
+
 - EXACT_ROWWISE_ADAGRAD / ROWWISE_ADAGRAD (no weight decay): per distinct row
   `m += mean(g^2)`, `w -= lr / (sqrt(m) + eps) * g`, the formula of `shardrec_optim`'s
   rowwise kernel.
@@ -94,14 +98,15 @@ def native_backward_unsupported(
 def native_update(grad: PooledGrad) -> None:
     """The fused update on the native kernels (call only when `native_backward_unsupported`
     returns None); the weight and state are updated in place."""
+    if grad.spec.optimizer in _SGD:
+        native_sgd(grad)
+        return
     weight = grad.weight
     workspace = _WORKSPACES.get(id(weight))
     if workspace is None:
         workspace = _WORKSPACES[id(weight)] = AdagradWorkspace()
         weakref.finalize(weight, _WORKSPACES.pop, id(weight), None)
-    if grad.spec.optimizer in _SGD:
-        native_sgd(grad, workspace)
-    elif grad.spec.optimizer in _ADAGRAD:
+    if grad.spec.optimizer in _ADAGRAD:
         native_adagrad(grad, workspace)
     else:
         native_rowwise_adagrad(grad, workspace)
