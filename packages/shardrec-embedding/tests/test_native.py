@@ -33,6 +33,7 @@ from shardrec_embedding._native import (
 )
 from shardrec_embedding._native.updates import bucket_shift
 from shardrec_embedding.fused import lookup as lookup_module
+from shardrec_embedding.fused.kernels import NATIVE_KERNEL
 from shardrec_embedding.fused.lookup import fused_update
 from shardrec_jagged import KeyedJaggedTensor
 from shardrec_optim import (
@@ -42,6 +43,7 @@ from shardrec_optim import (
     PooledKernel,
     WeightDecayMode,
     init_state,
+    pooled_update,
 )
 from shardrec_testing import assert_close, seeded_generator
 
@@ -525,3 +527,19 @@ def test_native_backend_refuses_a_half_weight(helpers: Any) -> None:
             1,
             backend="native",
         )
+
+
+@needs_native
+def test_native_backend_refuses_a_batch_beyond_int32_entries() -> None:
+    spec = NATIVE_SPECS[2]
+    huge = 2**31
+    grad = PooledGrad(
+        spec=spec, weight=torch.zeros(10, 4), state=init_state(spec.optimizer, 10, 4),
+        ids=torch.zeros(1, dtype=torch.int64).expand(huge), offsets=torch.tensor([0, huge]),
+        per_sample_weights=None, mean=False, grad_out=torch.zeros(1, 4), learning_rate=0.1,
+        step=1,
+    )  # fmt: skip
+    reason = NATIVE_KERNEL.unsupported(grad)
+    assert reason is not None and f"at most {huge - 1} ids and bags" in reason
+    with pytest.raises(ValueError, match="at most"):
+        pooled_update(grad, kernels={"native": NATIVE_KERNEL}, backend="native")

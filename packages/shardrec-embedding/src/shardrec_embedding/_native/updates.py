@@ -38,7 +38,7 @@ __all__ = [
 _ROWWISE_ADAGRAD, _ADAGRAD = 1, 2  # sr_fused_update's kinds
 
 MAX_IDS = 2**31 - 1
-"""Most ids one batch may hand the one-pass kernel (its entries index them as int32)."""
+"""Most ids (and bags) one batch may hand the one-pass kernel (its entries hold int32s)."""
 
 _MIN_SHIFT = 6  # 64-row buckets (16 KB of dim-64 rows)
 _MAX_BUCKETS = 1 << 22  # more rows widen the buckets instead (the bucket counts stay <= 16 MB)
@@ -155,8 +155,11 @@ def _fused_update(
     num_ids = grad.ids.numel()
     if num_bags <= 0 or num_ids == 0:
         return
-    if num_ids > MAX_IDS:
-        raise ValueError(f"the native update takes at most {MAX_IDS} ids a batch, got {num_ids}")
+    if max(num_ids, num_bags) > MAX_IDS:
+        raise ValueError(
+            f"the native update takes at most {MAX_IDS} ids and bags a batch, got {num_ids} "
+            f"ids in {num_bags} bags"
+        )
     ids = grad.ids.to(torch.int64).contiguous()
     offsets = offsets.to(torch.int64).contiguous()
     _check_layout(ids, offsets, [0], num_bags)

@@ -129,8 +129,11 @@ def triton_update(grad: PooledGrad) -> None:
 
 
 def _native_unsupported(grad: PooledGrad) -> str | None:
-    if grad.ids.numel() > MAX_IDS:
-        return f"it takes at most {MAX_IDS} ids a batch, got {grad.ids.numel()}"
+    if max(grad.ids.numel(), grad.offsets.numel() - 1) > MAX_IDS:
+        return (
+            f"it takes at most {MAX_IDS} ids and bags a batch, got {grad.ids.numel()} ids "
+            f"in {grad.offsets.numel() - 1} bags"
+        )
     return native_backward_unsupported(
         grad.spec, grad.weight, grad.grad_out, grad.per_sample_weights
     )
