@@ -42,7 +42,7 @@ from shardrec_embedding.dynamic.config import (
     EvictionPolicy,
 )
 from shardrec_embedding.dynamic.hashing import mix64, uniform01
-from shardrec_embedding.dynamic.id_map import IdMapBackend, IdSlotMap
+from shardrec_embedding.dynamic.id_map import IdMapBackend, IdSlotMap, _library
 
 __all__ = ["COUNTERS", "EVICTION_SAMPLE", "DynamicTable", "ResetHook"]
 
@@ -200,6 +200,12 @@ class DynamicTable(nn.Module):
         """`(N,)` slot of each raw id, -1 when absent; changes nothing, counts nothing."""
         self._sync_map()
         return self.map.find(ids)
+
+    @property
+    def generation(self) -> int:
+        """Training steps so far: with the slot, the counter of the rows a freed slot is
+        reset to (`dynamic/reset.py`)."""
+        return self._counters["steps"]
 
     def stats(self) -> dict[str, int]:
         """Plain numbers: capacity, occupancy, admissions, rejections, evictions, unknown
@@ -379,6 +385,12 @@ class DynamicTable(nn.Module):
             part = min(width, self.capacity - scanned)
             occupied, seen, where = self._window("evict_cursor", part)
             scanned += part
+            if policy is not EvictionPolicy.LFU and self.map.backend == "native":
+                pick = self._native_pick(occupied, seen, where, step, k)
+                if pick is not None:
+                    victims.append(pick)
+                    k -= pick.numel()
+                    continue
             ok = occupied & (seen < step)
             if policy is EvictionPolicy.TTL:
                 assert self.config.ttl_steps is not None
@@ -403,6 +415,32 @@ class DynamicTable(nn.Module):
             k -= pick.numel()
         if victims:
             self._free(torch.cat(victims))
+
+    def _native_pick(
+        self, occupied: Tensor, seen: Tensor, where: Tensor | int, step: int, k: int
+    ) -> Tensor | None:
+        """The LRU / TTL victims of one window by the native counting selection (the same
+        slots in the same order as the torch selection below), or None to use that."""
+        lib = _library()
+        assert lib is not None
+        occupied, seen = occupied.contiguous(), seen.contiguous()
+        out = torch.empty(min(k, seen.numel()), dtype=torch.int64)
+        ttl = self.config.ttl_steps if self.config.eviction is EvictionPolicy.TTL else None
+        got = int(
+            lib.sr_idmap_lru_pick(
+                occupied.data_ptr(),
+                seen.data_ptr(),
+                seen.numel(),
+                step,
+                -1 if ttl is None else ttl,
+                k,
+                out.data_ptr(),
+            )
+        )
+        if got < 0:
+            return None
+        pos = out[:got]
+        return pos + where if isinstance(where, int) else where[pos]
 
     def extra_repr(self) -> str:
         cfg = self.config
