@@ -26,9 +26,14 @@ def test_torch_twin_matches_model(dim: int, low: float, high: float) -> None:
     slots = torch.tensor([0, 5, 3, 99_999, 2**40])
     seed = table_seed(11, "t3")
     for generation in (0, 1, 2**33 + 7):
-        rows = uniform_rows(slots, dim, seed, generation, low, float(
-            torch.tensor(high, dtype=torch.float32) - torch.tensor(low, dtype=torch.float32)
-        ))
+        rows = uniform_rows(
+            slots,
+            dim,
+            seed,
+            generation,
+            low,
+            float(torch.tensor(high, dtype=torch.float32) - torch.tensor(low, dtype=torch.float32)),
+        )
         expected = [reset_row(11, "t3", s, generation, dim, low, high) for s in slots.tolist()]
         assert rows.dtype is torch.float32
         assert rows.tolist() == expected
@@ -88,16 +93,16 @@ def _tables(init_fn: object = None, init_seed: int = 0) -> list[EmbeddingBagConf
 
 
 def _one(ids: list[int]) -> KeyedJaggedTensor:
-    return KeyedJaggedTensor(
-        keys=["f"], values=torch.tensor(ids), lengths=torch.tensor([len(ids)])
-    )
+    return KeyedJaggedTensor(keys=["f"], values=torch.tensor(ids), lengths=torch.tensor([len(ids)]))
 
 
 @pytest.mark.parametrize("fused", [True, False])
 def test_evicted_slot_reads_the_counter_based_row(fused: bool) -> None:
     spec = FusedOptimSpec(optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=0.5)
-    m = FusedEmbeddingBagCollection(_tables(init_seed=5), spec) if fused else (
-        EmbeddingBagCollection(_tables(init_seed=5))
+    m = (
+        FusedEmbeddingBagCollection(_tables(init_seed=5), spec)
+        if fused
+        else (EmbeddingBagCollection(_tables(init_seed=5)))
     )
     for ids in ([10], [20]):
         m(_one(ids)).values().sum().backward()

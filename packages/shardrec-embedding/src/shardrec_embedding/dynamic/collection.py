@@ -186,9 +186,7 @@ class DynamicTables(nn.Module):
         reset to the table's initializer there, and `track_optimizer` finds the parameter."""
         self._weights[name] = weight
         table = self.table(name)
-        table.add_reset_hook(
-            reset_rows_hook(weight, self._configs[name], row_offset, table=table)
-        )
+        table.add_reset_hook(reset_rows_hook(weight, self._configs[name], row_offset, table=table))
 
     def track_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Reset freed slots' rows in `optimizer`'s state too (dense-gradient training with a
