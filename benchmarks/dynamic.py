@@ -161,7 +161,15 @@ def step_times(
     return [(statistics.median(w), min(c)) for w, c in zip(wall, cpu, strict=True)]
 
 
-def training(tables: int, capacity: int, dim: int, batch: int, bag: int, steps: int) -> None:
+def training(
+    tables: int,
+    capacity: int,
+    dim: int,
+    batch: int,
+    bag: int,
+    steps: int,
+    occupancies: list[float] | None = None,
+) -> None:
     print(
         f"\n## training step: {tables} tables x capacity {capacity} x dim {dim}, batch {batch}, "
         f"{bag} ids per bag, fused EXACT_ROWWISE_ADAGRAD, LRU, median of {steps} steps"
@@ -175,7 +183,7 @@ def training(tables: int, capacity: int, dim: int, batch: int, bag: int, steps: 
         "static ms (wall / cpu) | ratio (wall / cpu) |"
     )
     print("|---|---|---|---|---|---|")
-    for occupancy in (0.5, 0.95):
+    for occupancy in occupancies or [0.5, 0.95]:
         filled = int(capacity * occupancy)
         for mode, pool in (("resident", filled), ("stream", 1 << 40)):
             pairs = batches(min(steps, 8), tables, batch, bag, capacity, pool, seed=1)
@@ -203,6 +211,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small shapes, few repeats")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     parser.add_argument("--skip-map", action="store_true", help="only the training step")
+    parser.add_argument("--steps", type=int, default=20, help="timed training steps per case")
+    parser.add_argument(
+        "--occupancy", type=float, nargs="+", default=[0.5, 0.95], help="pre-fill fractions"
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -215,7 +227,15 @@ def main() -> None:
     else:
         if not args.skip_map:
             map_throughput(log2_buckets=23, queries=1 << 22, repeats=5)
-        training(tables=8, capacity=100_000, dim=64, batch=2048, bag=20, steps=20)
+        training(
+            tables=8,
+            capacity=100_000,
+            dim=64,
+            batch=2048,
+            bag=20,
+            steps=args.steps,
+            occupancies=args.occupancy,
+        )
 
 
 if __name__ == "__main__":
