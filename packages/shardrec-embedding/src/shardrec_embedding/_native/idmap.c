@@ -257,3 +257,58 @@ int64_t sr_idmap_init_rows(float *w, int64_t stride, int64_t dim, const int64_t 
     }
     return k;
 }
+
+/* ---- one map pass per batch: dedup, then find-and-touch the distinct ids ---------------- */
+
+/* The distinct ids of ids[0..n) in order of first appearance go to uniq[0..u), their
+ * occurrences to occ, their slots (or -1) to uslot; inverse[i] = the index in uniq of ids[i].
+ * Every distinct id found gets last_seen[slot] = step and counts[slot] += its occurrences (a
+ * NULL array is skipped): the same metadata as sr_idmap_find_touch, with one probe of the
+ * table per distinct id instead of one per occurrence (the dedup runs in `scratch`, 2 * cap
+ * int64s, cap a power of two > n: small and cache-resident). Returns u. */
+int64_t sr_idmap_find_touch_unique(const int64_t *buckets, int64_t num_buckets, const int64_t *ids,
+                                   int64_t n, int64_t *scratch, int64_t cap, int64_t *uniq,
+                                   int64_t *occ, int64_t *uslot, int64_t *inverse,
+                                   int64_t *last_seen, int64_t *counts, int64_t step) {
+    const uint64_t smask = (uint64_t)cap - 1;
+    for (int64_t b = 0; b < cap; b++) scratch[2 * b + 1] = -1;
+    int64_t u = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t key = ids[i];
+        uint64_t h = sr_idmap_mix((uint64_t)key) & smask;
+        for (;;) {
+            int64_t *b = scratch + 2 * h;
+            if (b[1] < 0) {
+                b[0] = key;
+                b[1] = u;
+                uniq[u] = key;
+                occ[u] = 1;
+                inverse[i] = u++;
+                break;
+            }
+            if (b[0] == key) {
+                occ[b[1]]++;
+                inverse[i] = b[1];
+                break;
+            }
+            h = (h + 1) & smask;
+        }
+    }
+    const uint64_t mask = (uint64_t)num_buckets - 1;
+    for (int64_t j = 0; j < u; j++) {
+        if (j + SR_IDMAP_PREFETCH < u) {
+            uint64_t ahead = sr_idmap_mix((uint64_t)uniq[j + SR_IDMAP_PREFETCH]) & mask;
+            __builtin_prefetch(buckets + 2 * ahead, 0, 0);
+        }
+        const int64_t h = sr_idmap_probe(buckets, mask, uniq[j]);
+        if (h < 0) {
+            uslot[j] = -1;
+            continue;
+        }
+        const int64_t slot = buckets[2 * h + 1];
+        uslot[j] = slot;
+        if (last_seen) last_seen[slot] = step;
+        if (counts) counts[slot] += occ[j];
+    }
+    return u;
+}

@@ -262,6 +262,8 @@ class DynamicTable(nn.Module):
         # Each policy's metadata only: LRU / TTL read last_seen, LFU both, NONE neither
         # (one random write per id and array saved).
         policy = self.config.eviction
+        if self.map.backend == "native":
+            return self._train_step_unique(ids, step)
         slots = self.map.find_touch(
             ids,
             None if policy is EvictionPolicy.NONE else self.last_seen,
@@ -274,6 +276,33 @@ class DynamicTable(nn.Module):
         if bool(hit.all()):
             return slots
         uniq, occurrences, inverse = self.map.distinct_missing(ids, slots)
+        slot_of = self._insert_new(uniq, occurrences, step)
+        missing = ~hit
+        slots[missing] = slot_of[inverse[missing]]
+        return slots
+
+    def _train_step_unique(self, ids: Tensor, step: int) -> Tensor:
+        """`_train_step` on the native map: one probe per distinct id of the batch (the same
+        slots, metadata and counters as the per-occurrence path)."""
+        policy = self.config.eviction
+        uniq, occurrences, uslots, inverse = self.map.find_touch_unique(
+            ids,
+            None if policy is EvictionPolicy.NONE else self.last_seen,
+            self.counts if policy is EvictionPolicy.LFU else None,
+            step,
+        )
+        if policy is EvictionPolicy.TTL:
+            self._ttl_sweep(step)
+        missing = torch.nonzero(uslots < 0).reshape(-1)
+        if missing.numel() == 0:
+            return uslots[inverse]
+        uslots[missing] = self._insert_new(uniq[missing], occurrences[missing], step)
+        return uslots[inverse]
+
+    def _insert_new(self, uniq: Tensor, occurrences: Tensor, step: int) -> Tensor:
+        """Admission, eviction and insertion of the distinct missing ids `uniq` (in order of
+        first appearance, seen `occurrences` times): their new slots, -1 where rejected."""
+        c = self._counters
         admitted = self._admit(uniq, occurrences, step)
         chosen = torch.nonzero(admitted).reshape(-1)
         need = chosen.numel()
@@ -282,6 +311,7 @@ class DynamicTable(nn.Module):
             self._evict_for(need - self._available(), step)
         take = min(need, self._available())
         c["rejections"] += need - take
+        slot_of = torch.full_like(uniq, -1)
         if take:
             chosen = chosen[:take]
             new_ids = uniq[chosen]
@@ -292,11 +322,8 @@ class DynamicTable(nn.Module):
             self.last_seen[new_slots] = step
             self.counts[new_slots] = occurrences[chosen]
             c["admissions"] += take
-            slot_of = torch.full_like(uniq, -1)
             slot_of[chosen] = new_slots
-            missing = ~hit
-            slots[missing] = slot_of[inverse[missing]]
-        return slots
+        return slot_of
 
     def _admit(self, uniq: Tensor, occurrences: Tensor, step: int) -> Tensor:
         cfg = self.config
