@@ -43,10 +43,6 @@ def _library() -> ctypes.CDLL | None:
             ("sr_idmap_erase", (_PTR, _I64, _PTR, _I64)),
             ("sr_idmap_distinct_missing", (_PTR, _PTR, _I64, _PTR, _I64, _PTR, _PTR, _PTR)),
             ("sr_idmap_find_touch", (_PTR, _I64, _PTR, _I64, _PTR, _PTR, _PTR, _I64)),
-            (
-                "sr_idmap_find_touch_unique",
-                (_PTR, _I64, _PTR, _I64, _PTR, _I64, _PTR, _PTR, _PTR, _PTR, _PTR, _PTR, _I64),
-            ),
             ("sr_idmap_lru_pick", (_PTR, _PTR, _I64, _I64, _I64, _I64, _PTR)),
             (
                 "sr_idmap_init_rows",
@@ -105,9 +101,6 @@ class IdSlotMap:
         self._buckets = torch.empty(0, 2, dtype=torch.int64)
         self._keys = torch.empty(0, dtype=torch.int64)
         self._slots = torch.empty(0, dtype=torch.int64)
-        # workspaces of find_touch_unique (grown on demand, reused across batches)
-        self._scratch = torch.empty(0, 2, dtype=torch.int64)
-        self._work = torch.empty(4, 0, dtype=torch.int64)
         self.clear()
 
     def __len__(self) -> int:
@@ -171,44 +164,6 @@ class IdSlotMap:
             step,
         )
         return out
-
-    def find_touch_unique(
-        self, ids: Tensor, last_seen: Tensor | None, counts: Tensor | None, step: int
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """`find_touch` with one probe per distinct id (native backend only):
-        `(uniq (U,), occurrences (U,), slots (U,), inverse (N,))`, the distinct ids in order
-        of first appearance, their slots (-1: absent), and `ids[i] == uniq[inverse[i]]`;
-        found slots get `last_seen = step`, `counts += occurrences`. The outputs live in
-        workspaces reused by the next call: copy what must outlive it."""
-        ids = _ids(ids, "IdSlotMap.find_touch_unique")
-        assert self._lib is not None, "find_touch_unique needs the native backend"
-        for meta in (last_seen, counts):
-            assert meta is None or meta.is_contiguous()
-        n = ids.numel()
-        cap = 1 << max(4, (2 * n).bit_length())
-        if self._scratch.shape[0] < cap:
-            self._scratch = torch.empty(cap, 2, dtype=torch.int64)
-        if self._work.shape[1] < max(n, 1):
-            self._work = torch.empty(4, max(n, 1), dtype=torch.int64)
-        uniq, occ, uslot, inverse = (row[:n] for row in self._work)
-        u = int(
-            self._lib.sr_idmap_find_touch_unique(
-                self._buckets.data_ptr(),
-                self.num_buckets,
-                ids.data_ptr(),
-                n,
-                self._scratch.data_ptr(),
-                cap,
-                uniq.data_ptr(),
-                occ.data_ptr(),
-                uslot.data_ptr(),
-                inverse.data_ptr(),
-                None if last_seen is None else last_seen.data_ptr(),
-                None if counts is None else counts.data_ptr(),
-                step,
-            )
-        )
-        return uniq[:u], occ[:u], uslot[:u], inverse
 
     def insert(self, ids: Tensor, slots: Tensor) -> None:
         """Add `ids[i] -> slots[i]`; the ids must be absent and distinct, the slots >= 0."""

@@ -262,8 +262,6 @@ class DynamicTable(nn.Module):
         # Each policy's metadata only: LRU / TTL read last_seen, LFU both, NONE neither
         # (one random write per id and array saved).
         policy = self.config.eviction
-        if self.map.backend == "native":
-            return self._train_step_unique(ids, step)
         slots = self.map.find_touch(
             ids,
             None if policy is EvictionPolicy.NONE else self.last_seen,
@@ -280,24 +278,6 @@ class DynamicTable(nn.Module):
         missing = ~hit
         slots[missing] = slot_of[inverse[missing]]
         return slots
-
-    def _train_step_unique(self, ids: Tensor, step: int) -> Tensor:
-        """`_train_step` on the native map: one probe per distinct id of the batch (the same
-        slots, metadata and counters as the per-occurrence path)."""
-        policy = self.config.eviction
-        uniq, occurrences, uslots, inverse = self.map.find_touch_unique(
-            ids,
-            None if policy is EvictionPolicy.NONE else self.last_seen,
-            self.counts if policy is EvictionPolicy.LFU else None,
-            step,
-        )
-        if policy is EvictionPolicy.TTL:
-            self._ttl_sweep(step)
-        missing = torch.nonzero(uslots < 0).reshape(-1)
-        if missing.numel() == 0:
-            return uslots[inverse]
-        uslots[missing] = self._insert_new(uniq[missing], occurrences[missing], step)
-        return uslots[inverse]
 
     def _insert_new(self, uniq: Tensor, occurrences: Tensor, step: int) -> Tensor:
         """Admission, eviction and insertion of the distinct missing ids `uniq` (in order of
