@@ -233,26 +233,28 @@ int64_t sr_idmap_lru_pick(const uint8_t *occupied, const int64_t *seen, int64_t 
  *   u_2p  = (h_p >> 40) * 2^-24,  u_2p+1 = ((h_p >> 8) & (2^24 - 1)) * 2^-24
  *   w[row][j] = lo + span * u_j                   (float32, two rounded operations)
  * The torch twin (`dynamic/reset.py`) computes the same floats. Rows are independent: the
- * loop runs on `threads` OpenMP threads when the work is large. */
+ * loop runs on `threads` OpenMP threads only past 4M floats: below that one thread writes
+ * faster than a team starts (and a loaded machine makes a team spin). */
 int64_t sr_idmap_init_rows(float *w, int64_t stride, int64_t dim, const int64_t *slots, int64_t k,
                         int64_t row_offset, int64_t seed, int64_t generation, float lo,
                         float span, int64_t threads) {
     const uint64_t g1 = 0x9E3779B97F4A7C15ULL, g2 = 0xD1B54A32D192ED03ULL;
-    const int64_t pairs = (dim + 1) / 2;
-#pragma omp parallel for num_threads(threads) schedule(static) if (k * dim > (1 << 15))
+
+#pragma omp parallel for num_threads(threads) schedule(static) if (k * dim > (1 << 22))
     for (int64_t r = 0; r < k; r++) {
         const uint64_t slot = (uint64_t)slots[r];
         const uint64_t key =
             sr_idmap_mix((uint64_t)seed ^ sr_idmap_mix(slot + (uint64_t)generation * g1));
         float *row = w + (slot + (uint64_t)row_offset) * (uint64_t)stride;
-        for (int64_t p = 0; p < pairs; p++) {
+        const int64_t full = dim / 2; /* whole pairs: a branch-free loop the compiler vectorizes */
+        for (int64_t p = 0; p < full; p++) {
             const uint64_t h = sr_idmap_mix(key + (uint64_t)(p + 1) * g2);
-            const float u0 = (float)(h >> 40) * 0x1p-24f;
-            row[2 * p] = lo + span * u0;
-            if (2 * p + 1 < dim) {
-                const float u1 = (float)((h >> 8) & 0xFFFFFFULL) * 0x1p-24f;
-                row[2 * p + 1] = lo + span * u1;
-            }
+            row[2 * p] = lo + span * ((float)(h >> 40) * 0x1p-24f);
+            row[2 * p + 1] = lo + span * ((float)((h >> 8) & 0xFFFFFFULL) * 0x1p-24f);
+        }
+        if (dim & 1) {
+            const uint64_t h = sr_idmap_mix(key + (uint64_t)(full + 1) * g2);
+            row[dim - 1] = lo + span * ((float)(h >> 40) * 0x1p-24f);
         }
     }
     return k;
