@@ -259,3 +259,35 @@ int64_t sr_idmap_init_rows(float *w, int64_t stride, int64_t dim, const int64_t 
     }
     return k;
 }
+
+/* ---- per-slot metadata of freed and admitted slots, one pass each ---------------------- */
+
+/* For each of slots[0..k): old_ids[i] = slot_ids[s], then slot_ids, occupied, last_seen and
+ * counts of s become 0 (the dynamic table's `_free`, before the map erases old_ids). */
+int64_t sr_idmap_slots_clear(const int64_t *slots, int64_t k, int64_t *old_ids, int64_t *slot_ids,
+                             uint8_t *occupied, int64_t *last_seen, int64_t *counts) {
+    for (int64_t i = 0; i < k; i++) {
+        const int64_t s = slots[i];
+        old_ids[i] = slot_ids[s];
+        slot_ids[s] = 0;
+        occupied[s] = 0;
+        last_seen[s] = 0;
+        counts[s] = 0;
+    }
+    return k;
+}
+
+/* For each of slots[0..k): slot_ids = ids[i], occupied = 1, last_seen = step,
+ * counts = occurrences[i] (the dynamic table's admission of new ids). */
+int64_t sr_idmap_slots_set(const int64_t *slots, const int64_t *ids, const int64_t *occurrences,
+                           int64_t k, int64_t step, int64_t *slot_ids, uint8_t *occupied,
+                           int64_t *last_seen, int64_t *counts) {
+    for (int64_t i = 0; i < k; i++) {
+        const int64_t s = slots[i];
+        slot_ids[s] = ids[i];
+        occupied[s] = 1;
+        last_seen[s] = step;
+        counts[s] = occurrences[i];
+    }
+    return k;
+}

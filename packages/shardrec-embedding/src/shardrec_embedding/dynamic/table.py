@@ -297,10 +297,21 @@ class DynamicTable(nn.Module):
             new_ids = uniq[chosen]
             new_slots = self._allocate(take)
             self.map.insert(new_ids, new_slots)
-            self.slot_ids[new_slots] = new_ids
-            self.occupied[new_slots] = True
-            self.last_seen[new_slots] = step
-            self.counts[new_slots] = occurrences[chosen]
+            new_counts = occurrences[chosen]
+            if self.map.backend == "native":  # the same writes in one pass
+                _library().sr_idmap_slots_set(  # type: ignore[union-attr]
+                    new_slots.data_ptr(),
+                    new_ids.data_ptr(),
+                    new_counts.data_ptr(),
+                    take,
+                    step,
+                    *(t.data_ptr() for t in self._slot_meta()),
+                )
+            else:
+                self.slot_ids[new_slots] = new_ids
+                self.occupied[new_slots] = True
+                self.last_seen[new_slots] = step
+                self.counts[new_slots] = new_counts
             c["admissions"] += take
             slot_of[chosen] = new_slots
         return slot_of
@@ -347,17 +358,34 @@ class DynamicTable(nn.Module):
         if slots.numel() == 0:
             return
         c = self._counters
-        self.map.erase(self.slot_ids[slots])
-        self.occupied[slots] = False
-        self.slot_ids[slots] = 0
-        self.last_seen[slots] = 0
-        self.counts[slots] = 0
+        if self.map.backend == "native":  # the same writes in one pass
+            slots = slots.contiguous()
+            old_ids = torch.empty_like(slots)
+            _library().sr_idmap_slots_clear(  # type: ignore[union-attr]
+                slots.data_ptr(),
+                slots.numel(),
+                old_ids.data_ptr(),
+                *(t.data_ptr() for t in self._slot_meta()),
+            )
+            self.map.erase(old_ids)
+        else:
+            self.map.erase(self.slot_ids[slots])
+            self.occupied[slots] = False
+            self.slot_ids[slots] = 0
+            self.last_seen[slots] = 0
+            self.counts[slots] = 0
         n = c["n_free"]
         self.free_slots[n : n + slots.numel()] = slots
         c["n_free"] = n + slots.numel()
         c["evictions"] += slots.numel()
         for hook in self._reset_hooks:
             hook(slots)
+
+    def _slot_meta(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """`(slot_ids, occupied, last_seen, counts)` for the native writers (contiguous)."""
+        meta = (self.slot_ids, self.occupied, self.last_seen, self.counts)
+        assert all(t.is_contiguous() and t.device.type == "cpu" for t in meta)
+        return meta
 
     def _window(self, cursor_name: str, width: int) -> tuple[Tensor, Tensor, Tensor | int]:
         """The next `width` slots from a cursor (wrapping): their `(occupied, last_seen)` and
