@@ -30,7 +30,8 @@ import numpy as np
 import torch
 
 from shardrec_embedding.configs import EmbeddingBagConfig
-from shardrec_embedding.dynamic import DynamicTableConfig
+from shardrec_embedding.dynamic import DynamicTable, DynamicTableConfig
+from shardrec_embedding.dynamic.collection import reset_rows_hook
 from shardrec_embedding.dynamic.hashing import mix64
 from shardrec_embedding.dynamic.id_map import IdSlotMap, idmap_native_available
 from shardrec_embedding.fused import FusedEmbeddingBagCollection
@@ -81,6 +82,42 @@ def map_throughput(log2_buckets: int, queries: int, repeats: int) -> None:
             m.insert(ids, torch.arange(ids.numel()))
             rate = queries / _best(lambda m=m, q=query: m.find(q), repeats) / 1e6
             print(f"| {load:.0%} | {backend} | {rate:.1f} | {floor:.1f} | {rate / floor:.2f} |")
+    torch.set_num_threads(threads)
+
+
+def reset_rows(capacity: int, dim: int, rows: int, repeats: int) -> None:
+    """Resetting `rows` freed slots of a `(capacity, dim)` table on one thread: the eager
+    initializer (`init_weight_` on a `(rows, dim)` tensor, then a scatter: the reset before
+    the counter-based rows) against the counter-based rows written in place
+    (`dynamic/reset.py`), each after flushing the caches (as a training step does)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    cfg = EmbeddingBagConfig(
+        name="t", num_embeddings=capacity, embedding_dim=dim, feature_names=["f"]
+    )
+    table = DynamicTable("t", DynamicTableConfig(), capacity, dim)
+    weight = torch.zeros(capacity, dim)
+    flush = torch.zeros(8 << 20)
+    slots = torch.randperm(capacity, generator=torch.Generator().manual_seed(0))[:rows]
+    hooks = [
+        reset_rows_hook(lambda: weight, cfg),
+        reset_rows_hook(lambda: weight, cfg, table=table),
+    ]
+    times: list[list[float]] = [[], []]
+    for _ in range(repeats):
+        for hook, out in zip(hooks, times, strict=True):
+            flush.add_(1)
+            start = time.process_time()
+            hook(slots)
+            out.append(time.process_time() - start)
+    eager, counter = (1e3 * min(t) for t in times)
+    print(
+        f"\n## reset of {rows} freed rows x dim {dim} (table of {capacity}), one thread, "
+        f"best of {repeats}"
+    )
+    print("| eager initializer + scatter ms | counter-based in place ms | ratio |")
+    print("|---|---|---|")
+    print(f"| {eager:.2f} | {counter:.2f} | {eager / counter:.1f} |")
     torch.set_num_threads(threads)
 
 
@@ -223,10 +260,12 @@ def main() -> None:
     if args.quick:
         if not args.skip_map:
             map_throughput(log2_buckets=14, queries=1 << 15, repeats=2)
+            reset_rows(capacity=5_000, dim=16, rows=1_000, repeats=2)
         training(tables=2, capacity=5_000, dim=16, batch=128, bag=5, steps=4)
     else:
         if not args.skip_map:
             map_throughput(log2_buckets=23, queries=1 << 22, repeats=5)
+            reset_rows(capacity=100_000, dim=64, rows=23_500, repeats=9)
         training(
             tables=8,
             capacity=100_000,
