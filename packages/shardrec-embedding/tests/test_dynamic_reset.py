@@ -121,3 +121,30 @@ def test_custom_init_fn_is_still_called() -> None:
     for ids in ([10], [20]):
         m(_one(ids))
     assert torch.equal(m(_one([30])).values(), torch.full((1, 8), 0.25))
+
+
+@native
+@pytest.mark.parametrize("spread", [3, 2**30])  # counting sort; too wide a range: torch sort
+@pytest.mark.parametrize("eviction", ["LRU", "TTL"])
+def test_native_victims_equal_torch_victims(spread: int, eviction: str) -> None:
+    """The native LRU / TTL selection picks the torch selection's slots in its order, also
+    when `last_seen` spans more steps than its counting sort takes (it hands back)."""
+    from shardrec_embedding.dynamic.table import DynamicTable
+
+    fields: dict[str, object] = {"eviction": eviction, "scan_per_step": 16}
+    if eviction == "TTL":
+        fields["ttl_steps"] = 1
+    cfg = DynamicTableConfig(**fields)  # type: ignore[arg-type]
+    cfg.validate("t", 64)
+    gen = torch.Generator().manual_seed(spread)
+    seen = torch.randint(0, spread, (64,), generator=gen) * (2**31 // spread)
+    tables = [DynamicTable("t", cfg, 64, 2, backend=b) for b in ("native", "torch")]
+    for t in tables:
+        t.load_items(torch.arange(64) + 1000, torch.arange(64), last_seen=seen)
+        t._counters["steps"] = 2**31 + 5  # every loaded row is older than the next step
+    for step in range(6):
+        ids = torch.randint(0, 40, (24,), generator=gen) + 100 * step
+        a, b = (t.map_ids(ids, training=True) for t in tables)
+        assert torch.equal(a, b)
+    assert tables[0].stats() == tables[1].stats()
+    assert tables[0].stats()["evictions"] > 0
