@@ -17,6 +17,7 @@ from shardrec_dmp.model_parallel import (
     get_module,
     get_unwrapped_module,
 )
+from shardrec_dmp.pipeline_base import TrainPipeline, TrainPipelineBase
 from shardrec_dmp.state_dict_transform import state_dict_gather, state_dict_to_device
 from shardrec_dmp.train_pipeline import Pipelineable, TrainPipelineSparseDist
 from shardrec_dmp.unsharded import get_unsharded_module_names
@@ -28,6 +29,8 @@ __all__ = [
     "DefaultDataParallelWrapper",
     "DistributedModelParallel",
     "Pipelineable",
+    "TrainPipeline",
+    "TrainPipelineBase",
     "TrainPipelineSparseDist",
     "default_sharders",
     "full_state_dict",

@@ -1,5 +1,7 @@
 """Sharding types and environment (TorchRec path `torchrec.distributed.types`)."""
 
+from torch.distributed._shard.sharded_tensor import ShardedTensor
+
 from shardrec_collectives import Awaitable, LazyAwaitable, LazyNoWait, NoWait, ShardingEnv
 from shardrec_collectives.awaitable import GetItemLazyAwaitable, LazyGetItemMixin
 from shardrec_collectives.qcomm import (
@@ -53,6 +55,7 @@ __all__ = [
     "PipelineType",
     "ShardMetadata",
     "ShardingEnv",
+    "ShardedTensor",
     "ShardingPlan",
     "ShardingType",
     "StorageUsageType",
