@@ -39,7 +39,8 @@ TrainPipeline.register(TrainPipelineSparseDist)
 class TrainPipelineBase(TrainPipeline[In, Out]):
     """Forward, backward and optimizer step per batch, with the next batch fetched ahead.
 
-    `custom_model_fwd(batch) -> (losses, output)` replaces `model(batch)` when given.
+    `custom_model_fwd(batch) -> (losses, output)` replaces `model(batch)` when given (TorchRec
+    1.8's `TrainPipelineBase` accepts it but still calls the model).
     """
 
     def __init__(
@@ -97,7 +98,7 @@ class TrainPipelineBase(TrainPipeline[In, Out]):
         losses, output = self._model_fwd(cur_batch)  # type: ignore[arg-type]
         self._cur_batch = next_batch
         if training:
-            torch.sum(losses, dim=0).backward()
+            torch.sum(losses, dim=0).backward()  # type: ignore[no-untyped-call]  # untyped in stubs
             self._optimizer.step()
         return output
 

@@ -3,4 +3,9 @@
 from shardrec_planner import EmbeddingComputeKernel, ShardingType
 from shardrec_planner.sharder_data import BaseEmbeddingSharder, BaseQuantEmbeddingSharder
 
-__all__ = ["BaseEmbeddingSharder", "BaseQuantEmbeddingSharder", "EmbeddingComputeKernel", "ShardingType"]
+__all__ = [
+    "BaseEmbeddingSharder",
+    "BaseQuantEmbeddingSharder",
+    "EmbeddingComputeKernel",
+    "ShardingType",
+]
