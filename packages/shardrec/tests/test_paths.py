@@ -47,7 +47,7 @@ shardrec.distributed.train_pipeline.train_pipelines  shardrec_dmp  TrainPipeline
 shardrec.distributed.logging_handlers  shardrec_metrics.rec.events  EventLoggingHandler
     TorchrecComponent
 shardrec.distributed.embedding_types  shardrec_planner  ShardingType
-shardrec.distributed.types  torch.distributed._shard.sharded_tensor  ShardedTensor
+shardrec.distributed.types  torch.distributed._shard.sharded_tensor.api  ShardedTensor
 shardrec.streamable  shardrec_dmp  Pipelineable
 shardrec  shardrec_dmp  Pipelineable
 shardrec.distributed.model_parallel  shardrec_dmp  DistributedModelParallel default_sharders

@@ -1,6 +1,6 @@
 """Sharding types and environment (TorchRec path `torchrec.distributed.types`)."""
 
-from torch.distributed._shard.sharded_tensor import ShardedTensor
+from torch.distributed._shard.sharded_tensor.api import ShardedTensor
 
 from shardrec_collectives import Awaitable, LazyAwaitable, LazyNoWait, NoWait, ShardingEnv
 from shardrec_collectives.awaitable import GetItemLazyAwaitable, LazyGetItemMixin
