@@ -41,6 +41,14 @@ shardrec.distributed  shardrec_collectives  Awaitable NoWait ShardingEnv get_loc
     get_local_size
 shardrec.distributed  shardrec_planner  ParameterSharding ModuleSharder
 shardrec.distributed.train_pipeline  shardrec_dmp  TrainPipelineSparseDist Pipelineable
+shardrec.distributed.train_pipeline  shardrec_dmp  TrainPipeline TrainPipelineBase
+shardrec.distributed.train_pipeline.train_pipelines  shardrec_dmp  TrainPipeline TrainPipelineBase
+    TrainPipelineSparseDist
+shardrec.distributed.shard  shardrec_dmp  shard_modules
+shardrec.distributed.logging_handlers  shardrec_metrics.rec.events  EventLoggingHandler
+    TorchrecComponent
+shardrec.distributed.embedding_types  shardrec_planner  ShardingType
+shardrec.distributed.types  torch.distributed._shard.sharded_tensor.api  ShardedTensor
 shardrec.streamable  shardrec_dmp  Pipelineable
 shardrec  shardrec_dmp  Pipelineable
 shardrec.distributed.model_parallel  shardrec_dmp  DistributedModelParallel default_sharders
