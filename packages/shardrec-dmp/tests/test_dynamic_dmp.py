@@ -1,0 +1,179 @@
+"""Dynamic (raw-id) tables through DistributedModelParallel and TrainPipelineSparseDist.
+
+On 2 ranks, a model whose collection has dynamic tables is planned (by the planner, or a
+given plan), wrapped, and trained by the plain loop and by the pipeline: both give every raw id
+the vector the unsharded fused collection gives it when trained on the concatenation of the
+ranks' batches (nothing evicted; rows start from a constant, see test_dynamic_sharding).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+import shardrec_planner
+from shardrec_collectives import ShardingEnv
+from shardrec_dmp import DistributedModelParallel, TrainPipelineSparseDist
+from shardrec_embedding import DynamicTableConfig, EmbeddingBagCollection, EmbeddingBagConfig
+from shardrec_embedding.fused import FusedEmbeddingBagCollection
+from shardrec_jagged import KeyedJaggedTensor
+from shardrec_optim import EmbOptimType, FusedOptimSpec
+from shardrec_planner import ShardingPlan, construct_module_sharding_plan
+from shardrec_sharding import EmbeddingBagCollectionSharder
+from shardrec_sharding.dynamic import DynamicShardedEmbeddingBagCollection
+from shardrec_testing import RankContext, assert_close, random_lengths, seeded_generator
+from shardrec_testing.placements import placement_kwargs
+
+FEATURES = ["u", "i"]
+STEPS = 4
+SPEC = FusedOptimSpec(optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=0.1)
+
+
+def _const(w: Tensor) -> None:
+    torch.nn.init.constant_(w, 0.05)
+
+
+def configs() -> list[EmbeddingBagConfig]:
+    return [
+        EmbeddingBagConfig(name="user", num_embeddings=40, embedding_dim=8, feature_names=["u"],
+                           init_fn=_const, dynamic=DynamicTableConfig()),
+        EmbeddingBagConfig(name="item", num_embeddings=32, embedding_dim=4, feature_names=["i"],
+                           init_fn=_const,
+                           dynamic=DynamicTableConfig(admission="THRESHOLD", admission_threshold=2)),
+    ]  # fmt: skip
+
+
+@dataclasses.dataclass
+class Batch:
+    sparse_features: KeyedJaggedTensor
+    coefficients: Tensor  # (B, 12)
+
+    def to(self, device: torch.device, non_blocking: bool = False) -> Batch:
+        return self
+
+
+class Model(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.sparse = EmbeddingBagCollection(configs())
+
+    def forward(self, batch: Batch) -> tuple[Tensor, Tensor]:
+        out = self.sparse(batch.sparse_features).values()
+        return (out * batch.coefficients).sum(), out
+
+
+def make_batch(rank: int, step: int) -> Batch:
+    g = seeded_generator("dyn-dmp", rank, step)
+    pool = torch.randint(-(2**63), 2**63 - 1, (10,), generator=seeded_generator("dyn-dmp-pool"))
+    size = (rank + step) % 3 + 1
+    lengths = random_lengths(2 * size, 3, g)
+    values = pool[torch.randint(0, 10, (int(lengths.sum()),), generator=g)]
+    kjt = KeyedJaggedTensor(FEATURES, values, lengths=lengths, stride=size)
+    return Batch(kjt, torch.randn(size, 12, generator=g))
+
+
+def concat(batches: list[Batch]) -> Batch:
+    dicts = [b.sparse_features.to_dict() for b in batches]
+    kjt = KeyedJaggedTensor(
+        FEATURES,
+        torch.cat([d[f].values() for f in FEATURES for d in dicts]),
+        lengths=torch.cat([d[f].lengths() for f in FEATURES for d in dicts]),
+        stride=sum(b.coefficients.shape[0] for b in batches),
+    )
+    return Batch(kjt, torch.cat([b.coefficients for b in batches]))
+
+
+def wrap(ctx: RankContext, types: tuple[str, str] | None) -> DistributedModelParallel:
+    model = Model()
+    plan = None
+    if types is not None:
+        generators = {
+            n: getattr(shardrec_planner, types[i])(**placement_kwargs(types[i], i, ctx.world_size))
+            for i, n in enumerate(("user", "item"))
+        }
+        plan = ShardingPlan(
+            plan={
+                "sparse": construct_module_sharding_plan(
+                    model.sparse, generators, world_size=ctx.world_size
+                )
+            }
+        )
+    return DistributedModelParallel(
+        model,
+        env=ShardingEnv.from_process_group(ctx.pg),
+        plan=plan,
+        sharders=[EmbeddingBagCollectionSharder(fused_params=SPEC.to_fused_params())],
+    )
+
+
+def rows_of(dmp: DistributedModelParallel) -> dict[str, tuple[Tensor, Tensor, tuple]]:
+    found = [m for m in dmp.modules() if isinstance(m, DynamicShardedEmbeddingBagCollection)]
+    assert len(found) == 1
+    sharded = found[0]
+    out = {}
+    for t in sharded._tables:
+        local = t.local(sharded.env.rank)
+        if local is None:
+            continue
+        ids, slots = sharded.dynamic_tables.table(t.name).items()
+        weight = sharded.embedding_bags[t.name].weight.detach()
+        out[t.name] = (ids.clone(), weight[slots].clone(), local.column_blocks)
+    return out
+
+
+def train(ctx: RankContext, types: tuple[str, str] | None, pipelined: bool) -> dict:
+    dmp = wrap(ctx, types)
+    opt = dmp.fused_optimizer
+    batches = [make_batch(ctx.rank, s) for s in range(STEPS)]
+    if pipelined:
+        pipe = TrainPipelineSparseDist(dmp, opt, torch.device("cpu"))
+        it = iter(batches)
+        for _ in batches:
+            pipe.progress(it)  # type: ignore[arg-type]
+        with pytest.raises(StopIteration):
+            pipe.progress(it)
+    else:
+        for b in batches:
+            loss, _ = dmp(b)
+            loss.backward()
+            opt.step()
+    return rows_of(dmp)
+
+
+def run_cases(ctx: RankContext, cases: list[tuple[tuple[str, str] | None, bool]]) -> list[dict]:
+    return [train(ctx, types, pipelined) for types, pipelined in cases]
+
+
+CASES = [
+    (None, False),  # the planner's plan
+    (("row_wise", "table_wise"), False),
+    (("row_wise", "table_wise"), True),
+    (("table_wise", "row_wise"), True),
+]
+
+
+def test_dmp_and_pipeline_match_unsharded(pool_factory):  # type: ignore[no-untyped-def]
+    world = 2
+    per_rank = pool_factory(world).run(run_cases, CASES)
+    ref = FusedEmbeddingBagCollection(configs(), SPEC)
+    for step in range(STEPS):
+        b = concat([make_batch(r, step) for r in range(world)])
+        (ref(b.sparse_features).values() * b.coefficients).sum().backward()
+    for c, case in enumerate(CASES):
+        for name in ("user", "item"):
+            table = ref.dynamic_tables.table(name)
+            weight = ref.embedding_bags[name].weight.detach()
+            seen: set[int] = set()
+            for rank in range(world):
+                if name not in per_rank[rank][c]:
+                    continue
+                ids, rows, blocks = per_rank[rank][c][name]
+                seen.update(ids.tolist())
+                slots = table.find(ids)
+                assert bool((slots >= 0).all()), (case, name)
+                want = torch.cat([weight[slots, a : a + n] for a, n in blocks], dim=1)
+                assert_close(rows, want, msg=f"{case} {name}")
+            assert seen == set(table.items()[0].tolist()), (case, name)
