@@ -41,11 +41,12 @@ def _const(w: Tensor) -> None:
     torch.nn.init.constant_(w, 0.05)
 
 
-def configs() -> list[EmbeddingBagConfig]:
+def configs(scale: float = 1.0, user_dim: int = 8) -> list[EmbeddingBagConfig]:
     return [
-        EmbeddingBagConfig(name="user", num_embeddings=40, embedding_dim=8, feature_names=["u"],
-                           init_fn=_const, dynamic=DynamicTableConfig()),
-        EmbeddingBagConfig(name="item", num_embeddings=32, embedding_dim=4, feature_names=["i"],
+        EmbeddingBagConfig(name="user", num_embeddings=int(40 * scale), embedding_dim=user_dim,
+                           feature_names=["u"], init_fn=_const, dynamic=DynamicTableConfig()),
+        EmbeddingBagConfig(name="item", num_embeddings=int(32 * scale), embedding_dim=4,
+                           feature_names=["i"],
                            init_fn=_const,
                            dynamic=DynamicTableConfig(admission="THRESHOLD", admission_threshold=2)),
     ]  # fmt: skip
@@ -61,9 +62,9 @@ class Batch:
 
 
 class Model(nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, scale: float = 1.0, user_dim: int = 8) -> None:
         super().__init__()
-        self.sparse = EmbeddingBagCollection(configs())
+        self.sparse = EmbeddingBagCollection(configs(scale, user_dim))
 
     def forward(self, batch: Batch) -> tuple[Tensor, Tensor]:
         out = self.sparse(batch.sparse_features).values()
@@ -91,8 +92,10 @@ def concat(batches: list[Batch]) -> Batch:
     return Batch(kjt, torch.cat([b.coefficients for b in batches]))
 
 
-def wrap(ctx: RankContext, types: tuple[str, str] | None) -> DistributedModelParallel:
-    model = Model()
+def wrap(
+    ctx: RankContext, types: tuple[str, str] | None, scale: float = 1.0, user_dim: int = 8
+) -> DistributedModelParallel:
+    model = Model(scale, user_dim)
     plan = None
     if types is not None:
         generators = {
@@ -220,3 +223,90 @@ def test_resume_is_bit_for_bit(pool_factory, tmp_path, types):  # type: ignore[n
         for name in straight:
             assert torch.equal(straight[name][0], again[name][0]), name
             assert torch.equal(straight[name][1], again[name][1]), name
+
+
+def save_two_steps(ctx: RankContext, path: str) -> bool:
+    dmp = wrap(ctx, ("row_wise", "table_wise"))
+    steps(dmp, ctx.rank, 0, 2)
+    save(path, dmp, {"fused": dmp.fused_optimizer})
+    return momenta_of(dmp)
+
+
+def momenta_of(dmp: DistributedModelParallel) -> dict[tuple[str, int], float]:
+    """(table, raw id) -> its row-wise Adagrad state on this rank."""
+    sharded = next(m for m in dmp.modules() if isinstance(m, DynamicShardedEmbeddingBagCollection))
+    out = {}
+    for name in ("user", "item"):
+        ids, slots = sharded.dynamic_tables.table(name).items()
+        for module, offset in sharded._lookup_modules_of(name):
+            state = module.optimizer_state()["momentum1"][slots + offset]
+            out.update({(name, i): v for i, v in zip(ids.tolist(), state.tolist(), strict=True)})
+    return out
+
+
+def load_and_train(ctx: RankContext, path: str, types: tuple[str, str], scale: float) -> dict:
+    dmp = wrap(ctx, types, scale)
+    load(path, dmp, {"fused": dmp.fused_optimizer})
+    loaded = momenta_of(dmp)
+    steps(dmp, ctx.rank, 2, STEPS)
+    return rows_of(dmp), loaded
+
+
+def load_bad(ctx: RankContext, path: str, scale: float, user_dim: int) -> str:
+    dmp = wrap(ctx, ("row_wise", "table_wise"), scale, user_dim)
+    try:
+        load(path, dmp, {"fused": dmp.fused_optimizer})
+    except ValueError as e:
+        return str(e)
+    return "no error"
+
+
+@pytest.mark.parametrize(
+    ("world", "types", "scale"),
+    [(1, ("row_wise", "table_wise"), 1.0), (2, ("table_wise", "row_wise"), 1.5)],
+    ids=["world-2-to-1", "larger-capacity-other-plan"],
+)
+def test_load_repartitions_by_id_hash(pool_factory, tmp_path, world, types, scale):  # type: ignore[no-untyped-def]
+    path = str(tmp_path / "ckpt")
+    saved: dict = {}
+    for part in pool_factory(2).run(save_two_steps, path):
+        saved.update(part)
+    results = pool_factory(world).run(load_and_train, path, types, scale)
+    loaded: dict = {}
+    for _, part in results:
+        loaded.update(part)
+    assert loaded == saved and any(v > 0 for v in saved.values())  # optimizer state per id
+    per_rank = [rows for rows, _ in results]
+    ref = FusedEmbeddingBagCollection(configs(), SPEC)
+    for step in range(STEPS):
+        ranks = 2 if step < 2 else world
+        b = concat([make_batch(r, step) for r in range(ranks)])
+        (ref(b.sparse_features).values() * b.coefficients).sum().backward()
+    for name in ("user", "item"):
+        table = ref.dynamic_tables.table(name)
+        weight = ref.embedding_bags[name].weight.detach()
+        seen: set[int] = set()
+        for rank_rows in per_rank:
+            if name not in rank_rows:
+                continue
+            ids, rows, blocks = rank_rows[name]
+            seen.update(ids.tolist())
+            slots = table.find(ids)
+            assert bool((slots >= 0).all()), name
+            want = torch.cat([weight[slots, a : a + n] for a, n in blocks], dim=1)
+            assert_close(rows, want, msg=name)
+        if name == "user":  # admitted always: exactly the reference's ids
+            assert seen == set(table.items()[0].tolist())
+
+
+@pytest.mark.parametrize(
+    ("scale", "user_dim", "words"),
+    [(1.0, 6, ["'user'", "embedding_dim 8", "embedding_dim=8"]),
+     (0.5, 8, ["'user'", "capacity 40", "num_embeddings >= 40"])],
+    ids=["dim", "smaller-capacity"],
+)  # fmt: skip
+def test_mismatched_checkpoint_is_refused_on_every_rank(pool_factory, tmp_path, scale, user_dim, words):  # type: ignore[no-untyped-def]
+    path = str(tmp_path / "ckpt")
+    pool_factory(2).run(save_two_steps, path)
+    for message in pool_factory(2).run(load_bad, path, scale, user_dim):
+        assert all(w in message for w in words), message

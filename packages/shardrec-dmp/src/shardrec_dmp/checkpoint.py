@@ -47,6 +47,7 @@ from shardrec_dmp.checkpoint_io import (
     SafeReader,
     read_dcp_metadata,
 )
+from shardrec_dmp.checkpoint_dynamic import apply_moves, plan_moves, strip_moved
 from shardrec_dmp.model_parallel import DistributedModelParallel
 
 __all__ = [
@@ -285,7 +286,11 @@ def load(
     for opt in opts.values():
         _init_lazy_state(opt)
     state = _state(model, opts)
-    pruned = _prune(state)
+    # Dynamic tables saved under another layout are read whole afterwards (checkpoint_dynamic).
+    shapes = _shapes(metadata)
+    moves = plan_moves(model, meta, shapes, checkpoint)
+    loadable = strip_moved(state, moves) if moves else state
+    pruned = _prune(loadable)
     assert isinstance(pruned, dict)
     reader = SafeReader(checkpoint, metadata, None if files is None else set(files))
     try:
@@ -296,11 +301,44 @@ def load(
             if isinstance(failure, CheckpointError):
                 raise CheckpointError(str(failure)) from None
         raise
-    _merge(state, pruned)
-    loaded = state["model"]
+    _merge(loadable, pruned)
+    if moves:
+        loadable = _refill(loadable, state)
+    loaded = loadable["model"]
     assert isinstance(loaded, Mapping)
     model.load_state_dict(loaded)
-    optim_states = state["optimizers"]
+    optim_states = loadable["optimizers"]
     assert isinstance(optim_states, Mapping)
     for name, opt in opts.items():
         opt.load_state_dict(optim_states[name])
+    if moves:
+        apply_moves(
+            model,
+            moves,
+            sorted(opts),
+            shapes,
+            SafeReader(checkpoint, metadata, None if files is None else set(files)),
+        )
+
+
+def _shapes(metadata: object) -> dict[str, tuple[int, ...]]:
+    items = getattr(metadata, "state_dict_metadata", {})
+    return {
+        key: tuple(int(n) for n in item.size)
+        for key, item in items.items()
+        if isinstance(item, TensorStorageMetadata)
+    }
+
+
+def _refill(loaded: Mapping[str, object], current: Mapping[str, object]) -> dict[str, object]:
+    """`loaded` with the entries `strip_moved` took out put back at their current values (the
+    model and optimizers load them unchanged; `apply_moves` then sets them)."""
+    model = {**current["model"], **loaded["model"]}  # type: ignore[dict-item]  # both dicts
+    opts: dict[str, object] = {}
+    for name, sd in dict(loaded["optimizers"]).items():  # type: ignore[call-overload]  # a dict
+        cur = current["optimizers"][name]  # type: ignore[index]  # a dict
+        if isinstance(sd, Mapping) and isinstance(sd.get("state"), Mapping):
+            opts[name] = {**sd, "state": {**cur["state"], **sd["state"]}}
+        else:
+            opts[name] = sd
+    return {"model": model, "optimizers": opts}

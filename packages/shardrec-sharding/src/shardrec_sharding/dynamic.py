@@ -373,6 +373,16 @@ class _DynamicMixin:
         ]
         self.dynamic_tables = dyn
 
+    def _lookup_modules_of(self, name: str) -> list[tuple[BatchedFusedEmbeddingBag, int]]:
+        """This rank's fused lookups holding table `name`, with its first row in each."""
+        out = []
+        for s in self._strategies:
+            for m in s.lookup.fused_modules():  # type: ignore[attr-defined]  # strategies have a lookup
+                names = [t.name for t in m.table_specs]
+                if name in names:
+                    out.append((m, m.row_offsets[names.index(name)]))
+        return out
+
     def _copy_state(self, module: nn.Module, dyn: DynamicTables) -> None:
         """Carry a trained module's id maps over where the slots stay the same (replicated and
         table-wise maps); a row-wise table's slots change, so it must start empty."""
