@@ -136,7 +136,8 @@ int64_t sr_idmap_distinct_missing(const int64_t *ids, const int64_t *slots, int6
 }
 
 /* sr_idmap_find, and for every id found: last_seen[slot] = step, counts[slot] += 1 (the
- * dynamic table's per-slot metadata, updated in the same pass). Returns the number found. */
+ * dynamic table's per-slot metadata, updated in the same pass; a NULL array is skipped).
+ * Returns the number found. */
 int64_t sr_idmap_find_touch(const int64_t *buckets, int64_t num_buckets, const int64_t *ids,
                             int64_t n, int64_t *out, int64_t *last_seen, int64_t *counts,
                             int64_t step) {
@@ -154,8 +155,8 @@ int64_t sr_idmap_find_touch(const int64_t *buckets, int64_t num_buckets, const i
         }
         const int64_t slot = buckets[2 * h + 1];
         out[i] = slot;
-        last_seen[slot] = step;
-        counts[slot] += 1;
+        if (last_seen) last_seen[slot] = step;
+        if (counts) counts[slot] += 1;
         found++;
     }
     return found;

@@ -213,6 +213,7 @@ class DynamicTables(nn.Module):
         weights = features.weights_or_none()
         out_values = values.clone()
         keep: Tensor | None = None
+        dropped_per_key = [0] * len(keys)
         new_lengths = lengths
         dropped: dict[str, DroppedIds] = {}
         for name, feats in self._table_features.items():
@@ -236,6 +237,7 @@ class DynamicTables(nn.Module):
                     keep = torch.ones(values.numel(), dtype=torch.bool, device=values.device)
                     new_lengths = lengths.clone()
                 keep[a:b] = ~miss
+                dropped_per_key[position[f]] = int(miss.sum())
                 k = position[f]
                 total = lengths[k * batch : (k + 1) * batch].to(torch.int64)
                 bag = torch.repeat_interleave(torch.arange(batch, device=values.device), total)
@@ -263,8 +265,17 @@ class DynamicTables(nn.Module):
         if keep is not None:
             out_values = out_values[keep]
             weights = None if weights is None else weights[keep]
+        # The host-side metadata is known: pass it on, so the lookup does not recompute it.
+        per_key = [b - a - d for a, b, d in zip(opk[:-1], opk[1:], dropped_per_key, strict=True)]
         remapped = KeyedJaggedTensor(
-            keys=keys, values=out_values, weights=weights, lengths=new_lengths, stride=batch
+            keys=keys,
+            values=out_values,
+            weights=weights,
+            lengths=new_lengths,
+            offsets=features.offsets() if keep is None else None,
+            stride=batch,
+            length_per_key=per_key,
+            offset_per_key=[sum(per_key[:i]) for i in range(len(per_key) + 1)],
         )
         return Remapped(features=remapped, dropped=dropped, raw_values=values)
 

@@ -128,18 +128,23 @@ class IdSlotMap:
         hit = self._keys[pos] == ids
         return torch.where(hit, self._slots[pos], torch.full_like(ids, -1))
 
-    def find_touch(self, ids: Tensor, last_seen: Tensor, counts: Tensor, step: int) -> Tensor:
+    def find_touch(
+        self, ids: Tensor, last_seen: Tensor | None, counts: Tensor | None, step: int
+    ) -> Tensor:
         """`find`, and for each id found `last_seen[slot] = step`, `counts[slot] += 1` (per
         occurrence): the per-slot metadata of a training step, updated in the same pass
-        (`last_seen` / `counts`: contiguous CPU int64 tensors indexed by slot)."""
+        (contiguous CPU int64 tensors indexed by slot; None skips one)."""
         ids = _ids(ids, "IdSlotMap.find_touch")
         if self._lib is None or ids.numel() == 0:
             slots = self.find(ids)
             found = slots[slots >= 0]
-            last_seen[found] = step
-            counts.index_add_(0, found, torch.ones_like(found))
+            if last_seen is not None:
+                last_seen[found] = step
+            if counts is not None:
+                counts.index_add_(0, found, torch.ones_like(found))
             return slots
-        assert last_seen.is_contiguous() and counts.is_contiguous()
+        for meta in (last_seen, counts):
+            assert meta is None or meta.is_contiguous()
         out = torch.empty_like(ids)
         b = self._buckets
         self._lib.sr_idmap_find_touch(
@@ -148,8 +153,8 @@ class IdSlotMap:
             ids.data_ptr(),
             ids.numel(),
             out.data_ptr(),
-            last_seen.data_ptr(),
-            counts.data_ptr(),
+            None if last_seen is None else last_seen.data_ptr(),
+            None if counts is None else counts.data_ptr(),
             step,
         )
         return out

@@ -5,6 +5,7 @@ Slot-level state lives in flat buffers (checkpointed with the module's `state_di
 ```
 slot_ids   (C,) int64  raw id owning each slot          occupied (C,) bool
 last_seen  (C,) int64  training step it was last seen    counts   (C,) int64 sightings
+           (kept up to date as the policy needs: last_seen for LRU / LFU / TTL, counts for LFU)
 free_slots (C,) int64  stack of freed slots (first `n_free` entries)
 sketch     (2, W) int64  count-min sketch of not-yet-admitted ids (THRESHOLD only)
 default_row (D,) float32 what unknown ids read in evaluation (UnknownIdPolicy.DEFAULT_ROW)
@@ -252,7 +253,15 @@ class DynamicTable(nn.Module):
         c = self._counters
         c["steps"] += 1
         step = c["steps"]
-        slots = self.map.find_touch(ids, self.last_seen, self.counts, step)
+        # Each policy's metadata only: LRU / TTL read last_seen, LFU both, NONE neither
+        # (one random write per id and array saved).
+        policy = self.config.eviction
+        slots = self.map.find_touch(
+            ids,
+            None if policy is EvictionPolicy.NONE else self.last_seen,
+            self.counts if policy is EvictionPolicy.LFU else None,
+            step,
+        )
         hit = slots >= 0
         if self.config.eviction is EvictionPolicy.TTL:
             self._ttl_sweep(step)
