@@ -84,6 +84,9 @@ def kernel_bw_lookup(
         ("cuda", "quant_uvm"): hbm_to_ddr_mem_bw / _OFFLOAD_PENALTY,
         ("cuda", "quant_uvm_caching"): cached,
         ("cuda", "key_value"): (ratio * hbm_mem_bw + (1 - ratio) * ssd_mem_bw) / _OFFLOAD_PENALTY,
+        # raw-id virtual tables (TorchRec 1.8's rates; shardrec plans them, its modules refuse them)
+        ("cuda", EmbeddingComputeKernel.SSD_VIRTUAL_TABLE.value): hbm_to_ddr_mem_bw,
+        ("cuda", EmbeddingComputeKernel.DRAM_VIRTUAL_TABLE.value): hbm_to_ddr_mem_bw,
     }
     if (
         prefetch_pipeline

@@ -37,6 +37,7 @@ import torch
 from shardrec_planner.constants import BIGINT_DTYPE, UVM_CACHING_RATIO
 from shardrec_planner.constraints import ParameterConstraints
 from shardrec_planner.enums import EmbeddingComputeKernel, ShardingType
+from shardrec_planner.mc_storage import mc_bytes_per_row
 from shardrec_planner.offload_stats import _validate_io_sizes
 from shardrec_planner.planner_types import ShardingOption, Storage
 from shardrec_planner.planner_utils import prod, sharder_name
@@ -56,6 +57,13 @@ _HOST_KERNELS = frozenset(
         EmbeddingComputeKernel.FUSED_UVM_CACHING.value,
         EmbeddingComputeKernel.QUANT_UVM.value,
         EmbeddingComputeKernel.QUANT_UVM_CACHING.value,
+        EmbeddingComputeKernel.KEY_VALUE.value,
+        EmbeddingComputeKernel.SSD_VIRTUAL_TABLE.value,
+        EmbeddingComputeKernel.DRAM_VIRTUAL_TABLE.value,
+    }
+)
+_KEY_VALUE_KERNELS = frozenset(
+    {
         EmbeddingComputeKernel.KEY_VALUE.value,
         EmbeddingComputeKernel.SSD_VIRTUAL_TABLE.value,
         EmbeddingComputeKernel.DRAM_VIRTUAL_TABLE.value,
@@ -354,7 +362,7 @@ def calculate_shard_storages(
     cached = compute_kernel in _CACHED_KERNELS
     if cached:
         hbm = round(ddr * caching_ratio)
-    if compute_kernel == EmbeddingComputeKernel.KEY_VALUE.value:
+    if compute_kernel in _KEY_VALUE_KERNELS:  # rows live in the key-value store, not in DDR
         ddr = 0
     optimizer_class = getattr(tensor, "_optimizer_classes", [None])[0]
     hbm_specific = _calculate_storage_specific_sizes(
@@ -544,5 +552,12 @@ class EmbeddingStorageEstimator(OptionEstimator):
             is_inference=self._is_inference,
             multipass_prefetch_max_pass=getattr(mpp, "num_passes", None),
         )
+        map_bytes = mc_bytes_per_row(option.module[1], option.name)
+        on_device = self._topology.compute_device == "cuda"
         for shard, storage in zip(option.shards, storages, strict=True):
-            shard.storage = storage
+            extra = map_bytes * int(shard.size[0])  # raw-id map + policy metadata of its rows
+            shard.storage = Storage(
+                hbm=storage.hbm + (extra if on_device else 0),
+                ddr=storage.ddr + (0 if on_device else extra),
+                ssd=storage.ssd,
+            )

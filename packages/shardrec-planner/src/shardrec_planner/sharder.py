@@ -69,6 +69,9 @@ class TableInfo:
 
 
 def _configs(module: nn.Module) -> tuple[list[object], bool]:
+    inner = getattr(module, "_embedding_module", None)  # a managed-collision collection's tables
+    if isinstance(inner, nn.Module):
+        module = inner
     for attr, pooled in (("embedding_bag_configs", True), ("embedding_configs", False)):
         getter = getattr(module, attr, None)
         if callable(getter):

@@ -429,8 +429,9 @@ class DynamicShardedEmbeddingBagCollection(_DynamicMixin, ShardedEmbeddingBagCol
         env: ShardingEnv,
         device: torch.device | str | None = None,
         fused_params: object = None,
+        qcomm_codecs_registry: object = None,
     ) -> None:
-        super().__init__(module, plan, env, device, fused_params)  # type: ignore[arg-type]  # checked by the base
+        super().__init__(module, plan, env, device, fused_params, qcomm_codecs_registry)  # type: ignore[arg-type]  # checked by the base
         self._build_dynamic(module, self._configs)
         self._fix_segments = [
             (
@@ -493,8 +494,9 @@ class DynamicShardedEmbeddingCollection(_DynamicMixin, ShardedEmbeddingCollectio
         env: ShardingEnv,
         device: torch.device | str | None = None,
         fused_params: object = None,
+        qcomm_codecs_registry: object = None,
     ) -> None:
-        super().__init__(module, plan, env, device, fused_params)  # type: ignore[arg-type]  # checked by the base
+        super().__init__(module, plan, env, device, fused_params, qcomm_codecs_registry)  # type: ignore[arg-type]  # checked by the base
         self._build_dynamic(module, self._configs)
 
     def input_dist(self, features: KeyedJaggedTensor | object) -> Awaitable[ShardedSequenceInput]:

@@ -1,0 +1,121 @@
+"""ManagedCollisionEmbeddingBagCollection / ...EmbeddingCollection and the adapters: outputs
+equal the plain collection on the remapped ids; rows freed by eviction are re-initialized."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from shardrec_embedding import (
+    EmbeddingBagCollection,
+    EmbeddingBagConfig,
+    EmbeddingCollection,
+    EmbeddingConfig,
+)
+from shardrec_embedding.mc import (
+    LFU_EvictionPolicy,
+    ManagedCollisionCollection,
+    ManagedCollisionEmbeddingBagCollection,
+    ManagedCollisionEmbeddingCollection,
+    McEmbeddingBagCollectionAdapter,
+    McEmbeddingCollectionAdapter,
+    MCHManagedCollisionModule,
+)
+from shardrec_jagged import KeyedJaggedTensor
+
+
+def _mcc(configs: list, zch: int) -> ManagedCollisionCollection:  # type: ignore[type-arg]
+    module = MCHManagedCollisionModule(
+        zch_size=zch,
+        device=torch.device("cpu"),
+        eviction_policy=LFU_EvictionPolicy(),
+        eviction_interval=1,
+    )
+    return ManagedCollisionCollection({"t": module}, configs)
+
+
+def _kjt(ids: list[int]) -> KeyedJaggedTensor:
+    return KeyedJaggedTensor.from_lengths_sync(
+        keys=["f"], values=torch.tensor(ids), lengths=torch.tensor([2] * (len(ids) // 2))
+    )
+
+
+def test_pooled_output_equals_the_collection_on_remapped_ids() -> None:
+    torch.manual_seed(0)
+    configs = [EmbeddingBagConfig(name="t", embedding_dim=4, num_embeddings=6, feature_names=["f"])]
+    ebc = EmbeddingBagCollection(tables=configs)
+    mc = ManagedCollisionEmbeddingBagCollection(
+        ebc, _mcc(configs, 6), return_remapped_features=True
+    )
+    for ids in ([1 << 45, -2, 1 << 45, 9], [9, 1 << 45, -2, 77]):
+        out, remapped = mc(_kjt(ids))
+        assert remapped is not None
+        want = ebc(remapped)
+        torch.testing.assert_close(out.values(), want.values())
+        assert int(remapped.values().max()) < 6
+
+
+def test_sequence_output_and_no_remapped_features_by_default() -> None:
+    configs = [EmbeddingConfig(name="t", embedding_dim=4, num_embeddings=6, feature_names=["f"])]
+    ec = EmbeddingCollection(tables=configs)
+    mc = ManagedCollisionEmbeddingCollection(ec, _mcc(configs, 6))
+    out, remapped = mc(_kjt([5, 6]))
+    assert remapped is None and out["f"].values().shape == (2, 4)
+
+
+def test_evicted_rows_are_reset_to_the_tables_init_and_others_kept() -> None:
+    configs = [
+        EmbeddingBagConfig(
+            name="t",
+            embedding_dim=3,
+            num_embeddings=4,
+            feature_names=["f"],
+            init_fn=lambda w: torch.nn.init.constant_(w, 0.5),
+        )
+    ]
+    ebc = EmbeddingBagCollection(tables=configs)
+    weight = ebc.embedding_bags["t"].weight
+    with torch.no_grad():
+        weight.copy_(torch.arange(12.0).view(4, 3))
+    mc = ManagedCollisionEmbeddingBagCollection(
+        ebc, _mcc(configs, 4), return_remapped_features=True
+    )
+    _, remapped = mc(_kjt([7, 7, 8, 9]))  # 3 ids take 3 empty rows: they are reset
+    assert remapped is not None
+    taken = sorted(set(remapped.values().tolist()))
+    assert taken == [0, 1, 2]
+    torch.testing.assert_close(weight[:3], torch.full((3, 3), 0.5))
+    torch.testing.assert_close(weight[3], torch.tensor([9.0, 10.0, 11.0]))
+    mc.eval()
+    with torch.no_grad():
+        weight.copy_(torch.arange(12.0).view(4, 3))
+    mc(_kjt([1, 2]))
+    torch.testing.assert_close(weight, torch.arange(12.0).view(4, 3))  # eval frees nothing
+
+
+def test_mismatched_configs_are_refused() -> None:
+    a = [EmbeddingBagConfig(name="t", embedding_dim=4, num_embeddings=6, feature_names=["f"])]
+    b = [EmbeddingBagConfig(name="t", embedding_dim=8, num_embeddings=6, feature_names=["f"])]
+    with pytest.raises(ValueError, match="same configs"):
+        ManagedCollisionEmbeddingBagCollection(EmbeddingBagCollection(tables=a), _mcc(b, 6))
+
+
+@pytest.mark.parametrize("method", ["sort_zch", "mpzch"])
+def test_adapters_build_a_working_collection(method: str) -> None:
+    bag = [EmbeddingBagConfig(name="t", embedding_dim=4, num_embeddings=16, feature_names=["f"])]
+    seq = [EmbeddingConfig(name="t", embedding_dim=4, num_embeddings=16, feature_names=["f"])]
+    common = {
+        "input_hash_size": 0 if method == "mpzch" else 1 << 40,
+        "device": torch.device("cpu"),
+        "world_size": 2,
+        "zch_method": method,
+        "mpzch_num_buckets": 2,
+    }
+    ebc = McEmbeddingBagCollectionAdapter(tables=bag, **common)  # type: ignore[arg-type]
+    ec = McEmbeddingCollectionAdapter(tables=seq, **common)  # type: ignore[arg-type]
+    assert ebc(_kjt([3, 1 << 33])).values().shape == (1, 4)
+    assert ec(_kjt([3, 1 << 33]))["f"].values().shape == (2, 4)
+    assert ec.remapped_ids is None  # the adapter asks for no remapped features (TorchRec)
+    assert [p.shape for p in ebc.parameters()] == [torch.Size([16, 4])]
+    with pytest.raises(ValueError, match="zch_method"):
+        McEmbeddingBagCollectionAdapter(tables=bag, **(common | {"zch_method": ""}))  # type: ignore[arg-type]

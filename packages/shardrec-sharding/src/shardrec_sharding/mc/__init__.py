@@ -1,0 +1,21 @@
+"""Sharders of the managed-collision modules (planner view; see `sharders`)."""
+
+from shardrec_sharding.mc.sharded import (
+    ShardedManagedCollisionEmbeddingBagCollection,
+    ShardedManagedCollisionEmbeddingCollection,
+)
+from shardrec_sharding.mc.sharders import (
+    BaseManagedCollisionEmbeddingCollectionSharder,
+    ManagedCollisionCollectionSharder,
+    ManagedCollisionEmbeddingBagCollectionSharder,
+    ManagedCollisionEmbeddingCollectionSharder,
+)
+
+__all__ = [
+    "BaseManagedCollisionEmbeddingCollectionSharder",
+    "ManagedCollisionCollectionSharder",
+    "ManagedCollisionEmbeddingBagCollectionSharder",
+    "ManagedCollisionEmbeddingCollectionSharder",
+    "ShardedManagedCollisionEmbeddingBagCollection",
+    "ShardedManagedCollisionEmbeddingCollection",
+]

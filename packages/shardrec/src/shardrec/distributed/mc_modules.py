@@ -1,0 +1,5 @@
+"""Sharder of the managed-collision collection (TorchRec path `torchrec.distributed.mc_modules`)."""
+
+from shardrec_sharding.mc import ManagedCollisionCollectionSharder
+
+__all__ = ["ManagedCollisionCollectionSharder"]
