@@ -37,6 +37,9 @@ STEPS = 4
 SPEC = FusedOptimSpec(optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=0.1)
 
 
+THRESHOLD_2 = DynamicTableConfig(admission="THRESHOLD", admission_threshold=2)
+
+
 def _const(w: Tensor) -> None:
     torch.nn.init.constant_(w, 0.05)
 
@@ -48,7 +51,7 @@ def configs(scale: float = 1.0, user_dim: int = 8) -> list[EmbeddingBagConfig]:
         EmbeddingBagConfig(name="item", num_embeddings=int(32 * scale), embedding_dim=4,
                            feature_names=["i"],
                            init_fn=_const,
-                           dynamic=DynamicTableConfig(admission="THRESHOLD", admission_threshold=2)),
+                           dynamic=THRESHOLD_2),
     ]  # fmt: skip
 
 
@@ -305,7 +308,9 @@ def test_load_repartitions_by_id_hash(pool_factory, tmp_path, world, types, scal
      (0.5, 8, ["'user'", "capacity 40", "num_embeddings >= 40"])],
     ids=["dim", "smaller-capacity"],
 )  # fmt: skip
-def test_mismatched_checkpoint_is_refused_on_every_rank(pool_factory, tmp_path, scale, user_dim, words):  # type: ignore[no-untyped-def]
+def test_mismatched_checkpoint_is_refused_on_every_rank(
+    pool_factory, tmp_path, scale, user_dim, words
+):  # type: ignore[no-untyped-def]
     path = str(tmp_path / "ckpt")
     pool_factory(2).run(save_two_steps, path)
     for message in pool_factory(2).run(load_bad, path, scale, user_dim):

@@ -93,7 +93,10 @@ def batch(tag: str, rank: int, step: int) -> tuple[KeyedJaggedTensor, torch.Tens
     size = (rank + step) % 3 + 1
     lengths = random_lengths(len(FEATURES) * size, 3, g)
     per_key = lengths.view(len(FEATURES), size).sum(1).tolist()
-    parts = [p[torch.randint(0, POOL, (n,), generator=g)] for p, n in zip(pools(), per_key[:3])]
+    parts = [
+        p[torch.randint(0, POOL, (n,), generator=g)]
+        for p, n in zip(pools(), per_key[:3], strict=True)
+    ]
     parts.append(torch.randint(0, 6, (per_key[3],), generator=g))
     coefficients = torch.randn(size, sum(DIMS), generator=g)
     return KeyedJaggedTensor(FEATURES, torch.cat(parts), lengths=lengths, stride=size), coefficients
@@ -105,7 +108,10 @@ def concat_batches(kjts: list[KeyedJaggedTensor]) -> KeyedJaggedTensor:
     values = [d[f].values() for f in FEATURES for d in per_feature]
     lengths = [d[f].lengths() for f in FEATURES for d in per_feature]
     return KeyedJaggedTensor(
-        FEATURES, torch.cat(values), lengths=torch.cat(lengths), stride=sum(k.stride() for k in kjts)
+        FEATURES,
+        torch.cat(values),
+        lengths=torch.cat(lengths),
+        stride=sum(k.stride() for k in kjts),
     )
 
 
@@ -140,7 +146,9 @@ def train_sharded(ctx: RankContext, cases: list[Case]) -> list[tuple[dict, dict]
         spec = spec_of(case)
         sharder = EmbeddingBagCollectionSharder(fused_params=spec.to_fused_params())
         sharded = sharder.shard(ebc, plan_for(ebc, case.types, ctx.world_size), env)
-        dense = [p for n, p in sharded.named_parameters() if n not in sharded.fused_optimizer.params]
+        dense = [
+            p for n, p in sharded.named_parameters() if n not in sharded.fused_optimizer.params
+        ]
         dense_opt = torch.optim.SGD(dense, lr=spec.learning_rate) if dense else None
         for step in range(STEPS):
             kjt, coefficients = batch(str(case), ctx.rank, step)
@@ -164,9 +172,11 @@ def reference(case: Case, world: int) -> FusedEmbeddingBagCollection:
 def check_against(ref: torch.nn.Module, per_rank: list[dict], what: str) -> None:
     for name in ("t0", "t1"):
         table = ref.dynamic_tables.table(name)
-        ids, slots = table.items()
+        ids, _slots = table.items()
         assert ids.numel() > 0, what
-        weight = (ref.embedding_bags if hasattr(ref, "embedding_bags") else ref.embeddings)[name].weight.detach()
+        weight = (ref.embedding_bags if hasattr(ref, "embedding_bags") else ref.embeddings)[
+            name
+        ].weight.detach()
         seen: set[int] = set()
         for rank_rows in per_rank:
             if name not in rank_rows:
@@ -234,7 +244,9 @@ def train_ec(ctx: RankContext, cases: list[tuple[str, ...]]) -> list[tuple[dict,
         for step in range(STEPS):
             kjt, _ = batch(str(types), ctx.rank, step)
             out = sharded(kjt).wait()
-            outs.append({k: (v.values().detach().clone(), v.lengths().clone()) for k, v in out.items()})
+            outs.append(
+                {k: (v.values().detach().clone(), v.lengths().clone()) for k, v in out.items()}
+            )
             ec_loss(out, torch.arange(1.0, 5.0)).backward()
         results.append((local_rows(sharded, ctx.rank), outs))
     return results

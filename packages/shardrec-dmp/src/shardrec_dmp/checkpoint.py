@@ -31,6 +31,7 @@ from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 from shardrec_collectives import ShardingEnv, all_gather_object, barrier
+from shardrec_dmp.checkpoint_dynamic import apply_moves, plan_moves, strip_moved
 from shardrec_dmp.checkpoint_files import (
     MANIFEST,
     CheckpointError,
@@ -47,7 +48,6 @@ from shardrec_dmp.checkpoint_io import (
     SafeReader,
     read_dcp_metadata,
 )
-from shardrec_dmp.checkpoint_dynamic import apply_moves, plan_moves, strip_moved
 from shardrec_dmp.model_parallel import DistributedModelParallel
 
 __all__ = [
@@ -333,7 +333,7 @@ def _shapes(metadata: object) -> dict[str, tuple[int, ...]]:
 def _refill(loaded: Mapping[str, object], current: Mapping[str, object]) -> dict[str, object]:
     """`loaded` with the entries `strip_moved` took out put back at their current values (the
     model and optimizers load them unchanged; `apply_moves` then sets them)."""
-    model = {**current["model"], **loaded["model"]}  # type: ignore[dict-item]  # both dicts
+    model: dict[str, object] = {**current["model"], **loaded["model"]}  # type: ignore[dict-item]  # both dicts
     opts: dict[str, object] = {}
     for name, sd in dict(loaded["optimizers"]).items():  # type: ignore[call-overload]  # a dict
         cur = current["optimizers"][name]  # type: ignore[index]  # a dict

@@ -21,9 +21,10 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping
+from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 
 from shardrec_collectives import ShardingEnv, agree_on_error
@@ -42,7 +43,7 @@ class DynamicMove:
 
     path: str  # the sharded collection's module path (a plan key)
     container: str  # embedding_bags / embeddings
-    collection: nn.Module
+    collection: Any  # the DynamicSharded* collection
     table: ShardedDynamicTable
     saved_capacity: int
 
@@ -122,7 +123,9 @@ def strip_moved(state: dict[str, object], moves: list[DynamicMove]) -> dict[str,
     for name, sd in optimizers.items():
         if isinstance(sd, Mapping) and isinstance(sd.get("state"), Mapping):
             inner = {
-                k: v for k, v in sd["state"].items() if not any(m.owns_optimizer_key(k) for m in moves)
+                k: v
+                for k, v in sd["state"].items()
+                if not any(m.owns_optimizer_key(k) for m in moves)
             }
             kept_opts[name] = {**sd, "state": inner}
         else:
@@ -215,7 +218,7 @@ def _restore(
     fresh = torch.arange(n, part.capacity, dtype=torch.int64)
     for hook in part._reset_hooks:  # rows and optimizer state of the slots left empty
         hook(fresh)
-    tables = m.collection._tables  # type: ignore[union-attr]  # a sharded collection
+    tables: list[Any] = m.collection._tables
     layout = next(t for t in tables if t.name == part.name).local(env.rank)
     container = getattr(m.collection, m.container)
     if layout is None or part.name not in container:
@@ -224,7 +227,7 @@ def _restore(
     rows = _tensor(saved, m.weight_key)[slots]
     with torch.no_grad():
         weight[local] = torch.cat([rows[:, c : c + w] for c, w in layout.column_blocks], dim=1)
-        for module in m.collection._lookup_modules_of(part.name):  # type: ignore[operator]  # see DynamicShardedEmbeddingBagCollection
+        for module in m.collection._lookup_modules_of(part.name):
             fused, offset = module
             for name, tensor in fused.optimizer_state().items():
                 value = state.get(f"{part.name}.{name}")
@@ -232,9 +235,7 @@ def _restore(
                     continue
                 value = value[slots]
                 if value.dim() == 2:
-                    value = torch.cat(
-                        [value[:, c : c + w] for c, w in layout.column_blocks], dim=1
-                    )
+                    value = torch.cat([value[:, c : c + w] for c, w in layout.column_blocks], dim=1)
                 tensor[local + offset] = value.to(tensor.dtype)
 
 

@@ -31,8 +31,8 @@ from collections.abc import Mapping
 import numpy as np
 import numpy.typing as npt
 
-from shardrec_planner.dynamic_storage import MAP_PROBE_BYTES
 from shardrec_planner.constraints import DefaultPoolingFactors, ParameterConstraints
+from shardrec_planner.dynamic_storage import MAP_PROBE_BYTES
 from shardrec_planner.enums import EmbeddingComputeKernel, ShardingType
 from shardrec_planner.geometry import ShardArrays
 from shardrec_planner.sharder import TableInfo

@@ -36,8 +36,8 @@ import torch
 
 from shardrec_planner.constants import BIGINT_DTYPE, UVM_CACHING_RATIO
 from shardrec_planner.constraints import ParameterConstraints
-from shardrec_planner.enums import EmbeddingComputeKernel, ShardingType
 from shardrec_planner.dynamic_storage import module_dynamic_bytes_per_row
+from shardrec_planner.enums import EmbeddingComputeKernel, ShardingType
 from shardrec_planner.mc_storage import mc_bytes_per_row
 from shardrec_planner.offload_stats import _validate_io_sizes
 from shardrec_planner.planner_types import ShardingOption, Storage

@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from collections.abc import Callable, Sequence
-from typing import cast
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -310,6 +310,15 @@ class _ShardedDynamicTables(DynamicTables):
         )
 
 
+def _weight_getter(table: nn.Module) -> Callable[[], Tensor]:
+    def weight() -> Tensor:
+        w = table.weight
+        assert isinstance(w, Tensor)
+        return w
+
+    return weight
+
+
 def _state_reset(module: BatchedFusedEmbeddingBag, name: str) -> Callable[[Tensor], None]:
     """Zero the fused optimizer state rows of freed local slots of table `name`."""
     offset = module.row_offsets[[t.name for t in module.table_specs].index(name)]
@@ -332,7 +341,8 @@ def _precheck(features: object, dynamic_features: Sequence[str], owner: str) -> 
             f"{owner}: ids must be an integer tensor, got values of dtype {values.dtype}; cast "
             "them with .long() if they are whole numbers (dynamic tables take any int64 value)"
         )
-    missing = [f for f in dynamic_features if f not in features.keys()]
+    keys = set(features.keys())
+    missing = [f for f in dynamic_features if f not in keys]
     if missing:
         return ValueError(
             f"{owner}: the KeyedJaggedTensor lacks feature(s) {missing} that dynamic tables "
@@ -353,17 +363,16 @@ class _DynamicMixin:
     _owner: str
     _prefix: str
     _tables: list[TableSharding]
-    _strategies: Sequence[object]
+    _strategies: list[Any]
     dynamic_tables: DynamicTables
 
     def _build_dynamic(self, module: nn.Module, configs: Sequence[BaseEmbeddingConfig]) -> None:
         dyn = _ShardedDynamicTables(configs, self._tables, self.env, self._owner)
         container = cast(nn.ModuleDict, getattr(self, self._prefix))
-        fused = [m for s in self._strategies for m in s.lookup.fused_modules()]  # type: ignore[attr-defined]  # strategies have a lookup
+        fused = [m for s in self._strategies for m in s.lookup.fused_modules()]
         for t in dynamic_configs(list(configs)):
             if t.name in container:
-                table_module = container[t.name]
-                dyn.bind_weight(t.name, lambda m=table_module: m.weight)
+                dyn.bind_weight(t.name, _weight_getter(container[t.name]))
             for m in fused:
                 if t.name in [s.name for s in m.table_specs]:
                     dyn.table(t.name).add_reset_hook(_state_reset(m, t.name))
@@ -377,7 +386,7 @@ class _DynamicMixin:
         """This rank's fused lookups holding table `name`, with its first row in each."""
         out = []
         for s in self._strategies:
-            for m in s.lookup.fused_modules():  # type: ignore[attr-defined]  # strategies have a lookup
+            for m in s.lookup.fused_modules():
                 names = [t.name for t in m.table_specs]
                 if name in names:
                     out.append((m, m.row_offsets[names.index(name)]))
