@@ -298,3 +298,49 @@ def test_bad_ids_raise_on_every_rank(pool_factory):  # type: ignore[no-untyped-d
     got = pool_factory(2).run(float_ids_on_rank_1)
     assert got[1].startswith("TypeError") and "dtype" in got[1], got
     assert got[0].startswith("PeerError"), got
+
+
+# -- eviction: freed slots reset on the rank holding them; replicas stay identical --------------
+
+
+def evicting(ctx: RankContext) -> list[tuple]:
+    env = ShardingEnv.from_process_group(ctx.pg)
+    small = [
+        dataclasses.replace(c, num_embeddings=n, dynamic=DynamicTableConfig(eviction="LRU"))
+        for c, n in zip(configs(CASES[0])[:2], (8, 6), strict=True)
+    ] + configs(CASES[0])[2:]
+    ebc = EmbeddingBagCollection(small)
+    sharder = EmbeddingBagCollectionSharder(
+        fused_params={"optimizer": EmbOptimType.EXACT_ROWWISE_ADAGRAD, "learning_rate": 0.1}
+    )
+    types = ("row_wise", "data_parallel", "table_wise")
+    sharded = sharder.shard(ebc, plan_for(ebc, types, ctx.world_size), env)
+    dense = [p for n, p in sharded.named_parameters() if n not in sharded.fused_optimizer.params]
+    opt = torch.optim.SGD(dense, lr=0.1)
+    for step in range(6):
+        kjt, coefficients = batch("evict", ctx.rank, step)
+        (sharded(kjt).wait().values() * coefficients).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    stats = sharded.dynamic_tables.stats()
+    # data_parallel replica: its map and rows, to compare across ranks
+    dp = sharded.dynamic_tables.table("t1")
+    replica = (dp.items()[0].clone(), sharded.embedding_bags["t1"].weight.detach().clone())
+    # free every slot of the row-wise part: rows back to the init, Adagrad state to zero
+    part = sharded.dynamic_tables.table("t0")
+    _, slots = part.items()
+    part.evict(slots)
+    rows = sharded.embedding_bags["t0"].weight.detach()[slots]
+    module, offset = sharded._lookup_modules_of("t0")[0]
+    state = module.optimizer_state()["momentum1"][slots + offset]
+    return [stats, replica, bool((rows == 0.05).all()), bool((state == 0).all()), slots.numel()]
+
+
+def test_eviction_resets_rows_and_replicas_agree(pool_factory):  # type: ignore[no-untyped-def]
+    results = pool_factory(2).run(evicting)
+    assert sum(r[0]["t0"]["evictions"] for r in results) > 0  # the row-wise parts were full
+    assert results[0][0]["t1"]["evictions"] > 0
+    for a, b in zip(results[0][1], results[1][1], strict=True):
+        assert torch.equal(a, b)  # replicated map: the same ids in the same slots, same rows
+    for _, _, rows_reset, state_reset, freed in results:
+        assert freed > 0 and rows_reset and state_reset
