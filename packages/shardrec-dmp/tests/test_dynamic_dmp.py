@@ -28,7 +28,7 @@ from shardrec_jagged import KeyedJaggedTensor
 from shardrec_optim import EmbOptimType, FusedOptimSpec
 from shardrec_planner import ShardingPlan, construct_module_sharding_plan
 from shardrec_sharding import EmbeddingBagCollectionSharder
-from shardrec_sharding.dynamic import DynamicShardedEmbeddingBagCollection
+from shardrec_sharding.dynamic import DynamicShardedEmbeddingBagCollection, owner_part
 from shardrec_testing import RankContext, assert_close, random_lengths, seeded_generator
 from shardrec_testing.placements import placement_kwargs
 
@@ -315,3 +315,52 @@ def test_mismatched_checkpoint_is_refused_on_every_rank(
     pool_factory(2).run(save_two_steps, path)
     for message in pool_factory(2).run(load_bad, path, scale, user_dim):
         assert all(w in message for w in words), message
+
+
+def save_with_ages(ctx: RankContext, path: str) -> dict:
+    """Train 4 steps and save; (table, id) -> (row, last seen) on this rank."""
+    dmp = wrap(ctx, ("row_wise", "table_wise"))
+    steps(dmp, ctx.rank, 0, STEPS)
+    save(path, dmp, {"fused": dmp.fused_optimizer})
+    sharded = next(m for m in dmp.modules() if isinstance(m, DynamicShardedEmbeddingBagCollection))
+    out = {}
+    for name, (ids, rows, _) in rows_of(dmp).items():
+        part = sharded.dynamic_tables.table(name)
+        seen = part.last_seen[part.items()[1]]
+        for i, row, s in zip(ids.tolist(), rows, seen.tolist(), strict=True):
+            out[(name, i)] = (row, s)
+    return out
+
+
+def load_evicting(ctx: RankContext, path: str) -> tuple[dict, dict]:
+    dmp = wrap(ctx, ("row_wise", "table_wise"), scale=0.1)  # user 4 slots, item 3
+    load(path, dmp, {"fused": dmp.fused_optimizer}, evict_to_fit=True)
+    sharded = next(m for m in dmp.modules() if isinstance(m, DynamicShardedEmbeddingBagCollection))
+    capacities = {n: sharded.dynamic_tables.table(n).capacity for n in ("user", "item")}
+    rows = {
+        (n, i): r
+        for n, (ids, rs, _) in rows_of(dmp).items()
+        for i, r in zip(ids.tolist(), rs, strict=True)
+    }
+    return rows, capacities
+
+
+def test_evict_to_fit_keeps_the_most_recent_ids(pool_factory, tmp_path):  # type: ignore[no-untyped-def]
+    path = str(tmp_path / "ckpt")
+    saved: dict = {}
+    for part in pool_factory(2).run(save_with_ages, path):
+        saved.update(part)
+    results = pool_factory(2).run(load_evicting, path)
+    for rank, (rows, capacities) in enumerate(results):
+        for name in ("user", "item"):
+            mine = {k: v for k, v in rows.items() if k[0] == name}
+            assert len(mine) <= capacities[name]
+            for key, row in mine.items():
+                assert torch.equal(row, saved[key][0]), key  # an id keeps its vector
+            if name == "user" and capacities[name]:  # row_wise: this rank's hash part
+                ids = torch.tensor([i for (n, i) in saved if n == name])
+                owned = ids[owner_part(ids, 2) == rank].tolist()
+                assert len(mine) == min(len(owned), capacities[name])
+                kept_age = min((saved[k][1] for k in mine), default=0)
+                dropped = [saved[(name, i)][1] for i in owned if (name, i) not in mine]
+                assert all(age <= kept_age for age in dropped)  # LRU: the oldest went

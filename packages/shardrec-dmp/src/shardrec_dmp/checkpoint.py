@@ -249,8 +249,14 @@ def load(
     path: str | os.PathLike[str],
     model: DistributedModelParallel,
     optimizers: Mapping[str, torch.optim.Optimizer] | None = None,
+    *,
+    evict_to_fit: bool = False,
 ) -> None:
     """Load a checkpoint written by `save` into `model` and `optimizers`, in place.
+
+    Dynamic (raw-id) tables saved under another plan, world size or capacity are re-partitioned
+    by their ids' hash (checkpoint_dynamic; docs/dynamic.md); one saved with more slots than the
+    module has is refused, or with `evict_to_fit` cut down by its eviction policy.
 
     The model may have another plan or world size than the one saved: each rank reads the
     rows and columns of its own shards (optimizer state reshards too as long as each table
@@ -288,7 +294,7 @@ def load(
     state = _state(model, opts)
     # Dynamic tables saved under another layout are read whole afterwards (checkpoint_dynamic).
     shapes = _shapes(metadata)
-    moves = plan_moves(model, meta, shapes, checkpoint)
+    moves = plan_moves(model, meta, shapes, checkpoint, evict_to_fit=evict_to_fit)
     loadable = strip_moved(state, moves) if moves else state
     pruned = _prune(loadable)
     assert isinstance(pruned, dict)
@@ -318,6 +324,7 @@ def load(
             sorted(opts),
             shapes,
             SafeReader(checkpoint, metadata, None if files is None else set(files)),
+            evict_to_fit=evict_to_fit,
         )
 
 

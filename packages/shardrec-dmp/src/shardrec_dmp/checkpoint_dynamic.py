@@ -69,9 +69,11 @@ def plan_moves(
     meta: Mapping[str, object],
     shapes: Mapping[str, tuple[int, ...]],
     checkpoint: str,
+    *,
+    evict_to_fit: bool = False,
 ) -> list[DynamicMove]:
     """The dynamic tables of `model` to re-partition; `ValueError` (the same on every rank)
-    for a saved table of another width or more slots."""
+    for a saved table of another width, or of more slots unless `evict_to_fit`."""
     saved_plan = meta.get("plan")
     saved = saved_plan.get("plan", {}) if isinstance(saved_plan, Mapping) else {}
     current = json.loads(model.plan.to_json())["plan"]
@@ -95,11 +97,12 @@ def plan_moves(
                     f"embedding_dim {shape[1]}, the module's is {dim}; build the table with "
                     f"embedding_dim={shape[1]} to load it"
                 )
-            if shape[0] > capacity:
+            if shape[0] > capacity and not evict_to_fit:
                 raise ValueError(
                     f"checkpoint {checkpoint!r}: dynamic table {name!r} was saved with "
                     f"capacity {shape[0]}, the module has {capacity}; a smaller table cannot "
-                    f"hold every saved id: give it num_embeddings >= {shape[0]}"
+                    f"hold every saved id: give it num_embeddings >= {shape[0]}, or load with "
+                    "evict_to_fit=True to keep the ids its eviction policy ranks highest"
                 )
             same = (
                 shape[0] == capacity
@@ -139,6 +142,8 @@ def apply_moves(
     optimizer_names: list[str],
     shapes: Mapping[str, tuple[int, ...]],
     reader: SafeReader,
+    *,
+    evict_to_fit: bool = False,
 ) -> None:
     """Read the moved tables whole and give each rank the ids its maps own (module doc)."""
     env: ShardingEnv = model.env
@@ -177,11 +182,26 @@ def apply_moves(
                 node[rest[at + len(suffix) :]] = tensor
     dcp_load(target, storage_reader=reader, planner=SafePlanner(), process_group=env.pg)
     for k, m in enumerate(moves):
-        _restore(env, m, model_t, {n: t for (i, n), t in opt_state.items() if i == k})
+        state = {n: t for (i, n), t in opt_state.items() if i == k}
+        _restore(env, m, model_t, state, evict_to_fit=evict_to_fit)
+
+
+def _keep_by_policy(part: ShardedDynamicTable, last_seen: Tensor, counts: Tensor) -> Tensor:
+    """The positions of the `part.capacity` entries the table's eviction policy keeps (LRU /
+    TTL: the most recently seen; LFU: the most often seen, then the most recent), in order."""
+    order = torch.argsort(last_seen, stable=True)
+    if part.config.eviction.value == "LFU":
+        order = order[torch.argsort(counts[order], stable=True)]
+    return torch.sort(order[order.numel() - part.capacity :]).values
 
 
 def _restore(
-    env: ShardingEnv, m: DynamicMove, saved: Mapping[str, object], state: Mapping[str, Tensor]
+    env: ShardingEnv,
+    m: DynamicMove,
+    saved: Mapping[str, object],
+    state: Mapping[str, Tensor],
+    *,
+    evict_to_fit: bool,
 ) -> None:
     part = m.table
     occupied = saved[m.map_prefix + "occupied"]
@@ -197,16 +217,26 @@ def _restore(
         mine = torch.zeros_like(ids, dtype=torch.bool)
     slots, ids = slots[mine], ids[mine]
     n = ids.numel()
+    last_seen = _tensor(saved, m.map_prefix + "last_seen")
     error = None
-    if n > part.capacity:
+    evictable = evict_to_fit and part.config.eviction.value != "NONE"
+    if n > part.capacity and not evictable:
         error = ValueError(
             f"dynamic table {part.name!r}: {n} saved ids belong to rank {env.rank}'s part of "
             f"{part.capacity} slots; give the table more capacity (num_embeddings) to load it "
             "under this plan"
+            + ("" if evict_to_fit else ", or load with evict_to_fit=True")
+            + (" (its eviction policy is NONE: nothing to evict by)" if evict_to_fit else "")
         )
     agree_on_error(env, error)
+    dropped = 0
+    if n > part.capacity:
+        keep = _keep_by_policy(
+            part, last_seen[slots], _tensor(saved, m.map_prefix + "counts")[slots]
+        )
+        dropped = n - keep.numel()
+        slots, ids, n = slots[keep], ids[keep], keep.numel()
     local = torch.arange(n, dtype=torch.int64)
-    last_seen = _tensor(saved, m.map_prefix + "last_seen")
     part.load_items(
         ids,
         local,
@@ -215,6 +245,7 @@ def _restore(
     )
     part._counters["steps"] = int(last_seen.max()) if last_seen.numel() else 0
     part._counters["admissions"] = n
+    part._counters["evictions"] = dropped
     fresh = torch.arange(n, part.capacity, dtype=torch.int64)
     for hook in part._reset_hooks:  # rows and optimizer state of the slots left empty
         hook(fresh)
