@@ -241,8 +241,8 @@ shardrec.distributed.mc_embedding_modules  shardrec_sharding.mc
     BaseManagedCollisionEmbeddingCollectionSharder
 shardrec.distributed.fbgemm_qcomm_codec  shardrec_collectives.qcomm  CommType QCommsConfig
     QuantizationContext QuantizedCommCodec get_qcomm_codecs get_qcomm_codecs_registry
-shardrec.distributed.types  shardrec_collectives.qcomm  CommOp NoOpQuantizedCommCodec QuantizationContext
-    QuantizedCommCodec QuantizedCommCodecs
+shardrec.distributed.types  shardrec_collectives.qcomm  CommOp NoOpQuantizedCommCodec
+    QuantizationContext QuantizedCommCodec QuantizedCommCodecs
 """
 
 

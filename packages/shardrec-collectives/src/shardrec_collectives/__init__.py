@@ -42,7 +42,11 @@ from shardrec_collectives.misc import (
     split_by_host,
     timed_all_to_all,
 )
-from shardrec_collectives.pooled import pooled_all_to_all, variable_batch_pooled_all_to_all
+from shardrec_collectives.pooled import (
+    pooled_all_to_all,
+    pooled_all_to_all_flat,
+    variable_batch_pooled_all_to_all,
+)
 from shardrec_collectives.reduce_scatter import (
     reduce_scatter_pooled,
     variable_batch_reduce_scatter_pooled,
@@ -84,6 +88,7 @@ __all__ = [
     "intra_and_cross_node_pg",
     "kjt_all_to_all",
     "pooled_all_to_all",
+    "pooled_all_to_all_flat",
     "reduce_scatter_pooled",
     "return_ids",
     "sequence_all_to_all",

@@ -38,6 +38,7 @@ from shardrec_sharding.layout import LocalTable, TableSharding, check_plan, segm
 from shardrec_sharding.lookup import LookupTable
 from shardrec_sharding.state_dict import ShardedStateDict
 from shardrec_sharding.strategies._kjt import expand_variable_batch
+from shardrec_sharding.tiering import tier_options
 from shardrec_sharding.types import LocalBatch, PooledStrategy, SequenceStrategy, TableMaker
 
 __all__ = [
@@ -176,6 +177,7 @@ class ShardedCollectionBase(nn.Module, Generic[S, M]):
                 weight=None if weight is None else local.slice_of(weight),
                 init_fn=table.config.init_weight_,
                 optimizer=optimizers.get(table.name),
+                tier=tier_options(table.sharding, env.rank),
             )
 
         strategies: list[S] = []
