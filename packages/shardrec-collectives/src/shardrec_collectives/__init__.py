@@ -25,6 +25,7 @@ from shardrec_collectives.dist_data_vb import (
 from shardrec_collectives.env import ShardingEnv
 from shardrec_collectives.errors import PeerError, agree_on_error
 from shardrec_collectives.gather import all_gather_pooled
+from shardrec_collectives.ids import all_gather_ids, all_to_all_ids, return_ids
 from shardrec_collectives.kjt_all_to_all import (
     KeySelection,
     KJTAllToAllAwaitable,
@@ -72,10 +73,12 @@ __all__ = [
     "Watchdog",
     "agree_on_attempt",
     "agree_on_error",
+    "all_gather_ids",
     "all_gather_ints",
     "all_gather_object",
     "all_gather_pooled",
     "all_reduce_sum",
+    "all_to_all_ids",
     "barrier",
     "broadcast_",
     "get_group_rank",
@@ -87,6 +90,7 @@ __all__ = [
     "pooled_all_to_all",
     "pooled_all_to_all_flat",
     "reduce_scatter_pooled",
+    "return_ids",
     "sequence_all_to_all",
     "sequence_all_to_all_by_counts",
     "split_by_host",

@@ -378,9 +378,13 @@ class TableSharder(Generic[M, C]):
         device: torch.device | str | None = None,
     ) -> C:
         """The sharded module of `module` under `params` (one entry per table) on this rank."""
-        return self._sharded(
-            module, params, env, device, self._fused_params, self._qcomm_codecs_registry
-        )
+        sharded = self._sharded
+        if isinstance(getattr(module, "dynamic_tables", None), nn.Module):
+            # Raw-id tables: ids become slots before the ordinary path (shardrec_sharding.dynamic).
+            from shardrec_sharding.dynamic import dynamic_sharded_class
+
+            sharded = dynamic_sharded_class(sharded)  # type: ignore[arg-type,assignment]  # a subclass of the sharder's class
+        return sharded(module, params, env, device, self._fused_params, self._qcomm_codecs_registry)
 
     def shardable_parameters(self, module: nn.Module) -> dict[str, nn.Parameter]:
         if not isinstance(module, self._modules):

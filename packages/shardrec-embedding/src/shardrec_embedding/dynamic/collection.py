@@ -144,10 +144,16 @@ class DynamicTables(nn.Module):
         configs: all the collection's table configs (static ones are skipped).
         owner: the collection's name, for messages.
         backend: the id maps' backend.
+        make_table: builds each dynamic table's `DynamicTable` (default: one of the table's
+            full capacity; a sharded collection builds its rank's part of it).
     """
 
     def __init__(
-        self, configs: Sequence[BaseEmbeddingConfig], owner: str, backend: IdMapBackend = "auto"
+        self,
+        configs: Sequence[BaseEmbeddingConfig],
+        owner: str,
+        backend: IdMapBackend = "auto",
+        make_table: Callable[[BaseEmbeddingConfig], DynamicTable] | None = None,
     ) -> None:
         super().__init__()
         readers: dict[str, list[str]] = {}
@@ -169,8 +175,12 @@ class DynamicTables(nn.Module):
                         "must be read by it alone (its ids become that table's slots): give the "
                         "other tables their own copy of the feature"
                     )
-            tables[t.name] = DynamicTable(
-                t.name, t.dynamic, t.num_embeddings, t.embedding_dim, backend=backend
+            tables[t.name] = (
+                make_table(t)
+                if make_table is not None
+                else DynamicTable(
+                    t.name, t.dynamic, t.num_embeddings, t.embedding_dim, backend=backend
+                )
             )
             self._table_features[t.name] = list(t.feature_names)
             self._unknown[t.name] = t.dynamic.unknown_id
