@@ -12,6 +12,7 @@ import fcntl
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -430,6 +431,45 @@ def movielens(session: nox.Session) -> None:
     )  # fmt: skip
 
 
+# Lines of a run's output that are warnings: Python's `warnings` (`file:line: XWarning: ...`) and
+# torch's logging (`[rank0]:W1128 12:00:00.000 ...` under torchrun, `W1128 ...` without a rank).
+_WARNING_LINE = re.compile(r"\w+Warning: |^(\[rank\d+\]:)?W\d{4} ", re.MULTILINE)
+# Warnings the fresh run may still print, each with its owner and reason; none today.
+_KNOWN_WARNINGS: tuple[str, ...] = ()
+
+
+@nox.session
+def movielens_fresh(session: nox.Session) -> None:
+    """The main job from an EMPTY dataset cache, as on a brand-new machine: in a uv venv like
+    `movielens`'s, `shardrec train --dataset movielens-100k` (2 ranks, 30 steps) downloads
+    MovieLens-100k into a fresh cache directory and must reach its `test AUC` line; the run's
+    output must carry no warning (beyond _KNOWN_WARNINGS)."""
+    _install_packages(session, _closure("shardrec-train", extras=False), extra="")
+    tmp = pathlib.Path(session.create_tmp()).resolve()
+    cache, out = tmp / "empty-data-cache", tmp / "run"
+    for old in (cache, out):
+        shutil.rmtree(old, ignore_errors=True)
+    cache.mkdir()
+    log = session.run(
+        "shardrec", "train", "--dataset", "movielens-100k", "--nproc-per-node", "2",
+        "--epochs", "1", "--max-steps", "30", "--eval-every", "0", "--out", str(out),
+        env={"SHARDREC_DATA_CACHE": str(cache)}, silent=True,
+    )  # fmt: skip
+    text = str(log)
+    print(text, flush=True)
+    if not (cache / "movielens").is_dir() or "movielens-100k: cached" not in text:
+        session.error(f"the run did not download MovieLens-100k into the empty cache {cache}")
+    if not re.search(r"^test AUC 0\.\d{4}$", text, re.MULTILINE):
+        session.error("the run printed no `test AUC` line")
+    warned = [
+        line
+        for line in text.splitlines()
+        if _WARNING_LINE.search(line) and not any(k in line for k in _KNOWN_WARNINGS)
+    ]
+    if warned:
+        session.error("the run printed warnings:\n" + "\n".join(warned))
+
+
 # The sessions `tests` runs, longest first (measured, docs/testing.md) so that the parallel
 # slots finish together.
 TEST_SESSIONS = [
@@ -440,6 +480,7 @@ TEST_SESSIONS = [
     "typecheck",
     "unit(shardrec-embedding)",
     "fbgemm",
+    "movielens_fresh",
     *[f"unit({p})" for p in PACKAGES if p not in ("shardrec-sharding", "shardrec-dmp",
                                                     "shardrec-embedding")],
     "wheels",

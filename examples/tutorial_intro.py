@@ -12,7 +12,8 @@ The journey of TorchRec's introduction, on shardrec (`import shardrec as torchre
    plain collection.
 
 On several ranks the same code shards the tables across them: examples/tutorial_sharding.py.
-Run: ``python examples/tutorial_intro.py``.
+Run: ``python examples/tutorial_intro.py`` (``SHARDREC_EXAMPLE_DEVICE=cuda``: on one GPU, over
+NCCL).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from shardrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
 from shardrec.distributed.planner import EmbeddingShardingPlanner, Topology
 
 LEARNING_RATE = 0.1
+DEVICE = torch.device(os.environ.get("SHARDREC_EXAMPLE_DEVICE", "cpu"))
 
 
 def free_port() -> str:
@@ -65,19 +67,19 @@ def main() -> None:
     # 2. A process group of one rank, and a plan for it.
     os.environ.setdefault("MASTER_ADDR", "localhost")
     os.environ["MASTER_PORT"] = free_port()
-    dist.init_process_group("gloo", rank=0, world_size=1)
+    dist.init_process_group("nccl" if DEVICE.type == "cuda" else "gloo", rank=0, world_size=1)
     sharder = EmbeddingBagCollectionSharder(
         fused_params={"optimizer": "exact_sgd", "learning_rate": LEARNING_RATE}
     )
-    planner = EmbeddingShardingPlanner(topology=Topology(world_size=1, compute_device="cpu"))
+    planner = EmbeddingShardingPlanner(topology=Topology(world_size=1, compute_device=DEVICE.type))
     plan = planner.collective_plan(ebc, [sharder], dist.group.WORLD)
     print(plan)
 
     # 3. Shard by the plan; the outputs match the plain collection.
-    model = DistributedModelParallel(ebc, plan=plan, sharders=[sharder], device=torch.device("cpu"))
-    pooled = model(batch).wait()
+    model = DistributedModelParallel(ebc, plan=plan, sharders=[sharder], device=DEVICE)
+    pooled = model(batch.to(DEVICE)).wait()
     print("pooled features:", pooled.keys(), "shape", tuple(pooled.values().shape))
-    torch.testing.assert_close(pooled.values(), plain(batch).values())
+    torch.testing.assert_close(pooled.values().cpu(), plain(batch).values())
     print("sharded output equals the plain collection's: ok")
     print(model.fused_optimizer)
 
@@ -85,13 +87,13 @@ def main() -> None:
     reference_opt = torch.optim.SGD(plain.parameters(), lr=LEARNING_RATE)
     for step in range(3):
         batch = make_batch(step + 1)
-        loss = (model(batch).wait().values() - 1).pow(2).sum()
+        loss = (model(batch.to(DEVICE)).wait().values() - 1).pow(2).sum()
         loss.backward()
         reference_opt.zero_grad()
         (plain(batch).values() - 1).pow(2).sum().backward()
         reference_opt.step()
         print(f"step {step}: loss {loss.item():.4f}")
-    after = model(batch).wait().values()
+    after = model(batch.to(DEVICE)).wait().values().cpu()
     torch.testing.assert_close(after, plain(batch).values())
     print("after 3 fused steps, equal to torch.optim.SGD on the plain collection: ok")
     dist.destroy_process_group()

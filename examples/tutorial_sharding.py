@@ -12,7 +12,7 @@ feeds its own batch and compares the sharded output with the plain collection's 
 - table_row_wise: row blocks over the ranks of one host (here: both ranks).
 
 Run: ``python examples/tutorial_sharding.py`` (starts 2 processes; docs/sharding-types.md draws
-each type).
+each type; ``SHARDREC_EXAMPLE_DEVICE=cuda``: one GPU per rank over NCCL, 2 GPUs).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from shardrec.distributed.planner import EmbeddingShardingPlanner, ParameterCons
 from shardrec.distributed.types import ShardingEnv
 
 WORLD_SIZE = 2
+DEVICE_TYPE = os.environ.get("SHARDREC_EXAMPLE_DEVICE", "cpu")
 SHARDING_TYPES = ["table_wise", "row_wise", "column_wise", "table_row_wise"]
 
 
@@ -62,7 +63,11 @@ def batch_for(rank: int) -> torchrec.KeyedJaggedTensor:
 def run_rank(rank: int, port: str) -> None:
     os.environ["MASTER_ADDR"] = "localhost"
     os.environ["MASTER_PORT"] = port
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD_SIZE)
+    device = torch.device("cuda", rank) if DEVICE_TYPE == "cuda" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend, rank=rank, world_size=WORLD_SIZE)
     pg = dist.group.WORLD
     for sharding_type in SHARDING_TYPES:
         torch.manual_seed(0)  # the same initial tables on every rank
@@ -71,17 +76,19 @@ def run_rank(rank: int, port: str) -> None:
         constraints = {t.name: ParameterConstraints(sharding_types=[sharding_type])
                        for t in tables()}  # fmt: skip
         planner = EmbeddingShardingPlanner(
-            topology=Topology(world_size=WORLD_SIZE, compute_device="cpu"),
+            topology=Topology(world_size=WORLD_SIZE, compute_device=device.type),
             constraints=constraints,
         )
         sharders = [EmbeddingBagCollectionSharder()]
         plan = planner.collective_plan(module, sharders, pg)
         model = DistributedModelParallel(
             module, env=ShardingEnv.from_process_group(pg), plan=plan, sharders=sharders,
-            device=torch.device("cpu"),
+            device=device,
         )  # fmt: skip
         batch = batch_for(rank)
-        torch.testing.assert_close(model(batch).wait().values(), plain(batch).values())
+        torch.testing.assert_close(
+            model(batch.to(device)).wait().values().cpu(), plain(batch).values()
+        )
         if rank == 0:
             print(f"== {sharding_type}\n{plan}")
         dist.barrier()

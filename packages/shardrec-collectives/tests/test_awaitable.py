@@ -213,3 +213,29 @@ def test_fx_symbolic_trace_of_a_model_using_lazy_awaitables() -> None:
     expected = 3 * (x + 1) - (2 * x + 1) + (x + 1) * x  # the formula, no awaitables
     assert torch.allclose(gm(x), expected)
     assert torch.allclose(model(x), expected)
+
+
+def test_lazy_awaitables_warn_nothing_eager_or_traced(caplog: pytest.LogCaptureFixture) -> None:
+    """Building one (eagerly and from a Proxy) logs no torch `is_fx_tracing` warning: torch's
+    `ProxyableClassMeta.__call__` logged it once per process, i.e. once per rank of every run.
+    torch caches the warning per process; its cache is cleared so an earlier test cannot hide
+    it."""
+    import logging
+    import warnings
+
+    import torch.fx._symbolic_trace as fx_trace
+
+    fx_trace.is_fx_tracing_warning.cache_clear()
+    logger = logging.getLogger(fx_trace.__name__)
+    logger.addHandler(caplog.handler)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            x = torch.ones(2)
+            assert torch.equal(_PlusOne(x).wait(), x + 1)
+            gm = torch.fx.symbolic_trace(_UsesLazy())
+            assert torch.allclose(gm(x), _UsesLazy()(x))
+    finally:
+        logger.removeHandler(caplog.handler)
+    assert [str(w.message) for w in caught] == []
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []

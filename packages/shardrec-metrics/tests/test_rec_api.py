@@ -237,7 +237,9 @@ def test_bad_arguments_name_the_problem() -> None:
     with pytest.raises(TypeError, match="unexpected"):
         one_rank_ne(bogus=1)
     with pytest.raises(ValueError, match="my_rank"):
-        NEMetric(world_size=2, my_rank=2, batch_size=4, tasks=tasks, window_size=100)
+        NEMetric(world_size=2, my_rank=-1, batch_size=4, tasks=tasks, window_size=100)
+    with pytest.raises(ValueError, match="world_size"):
+        NEMetric(world_size=0, my_rank=0, batch_size=4, tasks=tasks, window_size=100)
     with pytest.raises(ValueError, match="threshold"):
         AccuracyMetric(
             world_size=1, my_rank=0, batch_size=4, tasks=tasks, window_size=100, threshold=2.0

@@ -103,3 +103,51 @@ def test_compute_on_all_ranks_gives_every_rank_the_global_values(rank_pool: Rank
     results = rank_pool.run(check_pooled, RecComputeMode.FUSED_TASKS_COMPUTATION.value, True)
     glob = [{k: v for k, v in r.items() if "|local_" not in k} for r in results]
     assert glob[0] and glob[0] == glob[1]
+
+
+def pre_compute_round_trip(ctx: RankContext) -> dict[str, dict[str, float]]:
+    """This rank's `compute()` over both ranks, and what a one-rank module computes from the
+    states `get_pre_compute_states` gathered (TorchRec's contract: the same values)."""
+    from shardrec_metrics.rec.metric_module import RecMetricModule, generate_metric_module
+    from shardrec_metrics.rec.metrics_config import MetricsConfig, RecMetricDef, RecMetricEnum
+
+    tasks = [
+        RecTaskInfo(name=t, label_name=f"{t}_y", prediction_name=f"{t}_p", weight_name=f"{t}_w")
+        for t in TASKS
+    ]
+    config = MetricsConfig(
+        rec_tasks=tasks,
+        rec_metrics={
+            e: RecMetricDef(rec_task_indices=[0, 1], window_size=WINDOW)
+            for e in (RecMetricEnum.NE, RecMetricEnum.AUC, RecMetricEnum.MSE)
+        },
+    )
+
+    def build(world: int, rank: int) -> RecMetricModule:
+        return generate_metric_module(
+            RecMetricModule, config, 4, world, rank, state_metrics_mapping={}, device="cpu"
+        )
+
+    module = build(ctx.world_size, ctx.rank)
+    mine = _rank_data(ctx.rank)
+    for i in range(len(BATCHES[ctx.rank])):
+        out: dict[str, torch.Tensor] = {}
+        for t in TASKS:
+            cols = torch.tensor(mine[t][i], dtype=torch.double).T
+            out[f"{t}_p"], out[f"{t}_y"], out[f"{t}_w"] = cols[0], cols[1], cols[2]
+        module.update(out)
+    states = module.get_pre_compute_states()
+    single = build(1, 0)
+    single.load_pre_compute_states(states)
+    both = {k: float(v) for k, v in module.rec_metrics.compute().items()}
+    loaded = {k: float(v) for k, v in single.rec_metrics.compute().items()}
+    return {"both": both, "loaded": loaded}
+
+
+def test_pre_compute_states_give_the_values_over_every_rank(rank_pool: RankPool) -> None:
+    results = rank_pool.run(pre_compute_round_trip)
+    both = results[0]["both"]
+    assert both and both.keys() == results[0]["loaded"].keys()
+    for key, value in both.items():
+        for r in results:  # every rank received the same states
+            assert r["loaded"][key] == pytest.approx(value, rel=1e-9), key

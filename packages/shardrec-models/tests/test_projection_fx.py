@@ -18,6 +18,7 @@ from shardrec_models import (
     DLRM_Projection,
     DLRMWrapper,
     InteractionProjectionArch,
+    SparseArch,
     choose,
 )
 from shardrec_testing import assert_close, seeded_generator
@@ -123,3 +124,37 @@ def test_compile_dense_path_wraps_once() -> None:
     assert not isinstance(first, DenseArch)
     model.compile_dense_path()
     assert model.dense_arch is first
+
+
+def test_traced_sparse_arch_names_each_feature_and_concatenates() -> None:
+    # TorchRec's documented fx graph of SparseArch: the KJT input, the pooled values read per
+    # feature name, then `torch.cat`; the traced module gives the eager (B, F, D)
+    ebc = _ebc(3)
+    arch = SparseArch(ebc)
+    gm = symbolic_trace(arch)
+    code = gm.code
+    assert "KeyedJaggedTensor" in code
+    at = [code.index(f"'{f}'") for f in arch.sparse_feature_names]
+    assert at == sorted(at) and code.index("torch.cat") > at[-1]
+    for batch in (0, 1, 4):
+        _, kjt = _inputs(batch, f"sparse-fx-{batch}")
+        out = gm(kjt)
+        assert out.shape == (batch, 3, D)
+        assert_close(out, arch(kjt))
+    scripted = torch.jit.script(gm)
+    _, kjt = _inputs(4, "sparse-fx-script")
+    assert_close(scripted(kjt), arch(kjt))
+
+
+def test_traced_dlrm_reads_its_feature_by_name() -> None:
+    torch.manual_seed(0)
+    model = DLRM(
+        embedding_bag_collection=_ebc(3),
+        dense_in_features=6,
+        dense_arch_layer_sizes=[5, D],
+        over_arch_layer_sizes=[3, 1],
+    )
+    gm = symbolic_trace(model)
+    assert all(f"'f{i}'" in gm.code for i in range(3))
+    dense, kjt = _inputs(4, "dlrm-fx")
+    assert_close(gm(dense, kjt), model(dense, kjt))

@@ -40,8 +40,11 @@ def test_positional_fused_params_and_qcomm_registry() -> None:
     # TorchRec passes {} (or only lookup keys) when the optimizer comes from elsewhere
     assert EmbeddingBagCollectionSharder({}, {}).fused_params == {}
     assert EmbeddingBagCollectionSharder({"cache_load_factor": 0.2}).fused_params is not None
-    with pytest.raises(ValueError, match=r"qcomm_codecs_registry .* pass None"):
+    # A registry is accepted (test_qcomm_sharded.py); a malformed one is refused.
+    with pytest.raises(ValueError, match=r"qcomm_codecs_registry: unknown key 'forward'"):
         EmbeddingBagCollectionSharder(None, {"forward": object()})
+    with pytest.raises(TypeError, match=r"\['POOLED_EMBEDDINGS_ALL_TO_ALL'\] = 1: expected"):
+        EmbeddingBagCollectionSharder(None, {"POOLED_EMBEDDINGS_ALL_TO_ALL": 1})
     with pytest.raises(ValueError, match="unknown fused_params"):
         EmbeddingBagCollectionSharder({"optimizer": "exact_sgd", "nope": 1})
 

@@ -11,6 +11,8 @@ from shardrec_testing import (
     assert_close,
     free_port,
     random_lengths,
+    seed_and_log,
+    seed_everything,
     seed_from,
     seeded_generator,
     tolerance,
@@ -77,3 +79,18 @@ def test_sanitizer_skips_follow_the_runtime() -> None:
             pass
 
     assert not getattr(Case, "__unittest_skip__", False)
+
+
+def test_seed_and_log_prints_a_seed_that_reproduces_the_call(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    @seed_and_log
+    def draw(n: int) -> torch.Tensor:
+        """Draws."""
+        return torch.rand(n)
+
+    first = draw(3)
+    seed = int(capsys.readouterr().out.split("Using random seed: ")[1])
+    seed_everything(seed)
+    assert torch.equal(torch.rand(3), first)
+    assert draw.__doc__ == "Draws."

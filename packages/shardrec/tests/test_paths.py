@@ -15,7 +15,7 @@ import shardrec
 # defines the names (umbrella module, component, then the names); an indented line continues the
 # names of the row above.
 _EXPORTS = """
-shardrec.test_utils  shardrec_testing  get_free_port skip_if_asan skip_if_asan_class
+shardrec.test_utils  shardrec_testing  get_free_port skip_if_asan skip_if_asan_class seed_and_log
 shardrec.optim.fused  shardrec_optim  EmptyFusedOptimizer FusedOptimizer FusedOptimizerModule
 shardrec.quant.utils  shardrec_embedding.quant  meta_to_cpu_placement
 shardrec.quant.embedding_modules  shardrec_embedding.quant
@@ -45,6 +45,9 @@ shardrec.streamable  shardrec_dmp  Pipelineable
 shardrec  shardrec_dmp  Pipelineable
 shardrec.distributed.model_parallel  shardrec_dmp  DistributedModelParallel default_sharders
     DataParallelWrapper DefaultDataParallelWrapper get_module get_unwrapped_module
+shardrec.distributed.model_parallel  shardrec_sharding  get_default_sharders
+shardrec.distributed.planner.types  shardrec_planner  ShardingPlan
+shardrec.inference.state_dict_transform  shardrec_dmp  state_dict_gather state_dict_to_device
 shardrec  shardrec_jagged  JaggedTensor KeyedJaggedTensor KeyedTensor
 shardrec  shardrec_embedding  DataType EmbeddingBagCollection EmbeddingBagConfig EmbeddingCollection
     EmbeddingConfig PoolingType
@@ -53,7 +56,10 @@ shardrec.sparse.jagged_tensor  shardrec_jagged  JaggedTensor KeyedJaggedTensor K
     regroup_kts
 shardrec.sparse.jagged_tensor_validator  shardrec_jagged  validate_keyed_jagged_tensor
 shardrec.sparse.jagged_tensor  shardrec_jagged.torchrec_private  _safe_tolist _all_keys_used_once
-    _regroup_keyed_tensors _fbgemm_permute_pooled_embs
+    _regroup_keyed_tensors _fbgemm_permute_pooled_embs _kt_regroup_arguments
+shardrec.sparse.tensor_dict  shardrec_jagged.tensor_dict  maybe_td_to_kjt
+shardrec.modules.feature_processor  shardrec_embedding  BaseGroupedFeatureProcessor
+    PositionWeightedProcessor
 shardrec.modules.embedding_configs  shardrec_embedding  BaseEmbeddingConfig DataType
     EmbeddingBagConfig EmbeddingConfig PoolingType data_type_to_dtype dtype_to_data_type
 shardrec.modules.embedding_modules  shardrec_embedding  EmbeddingBagCollection EmbeddingCollection
@@ -366,3 +372,15 @@ def test_import_as_torchrec_reads_like_the_tutorials() -> None:
     weight = ebc.embedding_bags["product_table"].weight
     expected = torch.stack([weight[101] + weight[202], torch.zeros(16), weight[303]])
     torch.testing.assert_close(pooled.to_dict()["product"], expected)
+
+
+def test_collective_utils_is_the_component_module() -> None:
+    """TorchRec's tests set `collective_utils._INITIALIZED`: the path is the module itself."""
+    import shardrec.distributed.collective_utils as umbrella
+    import shardrec_collectives.collective_utils as component
+
+    assert umbrella is component
+    for name in ("is_leader", "invoke_on_rank_and_broadcast_result", "run_on_leader",
+                 "create_on_rank_and_share_result", "init_collective_validation",
+                 "validate_collectives_enabled", "_resolve_enablement_on_leader"):  # fmt: skip
+        assert callable(getattr(umbrella, name)), name

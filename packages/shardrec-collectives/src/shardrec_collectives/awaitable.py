@@ -28,6 +28,8 @@ import torch
 import torch.fx
 from torch.utils._pytree import tree_map
 
+from shardrec_jagged.fx import SymbolicProxyableMeta
+
 __all__ = [
     "Awaitable",
     "GetItemLazyAwaitable",
@@ -120,12 +122,12 @@ def _wait_if_lazy(obj: object) -> object:
     return obj.wait() if isinstance(obj, LazyAwaitable) else obj
 
 
-class LazyAwaitable(Awaitable[T], metaclass=torch.fx._symbolic_trace.ProxyableClassMeta):
+class LazyAwaitable(Awaitable[T], metaclass=SymbolicProxyableMeta):
     """An awaitable that waits by itself on first use of its result.
 
     Under torch.fx tracing, constructing one from a Proxy records the construction as a graph
-    node (torch's `ProxyableClassMeta`, as TorchRec's), so the traced graph builds and waits on
-    it at run time.
+    node (a torch `ProxyableClassMeta`, as TorchRec's, that never logs torch's `is_fx_tracing`
+    warning), so the traced graph builds and waits on it at run time.
 
     `source` is an `Awaitable[T]` to wait for or a function producing the `T`; a subclass may
     instead override `_wait_impl`. Using the object as a tensor argument (`torch.cat([lazy])`),

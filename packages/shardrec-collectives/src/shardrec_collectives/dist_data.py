@@ -13,7 +13,8 @@ differentiable collective of this package named in each docstring. Shapes follow
     KJTOneToAll(splits, world_size)         KJT -> one KJT per device (no communication)
     EmbeddingsAllToOne / ...Reduce          list of tensors -> one tensor (no communication)
 
-Quantized communication codecs (`codecs=`) are not offered: passing one raises `ValueError`.
+Quantized communication codecs (`codecs=`, `qcomm.QuantizedCommCodecs`) are applied by
+`PooledEmbeddingsAllToAll`; the other modules refuse them with a `ValueError`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from shardrec_collectives import qcomm
 from shardrec_collectives.awaitable import Awaitable
 from shardrec_collectives.env import ShardingEnv
 from shardrec_collectives.gather import all_gather_pooled
@@ -239,7 +241,9 @@ class PooledEmbeddingsAllToAll(_EmbeddingsComm):
         callbacks: list[TensorCallback] | None = None,
         codecs: object | None = None,
     ) -> None:
-        super().__init__(pg, device, codecs)
+        super().__init__(pg, device)
+        # Quantized payload and gradient (qcomm.QuantizedCommCodecs); None: exact.
+        self._codecs = qcomm.checked_codecs(codecs, type(self).__name__)
         self._dim_sum_per_rank = list(dim_sum_per_rank)
         self._callbacks: list[TensorCallback] = [] if callbacks is None else callbacks
 
@@ -254,7 +258,9 @@ class PooledEmbeddingsAllToAll(_EmbeddingsComm):
         if not batch_size_per_rank:
             batch_size_per_rank = _even_split("local_embs", local_embs.shape[0], env.world_size)
         out = PooledEmbeddingsAwaitable(
-            pooled_all_to_all(env, local_embs, batch_size_per_rank, self._dim_sum_per_rank)
+            pooled_all_to_all(
+                env, local_embs, batch_size_per_rank, self._dim_sum_per_rank, self._codecs
+            )
         )
         out.callbacks.extend(self._callbacks)
         return out

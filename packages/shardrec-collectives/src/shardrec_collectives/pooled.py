@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import torch
 
-from shardrec_collectives import _checks
+from shardrec_collectives import _checks, qcomm
 from shardrec_collectives import _primitives as prim
 from shardrec_collectives.awaitable import Awaitable
 from shardrec_collectives.env import ShardingEnv
@@ -21,6 +21,7 @@ def pooled_all_to_all(
     local_embs: torch.Tensor,
     batch_size_per_rank: Sequence[int],
     dim_sum_per_rank: Sequence[int],
+    codecs: qcomm.QuantizedCommCodecs | None = None,
 ) -> Awaitable[torch.Tensor]:
     """Return every rank its samples' pooled embeddings from every rank's tables.
 
@@ -33,6 +34,8 @@ def pooled_all_to_all(
     Sends: rows of rank s's samples, `(B_s, D_r)`, to rank s.
     Receives: `(B_rank, sum_r D_r)`, the columns of rank 0's tables first, then rank 1's, ...
     Backward: the reverse all-to-all of the gradient's column blocks.
+    codecs: quantize what is sent (forward: the rows; backward: their gradient) with these
+        codecs (`qcomm`; every rank passes the same); None: exact.
     """
     _checks.per_rank(env, "batch_size_per_rank", batch_size_per_rank)
     _checks.per_rank(env, "dim_sum_per_rank", dim_sum_per_rank)
@@ -50,7 +53,10 @@ def pooled_all_to_all(
     in_splits = [b * dim for b in batch_size_per_rank]
     out_splits = [batch * d for d in dim_sum_per_rank]
     flat = local_embs.reshape(-1)
-    receive = prim.linked_all_to_all(env, flat, in_splits, out_splits)
+    if codecs is None:
+        receive = prim.linked_all_to_all(env, flat, in_splits, out_splits)
+    else:  # encoded before the send, decoded after the receive (forward and backward)
+        receive = qcomm.linked_all_to_all(env, flat, in_splits, out_splits, codecs)
 
     def finish() -> torch.Tensor:
         received = receive()

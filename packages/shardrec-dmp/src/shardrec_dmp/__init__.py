@@ -17,6 +17,7 @@ from shardrec_dmp.model_parallel import (
     get_module,
     get_unwrapped_module,
 )
+from shardrec_dmp.state_dict_transform import state_dict_gather, state_dict_to_device
 from shardrec_dmp.train_pipeline import Pipelineable, TrainPipelineSparseDist
 from shardrec_dmp.unsharded import get_unsharded_module_names
 
@@ -38,5 +39,7 @@ __all__ = [
     "read_metadata",
     "save",
     "saved_shapes",
+    "state_dict_gather",
+    "state_dict_to_device",
     "verify",
 ]

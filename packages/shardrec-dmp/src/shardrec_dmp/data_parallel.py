@@ -9,6 +9,7 @@ same way; `DefaultDataParallelWrapper` takes TorchRec's arguments.
 from __future__ import annotations
 
 import abc
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -95,12 +96,18 @@ class DefaultDataParallelWrapper(DataParallelWrapper):
             "bucket_cap_mb": self._bucket_cap_mb,
             **self._ddp_kwargs,
         }
-        ddp = DistributedDataParallel(
-            module,
-            device_ids=[device] if device.type == "cuda" else None,
-            process_group=env.pg,
-            **options,  # type: ignore[arg-type]  # DDP's keyword types vary; passed through as TorchRec does
-        )
+        with warnings.catch_warnings():
+            # torch >= 2.13 announces broadcast_buffers' deprecation; its replacement syncs the
+            # buffers at init, which broadcast_buffers=False (TorchRec's setting) does not.
+            warnings.filterwarnings(
+                "ignore", message=".*broadcast_buffers.* is deprecated", category=FutureWarning
+            )
+            ddp = DistributedDataParallel(
+                module,
+                device_ids=[device] if device.type == "cuda" else None,
+                process_group=env.pg,
+                **options,  # type: ignore[arg-type]  # DDP's keyword types vary; passed through as TorchRec does
+            )
         if self._allreduce_comm_precision is not None:
             ddp.register_comm_hook(None, _HOOKS[self._allreduce_comm_precision])
         wrapped: nn.Module = ddp

@@ -31,7 +31,12 @@ from shardrec_collectives import ShardingEnv
 from shardrec_dmp.data_parallel import DataParallelWrapper, dmp_default_wrapper
 from shardrec_optim import CombinedOptimizer, KeyedOptimizer
 from shardrec_planner import EmbeddingShardingPlanner, PlannerSharder, ShardingPlan, Topology
-from shardrec_sharding import EmbeddingBagCollectionSharder, EmbeddingCollectionSharder
+from shardrec_planner.default_sharders import set_default_sharders
+from shardrec_sharding import (
+    EmbeddingBagCollectionSharder,
+    EmbeddingCollectionSharder,
+    get_default_sharders,
+)
 
 __all__ = ["DistributedModelParallel", "default_sharders", "get_module", "get_unwrapped_module"]
 
@@ -39,6 +44,11 @@ __all__ = ["DistributedModelParallel", "default_sharders", "get_module", "get_un
 def default_sharders() -> list[PlannerSharder]:
     """One sharder per shardable module type: EmbeddingBagCollection and EmbeddingCollection."""
     return [EmbeddingBagCollectionSharder(), EmbeddingCollectionSharder()]
+
+
+# `EmbeddingShardingPlanner.collective_plan(module)` without sharders uses these (TorchRec's
+# `get_default_sharders()`); the planner, a lower layer, cannot import them itself.
+set_default_sharders(get_default_sharders)
 
 
 def _default_env(device: torch.device | None) -> ShardingEnv:

@@ -18,6 +18,7 @@ given the batch's own `sparse_features` object.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Protocol, runtime_checkable
@@ -70,11 +71,29 @@ class TrainPipelineSparseDist:
     `progress(dataloader_iter)` trains one batch and returns its `output`; it raises
     `StopIteration` when the iterator and the pipeline are both empty. The pipeline calls
     `optimizer.zero_grad()` before each forward.
+
+    As in TorchRec:
+
+    - `execute_all_batches=True` (the default) runs every batch of the iterator; with `False`,
+      the pipeline stops (`StopIteration`) as soon as the iterator cannot supply the batch two
+      ahead of the current one, so the last two batches are not run (TorchRec's pipeline
+      holds them when it finds the iterator empty). Those batches are dropped: a later
+      iterator starts afresh (TorchRec would run them first);
+    - a new iterator object given to `progress` after an earlier one ran out is read from the
+      start (an evaluation loop after training);
+    - with the model in eval mode (`model.training` False) `progress` runs the forward only:
+      no `zero_grad`, backward or optimizer step, so it works under `torch.no_grad()`.
     """
 
     def __init__(
-        self, model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device | str
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        device: torch.device | str,
+        execute_all_batches: bool = True,
     ) -> None:
+        if not isinstance(execute_all_batches, bool):
+            raise TypeError(f"execute_all_batches must be a bool, got {execute_all_batches!r}")
         if not isinstance(model, DistributedModelParallel):
             raise TypeError(
                 "TrainPipelineSparseDist needs a DistributedModelParallel model, got "
@@ -97,10 +116,47 @@ class TrainPipelineSparseDist:
             if self._device.type == "cuda"
             else None
         )
+        self._execute_all_batches = execute_all_batches
         self._next: _InFlight | None = None
+        # Batches copied to the device whose input distribution has not started (with
+        # execute_all_batches=False, the two batches ahead of the current one).
+        self._queued: collections.deque[Pipelineable] = collections.deque()
+        self._iter: Iterator[Pipelineable] | None = None
         self._exhausted = False
 
+    def reset(self) -> None:
+        """Forget the batches in the pipeline (their input distributions are completed, then
+        dropped); the next `progress` reads its iterator afresh."""
+        if self._next is not None:
+            for pending in self._next.pending.values():
+                pending.wait()
+        self._next = None
+        self._queued.clear()
+        self._iter = None
+        self._exhausted = False
+
+    def _pull(self, it: Iterator[Pipelineable]) -> Pipelineable | None:
+        """The next batch, on the device: a queued one, else one read from `it`."""
+        if self._queued:
+            return self._queued.popleft()
+        return self._read(it)
+
     def _fetch(self, it: Iterator[Pipelineable]) -> _InFlight | None:
+        """The next batch with its input distribution started."""
+        batch = self._pull(it)
+        if batch is None:
+            return None
+        features = batch.sparse_features
+        pending: dict[str, Awaitable[object]] = {}
+        for path, sub in self._model.sharded_modules.items():
+            phased: _PhasedModule = sub  # type: ignore[assignment]  # checked in __init__
+            pending[path] = phased.input_dist(features)
+        return _InFlight(batch, pending)
+
+    def _read(self, it: Iterator[Pipelineable]) -> Pipelineable | None:
+        if it is not self._iter:  # a new iterator (TorchRec: the exhausted flag resets)
+            self._iter = it
+            self._exhausted = False
         if self._exhausted:
             return None
         try:
@@ -115,13 +171,7 @@ class TrainPipelineSparseDist:
                 f"`to(device, non_blocking)` method; got {type(batch).__name__} with "
                 f"sparse_features of type {type(features).__name__}"
             )
-        batch = self._to_device(batch)
-        features = batch.sparse_features
-        pending: dict[str, Awaitable[object]] = {}
-        for path, sub in self._model.sharded_modules.items():
-            phased: _PhasedModule = sub  # type: ignore[assignment]  # checked in __init__
-            pending[path] = phased.input_dist(features)
-        return _InFlight(batch, pending)
+        return self._to_device(batch)
 
     def _to_device(self, batch: Pipelineable) -> Pipelineable:
         """`batch.to(device, non_blocking=True)`; on CUDA on the side stream (host memory must
@@ -167,15 +217,26 @@ class TrainPipelineSparseDist:
         return forward
 
     def progress(self, dataloader_iter: Iterator[Pipelineable]) -> object:
-        """Train on the next batch; returns the model's `output` for it."""
+        """Train on the next batch (in eval mode: only run the forward); returns the model's
+        `output` for it."""
         if self._next is None:
             self._next = self._fetch(dataloader_iter)
         current = self._next
         if current is None:
             raise StopIteration
+        if not self._execute_all_batches:
+            # TorchRec runs batch i only when the iterator still supplies batch i+2.
+            while len(self._queued) < 2:
+                ahead = self._read(dataloader_iter)
+                if ahead is None:
+                    self.reset()
+                    raise StopIteration
+                self._queued.append(ahead)
         # Batch i+1's ids travel while batch i computes.
         self._next = self._fetch(dataloader_iter)
-        self._optimizer.zero_grad()
+        training = self._model.training
+        if training:
+            self._optimizer.zero_grad()
         used: set[str] = set()
         sharded = self._model.sharded_modules
         for path, sub in sharded.items():
@@ -199,6 +260,8 @@ class TrainPipelineSparseDist:
                 f"{type(result).__name__}"
             )
         loss, output = result
+        if not training:
+            return output
         if not isinstance(loss, Tensor) or loss.dim() != 0:
             shape = tuple(loss.shape) if isinstance(loss, Tensor) else type(loss).__name__
             raise TypeError(f"the model's loss must be a scalar tensor, got {shape}")

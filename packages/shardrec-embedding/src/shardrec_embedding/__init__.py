@@ -33,12 +33,14 @@ from shardrec_embedding.embedding_tower import (
     tower_input_params,
 )
 from shardrec_embedding.feature_processors import (
+    BaseGroupedFeatureProcessor,
     FeatureProcessedEmbeddingBagCollection,
     FeatureProcessor,
     FeatureProcessorDictWrapper,
     FeatureProcessorsCollection,
     PositionWeightedModule,
     PositionWeightedModuleCollection,
+    PositionWeightedProcessor,
 )
 from shardrec_embedding.fused import (
     BatchedFusedEmbeddingBag,
@@ -62,6 +64,7 @@ from shardrec_embedding.regroup import (
 __all__ = [
     "AdmissionPolicy",
     "BaseEmbeddingConfig",
+    "BaseGroupedFeatureProcessor",
     "BatchedFusedEmbeddingBag",
     "CacheMixin",
     "DataType",
@@ -85,6 +88,7 @@ __all__ = [
     "PoolingType",
     "PositionWeightedModule",
     "PositionWeightedModuleCollection",
+    "PositionWeightedProcessor",
     "QuantConfig",
     "QuantEmbeddingBagCollection",
     "QuantEmbeddingCollection",

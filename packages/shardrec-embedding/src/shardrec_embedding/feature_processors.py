@@ -16,7 +16,7 @@ No `from __future__ import annotations` here: TorchScript compiles `_position_we
 its source and reads its annotations.
 """
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 import torch
@@ -28,12 +28,14 @@ from shardrec_embedding.embedding_bag_collection import EmbeddingBagCollection
 from shardrec_jagged import JaggedTensor, KeyedJaggedTensor, KeyedTensor, TorchScriptable
 
 __all__ = [
+    "BaseGroupedFeatureProcessor",
     "FeatureProcessedEmbeddingBagCollection",
     "FeatureProcessor",
     "FeatureProcessorDictWrapper",
     "FeatureProcessorsCollection",
     "PositionWeightedModule",
     "PositionWeightedModuleCollection",
+    "PositionWeightedProcessor",
 ]
 
 
@@ -140,7 +142,31 @@ class PositionWeightedModule(FeatureProcessor):
         )
 
 
-class PositionWeightedModuleCollection(FeatureProcessorsCollection):
+class _PositionWeightsDict(nn.Module):
+    """`position_weights` (a ParameterDict) mirrored into the plain dict `position_weights_dict`
+    (TorchScript cannot index a ParameterDict by a variable key), kept in step across
+    `reset_parameters()`, `.to()` and `load_state_dict(assign=True)` (`_resync`)."""
+
+    position_weights_dict: dict[str, torch.Tensor]
+    if TYPE_CHECKING:  # for mypy only: torch.jit.script would read class annotations
+        position_weights: nn.ParameterDict
+
+    def _sync_dict(self) -> None:
+        self.position_weights_dict = dict(self.position_weights.items())
+
+    def reset_parameters(self) -> None:
+        with torch.no_grad():
+            for p in self.position_weights.values():
+                p.fill_(1.0)
+        self._sync_dict()
+
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> nn.Module:
+        result: nn.Module = super()._apply(fn, recurse)  # type: ignore[no-untyped-call]  # untyped in torch
+        self._sync_dict()
+        return result
+
+
+class PositionWeightedModuleCollection(FeatureProcessorsCollection, _PositionWeightsDict):
     """Position weights for several features of a KJT at once (TorchRec's module of this name).
 
     forward(KJT) -> the same KJT with `weights` set; features without a maximum length get
@@ -160,20 +186,6 @@ class PositionWeightedModuleCollection(FeatureProcessorsCollection):
         super().__init__()
         init_position_weights(self, max_feature_lengths, device)
         self.register_load_state_dict_post_hook(_resync)  # type: ignore[no-untyped-call]  # untyped in torch
-
-    def _sync_dict(self) -> None:
-        self.position_weights_dict = dict(self.position_weights.items())
-
-    def reset_parameters(self) -> None:
-        with torch.no_grad():
-            for p in self.position_weights.values():
-                p.fill_(1.0)
-        self._sync_dict()
-
-    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> nn.Module:
-        result: nn.Module = super()._apply(fn, recurse)  # type: ignore[no-untyped-call]  # untyped in torch
-        self._sync_dict()
-        return result
 
     def forward(self, features: KeyedJaggedTensor) -> KeyedJaggedTensor:
         # Nested ifs: TorchScript drops only the body of `if not is_scripting()`.
@@ -206,8 +218,125 @@ class PositionWeightedModuleCollection(FeatureProcessorsCollection):
 
 def _resync(module: nn.Module, incompatible_keys: object) -> None:
     """After `load_state_dict` (which may assign new Parameters): refresh the plain dict."""
-    assert isinstance(module, PositionWeightedModuleCollection)
+    assert isinstance(module, _PositionWeightsDict)
     module._sync_dict()
+
+
+class BaseGroupedFeatureProcessor(TorchScriptable, nn.Module):
+    """Base of processors of a whole KJT, `forward(KJT) -> KJT` (TorchRec's
+    `torchrec.modules.feature_processor.BaseGroupedFeatureProcessor`)."""
+
+
+class PositionWeightedProcessor(BaseGroupedFeatureProcessor, _PositionWeightsDict):
+    """Position weights for the features of a KJT, keeping only those features (TorchRec's
+    `torchrec.modules.feature_processor.PositionWeightedProcessor`).
+
+    forward(KJT) -> a KJT whose weights are each id's `position_weights[feature]` at its
+    position in the bag:
+    - every key has a maximum length: the same keys, values, lengths and (variable) batch;
+    - some keys have one: only those keys (a new KJT, in input order);
+    - none has: the input itself.
+    A KJT that already carries weights holds the positions in them (row-wise sharding sends
+    them so), which are used instead of positions in the bag. Eagerly, a bag longer than its
+    feature's maximum raises `ValueError` (TorchRec: an index error). State:
+    `position_weights.<feature>` `(max_length,)`, initialized to 1; no buffers.
+    """
+
+    position_weights_dict: dict[str, torch.Tensor]
+    if TYPE_CHECKING:  # for mypy only: torch.jit.script would read class annotations
+        max_feature_lengths: dict[str, int]
+        position_weights: nn.ParameterDict
+
+    def __init__(
+        self, max_feature_lengths: Mapping[str, int], device: torch.device | str | None = None
+    ) -> None:
+        super().__init__()
+        init_position_weights(self, max_feature_lengths, device)
+        self.register_load_state_dict_post_hook(_resync)  # type: ignore[no-untyped-call]  # untyped in torch
+
+    def forward(self, features: KeyedJaggedTensor) -> KeyedJaggedTensor:
+        # Nested ifs: TorchScript drops only the body of `if not is_scripting()`.
+        if not torch._jit_internal.is_scripting():
+            if traced_input(features):
+                return self._traced(features)
+            self._check(features)
+        keys = features.keys()
+        picked: list[int] = []
+        for k, key in enumerate(keys):
+            if key in self.max_feature_lengths:
+                picked.append(k)
+        if len(picked) == 0:
+            return features
+        values = features.values()
+        given = features.weights_or_none()
+        if given is None:
+            positions = _positions(features.offsets(), values.numel())
+        else:
+            positions = given.long()  # row-wise sharding: the positions, sent as weights
+        length_per_key = features.length_per_key()
+        per_key = torch.split(positions, length_per_key)
+        weights: list[torch.Tensor] = []
+        for k in picked:
+            weights.append(self.position_weights_dict[keys[k]].index_select(0, per_key[k]))
+        spkpr = features.stride_per_key_per_rank()
+        vbe = features.variable_stride_per_key()
+        if len(picked) == len(keys):
+            return KeyedJaggedTensor(
+                keys=keys,
+                values=values,
+                weights=torch.cat(weights),
+                lengths=features.lengths(),
+                offsets=features.offsets(),
+                stride=features.stride(),
+                stride_per_key_per_rank=spkpr if vbe else None,
+                length_per_key=length_per_key,
+                offset_per_key=features.offset_per_key(),
+            )
+        values_per_key = torch.split(values, length_per_key)
+        lengths_per_key = torch.split(features.lengths(), features.stride_per_key())
+        return KeyedJaggedTensor.from_lengths_sync(
+            keys=[keys[k] for k in picked],
+            values=torch.cat([values_per_key[k] for k in picked]),
+            lengths=torch.cat([lengths_per_key[k] for k in picked]),
+            weights=torch.cat(weights),
+            stride_per_key_per_rank=[spkpr[k] for k in picked] if vbe else None,
+        )
+
+    @torch.jit.unused
+    def _check(self, features: KeyedJaggedTensor) -> None:
+        bags = torch.split(features.lengths(), features.stride_per_key())
+        for key, lengths in zip(features.keys(), bags, strict=True):
+            if key in self.max_feature_lengths:
+                _check_max_length(lengths, self.max_feature_lengths[key], key)
+
+    @torch.jit.unused
+    def _traced(self, features: KeyedJaggedTensor) -> KeyedJaggedTensor:
+        """Under torch.fx the keys are not known: as TorchRec's graph, every feature with a
+        maximum length is read from the input (they must all be there) and the result holds
+        exactly those."""
+        jts = features.to_dict()
+        names = list(self.max_feature_lengths)
+        values: list[torch.Tensor] = []
+        lengths: list[torch.Tensor] = []
+        weights: list[torch.Tensor] = []
+        for name in names:
+            jt = jts[name]
+            pos = _positions(jt.offsets(), jt.values().numel())
+            values.append(jt.values())
+            lengths.append(jt.lengths())
+            weights.append(self.position_weights_dict[name].index_select(0, pos))
+        return KeyedJaggedTensor.from_lengths_sync(
+            keys=names,
+            values=torch.cat(values),
+            lengths=torch.cat(lengths),
+            weights=torch.cat(weights),
+        )
+
+    def named_buffers(
+        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, torch.Tensor]]:
+        """None (TorchRec's: the plain dict's tensors are never buffers)."""
+        yield from ()
 
 
 class FeatureProcessorDictWrapper(FeatureProcessorsCollection):

@@ -64,6 +64,11 @@ def compute_length_per_key(kjt: KeyedJaggedTensor) -> list[int]:
             check_length_per_key(out, keys, values.shape[0])
         return out
     else:
+        # Variable batch per key. Given lengths: a negative one inside a key leaves the key's
+        # bounds intact, so the smallest length is read too (given offsets: a decrease inside
+        # one key is validate()'s, as for a fixed batch).
+        if offsets is None and lengths is not None and int(lengths.min()) < 0:
+            raise _negative_length_error_vb(lengths, keys, kjt.stride_per_key())
         # Per-key boundaries of the offsets: one gather of F + 1 entries.
         index = torch.tensor(kjt.lengths_offset_per_key(), device=values.device)
         picked: list[int] = kjt.offsets()[index].tolist()
@@ -79,6 +84,21 @@ def negative_length_error(lengths: torch.Tensor, keys: list[str], stride: int) -
     return ValueError(
         f"lengths[{i}] = {int(lengths[i])} is negative (key {keys[i // stride]!r}, sample "
         f"{i % stride}); lengths count ids per bag and must be >= 0"
+    )
+
+
+def _negative_length_error_vb(
+    lengths: torch.Tensor, keys: list[str], stride_per_key: list[int]
+) -> ValueError:
+    """The error for a variable-batch KJT's first negative length, naming its key and sample."""
+    i = int((lengths < 0).nonzero()[0, 0])
+    start, k = 0, 0
+    while k < len(keys) - 1 and i >= start + stride_per_key[k]:
+        start += stride_per_key[k]
+        k += 1
+    return ValueError(
+        f"lengths[{i}] = {int(lengths[i])} is negative (key {keys[k]!r}, sample {i - start}); "
+        "lengths count ids per bag and must be >= 0"
     )
 
 

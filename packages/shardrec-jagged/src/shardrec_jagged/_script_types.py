@@ -68,6 +68,89 @@ def _cumsum(sizes: list[int]) -> list[int]:
     return out
 
 
+def _check_offsets(offsets: torch.Tensor, n_values: int) -> None:
+    """Offsets start at 0, never decrease and end within values (a full pass)."""
+    first = int(offsets[0])
+    if first != 0:
+        raise ValueError(
+            f"offsets[0] = {first}; offsets must start at 0 (offsets[i] is where bag i starts "
+            "in values)"
+        )
+    drop = (offsets[1:] < offsets[:-1]).nonzero()
+    if drop.numel() > 0:
+        i = int(drop[0, 0]) + 1
+        raise ValueError(
+            f"offsets decrease at index {i} ({int(offsets[i - 1])} -> {int(offsets[i])}); "
+            "offsets must be non-decreasing (that is, lengths must be >= 0)"
+        )
+    last = int(offsets[-1])
+    if last > n_values:
+        raise ValueError(
+            f"offsets[-1] = {last} but values has only {n_values} entries; the bags need "
+            f"values.size(0) >= {last}"
+        )
+
+
+def _check_agree(lengths: torch.Tensor, offsets: torch.Tensor) -> None:
+    """Lengths given beside offsets describe the same bags (a full pass)."""
+    diff = offsets[1:] - offsets[:-1]
+    bad = (diff != lengths).nonzero()
+    if bad.numel() > 0:
+        i = int(bad[0, 0])
+        raise ValueError(
+            f"lengths and offsets disagree at bag {i}: lengths[{i}] = {int(lengths[i])} but "
+            f"offsets[{i + 1}] - offsets[{i}] = {int(diff[i])}"
+        )
+
+
+def _check_key_bounds(bounds: list[int], keys: list[str], n_values: int) -> None:
+    """The offsets at each key's first bag, then the last offset: they start at 0, do not
+    decrease between keys and end within values (named as offsets problems)."""
+    if bounds[0] != 0:
+        raise ValueError(
+            f"offsets[0] = {bounds[0]}; offsets must start at 0 (offsets[i] is where bag i "
+            "starts in values)"
+        )
+    for i in range(len(keys)):
+        if bounds[i + 1] < bounds[i]:
+            raise ValueError(
+                f"offsets decrease within key '{keys[i]}' (from {bounds[i]} at its first bag "
+                f"to {bounds[i + 1]} at its end); offsets must be non-decreasing"
+            )
+    if bounds[-1] > n_values:
+        raise ValueError(
+            f"offsets[-1] = {bounds[-1]} but values has only {n_values} entries; the bags need "
+            f"values.size(0) >= {bounds[-1]}"
+        )
+
+
+def _check_lengths(
+    lengths: torch.Tensor, keys: list[str], stride_per_key: list[int], n_values: int
+) -> None:
+    """Given lengths: none negative (naming its key and sample), and their sum fits values."""
+    if lengths.numel() == 0:
+        return
+    # One host read for both facts; the offending index is looked up only on failure.
+    smallest_and_total: list[int] = torch.stack([lengths.min(), lengths.sum()]).long().tolist()
+    if smallest_and_total[0] < 0:
+        i = int((lengths < 0).nonzero()[0, 0])
+        key = 0
+        start = 0
+        while key < len(keys) - 1 and i >= start + stride_per_key[key]:
+            start += stride_per_key[key]
+            key += 1
+        raise ValueError(
+            f"lengths[{i}] = {int(lengths[i])} is negative (key '{keys[key]}', sample "
+            f"{i - start}); lengths count ids per bag and must be >= 0"
+        )
+    total = smallest_and_total[1]
+    if total > n_values:
+        raise ValueError(
+            f"lengths sum to {total} but values has only {n_values} entries; the bags need "
+            f"values.size(0) >= {total} (a longer values buffer is fine: its tail is unused)"
+        )
+
+
 # `self` of the accessors both jagged twins share (a string: the second class comes later).
 _JaggedTwin: TypeAlias = "ScriptJaggedTensor | ScriptKeyedJaggedTensor"
 
@@ -121,9 +204,27 @@ class ScriptJaggedTensor:
         return self._values.device
 
     def to_dense(self) -> list[torch.Tensor]:
-        """One `(n_b,)` tensor per bag."""
+        """One `(n_b,)` tensor per bag (the Python class's checks of the bags first)."""
+        n_values = self._values.size(0)
+        offsets = self._offsets
+        if offsets is not None and offsets.numel() > 0:
+            _check_offsets(offsets, n_values)
+            lengths_given = self._lengths
+            if lengths_given is not None:
+                _check_agree(lengths_given, offsets)
         sizes: list[int] = self.lengths().long().tolist()
-        return list(torch.split_with_sizes(self._values, sizes))
+        total = 0
+        for i, n in enumerate(sizes):
+            if n < 0:
+                raise ValueError(f"lengths[{i}] = {n} is negative; lengths must be >= 0")
+            total += n
+        if total > n_values:
+            raise ValueError(
+                f"lengths sum to {total} but values has only {n_values} entries; the bags "
+                f"need values.size(0) >= {total} (a longer values buffer is fine: its tail "
+                "is unused)"
+            )
+        return list(torch.split_with_sizes(self._values[:total], sizes))
 
 
 class ScriptKeyedJaggedTensor:
@@ -232,6 +333,13 @@ class ScriptKeyedJaggedTensor:
     def variable_stride_per_key(self) -> bool:
         return self._stride_per_key_per_rank is not None
 
+    def stride_per_key_per_rank(self) -> list[list[int]]:
+        """`[F][R]`; `[]` unless the KJT has variable batch per key."""
+        spkpr = self._stride_per_key_per_rank
+        if spkpr is None:
+            return torch.jit.annotate(list[list[int]], [])
+        return spkpr
+
     def stride_per_key(self) -> list[int]:
         spkpr = self._stride_per_key_per_rank
         if spkpr is None:
@@ -245,11 +353,25 @@ class ScriptKeyedJaggedTensor:
             if len(self._keys) == 0:
                 lpk = []
             else:
+                # The first host read: the Python class's checks (docs/jagged.md, Validation).
+                n_values = self._values.size(0)
+                lengths = self._lengths
+                given_offsets = self._offsets
+                if given_offsets is None and lengths is not None:
+                    _check_lengths(lengths, self._keys, self.stride_per_key(), n_values)
+                if lengths is not None and given_offsets is not None:
+                    # Both present: compared bag by bag (the twin declares only the Python
+                    # class's fields, which artifacts are fed with, so it cannot tell given
+                    # from derived; one full pass, at the first read only).
+                    _check_agree(lengths, given_offsets)
                 bounds = torch.tensor(
                     _cumsum(self.stride_per_key()), dtype=torch.long, device=self._values.device
                 )
-                picked = self.offsets()[bounds]
-                computed: list[int] = (picked[1:] - picked[:-1]).long().tolist()
+                picked: list[int] = self.offsets()[bounds].long().tolist()
+                _check_key_bounds(picked, self._keys, n_values)
+                computed: list[int] = []
+                for i in range(len(self._keys)):
+                    computed.append(picked[i + 1] - picked[i])
                 lpk = computed
             self._length_per_key = lpk
         return lpk
@@ -266,6 +388,17 @@ class ScriptKeyedJaggedTensor:
 
     def offset_per_key_or_none(self) -> list[int] | None:
         return self._offset_per_key
+
+    def sync(self) -> "ScriptKeyedJaggedTensor":
+        """Compute `length_per_key`/`offset_per_key` now (one device-to-host copy)."""
+        self.offset_per_key()
+        return self
+
+    def unsync(self) -> "ScriptKeyedJaggedTensor":
+        """Drop the cached host-side metadata."""
+        self._length_per_key = None
+        self._offset_per_key = None
+        return self
 
     def _index(self, key: str) -> int:
         for i, k in enumerate(self._keys):

@@ -18,9 +18,10 @@ import torch
 import torch.fx
 from torch import nn
 
+from shardrec_jagged._fx import SymbolicProxyableMeta
 from shardrec_jagged.torchscript import TorchScriptable
 
-__all__ = ["Tracer", "is_fx_tracing", "symbolic_trace"]
+__all__ = ["SymbolicProxyableMeta", "Tracer", "is_fx_tracing", "symbolic_trace"]
 
 
 def is_fx_tracing() -> bool:

@@ -29,7 +29,9 @@ from shardrec_jagged._validation import (
     check_bag_lengths,
     check_lengths_offsets_sizes,
     check_values_weights,
+    validate_agree,
     validate_jagged,
+    validate_offsets,
 )
 
 __all__ = ["JaggedTensor"]
@@ -50,6 +52,7 @@ class JaggedTensor(JaggedParts, metaclass=ProxyableMeta):
     """
 
     _fields = ("_values", "_weights", "_lengths", "_offsets")
+    _check_offsets: bool = False  # class default: pieces of a valid value and scripted results
 
     def __init__(
         self,
@@ -68,6 +71,11 @@ class JaggedTensor(JaggedParts, metaclass=ProxyableMeta):
         self._weights = weights
         self._lengths = lengths
         self._offsets = offsets
+        # Offsets given by the caller are checked at the first host read of the bags (to_dense,
+        # to_padded_dense, str): they start at 0, do not decrease and, with lengths also given,
+        # agree with them; each named as an offsets problem (derived lengths would only look
+        # negative).
+        self._check_offsets = offsets is not None
         if validate:
             self.validate()
 
@@ -164,7 +172,19 @@ class JaggedTensor(JaggedParts, metaclass=ProxyableMeta):
             return None
         return self._split(self._weights)
 
+    def _check_given_offsets(self) -> None:
+        """Once, before the first host read of the bags: the caller's offsets (a full pass over
+        them; the read that follows is a full pass too)."""
+        if self._check_offsets and not torch.compiler.is_compiling():
+            offsets = self._offsets
+            assert offsets is not None
+            validate_offsets(offsets, self._values.size(0))
+            if self._lengths is not None:
+                validate_agree(self._lengths, offsets)
+            self._check_offsets = False
+
     def _split(self, data: torch.Tensor) -> list[torch.Tensor]:
+        self._check_given_offsets()
         sizes: list[int] = self.lengths().tolist()
         check_bag_lengths(sizes, data.size(0))
         total = sum(sizes)
@@ -186,6 +206,7 @@ class JaggedTensor(JaggedParts, metaclass=ProxyableMeta):
     def _padded(
         self, data: torch.Tensor, desired_length: int | None, padding_value: float
     ) -> torch.Tensor:
+        self._check_given_offsets()
         lengths = self.lengths()
         longest = 0
         if lengths.numel() > 0:
@@ -235,6 +256,7 @@ class JaggedTensor(JaggedParts, metaclass=ProxyableMeta):
 
     def __str__(self) -> str:
         """TorchRec's text: every bag's values (and weights). ``repr()`` is the bounded one."""
+        self._check_given_offsets()
         check_bag_lengths(self.lengths().tolist(), self._values.size(0))
         return jt_str(self._values, self._weights, self.offsets())
 

@@ -277,6 +277,17 @@ class KeyedJaggedTensor(JaggedParts, metaclass=ProxyableMeta):
                 keys, values, lengths, weights, stride, stride_per_key_per_rank
             )
             return out
+        if inverse_indices is None:
+            # Without the argument: under torch.fx this call is a graph node, and the
+            # TorchScript twin that a scripted graph builds takes no inverse_indices.
+            return KeyedJaggedTensor(
+                keys=keys,
+                values=values,
+                weights=weights,
+                lengths=lengths,
+                stride=stride,
+                stride_per_key_per_rank=stride_per_key_per_rank,
+            ).sync()
         return KeyedJaggedTensor(
             keys=keys,
             values=values,

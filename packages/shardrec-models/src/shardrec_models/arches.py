@@ -100,6 +100,13 @@ class SparseArch(nn.Module):
     def stack(self, pooled: KeyedTensor) -> Tensor:
         """The collection's output `(B, F * D)` as `(B, F, D)` (a view); waits for a sharded
         collection's lazy output."""
+        if not torch._jit_internal.is_scripting():  # noqa: SIM102
+            if is_proxy(pooled):
+                # fx: TorchRec's graph, one slice per feature by name, then `cat` (the same
+                # values: the keys are the sparse feature names, in order); eager keeps the view
+                per_key = pooled.to_dict()
+                stacked = torch.cat([per_key[f] for f in self._sparse_feature_names], dim=1)
+                return stacked.reshape(stacked.shape[0], self.F, self.D)
         values = pooled.values()
         # An explicit B (not -1) so that an empty batch keeps its shape.
         return values.reshape(values.shape[0], self.F, self.D)

@@ -23,7 +23,7 @@ import torch.fx
 from torch import Tensor, nn
 
 from shardrec_embedding import EmbeddingBagCollection
-from shardrec_jagged import KeyedJaggedTensor
+from shardrec_jagged import KeyedJaggedTensor, KeyedTensor
 from shardrec_models.arches import (
     DenseArch,
     InteractionArch,
@@ -40,7 +40,10 @@ from shardrec_models.mlp import check_layer_sizes
 
 # DLRM_Transformer is TorchRec's experimental model: served at its own path
 # (`torchrec.models.experimental.transformerdlrm`), not with the others.
-__all__ = ["DLRM", "DLRM_DCN", "DLRMWrapper", "DLRM_Projection"]
+__all__ = ["DENSE_PRECISIONS", "DLRM", "DLRM_DCN", "DLRMWrapper", "DLRM_Projection"]
+
+DENSE_PRECISIONS = ("fp32", "bf16")
+"""The precisions of `DLRM.set_dense_precision`."""
 
 
 class _ModelInput(Protocol):
@@ -88,6 +91,13 @@ class DLRM(nn.Module):
 
     Initialization is TorchRec's: `nn.Linear`'s default for every layer.
 
+    Dense precision (a shardrec option, TorchRec has none): `set_dense_precision("bf16")` runs
+    the dense arch, the interaction and the over arch under `torch.autocast(bfloat16)` on the
+    input's device: matrix products in bfloat16 (float32 accumulation), parameters, their
+    gradients and the optimizer state stay float32 (the master weights), the embeddings are
+    looked up and pooled in their own dtype, and the logits come back as float32. Eager only
+    (fx tracing and TorchScript see the float32 graph). Default "fp32": unchanged numerics.
+
     forward: `dense_features: (B, dense_in_features)`, `sparse_features: KeyedJaggedTensor`
     with every feature the tables read, stride B -> logits `(B, over_arch_layer_sizes[-1])`.
     """
@@ -117,6 +127,7 @@ class DLRM(nn.Module):
         over_in = dim + num_features * (num_features + 1) // 2
         self.over_arch = OverArch(over_in, over_sizes, device=device)
         self._cuda_graph_enabled = False
+        self._dense_precision = "fp32"
 
     def _replace_interaction(
         self,
@@ -135,6 +146,12 @@ class DLRM(nn.Module):
         # The lookup is started first: a sharded collection returns while its output
         # all-to-all is in flight, and the dense arch computes in the meantime.
         pooled = self.sparse_arch.embedding_bag_collection(sparse_features)
+        if self._dense_precision == "bf16" and not torch._jit_internal.is_scripting():
+            return self._bf16_dense(dense_features, pooled)
+        return self._dense(dense_features, pooled)
+
+    def _dense(self, dense_features: Tensor, pooled: KeyedTensor) -> Tensor:
+        """Everything after the lookup: dense arch, interaction, over arch -> logits."""
         embedded_dense = self.dense_arch(dense_features)
         embedded_sparse = self.sparse_arch.stack(pooled)
         # fx traces with Proxies (no sizes to compare); TorchScript drops the first branch.
@@ -146,6 +163,26 @@ class DLRM(nn.Module):
         interacted = self.inter_arch(embedded_dense, embedded_sparse)
         logits: Tensor = self.over_arch(interacted)
         return logits
+
+    @property
+    def dense_precision(self) -> str:
+        """ "fp32" (default) or "bf16" (`set_dense_precision`)."""
+        return self._dense_precision
+
+    @torch.jit.unused
+    def set_dense_precision(self, precision: str) -> None:
+        """Compute the dense part in "bf16" (autocast, float32 master weights) or "fp32"."""
+        if precision not in DENSE_PRECISIONS:
+            raise ValueError(
+                f"dense precision {precision!r} is not one of {', '.join(DENSE_PRECISIONS)}"
+            )
+        self._dense_precision = precision
+
+    @torch.jit.unused
+    def _bf16_dense(self, dense_features: Tensor, pooled: KeyedTensor) -> Tensor:
+        with torch.autocast(device_type=dense_features.device.type, dtype=torch.bfloat16):
+            logits = self._dense(dense_features, pooled)
+        return logits.float()
 
     @torch.jit.unused
     def compile_dense_path(self, compile_mode: str = "reduce-overhead") -> None:

@@ -23,10 +23,12 @@ import torch.distributed as dist
 from torch import nn
 
 from shardrec_planner.constraints import ParameterConstraints
+from shardrec_planner.default_sharders import default_sharders
 from shardrec_planner.distributed import broadcast_plan_text
 from shardrec_planner.embedding_stats import EmbeddingStats
 from shardrec_planner.enumerators import EmbeddingEnumerator
 from shardrec_planner.enums import ShardingType
+from shardrec_planner.environment_topology import topology_from_environment
 from shardrec_planner.errors import PlannerError
 from shardrec_planner.estimator import Workload, optimizer_state
 from shardrec_planner.geometry import ShardArrays
@@ -87,7 +89,9 @@ def _sharded_modules(
 class EmbeddingShardingPlanner:
     """Plans how every table of a model is sharded (TorchRec's name and call signature).
 
-    - `topology`: the cluster; `batch_size`: per-rank batch size the costs are estimated for.
+    - `topology`: the cluster (default, as TorchRec: built from the environment, see
+      `environment_topology`); `batch_size`: per-rank batch size the costs are estimated for
+      (default 512).
     - `constraints`: table name -> ParameterConstraints (every name must be a table of the model).
     - `memory_reserve_fraction`: share of each rank's memory kept free for the dense model,
       activations and allocator slack (TorchRec reserves 15% too).
@@ -114,8 +118,8 @@ class EmbeddingShardingPlanner:
 
     def __init__(
         self,
-        topology: Topology,
-        batch_size: int = DEFAULT_BATCH_SIZE,
+        topology: Topology | None = None,
+        batch_size: int | None = None,
         constraints: Mapping[str, ParameterConstraints] | None = None,
         *,
         memory_reserve_fraction: float = 0.15,
@@ -132,6 +136,10 @@ class EmbeddingShardingPlanner:
         heuristical_storage_reservation_percentage: float | None = None,
         plan_loader: Any = None,
     ) -> None:
+        if topology is None:
+            topology = topology_from_environment()
+        if batch_size is None:
+            batch_size = DEFAULT_BATCH_SIZE
         if timeout_seconds is not None:
             time_budget_s = timeout_seconds
         self._timeout_seconds = timeout_seconds
@@ -350,13 +358,23 @@ class EmbeddingShardingPlanner:
     def collective_plan(
         self,
         module: nn.Module,
-        sharders: Sequence[PlannerSharder],
+        sharders: Sequence[PlannerSharder] | None = None,
         pg: dist.ProcessGroup | None = None,
     ) -> ShardingPlan:
         """Rank 0 of `pg` plans and broadcasts the plan's JSON; every rank returns the same plan.
 
+        As TorchRec: `sharders` default to the default sharders (EmbeddingBagCollection,
+        EmbeddingCollection and their quantized forms), `pg` to the default process group.
         A PlannerError on rank 0 is raised on every rank (with rank 0's message).
         """
+        if sharders is None:
+            sharders = default_sharders()
+        if pg is None and not (dist.is_available() and dist.is_initialized()):
+            raise RuntimeError(
+                "collective_plan needs the default process group: call "
+                "torch.distributed.init_process_group(...) first, pass pg=..., or call "
+                "plan(module, sharders) for a single process"
+            )
         text: str | None = None
         if dist.get_rank(pg) == 0:
             try:

@@ -19,7 +19,8 @@ from typing import Generic, TypeVar
 import torch
 from torch import Tensor, nn
 
-from shardrec_collectives import Awaitable, ShardingEnv, agree_on_error
+from shardrec_collectives import Awaitable, ShardingEnv, agree_on_error, qcomm
+from shardrec_collectives.qcomm import QuantizedCommCodecs
 from shardrec_embedding import BaseEmbeddingConfig
 from shardrec_jagged import KeyedJaggedTensor
 from shardrec_optim import (
@@ -55,7 +56,9 @@ DEFAULT_FUSED_OPTIMIZER = FusedOptimSpec(optimizer=EmbOptimType.EXACT_SGD)
 S = TypeVar("S", PooledStrategy, SequenceStrategy)
 M = TypeVar("M", bound=nn.Module)  # the module type a sharder takes
 C = TypeVar("C", bound=nn.Module)  # the sharded module it makes
-Builder = Callable[[Sequence[TableSharding], ShardingEnv, TableMaker], S]
+Builder = Callable[
+    [Sequence[TableSharding], ShardingEnv, TableMaker, QuantizedCommCodecs | None], S
+]
 
 
 def table_optimizer(
@@ -141,7 +144,9 @@ class ShardedCollectionBase(nn.Module, Generic[S, M]):
         env: ShardingEnv,
         device: torch.device | str | None = None,
         fused_params: Mapping[str, object] | None = None,
+        qcomm_codecs_registry: Mapping[str, object] | None = None,
     ) -> None:
+        codecs = qcomm.codecs_for(qcomm_codecs_registry)  # the pooled all-to-all's (None: exact)
         if not isinstance(module, self._module_types):
             kind = self._module_types[0].__name__
             raise TypeError(f"{self._owner} shards an {kind}, got {type(module).__name__}")
@@ -177,7 +182,7 @@ class ShardedCollectionBase(nn.Module, Generic[S, M]):
         for sharding_type, build in registry.items():
             chosen = [t for t in tables if t.sharding_type is sharding_type]
             if chosen:
-                strategies.append(build(chosen, env, make_table))
+                strategies.append(build(chosen, env, make_table, codecs))
         by_name: dict[str, nn.Module] = {}
         for s in strategies:
             by_name.update(s.lookup.table_modules())
@@ -296,8 +301,11 @@ class TableSharder(Generic[M, C]):
             "learning_rate": 0.01, ...}`) for tables whose weight has no optimizer from
             `apply_optimizer_in_backward`.
 
-        qcomm_codecs_registry: TorchRec's quantized-communication codecs; shardrec's
-            collectives send full precision, so only None or an empty mapping is accepted.
+        qcomm_codecs_registry: TorchRec's quantized-communication codecs,
+            `{CommOp name: QuantizedCommCodecs}` (`get_qcomm_codecs_registry`): the pooled
+            all-to-all of table_wise, column_wise and table_column_wise tables quantizes its
+            payload (forward) and gradient (backward) with them; the other collectives stay
+            exact (docs/collectives.md). None: exact.
 
     Every sharding type runs on every device type (CPU with gloo included). The compute kernels
     offered are TorchRec's (`sharded_kernels`): `dense` for data_parallel; `fused`, and on cuda
@@ -316,6 +324,7 @@ class TableSharder(Generic[M, C]):
             ShardingEnv,
             torch.device | str | None,
             Mapping[str, object] | None,
+            Mapping[str, object] | None,
         ],
         C,
     ]
@@ -325,11 +334,8 @@ class TableSharder(Generic[M, C]):
         fused_params: Mapping[str, object] | None = None,
         qcomm_codecs_registry: Mapping[str, object] | None = None,
     ) -> None:
-        if qcomm_codecs_registry:
-            raise ValueError(
-                f"qcomm_codecs_registry {dict(qcomm_codecs_registry)!r}: shardrec's collectives "
-                "send full precision and take no quantized-comm codecs; pass None"
-            )
+        qcomm.codecs_for(qcomm_codecs_registry)  # a bad registry is refused here
+        self._qcomm_codecs_registry = dict(qcomm_codecs_registry) if qcomm_codecs_registry else None
         ignored = _lookup_params_not_applied(fused_params)
         if ignored:
             logger.warning(
@@ -351,6 +357,11 @@ class TableSharder(Generic[M, C]):
     def fused_params(self) -> Mapping[str, object] | None:
         return self._fused_params
 
+    @property
+    def qcomm_codecs_registry(self) -> dict[str, object] | None:
+        """The registry given (the planner sizes quantized collectives by its codecs)."""
+        return self._qcomm_codecs_registry
+
     def sharding_types(self, compute_device_type: str) -> list[str]:
         return [t.value for t in self._sharding_types]
 
@@ -365,7 +376,9 @@ class TableSharder(Generic[M, C]):
         device: torch.device | str | None = None,
     ) -> C:
         """The sharded module of `module` under `params` (one entry per table) on this rank."""
-        return self._sharded(module, params, env, device, self._fused_params)
+        return self._sharded(
+            module, params, env, device, self._fused_params, self._qcomm_codecs_registry
+        )
 
     def shardable_parameters(self, module: nn.Module) -> dict[str, nn.Parameter]:
         if not isinstance(module, self._modules):

@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 
 from shardrec_collectives import ShardingEnv
+from shardrec_collectives.qcomm import QuantizedCommCodecs
 from shardrec_planner import ShardingType
 from shardrec_sharding.layout import TableSharding
 from shardrec_sharding.strategies._placed import PlacedSharding
@@ -50,22 +51,40 @@ class StrategyDescription:
     sequence: Callable[[StrategyArgs], SequenceStrategy]
 
     def build(
-        self, tables: Sequence[TableSharding], env: ShardingEnv, make_table: TableMaker
+        self,
+        tables: Sequence[TableSharding],
+        env: ShardingEnv,
+        make_table: TableMaker,
+        qcomm_codecs: QuantizedCommCodecs | None = None,
     ) -> PooledStrategy:
-        """The strategy for the pooled `tables` on this rank of `env`."""
-        return self.pooled(self._args(tables, env, make_table))
+        """The strategy for the pooled `tables` on this rank of `env` (`qcomm_codecs`: of its
+        pooled all-to-all, where it has one)."""
+        return self.pooled(self._args(tables, env, make_table, qcomm_codecs))
 
     def build_sequence(
-        self, tables: Sequence[TableSharding], env: ShardingEnv, make_table: TableMaker
+        self,
+        tables: Sequence[TableSharding],
+        env: ShardingEnv,
+        make_table: TableMaker,
+        qcomm_codecs: QuantizedCommCodecs | None = None,
     ) -> SequenceStrategy:
-        """The strategy for the `tables` of an EmbeddingCollection on this rank of `env`."""
-        return self.sequence(self._args(tables, env, make_table))
+        """The strategy for the `tables` of an EmbeddingCollection on this rank of `env`
+        (its sequence all-to-all is not quantized: `qcomm_codecs` is not used)."""
+        return self.sequence(self._args(tables, env, make_table, qcomm_codecs))
 
     def _args(
-        self, tables: Sequence[TableSharding], env: ShardingEnv, make_table: TableMaker
+        self,
+        tables: Sequence[TableSharding],
+        env: ShardingEnv,
+        make_table: TableMaker,
+        qcomm_codecs: QuantizedCommCodecs | None,
     ) -> StrategyArgs:
         return StrategyArgs(
-            sharding_type=self.sharding_type, tables=tables, env=env, make_table=make_table
+            sharding_type=self.sharding_type,
+            tables=tables,
+            env=env,
+            make_table=make_table,
+            qcomm_codecs=qcomm_codecs,
         )
 
 

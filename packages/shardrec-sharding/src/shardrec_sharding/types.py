@@ -22,6 +22,7 @@ from typing import Protocol
 from torch import Tensor
 
 from shardrec_collectives import Awaitable, KJTAllToAllLayout, ShardingEnv
+from shardrec_collectives.qcomm import QuantizedCommCodecs
 from shardrec_jagged import KeyedJaggedTensor
 from shardrec_planner import ShardingType
 from shardrec_sharding.layout import LocalTable, TableSharding
@@ -101,6 +102,8 @@ class StrategyArgs:
     tables: Sequence[TableSharding]
     env: ShardingEnv
     make_table: TableMaker
+    qcomm_codecs: QuantizedCommCodecs | None = None
+    """The pooled all-to-all's codecs (`shardrec_collectives.qcomm`); None: exact."""
 
 
 class PooledStrategy(Protocol):
@@ -120,7 +123,9 @@ class PooledStrategy(Protocol):
     def output_dist(self, local: Tensor, dist_input: DistInput) -> Awaitable[Tensor]: ...
 
 
-StrategyFactory = Callable[[Sequence[TableSharding], ShardingEnv, TableMaker], PooledStrategy]
+StrategyFactory = Callable[
+    [Sequence[TableSharding], ShardingEnv, TableMaker, QuantizedCommCodecs | None], PooledStrategy
+]
 
 
 class SequenceStrategy(Protocol):
@@ -141,4 +146,7 @@ class SequenceStrategy(Protocol):
     ) -> Awaitable[dict[int, Tensor]]: ...
 
 
-SequenceFactory = Callable[[Sequence[TableSharding], ShardingEnv, TableMaker], SequenceStrategy]
+SequenceFactory = Callable[
+    [Sequence[TableSharding], ShardingEnv, TableMaker, QuantizedCommCodecs | None],
+    SequenceStrategy,
+]

@@ -15,7 +15,13 @@ from shardrec_testing.pool import (
 )
 from shardrec_testing.reference import bce_step_per_rank
 from shardrec_testing.sanitizers import sanitizer_active, skip_if_asan, skip_if_asan_class
-from shardrec_testing.seeding import random_lengths, seed_everything, seed_from, seeded_generator
+from shardrec_testing.seeding import (
+    random_lengths,
+    seed_and_log,
+    seed_everything,
+    seed_from,
+    seeded_generator,
+)
 from shardrec_testing.tolerance import assert_close, tolerance
 
 __all__ = [
@@ -35,6 +41,7 @@ __all__ = [
     "load_sibling_module",
     "random_lengths",
     "sanitizer_active",
+    "seed_and_log",
     "seed_everything",
     "seed_from",
     "seeded_generator",

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import random
+import time
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
 
 import torch
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def seed_from(*parts: object) -> int:
@@ -25,6 +32,20 @@ def seed_everything(seed: int) -> None:
     """Seed Python's `random` and torch's default generators (CPU and, if present, CUDA)."""
     random.seed(seed)
     torch.manual_seed(seed)
+
+
+def seed_and_log(func: Callable[P, R]) -> Callable[P, R]:
+    """TorchRec's test decorator: seed from the clock, print the seed, then call `func` (a
+    failing run is reproduced with `seed_everything(<printed seed>)`)."""
+
+    @functools.wraps(func)
+    def wrapped(*args: P.args, **kwargs: P.kwargs) -> R:
+        seed = int(time.time() * 1000) % (1 << 31)
+        print(f"Using random seed: {seed}")
+        seed_everything(seed)
+        return func(*args, **kwargs)
+
+    return wrapped
 
 
 def random_lengths(

@@ -89,6 +89,7 @@ def build_model(opts: TrainOptions, dataset: RecDataset, device: torch.device) -
             over_arch_layer_sizes=list(opts.over_arch),
             dense_device=device,
         )
+    dlrm.set_dense_precision(opts.dense_precision)
     return DLRMTrain(dlrm)
 
 

@@ -32,6 +32,9 @@ DATASETS = ("movielens-100k", "criteo-tsv", "criteo-npy", "synthetic")
 MODELS = ("dlrm", "dlrm_dcn")
 BACKENDS = ("auto", "gloo", "nccl")
 DENSE_OPTIMIZERS = ("adam", "adagrad", "sgd")
+DENSE_PRECISIONS = ("fp32", "bf16")
+"""shardrec_models.DENSE_PRECISIONS, spelled out so that parsing imports no torch (a test keeps
+them equal)."""
 EMBEDDING_OPTIMIZERS = (
     "exact_row_wise_adagrad",
     "row_wise_adagrad",
@@ -205,6 +208,13 @@ class TrainOptions:
     )
     dcn_num_layers: int = option("dlrm_dcn cross layers", group=MODEL, preset=True, at_least=1)
     dcn_low_rank_dim: int = option("dlrm_dcn low rank", group=MODEL, preset=True, at_least=1)
+    dense_precision: str = option(
+        "bf16: dense arch, interaction and over arch under bfloat16 autocast (float32 master "
+        "weights; tables unchanged); fp32: plain float32",
+        group=MODEL,
+        default="fp32",
+        choices=DENSE_PRECISIONS,
+    )
     # training
     epochs: int = option("passes over the train split", group=TRAINING, preset=True, at_least=1)
     batch_size: int = option("per rank", group=TRAINING, preset=True, at_least=1)

@@ -105,6 +105,10 @@ class SampleWindowComputation(BatchComputation, abc.ABC):
         kept: list[Tensor] = getattr(self, name)
         return kept[0]
 
+    # The window is a Python list of per-batch tensors whose length and sizes change every
+    # step: traced by torch.compile, each step would guard on them and recompile. Kept out of
+    # the compiled graph (the update of a compiled `RecMetric.update` runs this eagerly).
+    @torch.compiler.disable  # type: ignore[untyped-decorator,unused-ignore]
     def _add_batch(
         self, predictions: Tensor, labels: Tensor, weights: Tensor, **kwargs: Any
     ) -> None:

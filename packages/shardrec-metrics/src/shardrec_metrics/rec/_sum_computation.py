@@ -73,6 +73,7 @@ class SumStatesComputation(BatchComputation):
     _formulas: ClassVar[tuple[Formula, ...]]
     _optional_formulas: ClassVar[tuple[tuple[str, Formula], ...]] = ()  # (flag, formula)
     _row: ClassVar[SumsRow]
+    _checkpointed: ClassVar[bool] = True  # False: no state in the state dict (TorchRec's scalar)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -86,13 +87,16 @@ class SumStatesComputation(BatchComputation):
         wanted = tuple(f for flag, f in self._optional_formulas if kwargs.pop(flag, False))
         super().__init__(*args, **kwargs)
         self._extra_formulas = wanted
+        # a state that only an option left off reads (R squared's label sums) is kept out of
+        # the state dict, as TorchRec's
+        read = {s for f in (*self._formulas, *wanted) for s in f.states}
         for name in self._state_names:
             self._add_state(
                 name,
                 torch.zeros(self._state_shape(), dtype=torch.double),
                 add_window_state=True,
                 dist_reduce_fx="sum",
-                persistent=True,
+                persistent=self._checkpointed and name in read,
             )
 
     def _state_shape(self) -> tuple[int, ...]:

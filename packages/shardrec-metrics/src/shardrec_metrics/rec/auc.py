@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from shardrec_metrics.auc import _auc_of_samples
+from shardrec_metrics.rec._reductions import state_reduction
 from shardrec_metrics.rec._sample_window import (
     GROUPING_KEYS,
     SampleWindowComputation,
@@ -38,6 +39,9 @@ __all__ = [
 
 
 NO_SIGNAL = 0.5
+
+# TorchRec's name for the reduction of its sample states (private there; its tests use it)
+_state_reduction = state_reduction
 
 
 def _auc(predictions: Tensor, labels: Tensor, weights: Tensor, apply_bin: bool = False) -> Tensor:

@@ -24,6 +24,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from shardrec_metrics._comm import all_gather_columns, all_reduce_sum, resolve_group
+from shardrec_metrics.rec._reductions import Reduction, gather_state, reduce_gathered
 from shardrec_metrics.rec.metrics_config import RecComputeMode
 from shardrec_metrics.rec.metrics_namespace import MetricName, MetricPrefix
 
@@ -128,7 +129,7 @@ class RecMetricComputation(nn.Module, abc.ABC):
         self._fused_update_limit = fused_update_limit
         self._allow_missing_label_with_zero_weight = allow_missing_label_with_zero_weight
         self._defaults: dict[str, Tensor | list[Tensor]] = {}
-        self._reductions: dict[str, str] = {}
+        self._reductions: dict[str, Reduction] = {}
         self._windows: dict[str, WindowBuffer] = {}
         self._synced: dict[str, Tensor | list[Tensor]] | None = None
         if should_validate_update:
@@ -139,6 +140,11 @@ class RecMetricComputation(nn.Module, abc.ABC):
                 dist_reduce_fx="any",
                 persistent=True,
             )
+
+    @property
+    def _batch_window_buffers(self) -> dict[str, WindowBuffer]:
+        """TorchRec's name for the windows, by window state name (`window_<state>`)."""
+        return self._windows
 
     def valid_updates(self) -> Tensor:
         """(n_tasks,) uint8: whether each task got a batch with some weight (validation on)."""
@@ -155,17 +161,32 @@ class RecMetricComputation(nn.Module, abc.ABC):
         assert isinstance(state, Tensor)
         return state
 
+    def add_state(
+        self,
+        name: str,
+        default: Tensor | list[Tensor],
+        dist_reduce_fx: Reduction = "sum",
+        persistent: bool = False,
+    ) -> None:
+        """A state without window (torchmetrics' `add_state`, which TorchRec's custom
+        computations call): a tensor, or `[]` for a list of per-batch tensors; reduced over ranks
+        by name ('sum', 'max', 'any', 'cat') or by a function of the gathered values (stacked
+        tensors, or a list of each rank's tensors concatenated on the last dimension); None
+        keeps the gathered values."""
+        self._add_state(name, default, False, dist_reduce_fx, persistent)
+
     def _add_state(
         self,
         name: str,
         default: Tensor | list[Tensor],
         add_window_state: bool = True,
-        dist_reduce_fx: str = "sum",
+        dist_reduce_fx: Reduction = "sum",
         persistent: bool = False,
     ) -> None:
-        if dist_reduce_fx not in ("sum", "any", "max", "cat"):
+        if not (callable(dist_reduce_fx) or dist_reduce_fx in (None, "sum", "any", "max", "cat")):
             raise ValueError(
-                f"dist_reduce_fx must be 'sum', 'any', 'max' or 'cat', got {dist_reduce_fx!r}"
+                f"dist_reduce_fx must be 'sum', 'any', 'max', 'cat', a function or None, got "
+                f"{dist_reduce_fx!r}"
             )
         names = [name]
         if add_window_state:
@@ -232,6 +253,16 @@ class RecMetricComputation(nn.Module, abc.ABC):
             return None
         return group
 
+    def load_states(self, states: Mapping[str, Any]) -> None:
+        """Take states by name (`RecMetricModule.load_pre_compute_states`); a window state's
+        value becomes its window's one (oldest) entry, so later batches add to it."""
+        for name, value in states.items():
+            setattr(self, name, value)
+            window = self._windows.get(name)
+            if window is not None and isinstance(value, Tensor):
+                self._windows[name] = WindowBuffer(self._window_size)
+                self._windows[name].aggregate_state(torch.zeros_like(value), value, 0)
+
     def _refresh_windows(self) -> None:
         for name, window in self._windows.items():
             current = getattr(self, name)
@@ -247,12 +278,15 @@ class RecMetricComputation(nn.Module, abc.ABC):
         self._synced = local
         if group is None:
             return
-        sums = [n for n in self._defaults if self._reductions[n] != "cat"]
+        sums = [n for n in self._defaults if self._reductions[n] in ("sum", "any", "max")]
         if sums:
             # one all-reduce for every tensor state; a "max" state is sent in this rank's row
             # of a (world, numel) block of zeros, so the sum holds every rank's values
             world, rank = dist.get_world_size(group), dist.get_rank(group)
-            parts = [_row(cast(Tensor, local[n]), rank, world, self._reductions[n]) for n in sums]
+            parts = [
+                _row(cast(Tensor, local[n]), rank, world, cast(str, self._reductions[n]))
+                for n in sums
+            ]
             total = all_reduce_sum(torch.cat(parts), group)
             at = 0
             for n, sent in zip(sums, parts, strict=True):
@@ -266,7 +300,10 @@ class RecMetricComputation(nn.Module, abc.ABC):
                     value = (part > 0) if self._reductions[n] == "any" else part
                 setattr(self, n, value.reshape(t.shape).to(dtype=t.dtype, device=t.device))
         for n in self._defaults:
-            if self._reductions[n] == "cat":
+            reduction = self._reductions[n]
+            if callable(reduction) or reduction is None:
+                setattr(self, n, _gathered_and_reduced(local[n], reduction, group))
+            elif reduction == "cat":
                 samples = _cat_samples(cast(list[Tensor], local[n]), self._n_tasks)
                 pooled = torch.cat(all_gather_columns(samples, group), dim=1)
                 # the gather is differentiable; metric states never carry gradients
@@ -365,6 +402,18 @@ def required_input(kwargs: Mapping[str, Any], name: str, metric: str) -> Tensor:
             "passes it from the model output of that name"
         )
     return value
+
+
+def _gathered_and_reduced(
+    value: Tensor | list[Tensor], reduction: Reduction, group: dist.ProcessGroup
+) -> Any:
+    """A state with a reduction function: every rank's value (a list state's tensors joined on
+    the last dimension first), then the function of them."""
+    if isinstance(value, list):
+        if not value:
+            return []
+        return reduce_gathered(reduction, gather_state(torch.cat(value, dim=-1), group))
+    return reduce_gathered(reduction, torch.stack(gather_state(value, group)))
 
 
 def _cat_samples(chunks: list[Tensor], n_tasks: int) -> Tensor:

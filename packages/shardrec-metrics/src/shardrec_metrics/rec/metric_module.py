@@ -11,6 +11,7 @@ if metrics.should_compute():
 from __future__ import annotations
 
 import abc
+import logging
 import math
 import time
 from typing import Any
@@ -20,6 +21,8 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from shardrec_collectives import ShardingEnv, all_gather_ints
+from shardrec_metrics._comm import resolve_group
+from shardrec_metrics.rec._reductions import gather_state, reduce_gathered
 from shardrec_metrics.rec.accuracy import AccuracyMetric
 from shardrec_metrics.rec.auc import AUCMetric
 from shardrec_metrics.rec.auprc import AUPRCMetric
@@ -28,6 +31,7 @@ from shardrec_metrics.rec.cali_free_ne import CaliFreeNEMetric
 from shardrec_metrics.rec.calibration import CalibrationMetric
 from shardrec_metrics.rec.calibration_with_recalibration import RecalibratedCalibrationMetric
 from shardrec_metrics.rec.ctr import CTRMetric
+from shardrec_metrics.rec.events import EventLoggingHandler, TorchrecComponent
 from shardrec_metrics.rec.hindsight_target_pr import HindsightTargetPRMetric
 from shardrec_metrics.rec.mae import MAEMetric
 from shardrec_metrics.rec.metrics_config import (
@@ -59,7 +63,12 @@ from shardrec_metrics.rec.output import OutputMetric
 from shardrec_metrics.rec.precision import PrecisionMetric
 from shardrec_metrics.rec.precision_session import PrecisionSessionMetric
 from shardrec_metrics.rec.rauc import RAUCMetric
-from shardrec_metrics.rec.rec_metric import RecMetric, RecMetricList
+from shardrec_metrics.rec.rec_metric import (
+    RecMetric,
+    RecMetricComputation,
+    RecMetricException,
+    RecMetricList,
+)
 from shardrec_metrics.rec.recall import RecallMetric
 from shardrec_metrics.rec.recall_session import RecallSessionMetric
 from shardrec_metrics.rec.scalar import ScalarMetric
@@ -85,49 +94,53 @@ __all__ = [
     "generate_metric_module",
 ]
 
+logger = logging.getLogger(__name__)
+
 MetricValue = Tensor | float
 MetricsResult = dict[str, MetricValue]
 
 REC_METRICS_MAPPING: dict[RecMetricEnumBase, type[RecMetric]] = {
     RecMetricEnum.NE: NEMetric,
+    RecMetricEnum.NE_POSITIVE: NEPositiveMetric,
+    RecMetricEnum.SEGMENTED_NE: SegmentedNEMetric,
+    RecMetricEnum.RECALIBRATED_NE: RecalibratedNEMetric,
+    RecMetricEnum.RECALIBRATED_CALIBRATION: RecalibratedCalibrationMetric,
     RecMetricEnum.CTR: CTRMetric,
     RecMetricEnum.CALIBRATION: CalibrationMetric,
     RecMetricEnum.AUC: AUCMetric,
     RecMetricEnum.AUPRC: AUPRCMetric,
+    RecMetricEnum.RAUC: RAUCMetric,
     RecMetricEnum.MSE: MSEMetric,
     RecMetricEnum.MAE: MAEMetric,
+    RecMetricEnum.MULTICLASS_RECALL: MulticlassRecallMetric,
     RecMetricEnum.WEIGHTED_AVG: WeightedAvgMetric,
+    RecMetricEnum.TOWER_QPS: TowerQPSMetric,
+    RecMetricEnum.RECALL_SESSION_LEVEL: RecallSessionMetric,
+    RecMetricEnum.PRECISION_SESSION_LEVEL: PrecisionSessionMetric,
     RecMetricEnum.ACCURACY: AccuracyMetric,
+    RecMetricEnum.NDCG: NDCGMetric,
+    RecMetricEnum.XAUC: XAUCMetric,
+    RecMetricEnum.SCALAR: ScalarMetric,
     RecMetricEnum.PRECISION: PrecisionMetric,
     RecMetricEnum.RECALL: RecallMetric,
-    RecMetricEnum.SUM_WEIGHTS: SumWeightsMetric,
-    RecMetricEnum.UNWEIGHTED_NE: UnweightedNEMetric,
-    RecMetricEnum.NMSE: NMSEMetric,
-    RecMetricEnum.NE_POSITIVE: NEPositiveMetric,
-    RecMetricEnum.CALI_FREE_NE: CaliFreeNEMetric,
-    RecMetricEnum.MULTICLASS_RECALL: MulticlassRecallMetric,
     RecMetricEnum.SERVING_NE: ServingNEMetric,
-    RecMetricEnum.RAUC: RAUCMetric,
     RecMetricEnum.SERVING_CALIBRATION: ServingCalibrationMetric,
+    RecMetricEnum.OUTPUT: OutputMetric,
     RecMetricEnum.TENSOR_WEIGHTED_AVG: TensorWeightedAvgMetric,
+    RecMetricEnum.CALI_FREE_NE: CaliFreeNEMetric,
+    RecMetricEnum.UNWEIGHTED_NE: UnweightedNEMetric,
+    RecMetricEnum.HINDSIGHT_TARGET_PR: HindsightTargetPRMetric,
+    RecMetricEnum.NMSE: NMSEMetric,
     RecMetricEnum.AVERAGE: AverageMetric,
-    RecMetricEnum.NUM_POSITIVE_SAMPLES: NumPositiveSamplesMetric,
+    RecMetricEnum.MULTI_LABEL_PRECISION: MultiLabelPrecisionMetric,
     RecMetricEnum.NUM_MISSING_LABELS: NumMissingLabelsMetric,
     RecMetricEnum.WEIGHTED_SUM_PREDICTIONS: WeightedSumPredictionsMetric,
-    RecMetricEnum.RECALIBRATED_NE: RecalibratedNEMetric,
-    RecMetricEnum.RECALIBRATED_CALIBRATION: RecalibratedCalibrationMetric,
-    RecMetricEnum.SCALAR: ScalarMetric,
-    RecMetricEnum.OUTPUT: OutputMetric,
-    RecMetricEnum.TOWER_QPS: TowerQPSMetric,
-    RecMetricEnum.XAUC: XAUCMetric,
-    RecMetricEnum.NDCG: NDCGMetric,
-    RecMetricEnum.SEGMENTED_NE: SegmentedNEMetric,
-    RecMetricEnum.HINDSIGHT_TARGET_PR: HindsightTargetPRMetric,
-    RecMetricEnum.MULTI_LABEL_PRECISION: MultiLabelPrecisionMetric,
-    RecMetricEnum.PRECISION_SESSION_LEVEL: PrecisionSessionMetric,
-    RecMetricEnum.RECALL_SESSION_LEVEL: RecallSessionMetric,
+    RecMetricEnum.NUM_POSITIVE_SAMPLES: NumPositiveSamplesMetric,
+    RecMetricEnum.SUM_WEIGHTS: SumWeightsMetric,
 }
-"""Every metric of TorchRec 1.8's mapping, under the same enum members and class names."""
+"""Every metric of TorchRec 1.8's mapping, under the same enum members and class names, in
+TorchRec's order (a config built from it numbers its metrics, and their state-dict keys, as
+TorchRec's)."""
 
 STATE_METRICS_NAMESPACE_MAPPING: dict[StateMetricEnum, MetricNamespace] = {
     StateMetricEnum.OPTIMIZERS: MetricNamespace.OPTIMIZERS,
@@ -179,6 +192,7 @@ class RecMetricModule(nn.Module):
             if min_compute_interval < 0.0:
                 raise ValueError("Min compute interval should not be smaller than 0.0.")
         self.last_compute_time = -1.0
+        self._register_load_state_dict_pre_hook(_drop_trained_batches)  # type: ignore[no-untyped-call]
 
     def _update_rec_metrics(self, model_out: dict[str, Tensor], **kwargs: Any) -> None:
         if self.rec_metrics and self.rec_tasks:
@@ -191,6 +205,7 @@ class RecMetricModule(nn.Module):
                 predictions=predictions, labels=labels, weights=weights, **kwargs
             )
 
+    @EventLoggingHandler.event_logger(TorchrecComponent.REC_METRICS)
     def update(self, model_out: dict[str, Tensor], **kwargs: Any) -> None:
         """Add one batch's model output (every task's label, prediction and weight keys)."""
         self._update_rec_metrics(model_out, **kwargs)
@@ -226,6 +241,7 @@ class RecMetricModule(nn.Module):
     def should_compute(self) -> bool:
         return self.trained_batches % self.compute_interval_steps == 0
 
+    @EventLoggingHandler.event_logger(TorchrecComponent.REC_METRICS)
     def compute(self) -> dict[str, MetricValue]:
         """Every metric's values (a collective for the RecMetrics: call it on every rank)."""
         self.compute_count += 1
@@ -258,6 +274,94 @@ class RecMetricModule(nn.Module):
     def get_required_inputs(self) -> list[str] | None:
         return self.rec_metrics.get_required_inputs()
 
+    def _get_metric_states(
+        self,
+        metric: RecMetric,
+        world_size: int,
+        process_group: dist.ProcessGroup | None,
+    ) -> dict[str, dict[str, Any]]:
+        """`{task name: {state name: value over every rank}}` of one metric (a collective):
+        each state gathered from every rank, then reduced by its reduction (a sum for the sum
+        states; one tensor of every rank's samples for the sample states)."""
+        group = process_group if process_group is not None else resolve_group(None)
+        if group is not None and dist.get_world_size(group) != world_size:
+            raise ValueError(
+                f"world_size {world_size} is not the process group's size "
+                f"{dist.get_world_size(group)}; pass the group the metric runs on"
+            )
+        out: dict[str, dict[str, Any]] = {}
+        for task, computation in zip(metric._tasks, metric._metrics_computations, strict=False):
+            assert isinstance(computation, RecMetricComputation)
+            if computation._synced is None:
+                computation._refresh_windows()  # the window states as of now
+            states = out.setdefault(task.name, {})
+            for name, reduction in computation._reductions.items():
+                value = getattr(computation, name)
+                if isinstance(value, list):
+                    if not value:
+                        states[name] = []
+                        continue
+                    gathered: Any = gather_state(torch.cat(value, dim=-1), group)
+                else:
+                    gathered = torch.stack(gather_state(value, group))
+                states[name] = reduce_gathered(reduction, gathered)
+        return out
+
+    def get_pre_compute_states(
+        self, pg: dist.ProcessGroup | None = None
+    ) -> dict[str, dict[str, dict[str, Any]]]:
+        """Every metric's states over all ranks, `{namespace: {task: {state: value}}}` (the
+        throughput metric's buffers under its namespace and name); a collective, the same on
+        every rank. `load_pre_compute_states` of a one-rank module then computes the values this
+        module's `compute()` gives."""
+        group = pg if pg is not None else resolve_group(None)
+        world = dist.get_world_size(group) if group is not None else 1
+        out: dict[str, dict[str, dict[str, Any]]] = {}
+        for metric in self.rec_metrics.rec_metrics:
+            assert isinstance(metric, RecMetric)
+            out[metric._namespace.value] = self._get_metric_states(metric, world, group)
+        if self.throughput_metric is not None:
+            t = self.throughput_metric
+            out.setdefault(t._namespace.value, {})[t._metric_name.value] = dict(t.named_buffers())
+        return out
+
+    def load_pre_compute_states(self, source: dict[str, dict[str, dict[str, Any]]]) -> None:
+        """Take the states `get_pre_compute_states` returned (no communication)."""
+        for metric in self.rec_metrics.rec_metrics:
+            assert isinstance(metric, RecMetric)
+            states = source[metric._namespace.value]
+            for task, computation in zip(metric._tasks, metric._metrics_computations, strict=False):
+                assert isinstance(computation, RecMetricComputation)
+                computation.load_states(states[task.name])
+        if self.throughput_metric is not None:
+            t = self.throughput_metric
+            buffers = source[t._namespace.value][t._metric_name.value]
+            for name, buf in t.named_buffers():
+                buf.copy_(buffers[name])
+
+    def shutdown(self) -> None:
+        """Release what the module holds (nothing here: every computation is synchronous; an
+        asynchronous module stops its workers)."""
+        logger.info("RecMetricModule shutdown: nothing to stop")
+
+    def async_compute(self) -> dict[str, MetricValue]:
+        """TorchRec's asynchronous compute is not offered by this module (as TorchRec's own
+        RecMetricModule): call `compute()`."""
+        raise RecMetricException("async_compute is not supported in RecMetricModule")
+
+
+def _drop_trained_batches(
+    state_dict: dict[str, Any],
+    prefix: str,
+    local_metadata: dict[str, Any],
+    strict: bool,
+    missing_keys: list[str],
+    unexpected_keys: list[str],
+    error_msgs: list[str],
+) -> None:
+    """Checkpoints of older TorchRec modules hold `_trained_batches`; it is not state here."""
+    state_dict.pop(f"{prefix}_trained_batches", None)
+
 
 def _generate_rec_metrics(
     metrics_config: MetricsConfig,
@@ -278,6 +382,7 @@ def _generate_rec_metrics(
         "compute_on_all_ranks": metrics_config.compute_on_all_ranks,
         "should_validate_update": metrics_config.should_validate_update,
         "process_group": process_group,
+        "batch_size_stages": batch_size_stages,  # tower QPS keeps them; the others drop them
     }
     for metric, definition in metrics_config.rec_metrics.items():
         if metric not in REC_METRICS_MAPPING:

@@ -169,6 +169,11 @@ class MetricsConfig:
 
     def __post_init__(self) -> None:
         for metric, definition in self.rec_metrics.items():
+            if definition.rec_task_indices and self.rec_tasks is None:
+                raise ValueError(
+                    f"rec_task_indices {definition.rec_task_indices} is specified, but rec_tasks "
+                    f"is None for metric {metric}: give MetricsConfig.rec_tasks"
+                )
             for idx in definition.rec_task_indices:
                 if not 0 <= idx < len(self.rec_tasks):
                     raise ValueError(

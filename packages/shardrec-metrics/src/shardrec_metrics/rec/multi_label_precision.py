@@ -95,6 +95,40 @@ class MultiLabelPrecisionMetricComputation(SumStatesComputation):
     def _batch_sums_args(self) -> tuple[Any, ...]:
         return (self._num_labels,)
 
+    # Checkpoints: TorchRec's keys, one (n_tasks,) column per label and state
+    # (`true_pos_sum_<label name>`, `false_pos_sum_<label name>`), so a checkpoint of either
+    # library loads into the other (one task per computation, the default mode: TorchRec's
+    # (1,) states exactly).
+
+    def _save_to_state_dict(self, destination: Any, prefix: str, keep_vars: bool) -> None:
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        for state in self._state_names:
+            whole = destination.pop(prefix + state, None)
+            if whole is None:
+                continue
+            for i, name in enumerate(self._label_names):
+                column = whole[:, i]
+                destination[f"{prefix}{state}_{name}"] = column if keep_vars else column.clone()
+
+    def _load_from_state_dict(
+        self,
+        state_dict: Any,
+        prefix: str,
+        local_metadata: Any,
+        strict: bool,
+        missing_keys: list[str],
+        unexpected_keys: list[str],
+        error_msgs: list[str],
+    ) -> None:
+        for state in self._state_names:
+            keys = [f"{prefix}{state}_{name}" for name in self._label_names]
+            if all(k in state_dict for k in keys):
+                columns = [state_dict.pop(k).reshape(self._n_tasks) for k in keys]
+                state_dict[prefix + state] = torch.stack(columns, dim=1)
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+
     def _compute(self) -> list[MetricComputationReport]:
         # each label's lifetime then window value, under its name (TorchRec's order)
         per_scope = [(r.metric_prefix, r.value) for r in super()._compute()]

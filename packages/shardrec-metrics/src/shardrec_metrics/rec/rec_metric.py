@@ -28,10 +28,12 @@ from shardrec_metrics.rec.computation import (
     RecMetricException,
     WindowBuffer,
 )
+from shardrec_metrics.rec.events import EventLoggingHandler, EventType, TorchrecComponent
 from shardrec_metrics.rec.metrics_config import RecComputeMode, RecTaskInfo
 from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace, compose_metric_key
 
 __all__ = [
+    "EventLoggingHandler",
     "MetricComputationReport",
     "RecComputeMode",
     "RecMetric",
@@ -112,8 +114,10 @@ class RecMetric(_Parts, nn.Module):
                 "The fused tasks computation and the fused update cannot be set at the same time"
             )
         super().__init__()
-        if world_size <= 0 or not 0 <= my_rank < world_size:
-            raise ValueError(f"need 0 <= my_rank ({my_rank}) < world_size ({world_size})")
+        # my_rank only picks who reports (rank 0); as TorchRec, a rank past world_size is a
+        # non-reporting rank (TorchRec's tests build one-rank metrics with my_rank=1)
+        if world_size <= 0 or my_rank < 0:
+            raise ValueError(f"need world_size ({world_size}) > 0 and my_rank ({my_rank}) >= 0")
         self._world_size = world_size
         self._my_rank = my_rank
         self._window_size = math.ceil(window_size / world_size)
@@ -128,6 +132,7 @@ class RecMetric(_Parts, nn.Module):
             self.LABELS: [],
             self.WEIGHTS: [],
         }
+        self._fused_update_log_tensors: list[bool] = []
         for key in IGNORED_KWARGS:
             kwargs.pop(key, None)
         if self._window_size < batch_size:
@@ -183,16 +188,25 @@ class RecMetric(_Parts, nn.Module):
     ) -> None:
         """Add one batch: `{task name: (B,) tensor}` dicts, or (n_tasks, B) tensors in the
         fused modes. Weights default to ones. With `fused_update_limit` > 1, batches are
-        buffered and added together every that many calls (and before compute)."""
-        kwargs.pop("_log_tensors", None)
+        buffered and added together every that many calls (and before compute). Each added
+        batch reports its sizes to `EventLoggingHandler.n_batch_log_event` (a `RecMetricList`
+        reports once per batch)."""
+        log_tensors = bool(kwargs.pop("_log_tensors", True))
         if self._fused_update_limit > 0:
             self._update_buffers[self.PREDICTIONS].append(predictions)
             self._update_buffers[self.LABELS].append(labels)
             if weights is not None:
                 self._update_buffers[self.WEIGHTS].append(weights)
+            self._fused_update_log_tensors.append(log_tensors)
             self._check_fused_update(force=False)
             return
-        self._update(predictions=predictions, labels=labels, weights=weights, **kwargs)
+        self._update(
+            predictions=predictions,
+            labels=labels,
+            weights=weights,
+            _log_tensors=log_tensors,
+            **kwargs,
+        )
 
     def _check_fused_update(self, force: bool) -> None:
         buffered = self._update_buffers[self.PREDICTIONS]
@@ -203,10 +217,13 @@ class RecMetric(_Parts, nn.Module):
         fused = {k: _fuse(v) for k, v in self._update_buffers.items() if v}
         for v in self._update_buffers.values():
             v.clear()
+        log_tensors = any(self._fused_update_log_tensors)
+        self._fused_update_log_tensors.clear()
         self._update(
             predictions=fused[self.PREDICTIONS],
             labels=fused[self.LABELS],
             weights=fused.get(self.WEIGHTS),
+            _log_tensors=log_tensors,
         )
 
     def _update(
@@ -215,13 +232,41 @@ class RecMetric(_Parts, nn.Module):
         predictions: RecModelOutput,
         labels: RecModelOutput,
         weights: RecModelOutput | None,
+        _log_tensors: bool = True,
         **kwargs: Any,
     ) -> None:
         with torch.no_grad():
             if self._compute_mode in _FUSED:
-                self._update_fused(predictions, labels, weights, **kwargs)
+                self._update_fused(_log_tensors, predictions, labels, weights, **kwargs)
             else:
+                if _log_tensors:
+                    self._log_tensor_sizes(predictions, labels, weights)
                 self._update_unfused(predictions, labels, weights, **kwargs)
+
+    @staticmethod
+    def _get_tensor_size_metadata(name: str, tensor: RecModelOutput) -> dict[str, str]:
+        """`{name}_numel` (and `{name}_shape` for a tensor) as strings, TorchRec's format."""
+        if isinstance(tensor, Tensor):
+            return {f"{name}_numel": str(tensor.numel()), f"{name}_shape": str(list(tensor.shape))}
+        return {f"{name}_numel": str({k: v.numel() for k, v in tensor.items()})}
+
+    @torch.compiler.disable  # type: ignore[untyped-decorator,unused-ignore]
+    def _log_tensor_sizes(
+        self,
+        predictions: RecModelOutput,
+        labels: RecModelOutput,
+        weights: RecModelOutput | None,
+    ) -> None:
+        metadata = self._get_tensor_size_metadata(self.PREDICTIONS, predictions)
+        metadata.update(self._get_tensor_size_metadata(self.LABELS, labels))
+        if weights is not None:
+            metadata.update(self._get_tensor_size_metadata(self.WEIGHTS, weights))
+        EventLoggingHandler.n_batch_log_event(
+            component=TorchrecComponent.REC_METRICS.value,
+            event_name="update",
+            event_type=EventType.INFO,
+            metadata=metadata,
+        )
 
     def _stack(self, value: RecModelOutput, what: str) -> Tensor:
         if isinstance(value, Tensor):
@@ -233,6 +278,7 @@ class RecMetric(_Parts, nn.Module):
 
     def _update_fused(
         self,
+        log_tensors: bool,
         predictions: RecModelOutput,
         labels: RecModelOutput,
         weights: RecModelOutput | None,
@@ -250,6 +296,8 @@ class RecMetric(_Parts, nn.Module):
             else self._stack(weights, "weights").reshape(n, -1)
         )
         _check_shapes("all tasks", pred, lab, w)
+        if log_tensors:  # the stacked (n_tasks, B) tensors, as TorchRec
+            self._log_tensor_sizes(pred, lab, w if weights is not None else None)
         required = kwargs.get("required_inputs")
         if required is not None:
             targets = [
@@ -359,6 +407,7 @@ class RecMetric(_Parts, nn.Module):
     def reset(self) -> None:
         for v in self._update_buffers.values():
             v.clear()
+        self._fused_update_log_tensors.clear()
         super().reset()
 
     def get_memory_usage(self) -> dict[Tensor, int]:
@@ -438,8 +487,15 @@ class RecMetricList(_Parts, nn.Module):
         weights: RecModelOutput | None,
         **kwargs: Any,
     ) -> None:
-        for m in self._metrics():
-            m.update(predictions=predictions, labels=labels, weights=weights, **kwargs)
+        kwargs.pop("_log_tensors", None)
+        for i, m in enumerate(self._metrics()):  # the batch's sizes are reported once
+            m.update(
+                predictions=predictions,
+                labels=labels,
+                weights=weights,
+                _log_tensors=i == 0,
+                **kwargs,
+            )
 
     def compute(self) -> dict[str, Tensor]:
         out: dict[str, Tensor] = {}

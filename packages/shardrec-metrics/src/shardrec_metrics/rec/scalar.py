@@ -37,6 +37,7 @@ def get_scalar_states(labels: Tensor, predictions: Tensor, weights: Tensor) -> d
 class ScalarMetricComputation(SumStatesComputation):
     _needs_weights = False
     _state_names = ("labels", "window_count")
+    _checkpointed = False  # as TorchRec's: a checkpoint holds no scalar state
     _batch_sums = staticmethod(get_scalar_states)
     _formulas = (Formula(MetricName.SCALAR, compute_scalar, _state_names),)
 

@@ -11,6 +11,7 @@ the window size in examples, with their seconds. `total_examples` counts every e
 
 from __future__ import annotations
 
+import copy
 import time
 from typing import Any
 
@@ -20,6 +21,7 @@ from torch import Tensor
 from shardrec_metrics._validate import check_int_at_least
 from shardrec_metrics.rec._sum_computation import ratio_or_zero
 from shardrec_metrics.rec.computation import BatchComputation, RecMetricException
+from shardrec_metrics.rec.metrics_config import BatchSizeStage
 from shardrec_metrics.rec.metrics_namespace import MetricName, MetricNamespace, MetricPrefix
 from shardrec_metrics.rec.rec_metric import MetricComputationReport, RecMetric, RecModelOutput
 
@@ -112,10 +114,15 @@ class TowerQPSMetric(RecMetric):
     _namespace = MetricNamespace.TOWER_QPS
     _computation_class = TowerQPSMetricComputation
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, batch_size_stages: list[BatchSizeStage] | None = None, **kwargs: Any
+    ) -> None:
         if kwargs.get("fused_update_limit", 0) > 0:
             raise RecMetricException("Fused update is not supported for tower QPS")
         super().__init__(*args, **kwargs)
+        # kept as TorchRec keeps them; the examples counted are each batch's own size, so a
+        # stage's batch size needs no lookup here
+        self._batch_size_stages = copy.deepcopy(batch_size_stages)
 
     def update(
         self,

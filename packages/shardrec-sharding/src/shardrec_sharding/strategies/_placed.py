@@ -40,6 +40,7 @@ class PlacedSharding:
     def __init__(self, args: StrategyArgs) -> None:
         self.sharding_type: ShardingType = args.sharding_type
         tables, env, self.env = args.tables, args.env, args.env
+        self.qcomm_codecs = args.qcomm_codecs  # of the pooled all-to-all (None: exact)
         self._features_per_rank: list[list[str]] = []
         self.dim_per_rank: list[int] = []
         columns: dict[tuple[int, int], int] = {}
@@ -104,4 +105,10 @@ class PlacedSharding:
         return pooled_lookup(self.lookup, dist_input)
 
     def output_dist(self, local: Tensor, dist_input: DistInput) -> Awaitable[Tensor]:
-        return pooled_all_to_all(self.env, local, dist_input.batch_size_per_rank, self.dim_per_rank)
+        return pooled_all_to_all(
+            self.env,
+            local,
+            dist_input.batch_size_per_rank,
+            self.dim_per_rank,
+            codecs=self.qcomm_codecs,
+        )

@@ -2,6 +2,13 @@
 
 from shardrec_collectives import Awaitable, LazyAwaitable, LazyNoWait, NoWait, ShardingEnv
 from shardrec_collectives.awaitable import GetItemLazyAwaitable, LazyGetItemMixin
+from shardrec_collectives.qcomm import (
+    CommOp,
+    NoOpQuantizedCommCodec,
+    QuantizationContext,
+    QuantizedCommCodec,
+    QuantizedCommCodecs,
+)
 from shardrec_embedding import DataType
 from shardrec_planner import (
     EmbeddingModuleShardingPlan,
@@ -51,4 +58,12 @@ __all__ = [
     "StorageUsageType",
     "compute_storage_usage",
     "get_tensor_size_bytes",
+]
+# Quantized communication (issue 28): the codec types TorchRec keeps in this module.
+__all__ += [
+    "CommOp",
+    "NoOpQuantizedCommCodec",
+    "QuantizationContext",
+    "QuantizedCommCodec",
+    "QuantizedCommCodecs",
 ]

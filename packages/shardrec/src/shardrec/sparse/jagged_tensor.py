@@ -23,6 +23,7 @@ from shardrec_jagged import (
 from shardrec_jagged.torchrec_private import (
     _all_keys_used_once,
     _fbgemm_permute_pooled_embs,
+    _kt_regroup_arguments,
     _regroup_keyed_tensors,
     _safe_tolist,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "KeyedTensor",
     "_all_keys_used_once",
     "_fbgemm_permute_pooled_embs",
+    "_kt_regroup_arguments",
     "_regroup_keyed_tensors",
     "_safe_tolist",
     "jt_is_equal",

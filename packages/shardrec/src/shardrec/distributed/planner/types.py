@@ -4,7 +4,7 @@
 # `...planner.types.logging`; the name must exist here for that patch to apply.
 import logging  # noqa: F401
 
-from shardrec_planner import ParameterConstraints, PlannerError, Topology
+from shardrec_planner import ParameterConstraints, PlannerError, ShardingPlan, Topology
 from shardrec_planner.enumerators import ShardEstimator
 from shardrec_planner.errors import InvalidValueError, PlannerErrorType
 from shardrec_planner.hashing import (
@@ -62,6 +62,7 @@ __all__ = [
     "ShardEstimator",
     "SharderData",
     "ShardingOption",
+    "ShardingPlan",
     "Storage",
     "StorageReservation",
     "Topology",

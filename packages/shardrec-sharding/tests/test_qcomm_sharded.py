@@ -1,0 +1,156 @@
+"""Quantized comms in a sharded EmbeddingBagCollection (2 real gloo ranks).
+
+`EmbeddingBagCollectionSharder(qcomm_codecs_registry=get_qcomm_codecs_registry(...))`, as in
+TorchRec: the pooled all-to-all of table_wise / column_wise tables sends its rows in the forward
+precision and their gradients in the backward precision; row_wise tables (reduce-scatter) stay
+exact. Checked against the unsharded collection (forward, within the codec's documented bound)
+and against the same sharded training without codecs (tables after 3 fused SGD steps, within
+the bound the backward codec gives them), and FP32 configs change nothing.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from _sharding_placements import generator_for
+
+from shardrec_collectives import ShardingEnv
+from shardrec_collectives.qcomm import CommType, QCommsConfig, get_qcomm_codecs_registry
+from shardrec_embedding import EmbeddingBagCollection, EmbeddingBagConfig
+from shardrec_jagged import KeyedJaggedTensor
+from shardrec_planner import construct_module_sharding_plan
+from shardrec_sharding import EmbeddingBagCollectionSharder
+from shardrec_testing import RankContext, seeded_generator
+from shardrec_testing.random_ids import random_ids
+
+# (name, rows, dim, features, sharding type)
+TABLES = [
+    ("t0", 20, 8, ["f0"], "table_wise"),
+    ("t1", 16, 12, ["f1"], "column_wise"),
+    ("t2", 24, 4, ["f2"], "row_wise"),
+]
+FEATURES = ["f0", "f1", "f2"]
+LR = 0.1
+STEPS = 3
+CONFIGS = {
+    "bf16/fp16": QCommsConfig(forward_precision=CommType.BF16, backward_precision=CommType.FP16),
+    "int8/bf16": QCommsConfig(forward_precision=CommType.INT8, backward_precision=CommType.BF16),
+}
+REL = {CommType.BF16: 2.0**-8, CommType.FP16: 2.0**-11}
+
+
+def build() -> EmbeddingBagCollection:
+    ebc = EmbeddingBagCollection(
+        [
+            EmbeddingBagConfig(name=n, num_embeddings=r, embedding_dim=d, feature_names=f)
+            for n, r, d, f, _ in TABLES
+        ]
+    )
+    g = seeded_generator("qcomm-sharded-weights")
+    with torch.no_grad():
+        for n, r, d, *_ in TABLES:
+            ebc.embedding_bags[n].weight.copy_(torch.randn(r, d, generator=g))
+    return ebc
+
+
+def batch(rank: int, step: int) -> tuple[KeyedJaggedTensor, torch.Tensor]:
+    g = seeded_generator("qcomm-sharded-batch", rank, step)
+    size = 3 + rank
+    lengths, values = random_ids({"f0": 20, "f1": 16, "f2": 24}, size, 3, g)
+    coefficients = torch.randn(size, 8 + 12 + 4, generator=g)
+    return KeyedJaggedTensor(FEATURES, values, None, lengths, stride=size), coefficients
+
+
+def run(ctx: RankContext, name: str | None) -> dict[str, object]:
+    """This rank's first forward output, its unsharded reference, and the tables (gathered
+    through state_dict) after training with the registry of CONFIGS[name] (None: exact)."""
+    env = ShardingEnv.from_process_group(ctx.pg)
+    ebc = build()
+    plain = build()
+    registry = None if name is None else get_qcomm_codecs_registry(CONFIGS[name])
+    sharder = EmbeddingBagCollectionSharder(
+        fused_params={"optimizer": "exact_sgd", "learning_rate": LR},
+        qcomm_codecs_registry=registry,
+    )
+    assert sharder.qcomm_codecs_registry == registry
+    plan = construct_module_sharding_plan(
+        ebc,
+        {n: generator_for(kind, i, ctx.world_size) for i, (n, *_, kind) in enumerate(TABLES)},
+        world_size=ctx.world_size,
+    )
+    sharded = sharder.shard(ebc, plan, env)
+    first = None
+    for step in range(STEPS):
+        kjt, coefficients = batch(ctx.rank, step)
+        out = sharded(kjt).wait()
+        if step == 0:
+            first = (out.values().detach().clone(), plain(kjt).values().detach())
+        (out.values() * coefficients).sum().backward()
+    tables = {}
+    for key, value in sharded.state_dict().items():
+        shards = value.local_shards()
+        tables[key] = [(tuple(s.metadata.shard_offsets), s.tensor.clone()) for s in shards]
+    return {"first": first, "tables": tables}
+
+
+def columns_of(kind: str) -> slice:
+    start = 0
+    for _, _, d, _, k in TABLES:
+        if k == kind:
+            return slice(start, start + d)
+        start += d
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("name", [*CONFIGS, "fp32"])
+def test_quantized_sharded_ebc(pool_factory, name: str) -> None:  # type: ignore[no-untyped-def]
+    pool = pool_factory(2)
+    if name == "fp32":  # a registry of FP32 both ways is None: the exact run
+        assert get_qcomm_codecs_registry(QCommsConfig()) is None
+        return
+    config = CONFIGS[name]
+    quantized = pool.run(run, name)
+    exact = pool.run(run, None)
+    for rank in range(2):
+        got, ref = quantized[rank]["first"]
+        exact_out, _ = exact[rank]["first"]
+        torch.testing.assert_close(exact_out, ref)  # the exact run equals the unsharded one
+        # row_wise columns travel by reduce-scatter: exact
+        rows = columns_of("row_wise")
+        torch.testing.assert_close(got[:, rows], ref[:, rows], rtol=0, atol=1e-6)
+        for kind in ("table_wise", "column_wise"):
+            cols = columns_of(kind)
+            err = (got[:, cols] - ref[:, cols]).abs()
+            if config.forward_precision is CommType.INT8:  # groups of 32 consecutive values
+                limit = (ref.abs().max() * 2) / 510 + 1e-6
+            else:
+                limit = REL[config.forward_precision] * ref[:, cols].abs() + 1e-6
+            assert bool((err <= limit).all()), (kind, err.max())
+        assert not torch.equal(got, ref)  # the codec ran
+        # Tables after training: only the gradients' codec separates them from the exact run.
+        # The loss is linear, so a number's update is LR * the sum of the coefficients that
+        # reach it; each coefficient is off by at most rel * |coefficient|: the bound is
+        # rel * LR * (the gradient of the same loss with |coefficients|).
+        rel = REL[config.backward_precision]
+        limit = {k: rel * LR * g + 1e-6 for k, g in abs_gradients().items()}
+        for key, shards in quantized[rank]["tables"].items():
+            for (offsets, tensor), (offsets_e, tensor_e) in zip(
+                shards, exact[rank]["tables"][key], strict=True
+            ):
+                assert offsets == offsets_e
+                (r0, c0), (r, c) = offsets, tensor.shape
+                err = (tensor - tensor_e).abs()
+                assert bool((err <= limit[key][r0 : r0 + r, c0 : c0 + c]).all()), key
+
+
+def abs_gradients() -> dict[str, torch.Tensor]:
+    """Per table, the gradient of sum(|coefficients| * output) over every rank and step."""
+    plain = build()
+    for step in range(STEPS):
+        for rank in range(2):
+            kjt, coefficients = batch(rank, step)
+            (plain(kjt).values() * coefficients.abs()).sum().backward()
+    return {
+        f"embedding_bags.{n}.weight": plain.embedding_bags[n].weight.grad.clone()  # type: ignore[union-attr]
+        for n, *_ in TABLES
+    }
