@@ -37,6 +37,7 @@ from shardrec_planner import (
     detect_host,
 )
 from shardrec_sharding import EmbeddingBagCollectionSharder
+from shardrec_train.dynamic import RawIdRemap, dynamic_table_configs
 from shardrec_train.options import TrainOptions
 from shardrec_train.sharding import forced_generators
 
@@ -48,6 +49,8 @@ class Built:
     model: DistributedModelParallel
     optimizer: CombinedOptimizer
     plan: ShardingPlan
+    remap: RawIdRemap | None = None
+    """The dynamic tables' id maps (`--raw-ids`), applied to each batch before the model."""
 
 
 def table_configs(dataset: RecDataset, embedding_dim: int) -> list[EmbeddingBagConfig]:
@@ -65,11 +68,27 @@ def table_configs(dataset: RecDataset, embedding_dim: int) -> list[EmbeddingBagC
     ]
 
 
-def build_model(opts: TrainOptions, dataset: RecDataset, device: torch.device) -> DLRMTrain:
-    """DLRMTrain over DLRM / DLRM_DCN with its embedding tables on `meta`."""
-    ebc = EmbeddingBagCollection(
-        table_configs(dataset, opts.embedding_dim), device=torch.device("meta")
+def model_tables(
+    opts: TrainOptions, dataset: RecDataset
+) -> tuple[list[EmbeddingBagConfig], list[EmbeddingBagConfig]]:
+    """(the model's table configs, the dynamic tables' configs): raw-id features' tables
+    have `--dynamic-capacity` rows (shardrec_train.dynamic)."""
+    return dynamic_table_configs(
+        table_configs(dataset, opts.embedding_dim), dataset.sparse_features, opts
     )
+
+
+def build_model(
+    opts: TrainOptions,
+    dataset: RecDataset,
+    device: torch.device,
+    tables: list[EmbeddingBagConfig] | None = None,
+) -> DLRMTrain:
+    """DLRMTrain over DLRM / DLRM_DCN with its embedding tables on `meta` (`tables`: the
+    configs, default `table_configs`)."""
+    if tables is None:
+        tables = table_configs(dataset, opts.embedding_dim)
+    ebc = EmbeddingBagCollection(tables, device=torch.device("meta"))
     dlrm: DLRM
     if opts.model == "dlrm_dcn":
         dlrm = DLRM_DCN(
@@ -180,7 +199,11 @@ def build(
     """The four steps of the module docstring."""
     # Same dense initial weights on every rank (DDP also broadcasts rank 0's at wrap time).
     torch.manual_seed(opts.seed)
-    model = build_model(opts, dataset, device)
+    tables, dynamic = model_tables(opts, dataset)
+    model = build_model(opts, dataset, device, tables)
+    remap = RawIdRemap(dynamic) if dynamic else None
+    if remap is not None:
+        remap.attach(model)
     sharder = make_sharder(opts)
     plan = make_plan(
         opts,
@@ -196,4 +219,11 @@ def build(
         dict(in_backward_optimizer_filter(dmp.named_parameters())),
         dense_optimizer_factory(opts),
     )
-    return Built(model=dmp, optimizer=CombinedOptimizer([dmp.fused_optimizer, dense]), plan=plan)
+    if remap is not None:
+        remap.bind(dmp, dmp.fused_optimizer)
+    return Built(
+        model=dmp,
+        optimizer=CombinedOptimizer([dmp.fused_optimizer, dense]),
+        plan=plan,
+        remap=remap,
+    )
