@@ -37,7 +37,7 @@ from shardrec_planner import (
     detect_host,
 )
 from shardrec_sharding import EmbeddingBagCollectionSharder
-from shardrec_train.dynamic import RawIdRemap, dynamic_table_configs
+from shardrec_train.dynamic import HashTrick, RawIdRemap, dynamic_table_configs
 from shardrec_train.options import TrainOptions
 from shardrec_train.sharding import forced_generators
 
@@ -49,7 +49,7 @@ class Built:
     model: DistributedModelParallel
     optimizer: CombinedOptimizer
     plan: ShardingPlan
-    remap: RawIdRemap | None = None
+    remap: RawIdRemap | HashTrick | None = None
     """The dynamic tables' id maps (`--raw-ids`), applied to each batch before the model."""
 
 
@@ -201,8 +201,11 @@ def build(
     torch.manual_seed(opts.seed)
     tables, dynamic = model_tables(opts, dataset)
     model = build_model(opts, dataset, device, tables)
-    remap = RawIdRemap(dynamic) if dynamic else None
-    if remap is not None:
+    remap: RawIdRemap | HashTrick | None = None
+    if dynamic and opts.raw_id_tables == "hash":
+        remap = HashTrick(dynamic)
+    elif dynamic:
+        remap = RawIdRemap(dynamic)
         remap.attach(model)
     sharder = make_sharder(opts)
     plan = make_plan(
@@ -219,7 +222,7 @@ def build(
         dict(in_backward_optimizer_filter(dmp.named_parameters())),
         dense_optimizer_factory(opts),
     )
-    if remap is not None:
+    if isinstance(remap, RawIdRemap):
         remap.bind(dmp, dmp.fused_optimizer)
     return Built(
         model=dmp,

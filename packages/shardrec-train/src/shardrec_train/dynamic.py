@@ -23,11 +23,13 @@ import dataclasses
 import math
 from collections.abc import Iterator, Sequence
 
+import torch
 from torch import nn
 
 from shardrec_data import Batch, SparseFeature
 from shardrec_embedding import EmbeddingBagConfig
-from shardrec_embedding.dynamic import DynamicTableConfig, DynamicTables
+from shardrec_embedding.dynamic import DynamicTableConfig, DynamicTables, mix64
+from shardrec_jagged import KeyedJaggedTensor
 from shardrec_optim import CombinedOptimizer
 from shardrec_train.options import TrainOptions
 
@@ -150,6 +152,44 @@ class RawIdRemap:
     def stats(self) -> dict[str, dict[str, int]]:
         """Per table: capacity, occupancy, admissions, rejections, evictions, unknown reads."""
         return self.tables.stats()
+
+
+class HashTrick:
+    """`--raw-id-tables hash`: the baseline a dynamic table replaces. Each raw id reads row
+    `mix64(id) mod rows` of an ordinary table (colliding ids share a row); no state."""
+
+    def __init__(self, configs: Sequence[EmbeddingBagConfig]) -> None:
+        self._rows = {f: c.num_embeddings for c in configs for f in c.feature_names}
+
+    def batch(self, batch: Batch, *, training: bool) -> Batch:
+        kjt = batch.sparse_features
+        values = kjt.values().clone()
+        opk = kjt.offset_per_key()
+        for i, key in enumerate(kjt.keys()):
+            rows = self._rows.get(key)
+            if rows is not None:
+                part = values[opk[i] : opk[i + 1]].to(torch.int64)
+                values[opk[i] : opk[i + 1]] = torch.remainder(mix64(part), rows).to(values.dtype)
+        features = KeyedJaggedTensor(
+            keys=kjt.keys(),
+            values=values,
+            weights=kjt.weights_or_none(),
+            lengths=kjt.lengths(),
+            offsets=kjt.offsets(),
+            stride=kjt.stride(),
+            length_per_key=kjt.length_per_key(),
+            offset_per_key=opk,
+        )
+        return Batch(
+            dense_features=batch.dense_features, sparse_features=features, labels=batch.labels
+        )
+
+    def batches(self, batches: Iterator[Batch], *, training: bool) -> Iterator[Batch]:
+        for b in batches:
+            yield self.batch(b, training=training)
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        return {}
 
 
 def progress_text(stats: dict[str, dict[str, int]]) -> str:

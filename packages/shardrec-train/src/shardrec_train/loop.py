@@ -25,7 +25,7 @@ from shardrec_data import Batch, RecDataset
 from shardrec_dmp import DistributedModelParallel, TrainPipelineSparseDist
 from shardrec_metrics import AUC, NE, Accuracy, LogLoss, MetricCollection
 from shardrec_optim import CombinedOptimizer
-from shardrec_train.dynamic import RawIdRemap
+from shardrec_train.dynamic import HashTrick, RawIdRemap
 from shardrec_train.options import TrainOptions
 
 EVAL_BATCH_FACTOR = 4
@@ -138,7 +138,7 @@ def evaluate(
     rank: int,
     world_size: int,
     device: torch.device,
-    remap: RawIdRemap | None = None,
+    remap: RawIdRemap | HashTrick | None = None,
 ) -> dict[str, float]:
     """Test-split AUC, NE, log loss and accuracy over all ranks (every rank must call it).
     `remap`: the dynamic tables' id maps (`--raw-ids`), looked up without admitting."""

@@ -52,6 +52,7 @@ parsing imports no torch)."""
 EVICTION_POLICIES = ("NONE", "LRU", "LFU", "TTL")
 ADMISSION_POLICIES = ("ALWAYS", "THRESHOLD", "PROBABILITY")
 UNKNOWN_ID_POLICIES = ("ZERO", "DEFAULT_ROW")
+RAW_ID_TABLES = ("dynamic", "hash")
 """`shardrec_embedding.dynamic`'s policy names (a test keeps them equal; spelled out so that
 parsing imports no torch)."""
 FORCEABLE_SHARDING_TYPES = (
@@ -204,6 +205,13 @@ class TrainOptions:
         "mapping pass (docs/dynamic.md); same as --dataset-option raw_ids=true",
         group=DATA,
         default=False,
+    )
+    raw_id_tables: str = option(
+        "with --raw-ids: dynamic (a slot per id, collision-free) or hash (the hash trick "
+        "baseline: hash(id) modulo the same number of rows, colliding ids share a row)",
+        group=DATA,
+        default="dynamic",
+        choices=RAW_ID_TABLES,
     )
     dynamic_capacity: int | None = option(
         "slots of every dynamic table (default: --dynamic-headroom x the ids its feature names)",

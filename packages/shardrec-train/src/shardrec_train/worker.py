@@ -203,7 +203,7 @@ def _train(
                 step += 1
                 watchdog.progress = step
                 shown = float(loss) if lead and step % LOSS_EVERY == 0 else None
-                if shown is not None and remap is not None:
+                if shown is not None and remap is not None and remap.stats():
                     progress.detail(progress_text(remap.stats()))
                 progress.step(step, shown)
         history.train_loss += list(
@@ -217,7 +217,7 @@ def _train(
             )
             history.evals.append((end, metrics))
             text = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
-            if remap is not None:
+            if remap is not None and remap.stats():
                 text += f" | {progress_text(remap.stats())}"
             progress.write(f"step {end}: test {text}")
         if (opts.checkpoint_every and end % opts.checkpoint_every == 0) or end == total:
@@ -242,12 +242,12 @@ def _train(
         wall_seconds=time.perf_counter() - started,
         world_size=world,
     )
-    if remap is not None:
+    if remap is not None and remap.stats():
         summary["dynamic_tables"] = remap.stats()
     write_summary(out, summary, opts.to_dict())
     save_charts(out, history)
     print(format_summary(summary))
-    if remap is not None:
+    if remap is not None and remap.stats():
         print(f"dynamic tables: {progress_text(remap.stats())}")
     print(f"outputs: {out} ({OUTPUTS})")
     print(f"test AUC {summary['test_auc']:.4f}", flush=True)
