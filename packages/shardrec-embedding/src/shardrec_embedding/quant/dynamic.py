@@ -16,6 +16,7 @@ module in evaluation, docs/dynamic.md).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -147,6 +148,17 @@ class DynamicPooledLookup(nn.Module):
                 self.columns.append(column)
                 self.dims.append(dim)
             column += dim
+
+    @torch.jit.unused
+    def around(self, lookup: nn.Module) -> DynamicPooledLookup:
+        """The same id maps in front of another pooled lookup of the same segments (the
+        sharded one: the map runs before the shards, which hold slots)."""
+        twin = copy.copy(self)
+        twin._modules = dict(self._modules)
+        twin.lookup = lookup
+        twin.segments = lookup.segments
+        twin.check_ids = lookup.check_ids
+        return twin
 
     @torch.jit.unused
     def load_maps(
