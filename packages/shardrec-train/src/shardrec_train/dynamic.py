@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -107,6 +107,10 @@ def table_name(path: str) -> str | None:
     return None
 
 
+def _constant(param: torch.Tensor) -> Callable[[], torch.Tensor]:
+    return lambda: param
+
+
 class RawIdRemap:
     """The run's dynamic tables: raw ids -> slots for each batch, the counters, the resets.
 
@@ -131,7 +135,7 @@ class RawIdRemap:
         if missing:
             raise RuntimeError(f"shardrec train: dynamic tables {missing} have no weight")
         for name, param in found.items():
-            self.tables.bind_weight(name, lambda p=param: p)
+            self.tables.bind_weight(name, _constant(param))
         self.tables.track_optimizer(optimizer)
 
     def batch(self, batch: Batch, *, training: bool) -> Batch:

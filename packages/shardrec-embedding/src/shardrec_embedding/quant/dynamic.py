@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from shardrec_embedding.configs import BaseEmbeddingConfig, PoolingType
 from shardrec_embedding.dynamic import DynamicTables, UnknownIdPolicy
+from shardrec_embedding.quant.lookup import SegmentMeta
 
 __all__ = ["DynamicPooledLookup", "ScriptableIdMap", "probe_hash"]
 
@@ -39,7 +41,11 @@ def probe_hash(x: torch.Tensor) -> torch.Tensor:
 
 class ScriptableIdMap(nn.Module):
     """A read-only id -> slot map (see the module doc); `forward(ids)` -> `(N,)` int64 slots,
-    -1 for an id it does not hold. `capacity`: the table's slots (for messages)."""
+    -1 for an id it does not hold."""
+
+    if TYPE_CHECKING:  # buffers, typed for mypy (TorchScript reads no such annotations)
+        keys: torch.Tensor
+        slots: torch.Tensor
 
     def __init__(self, num_buckets: int) -> None:
         super().__init__()
@@ -80,10 +86,8 @@ class ScriptableIdMap(nn.Module):
             placed[candidates[won]] = True
             pending = pending[~placed[pending]]
             probe += 1
-        target_keys, target_slots = self.keys, self.slots
-        assert isinstance(target_keys, torch.Tensor) and isinstance(target_slots, torch.Tensor)
-        target_keys.copy_(keys)
-        target_slots.copy_(table)
+        self.keys.copy_(keys)
+        self.slots.copy_(table)
         self.max_probe = probe
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
@@ -100,6 +104,12 @@ class ScriptableIdMap(nn.Module):
         return found
 
 
+def _segments_of(lookup: nn.Module) -> SegmentMeta:
+    segments = getattr(lookup, "segments")  # noqa: B009  # an nn.Module attribute
+    assert isinstance(segments, SegmentMeta)
+    return segments
+
+
 def _buckets(capacity: int) -> int:
     need = max(2, 2 * capacity)
     return 1 << (need - 1).bit_length()
@@ -114,6 +124,11 @@ class DynamicPooledLookup(nn.Module):
     `load_maps`).
     """
 
+    if TYPE_CHECKING:  # as in ScriptableIdMap
+        segments: SegmentMeta
+        check_ids: bool
+        default_rows: torch.Tensor
+
     def __init__(
         self,
         lookup: nn.Module,
@@ -123,8 +138,8 @@ class DynamicPooledLookup(nn.Module):
     ) -> None:
         super().__init__()
         self.lookup = lookup
-        self.segments = lookup.segments
-        self.check_ids = lookup.check_ids
+        self.segments = _segments_of(lookup)
+        self.check_ids = bool(getattr(lookup, "check_ids"))  # noqa: B009  # nn.Module attr
         by_name = {c.name: c for c in configs}
         dynamic = [c for c in configs if c.dynamic is not None]
         self.table_names = [c.name for c in dynamic]
@@ -156,8 +171,8 @@ class DynamicPooledLookup(nn.Module):
         twin = copy.copy(self)
         twin._modules = dict(self._modules)
         twin.lookup = lookup
-        twin.segments = lookup.segments
-        twin.check_ids = lookup.check_ids
+        twin.segments = _segments_of(lookup)
+        twin.check_ids = bool(getattr(lookup, "check_ids"))  # noqa: B009
         return twin
 
     @torch.jit.unused
@@ -167,7 +182,6 @@ class DynamicPooledLookup(nn.Module):
         """Copy the trained id maps (and default rows): from a float collection's
         `dynamic_tables`, or `{table: (ids, slots)}`."""
         default_rows = self.default_rows
-        assert isinstance(default_rows, torch.Tensor)
         for j, name in enumerate(self.table_names):
             id_map = self.maps[j]
             assert isinstance(id_map, ScriptableIdMap)
@@ -225,7 +239,9 @@ class DynamicPooledLookup(nn.Module):
         new_offsets = [0]
         for n in counts:
             new_offsets.append(new_offsets[-1] + n)
-        out = self.lookup(values, new_lengths, weights, new_offsets, feature_index, batch)
+        out: torch.Tensor = self.lookup(
+            values, new_lengths, weights, new_offsets, feature_index, batch
+        )
         for i in range(len(self.dyn_segments)):
             c, d = self.columns[i], self.dims[i]
             total = totals[i].clamp(min=1).to(out.dtype)

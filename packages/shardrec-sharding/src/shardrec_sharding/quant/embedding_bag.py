@@ -104,6 +104,7 @@ class ShardedQuantEmbeddingBagCollection(PlannedQuantModule):
             sub = QuantEmbeddingBagCollection(rank_tables[r], device=devices[r], check_ids=False)
             sub.load_state_dict(rank_state[r])
             self.rank_modules.append(sub)
+            assert isinstance(sub.lookup, PooledLookup)  # the shards are static tables
             lookups.append(sub.lookup)
         first_block = {}
         count = 0
