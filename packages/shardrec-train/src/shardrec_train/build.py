@@ -112,6 +112,23 @@ def build_model(
     return DLRMTrain(dlrm)
 
 
+def build_raw_id_model(
+    opts: TrainOptions, dataset: RecDataset, device: torch.device
+) -> tuple[DLRMTrain, RawIdRemap | HashTrick | None]:
+    """`build_model` with the raw-id features' tables (`--raw-ids`), and what maps their ids:
+    the dynamic tables' id maps (registered on the model, so checkpoints hold them), or the
+    hash trick; None without raw-id features."""
+    tables, dynamic = model_tables(opts, dataset)
+    model = build_model(opts, dataset, device, tables)
+    remap: RawIdRemap | HashTrick | None = None
+    if dynamic and opts.raw_id_tables == "hash":
+        remap = HashTrick(dynamic)
+    elif dynamic:
+        remap = RawIdRemap(dynamic)
+        remap.attach(model)
+    return model, remap
+
+
 def ebc_path(model: nn.Module) -> str:
     """Module path of the model's one EmbeddingBagCollection."""
     paths: list[str] = [
@@ -199,14 +216,7 @@ def build(
     """The four steps of the module docstring."""
     # Same dense initial weights on every rank (DDP also broadcasts rank 0's at wrap time).
     torch.manual_seed(opts.seed)
-    tables, dynamic = model_tables(opts, dataset)
-    model = build_model(opts, dataset, device, tables)
-    remap: RawIdRemap | HashTrick | None = None
-    if dynamic and opts.raw_id_tables == "hash":
-        remap = HashTrick(dynamic)
-    elif dynamic:
-        remap = RawIdRemap(dynamic)
-        remap.attach(model)
+    model, remap = build_raw_id_model(opts, dataset, device)
     sharder = make_sharder(opts)
     plan = make_plan(
         opts,

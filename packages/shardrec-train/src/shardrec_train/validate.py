@@ -11,7 +11,7 @@ import torch
 
 from shardrec_data import RecDataset
 from shardrec_planner import ShardingType
-from shardrec_train.build import build_model, model_tables
+from shardrec_train.build import build_raw_id_model
 from shardrec_train.checkpoints import latest_checkpoint, shape_problems
 from shardrec_train.data import build_dataset
 from shardrec_train.dynamic import problems as dynamic_problems
@@ -76,8 +76,12 @@ def resume_problems(opts: TrainOptions, dataset: RecDataset) -> list[str]:
     """--resume: the checkpoint's model has the shapes these flags build (on `meta`: free)."""
     if not opts.resume:
         return []
-    model = build_model(opts, dataset, torch.device("meta"), model_tables(opts, dataset)[0])
-    expected = {key: tuple(value.shape) for key, value in model.state_dict().items()}
+    model, _ = build_raw_id_model(opts, dataset, torch.device("meta"))
+    expected = {  # tensors only: the dynamic tables' counters are plain values
+        key: tuple(value.shape)
+        for key, value in model.state_dict().items()
+        if isinstance(value, torch.Tensor)
+    }
     return shape_problems(opts.out, expected)
 
 
