@@ -82,6 +82,17 @@ def test_flag_problems(flags: list[str], message: str) -> None:
     assert len(found) == 1 and re.search(message, found[0]), found
 
 
+def test_raw_ids_need_a_dataset_with_raw_ids() -> None:
+    parser = argparse.ArgumentParser()
+    add_train_arguments(parser)
+    args = ["--dataset", "synthetic", "--raw-ids", "--nproc-per-node", "1"]
+    found = problems(options_from_namespace(parser.parse_args(args)))
+    assert found == [
+        "--raw-ids: dataset synthetic has no raw ids; datasets with raw ids: movielens-100k, "
+        "criteo-tsv"
+    ]
+
+
 def test_hash_trick_maps_ids_modulo_rows() -> None:
     configs = [
         EmbeddingBagConfig(name="t_u", num_embeddings=7, embedding_dim=4, feature_names=["u"])

@@ -33,6 +33,9 @@ from shardrec_jagged import KeyedJaggedTensor
 from shardrec_optim import CombinedOptimizer
 from shardrec_train.options import TrainOptions
 
+RAW_ID_DATASETS = ("movielens-100k", "criteo-tsv")
+"""Datasets with a raw-id mode (`raw_ids=True`)."""
+
 ATTRIBUTE = "raw_id_tables"
 """Name of the `DynamicTables` submodule on the model (its state is in the checkpoints)."""
 
@@ -70,6 +73,11 @@ def problems(opts: TrainOptions) -> list[str]:
         out.append(
             "--dynamic-admission-probability must be in (0, 1], got "
             f"{opts.dynamic_admission_probability}"
+        )
+    if opts.raw_ids and opts.dataset not in RAW_ID_DATASETS:
+        out.append(
+            f"--raw-ids: dataset {opts.dataset} has no raw ids; datasets with raw ids: "
+            f"{', '.join(RAW_ID_DATASETS)}"
         )
     if opts.raw_ids and opts.world_size > 1:
         out.append(
