@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
+import random
 import re
 import subprocess
 import sys
@@ -231,3 +232,34 @@ def test_freed_slots_reset_in_sharded_table_and_optimizer(tmp_path: pathlib.Path
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().endswith("ok")
+
+
+def _criteo_day(path: pathlib.Path, rng: random.Random, n: int) -> None:
+    hexes = [rng.getrandbits(32) for _ in range(12)]
+    lines = []
+    for _ in range(n):
+        dense = [str(rng.randint(0, 50)) for _ in range(13)]
+        cats = [f"{rng.choice(hexes):08x}" for _ in range(26)]
+        lines.append("\t".join([str(rng.randint(0, 1)), *dense, *cats]))
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_raw_criteo_tsv_run(tmp_path: pathlib.Path) -> None:
+    rng = random.Random(0)
+    data = tmp_path / "criteo"
+    data.mkdir()
+    for day in range(2):
+        _criteo_day(data / f"day_{day}.tsv", rng, 160)
+    out = tmp_path / "run"
+    args = [
+        "train", "--dataset", "criteo-tsv", "--data-dir", str(data), "--raw-ids",
+        "--nproc-per-node", "1", *SMALL_MODEL, "--batch-size", "32", "--eval-every", "0",
+        "--dynamic-capacity", "64", "--out", str(out),
+    ]  # fmt: skip
+    result = run_shardrec(args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    stats = json.loads((out / "summary.json").read_text())["dynamic_tables"]
+    assert sorted(stats) == sorted(f"t_cat_{i}" for i in range(26))
+    for s in stats.values():  # 12 raw hex values per feature, all admitted, none evicted
+        assert s["capacity"] == 64 and s["occupancy"] == s["admissions"] == 12
+        assert s["evictions"] == 0 and s["rejections"] == 0
