@@ -8,6 +8,8 @@ Three `shardrec train` runs of the movielens-100k preset on one rank, same seed 
 1. pre-mapped: user / item ids re-indexed to ``[0, n)`` by the dataset (the usual run);
 2. dynamic: ``--raw-ids``, the ids of the files into dynamic tables (``--dynamic-capacity``
    slots, default 1.25 x the distinct ids, LRU, ALWAYS admission), no mapping pass;
+   ``--dynamic-headroom 1.0`` gives them the pre-mapped tables' rows (and so the same
+   initializer scale, which depends on the rows);
 3. hash trick: ``--raw-ids --raw-id-tables hash``, ``mix64(id) mod rows`` into ordinary tables
    of the same rows as the dynamic ones (colliding ids share a row).
 
@@ -44,6 +46,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--epochs", type=int, default=None, help="default: the preset's (4)")
     parser.add_argument("--dynamic-capacity", type=int, default=None)
+    parser.add_argument(
+        "--dynamic-headroom",
+        type=float,
+        default=None,
+        help="slots per distinct id (1.0: the pre-mapped tables' sizes and init scale)",
+    )
     parser.add_argument("--out", type=pathlib.Path, default=None)
     args = parser.parse_args()
     common = ["--dataset", "movielens-100k", "--nproc-per-node", "1", "--eval-every", "0"]
