@@ -148,6 +148,21 @@ def test_scripted_artifact_maps_raw_ids_without_shardrec(tmp_path: Path) -> None
     assert torch.equal(lookup(kjt.values(), kjt.lengths(), None), expected)
 
 
+def test_state_dict_carries_the_id_maps() -> None:
+    ebc, pool = _trained("DEFAULT_ROW", PoolingType.SUM)
+    ebc.qconfig = qconfig(torch.int8)
+    q = QuantEmbeddingBagCollection.from_float(ebc)
+    fresh = QuantEmbeddingBagCollection(q.embedding_bag_configs())
+    fresh.load_state_dict(q.state_dict())
+    kjt = _batch(torch.Generator().manual_seed(6), 16, pool)
+    assert torch.equal(fresh(kjt).values(), q(kjt).values())
+    ids, slots = ebc.dynamic_tables.table("users").items()
+    other = QuantEmbeddingBagCollection(q.embedding_bag_configs())
+    other.load_state_dict(q.state_dict())
+    other.load_id_maps({"users": (ids, slots), "pairs": ebc.dynamic_tables.table("pairs").items()})
+    assert torch.equal(other(kjt).values(), q(kjt).values())
+
+
 def test_load_id_maps_refused_without_dynamic_tables() -> None:
     q = QuantEmbeddingBagCollection(
         [EmbeddingBagConfig(name="t", num_embeddings=4, embedding_dim=4, feature_names=["f"])]

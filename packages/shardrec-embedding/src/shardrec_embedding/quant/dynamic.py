@@ -2,10 +2,11 @@
 
 A trained dynamic table keeps its id map when quantized: `ScriptableIdMap` is a frozen copy
 of it (open addressing with linear probing over two int64 tensors, built once from the
-table's `(ids, slots)`), whose `forward(ids)` finds every id's slot with torch ops only: a
-probe loop over the batch, vectorized, at most `max_probe` rounds (the longest probe the
-build made). No Python dict and nothing of shardrec at run time, so a `torch.jit.script`ed
-and saved module runs where only torch is installed.
+table's `(ids, slots)`; the two tensors are its whole state, in the `state_dict`), whose
+`forward(ids)` finds every id's slot with torch ops only: a probe loop over the batch,
+vectorized, as many rounds as the longest probe among the batch's ids. No Python dict and
+nothing of shardrec at run time, so a `torch.jit.script`ed and saved module runs where only
+torch is installed.
 
 `DynamicPooledLookup` wraps a pooled lookup (`PooledLookup`, or the sharded one) with the
 same `forward` arguments: the dynamic features' raw ids become slots, ids without a slot are
@@ -54,7 +55,6 @@ class ScriptableIdMap(nn.Module):
         self.register_buffer("keys", torch.zeros(num_buckets, dtype=torch.int64))
         self.register_buffer("slots", torch.full((num_buckets,), -1, dtype=torch.int64))
         self.mask = num_buckets - 1
-        self.max_probe = 0
 
     def fill(self, ids: torch.Tensor, slots: torch.Tensor) -> None:
         """Hold exactly `ids[i] -> slots[i]` (distinct ids, at most half the buckets)."""
@@ -88,14 +88,15 @@ class ScriptableIdMap(nn.Module):
             probe += 1
         self.keys.copy_(keys)
         self.slots.copy_(table)
-        self.max_probe = probe
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         ids = ids.to(torch.int64)
         pos = probe_hash(ids) & self.mask
         found = torch.full_like(ids, -1)
         active = torch.ones_like(ids, dtype=torch.bool)
-        for _ in range(self.max_probe):
+        # At most half the buckets hold ids, so every probe sequence reaches its id or an
+        # empty bucket: the loop ends, after as many rounds as the longest probe needed.
+        while bool(active.any()):
             slot = self.slots[pos]
             hit = active & (slot >= 0) & (self.keys[pos] == ids)
             found = torch.where(hit, slot, found)
