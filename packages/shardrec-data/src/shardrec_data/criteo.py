@@ -83,8 +83,10 @@ def _check_fraction(name: str, value: float | None) -> None:
         raise ValueError(f"{name}: test_fraction must be in (0, 1) or None, got {value!r}")
 
 
-def _features(sizes: Sequence[int]) -> tuple[SparseFeature, ...]:
-    return tuple(SparseFeature(n, s) for n, s in zip(CAT_NAMES, sizes, strict=True))
+def _features(sizes: Sequence[int], raw_ids: bool = False) -> tuple[SparseFeature, ...]:
+    return tuple(
+        SparseFeature(n, s, raw_ids=raw_ids) for n, s in zip(CAT_NAMES, sizes, strict=True)
+    )
 
 
 def _split(parts: list[SplitArrays], test_fraction: float | None) -> tuple[ConcatArrays, ...]:
@@ -124,12 +126,16 @@ class CriteoTsvConfig:
         data_dir: a directory whose ``day_<i>.tsv`` files are used, ordered by i.
         num_embeddings: rows per table (ids are hex values modulo it): one int or 26.
         test_fraction: see the module docstring.
+        raw_ids: keep each categorical value as its raw int64 (the hex value, no modulo;
+            ``SparseFeature.raw_ids``) for dynamic tables; ``num_embeddings`` is then a
+            capacity hint.
     """
 
     paths: PathLike | Sequence[PathLike] | None = None
     data_dir: PathLike | None = None
     num_embeddings: int | Sequence[int] = DEFAULT_NUM_EMBEDDINGS
     test_fraction: float | None = None
+    raw_ids: bool = False
 
     def __post_init__(self) -> None:
         if (self.paths is None) == (self.data_dir is None):
@@ -172,21 +178,32 @@ def _day_files(data_dir: pathlib.Path, pattern: str) -> list[pathlib.Path]:
 
 
 def _dataset(
-    name: str, sizes: Sequence[int], parts: list[SplitArrays], test_fraction: float | None
+    name: str,
+    sizes: Sequence[int],
+    parts: list[SplitArrays],
+    test_fraction: float | None,
+    raw_ids: bool = False,
 ) -> ArrayDataset:
     """The Criteo dataset `name` of table `sizes`, split by `_split`."""
     train, test = _split(parts, test_fraction)
     return ArrayDataset(
         name=name,
         num_dense=NUM_DENSE,
-        sparse_features=_features(sizes),
+        sparse_features=_features(sizes, raw_ids),
         train=train,
         test=test,
     )
 
 
-def tsv_arrays(raw: RawCriteo, sizes: Sequence[int]) -> SplitArrays:
-    """Parsed lines as SplitArrays: dense log-transformed, ids modulo ``sizes``."""
+def tsv_arrays(raw: RawCriteo, sizes: Sequence[int] | None) -> SplitArrays:
+    """Parsed lines as SplitArrays: dense log-transformed, ids modulo ``sizes`` (None: the
+    raw int64 values)."""
+    if sizes is None:
+        return SplitArrays(
+            dense=log_transform(raw.dense),
+            sparse=(IdMatrix(raw.cats.astype(np.int64)),),
+            labels=raw.labels,
+        )
     ids = raw.cats % np.array(sizes, dtype=np.int64)
     return SplitArrays(
         dense=log_transform(raw.dense),
@@ -199,12 +216,13 @@ def tsv_arrays(raw: RawCriteo, sizes: Sequence[int]) -> SplitArrays:
 def load_criteo_tsv(config: CriteoTsvConfig) -> ArrayDataset:
     """Parse the configured TSV files into a dataset."""
     sizes = _table_sizes("criteo-tsv", config.num_embeddings)
+    modulo = None if config.raw_ids else sizes
     parts = []
     for f in config.files():
         # Converted block by block: only one block's raw int64 fields exist at a time.
-        blocks = [tsv_arrays(raw, sizes) for raw in read_tsv_blocks(f)]
-        parts.append(concat_arrays(blocks) if blocks else tsv_arrays(RawCriteo.concat([]), sizes))
-    return _dataset("criteo-tsv", sizes, parts, config.test_fraction)
+        blocks = [tsv_arrays(raw, modulo) for raw in read_tsv_blocks(f)]
+        parts.append(concat_arrays(blocks) if blocks else tsv_arrays(RawCriteo.concat([]), modulo))
+    return _dataset("criteo-tsv", sizes, parts, config.test_fraction, config.raw_ids)
 
 
 # --- criteo-npy ---------------------------------------------------------------------------------

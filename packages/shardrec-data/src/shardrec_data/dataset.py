@@ -37,13 +37,17 @@ class SparseFeature:
 
     Attributes:
         name: the KeyedJaggedTensor key.
-        num_embeddings: ids are in ``[0, num_embeddings)``.
+        num_embeddings: ids are in ``[0, num_embeddings)``; with ``raw_ids``, a size hint
+            (the distinct ids the data holds, or a bound on them) for a raw-id table's capacity.
         multi_hot: True when a sample may carry 0 or several ids (e.g. a movie's genres).
+        raw_ids: the ids are raw int64 values as the source spells them (any value, not
+            re-indexed): read them with a dynamic table (docs/dynamic.md).
     """
 
     name: str
     num_embeddings: int
     multi_hot: bool = False
+    raw_ids: bool = False
 
     def __post_init__(self) -> None:
         if not self.name:

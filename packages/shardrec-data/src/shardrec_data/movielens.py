@@ -6,13 +6,16 @@ Sparse features, in key order:
 
 | key | ids | num_embeddings |
 |---|---|---|
-| ``user`` | position of the user in the users table sorted by id | 943 |
-| ``item`` | position of the movie in the items table sorted by id | 1682 |
+| ``user`` | position of the user in the users table sorted by id (**) | 943 |
+| ``item`` | position of the movie in the items table sorted by id (**) | 1682 |
 | ``genres`` | the movie's genre flags (multi-hot, 1 to 6 ids; ``GENRES`` order) | 19 |
 | ``age_bucket`` | <18, 18-24, 25-34, 35-44, 45-49, 50-55, 56+ (MovieLens-1M's buckets) | 7 |
 | ``gender`` | F, M | 2 |
 | ``occupation`` | the 21 occupations of ``u.occupation``, alphabetical | 21 |
 | ``zip_prefix`` | first ``zip_prefix_digits`` (default 1) zip code digits (*) | 10 ** d + 1 |
+
+(**) With ``raw_ids=True``: the user / item id of ``u.data`` as it is (raw ids for a dynamic
+table; ``num_embeddings`` is then the number of distinct ids, a capacity hint).
 
 (*) A zip code not starting with that many digits (Canadian codes) gets the last id.
 
@@ -77,6 +80,8 @@ class MovieLensConfig:
         split_seed: seed of the train/test permutation.
         test_fraction: share of the ratings in the test split.
         zip_prefix_digits: leading zip code digits kept (1 or 2).
+        raw_ids: ``user`` and ``item`` carry the ids of the files (``u.data``'s user id and
+            item id, not re-indexed; ``SparseFeature.raw_ids``) for dynamic tables.
     """
 
     data_dir: str | pathlib.Path | None = None
@@ -84,6 +89,7 @@ class MovieLensConfig:
     split_seed: int = 0
     test_fraction: float = 0.2
     zip_prefix_digits: int = 1
+    raw_ids: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.split_seed, bool) or not isinstance(self.split_seed, int):
@@ -98,6 +104,8 @@ class MovieLensConfig:
             raise ValueError(
                 f"movielens-100k: zip_prefix_digits must be 1 or 2, got {self.zip_prefix_digits!r}"
             )
+        if not isinstance(self.raw_ids, bool):
+            raise TypeError(f"movielens-100k: raw_ids must be a bool, got {self.raw_ids!r}")
 
 
 def _positions(
@@ -172,7 +180,11 @@ def build_movielens(tables: MovieLensTables, config: MovieLensConfig) -> ArrayDa
             np.float32
         ),
         sparse=(
-            IdMatrix(np.stack([user_pos, item_pos], axis=1)),
+            IdMatrix(
+                np.stack([tables.user, tables.item], axis=1).astype(np.int64)
+                if config.raw_ids
+                else np.stack([user_pos, item_pos], axis=1)
+            ),
             JaggedColumn(offsets=genre_offsets, values=genre_values),
             IdMatrix(
                 np.stack(
@@ -191,8 +203,8 @@ def build_movielens(tables: MovieLensTables, config: MovieLensConfig) -> ArrayDa
     perm = np.random.default_rng(config.split_seed).permutation(n).astype(np.int64)
     n_train = n - round(n * config.test_fraction)
     features = (
-        SparseFeature("user", int(tables.user_ids.size)),
-        SparseFeature("item", int(tables.item_ids.size)),
+        SparseFeature("user", int(tables.user_ids.size), raw_ids=config.raw_ids),
+        SparseFeature("item", int(tables.item_ids.size), raw_ids=config.raw_ids),
         SparseFeature("genres", len(GENRES), multi_hot=True),
         SparseFeature("age_bucket", len(AGE_BUCKETS) + 1),
         SparseFeature("gender", len(GENDERS)),

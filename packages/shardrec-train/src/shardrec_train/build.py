@@ -37,6 +37,7 @@ from shardrec_planner import (
     detect_host,
 )
 from shardrec_sharding import EmbeddingBagCollectionSharder
+from shardrec_train.dynamic import HashTrick, RawIdRemap, dynamic_table_configs
 from shardrec_train.options import TrainOptions
 from shardrec_train.sharding import forced_generators
 
@@ -48,6 +49,8 @@ class Built:
     model: DistributedModelParallel
     optimizer: CombinedOptimizer
     plan: ShardingPlan
+    remap: RawIdRemap | HashTrick | None = None
+    """The dynamic tables' id maps (`--raw-ids`), applied to each batch before the model."""
 
 
 def table_configs(dataset: RecDataset, embedding_dim: int) -> list[EmbeddingBagConfig]:
@@ -65,11 +68,27 @@ def table_configs(dataset: RecDataset, embedding_dim: int) -> list[EmbeddingBagC
     ]
 
 
-def build_model(opts: TrainOptions, dataset: RecDataset, device: torch.device) -> DLRMTrain:
-    """DLRMTrain over DLRM / DLRM_DCN with its embedding tables on `meta`."""
-    ebc = EmbeddingBagCollection(
-        table_configs(dataset, opts.embedding_dim), device=torch.device("meta")
+def model_tables(
+    opts: TrainOptions, dataset: RecDataset
+) -> tuple[list[EmbeddingBagConfig], list[EmbeddingBagConfig]]:
+    """(the model's table configs, the dynamic tables' configs): raw-id features' tables
+    have `--dynamic-capacity` rows (shardrec_train.dynamic)."""
+    return dynamic_table_configs(
+        table_configs(dataset, opts.embedding_dim), dataset.sparse_features, opts
     )
+
+
+def build_model(
+    opts: TrainOptions,
+    dataset: RecDataset,
+    device: torch.device,
+    tables: list[EmbeddingBagConfig] | None = None,
+) -> DLRMTrain:
+    """DLRMTrain over DLRM / DLRM_DCN with its embedding tables on `meta` (`tables`: the
+    configs, default `table_configs`)."""
+    if tables is None:
+        tables = table_configs(dataset, opts.embedding_dim)
+    ebc = EmbeddingBagCollection(tables, device=torch.device("meta"))
     dlrm: DLRM
     if opts.model == "dlrm_dcn":
         dlrm = DLRM_DCN(
@@ -91,6 +110,23 @@ def build_model(opts: TrainOptions, dataset: RecDataset, device: torch.device) -
         )
     dlrm.set_dense_precision(opts.dense_precision)
     return DLRMTrain(dlrm)
+
+
+def build_raw_id_model(
+    opts: TrainOptions, dataset: RecDataset, device: torch.device
+) -> tuple[DLRMTrain, RawIdRemap | HashTrick | None]:
+    """`build_model` with the raw-id features' tables (`--raw-ids`), and what maps their ids:
+    the dynamic tables' id maps (registered on the model, so checkpoints hold them), or the
+    hash trick; None without raw-id features."""
+    tables, dynamic = model_tables(opts, dataset)
+    model = build_model(opts, dataset, device, tables)
+    remap: RawIdRemap | HashTrick | None = None
+    if dynamic and opts.raw_id_tables == "hash":
+        remap = HashTrick(dynamic)
+    elif dynamic:
+        remap = RawIdRemap(dynamic)
+        remap.attach(model)
+    return model, remap
 
 
 def ebc_path(model: nn.Module) -> str:
@@ -180,7 +216,7 @@ def build(
     """The four steps of the module docstring."""
     # Same dense initial weights on every rank (DDP also broadcasts rank 0's at wrap time).
     torch.manual_seed(opts.seed)
-    model = build_model(opts, dataset, device)
+    model, remap = build_raw_id_model(opts, dataset, device)
     sharder = make_sharder(opts)
     plan = make_plan(
         opts,
@@ -196,4 +232,11 @@ def build(
         dict(in_backward_optimizer_filter(dmp.named_parameters())),
         dense_optimizer_factory(opts),
     )
-    return Built(model=dmp, optimizer=CombinedOptimizer([dmp.fused_optimizer, dense]), plan=plan)
+    if isinstance(remap, RawIdRemap):
+        remap.bind(dmp, dmp.fused_optimizer)
+    return Built(
+        model=dmp,
+        optimizer=CombinedOptimizer([dmp.fused_optimizer, dense]),
+        plan=plan,
+        remap=remap,
+    )

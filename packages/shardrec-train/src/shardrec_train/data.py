@@ -23,6 +23,8 @@ def dataset_options(opts: TrainOptions) -> dict[str, object]:
     options: dict[str, object] = {key: _value(value) for key, value in opts.dataset_options}
     if opts.data_dir is not None:
         options["data_dir"] = opts.data_dir
+    if opts.raw_ids:
+        options["raw_ids"] = True
     return options
 
 

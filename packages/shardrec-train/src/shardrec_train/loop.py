@@ -25,6 +25,7 @@ from shardrec_data import Batch, RecDataset
 from shardrec_dmp import DistributedModelParallel, TrainPipelineSparseDist
 from shardrec_metrics import AUC, NE, Accuracy, LogLoss, MetricCollection
 from shardrec_optim import CombinedOptimizer
+from shardrec_train.dynamic import HashTrick, RawIdRemap
 from shardrec_train.options import TrainOptions
 
 EVAL_BATCH_FACTOR = 4
@@ -137,8 +138,10 @@ def evaluate(
     rank: int,
     world_size: int,
     device: torch.device,
+    remap: RawIdRemap | HashTrick | None = None,
 ) -> dict[str, float]:
-    """Test-split AUC, NE, log loss and accuracy over all ranks (every rank must call it)."""
+    """Test-split AUC, NE, log loss and accuracy over all ranks (every rank must call it).
+    `remap`: the dynamic tables' id maps (`--raw-ids`), looked up without admitting."""
     window = max(1, dataset.num_samples("test") // world_size)
     metrics = MetricCollection(
         [
@@ -151,6 +154,8 @@ def evaluate(
     batches = dataset.batches(
         "test", opts.batch_size * EVAL_BATCH_FACTOR, rank=rank, world_size=world_size
     )
+    if remap is not None:
+        batches = remap.batches(batches, training=False)
     with torch.no_grad():
         for batch in batches:
             _, (_, logits, labels) = model(batch.to(device))

@@ -49,6 +49,12 @@ EMBEDDING_OPTIMIZERS = (
 )
 """`shardrec_optim.EmbOptimType` values (a test keeps the two equal; spelled out here so that
 parsing imports no torch)."""
+EVICTION_POLICIES = ("NONE", "LRU", "LFU", "TTL")
+ADMISSION_POLICIES = ("ALWAYS", "THRESHOLD", "PROBABILITY")
+UNKNOWN_ID_POLICIES = ("ZERO", "DEFAULT_ROW")
+RAW_ID_TABLES = ("dynamic", "hash")
+"""`shardrec_embedding.dynamic`'s policy names (a test keeps them equal; spelled out so that
+parsing imports no torch)."""
 FORCEABLE_SHARDING_TYPES = (
     "data_parallel",
     "table_wise",
@@ -192,6 +198,69 @@ class TrainOptions:
         metavar="KEY=VALUE",
         repeat=True,
         flag="--dataset-option",
+    )
+    raw_ids: bool = option(
+        "read the dataset's id features as raw ids (movielens-100k: user / item ids of the "
+        "files; criteo-tsv: the hex values, no modulo) into dynamic (raw-id) tables, with no "
+        "mapping pass (docs/dynamic.md); same as --dataset-option raw_ids=true",
+        group=DATA,
+        default=False,
+    )
+    raw_id_tables: str = option(
+        "with --raw-ids: dynamic (a slot per id, collision-free) or hash (the hash trick "
+        "baseline: hash(id) modulo the same number of rows, colliding ids share a row)",
+        group=DATA,
+        default="dynamic",
+        choices=RAW_ID_TABLES,
+    )
+    dynamic_capacity: int | None = option(
+        "slots of every dynamic table (default: --dynamic-headroom x the ids its feature names)",
+        group=DATA,
+        default=None,
+        at_least=1,
+    )
+    dynamic_headroom: float = option(
+        "without --dynamic-capacity, each dynamic table gets this many slots per id the "
+        "dataset names (its feature's size hint)",
+        group=DATA,
+        default=1.25,
+        above=0,
+    )
+    dynamic_eviction: str = option(
+        "dynamic tables: what frees slots when a table is full",
+        group=DATA,
+        default="LRU",
+        choices=EVICTION_POLICIES,
+    )
+    dynamic_ttl_steps: int | None = option(
+        "dynamic tables, --dynamic-eviction TTL: steps a row may go unseen",
+        group=DATA,
+        default=None,
+        at_least=1,
+    )
+    dynamic_admission: str = option(
+        "dynamic tables: which new ids get a slot",
+        group=DATA,
+        default="ALWAYS",
+        choices=ADMISSION_POLICIES,
+    )
+    dynamic_admission_threshold: int = option(
+        "dynamic tables, THRESHOLD admission: sightings before an id gets a slot",
+        group=DATA,
+        default=1,
+        at_least=1,
+    )
+    dynamic_admission_probability: float = option(
+        "dynamic tables, PROBABILITY admission: chance per sighting",
+        group=DATA,
+        default=1.0,
+        above=0,
+    )
+    dynamic_unknown_id: str = option(
+        "dynamic tables: what an id without a slot reads at evaluation",
+        group=DATA,
+        default="ZERO",
+        choices=UNKNOWN_ID_POLICIES,
     )
     # model
     model: str = option("the model", group=MODEL, choices=MODELS, preset=True)

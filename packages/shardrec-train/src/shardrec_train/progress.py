@@ -29,6 +29,12 @@ class Progress:
             )
         self._since = time.perf_counter()
         self._steps_since = 0
+        self._detail = ""
+
+    def detail(self, text: str) -> None:
+        """Extra text after the loss from the next loss reading on (the dynamic tables'
+        counters)."""
+        self._detail = text
 
     def step(self, step: int, loss: float | None) -> None:
         """One finished step; `loss` when it was read this step."""
@@ -38,7 +44,10 @@ class Progress:
         if loss is not None:
             elapsed = time.perf_counter() - self._since
             rate = self._steps_since * self._samples_per_step / max(elapsed, 1e-9)
-            self._bar.set_postfix_str(f"{rate:,.0f} samples/s, loss {loss:.4f}", refresh=False)
+            extra = f", {self._detail}" if self._detail else ""
+            self._bar.set_postfix_str(
+                f"{rate:,.0f} samples/s, loss {loss:.4f}{extra}", refresh=False
+            )
         self._bar.update(1)
 
     def pause(self) -> None:

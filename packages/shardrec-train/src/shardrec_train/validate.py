@@ -11,9 +11,10 @@ import torch
 
 from shardrec_data import RecDataset
 from shardrec_planner import ShardingType
-from shardrec_train.build import build_model
+from shardrec_train.build import build_raw_id_model
 from shardrec_train.checkpoints import latest_checkpoint, shape_problems
 from shardrec_train.data import build_dataset
+from shardrec_train.dynamic import problems as dynamic_problems
 from shardrec_train.options import TrainOptions, number_problems
 from shardrec_train.sharding import forced_type_problem
 
@@ -75,8 +76,12 @@ def resume_problems(opts: TrainOptions, dataset: RecDataset) -> list[str]:
     """--resume: the checkpoint's model has the shapes these flags build (on `meta`: free)."""
     if not opts.resume:
         return []
-    model = build_model(opts, dataset, torch.device("meta"))
-    expected = {key: tuple(value.shape) for key, value in model.state_dict().items()}
+    model, _ = build_raw_id_model(opts, dataset, torch.device("meta"))
+    expected = {  # tensors only: the dynamic tables' counters are plain values
+        key: tuple(value.shape)
+        for key, value in model.state_dict().items()
+        if isinstance(value, torch.Tensor)
+    }
     return shape_problems(opts.out, expected)
 
 
@@ -86,7 +91,7 @@ def validate(opts: TrainOptions) -> tuple[list[str], RecDataset | None]:
     The dataset is loaded here, in the launcher, so a missing file is reported once; a
     download (MovieLens) also happens once, before the ranks start.
     """
-    problems = number_problems(opts)
+    problems = number_problems(opts) + dynamic_problems(opts)
     problems += backend_problems(opts, torch.cuda.device_count())
     problems += output_problems(opts)
     if problems:

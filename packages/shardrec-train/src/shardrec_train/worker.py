@@ -36,6 +36,7 @@ from shardrec_planner.report import format_report
 from shardrec_train.build import build
 from shardrec_train.checkpoints import History, latest_checkpoint, resume_latest, step_path
 from shardrec_train.data import build_dataset
+from shardrec_train.dynamic import progress_text
 from shardrec_train.loop import (
     Clock,
     Trainer,
@@ -139,7 +140,7 @@ def _train(
         local_world_size=local_world,
         pg=dist.group.WORLD,
     )
-    model, optimizer = built.model, built.optimizer
+    model, optimizer, remap = built.model, built.optimizer, built.remap
     if lead:
         kernels = "fbgemm" if importlib.util.find_spec("fbgemm_gpu") else "torch-native"
         print(
@@ -183,6 +184,8 @@ def _train(
     total = total_steps(dataset, opts, world)
     eval_every = eval_interval(opts.eval_every, total)
     batches = train_batches(dataset, opts, rank=rank, world_size=world, start_step=start)
+    if remap is not None:  # raw ids -> slots, one step of the dynamic tables per batch
+        batches = remap.batches(batches, training=True)
     assert dist.group.WORLD is not None  # init_distributed ran
     world_env = ShardingEnv.from_process_group(dist.group.WORLD, device)
     trainer = Trainer(model, optimizer, device, pipeline=opts.pipeline, env=world_env)
@@ -200,6 +203,8 @@ def _train(
                 step += 1
                 watchdog.progress = step
                 shown = float(loss) if lead and step % LOSS_EVERY == 0 else None
+                if shown is not None and remap is not None and remap.stats():
+                    progress.detail(progress_text(remap.stats()))
                 progress.step(step, shown)
         history.train_loss += list(
             zip(range(end - len(losses) + 1, end + 1), trainer.mean_over_ranks(losses), strict=True)
@@ -207,9 +212,13 @@ def _train(
         if step != end:
             raise RuntimeError(f"the training data ended at step {step}, before step {end}")
         if (eval_every and end % eval_every == 0) or end == total:
-            metrics = evaluate(model, dataset, opts, rank=rank, world_size=world, device=device)
+            metrics = evaluate(
+                model, dataset, opts, rank=rank, world_size=world, device=device, remap=remap
+            )
             history.evals.append((end, metrics))
             text = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+            if remap is not None and remap.stats():
+                text += f" | {progress_text(remap.stats())}"
             progress.write(f"step {end}: test {text}")
         if (opts.checkpoint_every and end % opts.checkpoint_every == 0) or end == total:
             if saved_at != end:
@@ -233,9 +242,13 @@ def _train(
         wall_seconds=time.perf_counter() - started,
         world_size=world,
     )
+    if remap is not None and remap.stats():
+        summary["dynamic_tables"] = remap.stats()
     write_summary(out, summary, opts.to_dict())
     save_charts(out, history)
     print(format_summary(summary))
+    if remap is not None and remap.stats():
+        print(f"dynamic tables: {progress_text(remap.stats())}")
     print(f"outputs: {out} ({OUTPUTS})")
     print(f"test AUC {summary['test_auc']:.4f}", flush=True)
     return 0

@@ -11,6 +11,7 @@ from shardrec_embedding.quant.convert import (
     quantize_embeddings,
     quantize_inference_model,
 )
+from shardrec_embedding.quant.dynamic import DynamicPooledLookup, ScriptableIdMap
 from shardrec_embedding.quant.embedding_bag_collection import (
     QuantEmbeddingBagCollection,
     ScriptablePooledLookup,
@@ -49,11 +50,13 @@ __all__ = [
     "MODULE_ATTR_USE_UNFLATTENED_LENGTHS_FOR_BATCHING",
     "QUANT_DATA_TYPES",
     "SUPPORTED_DATA_TYPES",
+    "DynamicPooledLookup",
     "PooledLookup",
     "QuantConfig",
     "QuantEmbeddingBagCollection",
     "QuantEmbeddingCollection",
     "QuantGroup",
+    "ScriptableIdMap",
     "ScriptablePooledLookup",
     "SegmentMeta",
     "SequenceLookup",

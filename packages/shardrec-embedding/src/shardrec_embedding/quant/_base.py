@@ -39,6 +39,7 @@ class QuantCollectionBase(TorchScriptable, nn.Module, Generic[C]):
     _owner = "QuantCollection"
     _config_type: type[BaseEmbeddingConfig] = BaseEmbeddingConfig
     _state_prefix = "embeddings."
+    _takes_dynamic = False  # the pooled collection maps raw ids (quant/dynamic.py)
 
     def _checked_tables(self, tables: Sequence[C]) -> Sequence[C]:
         """`tables`, after a `TypeError` for any that is not a `_config_type`."""
@@ -46,10 +47,11 @@ class QuantCollectionBase(TorchScriptable, nn.Module, Generic[C]):
             if not isinstance(t, self._config_type):
                 kind = self._config_type.__name__
                 raise TypeError(f"{self._owner} takes {kind}s, got {type(t).__name__}")
-            if t.dynamic is not None:
+            if t.dynamic is not None and not self._takes_dynamic:
                 raise NotImplementedError(
                     f"{self._owner}: table {t.name!r} is a dynamic (raw-id) table; quantized "
-                    "collections do not map raw ids yet (docs/dynamic.md): serve it unquantized"
+                    "sequence collections do not map raw ids yet (docs/dynamic.md): use a pooled "
+                    "QuantEmbeddingBagCollection or serve it unquantized"
                 )
         return tables
 

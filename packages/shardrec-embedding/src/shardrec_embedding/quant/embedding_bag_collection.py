@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import nn
@@ -10,9 +10,11 @@ from torch import nn
 from shardrec_embedding._pooled_api import PooledCollectionAPI
 from shardrec_embedding._tables import check_features, module_weight, traced_input
 from shardrec_embedding.configs import EmbeddingBagConfig, PoolingType
+from shardrec_embedding.dynamic import DynamicTables
 from shardrec_embedding.embedding_bag_collection import EmbeddingBagCollection
 from shardrec_embedding.quant._base import QuantCollectionBase
 from shardrec_embedding.quant.config import output_dtype_of
+from shardrec_embedding.quant.dynamic import DynamicPooledLookup
 from shardrec_embedding.quant.lookup import (
     PooledLookup,
     eager_lookup_args,
@@ -52,6 +54,7 @@ class QuantEmbeddingBagCollection(PooledCollectionAPI, QuantCollectionBase[Embed
     _owner = _OWNER
     _config_type = EmbeddingBagConfig
     _state_prefix = "embedding_bags."
+    _takes_dynamic = True
 
     def __init__(
         self,
@@ -79,12 +82,22 @@ class QuantEmbeddingBagCollection(PooledCollectionAPI, QuantCollectionBase[Embed
             output_dtype,
             quant_state_dict_split_scale_bias,
         )
-        self.lookup = PooledLookup(
+        lookup = PooledLookup(
             self._storage.groups,
             self._storage.segments,
             check_ids,
             half_output=output_dtype == torch.float16,
         )
+        self.lookup: PooledLookup | DynamicPooledLookup = lookup
+        if any(t.dynamic is not None for t in tables):
+            # Dynamic (raw-id) tables: their ids become slots first; `from_float` copies the
+            # trained id maps (`load_id_maps`), docs/dynamic.md.
+            self.lookup = DynamicPooledLookup(
+                lookup,
+                [s.table for s in self._plan.segments],
+                [s.dim for s in self._plan.segments],
+                list(tables),
+            )
         self._embedding_names = [s.embedding_name for s in self._plan.segments]
         self._lengths_per_embedding = [s.dim for s in self._plan.segments]
 
@@ -106,7 +119,18 @@ class QuantEmbeddingBagCollection(PooledCollectionAPI, QuantCollectionBase[Embed
         )
         bags = ebc.embedding_bags
         quant.load_float_weights({t.name: module_weight(bags[t.name]) for t in tables})
+        if isinstance(quant.lookup, DynamicPooledLookup):
+            quant.lookup.load_maps(ebc.dynamic_tables)
         return quant
+
+    def load_id_maps(
+        self, tables: DynamicTables | Mapping[str, tuple[torch.Tensor, torch.Tensor]]
+    ) -> None:
+        """The dynamic tables' id maps: a float collection's `dynamic_tables` (its ids and
+        default rows), or `{table: (ids, slots)}`. `from_float` calls it."""
+        if not isinstance(self.lookup, DynamicPooledLookup):
+            raise ValueError(f"{_OWNER}: no table is dynamic; there is no id map to load")
+        self.lookup.load_maps(tables)
 
     def forward(self, features: KeyedJaggedTensor) -> KeyedTensor:
         """features: KJT `(F * B,)` lengths. Returns `KeyedTensor` `(B, sum of dims)` in

@@ -30,6 +30,7 @@ from shardrec_embedding import (
     QuantEmbeddingBagCollection,
 )
 from shardrec_embedding.quant import (
+    DynamicPooledLookup,
     PooledLookup,
     ScriptablePooledLookup,
     ShardedPooledLookup,
@@ -82,7 +83,8 @@ class ShardedQuantEmbeddingBagCollection(PlannedQuantModule):
             rank = sh.rank
             # row_wise: every shard pools its part of a bag; the parts are summed (a mean
             # divided once, after the sum)
-            config = sh.config
+            # A dynamic table's shards hold slots: its id map runs before them (below).
+            config = dataclasses.replace(sh.config, dynamic=None)
             if sh.row_wise:
                 config = dataclasses.replace(config, pooling=PoolingType.SUM)
             rank_tables[rank].append(config)
@@ -102,6 +104,7 @@ class ShardedQuantEmbeddingBagCollection(PlannedQuantModule):
             sub = QuantEmbeddingBagCollection(rank_tables[r], device=devices[r], check_ids=False)
             sub.load_state_dict(rank_state[r])
             self.rank_modules.append(sub)
+            assert isinstance(sub.lookup, PooledLookup)  # the shards are static tables
             lookups.append(sub.lookup)
         first_block = {}
         count = 0
@@ -109,7 +112,7 @@ class ShardedQuantEmbeddingBagCollection(PlannedQuantModule):
             first_block[r] = count
             count += len(inputs[r])
         parts = [[first_block[r] + j for r, j, _ in sorted(p, key=lambda e: e[2])] for p in placed]
-        self.lookup = ShardedPooledLookup(
+        sharded = ShardedPooledLookup(
             lookups,
             [str(torch.device(devices[r])) for r in used],
             module.lookup.segments,
@@ -122,6 +125,9 @@ class ShardedQuantEmbeddingBagCollection(PlannedQuantModule):
             divide,
             module.lookup.check_ids,
         )
+        self.lookup: ShardedPooledLookup | DynamicPooledLookup = sharded
+        if isinstance(module.lookup, DynamicPooledLookup):
+            self.lookup = module.lookup.around(sharded)
         self._module = _Frozen(module)
         # What the scripted forward reads (TorchScript-typed attributes).
         self._is_weighted = module.is_weighted()
