@@ -223,66 +223,13 @@ def _linked(
     return finish
 
 
-class _Reversed:
-    """The reverse all-to-all of a gradient, launched by `_Link`'s backward and waited by
-    `_WaitReversed`'s (both made by `linked_all_to_all`)."""
-
-    pending: Pending | None = None
-    sent: torch.Tensor | None = None  # the gradient being sent, alive until the wait
-
-
-class _WaitReversed(torch.autograd.Function):
-    """Identity on the send side of an all-to-all; its backward waits for the reverse
-    all-to-all that `_Link`'s backward launched.
-
-    Created when the all-to-all is launched, so it comes before the work done between launch
-    and wait (e.g. a dense arch) in autograd's order: the engine runs that work's backward
-    while the gradients travel, then this node waits for them.
-    """
-
-    @staticmethod
-    def forward(
-        ctx: torch.autograd.function.FunctionCtx, send: torch.Tensor, box: _Reversed
-    ) -> torch.Tensor:
-        ctx.box = box  # type: ignore[attr-defined]  # ctx is a free-form namespace
-        return send.view_as(send)
-
-    @staticmethod
-    def backward(
-        ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor
-    ) -> tuple[torch.Tensor, None]:
-        box: _Reversed = ctx.box  # type: ignore[attr-defined]  # set in forward
-        assert box.pending is not None, "the reverse all-to-all was launched before this wait"
-        pending, box.pending, box.sent = box.pending, None, None
-        # `grad` is the receive buffer `_Link` returned; it is filled once the work is done.
-        return pending.wait(), None
-
-
 def linked_all_to_all(
     env: ShardingEnv, send: torch.Tensor, in_splits: Sequence[int], out_splits: Sequence[int]
 ) -> Callable[[], torch.Tensor]:
     """Launch `all_to_all` of `send` now; the returned function waits for it and `link`s the
-    result to `send` (backward: the reverse all-to-all of the gradient).
-
-    When `send` requires grad, the reverse all-to-all is asynchronous: `_Link`'s backward
-    launches it and returns its receive buffer, which `_WaitReversed` (a node made now, on the
-    send side) waits for before the gradient goes on. Autograd runs the backward of whatever
-    was computed between this launch and the wait (nodes made later come first) while the
-    gradients travel; the values are those of a blocking exchange.
-    """
+    result to `send` (backward: the reverse all-to-all of the gradient)."""
     pending = all_to_all(env, send.detach(), in_splits, out_splits)
-    if env.world_size == 1 or not send.requires_grad or not needs_grad(env, send):
-        return _linked(env, send, pending, lambda g: all_to_all_sync(env, g, out_splits, in_splits))
-    box = _Reversed()
-    with torch.enable_grad():
-        source: torch.Tensor = _WaitReversed.apply(send, box)  # type: ignore[no-untyped-call]  # untyped in torch's stubs
-
-    def reverse(grad: torch.Tensor) -> torch.Tensor:
-        box.sent = grad
-        box.pending = all_to_all(env, grad, out_splits, in_splits)
-        return box.pending.output
-
-    return _linked(env, source, pending, reverse)
+    return _linked(env, send, pending, lambda g: all_to_all_sync(env, g, out_splits, in_splits))
 
 
 def linked_reduce_scatter_v(
