@@ -30,7 +30,8 @@ import numpy as np
 import torch
 
 from shardrec_embedding.configs import EmbeddingBagConfig
-from shardrec_embedding.dynamic import DynamicTableConfig
+from shardrec_embedding.dynamic import DynamicTable, DynamicTableConfig
+from shardrec_embedding.dynamic.collection import reset_rows_hook
 from shardrec_embedding.dynamic.hashing import mix64
 from shardrec_embedding.dynamic.id_map import IdSlotMap, idmap_native_available
 from shardrec_embedding.fused import FusedEmbeddingBagCollection
@@ -81,6 +82,42 @@ def map_throughput(log2_buckets: int, queries: int, repeats: int) -> None:
             m.insert(ids, torch.arange(ids.numel()))
             rate = queries / _best(lambda m=m, q=query: m.find(q), repeats) / 1e6
             print(f"| {load:.0%} | {backend} | {rate:.1f} | {floor:.1f} | {rate / floor:.2f} |")
+    torch.set_num_threads(threads)
+
+
+def reset_rows(capacity: int, dim: int, rows: int, repeats: int) -> None:
+    """Resetting `rows` freed slots of a `(capacity, dim)` table on one thread: the eager
+    initializer (`init_weight_` on a `(rows, dim)` tensor, then a scatter: the reset before
+    the counter-based rows) against the counter-based rows written in place
+    (`dynamic/reset.py`), each after flushing the caches (as a training step does)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    cfg = EmbeddingBagConfig(
+        name="t", num_embeddings=capacity, embedding_dim=dim, feature_names=["f"]
+    )
+    table = DynamicTable("t", DynamicTableConfig(), capacity, dim)
+    weight = torch.zeros(capacity, dim)
+    flush = torch.zeros(8 << 20)
+    slots = torch.randperm(capacity, generator=torch.Generator().manual_seed(0))[:rows]
+    hooks = [
+        reset_rows_hook(lambda: weight, cfg),
+        reset_rows_hook(lambda: weight, cfg, table=table),
+    ]
+    times: list[list[float]] = [[], []]
+    for _ in range(repeats):
+        for hook, out in zip(hooks, times, strict=True):
+            flush.add_(1)
+            start = time.process_time()
+            hook(slots)
+            out.append(time.process_time() - start)
+    eager, counter = (1e3 * min(t) for t in times)
+    print(
+        f"\n## reset of {rows} freed rows x dim {dim} (table of {capacity}), one thread, "
+        f"best of {repeats}"
+    )
+    print("| eager initializer + scatter ms | counter-based in place ms | ratio |")
+    print("|---|---|---|")
+    print(f"| {eager:.2f} | {counter:.2f} | {eager / counter:.1f} |")
     torch.set_num_threads(threads)
 
 
@@ -161,7 +198,15 @@ def step_times(
     return [(statistics.median(w), min(c)) for w, c in zip(wall, cpu, strict=True)]
 
 
-def training(tables: int, capacity: int, dim: int, batch: int, bag: int, steps: int) -> None:
+def training(
+    tables: int,
+    capacity: int,
+    dim: int,
+    batch: int,
+    bag: int,
+    steps: int,
+    occupancies: list[float] | None = None,
+) -> None:
     print(
         f"\n## training step: {tables} tables x capacity {capacity} x dim {dim}, batch {batch}, "
         f"{bag} ids per bag, fused EXACT_ROWWISE_ADAGRAD, LRU, median of {steps} steps"
@@ -175,7 +220,7 @@ def training(tables: int, capacity: int, dim: int, batch: int, bag: int, steps: 
         "static ms (wall / cpu) | ratio (wall / cpu) |"
     )
     print("|---|---|---|---|---|---|")
-    for occupancy in (0.5, 0.95):
+    for occupancy in occupancies or [0.5, 0.95]:
         filled = int(capacity * occupancy)
         for mode, pool in (("resident", filled), ("stream", 1 << 40)):
             pairs = batches(min(steps, 8), tables, batch, bag, capacity, pool, seed=1)
@@ -203,6 +248,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small shapes, few repeats")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     parser.add_argument("--skip-map", action="store_true", help="only the training step")
+    parser.add_argument("--steps", type=int, default=20, help="timed training steps per case")
+    parser.add_argument(
+        "--occupancy", type=float, nargs="+", default=[0.5, 0.95], help="pre-fill fractions"
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -211,11 +260,21 @@ def main() -> None:
     if args.quick:
         if not args.skip_map:
             map_throughput(log2_buckets=14, queries=1 << 15, repeats=2)
+            reset_rows(capacity=5_000, dim=16, rows=1_000, repeats=2)
         training(tables=2, capacity=5_000, dim=16, batch=128, bag=5, steps=4)
     else:
         if not args.skip_map:
             map_throughput(log2_buckets=23, queries=1 << 22, repeats=5)
-        training(tables=8, capacity=100_000, dim=64, batch=2048, bag=20, steps=20)
+            reset_rows(capacity=100_000, dim=64, rows=23_500, repeats=9)
+        training(
+            tables=8,
+            capacity=100_000,
+            dim=64,
+            batch=2048,
+            bag=20,
+            steps=args.steps,
+            occupancies=args.occupancy,
+        )
 
 
 if __name__ == "__main__":

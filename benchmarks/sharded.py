@@ -5,8 +5,14 @@ Run: ``.venv/bin/python benchmarks/sharded.py`` (``--quick`` for a smoke run). T
 time a training step: forward (input dist, lookup, output dist, wait) + backward with the fused
 row-wise Adagrad (data_parallel: dense gradients, all-reduced; TorchRec wraps those in DDP). Batch
 1024 per rank, ~10 ids per bag. Median over repeats, ours and TorchRec's timed in alternation,
-as seen by rank 0. TorchRec runs only table_wise, column_wise and data_parallel on CPU; row_wise
-and table_row_wise are reported on their own. Reports only; asserts nothing.
+as seen by rank 0. Ours and TorchRec run in separate rank processes, so that the allocator
+setting that importing shardrec_sharding applies (process-wide) does not reach TorchRec's.
+TorchRec runs only table_wise, column_wise and data_parallel on CPU; row_wise and
+table_row_wise are reported on their own. Also reports rank 0's minor page faults per step
+(`getrusage` ru_minflt, median): fresh memory touched by a step. `--types` picks sharding types,
+`--no-torchrec` times ours alone (A/B runs of two checkouts: `SHARDREC_WT=<checkout>`),
+`--assembly` times the output assembly alone (old column gather vs block copies).
+Reports only; asserts nothing.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import resource
 import statistics
 import sys
 import time
@@ -160,51 +167,113 @@ def _torchrec(
     return step
 
 
-Row = tuple[str, float, float | None, float, float | None, str]
+# kind, ours ms, TorchRec ms, CPU ms ours, CPU ms TorchRec, note, faults ours, faults TorchRec
+Row = tuple[str, float, float | None, float, float | None, str, float, float | None]
 
 
-def bench_rank(ctx: RankContext, tables: int, rows: int, batch: int, repeats: int) -> list[Row]:
+def _minflt() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+_STEPS: dict[str, Callable[[], object]] = {}  # per rank process: side -> the built step
+
+
+def setup_rank(ctx: RankContext, side: str, kind: str, tables: int, rows: int, batch: int) -> str:
+    """Build `side`'s ("ours" / "torchrec") step for `kind` in this rank and warm it up (two
+    steps: what is kept across steps exists by then); "" or why it cannot run."""
     torch.set_num_threads(1)
+    _STEPS.clear()
+    built: Callable[[], object] | str
+    if side == "ours":
+        built = _ours(ctx, kind, tables, rows, batch)
+    else:
+        built = _torchrec(ctx, kind, tables, rows, batch)
+    if isinstance(built, str):
+        return built
+    built()
+    built()
+    _STEPS[side] = built
+    return ""
+
+
+def timed_step(ctx: RankContext, side: str) -> tuple[float, float, float]:
+    """One step of the built `side`: (wall ms, process CPU ms, minor page faults)."""
+    fn = _STEPS[side]
+    dist.barrier(group=ctx.pg)
+    flt = _minflt()
+    start, cpu_start = time.perf_counter(), time.process_time()
+    fn()
+    wall = (time.perf_counter() - start) * 1e3
+    cpu = (time.process_time() - cpu_start) * 1e3
+    return wall, cpu, float(_minflt() - flt)
+
+
+def drop_rank(ctx: RankContext) -> None:
+    _STEPS.clear()
+
+
+def bench(
+    pools: dict[str, RankPool], tables: int, rows: int, batch: int, repeats: int, types: list[str]
+) -> list[Row]:
+    """Ours in `pools["ours"]`, TorchRec (if given) in `pools["torchrec"]`, steps alternating;
+    rank 0's medians."""
     out: list[Row] = []
-    for kind in TYPES:
-        ours = _ours(ctx, kind, tables, rows, batch)
-        ref: Callable[[], object] | str = "TorchRec has no CPU implementation"
-        if kind in TORCHREC_TYPES:
-            ref = _torchrec(ctx, kind, tables, rows, batch)
-        fns: list[Callable[[], object]] = [ours] + ([ref] if callable(ref) else [])
-        for fn in fns:
-            fn()  # warm up
-        samples: list[list[float]] = [[] for _ in fns]
-        cpu: list[list[float]] = [[] for _ in fns]
+    for kind in types:
+        sides = ["ours"]
+        note = "TorchRec has no CPU implementation"
+        if "torchrec" not in pools:
+            note = "not run (--no-torchrec)"
+        elif kind in TORCHREC_TYPES:
+            note = pools["torchrec"].run(setup_rank, "torchrec", kind, tables, rows, batch)[0]
+            if not note:
+                sides.append("torchrec")
+        pools["ours"].run(setup_rank, "ours", kind, tables, rows, batch)
+        got: dict[str, list[tuple[float, float, float]]] = {side: [] for side in sides}
         for _ in range(repeats):
-            for i, fn in enumerate(fns):
-                dist.barrier(group=ctx.pg)
-                start, cpu_start = time.perf_counter(), time.process_time()
-                fn()
-                samples[i].append((time.perf_counter() - start) * 1e3)
-                cpu[i].append((time.process_time() - cpu_start) * 1e3)
-        times = [statistics.median(s) for s in samples]
-        cpus = [statistics.median(c) for c in cpu]
-        note = "" if callable(ref) else ref
+            for side in sides:
+                got[side].append(pools[side].run(timed_step, side)[0])
+        for pool in pools.values():
+            pool.run(drop_rank)
+        med = {
+            side: [statistics.median(x[i] for x in got[side]) for i in range(3)] for side in sides
+        }
+        ours = med["ours"]
+        ref = med.get("torchrec")
         out.append(
             (
                 kind,
-                times[0],
-                times[1] if len(times) > 1 else None,
-                cpus[0],
-                cpus[1] if len(cpus) > 1 else None,
+                ours[0],
+                None if ref is None else ref[0],
+                ours[1],
+                None if ref is None else ref[1],
                 note,
+                ours[2],
+                None if ref is None else ref[2],
             )
         )
-        del ours, ref, fns
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small shapes, few repeats")
+    parser.add_argument("--types", default=",".join(TYPES), help="sharding types, comma-separated")
+    parser.add_argument("--no-torchrec", action="store_true", help="time ours only")
+    parser.add_argument("--repeats", type=int, default=None, help="timed steps per type")
+    parser.add_argument(
+        "--assembly", action="store_true", help="time the output assembly alone (one process)"
+    )
     args = parser.parse_args()
+    if args.assembly:
+        assembly(26, 1024, 31)
+        return
+    types = [t for t in args.types.split(",") if t]
+    unknown = sorted(set(types) - set(TYPES))
+    if unknown:
+        parser.error(f"unknown sharding types {unknown}; choose from {TYPES}")
     tables, rows, batch, repeats = (4, 10_000, 128, 3) if args.quick else (26, 100_000, 1024, 7)
+    if args.repeats is not None:
+        repeats = args.repeats
     print(f"machine: {platform.platform()}, 1 intra-op thread per rank, ", end="")
     print(f"{os.cpu_count()} cpus, torch {torch.__version__}, python {sys.version.split()[0]}")
     print(
@@ -212,22 +281,82 @@ def main() -> None:
         f"~{MEAN_IDS} ids per bag, 2 gloo ranks, fused {FUSED['optimizer']}"
     )
     load_before = _loadavg()
-    with RankPool(2, timeout_s=1800) as pool:
-        results = pool.run(bench_rank, tables, rows, batch, repeats)[0]
+    pools = {"ours": RankPool(2, timeout_s=1800)}
+    if not args.no_torchrec:
+        pools["torchrec"] = RankPool(2, timeout_s=1800)
+    try:
+        pools["ours"].start()
+        if "torchrec" in pools:
+            # TorchRec as shipped: without the allocator setting importing shardrec_sharding
+            # applies (it is process-wide, docs/design/sharding-buffer-reuse.md).
+            saved = os.environ.get("SHARDREC_MALLOC_TUNING")
+            os.environ["SHARDREC_MALLOC_TUNING"] = "0"
+            try:
+                pools["torchrec"].start()
+            finally:
+                if saved is None:
+                    del os.environ["SHARDREC_MALLOC_TUNING"]
+                else:
+                    os.environ["SHARDREC_MALLOC_TUNING"] = saved
+        results = bench(pools, tables, rows, batch, repeats, types)
+    finally:
+        for pool in pools.values():
+            pool.close()
     print(f"1-minute load average: {load_before} before -> {_loadavg()} after")
     print(
         "| sharding type | ours (ms) | TorchRec 1.8 (ms) | TorchRec / ours "
-        "| CPU ms ours / TorchRec (rank 0) |"
+        "| CPU ms ours / TorchRec (rank 0) | page faults per step ours / TorchRec (rank 0) |"
     )
-    print("|---|---|---|---|---|")
-    for kind, ours, ref, cpu_ours, cpu_ref, note in results:
-        if ref is None or cpu_ref is None:
-            print(f"| {kind} | {ours:.1f} | - ({note}) | - | {cpu_ours:.1f} / - |")
+    print("|---|---|---|---|---|---|")
+    for kind, ours, ref, cpu_ours, cpu_ref, note, flt_ours, flt_ref in results:
+        if ref is None or cpu_ref is None or flt_ref is None:
+            print(
+                f"| {kind} | {ours:.1f} | - ({note}) | - | {cpu_ours:.1f} / - "
+                f"| {flt_ours:.0f} / - |"
+            )
         else:
             print(
                 f"| {kind} | {ours:.1f} | {ref:.1f} | {ref / ours:.2f}x "
-                f"| {cpu_ours:.1f} / {cpu_ref:.1f} |"
+                f"| {cpu_ours:.1f} / {cpu_ref:.1f} | {flt_ours:.0f} / {flt_ref:.0f} |"
             )
+
+
+def assembly(tables: int, batch: int, repeats: int) -> None:
+    """The output assembly alone, table_wise over 2 ranks (tables alternating), one process:
+    the old concatenation + column `index_select` (backward: `index_add` into zeros, then the
+    split back into the received blocks) against `ColumnPlacement`'s block copies. Forward +
+    backward with a dense output gradient, min and median ms of `repeats`."""
+    from shardrec_sharding._columns import ColumnPlacement
+
+    torch.set_num_threads(1)
+    half = (tables + 1) // 2
+    widths = [half * DIM, (tables - half) * DIM]
+    cols = {
+        t: [(t % 2) * widths[0] + (t // 2) * DIM + c for c in range(DIM)] for t in range(tables)
+    }
+    placement = ColumnPlacement([widths], [cols], [(t, DIM) for t in range(tables)])
+    index = torch.tensor([c for t in range(tables) for c in cols[t]])
+    flat = torch.randn(batch * sum(widths), requires_grad=True)
+    grad = torch.randn(batch, tables * DIM)
+
+    def old() -> None:
+        blocks = torch.split(flat, [batch * w for w in widths])
+        wide = torch.cat([b.view(batch, w) for b, w in zip(blocks, widths, strict=True)], 1)
+        wide.index_select(1, index).backward(grad)  # type: ignore[no-untyped-call]  # torch stubs
+
+    def new() -> None:
+        placement([flat], batch).backward(grad)  # type: ignore[no-untyped-call]  # torch stubs
+
+    samples: dict[str, list[float]] = {"cat + index_select": [], "block copies": []}
+    for _ in range(repeats):
+        for name, fn in (("cat + index_select", old), ("block copies", new)):
+            flat.grad = None
+            start = time.perf_counter()
+            fn()
+            samples[name].append((time.perf_counter() - start) * 1e3)
+    print(f"output assembly, {tables} tables x dim {DIM}, batch {batch}, fwd + bwd (ms):")
+    for name, got in samples.items():
+        print(f"  {name}: min {min(got):.2f}, median {statistics.median(got):.2f}")
 
 
 def _loadavg() -> str:

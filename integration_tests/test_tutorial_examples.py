@@ -67,3 +67,22 @@ def test_inference_example() -> None:
     assert "sharded equals unsharded: ok" in out
     assert "scripted equals eager: True" in out
     assert "exported equals eager: True" in out
+
+
+def test_export_serving_example() -> None:
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / "export_serving.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, f"export_serving.py failed:\n{result.stderr[-4000:]}"
+    assert "Warning" not in result.stderr, result.stderr  # the serving process's too
+    out = result.stdout
+    assert len(re.findall(r"^step \d: loss \d", out, flags=re.M)) == 5
+    assert "encapsulated: ['sparse']" in out
+    assert "restored sparse: EmbeddingBagCollection" in out
+    assert len(re.findall(r"^request \d: \d+ ids, equals the trained model: True$", out, re.M)) == 4
+    assert "request 3: 0 ids, equals the trained model: True" in out
+    assert "served from the exported artifact: ok" in out

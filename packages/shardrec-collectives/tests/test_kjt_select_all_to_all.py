@@ -199,3 +199,56 @@ def test_world_of_one_is_the_permuted_input() -> None:
     )
     got = kjt_all_to_all(env, KeySelection(features=kjt, keys_per_rank=[[2, 0]])).wait()
     _same(got, kjt.permute([2, 0]))
+
+
+def wire_int32(ctx: RankContext, seed: int) -> int:
+    """`wire_dtype=torch.int32`: the same ids and lengths arrive, as int32 (and lengths in
+    their own dtype), with the same layout and weights."""
+    env = ShardingEnv.from_process_group(ctx.pg)
+    checked = 0
+    for i, keys_per_rank in enumerate(selections(ctx.world_size, seed)):
+        for weighted, lengths_dtype in ((False, torch.int64), (True, torch.int32)):
+            kjt = local_input(
+                ctx.rank, seed * 10 + i, weighted=weighted, lengths_dtype=lengths_dtype
+            )
+            small = KeyedJaggedTensor(
+                NAMES,
+                kjt.values() % (1 << 31),
+                kjt.weights_or_none(),
+                kjt.lengths(),
+                stride=kjt.stride(),
+            )
+            want_pending = kjt_all_to_all(
+                env, KeySelection(features=small, keys_per_rank=keys_per_rank)
+            )
+            got_pending = kjt_all_to_all(
+                env,
+                KeySelection(features=small, keys_per_rank=keys_per_rank, wire_dtype=torch.int32),
+            )
+            assert got_pending.layout == want_pending.layout
+            got, want = got_pending.wait(), want_pending.wait()
+            assert got.values().dtype == torch.int32
+            assert got.lengths().dtype == lengths_dtype
+            _same(
+                KeyedJaggedTensor(
+                    got.keys(),
+                    got.values().long(),
+                    got.weights_or_none(),
+                    got.lengths(),
+                    stride=got.stride(),
+                ),
+                want,
+            )
+            checked += 1
+    return checked
+
+
+@pytest.mark.parametrize("rank_pool", [1, 2], indirect=True)
+def test_int32_wire_dtype_carries_the_same_ids(rank_pool: RankPool) -> None:
+    assert rank_pool.run(wire_int32, 1) == [12] * rank_pool.world_size
+
+
+def test_wire_dtype_must_be_an_integer_dtype() -> None:
+    kjt = KeyedJaggedTensor(["a"], torch.tensor([1]), lengths=torch.tensor([1]))
+    with pytest.raises(TypeError, match=r"wire_dtype must be an integer dtype, got torch\.float32"):
+        KeySelection(features=kjt, keys_per_rank=[[0]], wire_dtype=torch.float32)

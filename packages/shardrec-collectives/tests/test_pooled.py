@@ -12,6 +12,7 @@ from shardrec_collectives import (
     ShardingEnv,
     all_gather_pooled,
     pooled_all_to_all,
+    pooled_all_to_all_flat,
     reduce_scatter_pooled,
     variable_batch_pooled_all_to_all,
     variable_batch_reduce_scatter_pooled,
@@ -352,3 +353,33 @@ def inplace_on_outputs(ctx: RankContext) -> list[float]:
 def test_outputs_can_be_modified_in_place(rank_pool: RankPool) -> None:
     n = rank_pool.world_size
     assert rank_pool.run(inplace_on_outputs) == [[2.0] * n] * n  # d/dpartial = 4 / 2
+
+
+def flat_matches_blocks(ctx: RankContext) -> int:
+    """`pooled_all_to_all_flat` is `pooled_all_to_all` before its column concatenation:
+    rank r's `(B, D_r)` block at offset `B * sum(D_<r)`, and the same gradient."""
+    env, world, me = env_of(ctx), ctx.world_size, ctx.rank
+    checked = 0
+    for case in range(4):
+        b, d = batches(world, case), dims(world, case)
+        base = rand("emb", case, me, shape=(sum(b), d[me]))
+        local_a = base.clone().requires_grad_(True)
+        local_b = base.clone().requires_grad_(True)
+        wide = pooled_all_to_all(env, local_a, b, d).wait()
+        flat = pooled_all_to_all_flat(env, local_b, b, d).wait()
+        assert flat.shape == (b[me] * sum(d),)
+        blocks = torch.split(flat, [b[me] * x for x in d])
+        rebuilt = torch.cat([x.view(b[me], w) for x, w in zip(blocks, d, strict=True)], 1)
+        assert torch.equal(rebuilt, wide)
+        weight = rand("grad", case, me, shape=tuple(wide.shape))
+        (wide * weight).sum().backward()  # type: ignore[no-untyped-call]  # torch's stubs
+        (rebuilt * weight).sum().backward()  # type: ignore[no-untyped-call]  # same
+        assert local_a.grad is not None and local_b.grad is not None
+        assert torch.equal(local_a.grad, local_b.grad)
+        checked += 1
+    return checked
+
+
+@pytest.mark.parametrize("rank_pool", [1, 2, 3], indirect=True)
+def test_flat_pooled_all_to_all_is_the_receive_buffer(rank_pool: RankPool) -> None:
+    assert rank_pool.run(flat_matches_blocks) == [4] * rank_pool.world_size

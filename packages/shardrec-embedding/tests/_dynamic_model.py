@@ -144,3 +144,25 @@ class ModelTable:
 
     def items(self) -> list[tuple[int, int]]:
         return sorted(((i, s) for i, s in self.id2slot.items()), key=lambda p: p[1])
+
+
+def reset_row(
+    init_seed: int, name: str, slot: int, generation: int, dim: int, low: float, high: float
+) -> list[float]:
+    """The row a freed `slot` of table `name` is reset to when the table has run `generation`
+    training steps (docs/dynamic.md, "Reset rows"): float32 values, one at a time."""
+    import zlib
+
+    import numpy as np
+
+    seed = mix64(init_seed ^ (zlib.crc32(name.encode()) << 32))
+    key = mix64(seed ^ mix64(slot + generation * 0x9E3779B97F4A7C15))
+    lo = np.float32(low)
+    span = np.float32(np.float32(high) - lo)
+    row = []
+    for j in range(dim):
+        h = mix64(key + (j // 2 + 1) * 0xD1B54A32D192ED03)
+        bits = (h >> 40) if j % 2 == 0 else (h >> 8) & 0xFFFFFF
+        u = np.float32(bits) * np.float32(2.0**-24)
+        row.append(float(lo + span * u))
+    return row

@@ -24,14 +24,27 @@ from shardrec_embedding import (
 )
 from shardrec_embedding._native import (
     MAX_DIM,
+    AdagradWorkspace,
     native_applies,
     native_available,
     native_pooled_lookup,
+    native_rowwise_adagrad,
+    native_sgd,
 )
+from shardrec_embedding._native.updates import bucket_shift
 from shardrec_embedding.fused import lookup as lookup_module
+from shardrec_embedding.fused.kernels import NATIVE_KERNEL
 from shardrec_embedding.fused.lookup import fused_update
 from shardrec_jagged import KeyedJaggedTensor
-from shardrec_optim import EmbOptimType, FusedOptimSpec, PooledKernel, WeightDecayMode, init_state
+from shardrec_optim import (
+    EmbOptimType,
+    FusedOptimSpec,
+    PooledGrad,
+    PooledKernel,
+    WeightDecayMode,
+    init_state,
+    pooled_update,
+)
 from shardrec_testing import assert_close, seeded_generator
 
 needs_native = pytest.mark.skipif(
@@ -317,6 +330,11 @@ NATIVE_SPECS = [
     FusedOptimSpec(optimizer=EmbOptimType.SGD, learning_rate=0.1),
     FusedOptimSpec(optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=0.2, eps=1e-6),
     FusedOptimSpec(optimizer=EmbOptimType.ROWWISE_ADAGRAD, learning_rate=0.05),
+    # Elementwise Adagrad's first step is lr * g / (|g| + eps): where |g| is near eps an ulp of
+    # g (the torch path sums duplicates with embedding_bag's FMA kernel, ours adds them in input
+    # order without FMA) moves w by up to lr * ulp(g) / (4 eps). With eps 1e-5 one element of
+    # 5760 differed by 2.1e-5 (the tolerance is 1e-5); 1e-3 keeps every element within it.
+    FusedOptimSpec(optimizer=EmbOptimType.EXACT_ADAGRAD, learning_rate=0.1, eps=1e-3),
 ]
 
 
@@ -330,6 +348,75 @@ def test_native_and_torch_fused_updates_agree_over_steps(
     helpers.backend_matches_torch_over_steps(
         "native", spec, pooling, weighted, rows=90, dim=dim, bags=40, max_length=6
     )
+
+
+def _hot_batch(
+    seed: int, rows: int, dim: int, bags: int, weighted: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """Ids over all `rows` (many 64-row buckets, more touched rows than one chunk holds), a
+    quarter of them one hot row, every fifth bag empty."""
+    gen = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(0, 13, (bags,), generator=gen)
+    lengths[::5] = 0
+    offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
+    n = int(offsets[-1])
+    ids = torch.randint(0, rows, (n,), generator=gen)
+    ids[torch.rand(n, generator=gen) < 0.25] = 7
+    psw = torch.rand(n, generator=gen) + 0.5 if weighted else None
+    return ids, offsets, psw, torch.randn(bags, dim, generator=gen)
+
+
+@needs_native
+@pytest.mark.parametrize("spec", NATIVE_SPECS[::2], ids=lambda s: s.optimizer.name)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_native_update_over_many_buckets_chunks_and_threads(
+    spec: FusedOptimSpec, threads: int, pooled_case: tuple[PoolingType, bool]
+) -> None:
+    pooling, weighted = pooled_case
+    # 3000 rows = 47 buckets; ~2000 touched rows of dim 32 overflow a chunk (512 rows)
+    rows, dim = 3000, 32
+    weight = torch.randn(rows, dim, generator=torch.Generator().manual_seed(3))
+    got, want = weight.clone(), weight.clone()
+    st_got, st_want = init_state(spec.optimizer, rows, dim), init_state(spec.optimizer, rows, dim)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for step in range(1, 4):
+            ids, offsets, psw, grad_out = _hot_batch(step, rows, dim, 600, weighted)
+            args = (spec, ids, offsets, psw, pooling, grad_out, spec.learning_rate, step)
+            fused_update(got, st_got, *args, backend="native")
+            fused_update(want, st_want, *args, backend="torch")
+            # The hot row's ~900 gradients a step are summed in another order than torch's
+            # (input order without FMA here; torch sorts and sums with embedding_bag's FMA
+            # kernel; SGD adds each id's step to the row in turn): float32 sums of n terms
+            # differ by ~sqrt(n) ulps, 3.6e-5 relative measured, hence 1e-4 instead of 1.3e-5.
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+            for name in st_want:
+                torch.testing.assert_close(st_got[name], st_want[name], rtol=1e-4, atol=1e-4)
+    finally:
+        torch.set_num_threads(before)
+    assert not torch.equal(got, weight)
+
+
+def test_bucket_shift_widens_buckets_only_for_huge_tables() -> None:
+    assert [bucket_shift(r) for r in (0, 1, 64, 100_000, 2**28)] == [6] * 5
+    assert bucket_shift(2**28 + 1) == 7
+    assert bucket_shift(2**31) == 9
+
+
+@needs_native
+def test_native_update_of_an_empty_batch_changes_nothing() -> None:
+    weight, momentum = torch.ones(10, 4), torch.zeros(10)
+    spec = NATIVE_SPECS[2]
+    for offsets in (torch.zeros(1, dtype=torch.int64), torch.zeros(4, dtype=torch.int64)):
+        grad = PooledGrad(
+            spec=spec, weight=weight, state={"momentum1": momentum},
+            ids=torch.zeros(0, dtype=torch.int64), offsets=offsets, per_sample_weights=None,
+            mean=False, grad_out=torch.ones(offsets.numel() - 1, 4), learning_rate=0.1, step=1,
+        )  # fmt: skip
+        native_rowwise_adagrad(grad, AdagradWorkspace())
+        native_sgd(grad)
+    assert torch.equal(weight, torch.ones(10, 4)) and torch.equal(momentum, torch.zeros(10))
 
 
 @needs_native
@@ -440,3 +527,19 @@ def test_native_backend_refuses_a_half_weight(helpers: Any) -> None:
             1,
             backend="native",
         )
+
+
+@needs_native
+def test_native_backend_refuses_a_batch_beyond_int32_entries() -> None:
+    spec = NATIVE_SPECS[2]
+    huge = 2**31
+    grad = PooledGrad(
+        spec=spec, weight=torch.zeros(10, 4), state=init_state(spec.optimizer, 10, 4),
+        ids=torch.zeros(1, dtype=torch.int64).expand(huge), offsets=torch.tensor([0, huge]),
+        per_sample_weights=None, mean=False, grad_out=torch.zeros(1, 4), learning_rate=0.1,
+        step=1,
+    )  # fmt: skip
+    reason = NATIVE_KERNEL.unsupported(grad)
+    assert reason is not None and f"at most {huge - 1} ids and bags" in reason
+    with pytest.raises(ValueError, match="at most"):
+        pooled_update(grad, kernels={"native": NATIVE_KERNEL}, backend="native")

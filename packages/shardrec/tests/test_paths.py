@@ -41,6 +41,14 @@ shardrec.distributed  shardrec_collectives  Awaitable NoWait ShardingEnv get_loc
     get_local_size
 shardrec.distributed  shardrec_planner  ParameterSharding ModuleSharder
 shardrec.distributed.train_pipeline  shardrec_dmp  TrainPipelineSparseDist Pipelineable
+shardrec.distributed.train_pipeline  shardrec_dmp  TrainPipeline TrainPipelineBase
+shardrec.distributed.train_pipeline.train_pipelines  shardrec_dmp  TrainPipeline TrainPipelineBase
+    TrainPipelineSparseDist
+shardrec.distributed.shard  shardrec_dmp  shard_modules
+shardrec.distributed.logging_handlers  shardrec_metrics.rec.events  EventLoggingHandler
+    TorchrecComponent
+shardrec.distributed.embedding_types  shardrec_planner  ShardingType
+shardrec.distributed.types  torch.distributed._shard.sharded_tensor.api  ShardedTensor
 shardrec.streamable  shardrec_dmp  Pipelineable
 shardrec  shardrec_dmp  Pipelineable
 shardrec.distributed.model_parallel  shardrec_dmp  DistributedModelParallel default_sharders
@@ -154,6 +162,21 @@ shardrec.optim.clipping  shardrec_optim.clipping  _batch_cal_norm _compute_total
 shardrec.modules.regroup  shardrec_embedding  KTRegroupAsDict PermuteMultiEmbedding module_init
 shardrec.modules.regroup  shardrec_embedding.regroup  _split_to_tensor_dict _to_tensor_dict
 shardrec.types  shardrec_embedding  CacheMixin DataType
+shardrec.ir  shardrec_embedding.ir  JsonSerializer SerializerInterface decapsulate_ir_modules
+    encapsulate_ir_modules mark_dynamic_kjt qualname
+shardrec.ir.serializer  shardrec_embedding.ir.serializer  EBCJsonSerializer ECJsonSerializer
+    FPEBCJsonSerializer JsonSerializer KTRegroupAsDictJsonSerializer PWMCJsonSerializer
+    PWMJsonSerializer QuantEBCJsonSerializer QuantECJsonSerializer ebc_meta_forward
+    embedding_bag_config_to_metadata embedding_metadata_to_config get_deserialized_device
+    kt_regroup_meta_forward
+shardrec.ir.utils  shardrec_embedding.ir.utils  DEFAULT_SERIALIZER_CLS decapsulate_ir_modules
+    encapsulate_ir_modules mark_dynamic_kjt move_to_copy_nodes_to_device
+    prune_pytree_flatten_unflatten qualname
+shardrec.ir.types  shardrec_embedding.ir.types  SerializerInterface
+shardrec.ir.schema  shardrec_embedding.ir.schema  EBCMetadata ECMetadata EmbeddingBagConfigMetadata
+    EmbeddingConfigMetadata FPEBCMetadata KTRegroupAsDictMetadata
+    PositionWeightedModuleCollectionMetadata PositionWeightedModuleMetadata QuantEBCMetadata
+    QuantECMetadata
 shardrec.modules.activation  shardrec_models  SwishLayerNorm
 shardrec.modules.deepfm  shardrec_models  DeepFM FactorizationMachine
 shardrec.modules.embedding_tower  shardrec_embedding  EmbeddingTower EmbeddingTowerCollection
@@ -224,6 +247,10 @@ shardrec.distributed.mc_embedding  shardrec_sharding.mc  ManagedCollisionEmbeddi
     ShardedManagedCollisionEmbeddingCollection
 shardrec.distributed.mc_embedding_modules  shardrec_sharding.mc
     BaseManagedCollisionEmbeddingCollectionSharder
+shardrec.distributed.fbgemm_qcomm_codec  shardrec_collectives.qcomm  CommType QCommsConfig
+    QuantizationContext QuantizedCommCodec get_qcomm_codecs get_qcomm_codecs_registry
+shardrec.distributed.types  shardrec_collectives.qcomm  CommOp NoOpQuantizedCommCodec
+    QuantizationContext QuantizedCommCodec QuantizedCommCodecs
 """
 
 

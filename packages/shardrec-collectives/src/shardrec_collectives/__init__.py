@@ -25,6 +25,7 @@ from shardrec_collectives.dist_data_vb import (
 from shardrec_collectives.env import ShardingEnv
 from shardrec_collectives.errors import PeerError, agree_on_error
 from shardrec_collectives.gather import all_gather_pooled
+from shardrec_collectives.ids import all_gather_ids, all_to_all_ids, return_ids
 from shardrec_collectives.kjt_all_to_all import (
     KeySelection,
     KJTAllToAllAwaitable,
@@ -41,7 +42,11 @@ from shardrec_collectives.misc import (
     split_by_host,
     timed_all_to_all,
 )
-from shardrec_collectives.pooled import pooled_all_to_all, variable_batch_pooled_all_to_all
+from shardrec_collectives.pooled import (
+    pooled_all_to_all,
+    pooled_all_to_all_flat,
+    variable_batch_pooled_all_to_all,
+)
 from shardrec_collectives.reduce_scatter import (
     reduce_scatter_pooled,
     variable_batch_reduce_scatter_pooled,
@@ -68,10 +73,12 @@ __all__ = [
     "Watchdog",
     "agree_on_attempt",
     "agree_on_error",
+    "all_gather_ids",
     "all_gather_ints",
     "all_gather_object",
     "all_gather_pooled",
     "all_reduce_sum",
+    "all_to_all_ids",
     "barrier",
     "broadcast_",
     "get_group_rank",
@@ -81,7 +88,9 @@ __all__ = [
     "intra_and_cross_node_pg",
     "kjt_all_to_all",
     "pooled_all_to_all",
+    "pooled_all_to_all_flat",
     "reduce_scatter_pooled",
+    "return_ids",
     "sequence_all_to_all",
     "sequence_all_to_all_by_counts",
     "split_by_host",

@@ -86,14 +86,24 @@ class KeySelection:
     `torch.cat` over views of `features`' per-key segments, where permuted KJTs are a copy each
     and then a second copy into the buffer. (A variable-batch `features` is permuted.)
 
+    `wire_dtype`: an integer dtype the ids and bag lengths travel (and arrive) as, instead of the
+    ids' own, when the caller knows they fit (e.g. `torch.int32` for int64 ids of tables with
+    fewer than 2**31 rows: half the bytes). They are cast while the send buffer is built (no
+    extra pass). Every rank must pass the same `wire_dtype` (a rank that sends another id
+    dtype gets the usual dtype disagreement error on every rank).
+
     Raises `IndexError` for a position outside `features`' keys and `ValueError` for a position
     named twice in one list (a rank receives each key at most once).
     """
 
     features: KeyedJaggedTensor
     keys_per_rank: Sequence[Sequence[int]]
+    wire_dtype: torch.dtype | None = None
 
     def __post_init__(self) -> None:
+        wire = self.wire_dtype
+        if wire is not None and (wire.is_floating_point or wire.is_complex or wire == torch.bool):
+            raise TypeError(f"wire_dtype must be an integer dtype, got {wire}")
         num_keys = len(self.features.keys())
         for d, picked in enumerate(self.keys_per_rank):
             seen: set[int] = set()
@@ -120,7 +130,7 @@ class Prepared:
     """This rank's side of one exchange, whichever form the input had."""
 
     sends: list[Outgoing]
-    values: torch.Tensor  # this rank's ids (only dtype and device are read)
+    values: torch.Tensor  # this rank's ids (only dtype and device are read: the wire's)
     lengths_dtype: torch.dtype
     weight_dtype: torch.dtype | None
     variable: bool
@@ -185,9 +195,12 @@ def from_selection(selection: KeySelection, error: BaseException | None) -> Prep
             counts = features.length_per_key()
         except (TypeError, ValueError, RuntimeError) as exc:
             error = exc
+    wire = values.dtype
+    if selection.wire_dtype is not None and not values.dtype.is_floating_point:
+        wire = selection.wire_dtype
     if not values.dtype.is_floating_point and not lengths.dtype.is_floating_point:
         # One cast for all keys (`_send_data` casts each piece to the ids' dtype: a no-op then).
-        lengths = lengths.to(values.dtype)
+        lengths = lengths.to(wire)
     starts = prim.exclusive_cumsum(counts)
     sends: list[Outgoing] = []
     for picked in selection.keys_per_rank:
@@ -221,7 +234,7 @@ def from_selection(selection: KeySelection, error: BaseException | None) -> Prep
         )
     return Prepared(
         sends=sends,
-        values=values,
+        values=values if wire == values.dtype else values.new_empty(0, dtype=wire),
         lengths_dtype=features.lengths().dtype,
         weight_dtype=None if weights is None else weights.dtype,
         variable=False,

@@ -380,7 +380,11 @@ def _ones(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
 
 
 def _cat(parts: list[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
-    """One send buffer from `parts` (empty, of `like`'s dtype and device, when none)."""
+    """One send buffer of `like`'s dtype and device from `parts` (cast on the way in when their
+    dtype differs: a `KeySelection`'s `wire_dtype`)."""
     if not parts:
         return like.new_empty(0)
-    return parts[0] if len(parts) == 1 else torch.cat(parts)
+    if all(p.dtype == like.dtype for p in parts):
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
+    out = like.new_empty(sum(int(p.numel()) for p in parts))
+    return torch.cat(parts, out=out)

@@ -4,7 +4,7 @@ ranks that own the samples (output distribution of table-wise and column-wise sh
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -13,7 +13,7 @@ from shardrec_collectives import _primitives as prim
 from shardrec_collectives.awaitable import Awaitable
 from shardrec_collectives.env import ShardingEnv
 
-__all__ = ["pooled_all_to_all", "variable_batch_pooled_all_to_all"]
+__all__ = ["pooled_all_to_all", "pooled_all_to_all_flat", "variable_batch_pooled_all_to_all"]
 
 
 def pooled_all_to_all(
@@ -37,6 +37,47 @@ def pooled_all_to_all(
     codecs: quantize what is sent (forward: the rows; backward: their gradient) with these
         codecs (`qcomm`; every rank passes the same); None: exact.
     """
+    receive = _launch(env, local_embs, batch_size_per_rank, dim_sum_per_rank, codecs)
+    batch = batch_size_per_rank[env.rank]
+
+    def finish() -> torch.Tensor:
+        received = receive()
+        blocks = torch.split(received, [batch * d for d in dim_sum_per_rank])
+        out = torch.cat(
+            [b.view(batch, d) for b, d in zip(blocks, dim_sum_per_rank, strict=True)], 1
+        )
+        return out
+
+    return Awaitable(finish)
+
+
+def pooled_all_to_all_flat(
+    env: ShardingEnv,
+    local_embs: torch.Tensor,
+    batch_size_per_rank: Sequence[int],
+    dim_sum_per_rank: Sequence[int],
+    codecs: qcomm.QuantizedCommCodecs | None = None,
+) -> Awaitable[torch.Tensor]:
+    """`pooled_all_to_all` without its final column concatenation: the received buffer as is.
+
+    Same arguments and traffic. Receives: `(B_rank * sum_r D_r,)`, rank-major: rank r's block
+    `(B_rank, D_r)`, row-major, at offset `B_rank * sum(D_<r)`. A caller that places those
+    blocks' columns itself (the sharded EmbeddingBagCollection writes them straight into the
+    module's key order) saves the concatenation's copy, and in backward its gradient is the
+    reverse all-to-all's send buffer as it is (no copy either).
+    """
+    return Awaitable(_launch(env, local_embs, batch_size_per_rank, dim_sum_per_rank, codecs))
+
+
+def _launch(
+    env: ShardingEnv,
+    local_embs: torch.Tensor,
+    batch_size_per_rank: Sequence[int],
+    dim_sum_per_rank: Sequence[int],
+    codecs: qcomm.QuantizedCommCodecs | None,
+) -> Callable[[], torch.Tensor]:
+    """Check the arguments of a pooled all-to-all and launch it; the function that waits for
+    the flat, rank-major receive buffer (linked: backward is the reverse all-to-all)."""
     _checks.per_rank(env, "batch_size_per_rank", batch_size_per_rank)
     _checks.per_rank(env, "dim_sum_per_rank", dim_sum_per_rank)
     _checks.non_negative("batch_size_per_rank", batch_size_per_rank)
@@ -54,19 +95,9 @@ def pooled_all_to_all(
     out_splits = [batch * d for d in dim_sum_per_rank]
     flat = local_embs.reshape(-1)
     if codecs is None:
-        receive = prim.linked_all_to_all(env, flat, in_splits, out_splits)
-    else:  # encoded before the send, decoded after the receive (forward and backward)
-        receive = qcomm.linked_all_to_all(env, flat, in_splits, out_splits, codecs)
-
-    def finish() -> torch.Tensor:
-        received = receive()
-        blocks = torch.split(received, out_splits)
-        out = torch.cat(
-            [b.view(batch, d) for b, d in zip(blocks, dim_sum_per_rank, strict=True)], 1
-        )
-        return out
-
-    return Awaitable(finish)
+        return prim.linked_all_to_all(env, flat, in_splits, out_splits)
+    # encoded before the send, decoded after the receive (forward and backward)
+    return qcomm.linked_all_to_all(env, flat, in_splits, out_splits, codecs)
 
 
 def variable_batch_pooled_all_to_all(

@@ -17,6 +17,8 @@ from shardrec_dmp.model_parallel import (
     get_module,
     get_unwrapped_module,
 )
+from shardrec_dmp.pipeline_base import TrainPipeline, TrainPipelineBase
+from shardrec_dmp.shard import shard_modules
 from shardrec_dmp.state_dict_transform import state_dict_gather, state_dict_to_device
 from shardrec_dmp.train_pipeline import Pipelineable, TrainPipelineSparseDist
 from shardrec_dmp.unsharded import get_unsharded_module_names
@@ -28,6 +30,8 @@ __all__ = [
     "DefaultDataParallelWrapper",
     "DistributedModelParallel",
     "Pipelineable",
+    "TrainPipeline",
+    "TrainPipelineBase",
     "TrainPipelineSparseDist",
     "default_sharders",
     "full_state_dict",
@@ -39,6 +43,7 @@ __all__ = [
     "read_metadata",
     "save",
     "saved_shapes",
+    "shard_modules",
     "state_dict_gather",
     "state_dict_to_device",
     "verify",

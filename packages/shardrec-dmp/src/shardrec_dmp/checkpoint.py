@@ -31,6 +31,7 @@ from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 from shardrec_collectives import ShardingEnv, all_gather_object, barrier
+from shardrec_dmp.checkpoint_dynamic import apply_moves, plan_moves, strip_moved
 from shardrec_dmp.checkpoint_files import (
     MANIFEST,
     CheckpointError,
@@ -248,8 +249,14 @@ def load(
     path: str | os.PathLike[str],
     model: DistributedModelParallel,
     optimizers: Mapping[str, torch.optim.Optimizer] | None = None,
+    *,
+    evict_to_fit: bool = False,
 ) -> None:
     """Load a checkpoint written by `save` into `model` and `optimizers`, in place.
+
+    Dynamic (raw-id) tables saved under another plan, world size or capacity are re-partitioned
+    by their ids' hash (checkpoint_dynamic; docs/dynamic.md); one saved with more slots than the
+    module has is refused, or with `evict_to_fit` cut down by its eviction policy.
 
     The model may have another plan or world size than the one saved: each rank reads the
     rows and columns of its own shards (optimizer state reshards too as long as each table
@@ -285,7 +292,11 @@ def load(
     for opt in opts.values():
         _init_lazy_state(opt)
     state = _state(model, opts)
-    pruned = _prune(state)
+    # Dynamic tables saved under another layout are read whole afterwards (checkpoint_dynamic).
+    shapes = _shapes(metadata)
+    moves = plan_moves(model, meta, shapes, checkpoint, evict_to_fit=evict_to_fit)
+    loadable = strip_moved(state, moves) if moves else state
+    pruned = _prune(loadable)
     assert isinstance(pruned, dict)
     reader = SafeReader(checkpoint, metadata, None if files is None else set(files))
     try:
@@ -296,11 +307,45 @@ def load(
             if isinstance(failure, CheckpointError):
                 raise CheckpointError(str(failure)) from None
         raise
-    _merge(state, pruned)
-    loaded = state["model"]
+    _merge(loadable, pruned)
+    if moves:
+        loadable = _refill(loadable, state)
+    loaded = loadable["model"]
     assert isinstance(loaded, Mapping)
     model.load_state_dict(loaded)
-    optim_states = state["optimizers"]
+    optim_states = loadable["optimizers"]
     assert isinstance(optim_states, Mapping)
     for name, opt in opts.items():
         opt.load_state_dict(optim_states[name])
+    if moves:
+        apply_moves(
+            model,
+            moves,
+            sorted(opts),
+            shapes,
+            SafeReader(checkpoint, metadata, None if files is None else set(files)),
+            evict_to_fit=evict_to_fit,
+        )
+
+
+def _shapes(metadata: object) -> dict[str, tuple[int, ...]]:
+    items = getattr(metadata, "state_dict_metadata", {})
+    return {
+        key: tuple(int(n) for n in item.size)
+        for key, item in items.items()
+        if isinstance(item, TensorStorageMetadata)
+    }
+
+
+def _refill(loaded: Mapping[str, object], current: Mapping[str, object]) -> dict[str, object]:
+    """`loaded` with the entries `strip_moved` took out put back at their current values (the
+    model and optimizers load them unchanged; `apply_moves` then sets them)."""
+    model: dict[str, object] = {**current["model"], **loaded["model"]}  # type: ignore[dict-item]  # both dicts
+    opts: dict[str, object] = {}
+    for name, sd in dict(loaded["optimizers"]).items():  # type: ignore[call-overload]  # a dict
+        cur = current["optimizers"][name]  # type: ignore[index]  # a dict
+        if isinstance(sd, Mapping) and isinstance(sd.get("state"), Mapping):
+            opts[name] = {**sd, "state": {**cur["state"], **sd["state"]}}
+        else:
+            opts[name] = sd
+    return {"model": model, "optimizers": opts}

@@ -133,6 +133,65 @@ def _copy_function(fn: object, memo: dict[int, object]) -> Callable[..., object]
     return copied
 
 
+def make_plan(
+    module: nn.Module,
+    plan: ShardingPlan | None,
+    env: ShardingEnv,
+    device: torch.device,
+    sharders: Sequence[PlannerSharder],
+) -> ShardingPlan:
+    """`plan` when given, else the planner's (collective when `env` has a process group)."""
+    if plan is not None:
+        if not isinstance(plan, ShardingPlan):
+            raise TypeError(f"plan must be a ShardingPlan, got {type(plan).__name__}")
+        return plan
+    planner = EmbeddingShardingPlanner(
+        Topology(world_size=env.world_size, compute_device=device.type)
+    )
+    if env.pg is None:
+        return planner.plan(module, sharders)
+    return planner.collective_plan(module, sharders, env.pg)
+
+
+def shard_planned(
+    module: nn.Module,
+    plan: ShardingPlan,
+    env: ShardingEnv,
+    device: torch.device,
+    sharders: Sequence[PlannerSharder],
+) -> tuple[nn.Module, dict[str, nn.Module]]:
+    """Replace every planned submodule by its sharder's sharded version; (root, by path)."""
+    paths = dict(module.named_modules())
+    sharded: dict[str, nn.Module] = {}
+    # Planned modules never nest (each table has one owner); a plan for the root ("") is
+    # applied last so that the other paths still resolve.
+    for path in sorted(plan.plan, key=lambda p: (p == "", p)):
+        if path not in paths:
+            raise ValueError(
+                f"the plan names module {path!r}, which the model does not have "
+                f"(modules: {sorted(p for p in paths if p)[:10]})"
+            )
+        sub = paths[path]
+        sharder = _sharder_for(sub, sharders)
+        if sharder is None:
+            known = [s.module_type.__name__ for s in sharders]
+            raise ValueError(
+                f"the plan shards module {path!r} of type {type(sub).__name__}, but no "
+                f"sharder handles that type (sharders for: {known}); pass sharders=[...]"
+            )
+        shard = getattr(sharder, "shard", None)
+        if not callable(shard):
+            raise TypeError(f"sharder {type(sharder).__name__} has no shard() method")
+        new = shard(sub, plan.plan[path], env, device)
+        if not isinstance(new, nn.Module):
+            raise TypeError(
+                f"{type(sharder).__name__}.shard returned {type(new).__name__}, not an nn.Module"
+            )
+        sharded[path] = new
+        module = _replace(module, path, new)
+    return module, sharded
+
+
 class DistributedModelParallel(nn.Module):
     """Shards the embedding modules of `module` over the ranks of `env`; the rest is replicated.
 
@@ -211,48 +270,10 @@ class DistributedModelParallel(nn.Module):
     # -- construction steps -------------------------------------------------------------------
 
     def _make_plan(self, module: nn.Module, plan: ShardingPlan | None) -> ShardingPlan:
-        if plan is not None:
-            if not isinstance(plan, ShardingPlan):
-                raise TypeError(f"plan must be a ShardingPlan, got {type(plan).__name__}")
-            return plan
-        planner = EmbeddingShardingPlanner(
-            Topology(world_size=self._env.world_size, compute_device=self._device.type)
-        )
-        if self._env.pg is None:
-            return planner.plan(module, self._sharders)
-        return planner.collective_plan(module, self._sharders, self._env.pg)
+        return make_plan(module, plan, self._env, self._device, self._sharders)
 
     def _shard(self, module: nn.Module) -> tuple[nn.Module, dict[str, nn.Module]]:
-        paths = dict(module.named_modules())
-        sharded: dict[str, nn.Module] = {}
-        # Planned modules never nest (each table has one owner); a plan for the root ("") is
-        # applied last so that the other paths still resolve.
-        for path in sorted(self._plan.plan, key=lambda p: (p == "", p)):
-            if path not in paths:
-                raise ValueError(
-                    f"the plan names module {path!r}, which the model does not have "
-                    f"(modules: {sorted(p for p in paths if p)[:10]})"
-                )
-            sub = paths[path]
-            sharder = _sharder_for(sub, self._sharders)
-            if sharder is None:
-                known = [s.module_type.__name__ for s in self._sharders]
-                raise ValueError(
-                    f"the plan shards module {path!r} of type {type(sub).__name__}, but no "
-                    f"sharder handles that type (sharders for: {known}); pass sharders=[...]"
-                )
-            shard = getattr(sharder, "shard", None)
-            if not callable(shard):
-                raise TypeError(f"sharder {type(sharder).__name__} has no shard() method")
-            new = shard(sub, self._plan.plan[path], self._env, self._device)
-            if not isinstance(new, nn.Module):
-                raise TypeError(
-                    f"{type(sharder).__name__}.shard returned {type(new).__name__}, "
-                    "not an nn.Module"
-                )
-            sharded[path] = new
-            module = _replace(module, path, new)
-        return module, sharded
+        return shard_planned(module, self._plan, self._env, self._device, self._sharders)
 
     # -- the public surface -------------------------------------------------------------------
 

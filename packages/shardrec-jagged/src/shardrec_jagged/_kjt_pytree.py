@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["register_kjt_pytree"]
 
 _KJTContext = tuple[
-    tuple[str, ...], int, tuple[tuple[int, ...], ...] | None, tuple[str, ...] | None
+    tuple[str, ...], int | None, tuple[tuple[int, ...], ...] | None, tuple[str, ...] | None
 ]
 _LEAF_NAMES = ("_values", "_weights", "_lengths", "_offsets", "_inverse_indices")
 
@@ -32,9 +32,14 @@ _LEAF_NAMES = ("_values", "_weights", "_lengths", "_offsets", "_inverse_indices"
 def _kjt_flatten(kjt: KeyedJaggedTensor) -> tuple[list[torch.Tensor | None], _KJTContext]:
     inv = kjt._inverse_indices
     spkpr = kjt._stride_per_key_per_rank
+    # The batch is left out of the context when the leaves give it (see unflatten): a program
+    # exported with a dynamic batch then accepts any batch size.
+    derived = (
+        spkpr is None and bool(kjt._keys) and (kjt._lengths is not None or kjt._offsets is not None)
+    )
     ctx: _KJTContext = (
         tuple(kjt._keys),
-        kjt._stride,
+        None if derived else kjt._stride,
         None if spkpr is None else tuple(tuple(r) for r in spkpr),
         None if inv is None else tuple(inv[0]),
     )
@@ -97,6 +102,8 @@ def register_kjt_pytree(cls: type[KeyedJaggedTensor]) -> None:
         assert values is not None
         keys, stride, spkpr, inv_keys = ctx
         strides = None if spkpr is None else [list(r) for r in spkpr]
+        # stride None: the KJT derives its batch from the leaves on first use (a symbolic size
+        # under torch.export with a dynamic batch; a number here would pin the example's).
         inverse = None if inv is None or inv_keys is None else (list(inv_keys), inv)
         # The leaves come in _unchecked's own argument order.
         return cls._unchecked(

@@ -160,7 +160,7 @@ class KeyedJaggedTensor(JaggedParts, metaclass=ProxyableMeta):
         self._weights = weights
         self._lengths = lengths
         self._offsets = offsets
-        self._stride: int = stride
+        self._stride = stride
         self._stride_per_key_per_rank = spkpr
         self._stride_per_key = (
             spk
@@ -191,7 +191,7 @@ class KeyedJaggedTensor(JaggedParts, metaclass=ProxyableMeta):
         weights: torch.Tensor | None,
         lengths: torch.Tensor | None,
         offsets: torch.Tensor | None,
-        stride: int,
+        stride: int | None,
         stride_per_key_per_rank: list[list[int]] | None = None,
         length_per_key: list[int] | None = None,
         offset_per_key: list[int] | None = None,
@@ -356,6 +356,30 @@ class KeyedJaggedTensor(JaggedParts, metaclass=ProxyableMeta):
         """Batch size B (with variable batch: the largest per-key batch, or the inverse
         indices' batch)."""
         return self._stride
+
+    _stride_value: int | None
+
+    @property
+    def _stride(self) -> int:
+        # None only in a KJT rebuilt from a pytree whose context leaves the batch to the leaves
+        # (_kjt_pytree.py): derived on first use, so that under torch.export the size is read
+        # inside the module that uses it (a dynamic batch stays symbolic).
+        stride = self._stride_value
+        if stride is not None:
+            return stride
+        n = len(self._keys)
+        lengths = self._lengths
+        if lengths is not None:
+            derived: int = lengths.shape[0] // n
+        else:
+            assert self._offsets is not None
+            derived = (self._offsets.shape[0] - 1) // n
+        self._stride_value = derived
+        return derived
+
+    @_stride.setter
+    def _stride(self, value: int | None) -> None:
+        self._stride_value = value
 
     def stride_per_key(self) -> list[int]:
         if self._stride_per_key is None:

@@ -40,7 +40,7 @@ from shardrec_models.mlp import check_layer_sizes
 
 # DLRM_Transformer is TorchRec's experimental model: served at its own path
 # (`torchrec.models.experimental.transformerdlrm`), not with the others.
-__all__ = ["DENSE_PRECISIONS", "DLRM", "DLRM_DCN", "DLRMWrapper", "DLRM_Projection"]
+__all__ = ["DLRM", "DLRM_DCN", "DLRMWrapper", "DLRM_Projection"]
 
 DENSE_PRECISIONS = ("fp32", "bf16")
 """The precisions of `DLRM.set_dense_precision`."""

@@ -8,14 +8,16 @@ every rule has); `pooled.pooled_update` is the one dispatch that runs a rule on 
 | optimizer | state (R rows, D columns) | auto order |
 |---|---|---|
 | SGD, EXACT_SGD | - | native, fbgemm, torch |
-| EXACT_ADAGRAD | momentum1 (R, D) | fbgemm, torch |
+| EXACT_ADAGRAD | momentum1 (R, D) | native, fbgemm, torch |
 | (EXACT_)ROWWISE_ADAGRAD | momentum1 (R,) | triton, fbgemm, native, torch |
 | ADAM, LAMB | momentum1 (R, D), momentum2 (R, D) | torch |
 | PARTIAL_ROWWISE_ADAM / _LAMB | momentum1 (R, D), momentum2 (R,) | torch |
 | LARS_SGD | momentum1 (R, D) | torch |
 
-Rowwise Adagrad prefers fbgemm's CPU kernel over the native one where both run (ties on one
-thread, 25% faster on two: docs/bench/fused_training.md); Triton runs only on CUDA under auto.
+Each order is the measured speed on CPU (benchmarks/optim_update.py, issue 28; docs/optim.md):
+native SGD (scatter) and Adagrad (one-pass) are 2.4-4.2x faster than fbgemm's kernels; for
+rowwise Adagrad fbgemm's kernel and the native one-pass kernel tie (0.94-1.00x), so fbgemm
+stays first where it runs. Triton runs only on CUDA under auto.
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ _M2 = StateSlot(name="momentum2", rowwise=False)
 _M2_ROW = StateSlot(name="momentum2", rowwise=True)
 
 _SGD = UpdateRule(state=(), uses_step=False, backends=("native", "fbgemm", "torch"))
-_ADAGRAD = UpdateRule(state=(_M1,), uses_step=False, backends=("fbgemm", "torch"))
+_ADAGRAD = UpdateRule(state=(_M1,), uses_step=False, backends=("native", "fbgemm", "torch"))
 _ROWWISE_ADAGRAD = UpdateRule(
     state=(_M1_ROW,), uses_step=False, backends=("triton", "fbgemm", "native", "torch")
 )

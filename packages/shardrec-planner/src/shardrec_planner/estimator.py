@@ -32,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from shardrec_planner.constraints import DefaultPoolingFactors, ParameterConstraints
+from shardrec_planner.dynamic_storage import MAP_PROBE_BYTES
 from shardrec_planner.enums import EmbeddingComputeKernel, ShardingType
 from shardrec_planner.geometry import ShardArrays
 from shardrec_planner.sharder import TableInfo
@@ -211,6 +212,15 @@ def estimate_shards(
         ratio = topology.uvm_cache_ratio if cache_ratio is None else cache_ratio
         cached = ratio if kernel is EmbeddingComputeKernel.FUSED_UVM_CACHING else 0
         state = state * cached
+    if table.dynamic_bytes_per_row:
+        # A dynamic table's id map and metadata (host memory) and one map probe per id: a
+        # replicated (data_parallel) map probes every rank's ids.
+        if topology.compute_device == "cpu":
+            state = state + rows * table.dynamic_bytes_per_row
+        else:
+            host = host + rows * table.dynamic_bytes_per_row
+        probed = ids_in * world if st is ShardingType.DATA_PARALLEL else ids_in
+        compute = compute + probed * MAP_PROBE_BYTES / (topology.ddr_mem_bw * 1000.0)
     return ShardEstimates(
         cost_s=compute + comm,
         compute_s=compute,

@@ -11,7 +11,8 @@ kernel or cache option is silently dropped:
     asked kernel        runs as   planner estimate (our cost model)
     fused_uvm           fused     on cpu: as fused; on cuda: TorchRec's UVM model (host memory)
     fused_uvm_caching   fused     on cpu: as fused; on cuda: UVM with CacheParams.load_factor
-    key_value           fused     as fused on every device
+    key_value           fused     as fused on every device; a table_wise table runs tiered:
+                                  rows on disk behind an in-memory cache (`runs_tiered`)
 
 Cache options (`ParameterConstraints` -> `ParameterSharding`): `cache_params.load_factor` sets
 the cached share in the estimates of a `fused_uvm_caching` table on cuda (TorchRec's storage and
@@ -25,10 +26,11 @@ rounds to nearest; True is reported as not applied (it only matters for fp16/bf1
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from typing import TYPE_CHECKING, Any
 
-from shardrec_planner.cache_params import BoundsCheckMode
+from shardrec_planner.cache_params import BoundsCheckMode, CacheAlgorithm
 from shardrec_planner.enums import EmbeddingComputeKernel, ShardingType
 
 if TYPE_CHECKING:
@@ -65,6 +67,16 @@ def executed_kernel(kernel: str) -> EmbeddingComputeKernel:
     return EmbeddingComputeKernel.FUSED if k in RUNS_AS_FUSED else k
 
 
+def runs_tiered(ps: ParameterSharding) -> bool:
+    """Whether a table planned as `ps` runs on the tiered lookup (shardrec-tiered: rows and
+    optimizer state on disk, a cache of `CacheParams.load_factor` of them in memory). Today:
+    `key_value` tables placed table_wise; other sharding types run as fused."""
+    return (
+        ps.compute_kernel is EmbeddingComputeKernel.KEY_VALUE
+        and ps.sharding_type is ShardingType.TABLE_WISE
+    )
+
+
 def estimated_kernel(kernel: EmbeddingComputeKernel, compute_device: str) -> EmbeddingComputeKernel:
     """The kernel our cost model estimates a plan's `kernel` as (module docstring's table)."""
     if kernel is EmbeddingComputeKernel.KEY_VALUE or (
@@ -83,7 +95,18 @@ def kernel_notes(ps: ParameterSharding, compute_device: str | None = None) -> li
     device = compute_device or next((s.device.split(":")[0] for s in ps.shards), None)
     asked = ps.compute_kernel
     runs = executed_kernel(asked)
-    if runs is not asked:
+    tiered = runs_tiered(ps)
+    if tiered:
+        cache = ps.cache_params
+        factor = 0.2 if cache is None or cache.load_factor is None else cache.load_factor
+        policy = "LFU" if cache is not None and cache.algorithm is CacheAlgorithm.LFU else "LRU"
+        kv = ps.key_value_params
+        where = (kv.ssd_storage_directory if kv else None) or "./tier-store"
+        notes.append(
+            f"kernel key_value runs tiered: rows and optimizer state in {where}/rank-<r>, a "
+            f"{policy} cache of {factor:g} of the rows in memory"
+        )
+    elif runs is not asked:
         notes.append(
             f"kernel {asked.value} runs as {runs.value} (shardrec has no UVM cache or key-value "
             "store: rows and optimizer state live in the compute device's memory)"
@@ -94,7 +117,7 @@ def kernel_notes(ps: ParameterSharding, compute_device: str | None = None) -> li
                 "host memory; allow 'fused' or budget device memory for the whole table"
             )
     cache = ps.cache_params
-    if cache is not None:
+    if cache is not None and not tiered:
         if cache.load_factor is not None:
             if asked is not EmbeddingComputeKernel.FUSED_UVM_CACHING:
                 use = "unused (the kernel has no cache)"
@@ -119,8 +142,18 @@ def kernel_notes(ps: ParameterSharding, compute_device: str | None = None) -> li
             notes.append(f"cache_params {', '.join(rest)} not applied (no device cache)")
     if ps.enforce_hbm:
         notes.append("enforce_hbm=True not applied (no UVM placement)")
-    if ps.key_value_params is not None:
-        notes.append("key_value_params not applied (no key-value store)")
+    kv = ps.key_value_params
+    if kv is not None:
+        unused = [
+            f.name
+            for f in dataclasses.fields(kv)
+            if getattr(kv, f.name) is not None
+            and not (tiered and f.name == "ssd_storage_directory")
+        ]
+        if not tiered:
+            notes.append("key_value_params not applied (no key-value store)")
+        elif unused:
+            notes.append(f"key_value_params {', '.join(unused)} not applied (flat-file store)")
     mode = ps.bounds_check_mode
     if mode is not None and mode is not BoundsCheckMode.FATAL:
         notes.append(

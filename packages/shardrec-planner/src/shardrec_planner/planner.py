@@ -566,7 +566,13 @@ class EmbeddingShardingPlanner:
                     memory_bytes=int(opt.memory.sum()),
                     cost_s=opt.total_cost,
                     max_shard_cost_s=opt.max_cost,
-                    reason=result.reasons[t],
+                    reason=result.reasons[t]
+                    + (
+                        f"; dynamic (raw-id): +{table.dynamic_bytes_per_row:.0f} B/slot id map "
+                        "and metadata in host memory, one map probe per id"
+                        if table.dynamic_bytes_per_row
+                        else ""
+                    ),
                 )
             )
         loads = result.loads if len(tables) else np.zeros(topo.world_size)

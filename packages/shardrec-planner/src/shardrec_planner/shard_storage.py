@@ -36,6 +36,7 @@ import torch
 
 from shardrec_planner.constants import BIGINT_DTYPE, UVM_CACHING_RATIO
 from shardrec_planner.constraints import ParameterConstraints
+from shardrec_planner.dynamic_storage import module_dynamic_bytes_per_row
 from shardrec_planner.enums import EmbeddingComputeKernel, ShardingType
 from shardrec_planner.mc_storage import mc_bytes_per_row
 from shardrec_planner.offload_stats import _validate_io_sizes
@@ -553,11 +554,14 @@ class EmbeddingStorageEstimator(OptionEstimator):
             multipass_prefetch_max_pass=getattr(mpp, "num_passes", None),
         )
         map_bytes = mc_bytes_per_row(option.module[1], option.name)
+        # a dynamic table's id map and metadata: host memory whatever the device (dynamic_storage)
+        host_bytes = module_dynamic_bytes_per_row(option.module[1], option.name)
         on_device = self._topology.compute_device == "cuda"
         for shard, storage in zip(option.shards, storages, strict=True):
             extra = map_bytes * int(shard.size[0])  # raw-id map + policy metadata of its rows
+            host = int(host_bytes * int(shard.size[0]))
             shard.storage = Storage(
                 hbm=storage.hbm + (extra if on_device else 0),
-                ddr=storage.ddr + (0 if on_device else extra),
+                ddr=storage.ddr + (0 if on_device else extra) + host,
                 ssd=storage.ssd,
             )

@@ -13,6 +13,7 @@ from typing import Protocol, TypeVar
 
 from torch import nn
 
+from shardrec_planner.dynamic_storage import dynamic_bytes_per_row
 from shardrec_planner.enums import EmbeddingComputeKernel, ShardingType
 
 
@@ -66,6 +67,8 @@ class TableInfo:
     element_bytes: int
     feature_names: tuple[str, ...]
     pooled: bool
+    dynamic_bytes_per_row: float = 0.0
+    """A dynamic (raw-id) table's host bytes of id map and metadata per slot (dynamic_storage)."""
 
 
 def _configs(module: nn.Module) -> tuple[list[object], bool]:
@@ -109,6 +112,7 @@ def table_infos(module_path: str, module: nn.Module, sharder: PlannerSharder) ->
                 element_bytes=param.element_size(),
                 feature_names=features.get(name, (name,)) or (name,),
                 pooled=pooled,
+                dynamic_bytes_per_row=dynamic_bytes_per_row(configs, name),
             )
         )
     return out

@@ -1,5 +1,6 @@
 """Sharders and sharded embedding modules: one strategy per sharding type."""
 
+from shardrec_sharding import _malloc
 from shardrec_sharding.defaults import (
     apply_to_all,
     get_default_sharders,
@@ -77,3 +78,5 @@ __all__ = [
     "shard_quant_model",
     "strategy_for",
 ]
+
+_malloc.tune()  # freed memory kept for the next step (no page faults); see _malloc

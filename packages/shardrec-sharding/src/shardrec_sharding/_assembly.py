@@ -38,6 +38,7 @@ from shardrec_sharding.layout import LocalTable, TableSharding, check_plan, segm
 from shardrec_sharding.lookup import LookupTable
 from shardrec_sharding.state_dict import ShardedStateDict
 from shardrec_sharding.strategies._kjt import expand_variable_batch
+from shardrec_sharding.tiering import tier_options
 from shardrec_sharding.types import LocalBatch, PooledStrategy, SequenceStrategy, TableMaker
 
 __all__ = [
@@ -176,6 +177,7 @@ class ShardedCollectionBase(nn.Module, Generic[S, M]):
                 weight=None if weight is None else local.slice_of(weight),
                 init_fn=table.config.init_weight_,
                 optimizer=optimizers.get(table.name),
+                tier=tier_options(table.sharding, env.rank),
             )
 
         strategies: list[S] = []
@@ -376,9 +378,13 @@ class TableSharder(Generic[M, C]):
         device: torch.device | str | None = None,
     ) -> C:
         """The sharded module of `module` under `params` (one entry per table) on this rank."""
-        return self._sharded(
-            module, params, env, device, self._fused_params, self._qcomm_codecs_registry
-        )
+        sharded = self._sharded
+        if isinstance(getattr(module, "dynamic_tables", None), nn.Module):
+            # Raw-id tables: ids become slots before the ordinary path (shardrec_sharding.dynamic).
+            from shardrec_sharding.dynamic import dynamic_sharded_class
+
+            sharded = dynamic_sharded_class(sharded)  # type: ignore[arg-type,assignment]  # a subclass of the sharder's class
+        return sharded(module, params, env, device, self._fused_params, self._qcomm_codecs_registry)
 
     def shardable_parameters(self, module: nn.Module) -> dict[str, nn.Parameter]:
         if not isinstance(module, self._modules):

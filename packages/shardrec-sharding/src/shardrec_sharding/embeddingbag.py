@@ -5,7 +5,7 @@ strategy (`registry`), and runs the strategies' phases side by side:
 
 ```
 features --input_dist--> [DistInput per strategy] --compute--> [local pooled per strategy]
-         --output_dist--> [(B, D_k) per strategy] --cat + one column gather--> KeyedTensor
+         --output_dist--> [(B, w) blocks per strategy] --block copies in key order--> KeyedTensor
 ```
 
 The output has the unsharded module's keys in its order (TorchRec 1.8 orders them by sharding
@@ -18,7 +18,6 @@ import dataclasses
 from collections.abc import Mapping
 from typing import cast
 
-import torch
 from torch import Tensor, nn
 
 from shardrec_collectives import Awaitable, LazyAwaitable
@@ -32,6 +31,7 @@ from shardrec_sharding._assembly import (
     TableSharder,
     table_optimizer,
 )
+from shardrec_sharding._columns import ColumnPlacement
 from shardrec_sharding.registry import POOLED_STRATEGIES
 from shardrec_sharding.sharding_infos import EmbeddingShardingInfo, create_grouped_sharding_infos
 from shardrec_sharding.types import DistInput, PooledStrategy
@@ -88,24 +88,11 @@ class ShardedEmbeddingBagCollection(ShardedCollectionBase[PooledStrategy, Pooled
         return self._configs
 
     def _built(self) -> None:
-        self._permutation = self._output_permutation()
-
-    def _output_permutation(self) -> Tensor | None:
-        """The columns of the strategies' outputs side by side in the module's order (None when
-        they already are)."""
-        starts: list[int] = []
-        start = 0
-        for s in self._strategies:
-            starts.append(start)
-            start += s.output_dim
-        order: list[int] = []
-        for seg in self._segments:
-            for k, s in enumerate(self._strategies):
-                if seg.index in s.segment_columns:
-                    order.extend(starts[k] + c for c in s.segment_columns[seg.index])
-        if order == list(range(len(order))):
-            return None
-        return torch.tensor(order, dtype=torch.int64, device=self._device)
+        self._placement = ColumnPlacement(
+            [s.output_blocks for s in self._strategies],
+            [s.segment_columns for s in self._strategies],
+            [(seg.index, seg.dim) for seg in self._segments],
+        )
 
     @classmethod
     def create_grouped_sharding_infos(
@@ -159,13 +146,10 @@ class ShardedEmbeddingBagCollection(ShardedCollectionBase[PooledStrategy, Pooled
         return LazyAwaitable(lambda: self._assemble([p.wait() for p in pending], batch))
 
     def _assemble(self, parts: list[Tensor], batch: int) -> KeyedTensor:
-        out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
-        if self._permutation is not None:
-            out = out.index_select(1, self._permutation)
         return KeyedTensor(
             keys=[s.name for s in self._segments],
             length_per_key=[s.dim for s in self._segments],
-            values=out,
+            values=self._placement(parts, batch),
         )
 
     def forward(self, features: KeyedJaggedTensor) -> LazyAwaitable[KeyedTensor]:

@@ -34,6 +34,7 @@ from shardrec_embedding.fused import BatchedFusedEmbeddingBag, FusedTable, Fused
 from shardrec_optim import FusedOptimSpec
 from shardrec_sharding._index_cache import IndexCache
 from shardrec_sharding.layout import LocalTable
+from shardrec_tiered import TieredFusedEmbeddingBag, TieredOptions
 
 __all__ = ["DenseBatchedBag", "LocalLookup", "LookupSegment", "LookupTable"]
 
@@ -47,12 +48,14 @@ class LookupTable:
     weight: initial `(rows, dim)` values (a slice of a materialized table), or None to call
         `init_fn` on the local rows (a module on `meta`: one shard at a time, never the table).
     optimizer: the fused optimizer, or None for dense gradients.
+    tier: rows on disk behind a cache (plan kernel key_value, `tiering.py`), or None.
     """
 
     local: LocalTable
     weight: Tensor | None
     init_fn: InitFn
     optimizer: FusedOptimSpec | None
+    tier: TieredOptions | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,7 +117,7 @@ def _fill(table: LookupTable, weight: Tensor) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class _Group:
-    module: BatchedFusedEmbeddingBag | DenseBatchedBag
+    module: BatchedFusedEmbeddingBag | DenseBatchedBag | TieredFusedEmbeddingBag
     segments: tuple[int, ...]  # segment positions, output order
     row_offsets: tuple[int, ...]  # per segment: its table's first row in the group
 
@@ -133,13 +136,15 @@ class LocalLookup:
         device: torch.device,
     ) -> None:
         self.segments = list(segments)
-        by_key: dict[tuple[int, PoolingType, FusedOptimSpec | None], list[int]] = {}
+        Key = tuple[int, PoolingType, FusedOptimSpec | None, bool]
+        by_key: dict[Key, list[int]] = {}
         for i, t in enumerate(tables):
-            by_key.setdefault((t.local.dim, t.local.pooling, t.optimizer), []).append(i)
+            key = (t.local.dim, t.local.pooling, t.optimizer, t.tier is not None)
+            by_key.setdefault(key, []).append(i)
         self.groups: list[_Group] = []
-        for (_, pooling, optimizer), members in by_key.items():
+        for (_, pooling, optimizer, tiered), members in by_key.items():
             chosen = [tables[i] for i in members]
-            module: BatchedFusedEmbeddingBag | DenseBatchedBag
+            module: BatchedFusedEmbeddingBag | DenseBatchedBag | TieredFusedEmbeddingBag
             if optimizer is None:
                 module = DenseBatchedBag(chosen, pooling, device)
             else:
@@ -154,7 +159,11 @@ class LocalLookup:
                     )
                     for t in chosen
                 ]
-                module = BatchedFusedEmbeddingBag(specs, optimizer, device=device)
+                if tiered:
+                    tiers = {t.local.name: t.tier for t in chosen if t.tier is not None}
+                    module = TieredFusedEmbeddingBag(specs, optimizer, tiers)
+                else:
+                    module = BatchedFusedEmbeddingBag(specs, optimizer, device=device)
             position = {tables[i].local.name: k for k, i in enumerate(members)}
             segs = [
                 j
@@ -180,6 +189,8 @@ class LocalLookup:
         (the owner moved them through `table_modules()`)."""
         for g in self.groups:
             g.module._apply(fn, recurse=False)
+            if isinstance(g.module, TieredFusedEmbeddingBag):
+                continue
             weights = g.module.split_embedding_weights()
             if weights[0].device.type != "meta" and packed_weight(weights) is None:
                 repack_(weights)

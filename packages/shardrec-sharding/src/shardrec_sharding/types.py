@@ -5,12 +5,15 @@ A strategy owns the tables of one sharding type and runs the three phases for th
 ```
 input_dist(batch)     -> Awaitable[DistInput]   ids to the ranks that hold their rows
 compute(dist_input)   -> Tensor                 local lookup, (sum_s B_s or B, D_local)
-output_dist(local, dist_input) -> Awaitable[Tensor]   (B, output_dim) on the batch's rank
+output_dist(local, dist_input) -> Awaitable[Tensor]   output_blocks' (B, w) blocks, flat
 ```
 
-`segment_columns[i]` lists, for the collection's output segment `i`, which columns of the
-strategy's output hold it (in the segment's column order), so the collection can put every
-block back where the unsharded module has it with one gather.
+`output_dist`'s tensor, flattened, holds one `(B, w)` row-major block per width `w` of
+`output_blocks`, one after another (a placed strategy: its all-to-all's receive buffer, one
+block per source rank; the others: one `(B, output_dim)` block). The strategy's output columns
+are those blocks' columns side by side. `segment_columns[i]` lists, for the collection's output
+segment `i`, which of those columns hold it (in the segment's column order), so the collection
+can copy every block's columns to where the unsharded module has them (`_columns`).
 """
 
 from __future__ import annotations
@@ -112,6 +115,8 @@ class PooledStrategy(Protocol):
     sharding_type: ShardingType
     lookup: LocalLookup
     output_dim: int
+    output_blocks: Sequence[int]
+    """Widths of the `(B, w)` blocks `output_dist` returns, in order (sum: `output_dim`)."""
     segment_columns: Mapping[int, Sequence[int]]
     carries_errors: bool
     """Whether input_dist exchanges an error flag (kjt_all_to_all's header) on every rank."""

@@ -9,7 +9,9 @@ from shardrec_embedding._native.ops import (
     native_scatter,
 )
 from shardrec_embedding._native.updates import (
+    MAX_IDS,
     AdagradWorkspace,
+    native_adagrad,
     native_rowwise_adagrad,
     native_sgd,
 )
@@ -17,8 +19,10 @@ from shardrec_embedding._native.updates import (
 __all__ = [
     "ENV_VAR",
     "MAX_DIM",
+    "MAX_IDS",
     "AdagradWorkspace",
     "NativeUnavailableWarning",
+    "native_adagrad",
     "native_applies",
     "native_available",
     "native_library",

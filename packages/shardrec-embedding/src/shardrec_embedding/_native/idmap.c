@@ -14,6 +14,7 @@
  * no torch headers, compiled by `loader.py` on first use.
  */
 #include <stdint.h>
+#include <stdlib.h>
 
 #define SR_IDMAP_PREFETCH 16
 
@@ -60,6 +61,10 @@ int64_t sr_idmap_insert(int64_t *buckets, int64_t num_buckets, const int64_t *id
                         const int64_t *slots, int64_t n) {
     const uint64_t mask = (uint64_t)num_buckets - 1;
     for (int64_t i = 0; i < n; i++) {
+        if (i + SR_IDMAP_PREFETCH < n) {
+            uint64_t ahead = sr_idmap_mix((uint64_t)ids[i + SR_IDMAP_PREFETCH]) & mask;
+            __builtin_prefetch(buckets + 2 * ahead, 1, 0);
+        }
         uint64_t h = sr_idmap_mix((uint64_t)ids[i]) & mask;
         uint64_t steps = 0;
         while (buckets[2 * h + 1] >= 0) {
@@ -77,6 +82,10 @@ int64_t sr_idmap_erase(int64_t *buckets, int64_t num_buckets, const int64_t *ids
     const uint64_t mask = (uint64_t)num_buckets - 1;
     int64_t removed = 0;
     for (int64_t i = 0; i < n; i++) {
+        if (i + SR_IDMAP_PREFETCH < n) {
+            uint64_t ahead = sr_idmap_mix((uint64_t)ids[i + SR_IDMAP_PREFETCH]) & mask;
+            __builtin_prefetch(buckets + 2 * ahead, 1, 0);
+        }
         int64_t found = sr_idmap_probe(buckets, mask, ids[i]);
         if (found < 0) continue;
         removed++;
@@ -160,4 +169,125 @@ int64_t sr_idmap_find_touch(const int64_t *buckets, int64_t num_buckets, const i
         found++;
     }
     return found;
+}
+
+
+/* ---- eviction: the k least recently seen candidates of a window ------------------------- */
+
+/* Candidates: window positions i with occupied[i] && seen[i] < step (and, when ttl >= 0,
+ * step - seen[i] > ttl). Writes the positions of the min(k, candidates) candidates smallest
+ * in (seen, position) order to out, in that order (a counting sort on `seen`: the same list
+ * as sorting the key seen * n + position). Returns their number, or -1 when the candidates'
+ * seen values span more than 2^24 steps (the caller then sorts). */
+int64_t sr_idmap_lru_pick(const uint8_t *occupied, const int64_t *seen, int64_t n, int64_t step,
+                          int64_t ttl, int64_t k, int64_t *out) {
+    int64_t lo = INT64_MAX, hi = INT64_MIN, cand = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t s = seen[i];
+        const int ok = occupied[i] && s < step && (ttl < 0 || step - s > ttl);
+        if (!ok) continue;
+        cand++;
+        lo = s < lo ? s : lo;
+        hi = s > hi ? s : hi;
+    }
+    if (cand == 0 || k <= 0) return 0;
+    if ((uint64_t)(hi - lo) >= (1ULL << 24)) return -1;
+    const int64_t range = hi - lo + 1;
+    int64_t *offset = calloc((size_t)range + 1, sizeof(int64_t));
+    if (!offset) return -1;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t s = seen[i];
+        if (occupied[i] && s < step && (ttl < 0 || step - s > ttl)) offset[s - lo]++;
+    }
+    const int64_t take = k < cand ? k : cand;
+    /* threshold bucket t: counts below t are < take <= counts up to t; its quota the rest */
+    int64_t below = 0, t = 0;
+    for (; t < range; t++) {
+        const int64_t c = offset[t];
+        offset[t] = below;
+        if (below + c >= take) break;
+        below += c;
+    }
+    int64_t quota = take - below; /* taken from bucket t, in position order */
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t s = seen[i];
+        if (!(occupied[i] && s < step && (ttl < 0 || step - s > ttl))) continue;
+        const int64_t b = s - lo;
+        if (b < t) {
+            out[offset[b]++] = i;
+        } else if (b == t && quota > 0) {
+            out[offset[b]++] = i;
+            quota--;
+        }
+    }
+    free(offset);
+    return take;
+}
+
+/* ---- lazy-free reset rows: the counter-based initializer -------------------------------- */
+
+/* Row slots[r] + row_offset of w (row stride `stride` floats) becomes the table's uniform
+ * initializer drawn by a counter-based generator (docs/dynamic.md, "Reset rows"):
+ *   key_r = mix(seed ^ mix(slot + generation * G1))
+ *   h_p   = mix(key_r + (p + 1) * G2)              for column pairs p = 0, 1, ...
+ *   u_2p  = (h_p >> 40) * 2^-24,  u_2p+1 = ((h_p >> 8) & (2^24 - 1)) * 2^-24
+ *   w[row][j] = lo + span * u_j                   (float32, two rounded operations)
+ * The torch twin (`dynamic/reset.py`) computes the same floats. Rows are independent: the
+ * loop runs on `threads` OpenMP threads only past 4M floats: below that one thread writes
+ * faster than a team starts (and a loaded machine makes a team spin). */
+int64_t sr_idmap_init_rows(float *w, int64_t stride, int64_t dim, const int64_t *slots, int64_t k,
+                        int64_t row_offset, int64_t seed, int64_t generation, float lo,
+                        float span, int64_t threads) {
+    const uint64_t g1 = 0x9E3779B97F4A7C15ULL, g2 = 0xD1B54A32D192ED03ULL;
+
+#pragma omp parallel for num_threads(threads) schedule(static) if (k * dim > (1 << 22))
+    for (int64_t r = 0; r < k; r++) {
+        const uint64_t slot = (uint64_t)slots[r];
+        const uint64_t key =
+            sr_idmap_mix((uint64_t)seed ^ sr_idmap_mix(slot + (uint64_t)generation * g1));
+        float *row = w + (slot + (uint64_t)row_offset) * (uint64_t)stride;
+        const int64_t full = dim / 2; /* whole pairs: a branch-free loop the compiler vectorizes */
+        for (int64_t p = 0; p < full; p++) {
+            const uint64_t h = sr_idmap_mix(key + (uint64_t)(p + 1) * g2);
+            row[2 * p] = lo + span * ((float)(h >> 40) * 0x1p-24f);
+            row[2 * p + 1] = lo + span * ((float)((h >> 8) & 0xFFFFFFULL) * 0x1p-24f);
+        }
+        if (dim & 1) {
+            const uint64_t h = sr_idmap_mix(key + (uint64_t)(full + 1) * g2);
+            row[dim - 1] = lo + span * ((float)(h >> 40) * 0x1p-24f);
+        }
+    }
+    return k;
+}
+
+/* ---- per-slot metadata of freed and admitted slots, one pass each ---------------------- */
+
+/* For each of slots[0..k): old_ids[i] = slot_ids[s], then slot_ids, occupied, last_seen and
+ * counts of s become 0 (the dynamic table's `_free`, before the map erases old_ids). */
+int64_t sr_idmap_slots_clear(const int64_t *slots, int64_t k, int64_t *old_ids, int64_t *slot_ids,
+                             uint8_t *occupied, int64_t *last_seen, int64_t *counts) {
+    for (int64_t i = 0; i < k; i++) {
+        const int64_t s = slots[i];
+        old_ids[i] = slot_ids[s];
+        slot_ids[s] = 0;
+        occupied[s] = 0;
+        last_seen[s] = 0;
+        counts[s] = 0;
+    }
+    return k;
+}
+
+/* For each of slots[0..k): slot_ids = ids[i], occupied = 1, last_seen = step,
+ * counts = occurrences[i] (the dynamic table's admission of new ids). */
+int64_t sr_idmap_slots_set(const int64_t *slots, const int64_t *ids, const int64_t *occurrences,
+                           int64_t k, int64_t step, int64_t *slot_ids, uint8_t *occupied,
+                           int64_t *last_seen, int64_t *counts) {
+    for (int64_t i = 0; i < k; i++) {
+        const int64_t s = slots[i];
+        slot_ids[s] = ids[i];
+        occupied[s] = 1;
+        last_seen[s] = step;
+        counts[s] = occurrences[i];
+    }
+    return k;
 }

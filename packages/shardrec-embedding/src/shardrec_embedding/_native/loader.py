@@ -1,7 +1,8 @@
 """Build (once) and load the native CPU kernels of `kernels.c` through ctypes.
 
 The C file needs no torch headers, so it compiles in about a second with the system compiler
-(`$CC`, else `cc`, `gcc`, `clang` on PATH) as `-O3 -march=native -fopenmp -fPIC -shared`.
+(`$CC`, else `cc`, `gcc`, `clang` on PATH) as
+`-O3 -march=native -fno-math-errno -fopenmp -fPIC -shared` (no errno: `sqrtf` vectorises).
 The shared library is cached in `$XDG_CACHE_HOME/shardrec/native` (default
 `~/.cache/shardrec/native`) under a name hashing the source, the flags, the compiler's version
 and the CPU (machine + /proc/cpuinfo flags), so a home directory shared by different machines
@@ -28,7 +29,7 @@ from pathlib import Path
 __all__ = ["ENV_VAR", "NativeUnavailableWarning", "native_library", "native_library_of"]
 
 ENV_VAR = "SHARDREC_NATIVE"
-FLAGS = ("-std=c11", "-O3", "-march=native", "-fopenmp", "-fPIC", "-shared")
+FLAGS = ("-std=c11", "-O3", "-march=native", "-fno-math-errno", "-fopenmp", "-fPIC", "-shared")
 _SOURCE = Path(__file__).with_name("kernels.c")
 
 

@@ -1,8 +1,8 @@
-"""Fused optimizer updates on the native kernels: SGD and exact rowwise Adagrad.
+"""Fused optimizer updates on the native kernels: SGD, exact rowwise Adagrad and Adagrad.
 
-Both take one `shardrec_optim.PooledGrad` (a packed group's rows `ids`, table-local id + the
-table's row offset, and the pooled output gradient) and update the touched rows in place
-(docs/design/native-kernels.md).
+Each takes one `shardrec_optim.PooledGrad` (a packed group's rows `ids`, table-local id + the
+table's row offset, and the pooled output gradient) and update the touched rows in place with
+the one-pass kernel `sr_fused_update` (kernels.c; docs/design/native-kernels.md).
 """
 
 from __future__ import annotations
@@ -13,21 +13,106 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from shardrec_embedding._native.ops import _I64, _PTR, _check_layout, _lib, _psw_ptr, native_scatter
+from shardrec_embedding._native.ops import (
+    _I64,
+    _PTR,
+    _check_layout,
+    _lib,
+    _psw_ptr,
+    native_scatter,
+)
 
 if TYPE_CHECKING:
     from shardrec_optim import PooledGrad
 
-__all__ = ["AdagradWorkspace", "native_rowwise_adagrad", "native_sgd"]
+__all__ = [
+    "MAX_IDS",
+    "AdagradWorkspace",
+    "bucket_shift",
+    "native_adagrad",
+    "native_rowwise_adagrad",
+    "native_sgd",
+]
 
 
-def native_sgd(grad: PooledGrad) -> None:
-    """`weight[ids] -= lr * (summed scaled output gradient)`, in place (exact SGD: duplicate
-    ids add their gradients, which for SGD equals updating with the coalesced sum).
+_ROWWISE_ADAGRAD, _ADAGRAD = 1, 2  # sr_fused_update's kinds
+
+MAX_IDS = 2**31 - 1
+"""Most ids (and bags) one batch may hand the one-pass kernel (its entries hold int32s)."""
+
+_MIN_SHIFT = 6  # 64-row buckets (16 KB of dim-64 rows)
+_MAX_BUCKETS = 1 << 22  # more rows widen the buckets instead (the bucket counts stay <= 16 MB)
+
+
+def bucket_shift(rows: int) -> int:
+    """log2 of the rows per bucket of the one-pass kernel's counting sort for `rows` rows."""
+    shift = _MIN_SHIFT
+    while (max(rows, 1) - 1) >> shift >= _MAX_BUCKETS:
+        shift += 1
+    return shift
+
+
+_CHUNK_BYTES = 256 << 10  # gradient sums of one chunk: stays in the L2 cache
+
+
+class AdagradWorkspace:
+    """Scratch of the one-pass native updates, kept between steps (resident pages).
+
+    starts: `(buckets + 1,)` int32 bucket bounds; entries: `(3 * capacity,)` int32, one
+    {bag, row in bucket, scale} per id; local: per thread `3 * W` int32 (zero between
+    calls); items: per thread `cap` rows of a chunk (24 bytes each); acc: per thread
+    `(cap, D)` fp32 gradient sums. Grown (x1.5) when a batch has more ids. Used by every
+    optimizer (the name predates SGD and Adagrad using it).
+    """
+
+    def __init__(self) -> None:
+        self._starts: Tensor | None = None
+        self._entries: Tensor | None = None
+        self._local: Tensor | None = None
+        self._items: Tensor | None = None
+        self._acc: Tensor | None = None
+
+    def buffers(
+        self, rows: int, dim: int, num_ids: int, threads: int
+    ) -> tuple[int, int, Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """(shift, cap, starts, entries, local, items, acc) sized for this update."""
+        shift = bucket_shift(rows)
+        width = 1 << shift
+        cap = max(2 * width, _CHUNK_BYTES // (4 * max(dim, 1)))
+        buckets = ((max(rows, 1) - 1) >> shift) + 1
+        starts = self._starts
+        if starts is None or starts.numel() != buckets + 1:
+            starts = self._starts = torch.empty(buckets + 1, dtype=torch.int32)
+        entries = self._entries
+        if entries is None or entries.numel() < 3 * num_ids:
+            capacity = max(1, num_ids + num_ids // 2)
+            entries = self._entries = torch.empty(3 * capacity, dtype=torch.int32)
+        local = self._local
+        if local is None or local.numel() != threads * 3 * width:
+            local = self._local = torch.zeros(threads * 3 * width, dtype=torch.int32)
+        items = self._items
+        if items is None or items.numel() != threads * 3 * cap:
+            items = self._items = torch.empty(threads * 3 * cap, dtype=torch.int64)
+        acc = self._acc
+        if acc is None or acc.numel() != threads * cap * dim:
+            acc = self._acc = torch.empty(threads * cap * dim, dtype=torch.float32)
+        return shift, cap, starts, entries, local, items, acc
+
+
+def native_sgd(grad: PooledGrad, workspace: AdagradWorkspace | None = None) -> None:
+    """`weight[ids] -= lr * (scaled output gradient)` for every id, in place (exact SGD:
+    duplicate ids add their gradients one by one, in input order, which for SGD equals one
+    update with their sum up to float rounding).
+
+    The scatter kernel of the dense backward with `alpha = -lr`, not `sr_fused_update`: SGD
+    needs no sum per row, and the bucket sort cost more than it saved (benchmarks/
+    optim_update.py: 15.0-15.9 ms scatter vs 15.9-16.6 one-pass). `workspace` is unused (kept
+    so that every native update takes one).
 
     weight: `(R, D)` contiguous fp32. ids: `(N,)` rows. offsets: `(num_bags + 1,)`.
     grad_out: `(num_bags, D)` fp32.
     """
+    del workspace
     psw = grad.per_sample_weights
     native_scatter(
         [grad.weight],
@@ -42,34 +127,6 @@ def native_sgd(grad: PooledGrad) -> None:
     )
 
 
-class AdagradWorkspace:
-    """Scratch of the native rowwise-Adagrad update, kept between steps (resident pages).
-
-    slot: `(R,)` int32, all -1 between calls. scratch: `(capacity, D)` fp32 gradient sums of
-    the rows a batch repeats (only those: rows seen once are updated directly); owned:
-    `(capacity,)` int64 their row ids. Grown (x1.5) when a batch repeats more rows.
-    """
-
-    def __init__(self) -> None:
-        self._slot: Tensor | None = None
-        self._scratch: Tensor | None = None
-        self._owned: Tensor | None = None
-
-    def slot(self, rows: int) -> Tensor:
-        slot = self._slot
-        if slot is None or slot.numel() != rows:
-            slot = self._slot = torch.full((rows,), -1, dtype=torch.int32)
-        return slot
-
-    def scratch(self, repeated: int, dim: int) -> tuple[Tensor, Tensor]:
-        scratch, owned = self._scratch, self._owned
-        if scratch is None or owned is None or scratch.shape[1] != dim or len(owned) < repeated:
-            capacity = max(1, repeated + repeated // 2)
-            scratch = self._scratch = torch.empty(capacity, dim, dtype=torch.float32)
-            owned = self._owned = torch.empty(capacity, dtype=torch.int64)
-        return scratch, owned
-
-
 def native_rowwise_adagrad(grad: PooledGrad, workspace: AdagradWorkspace) -> None:
     """Exact rowwise Adagrad (no weight decay) over the rows `grad.ids` touched, in place.
 
@@ -78,36 +135,45 @@ def native_rowwise_adagrad(grad: PooledGrad, workspace: AdagradWorkspace) -> Non
     fp32. For each distinct row: `g = sum of scaled gradients`, `m += mean(g^2)`,
     `w -= lr / (sqrt(m) + eps) * g` (the formula of shardrec_optim's rowwise kernel).
     """
+    _fused_update(_ROWWISE_ADAGRAD, grad, workspace, grad.state["momentum1"])
+
+
+def native_adagrad(grad: PooledGrad, workspace: AdagradWorkspace) -> None:
+    """Exact (elementwise) Adagrad over the rows `grad.ids` touched, in place: per distinct
+    row `g = sum of scaled gradients`, `m += g * g`, `w -= lr * g / (sqrt(m) + eps)`.
+
+    state `momentum1`: `(R, D)` fp32; the rest as `native_rowwise_adagrad`.
+    """
+    _fused_update(_ADAGRAD, grad, workspace, grad.state["momentum1"])
+
+
+def _fused_update(
+    kind: int, grad: PooledGrad, workspace: AdagradWorkspace, state: Tensor | None
+) -> None:
     offsets = grad.offsets
     num_bags = offsets.numel() - 1
-    if num_bags <= 0 or grad.ids.numel() == 0:
+    num_ids = grad.ids.numel()
+    if num_bags <= 0 or num_ids == 0:
         return
+    if max(num_ids, num_bags) > MAX_IDS:
+        raise ValueError(
+            f"the native update takes at most {MAX_IDS} ids and bags a batch, got {num_ids} "
+            f"ids in {num_bags} bags"
+        )
     ids = grad.ids.to(torch.int64).contiguous()
     offsets = offsets.to(torch.int64).contiguous()
     _check_layout(ids, offsets, [0], num_bags)
     grad_out = grad.grad_out.contiguous()
     psw = grad.per_sample_weights
     psw = None if psw is None else psw.float().contiguous()
-    weight, momentum = grad.weight, grad.state["momentum1"]
+    weight = grad.weight
     rows, dim = weight.shape
-    lib = _lib()
-    slot = workspace.slot(rows)
-    parts = max(1, torch.get_num_threads())
-    counts = torch.zeros(parts, dtype=torch.int64)
-    lib.sr_adagrad_mark.restype = ctypes.c_int64
-    repeated = lib.sr_adagrad_mark(
-        _I64(rows),
-        _PTR(ids.data_ptr()),
-        _PTR(offsets.data_ptr()),
-        _I64(num_bags),
-        _PTR(slot.data_ptr()),
-        _PTR(counts.data_ptr()),
-        _I64(parts),
-    )
-    scratch, owned = workspace.scratch(int(repeated), dim)
-    lib.sr_adagrad_apply(
+    threads = max(1, torch.get_num_threads())
+    shift, cap, starts, entries, local, items, acc = workspace.buffers(rows, dim, num_ids, threads)
+    _lib().sr_fused_update(
+        _I64(kind),
         _PTR(weight.data_ptr()),
-        _PTR(momentum.data_ptr()),
+        _PTR(None if state is None else state.data_ptr()),
         _I64(rows),
         _I64(dim),
         _PTR(ids.data_ptr()),
@@ -119,9 +185,12 @@ def native_rowwise_adagrad(grad: PooledGrad, workspace: AdagradWorkspace) -> Non
         _I64(grad_out.stride(0)),
         ctypes.c_float(grad.learning_rate),
         ctypes.c_float(grad.spec.eps),
-        _PTR(slot.data_ptr()),
-        _PTR(scratch.data_ptr()),
-        _PTR(owned.data_ptr()),
-        _PTR(counts.data_ptr()),
-        _I64(parts),
+        _I64(shift),
+        _PTR(starts.data_ptr()),
+        _PTR(entries.data_ptr()),
+        _PTR(local.data_ptr()),
+        _PTR(items.data_ptr()),
+        _PTR(acc.data_ptr()),
+        _I64(cap),
+        ctypes.c_int(threads),
     )

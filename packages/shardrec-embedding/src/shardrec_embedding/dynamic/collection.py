@@ -28,6 +28,7 @@ from torch import Tensor, nn
 
 from shardrec_embedding.dynamic.config import UnknownIdPolicy
 from shardrec_embedding.dynamic.id_map import IdMapBackend
+from shardrec_embedding.dynamic.reset import init_rows_, table_seed
 from shardrec_embedding.dynamic.table import DynamicTable, ResetHook
 from shardrec_jagged import KeyedJaggedTensor
 
@@ -78,13 +79,35 @@ class Remapped:
 
 
 def reset_rows_hook(
-    weight: Callable[[], Tensor], config: BaseEmbeddingConfig, row_offset: int = 0
+    weight: Callable[[], Tensor],
+    config: BaseEmbeddingConfig,
+    row_offset: int = 0,
+    *,
+    table: DynamicTable | None = None,
 ) -> ResetHook:
     """A reset hook writing the table's initializer into freed slots of `weight()` (rows
-    `row_offset + slot`): `config.init_weight_` runs on a `(k, dim)` tensor."""
+    `row_offset + slot`). With `table` and the default uniform initializer (no `init_fn`):
+    the counter-based rows of (table seed, slot, `table.generation`) (`dynamic/reset.py`),
+    written in place in one pass; otherwise `config.init_weight_` runs on a `(k, dim)`
+    tensor (torch's RNG)."""
+    counter_based = table is not None and config.init_fn is None
+    seed = table_seed(table.config.init_seed, table.name) if table is not None else 0
+    low, high = config.get_weight_init_min(), config.get_weight_init_max()
 
     def reset(slots: Tensor) -> None:
         w = weight()
+        if counter_based:
+            assert table is not None
+            init_rows_(
+                w,
+                slots,
+                row_offset=row_offset,
+                seed=seed,
+                generation=table.generation,
+                low=low,
+                high=high,
+            )
+            return
         with torch.no_grad():
             fresh = torch.empty(slots.numel(), w.shape[1], dtype=w.dtype, device=w.device)
             config.init_weight_(fresh)
@@ -121,10 +144,16 @@ class DynamicTables(nn.Module):
         configs: all the collection's table configs (static ones are skipped).
         owner: the collection's name, for messages.
         backend: the id maps' backend.
+        make_table: builds each dynamic table's `DynamicTable` (default: one of the table's
+            full capacity; a sharded collection builds its rank's part of it).
     """
 
     def __init__(
-        self, configs: Sequence[BaseEmbeddingConfig], owner: str, backend: IdMapBackend = "auto"
+        self,
+        configs: Sequence[BaseEmbeddingConfig],
+        owner: str,
+        backend: IdMapBackend = "auto",
+        make_table: Callable[[BaseEmbeddingConfig], DynamicTable] | None = None,
     ) -> None:
         super().__init__()
         readers: dict[str, list[str]] = {}
@@ -146,8 +175,12 @@ class DynamicTables(nn.Module):
                         "must be read by it alone (its ids become that table's slots): give the "
                         "other tables their own copy of the feature"
                     )
-            tables[t.name] = DynamicTable(
-                t.name, t.dynamic, t.num_embeddings, t.embedding_dim, backend=backend
+            tables[t.name] = (
+                make_table(t)
+                if make_table is not None
+                else DynamicTable(
+                    t.name, t.dynamic, t.num_embeddings, t.embedding_dim, backend=backend
+                )
             )
             self._table_features[t.name] = list(t.feature_names)
             self._unknown[t.name] = t.dynamic.unknown_id
@@ -162,7 +195,8 @@ class DynamicTables(nn.Module):
         """Table `name`'s rows are rows `row_offset + slot` of `weight()`: freed slots are
         reset to the table's initializer there, and `track_optimizer` finds the parameter."""
         self._weights[name] = weight
-        self.table(name).add_reset_hook(reset_rows_hook(weight, self._configs[name], row_offset))
+        table = self.table(name)
+        table.add_reset_hook(reset_rows_hook(weight, self._configs[name], row_offset, table=table))
 
     def track_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Reset freed slots' rows in `optimizer`'s state too (dense-gradient training with a

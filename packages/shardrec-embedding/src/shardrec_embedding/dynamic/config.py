@@ -87,6 +87,9 @@ class DynamicTableConfig:
         >= capacity / load_factor), in (0, 0.95].
     scan_per_step: slots one TTL sweep looks at per step, and the smallest window an
         eviction scans (>= 1): the bound on the policy's work per step.
+    init_seed: seed of the rows a freed slot is reset to (the table's uniform initializer
+        drawn by a counter-based generator of (seed, table name, slot, step); see
+        docs/dynamic.md). A table with a custom `init_fn` calls it instead.
     """
 
     capacity: int | None = None
@@ -100,6 +103,7 @@ class DynamicTableConfig:
     unknown_id: UnknownIdPolicy = UnknownIdPolicy.ZERO
     load_factor: float = 0.5
     scan_per_step: int = 1024
+    init_seed: int = 0
 
     def validate(self, table: str, num_embeddings: int) -> None:
         """Raise ValueError / TypeError naming `table`, the value and the fix; normalize the
@@ -142,6 +146,8 @@ class DynamicTableConfig:
             )
         if isinstance(self.admission_seed, bool) or not isinstance(self.admission_seed, int):
             raise TypeError(f"{where} admission_seed must be an int, got {self.admission_seed!r}")
+        if isinstance(self.init_seed, bool) or not isinstance(self.init_seed, int):
+            raise TypeError(f"{where} init_seed must be an int, got {self.init_seed!r}")
         if self.sketch_width != 0:
             _int(where, "sketch_width", self.sketch_width, "cells per sketch row (0: automatic)")
         lf = self.load_factor

@@ -28,6 +28,7 @@ IdMapBackend = Literal["auto", "native", "torch"]
 
 _I64 = ctypes.c_int64
 _PTR = ctypes.c_void_p
+_F32 = ctypes.c_float
 
 
 _TYPED: set[int] = set()
@@ -42,6 +43,13 @@ def _library() -> ctypes.CDLL | None:
             ("sr_idmap_erase", (_PTR, _I64, _PTR, _I64)),
             ("sr_idmap_distinct_missing", (_PTR, _PTR, _I64, _PTR, _I64, _PTR, _PTR, _PTR)),
             ("sr_idmap_find_touch", (_PTR, _I64, _PTR, _I64, _PTR, _PTR, _PTR, _I64)),
+            ("sr_idmap_slots_clear", (_PTR, _I64, _PTR, _PTR, _PTR, _PTR, _PTR)),
+            ("sr_idmap_slots_set", (_PTR, _PTR, _PTR, _I64, _I64, _PTR, _PTR, _PTR, _PTR)),
+            ("sr_idmap_lru_pick", (_PTR, _PTR, _I64, _I64, _I64, _I64, _PTR)),
+            (
+                "sr_idmap_init_rows",
+                (_PTR, _I64, _I64, _PTR, _I64, _I64, _I64, _I64, _F32, _F32, _I64),
+            ),
         ):
             fn = getattr(lib, name)
             fn.argtypes = args

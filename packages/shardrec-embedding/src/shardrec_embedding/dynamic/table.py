@@ -42,7 +42,7 @@ from shardrec_embedding.dynamic.config import (
     EvictionPolicy,
 )
 from shardrec_embedding.dynamic.hashing import mix64, uniform01
-from shardrec_embedding.dynamic.id_map import IdMapBackend, IdSlotMap
+from shardrec_embedding.dynamic.id_map import IdMapBackend, IdSlotMap, _library
 
 __all__ = ["COUNTERS", "EVICTION_SAMPLE", "DynamicTable", "ResetHook"]
 
@@ -201,6 +201,12 @@ class DynamicTable(nn.Module):
         self._sync_map()
         return self.map.find(ids)
 
+    @property
+    def generation(self) -> int:
+        """Training steps so far: with the slot, the counter of the rows a freed slot is
+        reset to (`dynamic/reset.py`)."""
+        return self._counters["steps"]
+
     def stats(self) -> dict[str, int]:
         """Plain numbers: capacity, occupancy, admissions, rejections, evictions, unknown
         reads and training steps so far."""
@@ -268,6 +274,15 @@ class DynamicTable(nn.Module):
         if bool(hit.all()):
             return slots
         uniq, occurrences, inverse = self.map.distinct_missing(ids, slots)
+        slot_of = self._insert_new(uniq, occurrences, step)
+        missing = ~hit
+        slots[missing] = slot_of[inverse[missing]]
+        return slots
+
+    def _insert_new(self, uniq: Tensor, occurrences: Tensor, step: int) -> Tensor:
+        """Admission, eviction and insertion of the distinct missing ids `uniq` (in order of
+        first appearance, seen `occurrences` times): their new slots, -1 where rejected."""
+        c = self._counters
         admitted = self._admit(uniq, occurrences, step)
         chosen = torch.nonzero(admitted).reshape(-1)
         need = chosen.numel()
@@ -276,21 +291,30 @@ class DynamicTable(nn.Module):
             self._evict_for(need - self._available(), step)
         take = min(need, self._available())
         c["rejections"] += need - take
+        slot_of = torch.full_like(uniq, -1)
         if take:
             chosen = chosen[:take]
             new_ids = uniq[chosen]
             new_slots = self._allocate(take)
             self.map.insert(new_ids, new_slots)
-            self.slot_ids[new_slots] = new_ids
-            self.occupied[new_slots] = True
-            self.last_seen[new_slots] = step
-            self.counts[new_slots] = occurrences[chosen]
+            new_counts = occurrences[chosen]
+            if self.map.backend == "native":  # the same writes in one pass
+                _library().sr_idmap_slots_set(  # type: ignore[union-attr]
+                    new_slots.data_ptr(),
+                    new_ids.data_ptr(),
+                    new_counts.data_ptr(),
+                    take,
+                    step,
+                    *(t.data_ptr() for t in self._slot_meta()),
+                )
+            else:
+                self.slot_ids[new_slots] = new_ids
+                self.occupied[new_slots] = True
+                self.last_seen[new_slots] = step
+                self.counts[new_slots] = new_counts
             c["admissions"] += take
-            slot_of = torch.full_like(uniq, -1)
             slot_of[chosen] = new_slots
-            missing = ~hit
-            slots[missing] = slot_of[inverse[missing]]
-        return slots
+        return slot_of
 
     def _admit(self, uniq: Tensor, occurrences: Tensor, step: int) -> Tensor:
         cfg = self.config
@@ -334,17 +358,34 @@ class DynamicTable(nn.Module):
         if slots.numel() == 0:
             return
         c = self._counters
-        self.map.erase(self.slot_ids[slots])
-        self.occupied[slots] = False
-        self.slot_ids[slots] = 0
-        self.last_seen[slots] = 0
-        self.counts[slots] = 0
+        if self.map.backend == "native":  # the same writes in one pass
+            slots = slots.contiguous()
+            old_ids = torch.empty_like(slots)
+            _library().sr_idmap_slots_clear(  # type: ignore[union-attr]
+                slots.data_ptr(),
+                slots.numel(),
+                old_ids.data_ptr(),
+                *(t.data_ptr() for t in self._slot_meta()),
+            )
+            self.map.erase(old_ids)
+        else:
+            self.map.erase(self.slot_ids[slots])
+            self.occupied[slots] = False
+            self.slot_ids[slots] = 0
+            self.last_seen[slots] = 0
+            self.counts[slots] = 0
         n = c["n_free"]
         self.free_slots[n : n + slots.numel()] = slots
         c["n_free"] = n + slots.numel()
         c["evictions"] += slots.numel()
         for hook in self._reset_hooks:
             hook(slots)
+
+    def _slot_meta(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """`(slot_ids, occupied, last_seen, counts)` for the native writers (contiguous)."""
+        meta = (self.slot_ids, self.occupied, self.last_seen, self.counts)
+        assert all(t.is_contiguous() and t.device.type == "cpu" for t in meta)
+        return meta
 
     def _window(self, cursor_name: str, width: int) -> tuple[Tensor, Tensor, Tensor | int]:
         """The next `width` slots from a cursor (wrapping): their `(occupied, last_seen)` and
@@ -379,6 +420,12 @@ class DynamicTable(nn.Module):
             part = min(width, self.capacity - scanned)
             occupied, seen, where = self._window("evict_cursor", part)
             scanned += part
+            if policy is not EvictionPolicy.LFU and self.map.backend == "native":
+                pick = self._native_pick(occupied, seen, where, step, k)
+                if pick is not None:
+                    victims.append(pick)
+                    k -= pick.numel()
+                    continue
             ok = occupied & (seen < step)
             if policy is EvictionPolicy.TTL:
                 assert self.config.ttl_steps is not None
@@ -403,6 +450,32 @@ class DynamicTable(nn.Module):
             k -= pick.numel()
         if victims:
             self._free(torch.cat(victims))
+
+    def _native_pick(
+        self, occupied: Tensor, seen: Tensor, where: Tensor | int, step: int, k: int
+    ) -> Tensor | None:
+        """The LRU / TTL victims of one window by the native counting selection (the same
+        slots in the same order as the torch selection below), or None to use that."""
+        lib = _library()
+        assert lib is not None
+        occupied, seen = occupied.contiguous(), seen.contiguous()
+        out = torch.empty(min(k, seen.numel()), dtype=torch.int64)
+        ttl = self.config.ttl_steps if self.config.eviction is EvictionPolicy.TTL else None
+        got = int(
+            lib.sr_idmap_lru_pick(
+                occupied.data_ptr(),
+                seen.data_ptr(),
+                seen.numel(),
+                step,
+                -1 if ttl is None else ttl,
+                k,
+                out.data_ptr(),
+            )
+        )
+        if got < 0:
+            return None
+        pos = out[:got]
+        return pos + where if isinstance(where, int) else where[pos]
 
     def extra_repr(self) -> str:
         cfg = self.config

@@ -4,16 +4,21 @@
 Both kernels live here because they are built by this package's loaders, next to the lookup
 kernels they share code with (docs/design/fused-kernel-home.md).
 
-On the native CPU kernels (`shardrec_embedding._native`), one pass over the batch's ids
-updates the touched rows in place, without sorting:
+On the native CPU kernels (`shardrec_embedding._native`):
 
-- EXACT_SGD / SGD: `w[id] -= lr * scale * grad_out[bag]` for every id. SGD is linear in the
-  gradient, so adding duplicate ids' contributions one by one equals one update with their
-  coalesced sum (within float rounding): exact.
-- EXACT_ROWWISE_ADAGRAD / ROWWISE_ADAGRAD (no weight decay): each thread owns the rows with
-  `row % threads == thread`, sums the gradients of its distinct rows (duplicates coalesced),
-  then applies `m += mean(g^2)`, `w -= lr / (sqrt(m) + eps) * g` once per row, the formula of
-  `shardrec_optim`'s rowwise kernel.
+- EXACT_SGD / SGD: the dense backward's scatter with `-lr`, `w[id] -= lr * scale *
+  grad_out[bag]` for every id, no sort. SGD is linear in the gradient, so adding duplicate
+  ids' contributions one by one equals one update with their coalesced sum (within float
+  rounding): exact.
+
+The Adagrad rules run the one-pass kernel (`sr_fused_update`): one call buckets the batch's
+ids by row (a counting sort, no comparisons), sums each repeated row's gradient and updates
+every touched row and its state once, in row order:
+
+- EXACT_ROWWISE_ADAGRAD / ROWWISE_ADAGRAD (no weight decay): per distinct row
+  `m += mean(g^2)`, `w -= lr / (sqrt(m) + eps) * g`, the formula of `shardrec_optim`'s
+  rowwise kernel.
+- EXACT_ADAGRAD: per distinct row `m += g * g`, `w -= lr * g / (sqrt(m) + eps)` elementwise.
 
 docs/design/native-kernels.md records the measurements behind preferring it on CPU.
 """
@@ -26,7 +31,9 @@ import torch
 from torch import Tensor
 
 from shardrec_embedding._native import (
+    MAX_IDS,
     AdagradWorkspace,
+    native_adagrad,
     native_available,
     native_rowwise_adagrad,
     native_sgd,
@@ -51,11 +58,12 @@ __all__ = [
 ]
 
 _SGD = frozenset({EmbOptimType.SGD, EmbOptimType.EXACT_SGD})
+_ADAGRAD = frozenset({EmbOptimType.EXACT_ADAGRAD})
 _ROWWISE = frozenset({EmbOptimType.EXACT_ROWWISE_ADAGRAD, EmbOptimType.ROWWISE_ADAGRAD})
 NATIVE_OPTIMIZERS = optimizers_on("native")
 """Optimizers the native fused backward implements."""
 
-# One scratch per optimizer state tensor (by id; dropped with the tensor). Not a
+# One scratch per weight (by id; dropped with the tensor). Not a
 # WeakKeyDictionary: tensors compare elementwise, so they cannot be its keys.
 _WORKSPACES: dict[int, AdagradWorkspace] = {}
 
@@ -93,12 +101,15 @@ def native_update(grad: PooledGrad) -> None:
     if grad.spec.optimizer in _SGD:
         native_sgd(grad)
         return
-    momentum = grad.state["momentum1"]
-    workspace = _WORKSPACES.get(id(momentum))
+    weight = grad.weight
+    workspace = _WORKSPACES.get(id(weight))
     if workspace is None:
-        workspace = _WORKSPACES[id(momentum)] = AdagradWorkspace()
-        weakref.finalize(momentum, _WORKSPACES.pop, id(momentum), None)
-    native_rowwise_adagrad(grad, workspace)
+        workspace = _WORKSPACES[id(weight)] = AdagradWorkspace()
+        weakref.finalize(weight, _WORKSPACES.pop, id(weight), None)
+    if grad.spec.optimizer in _ADAGRAD:
+        native_adagrad(grad, workspace)
+    else:
+        native_rowwise_adagrad(grad, workspace)
 
 
 def triton_update(grad: PooledGrad) -> None:
@@ -117,10 +128,19 @@ def triton_update(grad: PooledGrad) -> None:
     )
 
 
+def _native_unsupported(grad: PooledGrad) -> str | None:
+    if max(grad.ids.numel(), grad.offsets.numel() - 1) > MAX_IDS:
+        return (
+            f"it takes at most {MAX_IDS} ids and bags a batch, got {grad.ids.numel()} ids "
+            f"in {grad.offsets.numel() - 1} bags"
+        )
+    return native_backward_unsupported(
+        grad.spec, grad.weight, grad.grad_out, grad.per_sample_weights
+    )
+
+
 NATIVE_KERNEL = PooledKernel(
-    unsupported=lambda g: native_backward_unsupported(
-        g.spec, g.weight, g.grad_out, g.per_sample_weights
-    ),
+    unsupported=_native_unsupported,
     update=native_update,
 )
 """The native C kernels as a backend of `shardrec_optim.pooled_update`."""

@@ -14,6 +14,7 @@ The MC EmbeddingBagCollection and EmbeddingCollection shard row-wise and table-w
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Generic, TypeVar
 
 import torch
 from torch import nn
@@ -94,8 +95,16 @@ class ManagedCollisionCollectionSharder:
         raise _not_yet(module)
 
 
-class BaseManagedCollisionEmbeddingCollectionSharder:
-    """An embedding sharder and the MC sharder together: the sharding types both offer."""
+M = TypeVar("M", bound=nn.Module)
+
+
+class BaseManagedCollisionEmbeddingCollectionSharder(Generic[M]):
+    """An embedding sharder and the MC sharder together: the sharding types both offer.
+
+    Generic in the module type, as TorchRec's: user code subclasses
+    `BaseManagedCollisionEmbeddingCollectionSharder[ManagedCollisionEmbeddingBagCollection]`; the
+    parameter is for type checkers only.
+    """
 
     _module: type[BaseManagedCollisionEmbeddingCollection] = BaseManagedCollisionEmbeddingCollection
 
@@ -107,8 +116,8 @@ class BaseManagedCollisionEmbeddingCollectionSharder:
     ) -> None:
         if qcomm_codecs_registry:
             raise ValueError(
-                f"qcomm_codecs_registry {dict(qcomm_codecs_registry)!r}: shardrec's collectives "
-                "send full precision and take no quantized-comm codecs; pass None"
+                f"qcomm_codecs_registry {dict(qcomm_codecs_registry)!r}: the "
+                "managed-collision sharders apply no quantized-comm codecs yet; pass None"
             )
         self._e_sharder = e_sharder
         self._mc_sharder = mc_sharder
@@ -143,7 +152,9 @@ class BaseManagedCollisionEmbeddingCollectionSharder:
         raise _not_yet(module)
 
 
-class ManagedCollisionEmbeddingBagCollectionSharder(BaseManagedCollisionEmbeddingCollectionSharder):
+class ManagedCollisionEmbeddingBagCollectionSharder(
+    BaseManagedCollisionEmbeddingCollectionSharder[ManagedCollisionEmbeddingBagCollection]
+):
     """Sharder of `ManagedCollisionEmbeddingBagCollection` (TorchRec's name and arguments).
 
     Shards row-wise and table-wise (`ShardedManagedCollisionEmbeddingBagCollection`); the
@@ -181,7 +192,9 @@ class ManagedCollisionEmbeddingBagCollectionSharder(BaseManagedCollisionEmbeddin
         return ShardedManagedCollisionEmbeddingBagCollection(module, params, env, device, e_sharder)
 
 
-class ManagedCollisionEmbeddingCollectionSharder(BaseManagedCollisionEmbeddingCollectionSharder):
+class ManagedCollisionEmbeddingCollectionSharder(
+    BaseManagedCollisionEmbeddingCollectionSharder[ManagedCollisionEmbeddingCollection]
+):
     """Sharder of `ManagedCollisionEmbeddingCollection` (TorchRec's name and arguments); shards
     row-wise and table-wise (`ShardedManagedCollisionEmbeddingCollection`)."""
 

@@ -3,8 +3,9 @@
 Every shard holds all rows of some columns of a table, so a rank needs, for each of its local
 tables, every id of the features the table reads. Input: each rank sends rank d the features
 d's tables read (`kjt_all_to_all`). Output: rank d's pooled rows for every sample go back to the
-sample's rank (`pooled_all_to_all`), arriving rank-major; the collection gathers the columns
-back into the unsharded module's order (`segment_columns`).
+sample's rank (`pooled_all_to_all_flat`), arriving rank-major, one `(B, D_r)` block per source
+rank (`output_blocks`); the collection copies the blocks' columns into the unsharded module's
+order (`segment_columns`, `_columns`).
 
 ```
 rank 0 holds t0, t1[:, :4]     rank 1 holds t1[:, 4:]        received on every rank:
@@ -16,13 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import torch
 from torch import Tensor
 
 from shardrec_collectives import (
     Awaitable,
     KeySelection,
     kjt_all_to_all,
-    pooled_all_to_all,
+    pooled_all_to_all_flat,
 )
 from shardrec_jagged import KeyedJaggedTensor
 from shardrec_planner import ShardingType
@@ -30,6 +32,8 @@ from shardrec_sharding.layout import LocalTable, Segment, TableSharding
 from shardrec_sharding.lookup import LocalLookup, LookupSegment
 from shardrec_sharding.strategies._kjt import empty_kjt, pooled_lookup, unique
 from shardrec_sharding.types import DistInput, LocalBatch, StrategyArgs
+
+_INT32_ROWS = 2**31 - 1  # the most rows whose ids fit in int32
 
 
 class PlacedSharding:
@@ -63,6 +67,7 @@ class PlacedSharding:
             if r == env.rank:
                 mine = held
         self.output_dim = position
+        self.output_blocks: Sequence[int] = tuple(self.dim_per_rank)
         self.segment_columns: Mapping[int, Sequence[int]] = {
             s.index: [columns[(s.index, c)] for c in range(s.dim)]
             for t in tables
@@ -72,6 +77,10 @@ class PlacedSharding:
         lookup_tables = [args.make_table(t, lt) for t, lt in mine]
         segments = [LookupSegment(i, lt.dim) for i, (t, lt) in enumerate(mine) for _ in t.segments]
         self._key_index = tuple(own_features.index(s.feature) for t, _ in mine for s in t.segments)
+        # Ids are checked to be rows of their tables before they move (FeatureChecker), so with
+        # fewer than 2**31 rows per table they travel as int32: half the bytes of int64 ids.
+        small = all(t.config.num_embeddings <= _INT32_ROWS for t in tables)
+        self._wire_dtype: torch.dtype | None = torch.int32 if small else None
         self.lookup = LocalLookup(lookup_tables, segments, env.device)
 
     def input_dist(self, batch: LocalBatch) -> Awaitable[DistInput]:
@@ -81,7 +90,9 @@ class PlacedSharding:
             # One copy of the ids on the way out (views of the input's key segments,
             # concatenated into the send buffer), not a permuted KJT per rank and then the buffer.
             positions = [[batch.feature_pos[f] for f in feats] for feats in self._features_per_rank]
-            send = KeySelection(features=features, keys_per_rank=positions)
+            send = KeySelection(
+                features=features, keys_per_rank=positions, wire_dtype=self._wire_dtype
+            )
         else:
             # The input is unusable: send nothing; the header carries the error to every rank.
             send = [empty_kjt(feats, features) for feats in self._features_per_rank]
@@ -105,7 +116,7 @@ class PlacedSharding:
         return pooled_lookup(self.lookup, dist_input)
 
     def output_dist(self, local: Tensor, dist_input: DistInput) -> Awaitable[Tensor]:
-        return pooled_all_to_all(
+        return pooled_all_to_all_flat(
             self.env,
             local,
             dist_input.batch_size_per_rank,

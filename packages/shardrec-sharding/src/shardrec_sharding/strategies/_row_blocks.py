@@ -50,6 +50,7 @@ class RowBlockSharding:
         self._mean = [table_of[s.table].pooling is PoolingType.MEAN for s in self._segments]
         columns, self.output_dim = consecutive_columns(self._segments)
         self.segment_columns: Mapping[int, Sequence[int]] = columns
+        self.output_blocks: Sequence[int] = (self.output_dim,)
 
     def input_dist(self, batch: LocalBatch) -> Awaitable[DistInput]:
         features, error, feature_pos = batch.features, batch.error, batch.feature_pos

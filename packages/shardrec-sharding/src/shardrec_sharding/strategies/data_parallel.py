@@ -154,6 +154,7 @@ class DataParallelSharding(_Replicated):
         self._features = [s.feature for s in self.segments]
         columns, self.output_dim = consecutive_columns(self.segments)
         self.segment_columns: Mapping[int, Sequence[int]] = columns
+        self.output_blocks: Sequence[int] = (self.output_dim,)
 
     def input_dist(self, batch: LocalBatch) -> Awaitable[DistInput]:
         features = batch.features

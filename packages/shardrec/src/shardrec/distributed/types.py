@@ -1,5 +1,7 @@
 """Sharding types and environment (TorchRec path `torchrec.distributed.types`)."""
 
+from torch.distributed._shard.sharded_tensor.api import ShardedTensor
+
 from shardrec_collectives import Awaitable, LazyAwaitable, LazyNoWait, NoWait, ShardingEnv
 from shardrec_collectives.awaitable import GetItemLazyAwaitable, LazyGetItemMixin
 from shardrec_collectives.qcomm import (
@@ -52,6 +54,7 @@ __all__ = [
     "ParameterSharding",
     "PipelineType",
     "ShardMetadata",
+    "ShardedTensor",
     "ShardingEnv",
     "ShardingPlan",
     "ShardingType",

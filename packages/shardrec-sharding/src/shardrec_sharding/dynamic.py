@@ -1,0 +1,555 @@
+"""Sharded collections with dynamic (raw-id) tables (docs/dynamic.md, "Sharding").
+
+A dynamic table's ids become slots *before* the ordinary sharded path, which then treats the
+slots as the ids of a static table of `capacity` rows (the plan's rows):
+
+```
+raw ids --route--> id map(s) --slots back--> [ordinary input_dist / compute / output_dist]
+        --fix: dropped ids read zeros / the default row--> the unsharded module's output
+```
+
+Where each table's map lives (`IdRouting`):
+
+- row_wise / table_row_wise: **partitioned**. Every rank holding a row block owns a part of
+  the id space (the ids with `mix64(id ^ ROUTE_SALT) % parts == part`) and its row block's
+  slots: the owner maps its ids to local slots, global slot = row offset + local slot, so the
+  row-wise bucketizer sends each slot back to the same owner. The salt decorrelates the
+  routing from the map's own probe (which uses the low bits of `mix64(id)`).
+- table_wise: partitioned with one part, the rank holding the table.
+- column_wise / table_column_wise / data_parallel: **replicated**. Every rank keeps the whole
+  map and maps every rank's ids (all-gathered, in rank order) as one step, so every replica
+  makes the same decisions and each column block (or replica) resets the same freed slots.
+
+The exchanges are extra collectives before the ordinary input_dist (two all-to-alls per
+partitioned table, one all-gather per replicated table, one error flag per batch).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any, cast
+
+import torch
+from torch import Tensor, nn
+from torch.distributed._shard.metadata import ShardMetadata as TorchShardMetadata
+from torch.distributed._shard.sharded_tensor.api import ShardedTensor
+from torch.distributed._shard.sharded_tensor.metadata import (
+    ShardedTensorMetadata,
+    TensorProperties,
+)
+from torch.distributed._shard.sharded_tensor.shard import Shard
+
+from shardrec_collectives import (
+    Awaitable,
+    LazyAwaitable,
+    ShardingEnv,
+    agree_on_error,
+    all_gather_ids,
+    all_to_all_ids,
+    return_ids,
+)
+from shardrec_embedding import BaseEmbeddingConfig, EmbeddingBagConfig, PoolingType
+from shardrec_embedding.dynamic import DynamicTable, DynamicTables, mix64
+from shardrec_embedding.dynamic.collection import Remapped, dynamic_configs
+from shardrec_embedding.dynamic.table import COUNTERS
+from shardrec_embedding.fused import BatchedFusedEmbeddingBag
+from shardrec_jagged import JaggedTensor, KeyedJaggedTensor, KeyedTensor
+from shardrec_planner import ShardingType
+from shardrec_sharding.embedding import ShardedEmbeddingCollection, ShardedSequenceInput
+from shardrec_sharding.embeddingbag import ShardedEmbeddingBagCollection, ShardedInput
+from shardrec_sharding.layout import TableSharding
+
+__all__ = [
+    "ROUTE_SALT",
+    "DynamicShardedEmbeddingBagCollection",
+    "DynamicShardedEmbeddingCollection",
+    "IdRouting",
+    "ShardedDynamicTable",
+    "dynamic_sharded_class",
+    "has_dynamic_tables",
+    "owner_part",
+    "routing_of",
+]
+
+ROUTE_SALT = 0x5851F42D4C957F2D
+"""XORed into a raw id before `mix64` to pick its part (decorrelated from the map's probe)."""
+
+_ROW_SPLIT = (ShardingType.ROW_WISE, ShardingType.TABLE_ROW_WISE)
+
+
+def has_dynamic_tables(module: nn.Module) -> bool:
+    """Whether `module` (an embedding collection) has a dynamic table."""
+    return isinstance(getattr(module, "dynamic_tables", None), DynamicTables)
+
+
+def owner_part(ids: Tensor, parts: int) -> Tensor:
+    """`(N,)` int64 part in `[0, parts)` of each raw id: `mix64(id ^ ROUTE_SALT) mod parts`."""
+    return torch.remainder(mix64(ids.to(torch.int64) ^ ROUTE_SALT), parts)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class IdRouting:
+    """Where one dynamic table's id map lives (module docstring).
+
+    replicated: every rank maps every id. Otherwise part k of the id space belongs to rank
+    `owners[k]`, whose map holds `capacities[k]` slots, global slots `offsets[k] + local`.
+    """
+
+    replicated: bool
+    owners: tuple[int, ...] = ()
+    offsets: tuple[int, ...] = ()
+    capacities: tuple[int, ...] = ()
+
+    def local_capacity(self, rank: int, capacity: int) -> int:
+        """Slots of this rank's map (0 when it owns no part)."""
+        if self.replicated:
+            return capacity
+        return self.capacities[self.owners.index(rank)] if rank in self.owners else 0
+
+    def local_offset(self, rank: int) -> int:
+        if self.replicated or rank not in self.owners:
+            return 0
+        return self.offsets[self.owners.index(rank)]
+
+
+def routing_of(table: TableSharding) -> IdRouting:
+    """The routing of `table`'s ids under its sharding type."""
+    st = table.sharding_type
+    if st in _ROW_SPLIT or st is ShardingType.TABLE_WISE:
+        parts = sorted((s for s in table.shards if s.rows > 0), key=lambda s: s.row_offset)
+        return IdRouting(
+            replicated=False,
+            owners=tuple(s.rank for s in parts),
+            offsets=tuple(s.row_offset for s in parts),
+            capacities=tuple(s.rows for s in parts),
+        )
+    return IdRouting(replicated=True)
+
+
+class ShardedDynamicTable(DynamicTable):
+    """This rank's part of one sharded dynamic table: a `DynamicTable` of its local capacity
+    whose `map_ids` takes this rank's raw ids and returns their *global* slots, exchanging
+    ids with the other ranks (every rank calls it once per batch, in the same table order).
+
+    Counters (`stats()`) are this part's: a partitioned table's sum over ranks is the table's;
+    a replicated table's every replica counts every id.
+    """
+
+    def __init__(
+        self,
+        config: BaseEmbeddingConfig,
+        routing: IdRouting,
+        env: ShardingEnv,
+    ) -> None:
+        assert config.dynamic is not None
+        super().__init__(
+            config.name,
+            config.dynamic,
+            routing.local_capacity(env.rank, config.num_embeddings),
+            config.embedding_dim,
+        )
+        self.routing = routing
+        self.env = env
+        self.table_capacity = config.num_embeddings
+        self._owners = torch.tensor(routing.owners, dtype=torch.int64)
+        self._offset = routing.local_offset(env.rank)
+        self._owns = routing.replicated or env.rank in routing.owners
+        if not routing.replicated and env.world_size > 1:
+            # Each part's state is a piece of one table-wide state (checkpoints): see
+            # `_PartState`. Replicated maps are the same on every rank and stay plain.
+            state = _PartState(self)
+            self._register_state_dict_hook(state.to_sharded)  # type: ignore[no-untyped-call]  # untyped in torch's stubs
+            self._register_load_state_dict_pre_hook(state.to_local)  # type: ignore[no-untyped-call]  # untyped in torch's stubs
+
+    def map_ids(self, ids: Tensor, *, training: bool) -> Tensor:
+        """`(N,)` global slot of each of this rank's raw ids (-1: no slot); see the class."""
+        ids = ids.reshape(-1)
+        if ids.is_floating_point() or ids.is_complex() or ids.dtype is torch.bool:
+            raise TypeError(
+                f"dynamic table {self.name!r}: raw ids must be integers, got dtype {ids.dtype}; "
+                "cast whole numbers with .long()"
+            )
+        ids = ids.to(device="cpu", dtype=torch.int64)
+        env = self.env
+        if self.routing.replicated:
+            every, counts = all_gather_ids(env, ids)
+            slots = super().map_ids(every, training=training)
+            start = sum(counts[: env.rank])
+            return slots[start : start + ids.numel()]
+        dest = self._owners[owner_part(ids, len(self.routing.owners))]
+        order = torch.sort(dest, stable=True).indices
+        send = torch.bincount(dest, minlength=env.world_size).tolist()
+        received, recv = all_to_all_ids(env, ids[order], send)
+        if self._owns:
+            local = super().map_ids(received, training=training)
+            found = torch.where(local >= 0, local + self._offset, local)
+        else:
+            found = received  # nothing was sent here
+        back = return_ids(env, found, recv, send)
+        out = torch.empty_like(back)
+        out[order] = back
+        return out
+
+
+_PER_SLOT = ("slot_ids", "occupied", "last_seen", "counts", "free_slots")
+
+
+class _PartState:
+    """A partitioned table's state in `state_dict()` as table-wide `ShardedTensor`s: per-slot
+    buffers `(capacity,)` by global slot (part k at `offsets[k]`, like the rows), the sketch
+    `(2, sum of the parts' widths)`, the counters `(parts, len(COUNTERS))`, one row per part.
+    DCP then saves every part (not one rank's copy) and loads it back into the same parts.
+    """
+
+    def __init__(self, table: ShardedDynamicTable) -> None:
+        self.table = table
+        routing = table.routing
+        self.parts = len(routing.owners)
+        self.index = routing.owners.index(table.env.rank) if table._owns else -1
+        self.widths = (
+            [table.config.sketch_cells(c) for c in routing.capacities]
+            if table.sketch.shape[0]
+            else [0] * self.parts
+        )
+
+    def _placement(self, k: int) -> str:
+        return f"rank:{self.table.routing.owners[k]}/{self.table.env.device}"
+
+    def _sharded(
+        self, local: Tensor, offsets: list[list[int]], sizes: list[list[int]], size: list[int]
+    ) -> ShardedTensor:
+        metas = [
+            TorchShardMetadata(shard_offsets=o, shard_sizes=z, placement=self._placement(k))
+            for k, (o, z) in enumerate(zip(offsets, sizes, strict=True))
+            if all(n > 0 for n in z)
+        ]
+        shards = []
+        if self.index >= 0 and all(n > 0 for n in sizes[self.index]):
+            shards.append(
+                Shard(
+                    tensor=local,
+                    metadata=TorchShardMetadata(
+                        shard_offsets=offsets[self.index],
+                        shard_sizes=sizes[self.index],
+                        placement=self._placement(self.index),
+                    ),
+                )
+            )
+        meta = ShardedTensorMetadata(
+            shards_metadata=metas,
+            size=torch.Size(size),
+            tensor_properties=TensorProperties(dtype=local.dtype, requires_grad=False),
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # ShardedTensor announces its deprecation
+            return ShardedTensor._init_from_local_shards_and_global_metadata(
+                shards, meta, process_group=self.table.env.pg
+            )
+
+    def to_sharded(
+        self, module: nn.Module, state_dict: dict[str, object], prefix: str, _meta: object
+    ) -> None:
+        t = self.table
+        r = t.routing
+        for name in _PER_SLOT:
+            state_dict[prefix + name] = self._sharded(
+                getattr(t, name),
+                [[o] for o in r.offsets],
+                [[c] for c in r.capacities],
+                [t.table_capacity],
+            )
+        if t.sketch.shape[0]:
+            starts = [sum(self.widths[:k]) for k in range(self.parts)]
+            state_dict[prefix + "sketch"] = self._sharded(
+                t.sketch, [[0, s] for s in starts], [[2, w] for w in self.widths],
+                [2, sum(self.widths)],
+            )  # fmt: skip
+        counters = torch.tensor([[t._counters[k] for k in COUNTERS]], dtype=torch.int64)
+        state_dict[prefix + "_extra_state"] = self._sharded(
+            counters,
+            [[k, 0] for k in range(self.parts)],
+            [[1, len(COUNTERS)]] * self.parts,
+            [self.parts, len(COUNTERS)],
+        )
+
+    def to_local(self, state_dict: dict[str, object], prefix: str, *_unused: object) -> None:
+        t = self.table
+        for key in [*_PER_SLOT, "sketch", "_extra_state"]:
+            value = state_dict.get(prefix + key)
+            if not isinstance(value, ShardedTensor):
+                continue
+            mine = value.local_shards()
+            if key == "_extra_state":
+                state_dict[prefix + key] = (
+                    dict(zip(COUNTERS, mine[0].tensor.reshape(-1).tolist(), strict=True))
+                    if mine
+                    else dict(t._counters)
+                )
+            else:
+                state_dict[prefix + key] = mine[0].tensor if mine else getattr(t, key)
+
+
+class _ShardedDynamicTables(DynamicTables):
+    """The `DynamicTables` of a sharded collection: one `ShardedDynamicTable` per dynamic
+    table, freed slots reset in this rank's rows and fused optimizer state."""
+
+    def __init__(
+        self,
+        configs: Sequence[BaseEmbeddingConfig],
+        tables: Sequence[TableSharding],
+        env: ShardingEnv,
+        owner: str,
+    ) -> None:
+        routing = {t.name: routing_of(t) for t in tables}
+        super().__init__(
+            configs,
+            owner,
+            make_table=lambda c: ShardedDynamicTable(c, routing[c.name], env),
+        )
+
+
+def _weight_getter(table: nn.Module) -> Callable[[], Tensor]:
+    def weight() -> Tensor:
+        w = table.weight
+        assert isinstance(w, Tensor)
+        return w
+
+    return weight
+
+
+def _state_reset(module: BatchedFusedEmbeddingBag, name: str) -> Callable[[Tensor], None]:
+    """Zero the fused optimizer state rows of freed local slots of table `name`."""
+    offset = module.row_offsets[[t.name for t in module.table_specs].index(name)]
+
+    def reset(slots: Tensor) -> None:
+        with torch.no_grad():
+            for state in module.optimizer_state().values():
+                state[slots.to(state.device) + offset] = 0
+
+    return reset
+
+
+def _precheck(features: object, dynamic_features: Sequence[str], owner: str) -> Exception | None:
+    """What `DynamicTables.remap` would refuse before its exchanges (checked on every rank)."""
+    if not isinstance(features, KeyedJaggedTensor):
+        return TypeError(f"{owner}: expected a KeyedJaggedTensor, got {type(features).__name__}")
+    values = features.values()
+    if values.is_floating_point() or values.is_complex() or values.dtype == torch.bool:
+        return TypeError(
+            f"{owner}: ids must be an integer tensor, got values of dtype {values.dtype}; cast "
+            "them with .long() if they are whole numbers (dynamic tables take any int64 value)"
+        )
+    keys = set(features.keys())
+    missing = [f for f in dynamic_features if f not in keys]
+    if missing:
+        return ValueError(
+            f"{owner}: the KeyedJaggedTensor lacks feature(s) {missing} that dynamic tables "
+            f"read; it has keys {list(features.keys())}"
+        )
+    if features.variable_stride_per_key():
+        return ValueError(
+            f"{owner}: variable batch size per feature is not supported with dynamic tables"
+        )
+    return None
+
+
+class _DynamicMixin:
+    """What both dynamic sharded collections add: build the maps, remap before input_dist."""
+
+    env: ShardingEnv
+    training: bool
+    _owner: str
+    _prefix: str
+    _tables: list[TableSharding]
+    _strategies: list[Any]
+    dynamic_tables: DynamicTables
+
+    def _build_dynamic(self, module: nn.Module, configs: Sequence[BaseEmbeddingConfig]) -> None:
+        dyn = _ShardedDynamicTables(configs, self._tables, self.env, self._owner)
+        container = cast(nn.ModuleDict, getattr(self, self._prefix))
+        fused = [m for s in self._strategies for m in s.lookup.fused_modules()]
+        for t in dynamic_configs(list(configs)):
+            if t.name in container:
+                dyn.bind_weight(t.name, _weight_getter(container[t.name]))
+            for m in fused:
+                if t.name in [s.name for s in m.table_specs]:
+                    dyn.table(t.name).add_reset_hook(_state_reset(m, t.name))
+        self._copy_state(module, dyn)
+        self._dynamic_features = [
+            f for t in dynamic_configs(list(configs)) for f in t.feature_names
+        ]
+        self.dynamic_tables = dyn
+
+    def _lookup_modules_of(self, name: str) -> list[tuple[BatchedFusedEmbeddingBag, int]]:
+        """This rank's fused lookups holding table `name`, with its first row in each."""
+        out = []
+        for s in self._strategies:
+            for m in s.lookup.fused_modules():
+                names = [t.name for t in m.table_specs]
+                if name in names:
+                    out.append((m, m.row_offsets[names.index(name)]))
+        return out
+
+    def _copy_state(self, module: nn.Module, dyn: DynamicTables) -> None:
+        """Carry a trained module's id maps over where the slots stay the same (replicated and
+        table-wise maps); a row-wise table's slots change, so it must start empty."""
+        source = getattr(module, "dynamic_tables", None)
+        assert isinstance(source, DynamicTables)
+        for name in dyn.tables:
+            full = source.table(name)
+            part = dyn.table(name)
+            assert isinstance(part, ShardedDynamicTable)
+            if not bool(full.occupied.any()):
+                continue
+            if part.capacity == full.capacity:
+                part.load_state_dict(full.state_dict())
+            elif len(part.routing.owners) > 1:
+                raise ValueError(
+                    f"{self._owner}: dynamic table {name!r} already holds "
+                    f"{int(full.occupied.sum())} ids; a row-wise sharded dynamic table starts "
+                    "empty (its ids move to the ranks owning their hash). Shard the module "
+                    "before training it, or load its checkpoint into the sharded model "
+                    "(docs/dynamic.md, Checkpoints)"
+                )
+
+    def _remap(self, features: KeyedJaggedTensor | object) -> Remapped:
+        agree_on_error(self.env, _precheck(features, self._dynamic_features, self._owner))
+        assert isinstance(features, KeyedJaggedTensor)
+        return self.dynamic_tables.remap(features, training=self.training, owner=self._owner)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class DynamicShardedInput(ShardedInput):
+    """`ShardedInput` and what the remap dropped (for the output fix)."""
+
+    remapped: Remapped | None = None
+
+
+class DynamicShardedEmbeddingBagCollection(_DynamicMixin, ShardedEmbeddingBagCollection):
+    """A `ShardedEmbeddingBagCollection` of a module with dynamic tables (module docstring):
+    same plan, state_dict keys and output; `dynamic_tables` holds this rank's id maps."""
+
+    def __init__(
+        self,
+        module: nn.Module,
+        plan: object,
+        env: ShardingEnv,
+        device: torch.device | str | None = None,
+        fused_params: object = None,
+        qcomm_codecs_registry: object = None,
+    ) -> None:
+        super().__init__(module, plan, env, device, fused_params, qcomm_codecs_registry)  # type: ignore[arg-type]  # checked by the base
+        self._build_dynamic(module, self._configs)
+        self._fix_segments = [
+            (
+                s.feature,
+                s.dim,
+                isinstance(c := self._config_of(s.table), EmbeddingBagConfig)
+                and c.pooling is PoolingType.MEAN,
+            )
+            for s in self._segments
+        ]
+
+    def _config_of(self, table: str) -> BaseEmbeddingConfig:
+        return next(c for c in self._configs if c.name == table)
+
+    def input_dist(self, features: KeyedJaggedTensor | object) -> Awaitable[ShardedInput]:
+        """Raw ids to slots (every rank), then the ordinary input_dist of the slots."""
+        remapped = self._remap(features)
+        inner = super().input_dist(remapped.features)
+
+        def done() -> ShardedInput:
+            got = inner.wait()
+            return DynamicShardedInput(got.per_strategy, got.batch_size, remapped)
+
+        return Awaitable(done)
+
+    def output_dist(
+        self, dist_input: ShardedInput, local: list[Tensor]
+    ) -> LazyAwaitable[KeyedTensor]:
+        inner = super().output_dist(dist_input, local)
+        remapped = getattr(dist_input, "remapped", None)
+
+        def done() -> KeyedTensor:
+            out = inner.wait()
+            if remapped is None or not remapped.dropped:
+                return out
+            return KeyedTensor(
+                keys=out.keys(),
+                length_per_key=out.length_per_key(),
+                values=DynamicTables.fix_pooled(out.values(), remapped, self._fix_segments),
+            )
+
+        return LazyAwaitable(done)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class DynamicShardedSequenceInput(ShardedSequenceInput):
+    """`ShardedSequenceInput` with the remap and the KJT as given (raw ids, full lengths)."""
+
+    remapped: Remapped | None = None
+    original: KeyedJaggedTensor | None = None
+
+
+class DynamicShardedEmbeddingCollection(_DynamicMixin, ShardedEmbeddingCollection):
+    """A `ShardedEmbeddingCollection` of a module with dynamic tables (module docstring)."""
+
+    def __init__(
+        self,
+        module: nn.Module,
+        plan: object,
+        env: ShardingEnv,
+        device: torch.device | str | None = None,
+        fused_params: object = None,
+        qcomm_codecs_registry: object = None,
+    ) -> None:
+        super().__init__(module, plan, env, device, fused_params, qcomm_codecs_registry)  # type: ignore[arg-type]  # checked by the base
+        self._build_dynamic(module, self._configs)
+
+    def input_dist(self, features: KeyedJaggedTensor | object) -> Awaitable[ShardedSequenceInput]:
+        remapped = self._remap(features)
+        inner = super().input_dist(remapped.features)
+        original = cast(KeyedJaggedTensor, features)
+
+        def done() -> ShardedSequenceInput:
+            got = inner.wait()
+            return DynamicShardedSequenceInput(got.per_strategy, got.features, remapped, original)
+
+        return Awaitable(done)
+
+    def output_dist(
+        self, dist_input: ShardedSequenceInput, local: list[Tensor]
+    ) -> LazyAwaitable[dict[str, JaggedTensor]]:
+        inner = super().output_dist(dist_input, local)
+        remapped = getattr(dist_input, "remapped", None)
+        original = getattr(dist_input, "original", None)
+
+        def done() -> dict[str, JaggedTensor]:
+            out = inner.wait()
+            if remapped is None or original is None:
+                return out
+            per_feature = original.to_dict()
+            for s in self._segments:
+                info = remapped.dropped.get(s.feature)
+                if info is None and not self._need_indices:
+                    continue
+                jt = per_feature[s.feature]
+                out[s.name] = JaggedTensor(
+                    values=DynamicTables.fix_sequence(out[s.name].values(), info),
+                    lengths=jt.lengths(),
+                    weights=jt.values() if self._need_indices else None,
+                )
+            return out
+
+        return LazyAwaitable(done)
+
+
+def dynamic_sharded_class(base: type[nn.Module]) -> type[nn.Module]:
+    """The sharded class for a module with dynamic tables, given the sharder's class."""
+    if issubclass(base, ShardedEmbeddingBagCollection):
+        return DynamicShardedEmbeddingBagCollection
+    if issubclass(base, ShardedEmbeddingCollection):
+        return DynamicShardedEmbeddingCollection
+    raise TypeError(f"{base.__name__}: dynamic (raw-id) tables are not supported here")

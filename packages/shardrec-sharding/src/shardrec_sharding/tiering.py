@@ -1,0 +1,33 @@
+"""Which local tables are tiered (rows on disk behind a cache), from their plan entry.
+
+A table the planner's `runs_tiered` names (today: `key_value`, table_wise) runs on a
+`shardrec_tiered` lookup: `<KeyValueParams.ssd_storage_directory>/rank-<r>` holds the store
+(default `<cwd>/tier-store/rank-<r>`, so ranks sharing a disk never share a file),
+`CacheParams.load_factor` the cached fraction of its local rows and `CacheParams.algorithm` the
+replacement policy (LRU or LFU).
+"""
+
+from __future__ import annotations
+
+import os
+
+from shardrec_planner import ParameterSharding
+from shardrec_planner.cache_params import CacheAlgorithm
+from shardrec_planner.kernel_choice import runs_tiered
+from shardrec_tiered import CachePolicy, TieredOptions, default_store_dir
+
+__all__ = ["tier_options"]
+
+
+def tier_options(ps: ParameterSharding, rank: int) -> TieredOptions | None:
+    """The tier of `rank`'s shard of a table planned as `ps`, or None for an in-memory table."""
+    if not runs_tiered(ps):
+        return None
+    kv, cache = ps.key_value_params, ps.cache_params
+    algorithm = None if cache is None else cache.algorithm
+    root = (kv.ssd_storage_directory if kv else None) or default_store_dir()
+    return TieredOptions(
+        store_dir=os.path.join(root, f"rank-{rank}"),
+        load_factor=None if cache is None else cache.load_factor,
+        policy=CachePolicy.LFU if algorithm is CacheAlgorithm.LFU else CachePolicy.LRU,
+    )

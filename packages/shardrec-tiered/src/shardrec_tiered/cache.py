@@ -1,0 +1,181 @@
+"""`RowCache`: a fixed number of one table's rows (weight and optimizer state) in memory.
+
+```
+slots [0, S)      weight (S, D), state (S, D) or (S,)   views of the group's cache tensors
+id_of_slot (S,)   the table row a slot holds, -1: empty
+pins (S,)         in-flight batches holding the slot (never evicted while > 0)
+dirty (S,)        updated since it was read: written back before the slot is reused
+score (S,)        LRU: the admission tick of its last use; LFU: its use count
+```
+
+`admit(ids)` maps a batch's distinct ids to slots: hits are found through the `SlotMap`,
+misses take the slots of lowest score that are neither pinned nor hit by this batch (one
+`topk`), whose dirty rows are written back first. No Python loop over ids or slots.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from shardrec_tiered.options import CachePolicy
+from shardrec_tiered.slot_map import DenseSlotMap, SlotMap
+from shardrec_tiered.store import FlatFileStore
+
+__all__ = ["CacheFullError", "CacheTooSmallError", "RowCache"]
+
+_PROTECTED = torch.iinfo(torch.int64).max
+
+
+class CacheTooSmallError(ValueError):
+    """A batch touches more distinct rows of a table than its cache holds."""
+
+
+class CacheFullError(RuntimeError):
+    """Every evictable slot is pinned by in-flight batches (prefetched or awaiting backward)."""
+
+
+class RowCache:
+    """One table's cache (module docstring) over `weight` / `state` rows, backed by `store`."""
+
+    def __init__(
+        self,
+        store: FlatFileStore,
+        weight: Tensor,
+        state: dict[str, Tensor],
+        policy: CachePolicy,
+        slot_map: SlotMap | None = None,
+    ) -> None:
+        self.store = store
+        self.table = store.layout.table
+        self.weight = weight
+        self.state = state
+        self.policy = CachePolicy(policy)
+        self.slots = weight.shape[0]
+        self.map: SlotMap = slot_map or DenseSlotMap(store.layout.num_rows)
+        self.id_of_slot = torch.full((self.slots,), -1, dtype=torch.int64)
+        self.pins = torch.zeros(self.slots, dtype=torch.int32)
+        self.dirty = torch.zeros(self.slots, dtype=torch.bool)
+        self.score = torch.full((self.slots,), -1, dtype=torch.int64)
+        self._tick = 0
+        self._pin_lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def admit(
+        self, ids: Tensor, counts: Tensor | None = None, *, pin: bool, count: bool = True
+    ) -> Tensor:
+        """Slots of distinct table rows `ids` (int64), loading the missing ones.
+
+        counts: uses of each id in the batch (LFU scores; default 1). pin: hold the slots until
+        `unpin`. count: add to `hits` / `misses` (a forward after its batch's prefetch
+        does not: the prefetch counted). Raises CacheTooSmallError if `ids` outnumber the
+        slots, CacheFullError if pins leave too few evictable slots.
+        """
+        if ids.numel() > self.slots:
+            raise CacheTooSmallError(
+                f"table {self.table!r}: a batch touches {ids.numel()} distinct rows but the "
+                f"cache holds {self.slots} rows; raise the cache size (CacheParams.load_factor "
+                f">= {ids.numel() / self.store.layout.num_rows:.4g} or cache_rows >= "
+                f"{ids.numel()})"
+            )
+        self._tick += 1
+        slots = self.map.find(ids)
+        hit = slots >= 0
+        missing = ids[~hit]
+        k = missing.numel()
+        if count:
+            self.hits += ids.numel() - k
+            self.misses += k
+        if k:
+            victims = self._victims(slots[hit], k)
+            self._evict(victims)
+            rows = self.store.read(missing.numpy())
+            self._unpack(victims, torch.from_numpy(rows))
+            self.id_of_slot[victims] = missing
+            self.map.insert(missing, victims)
+            self.score[victims] = 0
+            slots[~hit] = victims
+        if self.policy is CachePolicy.LRU:
+            self.score[slots] = self._tick
+        else:
+            self.score[slots] += 1 if counts is None else counts
+        if pin:
+            with self._pin_lock:
+                self.pins[slots] += 1
+        return slots
+
+    def _victims(self, hit_slots: Tensor, k: int) -> Tensor:
+        """The `k` evictable slots of lowest score (empty slots first)."""
+        score = self.score.clone()
+        score[self.pins > 0] = _PROTECTED
+        score[hit_slots] = _PROTECTED
+        free = int((score != _PROTECTED).sum())
+        if free < k:
+            pinned = int((self.pins > 0).sum())
+            raise CacheFullError(
+                f"table {self.table!r}: {k} rows to load but only {free} of {self.slots} cache "
+                f"slots are evictable ({pinned} pinned by in-flight batches: prefetched, or "
+                "awaiting backward); prefetch fewer batches ahead or raise the cache size"
+            )
+        return torch.topk(score, k, largest=False, sorted=False).indices
+
+    def _evict(self, victims: Tensor) -> None:
+        """Write back the dirty rows among `victims` and forget their ids."""
+        old = self.id_of_slot[victims]
+        held = old >= 0
+        if not bool(held.any()):
+            return
+        self._write_back(victims[held & self.dirty[victims]])
+        self.map.erase(old[held])
+        self.id_of_slot[victims] = -1
+
+    def _write_back(self, slots: Tensor) -> None:
+        if slots.numel() == 0:
+            return
+        ids = self.id_of_slot[slots]
+        order = torch.argsort(ids)
+        slots, ids = slots[order], ids[order]
+        self.store.write(ids.numpy(), self._pack(slots).numpy())
+        self.dirty[slots] = False
+
+    def _pack(self, slots: Tensor) -> Tensor:
+        parts = [self.weight.detach()[slots]]
+        for t in self.state.values():
+            rows = t[slots]
+            parts.append(rows if rows.dim() == 2 else rows.unsqueeze(1))
+        return torch.cat(parts, dim=1).cpu()
+
+    def _unpack(self, slots: Tensor, rows: Tensor) -> None:
+        dim = self.weight.shape[1]
+        with torch.no_grad():
+            self.weight[slots] = rows[:, :dim].to(self.weight.device)
+            col = dim
+            for t in self.state.values():
+                width = t.shape[1] if t.dim() == 2 else 1
+                block = rows[:, col : col + width]
+                t[slots] = (block if t.dim() == 2 else block.squeeze(1)).to(t.device)
+                col += width
+
+    def mark_dirty(self, slots: Tensor) -> None:
+        self.dirty[slots] = True
+
+    def unpin(self, slots: Tensor) -> None:
+        """Release one hold on `slots` (any thread: a backward releases while a background
+        prefetch admits; a stale read of `pins` there only protects more slots)."""
+        with self._pin_lock:
+            self.pins[slots] -= 1
+
+    def flush(self) -> None:
+        """Write every dirty row back and make the store durable (rows stay cached)."""
+        self._write_back(torch.nonzero(self.dirty).flatten())
+        self.store.flush()
+
+    def read_all(self) -> np.ndarray:
+        """`(num_rows, stride)` the whole table as the store holds it after a flush (small
+        tables: tests and conversions)."""
+        self.flush()
+        return self.store.read(np.arange(self.store.layout.num_rows, dtype=np.int64))

@@ -1,0 +1,182 @@
+"""`FlatFileStore`: one dense-id table's rows and optimizer state in a flat file on disk.
+
+Row `i` sits at `HEADER_BYTES + i * row_bytes` (layout.py). Reads and writes are positioned
+(`os.preadv` / `os.pwritev`, which release the GIL) from a small thread pool: the ids of a call
+are sorted, runs of consecutive ids become one call each, and the runs are split across the
+threads, so several reads are in flight at once (the disk's queue depth). The rows never pass
+through a memory map, so the process's resident memory holds only the cache, whatever the
+table's size (the page cache is the kernel's to reclaim).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from shardrec_tiered.layout import (
+    HEADER_BYTES,
+    StoreLayout,
+    StoreLayoutError,
+    decode_header,
+    encode_header,
+)
+
+__all__ = ["FlatFileStore", "StoreSpaceError", "store_file"]
+
+_MIN_RUNS_PER_THREAD = 64
+
+
+class StoreSpaceError(OSError):
+    """A store directory that cannot hold the table: not writable, or too little free space."""
+
+
+def store_file(directory: str, table: str) -> str:
+    """The path of `table`'s store file in `directory`."""
+    return os.path.join(directory, f"{table}.tier")
+
+
+def _runs(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`(starts, lengths)` of the runs of consecutive values in sorted unique `ids`."""
+    if ids.size == 0:
+        return ids, ids
+    breaks = np.flatnonzero(np.diff(ids) != 1) + 1
+    starts = np.concatenate(([0], breaks))
+    ends = np.concatenate((breaks, [ids.size]))
+    return starts, ends - starts
+
+
+class FlatFileStore:
+    """The backing store of one table (see module docstring).
+
+    Args:
+        directory: where the store file goes (created if missing).
+        layout: the table's layout. An existing store file for the same table must have the
+            same layout (else StoreLayoutError naming each mismatch); it is overwritten: a
+            store is scratch, a new run starts from the table's initial values.
+        threads: I/O threads (queue depth of a large read).
+
+    Before anything is written the directory is checked: not writable or too little free
+    space raises StoreSpaceError with the bytes the table needs.
+    """
+
+    def __init__(self, directory: str, layout: StoreLayout, *, threads: int = 4) -> None:
+        self.layout = layout
+        self.path = store_file(directory, layout.table)
+        need = layout.file_bytes
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except OSError as e:
+            raise StoreSpaceError(
+                f"table {layout.table!r}: cannot create store directory {directory!r} ({e}); "
+                f"the store needs {need} bytes there"
+            ) from e
+        if not os.access(directory, os.W_OK):
+            raise StoreSpaceError(
+                f"table {layout.table!r}: store directory {directory!r} is not writable; the "
+                f"store needs {need} bytes there (set KeyValueParams.ssd_storage_directory)"
+            )
+        have = 0
+        if os.path.exists(self.path):
+            with open(self.path, "rb") as f:
+                found = decode_header(f.read(HEADER_BYTES), self.path)
+            diff = layout.mismatch(found)
+            if diff:
+                raise StoreLayoutError(
+                    f"table {layout.table!r}: store {self.path} was written for another "
+                    f"layout ({'; '.join(diff)}); use another store directory or remove it"
+                )
+            have = os.path.getsize(self.path)
+        free = shutil.disk_usage(directory).free
+        if need - have > free:
+            raise StoreSpaceError(
+                f"table {layout.table!r}: store directory {directory!r} has {free} bytes "
+                f"free, the store needs {need} bytes ({layout.num_rows} rows x "
+                f"{layout.row_bytes} bytes + header)"
+            )
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            os.posix_fallocate(self._fd, 0, need)
+        except OSError as e:
+            if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                os.close(self._fd)
+                raise StoreSpaceError(
+                    f"table {layout.table!r}: cannot reserve {need} bytes for the store in "
+                    f"{directory!r} ({e})"
+                ) from e
+            os.ftruncate(self._fd, need)
+        os.pwrite(self._fd, encode_header(layout), 0)
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tier-io")
+        self._threads = threads
+        self.bytes_read = 0
+        self.bytes_written = 0
+
+    def _split(self, ids: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        starts, lengths = _runs(ids)
+        parts = max(1, min(self._threads, starts.size // _MIN_RUNS_PER_THREAD))
+        return list(zip(np.array_split(starts, parts), np.array_split(lengths, parts), strict=True))
+
+    def read(self, ids: np.ndarray) -> np.ndarray:
+        """`(n, stride)` float32 rows of sorted unique int64 `ids`."""
+        out = np.empty((ids.size, self.layout.stride), dtype=np.float32)
+        self._io(ids, out, write=False)
+        self.bytes_read += out.nbytes
+        return out
+
+    def write(self, ids: np.ndarray, rows: np.ndarray) -> None:
+        """Write `(n, stride)` float32 `rows` at sorted unique int64 `ids`."""
+        rows = np.ascontiguousarray(rows, dtype=np.float32)
+        self._io(ids, rows, write=True)
+        self.bytes_written += rows.nbytes
+
+    def _io(self, ids: np.ndarray, buf: np.ndarray, *, write: bool) -> None:
+        if ids.size == 0:
+            return
+        row_bytes = self.layout.row_bytes
+        flat = memoryview(buf.reshape(-1).view(np.uint8).data)
+        fd = self._fd
+        table = self.layout.table
+
+        def one(starts: np.ndarray, lengths: np.ndarray) -> None:
+            for s, n in zip(starts.tolist(), lengths.tolist(), strict=True):
+                view = flat[s * row_bytes : (s + n) * row_bytes]
+                offset = HEADER_BYTES + int(ids[s]) * row_bytes
+                try:
+                    done = (os.pwritev if write else os.preadv)(fd, [view], offset)
+                except OSError as e:
+                    what = "write back" if write else "read"
+                    raise OSError(
+                        e.errno, f"table {table!r}: cannot {what} {n} rows of {self.path}: {e}"
+                    ) from e
+                if done != len(view):
+                    raise OSError(
+                        errno.EIO,
+                        f"table {table!r}: short {'write' if write else 'read'} of "
+                        f"{self.path} at byte {offset} ({done} of {len(view)} bytes)",
+                    )
+
+        parts = self._split(ids)
+        if len(parts) == 1:
+            one(*parts[0])
+            return
+        for f in [self._pool.submit(one, s, n) for s, n in parts]:
+            f.result()
+
+    def flush(self) -> None:
+        """Make every written row durable (fdatasync)."""
+        os.fdatasync(self._fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            self._pool.shutdown()
+            os.close(self._fd)
+            self._fd = -1
+
+    def __del__(self) -> None:
+        # At interpreter shutdown there is nothing left to report an error to.
+        with contextlib.suppress(Exception):
+            self.close()

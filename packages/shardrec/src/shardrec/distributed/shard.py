@@ -1,0 +1,5 @@
+"""Composable sharding (TorchRec path `torchrec.distributed.shard`)."""
+
+from shardrec_dmp import shard_modules
+
+__all__ = ["shard_modules"]
