@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
+import itertools
 import os
 import platform
 import statistics
@@ -77,6 +79,7 @@ class Config:
     threads: int
     profile: bool
     skip_torchrec: bool
+    pipeline: bool = False
 
 
 @dataclasses.dataclass
@@ -86,6 +89,14 @@ class Batch:
     dense_features: torch.Tensor
     sparse_features: Any
     labels: torch.Tensor
+
+    def to(self, device: torch.device, non_blocking: bool = False) -> Batch:
+        """What a train pipeline needs of a batch (ours: duck-typed)."""
+        return Batch(
+            self.dense_features.to(device, non_blocking=non_blocking),
+            self.sparse_features.to(device, non_blocking=non_blocking),
+            self.labels.to(device, non_blocking=non_blocking),
+        )
 
 
 @dataclasses.dataclass
@@ -272,6 +283,34 @@ def step_fn(model: torch.nn.Module, opt: Any, batches: list[Batch]) -> StepFn:
     return step
 
 
+def pipelined_step_fn(lib: str, model: torch.nn.Module, opt: Any, batches: list[Batch]) -> StepFn:
+    """One `progress()` of the library's own `TrainPipelineSparseDist` over the batches,
+    cycled (batch i+1's id all-to-all in flight while batch i computes). The phases are not
+    separable there: forward / backward / optimizer step are reported as 0."""
+    cpu = torch.device("cpu")
+    if lib == "ours":
+        from shardrec_dmp import TrainPipelineSparseDist
+
+        pipeline: Any = TrainPipelineSparseDist(model, opt, cpu)
+        items: list[Any] = batches
+    else:
+        from torchrec.datasets.utils import Batch as TrcBatch
+        from torchrec.distributed.train_pipeline import TrainPipelineSparseDist as TrcPipeline
+
+        pipeline = TrcPipeline(model, opt, cpu)
+        items = [TrcBatch(b.dense_features, b.sparse_features, b.labels) for b in batches]
+    it = itertools.cycle(items)
+
+    def step(i: int, timing: Timing | None) -> None:
+        pipeline.progress(it)
+        if timing is not None:
+            timing.fwd_ms.append(0.0)
+            timing.bwd_ms.append(0.0)
+            timing.opt_ms.append(0.0)
+
+    return step
+
+
 def run_rank(rank: int, cfg: Config, port: int, queue: Any) -> None:
     try:
         os.environ["MASTER_ADDR"] = "127.0.0.1"
@@ -283,11 +322,15 @@ def run_rank(rank: int, cfg: Config, port: int, queue: Any) -> None:
         libs: dict[str, StepFn] = {}
         notes: dict[str, str] = {}
         model, opt, batches = build_ours(cfg, pg)
-        libs["ours"] = step_fn(model, opt, batches)
+        make_step = functools.partial(pipelined_step_fn, "ours") if cfg.pipeline else step_fn
+        libs["ours"] = make_step(model, opt, batches)
         if not cfg.skip_torchrec:
             try:
                 trc_model, trc_opt, trc_batches = build_torchrec(cfg, pg)
-                libs["torchrec"] = step_fn(trc_model, trc_opt, trc_batches)
+                trc_make = (
+                    functools.partial(pipelined_step_fn, "torchrec") if cfg.pipeline else step_fn
+                )
+                libs["torchrec"] = trc_make(trc_model, trc_opt, trc_batches)
             except Exception as exc:  # not installed, or its fbgemm does not load
                 notes["torchrec"] = f"TorchRec unavailable: {type(exc).__name__}: {exc}"
         # Both ranks must agree on which libraries run (their steps are collectives).
@@ -387,6 +430,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
     parser.add_argument("--profile", action="store_true", help="torch.profiler of ours")
     parser.add_argument("--no-torchrec", action="store_true", help="time ours only")
+    parser.add_argument(
+        "--pipeline",
+        action="store_true",
+        help="step with each library's TrainPipelineSparseDist instead of the plain loop",
+    )
     args = parser.parse_args()
     dense_arch = [int(x) for x in args.dense_arch.split(",")]
     over_arch = [int(x) for x in args.over_arch.split(",")]
@@ -411,6 +459,7 @@ def main() -> None:
         threads=args.threads,
         profile=args.profile,
         skip_torchrec=args.no_torchrec,
+        pipeline=args.pipeline,
     )
     print(
         f"machine: {platform.platform()}, {os.cpu_count()} cpus, torch {torch.__version__}, "
@@ -422,7 +471,8 @@ def main() -> None:
         f"{NUM_DENSE} dense, batch {cfg.batch} per rank, ~{cfg.ids} ids per bag, "
         f"dense arch {cfg.dense_arch}, over arch {cfg.over_arch}, {WORLD} gloo ranks, table_wise, "
         f"fused {OPTIMIZERS[cfg.optimizer][0]} + dense {OPTIMIZERS[cfg.optimizer][2].__name__}, "
-        f"median of {cfg.repeats} steps after {cfg.warmup} warm-up"
+        f"median of {cfg.repeats} steps after {cfg.warmup} warm-up, "
+        f"{'TrainPipelineSparseDist' if cfg.pipeline else 'plain loop'}"
     )
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()

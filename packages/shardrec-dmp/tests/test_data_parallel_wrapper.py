@@ -91,6 +91,36 @@ def test_default_wrapper_arguments_reach_ddp(rank_pool: object) -> None:
     assert rank_pool.run(check_default_wrapper) == [True, True]  # type: ignore[attr-defined]
 
 
+def check_dmp_default_ddp(ctx: RankContext) -> bool:
+    """Without a wrapper: no static graph, buffers broadcast, gradients as bucket views; the
+    dense gradients are the mean of the ranks' own over several steps, whichever way they are
+    zeroed (views of the buckets survive `zero_grad(set_to_none=False)`)."""
+    env = ShardingEnv.from_process_group(ctx.pg)
+    dmp = DistributedModelParallel(Model(), env=env)
+    inner = dmp._dmp_wrapped_module
+    assert isinstance(inner, DistributedDataParallel)
+    assert not inner.static_graph and inner.gradient_as_bucket_view and inner.broadcast_buffers
+    refs = [local_dense_grads(r) for r in range(ctx.world_size)]
+    params = dict(dmp.named_parameters())
+    for set_to_none in (True, False, True):
+        for p in params.values():
+            if p.grad is not None:
+                if set_to_none:
+                    p.grad = None
+                else:
+                    p.grad.zero_()
+        dmp(*batch(ctx.rank)).backward()
+        for name in ("dense.weight", "dense.bias"):  # independent of the tables' init
+            got = params[name].grad
+            assert got is not None
+            assert_close(got, torch.stack([ref[name] for ref in refs]).mean(0))
+    return True
+
+
+def test_dmp_default_ddp_settings(rank_pool: object) -> None:
+    assert rank_pool.run(check_dmp_default_ddp) == [True, True]  # type: ignore[attr-defined]
+
+
 class Recording(DataParallelWrapper):
     def __init__(self) -> None:
         self.calls: list[tuple[int, str]] = []

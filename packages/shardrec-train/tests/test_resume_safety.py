@@ -29,7 +29,7 @@ def _precheck(
     """`shardrec train --resume` up to the launch (recorded, not run): status, launches."""
     launched: list[list[str]] = []
 
-    def fake_launch(cmd: list[str], nproc_per_node: int) -> int:
+    def fake_launch(cmd: list[str], nproc_per_node: int, threads: int | None = None) -> int:
         launched.append(list(cmd))
         return 0
 

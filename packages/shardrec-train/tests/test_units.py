@@ -272,3 +272,46 @@ def test_launch_turns_off_the_shared_agent_store_only_for_several_nodes(
     cmd += ["--nnodes", "2"] if multi_node else ["--standalone"]
     assert launch_module.launch(cmd, 2) == 0
     assert ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE" in seen[0]) == multi_node
+
+
+@pytest.mark.parametrize(
+    ("environ", "nproc", "threads", "cores", "expected"),
+    [
+        ({}, 2, None, 2, "1"),  # this machine: 2 cores, 2 ranks -> 1 thread each
+        ({}, 2, None, 16, "8"),
+        ({}, 4, None, 2, "1"),  # fewer cores than ranks: still 1
+        ({}, 1, None, 2, "2"),
+        ({"OMP_NUM_THREADS": "3"}, 2, None, 2, "3"),  # the user's setting wins
+        ({"OMP_NUM_THREADS": "3"}, 2, 2, 2, "2"),  # --threads wins over it
+        ({"OMP_NUM_THREADS": ""}, 2, None, 8, "4"),  # empty: unset
+    ],
+)
+def test_intra_op_threads_share_the_cores_between_local_ranks(
+    environ: dict[str, str], nproc: int, threads: int | None, cores: int, expected: str
+) -> None:
+    from shardrec_train.launch import intra_op_threads
+
+    assert intra_op_threads(environ, nproc, threads, cores) == expected
+
+
+def test_launch_sets_the_ranks_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launcher hands torchrun OMP_NUM_THREADS (torchrun's own default would be 1 with a
+    warning); `--threads` overrides the environment."""
+    from shardrec_train import launch as launch_module
+
+    seen: list[dict[str, str]] = []
+
+    def fake_run(cmd: list[str], env: dict[str, str], check: bool) -> object:
+        seen.append(env)
+        return types.SimpleNamespace(returncode=0)
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    monkeypatch.setattr(launch_module, "usable_cores", lambda: 6)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    cmd = ["python", "-m", "torch.distributed.run", "--standalone"]
+    assert launch_module.launch(cmd, 2) == 0
+    monkeypatch.setenv("OMP_NUM_THREADS", "5")
+    assert launch_module.launch(cmd, 2) == 0
+    assert launch_module.launch(cmd, 2, threads=1) == 0
+    assert [env["OMP_NUM_THREADS"] for env in seen] == ["3", "5", "1"]
+    assert launch_module.usable_cores() >= 1

@@ -15,7 +15,7 @@ def no_launch(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
     """Record (instead of run) any torchrun launch; tests assert it stays empty."""
     launched: list[list[str]] = []
 
-    def fake_launch(cmd: list[str], nproc_per_node: int) -> int:
+    def fake_launch(cmd: list[str], nproc_per_node: int, threads: int | None = None) -> int:
         launched.append(list(cmd))
         return 0
 
@@ -66,6 +66,7 @@ BAD = [
     (["--collective-timeout", "nan"], "--collective-timeout must be a finite number > 0, got nan"),
     (["--collective-timeout", "inf"], "--collective-timeout must be a finite number > 0, got inf"),
     (["--collective-timeout", "soon"], "'soon'"),
+    (["--threads", "0"], "--threads must be >= 1, got 0"),
     (
         ["--sharding-type", "table_wise", "--nproc-per-node", "5"],
         "world size 5 is larger than the 4 tables allow",

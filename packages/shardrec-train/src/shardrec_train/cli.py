@@ -125,7 +125,9 @@ def run_train(ns: argparse.Namespace, train_argv: Sequence[str], environ: Mappin
         _error(line)
     if problems:
         return USAGE_ERROR
-    return launch(torchrun_command(ns, train_argv, opts.out), ns.nproc_per_node)
+    return launch(
+        torchrun_command(ns, train_argv, opts.out), ns.nproc_per_node, threads=opts.threads
+    )
 
 
 def run_preprocess(ns: argparse.Namespace) -> int:

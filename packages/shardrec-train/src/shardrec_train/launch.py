@@ -53,12 +53,34 @@ def torchrun_command(
     return cmd
 
 
-def launch(cmd: Sequence[str], nproc_per_node: int) -> int:
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity; `os.cpu_count()` where the
+    platform has no affinity)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    if affinity is not None:
+        return max(1, len(affinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def intra_op_threads(
+    environ: Mapping[str, str], nproc_per_node: int, threads: int | None, cores: int
+) -> str:
+    """`OMP_NUM_THREADS` for the ranks: `--threads` if given, else the user's
+    `OMP_NUM_THREADS`, else the cores shared out between the local ranks (at least 1).
+
+    Measured on 2 cores with 2 ranks (docs/bench/train.md): 2 threads per rank made each step
+    about 2x slower than 1, for TorchRec as for us; threads beyond a rank's share of the cores
+    only wait for one another."""
+    if threads is not None:
+        return str(threads)
+    return environ.get("OMP_NUM_THREADS") or str(max(1, cores // nproc_per_node))
+
+
+def launch(cmd: Sequence[str], nproc_per_node: int, threads: int | None = None) -> int:
     """Run torchrun and return its exit status (torchrun forwards Ctrl-C to the ranks)."""
     env = dict(os.environ)
     # torchrun would set 1 and warn; share the cores between the local ranks instead.
-    cores = os.cpu_count() or 1
-    env.setdefault("OMP_NUM_THREADS", str(max(1, cores // nproc_per_node)))
+    env["OMP_NUM_THREADS"] = intra_op_threads(env, nproc_per_node, threads, usable_cores())
     if "--standalone" not in cmd:
         # Several nodes: the ranks' store is then hosted by rank 0 for each attempt, not shared
         # by torchrun's agents across attempts. With the shared store, a node that rejoins

@@ -342,6 +342,13 @@ class TrainOptions:
     )
     # launch
     nproc_per_node: int = option("ranks on this machine", group=LAUNCH, default=2, at_least=1)
+    threads: int | None = option(
+        "intra-op threads per rank (torch.set_num_threads); default: OMP_NUM_THREADS when set, "
+        "else the cores this process may use divided by --nproc-per-node, at least 1",
+        group=LAUNCH,
+        default=None,
+        at_least=1,
+    )
     backend: str = option(
         "auto: nccl when CUDA GPUs are visible, else gloo",
         group=LAUNCH,

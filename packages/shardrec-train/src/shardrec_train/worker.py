@@ -96,6 +96,9 @@ def train_worker(opts: TrainOptions, environ: Mapping[str, str]) -> int:
     warnings.filterwarnings(
         "ignore", message=r".*is deprecated. Please use", category=FutureWarning
     )
+    if opts.threads is not None:
+        # `--threads` wins over OMP_NUM_THREADS also when torchrun was called directly.
+        torch.set_num_threads(opts.threads)
     device, store = init_distributed(opts, environ)
     watchdog = Watchdog(
         store,
