@@ -201,7 +201,7 @@ def test_preprocess_criteo_then_validate(
     import shardrec_train.cli as cli
 
     launched: list[object] = []
-    monkeypatch.setattr(cli, "launch", lambda cmd, n: launched.append(cmd) or 0)
+    monkeypatch.setattr(cli, "launch", lambda cmd, n, threads=None: launched.append(cmd) or 0)
     monkeypatch.delenv("LOCAL_RANK", raising=False)
     monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
     args = ["train", "--dataset", "criteo-npy", "--data-dir", str(out), "--batch-size", "8"]
