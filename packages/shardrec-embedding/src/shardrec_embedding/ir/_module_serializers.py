@@ -1,0 +1,166 @@
+"""Serializers of the modules around the collections: position-weighted feature processors,
+FeatureProcessedEmbeddingBagCollection and KTRegroupAsDict (part of
+`shardrec_embedding.ir.serializer`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar, cast
+
+import torch
+from torch import nn
+
+from shardrec_embedding.configs import (
+    DataType,
+)
+from shardrec_embedding.embedding_bag_collection import EmbeddingBagCollection
+from shardrec_embedding.feature_processors import (
+    FeatureProcessedEmbeddingBagCollection,
+    FeatureProcessor,
+    FeatureProcessorsCollection,
+    PositionWeightedModule,
+    PositionWeightedModuleCollection,
+)
+from shardrec_embedding.ir._json import JsonSerializer, _as_dict, _copy_tensors, _swap
+from shardrec_embedding.ir._meta_forward import kt_regroup_meta_forward
+from shardrec_embedding.ir.schema import (
+    FPEBCMetadata,
+    KTRegroupAsDictMetadata,
+    PositionWeightedModuleCollectionMetadata,
+    PositionWeightedModuleMetadata,
+)
+from shardrec_embedding.ir.utils import qualname
+from shardrec_embedding.regroup import KTRegroupAsDict
+
+
+class PWMJsonSerializer(JsonSerializer):
+    _module_cls = PositionWeightedModule
+
+    @classmethod
+    def serialize_to_dict(cls, module: nn.Module) -> dict[str, Any]:
+        pwm = cast(PositionWeightedModule, module)
+        return _as_dict(
+            PositionWeightedModuleMetadata(max_feature_length=int(pwm.position_weight.shape[0]))
+        )
+
+    @classmethod
+    def deserialize_from_dict(
+        cls,
+        metadata_dict: dict[str, Any],
+        device: torch.device | None = None,
+        unflatten_ep: nn.Module | None = None,
+    ) -> nn.Module:
+        metadata = PositionWeightedModuleMetadata(**metadata_dict)
+        pwm = PositionWeightedModule(metadata.max_feature_length, device)
+        _copy_tensors(unflatten_ep, pwm)
+        return pwm
+
+
+class PWMCJsonSerializer(JsonSerializer):
+    _module_cls = PositionWeightedModuleCollection
+
+    @classmethod
+    def serialize_to_dict(cls, module: nn.Module) -> dict[str, Any]:
+        pwmc = cast(PositionWeightedModuleCollection, module)
+        # a list of pairs keeps the features' order through JSON
+        return _as_dict(
+            PositionWeightedModuleCollectionMetadata(
+                max_feature_lengths=list(pwmc.max_feature_lengths.items())
+            )
+        )
+
+    @classmethod
+    def deserialize_from_dict(
+        cls,
+        metadata_dict: dict[str, Any],
+        device: torch.device | None = None,
+        unflatten_ep: nn.Module | None = None,
+    ) -> nn.Module:
+        metadata = PositionWeightedModuleCollectionMetadata(**metadata_dict)
+        pwmc = PositionWeightedModuleCollection(
+            {feature: int(n) for feature, n in metadata.max_feature_lengths}, device
+        )
+        _copy_tensors(unflatten_ep, pwmc)
+        return pwmc
+
+
+class FPEBCJsonSerializer(JsonSerializer):
+    """The feature processors and the inner collection are serialized on their own
+    (children); this records only which form the processors took."""
+
+    _module_cls = FeatureProcessedEmbeddingBagCollection
+    _children: ClassVar[list[str] | None] = ["_feature_processors", "_embedding_bag_collection"]
+
+    @classmethod
+    def serialize_to_dict(cls, module: nn.Module) -> dict[str, Any]:
+        processors = module._feature_processors
+        if isinstance(processors, FeatureProcessorsCollection):
+            return _as_dict(FPEBCMetadata(is_fp_collection=True, features=[]))
+        names = list(cast(nn.ModuleDict, processors).keys())
+        return _as_dict(FPEBCMetadata(is_fp_collection=False, features=names))
+
+    @classmethod
+    def deserialize_from_dict(
+        cls,
+        metadata_dict: dict[str, Any],
+        device: torch.device | None = None,
+        unflatten_ep: nn.Module | None = None,
+    ) -> nn.Module:
+        if unflatten_ep is None:
+            raise ValueError("FPEBCJsonSerializer needs the unflattened module to rebuild from")
+        metadata = FPEBCMetadata(**metadata_dict)
+        processors_module = unflatten_ep._feature_processors
+        ebc = unflatten_ep._embedding_bag_collection
+        if not isinstance(ebc, EmbeddingBagCollection):
+            raise ValueError(f"expected a rebuilt EmbeddingBagCollection, got {type(ebc)}")
+        processors: FeatureProcessorsCollection | dict[str, FeatureProcessor]
+        if metadata.is_fp_collection:
+            if not isinstance(processors_module, FeatureProcessorsCollection):
+                raise ValueError(
+                    f"expected a rebuilt FeatureProcessorsCollection, got "
+                    f"{qualname(cast(nn.Module, processors_module))}"
+                )
+            processors = processors_module
+        else:
+            processors = {}
+            for feature in metadata.features:
+                fp = getattr(processors_module, feature)
+                if not isinstance(fp, FeatureProcessor):
+                    raise ValueError(f"expected a rebuilt FeatureProcessor for {feature!r}")
+                processors[feature] = fp
+        return FeatureProcessedEmbeddingBagCollection(ebc, processors)
+
+
+class KTRegroupAsDictJsonSerializer(JsonSerializer):
+    _module_cls = KTRegroupAsDict
+
+    @classmethod
+    def swap_meta_forward(cls, module: nn.Module) -> None:
+        _swap(module, kt_regroup_meta_forward)
+
+    @classmethod
+    def serialize_to_dict(cls, module: nn.Module) -> dict[str, Any]:
+        regroup = cast(KTRegroupAsDict, module)
+        emb_dtype = regroup._emb_dtype
+        return _as_dict(
+            KTRegroupAsDictMetadata(
+                groups=[list(g) for g in regroup._groups],
+                keys=list(regroup._keys),
+                emb_dtype=None if emb_dtype is None else DataType(emb_dtype).value,
+            )
+        )
+
+    @classmethod
+    def deserialize_from_dict(
+        cls,
+        metadata_dict: dict[str, Any],
+        device: torch.device | None = None,
+        unflatten_ep: nn.Module | None = None,
+    ) -> nn.Module:
+        metadata = KTRegroupAsDictMetadata(**metadata_dict)
+        groups: Sequence[Sequence[str]] = metadata.groups
+        return KTRegroupAsDict(
+            groups=groups,
+            keys=metadata.keys,
+            emb_dtype=None if metadata.emb_dtype is None else DataType(metadata.emb_dtype),
+        )
