@@ -28,6 +28,8 @@ from typing import TypeAlias
 
 import torch
 
+from shardrec_jagged._validation import check_key_bounds
+
 __all__ = [
     "ScriptJaggedTensor",
     "ScriptKeyedJaggedTensor",
@@ -100,27 +102,6 @@ def _check_agree(lengths: torch.Tensor, offsets: torch.Tensor) -> None:
         raise ValueError(
             f"lengths and offsets disagree at bag {i}: lengths[{i}] = {int(lengths[i])} but "
             f"offsets[{i + 1}] - offsets[{i}] = {int(diff[i])}"
-        )
-
-
-def _check_key_bounds(bounds: list[int], keys: list[str], n_values: int) -> None:
-    """The offsets at each key's first bag, then the last offset: they start at 0, do not
-    decrease between keys and end within values (named as offsets problems)."""
-    if bounds[0] != 0:
-        raise ValueError(
-            f"offsets[0] = {bounds[0]}; offsets must start at 0 (offsets[i] is where bag i "
-            "starts in values)"
-        )
-    for i in range(len(keys)):
-        if bounds[i + 1] < bounds[i]:
-            raise ValueError(
-                f"offsets decrease within key '{keys[i]}' (from {bounds[i]} at its first bag "
-                f"to {bounds[i + 1]} at its end); offsets must be non-decreasing"
-            )
-    if bounds[-1] > n_values:
-        raise ValueError(
-            f"offsets[-1] = {bounds[-1]} but values has only {n_values} entries; the bags need "
-            f"values.size(0) >= {bounds[-1]}"
         )
 
 
@@ -368,7 +349,7 @@ class ScriptKeyedJaggedTensor:
                     _cumsum(self.stride_per_key()), dtype=torch.long, device=self._values.device
                 )
                 picked: list[int] = self.offsets()[bounds].long().tolist()
-                _check_key_bounds(picked, self._keys, n_values)
+                check_key_bounds(picked, self._keys, n_values)
                 computed: list[int] = []
                 for i in range(len(self._keys)):
                     computed.append(picked[i + 1] - picked[i])
