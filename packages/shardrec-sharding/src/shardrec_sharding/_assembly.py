@@ -200,7 +200,7 @@ class ShardedCollectionBase(nn.Module, Generic[S, M]):
             [
                 (self._prefix, m.fused_optimizer)
                 for s in strategies
-                for m in s.lookup.fused_modules()
+                for m in [*s.lookup.fused_modules(), *s.lookup.tiered_modules()]
             ],
             self._state,
         )
