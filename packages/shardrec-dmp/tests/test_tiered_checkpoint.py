@@ -6,19 +6,42 @@ drift every step, so rows are evicted every step) and an in-memory one ("small")
 tiered and loaded in memory, saved in memory and loaded tiered, saved tiered and resumed
 tiered: training continues bit for bit as the uninterrupted in-memory run (one rank), and as
 close as the summation order allows across world sizes (2 -> 1, 1 -> 2 gloo ranks).
+
+Crash safety and faults:
+- A real process, SIGKILLed inside a save or between training steps, leaves its last
+  checkpoint complete: it verifies, and loaded (into in-memory tables, or tiered over the
+  interrupted run's own store directory) training continues exactly as an uninterrupted run.
+- The store of the interrupted run is refused as a checkpoint, naming it; a checkpoint path
+  overlapping a store directory is refused; a restart whose table layout differs from the
+  store's is refused naming the field.
+- A full disk during write-back (pwritev failing with ENOSPC): a clear error naming the table,
+  the bytes and the store file, in training and at save; the last checkpoint stays intact.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
+import signal
+import socket
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
 from torch import Tensor, nn
 
 from shardrec_collectives import ShardingEnv
-from shardrec_dmp import DistributedModelParallel, full_state_dict, load, save, verify
+from shardrec_dmp import (
+    CheckpointError,
+    DistributedModelParallel,
+    full_state_dict,
+    load,
+    save,
+    verify,
+)
 from shardrec_embedding import EmbeddingBagCollection, EmbeddingBagConfig
 from shardrec_jagged import KeyedJaggedTensor
 from shardrec_optim import EmbOptimType, FusedOptimSpec
@@ -32,6 +55,8 @@ from shardrec_planner import (
 )
 from shardrec_sharding import EmbeddingBagCollectionSharder
 from shardrec_testing import RankContext, assert_close, random_lengths, seeded_generator
+from shardrec_tiered import StoreIOError, StoreLayoutError
+from shardrec_tiered import store as tier_store
 
 FEATURES = ["f", "g"]
 ROWS = {"big": 48, "small": 20}
@@ -40,18 +65,20 @@ STEPS = 6
 RANKS = 2  # the global batch of a step is the two ranks' batches
 
 
-def configs() -> list[EmbeddingBagConfig]:
+def configs(big_dim: int = DIM) -> list[EmbeddingBagConfig]:
     return [
-        EmbeddingBagConfig(name=n, num_embeddings=r, embedding_dim=DIM, feature_names=[f])
+        EmbeddingBagConfig(
+            name=n, num_embeddings=r, embedding_dim=big_dim if n == "big" else DIM, feature_names=[f]
+        )
         for (n, r), f in zip(ROWS.items(), FEATURES, strict=True)
     ]
 
 
 class Model(nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, big_dim: int = DIM) -> None:
         super().__init__()
         torch.manual_seed(7)  # the same initial tables for every kind and world size
-        self.sparse = EmbeddingBagCollection(configs())
+        self.sparse = EmbeddingBagCollection(configs(big_dim))
 
     def forward(self, kjt: KeyedJaggedTensor) -> Tensor:
         out = self.sparse(kjt).values()  # the same coefficients for every sample, any world
@@ -84,9 +111,11 @@ def batch(ctx: RankContext, step: int) -> KeyedJaggedTensor:
     return KeyedJaggedTensor(FEATURES, torch.cat(values), lengths=torch.cat(lengths))
 
 
-def wrap(ctx: RankContext, kind: str, store: str, optimizer: EmbOptimType) -> DistributedModelParallel:
+def wrap(
+    ctx: RankContext, kind: str, store: str, optimizer: EmbOptimType, big_dim: int = DIM
+) -> DistributedModelParallel:
     """kind: "tiered" (big on key_value) or "memory"; big on the last rank, small row_wise."""
-    model = Model()
+    model = Model(big_dim)
     kernel = "key_value" if kind == "tiered" else None
     last = ctx.world_size - 1
     module_plan = construct_module_sharding_plan(
@@ -193,3 +222,126 @@ def test_tiered_checkpoints_reshard_across_world_sizes(
         assert per_rank.keys() == want.keys()
         for key in want:
             assert_close(per_rank[key], want[key], msg=key)
+
+
+# -- crash safety and faults -------------------------------------------------------------
+
+HERE = os.path.dirname(__file__)
+ADAGRAD = EmbOptimType.EXACT_ROWWISE_ADAGRAD
+
+
+def free_port() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
+def run_until_killed(root: str, where: str) -> None:
+    """Start the child, wait for its marker (at most 5 min), SIGKILL it."""
+    child = subprocess.Popen(
+        [sys.executable, os.path.join(HERE, "_tiered_crash_child.py"), root, where, free_port()],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    marker = os.path.join(root, "marker")
+    try:
+        for _ in range(3000):
+            if os.path.exists(marker) or child.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert child.poll() is None, child.stderr.read().decode()[-3000:] if child.stderr else ""
+        assert os.path.exists(marker), "the child never reached the kill point"
+        child.send_signal(signal.SIGKILL)
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+    assert child.returncode == -signal.SIGKILL
+
+
+def resume(ctx: RankContext, root: str, kind: str, store: str) -> dict[str, torch.Tensor]:
+    dmp = wrap(ctx, kind, store, ADAGRAD)
+    load(os.path.join(root, "ckpt"), dmp, {"fused": dmp.fused_optimizer})
+    train(ctx, dmp, STEPS // 2, STEPS)
+    return tables(dmp)
+
+
+def refusals(ctx: RankContext, root: str) -> list[str]:
+    """What loading the store, saving into it and a restart of another layout say."""
+    out = []
+    dmp = wrap(ctx, "tiered", os.path.join(root, "store"), ADAGRAD)
+    for path in (os.path.join(root, "store"), os.path.join(root, "store", "rank-0")):
+        with pytest.raises(CheckpointError) as err:
+            load(path, dmp, {"fused": dmp.fused_optimizer})
+        out.append(str(err.value))
+    with pytest.raises(ValueError, match="overlap") as overlap:
+        save(os.path.join(root, "store", "rank-0", "ckpt"), dmp)
+    out.append(str(overlap.value))
+    with pytest.raises(StoreLayoutError) as layout:
+        wrap(ctx, "tiered", os.path.join(root, "store"), ADAGRAD, big_dim=8)
+    out.append(str(layout.value))
+    return out
+
+
+@pytest.mark.parametrize("where", ["save", "train"])
+def test_sigkill_leaves_the_last_checkpoint_loadable(pool_factory, tmp_path, where):  # type: ignore[no-untyped-def]
+    root = str(tmp_path)
+    run_until_killed(root, where)
+    ckpt = os.path.join(root, "ckpt")
+    assert verify(ckpt) > 0  # complete: every file against its checksum
+    assert sorted(os.listdir(os.path.join(root, "store", "rank-0"))) == ["big.tier"]
+    pool = pool_factory(1)
+    (want,) = pool.run(straight, root)
+    # in memory, and tiered over the interrupted run's store (re-initialized, then loaded)
+    for kind, store in [("memory", "unused"), ("tiered", "store")]:
+        (got,) = pool.run(resume, root, kind, os.path.join(root, store))
+        for key in want:
+            assert torch.equal(got[key], want[key]), (where, kind, key)
+    store_dir, rank_dir, overlap, layout = pool.run(refusals, root)[0]
+    for message, path in [(store_dir, "store"), (rank_dir, "store/rank-0")]:
+        assert f"'{os.path.join(root, path)}' is not a checkpoint" in message
+        assert "tiered backing store" in message and "big.tier" in message
+    assert "store" in overlap and "rank-0" in overlap
+    assert "table 'big'" in layout and "dim: this table has 8, the store has 4" in layout
+
+
+def disk_full(ctx: RankContext, root: str) -> list[str]:
+    """Train, save; then every pwritev fails with ENOSPC: a step that evicts dirty rows and a
+    save both raise naming the table, bytes and file; the first checkpoint stays whole."""
+    dmp = wrap(ctx, "tiered", os.path.join(root, "store"), ADAGRAD)
+    ckpt = os.path.join(root, "ckpt")
+    train(ctx, dmp, 0, STEPS // 2)
+    save(ckpt, dmp, {"fused": dmp.fused_optimizer})
+    real = os.pwritev
+
+    def full(fd: int, buffers: list[object], offset: int) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    messages = []
+    tier_store.os.pwritev = full  # type: ignore[assignment]  # a disk with no space left
+    try:
+        with pytest.raises(StoreIOError) as in_training:
+            train(ctx, dmp, STEPS // 2, 10 * STEPS)  # until a dirty row is evicted
+        messages.append(str(in_training.value))
+        assert in_training.value.errno == errno.ENOSPC
+        with pytest.raises(StoreIOError) as in_save:
+            save(ckpt, dmp, {"fused": dmp.fused_optimizer})
+        messages.append(str(in_save.value))
+    finally:
+        tier_store.os.pwritev = real
+    assert not os.path.exists(ckpt + ".partial")  # nothing of the failed save was begun
+    return messages
+
+
+def test_disk_full_during_write_back(pool_factory, tmp_path):  # type: ignore[no-untyped-def]
+    root = str(tmp_path)
+    pool = pool_factory(1)
+    for message in pool.run(disk_full, root)[0]:
+        assert message.startswith("[Errno 28] table 'big': cannot write back "), message
+        assert " bytes at byte " in message and "big.tier" in message
+        assert "the disk holding the store is full" in message
+    assert verify(os.path.join(root, "ckpt")) > 0
+    (want,) = pool.run(straight, root)
+    (got,) = pool.run(resume, root, "memory", os.path.join(root, "unused"))
+    for key in want:
+        assert torch.equal(got[key], want[key]), key

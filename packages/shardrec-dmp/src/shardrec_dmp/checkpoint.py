@@ -36,6 +36,7 @@ from shardrec_dmp.checkpoint_tiered import (
     TieredLoadPlanner,
     TieredSavePlanner,
     check_checkpoint_path,
+    flush_tiered,
     refuse_store_dir,
 )
 from shardrec_dmp.checkpoint_files import (
@@ -149,6 +150,7 @@ def save(
     final = os.fspath(path)
     partial = final + ".partial"
     check_checkpoint_path(final, model)
+    flush_tiered(model)  # a full disk fails here, every rank, before anything is written
     if env.rank == 0 and os.path.exists(partial):
         shutil.rmtree(partial)  # left by an earlier crashed save
     barrier(env)

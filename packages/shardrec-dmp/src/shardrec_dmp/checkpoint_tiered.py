@@ -33,6 +33,7 @@ from torch.distributed.checkpoint._sharded_tensor_utils import _flatten_sharded_
 from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
 from torch.distributed.checkpoint.planner import ReadItem, WriteItem
 
+from shardrec_collectives import agree_on_error
 from shardrec_dmp.checkpoint_files import MANIFEST, CheckpointError
 from shardrec_dmp.checkpoint_io import SafePlanner
 from shardrec_dmp.model_parallel import DistributedModelParallel
@@ -44,6 +45,7 @@ __all__ = [
     "TieredLoadPlanner",
     "TieredSavePlanner",
     "check_checkpoint_path",
+    "flush_tiered",
     "refuse_store_dir",
     "tiered_modules",
 ]
@@ -116,6 +118,19 @@ def tiered_modules(model: DistributedModelParallel) -> Iterator[TieredFusedEmbed
             found = getattr(strategy.lookup, "tiered_modules", None)
             if callable(found):
                 yield from found()
+
+
+def flush_tiered(model: DistributedModelParallel) -> None:
+    """Write every tiered table's dirty cached rows back to its store, before a save touches
+    anything: a failed write-back (a full disk) raises here, on every rank (the failing one
+    its own `StoreIOError` naming the table, bytes and path), and no checkpoint is begun."""
+    error: BaseException | None = None
+    try:
+        for module in tiered_modules(model):
+            module.flush()
+    except OSError as err:
+        error = err
+    agree_on_error(model.env, error)
 
 
 def _store_dirs(model: DistributedModelParallel) -> list[str]:

@@ -26,13 +26,36 @@ from shardrec_tiered.layout import (
     encode_header,
 )
 
-__all__ = ["FlatFileStore", "StoreSpaceError", "store_file"]
+__all__ = ["FlatFileStore", "StoreIOError", "StoreSpaceError", "store_file"]
 
 _MIN_RUNS_PER_THREAD = 64
 
 
 class StoreSpaceError(OSError):
     """A store directory that cannot hold the table: not writable, or too little free space."""
+
+
+class StoreIOError(OSError):
+    """A read or write-back of a table's store failed (the disk is full, or failing): names
+    the table, the store file, the rows and bytes, and keeps the OS error's errno."""
+
+    def __init__(
+        self, table: str, path: str, rows: int, nbytes: int, offset: int, cause: OSError, *, write: bool
+    ) -> None:
+        what = "write back" if write else "read"
+        hint = ""
+        if cause.errno in (errno.ENOSPC, errno.EDQUOT):
+            hint = (
+                "; the disk holding the store is full: free space there or move the store "
+                "(KeyValueParams.ssd_storage_directory). The rows stay in the cache, unsaved; "
+                "checkpoints already written are untouched: resume from the last one"
+            )
+        super().__init__(
+            cause.errno,
+            f"table {table!r}: cannot {what} {rows} rows ({nbytes} bytes at byte {offset}) of "
+            f"its store {path}: {cause.strerror or cause}{hint}",
+        )
+        self.table, self.path, self.nbytes = table, path, nbytes
 
 
 def store_file(directory: str, table: str) -> str:
@@ -148,10 +171,7 @@ class FlatFileStore:
                 try:
                     done = (os.pwritev if write else os.preadv)(fd, [view], offset)
                 except OSError as e:
-                    what = "write back" if write else "read"
-                    raise OSError(
-                        e.errno, f"table {table!r}: cannot {what} {n} rows of {self.path}: {e}"
-                    ) from e
+                    raise StoreIOError(table, self.path, n, len(view), offset, e, write=write) from e
                 if done != len(view):
                     raise OSError(
                         errno.EIO,
