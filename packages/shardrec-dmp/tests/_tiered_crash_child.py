@@ -15,11 +15,11 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-import test_tiered_checkpoint as case  # noqa: E402  # after the path is set
+import test_tiered_checkpoint as case  # after the path is set
 
-from shardrec_dmp import checkpoint_tiered, save  # noqa: E402
-from shardrec_optim import EmbOptimType  # noqa: E402
-from shardrec_testing import RankContext  # noqa: E402
+from shardrec_dmp import checkpoint_tiered, save
+from shardrec_optim import EmbOptimType
+from shardrec_testing import RankContext
 
 
 def main(root: str, where: str, port: str) -> None:

@@ -68,7 +68,10 @@ RANKS = 2  # the global batch of a step is the two ranks' batches
 def configs(big_dim: int = DIM) -> list[EmbeddingBagConfig]:
     return [
         EmbeddingBagConfig(
-            name=n, num_embeddings=r, embedding_dim=big_dim if n == "big" else DIM, feature_names=[f]
+            name=n,
+            num_embeddings=r,
+            embedding_dim=big_dim if n == "big" else DIM,
+            feature_names=[f],
         )
         for (n, r), f in zip(ROWS.items(), FEATURES, strict=True)
     ]

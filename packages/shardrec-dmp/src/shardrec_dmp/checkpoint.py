@@ -32,13 +32,6 @@ from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 from shardrec_collectives import ShardingEnv, all_gather_object, barrier
 from shardrec_dmp.checkpoint_dynamic import apply_moves, plan_moves, strip_moved
-from shardrec_dmp.checkpoint_tiered import (
-    TieredLoadPlanner,
-    TieredSavePlanner,
-    check_checkpoint_path,
-    flush_tiered,
-    refuse_store_dir,
-)
 from shardrec_dmp.checkpoint_files import (
     MANIFEST,
     CheckpointError,
@@ -51,9 +44,15 @@ from shardrec_dmp.checkpoint_files import (
 from shardrec_dmp.checkpoint_io import (
     DCP_METADATA,
     ChecksumWriter,
-    SafePlanner,
     SafeReader,
     read_dcp_metadata,
+)
+from shardrec_dmp.checkpoint_tiered import (
+    TieredLoadPlanner,
+    TieredSavePlanner,
+    check_checkpoint_path,
+    flush_tiered,
+    refuse_store_dir,
 )
 from shardrec_dmp.model_parallel import DistributedModelParallel
 from shardrec_tiered.checkpoint import streaming_state_dict
@@ -314,9 +313,7 @@ def load(
     assert isinstance(pruned, dict)
     reader = SafeReader(checkpoint, metadata, None if files is None else set(files))
     try:
-        dcp_load(
-            pruned, storage_reader=reader, planner=TieredLoadPlanner(), process_group=env.pg
-        )
+        dcp_load(pruned, storage_reader=reader, planner=TieredLoadPlanner(), process_group=env.pg)
     except CheckpointException as err:
         # DCP gathers every rank's failure; a damaged or crafted file is reported as itself.
         for failure, _ in err.failures.values():

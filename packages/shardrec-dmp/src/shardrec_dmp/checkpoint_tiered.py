@@ -103,7 +103,13 @@ class TieredLoadPlanner(SafePlanner):
 
 def _slices_in(tree: object) -> Iterator[tuple[Any, Any, StoreSlice]]:
     """(container, key, slice) of every StoreSlice in nested dicts and lists."""
-    items = tree.items() if isinstance(tree, dict) else enumerate(tree) if isinstance(tree, list) else ()
+    items = (
+        tree.items()
+        if isinstance(tree, dict)
+        else enumerate(tree)
+        if isinstance(tree, list)
+        else ()
+    )
     for key, value in items:
         if isinstance(value, StoreSlice):
             yield tree, key, value

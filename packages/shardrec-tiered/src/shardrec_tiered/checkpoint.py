@@ -165,7 +165,9 @@ class StoreSlice:
 
     def read(self) -> Tensor:
         """The local tensor, read whole from the store."""
-        blocks = [self.owner.read_columns(self.table, 0, self.rows, p.col, p.width) for p in self.pieces]
+        blocks = [
+            self.owner.read_columns(self.table, 0, self.rows, p.col, p.width) for p in self.pieces
+        ]
         out = blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=1)
         return out.reshape(self.shape)
 
@@ -189,11 +191,13 @@ class StoreSlice:
     def _chunk_rows(self) -> int:
         from shardrec_tiered import checkpoint
 
-        return max(1, checkpoint.CHUNK_BYTES // self.owner.caches[self.table].store.layout.row_bytes)
+        return max(
+            1, checkpoint.CHUNK_BYTES // self.owner.caches[self.table].store.layout.row_bytes
+        )
 
     def chunks(self) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
         """`(global offsets, sizes)` of each chunk DCP saves."""
-        out = []
+        out: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
         step = self._chunk_rows()
         for p in self.pieces:
             for lo in range(0, self.rows, step):
@@ -241,7 +245,7 @@ class StoreSlice:
             row = offsets[0] - p.offsets[0]
             col = 0 if self.vector else offsets[1] - p.offsets[1]
             width = 1 if self.vector else sizes[1]
-            if 0 <= row and row + sizes[0] <= self.rows and 0 <= col and col + width <= p.width:
+            if row >= 0 and row + sizes[0] <= self.rows and col >= 0 and col + width <= p.width:
                 return p, row, col
         raise ValueError(f"{self!r} holds no box at offsets {list(offsets)} sizes {list(sizes)}")
 
@@ -270,9 +274,7 @@ class TieredFusedOptimizer(FusedEmbeddingOptimizer):
 
     def __init__(self, owner: TieredFusedEmbeddingBag, spec: FusedOptimSpec) -> None:
         # A stand-in parameter per table (the rows are in the store): the state's key.
-        self._stand_ins = {
-            t.name: torch.empty(0, t.dim) for t in owner.table_specs
-        }
+        self._stand_ins = {t.name: torch.empty(0, t.dim) for t in owner.table_specs}
         self._owner = owner
         super().__init__(spec, self._stand_ins, self._slices, self._step_tensor)
 
@@ -319,9 +321,7 @@ class TieredFusedOptimizer(FusedEmbeddingOptimizer):
             entry = new[key]
             if not isinstance(entry, Mapping) or set(map(str, entry)) != names:
                 got = sorted(map(str, entry)) if isinstance(entry, Mapping) else type(entry)
-                raise ValueError(
-                    f"state of {key!r} has keys {got}, expected {sorted(names)}"
-                )
+                raise ValueError(f"state of {key!r} has keys {got}, expected {sorted(names)}")
         for i, t in enumerate(self._owner.table_specs):
             entry = new.get(f"{t.name}.weight", {})
             assert isinstance(entry, Mapping)
@@ -338,7 +338,7 @@ class TieredFusedOptimizer(FusedEmbeddingOptimizer):
                 target.write(value)
             if RULES[self.spec.optimizer].uses_step:
                 step = entry[f"{t.name}.step"]
-                steps.append(int(step.reshape(-1)[0]) if isinstance(step, Tensor) else int(step))  # type: ignore[call-overload]  # a number or a (1,) tensor
+                steps.append(int(step.reshape(-1)[0]) if isinstance(step, Tensor) else int(step))
         if steps:
             self._owner.step = max(steps)
         if self.defaults.get("_save_param_groups", False):

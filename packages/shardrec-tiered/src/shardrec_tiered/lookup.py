@@ -189,7 +189,9 @@ class TieredFusedEmbeddingBag(nn.Module):
         blocked on a background prefetch that had not finished."""
         self._row_bounds = torch.tensor([*self.row_offsets, self.num_rows], dtype=torch.int64)
 
-    def _save_to_state_dict(self, destination: dict[str, Any], prefix: str, keep_vars: bool) -> None:
+    def _save_to_state_dict(
+        self, destination: dict[str, Any], prefix: str, keep_vars: bool
+    ) -> None:
         """Nothing of its own: the cache is not state; the tables' rows are (`tables.<t>.weight`,
         the in-memory table's keys), saved by each `TieredTable`."""
 

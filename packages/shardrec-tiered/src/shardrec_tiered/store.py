@@ -40,7 +40,15 @@ class StoreIOError(OSError):
     the table, the store file, the rows and bytes, and keeps the OS error's errno."""
 
     def __init__(
-        self, table: str, path: str, rows: int, nbytes: int, offset: int, cause: OSError, *, write: bool
+        self,
+        table: str,
+        path: str,
+        rows: int,
+        nbytes: int,
+        offset: int,
+        cause: OSError,
+        *,
+        write: bool,
     ) -> None:
         what = "write back" if write else "read"
         hint = ""
@@ -171,7 +179,9 @@ class FlatFileStore:
                 try:
                     done = (os.pwritev if write else os.preadv)(fd, [view], offset)
                 except OSError as e:
-                    raise StoreIOError(table, self.path, n, len(view), offset, e, write=write) from e
+                    raise StoreIOError(
+                        table, self.path, n, len(view), offset, e, write=write
+                    ) from e
                 if done != len(view):
                     raise OSError(
                         errno.EIO,
