@@ -20,6 +20,7 @@ Crash safety and faults:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import os
@@ -28,6 +29,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -47,8 +49,10 @@ from shardrec_jagged import KeyedJaggedTensor
 from shardrec_optim import EmbOptimType, FusedOptimSpec
 from shardrec_planner import (
     CacheParams,
+    EmbeddingComputeKernel,
     KeyValueParams,
     ShardingPlan,
+    column_wise,
     construct_module_sharding_plan,
     row_wise,
     table_wise,
@@ -114,16 +118,44 @@ def batch(ctx: RankContext, step: int) -> KeyedJaggedTensor:
     return KeyedJaggedTensor(FEATURES, torch.cat(values), lengths=torch.cat(lengths))
 
 
+def big_generator(big: str, kernel: str | None, world: int) -> object:
+    if big == "row_wise":
+        return row_wise(compute_kernel=kernel)
+    if big == "column_wise":  # two column blocks; both on rank 0 of one rank
+        return column_wise(ranks=[0, world - 1], compute_kernel=kernel)
+    return table_wise(rank=world - 1, compute_kernel=kernel)
+
+
+@contextlib.contextmanager
+def tier_any_sharding() -> Iterator[None]:
+    """Run key_value tables tiered under every sharding type while a model is built, where
+    this shardrec runs only table_wise ones tiered (the tiered state_dict is placed per local
+    shard, generic over the sharding type: these tests hold it to that)."""
+    import shardrec_sharding.tiering as tiering
+
+    original = tiering.runs_tiered
+    tiering.runs_tiered = lambda ps: ps.compute_kernel is EmbeddingComputeKernel.KEY_VALUE
+    try:
+        yield
+    finally:
+        tiering.runs_tiered = original
+
+
 def wrap(
-    ctx: RankContext, kind: str, store: str, optimizer: EmbOptimType, big_dim: int = DIM
+    ctx: RankContext,
+    kind: str,
+    store: str,
+    optimizer: EmbOptimType,
+    big_dim: int = DIM,
+    big: str = "table_wise",
 ) -> DistributedModelParallel:
-    """kind: "tiered" (big on key_value) or "memory"; big on the last rank, small row_wise."""
+    """kind: "tiered" (big on key_value) or "memory"; big placed `big` (table_wise: on the
+    last rank), small row_wise."""
     model = Model(big_dim)
     kernel = "key_value" if kind == "tiered" else None
-    last = ctx.world_size - 1
     module_plan = construct_module_sharding_plan(
         model.sparse,
-        {"big": table_wise(rank=last, compute_kernel=kernel), "small": row_wise()},
+        {"big": big_generator(big, kernel, ctx.world_size), "small": row_wise()},
         world_size=ctx.world_size,
     )
     if kind == "tiered":
@@ -133,12 +165,14 @@ def wrap(
             cache_params=CacheParams(load_factor=0.25),
         )
     spec = FusedOptimSpec(optimizer=optimizer, learning_rate=0.05)
-    return DistributedModelParallel(
-        model,
-        env=ShardingEnv.from_process_group(ctx.pg),
-        plan=ShardingPlan(plan={"sparse": module_plan}),
-        sharders=[EmbeddingBagCollectionSharder(fused_params=spec.to_fused_params())],
-    )
+    forced = tier_any_sharding() if big != "table_wise" else contextlib.nullcontext()
+    with forced:
+        return DistributedModelParallel(
+            model,
+            env=ShardingEnv.from_process_group(ctx.pg),
+            plan=ShardingPlan(plan={"sparse": module_plan}),
+            sharders=[EmbeddingBagCollectionSharder(fused_params=spec.to_fused_params())],
+        )
 
 
 def train(ctx: RankContext, dmp: DistributedModelParallel, first: int, last: int) -> None:
@@ -188,22 +222,28 @@ def test_tiered_and_in_memory_checkpoints_interchange_bit_for_bit(
             assert torch.equal(got[key], reference[key]), (case, key)
 
 
-def save_half(ctx: RankContext, root: str, kind: str) -> bool:
-    dmp = wrap(ctx, kind, os.path.join(root, "store-save"), EmbOptimType.EXACT_ROWWISE_ADAGRAD)
+def save_half(ctx: RankContext, root: str, kind: str, big: str = "table_wise") -> bool:
+    store = os.path.join(root, "store-save")
+    dmp = wrap(ctx, kind, store, EmbOptimType.EXACT_ROWWISE_ADAGRAD, big=big)
     train(ctx, dmp, 0, STEPS // 2)
     save(os.path.join(root, "ckpt"), dmp, {"fused": dmp.fused_optimizer})
     return True
 
 
-def load_and_finish(ctx: RankContext, root: str, kind: str) -> dict[str, Tensor]:
-    dmp = wrap(ctx, kind, os.path.join(root, "store-load"), EmbOptimType.EXACT_ROWWISE_ADAGRAD)
+def load_and_finish(
+    ctx: RankContext, root: str, kind: str, big: str = "table_wise"
+) -> dict[str, Tensor]:
+    store = os.path.join(root, "store-load")
+    dmp = wrap(ctx, kind, store, EmbOptimType.EXACT_ROWWISE_ADAGRAD, big=big)
     load(os.path.join(root, "ckpt"), dmp, {"fused": dmp.fused_optimizer})
     train(ctx, dmp, STEPS // 2, STEPS)
     return tables(dmp)
 
 
-def straight(ctx: RankContext, root: str) -> dict[str, Tensor]:
-    dmp = wrap(ctx, "memory", os.path.join(root, "unused"), EmbOptimType.EXACT_ROWWISE_ADAGRAD)
+def straight(ctx: RankContext, root: str, big: str = "table_wise") -> dict[str, Tensor]:
+    """The uninterrupted in-memory run (big placed `big`)."""
+    store = os.path.join(root, "unused")
+    dmp = wrap(ctx, "memory", store, EmbOptimType.EXACT_ROWWISE_ADAGRAD, big=big)
     train(ctx, dmp, 0, STEPS)
     return tables(dmp)
 
@@ -225,6 +265,30 @@ def test_tiered_checkpoints_reshard_across_world_sizes(
         assert per_rank.keys() == want.keys()
         for key in want:
             assert_close(per_rank[key], want[key], msg=key)
+
+
+@pytest.mark.parametrize(
+    ("saved_world", "saved", "loaded_world", "loaded"),
+    [(2, ("tiered", "row_wise"), 1, ("memory", "table_wise")),
+     (1, ("memory", "table_wise"), 2, ("tiered", "row_wise")),
+     # a column-split table's row-wise state restores under the same plan (as in memory)
+     (2, ("tiered", "column_wise"), 2, ("memory", "column_wise")),
+     (2, ("memory", "column_wise"), 2, ("tiered", "column_wise"))],
+)  # fmt: skip
+def test_tiered_shards_of_any_sharding_type_checkpoint(
+    pool_factory, tmp_path, saved_world, saved, loaded_world, loaded
+):  # type: ignore[no-untyped-def]
+    """Tiered row_wise / column_wise shards (forced tiered here, see `tier_any_sharding`):
+    their state_dict is placed per local shard, so they save, load and reshard too."""
+    root = str(tmp_path)
+    assert all(pool_factory(saved_world).run(save_half, root, *saved))
+    got = pool_factory(loaded_world).run(load_and_finish, root, *loaded)
+    # the reference: in memory under the loaded plan (row-wise state of a column-split table
+    # is per column block, so a column_wise run is its own reference)
+    want = pool_factory(loaded_world).run(straight, root, loaded[1])
+    for mine, theirs in zip(got, want, strict=True):
+        for key in theirs:
+            assert_close(mine[key], theirs[key], msg=key)
 
 
 # -- crash safety and faults -------------------------------------------------------------
