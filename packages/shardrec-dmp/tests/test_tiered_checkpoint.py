@@ -412,3 +412,29 @@ def test_disk_full_during_write_back(pool_factory, tmp_path):  # type: ignore[no
     (got,) = pool.run(resume, root, "memory", os.path.join(root, "unused"))
     for key in want:
         assert torch.equal(got[key], want[key]), key
+
+
+def damaged(ctx: RankContext, root: str) -> tuple[str, bool]:
+    """A tiered checkpoint with a flipped byte: refused before anything reaches the store."""
+    dmp = wrap(ctx, "tiered", os.path.join(root, "store"), ADAGRAD)
+    ckpt = os.path.join(root, "ckpt")
+    train(ctx, dmp, 0, STEPS // 2)
+    save(ckpt, dmp, {"fused": dmp.fused_optimizer})
+    data = sorted(n for n in os.listdir(ckpt) if n.endswith(".distcp"))[0]
+    with open(os.path.join(ckpt, data), "r+b") as f:
+        f.seek(100)
+        byte = f.read(1)
+        f.seek(100)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    fresh = wrap(ctx, "tiered", os.path.join(root, "store-fresh"), ADAGRAD)
+    before = tables(fresh)
+    with pytest.raises(CheckpointError) as err:
+        load(ckpt, fresh, {"fused": fresh.fused_optimizer})
+    after = tables(fresh)
+    return str(err.value), all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_damaged_tiered_checkpoint_is_refused_before_the_store_is_touched(pool_factory, tmp_path):  # type: ignore[no-untyped-def]
+    message, untouched = pool_factory(1).run(damaged, str(tmp_path))[0]
+    assert "is damaged" in message and ".distcp" in message
+    assert untouched
