@@ -13,7 +13,7 @@ import torch
 from shardrec_embedding.fused import BatchedFusedEmbeddingBag, FusedTableSpec
 from shardrec_optim import EmbOptimType, FusedOptimSpec
 from shardrec_testing import random_lengths, seeded_generator
-from shardrec_tiered import TieredFusedEmbeddingBag, TieredOptions
+from shardrec_tiered import StoreLayoutError, TieredFusedEmbeddingBag, TieredOptions
 from shardrec_tiered import checkpoint as tiered_checkpoint
 from shardrec_tiered.checkpoint import StoreSlice, streaming_state_dict
 
@@ -148,3 +148,12 @@ def test_load_refuses_a_wrong_shape(tmp_path: pathlib.Path) -> None:
     bad["state"]["a.weight"].pop("a.momentum1")
     with pytest.raises(ValueError, match=r"a\.weight"):
         module.fused_optimizer.load_state_dict(bad)
+
+
+@pytest.mark.parametrize("inside", ["", "rank-0"])
+def test_store_refuses_a_checkpoint_directory(tmp_path: pathlib.Path, inside: str) -> None:
+    (tmp_path / "shardrec.json").write_text("{}")
+    store = tmp_path / inside if inside else tmp_path
+    with pytest.raises(StoreLayoutError, match=r"is inside the checkpoint .* holds shardrec.json"):
+        tiered(EmbOptimType.EXACT_SGD, store)
+    assert not (tmp_path / "a.tier").exists() and not (tmp_path / "rank-0").exists()

@@ -81,6 +81,23 @@ def _runs(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return starts, ends - starts
 
 
+CHECKPOINT_MARKERS = ("shardrec.json", ".metadata")
+"""Files of a checkpoint directory (the manifest, DCP's index): a store never goes there."""
+
+
+def _refuse_checkpoint_dir(directory: str, table: str) -> None:
+    """StoreLayoutError if `directory` or its parent (a plan adds `rank-<r>`) is a checkpoint."""
+    for where in (directory, os.path.dirname(os.path.abspath(directory))):
+        found = [m for m in CHECKPOINT_MARKERS if os.path.isfile(os.path.join(where, m))]
+        if found:
+            raise StoreLayoutError(
+                f"table {table!r}: store directory {directory!r} is inside the checkpoint "
+                f"{where!r} (it holds {found[0]}); a store is scratch of a running job and "
+                "never goes into a checkpoint: set KeyValueParams.ssd_storage_directory "
+                "(TieredOptions.store_dir) to another directory"
+            )
+
+
 class FlatFileStore:
     """The backing store of one table (see module docstring).
 
@@ -99,6 +116,7 @@ class FlatFileStore:
         self.layout = layout
         self.path = store_file(directory, layout.table)
         need = layout.file_bytes
+        _refuse_checkpoint_dir(directory, layout.table)
         try:
             os.makedirs(directory, exist_ok=True)
         except OSError as e:
