@@ -8,7 +8,7 @@ added at its peak (sampled every 5 ms), beside the table's size: a streamed chec
 should add about one chunk (`shardrec_tiered.checkpoint.CHUNK_BYTES`, 64 MiB) per block
 (weight, state), not the table.
 
-Numbers need a quiet machine (docs/benchmarks.md). `--rows 200000` for a quick run.
+Numbers need a quiet machine (docs/benchmarks.md). `--quick`: 200,000 rows.
 """
 
 from __future__ import annotations
@@ -102,22 +102,32 @@ def build(rows: int, store: str) -> DistributedModelParallel:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", type=int, default=2_000_000)
+    parser.add_argument("--quick", action="store_true", help="200,000 rows")
     parser.add_argument("--dir", default=None, help="where stores and checkpoints go")
     args = parser.parse_args()
+    if args.quick:
+        args.rows = 200_000
+    if args.dir is None:
+        with tempfile.TemporaryDirectory(prefix="tiered-ckpt-") as root:
+            run(args.rows, root)
+    else:
+        run(args.rows, args.dir)
+
+
+def run(rows: int, root: str) -> None:
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29571")
     dist.init_process_group("gloo", rank=0, world_size=1)
-    root = args.dir or tempfile.mkdtemp(prefix="tiered-ckpt-")
-    model = build(args.rows, os.path.join(root, "store-a"))
-    table = args.rows * (DIM + 1) * 4
+    model = build(rows, os.path.join(root, "store-a"))
+    table = rows * (DIM + 1) * 4
     path = os.path.join(root, "ckpt")
     save_s, save_rss = peak_added(lambda: save(path, model, {"fused": model.fused_optimizer}))
-    other = build(args.rows, os.path.join(root, "store-b"))
+    other = build(rows, os.path.join(root, "store-b"))
     load_s, load_rss = peak_added(lambda: load(path, other, {"fused": other.fused_optimizer}))
     mib = 1 << 20
     print(f"machine: {platform.node()} {os.cpu_count()} cpus, torch {torch.__version__}")
     print(
-        f"table: {args.rows} rows x {DIM} float32 + rowwise Adagrad = {table / mib:.0f} MiB "
+        f"table: {rows} rows x {DIM} float32 + rowwise Adagrad = {table / mib:.0f} MiB "
         f"(chunk {tiered_checkpoint.CHUNK_BYTES / mib:.0f} MiB of store rows)"
     )
     for what, seconds, added in [("save", save_s, save_rss), ("load", load_s, load_rss)]:
