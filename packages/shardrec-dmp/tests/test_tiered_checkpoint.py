@@ -35,7 +35,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from shardrec_collectives import ShardingEnv
+from shardrec_collectives import PeerError, ShardingEnv
 from shardrec_dmp import (
     CheckpointError,
     DistributedModelParallel,
@@ -438,3 +438,38 @@ def test_damaged_tiered_checkpoint_is_refused_before_the_store_is_touched(pool_f
     message, untouched = pool_factory(1).run(damaged, str(tmp_path))[0]
     assert "is damaged" in message and ".distcp" in message
     assert untouched
+
+
+def disk_full_at_save(ctx: RankContext, root: str) -> str:
+    """Two ranks; the one holding the tiered table finds its disk full when `save` writes its
+    dirty rows back: it raises its StoreIOError, the other a PeerError naming it, and the
+    previous checkpoint is untouched."""
+    dmp = wrap(ctx, "tiered", os.path.join(root, "store"), ADAGRAD)
+    ckpt = os.path.join(root, "ckpt")
+    train(ctx, dmp, 0, STEPS // 2)
+    save(ckpt, dmp, {"fused": dmp.fused_optimizer})
+    train(ctx, dmp, STEPS // 2, STEPS)  # dirty rows in the cache again
+    real = os.pwritev
+
+    def full(fd: int, buffers: list[object], offset: int) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    holder = ctx.rank == ctx.world_size - 1  # big is table_wise on the last rank
+    if holder:
+        tier_store.os.pwritev = full  # type: ignore[assignment]  # this rank's disk is full
+    try:
+        with pytest.raises((StoreIOError, PeerError)) as err:
+            save(ckpt, dmp, {"fused": dmp.fused_optimizer})
+    finally:
+        tier_store.os.pwritev = real
+    assert isinstance(err.value, StoreIOError if holder else PeerError)
+    return str(err.value)
+
+
+def test_disk_full_at_save_stops_every_rank(pool_factory, tmp_path):  # type: ignore[no-untyped-def]
+    root = str(tmp_path)
+    first, second = pool_factory(2).run(disk_full_at_save, root)
+    assert "rank 1" in first and "No space left on device" in first
+    assert second.startswith("[Errno 28] table 'big': cannot write back ")
+    assert verify(os.path.join(root, "ckpt")) > 0
+    assert not os.path.exists(os.path.join(root, "ckpt.partial"))
