@@ -10,7 +10,7 @@ from shardrec_tiered.layout import StoreLayout, StoreLayoutError
 from shardrec_tiered.lookup import TieredFusedEmbeddingBag
 from shardrec_tiered.options import CachePolicy, TieredOptions, default_store_dir
 from shardrec_tiered.slot_map import DenseSlotMap, SlotMap
-from shardrec_tiered.store import FlatFileStore, StoreSpaceError
+from shardrec_tiered.store import FlatFileStore, StoreIOError, StoreSpaceError
 
 __all__ = [
     "CacheFullError",
@@ -20,6 +20,7 @@ __all__ = [
     "FlatFileStore",
     "RowCache",
     "SlotMap",
+    "StoreIOError",
     "StoreLayout",
     "StoreLayoutError",
     "StoreSpaceError",

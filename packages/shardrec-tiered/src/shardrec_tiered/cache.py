@@ -174,6 +174,21 @@ class RowCache:
         self._write_back(torch.nonzero(self.dirty).flatten())
         self.store.flush()
 
+    def write_back_dirty(self) -> None:
+        """Write every dirty row back (no fdatasync: the rows are in the store's file)."""
+        self._write_back(torch.nonzero(self.dirty).flatten())
+
+    def refresh(self, ids: Tensor) -> None:
+        """Re-read the cached ones among table rows `ids` (distinct, sorted) from the store:
+        it was written under them (a checkpoint loaded). Their slots, pins and scores stay."""
+        slots = self.map.find(ids)
+        held = slots >= 0
+        if not bool(held.any()):
+            return
+        ids, slots = ids[held], slots[held]
+        self._unpack(slots, torch.from_numpy(self.store.read(ids.numpy())))
+        self.dirty[slots] = False
+
     def read_all(self) -> np.ndarray:
         """`(num_rows, stride)` the whole table as the store holds it after a flush (small
         tables: tests and conversions)."""
