@@ -23,7 +23,7 @@ from torch import Tensor
 
 from shardrec_tiered.options import CachePolicy
 from shardrec_tiered.slot_map import DenseSlotMap, SlotMap
-from shardrec_tiered.store import FlatFileStore
+from shardrec_tiered.row_store import RowStore
 
 __all__ = ["CacheFullError", "CacheTooSmallError", "RowCache"]
 
@@ -43,7 +43,7 @@ class RowCache:
 
     def __init__(
         self,
-        store: FlatFileStore,
+        store: RowStore,
         weight: Tensor,
         state: dict[str, Tensor],
         policy: CachePolicy,
@@ -55,7 +55,9 @@ class RowCache:
         self.state = state
         self.policy = CachePolicy(policy)
         self.slots = weight.shape[0]
-        self.map: SlotMap = slot_map or DenseSlotMap(store.layout.num_rows)
+        self.map: SlotMap = (
+            slot_map if slot_map is not None else DenseSlotMap(store.layout.num_rows)
+        )
         self.id_of_slot = torch.full((self.slots,), -1, dtype=torch.int64)
         self.pins = torch.zeros(self.slots, dtype=torch.int32)
         self.dirty = torch.zeros(self.slots, dtype=torch.bool)

@@ -36,6 +36,8 @@ from shardrec_optim import FusedOptimSpec, init_state, state_shapes
 from shardrec_tiered.cache import RowCache
 from shardrec_tiered.layout import StoreLayout
 from shardrec_tiered.options import TieredOptions
+from shardrec_tiered.row_store import RowStore
+from shardrec_tiered.slot_map import SlotMap
 from shardrec_tiered.store import FlatFileStore
 
 __all__ = ["TieredFusedEmbeddingBag", "TieredTable"]
@@ -125,11 +127,16 @@ class TieredFusedEmbeddingBag(nn.Module):
         for t, lo, n in zip(specs, self.slot_offsets, slots, strict=True):
             opts = per_table[t.name]
             layout = StoreLayout(table=t.name, num_rows=t.num_rows, dim=self.dim, state=widths)
-            store = FlatFileStore(opts.directory(), layout, threads=opts.io_threads)
-            _initialize(store, t)
+            store = self._open_store(t, layout, opts)
             cache_state = {k: v[lo : lo + n] for k, v in self.cache_state().items()}
             self.caches.append(
-                RowCache(store, self.cache_weight.detach()[lo : lo + n], cache_state, opts.policy)
+                RowCache(
+                    store,
+                    self.cache_weight.detach()[lo : lo + n],
+                    cache_state,
+                    opts.policy,
+                    self._slot_map(t, n),
+                )
             )
         self.tables = nn.ModuleDict({t.name: TieredTable(t.name, t.num_rows, t.dim) for t in specs})
         self.learning_rate = self.spec.learning_rate
@@ -143,6 +150,18 @@ class TieredFusedEmbeddingBag(nn.Module):
         """Of it, time a forward or the caller waited for: a synchronous prefetch, or a forward
         blocked on a background prefetch that had not finished."""
         self._row_bounds = torch.tensor([*self.row_offsets, self.num_rows], dtype=torch.int64)
+
+    def _open_store(
+        self, table: FusedTableSpec, layout: StoreLayout, options: TieredOptions
+    ) -> RowStore:
+        """The backing store of `table`, holding its initial rows (a subclass's hook)."""
+        store = FlatFileStore(options.directory(), layout, threads=options.io_threads)
+        _initialize(store, table)
+        return store
+
+    def _slot_map(self, table: FusedTableSpec, slots: int) -> SlotMap | None:
+        """The id -> slot map of `table`'s cache of `slots` rows; None: dense ids."""
+        return None
 
     def cache_state(self) -> dict[str, Tensor]:
         return {name: getattr(self, f"_cache_{name}") for name in self._state_names}
