@@ -129,16 +129,21 @@ def test_refuses_a_directory_it_cannot_create(tmp_path: pathlib.Path) -> None:
         RocksRowStore(str(blocker / "store"), LAYOUT)
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes to read-only directories")
 def test_refuses_a_directory_it_cannot_write(tmp_path: pathlib.Path) -> None:
-    locked = tmp_path / "locked"
-    locked.mkdir()
-    locked.chmod(0o500)
+    if os.geteuid() != 0:
+        locked = tmp_path / "locked"
+        locked.mkdir()
+        locked.chmod(0o500)
+    else:  # root writes through permission bits; procfs refuses everyone
+        if not os.path.isdir("/proc/self"):
+            pytest.skip("running as root without procfs: no unwritable directory to try")
+        locked = pathlib.Path("/proc/self")
     try:
         with pytest.raises(StoreAccessError, match="is not writable"):
             RocksRowStore(str(locked), LAYOUT)
     finally:
-        locked.chmod(0o700)
+        if os.geteuid() != 0:
+            locked.chmod(0o700)
 
 
 def test_layout_checks_its_fields() -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+from typing import Any
 
 import numpy as np
 import rocksdict
@@ -103,7 +104,7 @@ class RocksRowStore:
         except Exception as e:  # rocksdict raises its own exception types for I/O errors
             raise StoreAccessError(f"table {table!r}: cannot open store {self.path!r} ({e})") from e
         self._write = rocksdict.WriteOptions()
-        self._write.disable_wal = True
+        self._write.disable_wal(True)
         self._db.set_write_options(self._write)
         self._db.put(HEADER_KEY, encode_header(layout))
         self.bytes_read = 0
@@ -143,8 +144,9 @@ class RocksRowStore:
         rows = np.zeros((n, stride), dtype=np.float32)
         if n == 0:
             return rows, np.zeros(0, dtype=bool)
-        values = self._db.get(encode_keys(ids))
-        found = np.fromiter((v is not None for v in values), dtype=bool, count=n)
+        keys: list[Any] = encode_keys(ids)
+        values: list[bytes | None] = list(self._db.get(keys) or [])
+        found = np.fromiter((v is not None for v in values), dtype=np.bool_, count=n)
         data = b"".join(v for v in values if v is not None)
         k = int(found.sum())
         if len(data) != k * self.layout.row_bytes:

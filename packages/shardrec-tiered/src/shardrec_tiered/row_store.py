@@ -17,8 +17,16 @@ __all__ = ["RowStore"]
 
 class RowStore(Protocol):
     layout: StoreLayout
-    bytes_read: int
-    bytes_written: int
+
+    @property
+    def bytes_read(self) -> int:
+        """Bytes read from the store so far."""
+        ...
+
+    @property
+    def bytes_written(self) -> int:
+        """Bytes written to the store so far."""
+        ...
 
     def read(self, ids: np.ndarray) -> np.ndarray:
         """`(n, stride)` float32 rows of sorted distinct int64 `ids`."""
