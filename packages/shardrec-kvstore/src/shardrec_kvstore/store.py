@@ -104,7 +104,7 @@ class RocksRowStore:
         except Exception as e:  # rocksdict raises its own exception types for I/O errors
             raise StoreAccessError(f"table {table!r}: cannot open store {self.path!r} ({e})") from e
         self._write = rocksdict.WriteOptions()
-        self._write.disable_wal(True)
+        self._write.disable_wal = True  # type: ignore[method-assign,assignment]  # a property; rocksdict's stub says method
         self._db.set_write_options(self._write)
         self._db.put(HEADER_KEY, encode_header(layout))
         self.bytes_read = 0
