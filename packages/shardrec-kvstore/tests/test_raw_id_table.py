@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import pathlib
 
-import numpy as np
 import pytest
 import torch
 
@@ -22,7 +21,7 @@ from shardrec_embedding import EmbeddingBagConfig
 from shardrec_embedding.dynamic import DynamicTableConfig
 from shardrec_embedding.dynamic.reset import table_seed
 from shardrec_embedding.fused import BatchedFusedEmbeddingBag, FusedTableSpec
-from shardrec_kvstore import RocksRowStore, RowLayout, StoreLayoutError
+from shardrec_kvstore import RocksRowStore, RowLayout, StoreAccessError, StoreLayoutError
 from shardrec_optim import EmbOptimType, FusedOptimSpec
 from shardrec_testing import random_lengths, seeded_generator
 from shardrec_tiered import (
@@ -238,4 +237,9 @@ def test_refusals(tmp_path: pathlib.Path) -> None:
         )
     with pytest.raises(NotImplementedError, match="raw-id table"):
         module.read_table("raw")
-    assert isinstance(np.zeros(1), np.ndarray)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    with pytest.raises(StoreAccessError, match="table 'raw': cannot create store directory"):
+        RawIdTieredEmbeddingBag(
+            config(), {"optimizer": "sgd"}, TieredOptions(cache_rows=2), rocks(blocker / "s")
+        )
