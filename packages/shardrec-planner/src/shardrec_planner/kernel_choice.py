@@ -77,6 +77,16 @@ def runs_tiered(ps: ParameterSharding) -> bool:
     )
 
 
+def runs_virtual_tiered(ps: ParameterSharding) -> bool:
+    """Whether a table planned as `ps` keeps its raw-id rows in a store behind a cache of its
+    `capacity` slots (`ssd_virtual_table`: RocksDB on disk, `dram_virtual_table`: RAM; only
+    dynamic tables placed table_wise, which `ParameterSharding` and the sharder check)."""
+    return ps.compute_kernel in (
+        EmbeddingComputeKernel.SSD_VIRTUAL_TABLE,
+        EmbeddingComputeKernel.DRAM_VIRTUAL_TABLE,
+    )
+
+
 def estimated_kernel(kernel: EmbeddingComputeKernel, compute_device: str) -> EmbeddingComputeKernel:
     """The kernel our cost model estimates a plan's `kernel` as (module docstring's table)."""
     if kernel is EmbeddingComputeKernel.KEY_VALUE or (
@@ -105,6 +115,17 @@ def kernel_notes(ps: ParameterSharding, compute_device: str | None = None) -> li
         notes.append(
             f"kernel key_value runs tiered: rows and optimizer state in {where}/rank-<r>, a "
             f"{policy} cache of {factor:g} of the rows in memory"
+        )
+    elif runs_virtual_tiered(ps):
+        kv = ps.key_value_params
+        where = (
+            f"RocksDB in {(kv.ssd_storage_directory if kv else None) or './tier-store'}/rank-<r>"
+            if asked is EmbeddingComputeKernel.SSD_VIRTUAL_TABLE
+            else "RAM"
+        )
+        notes.append(
+            f"kernel {asked.value} runs the raw-id tier: every id's row and optimizer state in "
+            f"{where}, the table's capacity as a row cache in memory"
         )
     elif runs is not asked:
         notes.append(

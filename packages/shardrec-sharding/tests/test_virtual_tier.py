@@ -1,0 +1,140 @@
+"""A dynamic (raw-id) table planned with TorchRec's `ssd_virtual_table` (RocksDB) or
+`dram_virtual_table` (RAM), table-wise, one rank: the table's capacity is a row cache over a
+store of every id's row; it trains exactly as the same table held in memory with every id's
+initial row (`initial_rows`), through evictions on every step and ids that come back. And the
+refusals: a virtual kernel on a static table or not table_wise, a batch larger than the cache,
+a state_dict (checkpoints of tiered tables are not built)."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+
+import pytest
+import torch
+
+from shardrec_collectives import ShardingEnv
+from shardrec_embedding import EmbeddingBagCollection, EmbeddingBagConfig
+from shardrec_embedding.dynamic import DynamicTableConfig
+from shardrec_embedding.dynamic.reset import table_seed
+from shardrec_embedding.fused import BatchedFusedEmbeddingBag, FusedTableSpec
+from shardrec_jagged import KeyedJaggedTensor
+from shardrec_optim import EmbOptimType, FusedOptimSpec
+from shardrec_planner import (
+    CacheParams,
+    KeyValueParams,
+    construct_module_sharding_plan,
+    kernel_notes,
+    row_wise,
+    table_wise,
+)
+from shardrec_planner.cache_params import CacheAlgorithm
+from shardrec_sharding import EmbeddingBagCollectionSharder
+from shardrec_testing import random_lengths, seeded_generator
+from shardrec_tiered import CacheTooSmallError, initial_rows
+
+DIM = 4
+CAPACITY = 8
+STEPS = 6
+BAGS = 4
+
+
+def raw_table(dynamic: bool = True) -> EmbeddingBagConfig:
+    return EmbeddingBagConfig(
+        name="raw",
+        num_embeddings=CAPACITY,
+        embedding_dim=DIM,
+        feature_names=["f"],
+        dynamic=DynamicTableConfig(init_seed=3) if dynamic else None,
+    )
+
+
+def shard(kernel: str, store: pathlib.Path, spec: FusedOptimSpec, dynamic: bool = True):  # type: ignore[no-untyped-def]  # a sharded EBC
+    ebc = EmbeddingBagCollection([raw_table(dynamic)])
+    plan = construct_module_sharding_plan(
+        ebc, {"raw": table_wise(rank=0, compute_kernel=kernel)}, world_size=1
+    )
+    plan["raw"] = dataclasses.replace(
+        plan["raw"],
+        key_value_params=KeyValueParams(ssd_storage_directory=str(store)),
+        cache_params=CacheParams(algorithm=CacheAlgorithm.LFU),
+    )
+    sharder = EmbeddingBagCollectionSharder(fused_params=spec.to_fused_params())
+    return sharder.shard(ebc, plan, ShardingEnv.from_local(1, 0)), plan
+
+
+def stream() -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Raw ids (negatives, the int64 extremes) from a pool of 24, a window moving by 5 a
+    step: at most 8 distinct per batch (the cache), evicting every step, ids coming back."""
+    g = seeded_generator("virtual-pool")
+    pool = torch.cat(
+        [
+            torch.randint(-(2**62), 2**62, (20,), generator=g) * 2,
+            torch.tensor([-(2**63), 2**63 - 1, -1, 0]),
+        ]
+    )
+    out = []
+    for step in range(STEPS):
+        g = seeded_generator("virtual-batch", step)
+        lengths = random_lengths(BAGS, 4, g)
+        ids = pool[(torch.randint(0, 8, (int(lengths.sum()),), generator=g) + 5 * step) % 24]
+        out.append((ids, lengths, torch.randn(BAGS, DIM, generator=g)))
+    return out
+
+
+@pytest.mark.parametrize("kernel", ["ssd_virtual_table", "dram_virtual_table"])
+@pytest.mark.parametrize("optimizer", [EmbOptimType.EXACT_SGD, EmbOptimType.EXACT_ROWWISE_ADAGRAD])
+def test_trains_exactly_as_in_memory(
+    tmp_path: pathlib.Path, kernel: str, optimizer: EmbOptimType
+) -> None:
+    spec = FusedOptimSpec(optimizer=optimizer, learning_rate=0.1)
+    sharded, plan = shard(kernel, tmp_path, spec)
+    assert "runs the raw-id tier" in kernel_notes(plan["raw"])[0]
+    data = stream()
+    keys = torch.cat([ids for ids, _, _ in data]).unique()
+    table = raw_table()
+    weight = initial_rows(
+        keys,
+        DIM,
+        seed=table_seed(3, "raw"),
+        low=table.get_weight_init_min(),
+        high=table.get_weight_init_max(),
+    )
+    memory = BatchedFusedEmbeddingBag(
+        [FusedTableSpec(name="raw", num_rows=keys.numel(), dim=DIM, weight=weight)], spec
+    )
+    for ids, lengths, coefficients in data:
+        kjt = KeyedJaggedTensor(["f"], ids, lengths=lengths)
+        out = sharded(kjt).wait().values()
+        offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
+        expected = memory(torch.searchsorted(keys, ids), offsets)
+        assert torch.equal(out.detach(), expected.detach())
+        (out * coefficients).sum().backward()
+        (expected * coefficients).sum().backward()
+    cache = sharded.dynamic_tables.table("raw").cache
+    assert cache.misses > keys.numel()  # evicted ids came back
+    cache.flush()
+    rows = torch.from_numpy(cache.store.read(keys.numpy()))
+    assert torch.equal(rows[:, :DIM], memory.split_embedding_weights()[0].detach())
+    state = memory.optimizer_state()  # SGD: none; rowwise Adagrad: one column after the row
+    assert list(state) == ([] if optimizer is EmbOptimType.EXACT_SGD else ["momentum1"])
+    for tensor in state.values():
+        assert torch.equal(rows[:, DIM], tensor)
+    with pytest.raises(NotImplementedError, match="raw-id tier"):
+        sharded.state_dict()
+
+
+def test_refusals(tmp_path: pathlib.Path) -> None:
+    spec = FusedOptimSpec(optimizer=EmbOptimType.EXACT_SGD, learning_rate=0.1)
+    with pytest.raises(ValueError, match="runs raw-id \\(dynamic\\) tables only"):
+        shard("ssd_virtual_table", tmp_path, spec, dynamic=False)
+    ebc = EmbeddingBagCollection([raw_table()])
+    with pytest.raises(ValueError, match="'ssd_virtual_table' is a TorchRec kernel"):
+        construct_module_sharding_plan(
+            ebc, {"raw": row_wise(compute_kernel="ssd_virtual_table")}, world_size=1
+        )
+    sharded, _ = shard("dram_virtual_table", tmp_path, spec)
+    too_many = torch.arange(CAPACITY + 1) - 4
+    kjt = KeyedJaggedTensor(["f"], too_many, lengths=torch.tensor([CAPACITY + 1]))
+    with pytest.raises(CacheTooSmallError, match=r"table 'raw': a batch touches 9 distinct"):
+        sharded(kjt).wait()
