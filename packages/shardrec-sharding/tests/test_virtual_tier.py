@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+import sys
 
 import pytest
 import torch
@@ -89,7 +90,8 @@ def test_trains_exactly_as_in_memory(
 ) -> None:
     spec = FusedOptimSpec(optimizer=optimizer, learning_rate=0.1)
     sharded, plan = shard(kernel, tmp_path, spec)
-    assert "runs the raw-id tier" in kernel_notes(plan["raw"])[0]
+    notes = kernel_notes(plan["raw"])  # its store directory and LFU are applied: one line
+    assert len(notes) == 1 and "runs the raw-id tier" in notes[0], notes
     data = stream()
     keys = torch.cat([ids for ids, _, _ in data]).unique()
     table = raw_table()
@@ -124,7 +126,7 @@ def test_trains_exactly_as_in_memory(
         sharded.state_dict()
 
 
-def test_refusals(tmp_path: pathlib.Path) -> None:
+def test_refusals(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     spec = FusedOptimSpec(optimizer=EmbOptimType.EXACT_SGD, learning_rate=0.1)
     with pytest.raises(ValueError, match="runs raw-id \\(dynamic\\) tables only"):
         shard("ssd_virtual_table", tmp_path, spec, dynamic=False)
@@ -138,3 +140,6 @@ def test_refusals(tmp_path: pathlib.Path) -> None:
     kjt = KeyedJaggedTensor(["f"], too_many, lengths=torch.tensor([CAPACITY + 1]))
     with pytest.raises(CacheTooSmallError, match=r"table 'raw': a batch touches 9 distinct"):
         sharded(kjt).wait()
+    monkeypatch.setitem(sys.modules, "shardrec_kvstore", None)  # as if not installed
+    with pytest.raises(ImportError, match=r"pip install shardrec-kvstore"):
+        shard("ssd_virtual_table", tmp_path / "other", spec)

@@ -106,6 +106,7 @@ def kernel_notes(ps: ParameterSharding, compute_device: str | None = None) -> li
     asked = ps.compute_kernel
     runs = executed_kernel(asked)
     tiered = runs_tiered(ps)
+    virtual = runs_virtual_tiered(ps)
     if tiered:
         cache = ps.cache_params
         factor = 0.2 if cache is None or cache.load_factor is None else cache.load_factor
@@ -116,7 +117,7 @@ def kernel_notes(ps: ParameterSharding, compute_device: str | None = None) -> li
             f"kernel key_value runs tiered: rows and optimizer state in {where}/rank-<r>, a "
             f"{policy} cache of {factor:g} of the rows in memory"
         )
-    elif runs_virtual_tiered(ps):
+    elif virtual:
         kv = ps.key_value_params
         where = (
             f"RocksDB in {(kv.ssd_storage_directory if kv else None) or './tier-store'}/rank-<r>"
@@ -140,7 +141,9 @@ def kernel_notes(ps: ParameterSharding, compute_device: str | None = None) -> li
     cache = ps.cache_params
     if cache is not None and not tiered:
         if cache.load_factor is not None:
-            if asked is not EmbeddingComputeKernel.FUSED_UVM_CACHING:
+            if virtual:
+                use = "unused (the table's capacity is its cache)"
+            elif asked is not EmbeddingComputeKernel.FUSED_UVM_CACHING:
                 use = "unused (the kernel has no cache)"
             elif device == "cpu":
                 use = "unused on cpu (estimated as fused)"
@@ -157,7 +160,7 @@ def kernel_notes(ps: ParameterSharding, compute_device: str | None = None) -> li
                 "stats",
                 "multipass_prefetch_config",
             )
-            if getattr(cache, name) is not None
+            if getattr(cache, name) is not None and not (virtual and name == "algorithm")
         ]
         if rest:
             notes.append(f"cache_params {', '.join(rest)} not applied (no device cache)")
@@ -169,12 +172,13 @@ def kernel_notes(ps: ParameterSharding, compute_device: str | None = None) -> li
             f.name
             for f in dataclasses.fields(kv)
             if getattr(kv, f.name) is not None
-            and not (tiered and f.name == "ssd_storage_directory")
+            and not ((tiered or virtual) and f.name == "ssd_storage_directory")
         ]
-        if not tiered:
+        if not (tiered or virtual):
             notes.append("key_value_params not applied (no key-value store)")
         elif unused:
-            notes.append(f"key_value_params {', '.join(unused)} not applied (flat-file store)")
+            store = "flat-file store" if tiered else "shardrec's RocksDB settings"
+            notes.append(f"key_value_params {', '.join(unused)} not applied ({store})")
     mode = ps.bounds_check_mode
     if mode is not None and mode is not BoundsCheckMode.FATAL:
         notes.append(
