@@ -31,7 +31,7 @@ from shardrec_planner import (
 )
 from shardrec_planner.cache_params import CacheAlgorithm
 from shardrec_sharding import EmbeddingBagCollectionSharder
-from shardrec_testing import random_lengths, seeded_generator
+from shardrec_testing import RankContext, assert_close, random_lengths, seeded_generator
 from shardrec_tiered import CacheTooSmallError, initial_rows
 
 DIM = 4
@@ -143,3 +143,69 @@ def test_refusals(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setitem(sys.modules, "shardrec_kvstore", None)  # as if not installed
     with pytest.raises(ImportError, match=r"pip install shardrec-kvstore"):
         shard("ssd_virtual_table", tmp_path / "other", spec)
+
+
+def rank_batch(rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Rank `rank`'s batch of `step`: both ranks draw from the same window of 8 raw ids (so
+    the owner's one map call per step fits the cache), moving by 5 ids a step."""
+    g = seeded_generator("virtual-pool")
+    pool = torch.randint(-(2**62), 2**62, (24,), generator=g) * 2
+    g = seeded_generator("virtual-rank-batch", rank, step)
+    lengths = random_lengths(BAGS, 3, g)
+    ids = pool[(torch.randint(0, 8, (int(lengths.sum()),), generator=g) + 5 * step) % 24]
+    return ids, lengths, torch.randn(BAGS, DIM, generator=g)
+
+
+def train_two_ranks(ctx: RankContext, store: str) -> dict[str, torch.Tensor] | None:
+    """The table lives on rank 1 (`ssd_virtual_table`); every rank trains its own batches.
+    Rank 1 returns the store's rows of every id it holds after a flush."""
+    spec = FusedOptimSpec(optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=0.1)
+    ebc = EmbeddingBagCollection([raw_table()])
+    plan = construct_module_sharding_plan(
+        ebc, {"raw": table_wise(rank=1, compute_kernel="ssd_virtual_table")}, world_size=2
+    )
+    plan["raw"] = dataclasses.replace(
+        plan["raw"], key_value_params=KeyValueParams(ssd_storage_directory=store)
+    )
+    sharder = EmbeddingBagCollectionSharder(fused_params=spec.to_fused_params())
+    sharded = sharder.shard(ebc, plan, ShardingEnv.from_process_group(ctx.pg))
+    for step in range(STEPS):
+        ids, lengths, coefficients = rank_batch(ctx.rank, step)
+        out = sharded(KeyedJaggedTensor(["f"], ids, lengths=lengths)).wait().values()
+        (out * coefficients).sum().backward()
+    cache = sharded.dynamic_tables.table("raw").cache
+    if ctx.rank == 0:
+        assert cache is None  # rank 1 owns the table
+        return None
+    keys = torch.cat([rank_batch(r, s)[0] for r in range(2) for s in range(STEPS)]).unique()
+    cache.flush()
+    rows = torch.from_numpy(cache.store.read(keys.numpy()))
+    return {"keys": keys, "rows": rows, "misses": torch.tensor(cache.misses)}
+
+
+def test_two_ranks_match_in_memory(pool_factory, tmp_path: pathlib.Path) -> None:  # type: ignore[no-untyped-def]
+    got = pool_factory(2).run(train_two_ranks, str(tmp_path))
+    assert got[0] is None
+    keys, rows = got[1]["keys"], got[1]["rows"]
+    assert int(got[1]["misses"]) > keys.numel()  # the cache evicted and ids came back
+    spec = FusedOptimSpec(optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=0.1)
+    table = raw_table()
+    weight = initial_rows(
+        keys,
+        DIM,
+        seed=table_seed(3, "raw"),
+        low=table.get_weight_init_min(),
+        high=table.get_weight_init_max(),
+    )
+    memory = BatchedFusedEmbeddingBag(
+        [FusedTableSpec(name="raw", num_rows=keys.numel(), dim=DIM, weight=weight)], spec
+    )
+    for step in range(STEPS):
+        parts = [rank_batch(r, step) for r in range(2)]  # rank 0's samples first
+        ids = torch.cat([p[0] for p in parts])
+        lengths = torch.cat([p[1] for p in parts])
+        offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
+        out = memory(torch.searchsorted(keys, ids), offsets)
+        (out * torch.cat([p[2] for p in parts])).sum().backward()
+    assert_close(rows[:, :DIM], memory.split_embedding_weights()[0].detach())
+    assert_close(rows[:, DIM], memory.optimizer_state()["momentum1"])
