@@ -13,6 +13,9 @@ kernel or cache option is silently dropped:
     fused_uvm_caching   fused     on cpu: as fused; on cuda: UVM with CacheParams.load_factor
     key_value           fused     as fused on every device; a table_wise table runs tiered:
                                   rows on disk behind an in-memory cache (`runs_tiered`)
+    ssd_virtual_table   itself    a dynamic table placed table_wise (refused otherwise): every
+    dram_virtual_table            raw id's row in RocksDB / RAM, its capacity the cache
+                                  (`runs_virtual_tiered`); estimated by TorchRec's formulas
 
 Cache options (`ParameterConstraints` -> `ParameterSharding`): `cache_params.load_factor` sets
 the cached share in the estimates of a `fused_uvm_caching` table on cuda (TorchRec's storage and
