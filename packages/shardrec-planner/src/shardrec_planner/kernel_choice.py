@@ -15,7 +15,7 @@ kernel or cache option is silently dropped:
                                   rows on disk behind an in-memory cache (`runs_tiered`)
     ssd_virtual_table   itself    a dynamic table placed table_wise (refused otherwise): every
     dram_virtual_table            raw id's row in RocksDB / RAM, its capacity the cache
-                                  (`runs_virtual_tiered`); estimated by TorchRec's formulas
+                                  (`runs_virtual_tiered`); hand-written plans only
 
 Cache options (`ParameterConstraints` -> `ParameterSharding`): `cache_params.load_factor` sets
 the cached share in the estimates of a `fused_uvm_caching` table on cuda (TorchRec's storage and
