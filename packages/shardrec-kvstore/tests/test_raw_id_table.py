@@ -235,6 +235,12 @@ def test_refusals(tmp_path: pathlib.Path) -> None:
         RawIdTieredEmbeddingBag(
             config(init_fn=torch.nn.init.zeros_), {"optimizer": "sgd"}, TieredOptions(cache_rows=2)
         )
+    with pytest.raises(TypeError, match="takes an EmbeddingBagConfig, got FusedTableSpec"):
+        RawIdTieredEmbeddingBag(
+            FusedTableSpec(name="raw", num_rows=4, dim=DIM),  # type: ignore[arg-type]  # the refusal under test
+            {"optimizer": "sgd"},
+            TieredOptions(cache_rows=2),
+        )
     with pytest.raises(NotImplementedError, match="raw-id table"):
         module.read_table("raw")
     blocker = tmp_path / "a-file"

@@ -74,6 +74,14 @@ def test_empty_calls_and_bad_row_shape(tmp_path: pathlib.Path) -> None:
     store.close()
 
 
+def test_refuses_values_of_another_size(tmp_path: pathlib.Path) -> None:
+    store = RocksRowStore(str(tmp_path), LAYOUT)
+    store._db.put(encode_keys(np.array([9]))[0], b"short")  # a corrupted value
+    with pytest.raises(StoreLayoutError, match=r"values of another size \(5 bytes for 1 rows"):
+        store.get(np.array([9]))
+    store.close()
+
+
 def test_a_store_is_scratch_and_says_so(tmp_path: pathlib.Path) -> None:
     store = RocksRowStore(str(tmp_path), LAYOUT)
     store.put(np.array([5]), np.ones((1, LAYOUT.stride), dtype=np.float32))

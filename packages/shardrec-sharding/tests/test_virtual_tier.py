@@ -140,6 +140,14 @@ def test_refusals(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> No
     kjt = KeyedJaggedTensor(["f"], too_many, lengths=torch.tensor([CAPACITY + 1]))
     with pytest.raises(CacheTooSmallError, match=r"table 'raw': a batch touches 9 distinct"):
         sharded(kjt).wait()
+    trained = EmbeddingBagCollection([raw_table()])
+    trained(KeyedJaggedTensor(["f"], torch.tensor([5, -5]), lengths=torch.tensor([2])))
+    plan = construct_module_sharding_plan(
+        trained, {"raw": table_wise(rank=0, compute_kernel="dram_virtual_table")}, world_size=1
+    )
+    sharder = EmbeddingBagCollectionSharder(fused_params=spec.to_fused_params())
+    with pytest.raises(ValueError, match="already holds ids in memory; shard it before training"):
+        sharder.shard(trained, plan, ShardingEnv.from_local(1, 0))
     monkeypatch.setitem(sys.modules, "shardrec_kvstore", None)  # as if not installed
     with pytest.raises(ImportError, match=r"pip install shardrec-kvstore"):
         shard("ssd_virtual_table", tmp_path / "other", spec)
