@@ -30,10 +30,11 @@ def raw_ids(rng: np.random.Generator, n: int, pool: np.ndarray) -> np.ndarray:
     return np.unique(rng.choice(pool, size=n))
 
 
-def test_matches_a_dict_model(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize("mmap_reads", [False, True])
+def test_matches_a_dict_model(tmp_path: pathlib.Path, mmap_reads: bool) -> None:
     rng = np.random.default_rng(7)
     pool = np.concatenate([rng.integers(-(2**63), 2**63 - 1, 60, dtype=np.int64), EXTREMES])
-    store = RocksRowStore(str(tmp_path), LAYOUT)
+    store = RocksRowStore(str(tmp_path), LAYOUT, mmap_reads=mmap_reads)
     model: dict[int, np.ndarray] = {}
     for step in range(40):
         ids = raw_ids(rng, 12, pool)

@@ -11,8 +11,8 @@
 full-key bloom filter per table file (a miss, which every new id is, rarely touches a data
 block), a block cache of `block_cache_bytes`, index and filter blocks held in that cache (so
 memory stays bounded whatever the table's size), no compression (float rows do not compress),
-no write-ahead log (the store is scratch: an interrupted run restarts from a checkpoint, never
-from its store, so a crash has nothing to recover).
+a hash index in each data block, no write-ahead log (the store is scratch: an interrupted run
+restarts from a checkpoint, never from its store, so a crash has nothing to recover).
 """
 
 from __future__ import annotations
@@ -66,6 +66,9 @@ class RocksRowStore:
         write_buffer_bytes: memtable size before a flush to a table file
             (TorchRec's `KeyValueParams.ssd_rocksdb_write_buffer_size`).
         bloom_bits_per_key: bloom filter bits per key (10: about 1% false positives).
+        mmap_reads: read table files through a memory map instead of `pread` (about 1.6x the
+            random-get rate on a warm page cache, but every page read counts in the process's
+            resident memory until the kernel reclaims it; off by default).
 
     A directory that cannot be created or written raises StoreAccessError before anything
     is written.
@@ -79,6 +82,7 @@ class RocksRowStore:
         block_cache_bytes: int = 64 << 20,
         write_buffer_bytes: int = 64 << 20,
         bloom_bits_per_key: int = 10,
+        mmap_reads: bool = False,
     ) -> None:
         self.layout = layout
         self.path = store_path(directory, layout.table)
@@ -95,7 +99,9 @@ class RocksRowStore:
                 f"table {table!r}: store directory {directory!r} is not writable; set "
                 "KeyValueParams.ssd_storage_directory to a writable directory"
             )
-        self._options = _options(block_cache_bytes, write_buffer_bytes, bloom_bits_per_key)
+        self._options = _options(
+            block_cache_bytes, write_buffer_bytes, bloom_bits_per_key, mmap_reads
+        )
         if os.path.exists(self.path):
             self._check_existing()
             shutil.rmtree(self.path)
@@ -218,7 +224,9 @@ class RocksRowStore:
             self.close()
 
 
-def _options(block_cache: int, write_buffer: int, bloom_bits: int) -> rocksdict.Options:
+def _options(
+    block_cache: int, write_buffer: int, bloom_bits: int, mmap_reads: bool
+) -> rocksdict.Options:
     options = rocksdict.Options(raw_mode=True)
     options.create_if_missing(True)
     table = rocksdict.BlockBasedOptions()
@@ -226,9 +234,13 @@ def _options(block_cache: int, write_buffer: int, bloom_bits: int) -> rocksdict.
     table.set_block_cache(rocksdict.Cache(block_cache))
     table.set_cache_index_and_filter_blocks(True)
     table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+    # a hash index inside each data block: a point lookup skips the binary search
+    table.set_data_block_index_type(rocksdict.DataBlockIndexType.binary_and_hash())
+    table.set_data_block_hash_ratio(0.75)
     options.set_block_based_table_factory(table)
     options.set_write_buffer_size(write_buffer)
     options.set_compression_type(rocksdict.DBCompressionType.none())
     options.set_max_background_jobs(2)
     options.set_keep_log_file_num(2)
+    options.set_allow_mmap_reads(mmap_reads)
     return options
