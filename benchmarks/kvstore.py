@@ -8,7 +8,8 @@ One table's rows (dim 64 + rowwise Adagrad state: 65 float32, 260 bytes) in each
 Per batch of `--batch` distinct ids, uniform over the `--rows` stored ones (a cache's misses
 and its write-back), after a flush (reads come from table files, not the memtable): rows per
 second for fill (sequential ids), random get, random put (overwrite: the write-back), and for
-RocksDB a get of ids it never held (a new id's miss: answered by the bloom filters); and the
+RocksDB a get of ids it never held (a new id's miss: answered by the bloom filters) and a
+random get with `mmap_reads=True` (a second store with the same rows); and the
 share of a RocksDB call spent making Python keys (`encode_keys`). The page cache is warm (the
 data set fits in RAM): this measures the stores' own cost, not the disk. Then the raw-id
 tiered table's training step (`RawIdTieredEmbeddingBag`, Zipf(1.05) raw ids over 2^40, cache
@@ -93,13 +94,25 @@ def stores(args: argparse.Namespace, root: str) -> None:
     absent = [ids - (1 << 62) for ids in batches]
     results["RocksDB"]["get, never held"] = rate(lambda i: rocks.get(absent[i]), args.calls, b)
     keys = rate(lambda i: encode_keys(batches[i]), args.calls, b)
+    mapped = RocksRowStore(
+        os.path.join(root, "rocks-mmap"),
+        RowLayout(table="t", dim=dim, state=(("momentum1", 1),)),
+        mmap_reads=True,
+    )
+    for i in range(fills):
+        mapped.put(np.arange(i * b, (i + 1) * b, dtype=np.int64), fill_rows)
+    mapped.flush()
+    results["RocksDB"]["random get, mmap reads"] = rate(
+        lambda i: mapped.get(batches[i]), args.calls, b
+    )
+    mapped.close()
     print(f"\nstores: {fills * b} rows of {stride * 4} bytes, batches of {b} distinct ids")
-    print(f"  {'':18s} {'flat file':>14s} {'RocksDB':>14s} {'ratio':>7s}   (rows/s)")
-    for what in ("fill", "random get", "random put", "get, never held"):
+    print(f"  {'':22s} {'flat file':>14s} {'RocksDB':>14s} {'ratio':>7s}   (rows/s)")
+    for what in ("fill", "random get", "random put", "get, never held", "random get, mmap reads"):
         f = results["flat file"].get(what)
         r = results["RocksDB"][what]
         ratio = f"{f / r:6.1f}x" if f else "      -"
-        print(f"  {what:18s} {f or float('nan'):14,.0f} {r:14,.0f} {ratio}")
+        print(f"  {what:22s} {f or float('nan'):14,.0f} {r:14,.0f} {ratio}")
     got = results["RocksDB"]["random get"]
     print(f"  making keys: {keys:,.0f} ids/s ({got / keys:.0%} of a RocksDB get's time)")
     rows_mb = fills * b * stride * 4 / 1e6
