@@ -15,7 +15,12 @@ import pytest
 import torch
 
 from shardrec_collectives import ShardingEnv
-from shardrec_embedding import EmbeddingBagCollection, EmbeddingBagConfig
+from shardrec_embedding import (
+    EmbeddingBagCollection,
+    EmbeddingBagConfig,
+    EmbeddingCollection,
+    EmbeddingConfig,
+)
 from shardrec_embedding.dynamic import DynamicTableConfig
 from shardrec_embedding.dynamic.reset import table_seed
 from shardrec_embedding.fused import BatchedFusedEmbeddingBag, FusedTableSpec
@@ -30,7 +35,7 @@ from shardrec_planner import (
     table_wise,
 )
 from shardrec_planner.cache_params import CacheAlgorithm
-from shardrec_sharding import EmbeddingBagCollectionSharder
+from shardrec_sharding import EmbeddingBagCollectionSharder, EmbeddingCollectionSharder
 from shardrec_testing import RankContext, assert_close, random_lengths, seeded_generator
 from shardrec_tiered import CacheTooSmallError, initial_rows
 
@@ -217,3 +222,41 @@ def test_two_ranks_match_in_memory(pool_factory, tmp_path: pathlib.Path) -> None
         (out * torch.cat([p[2] for p in parts])).sum().backward()
     assert_close(rows[:, :DIM], memory.split_embedding_weights()[0].detach())
     assert_close(rows[:, DIM], memory.optimizer_state()["momentum1"])
+
+
+def test_sequence_collection_trains_exactly_as_in_memory(tmp_path: pathlib.Path) -> None:
+    """An EmbeddingCollection's dynamic table on `dram_virtual_table`: each id's output row
+    is its row (the reference: bags of one id each)."""
+    spec = FusedOptimSpec(optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=0.1)
+    config = EmbeddingConfig(
+        name="raw",
+        num_embeddings=CAPACITY,
+        embedding_dim=DIM,
+        feature_names=["f"],
+        dynamic=DynamicTableConfig(init_seed=3),
+    )
+    ec = EmbeddingCollection([config])
+    plan = construct_module_sharding_plan(
+        ec, {"raw": table_wise(rank=0, compute_kernel="dram_virtual_table")}, world_size=1
+    )
+    sharder = EmbeddingCollectionSharder(fused_params=spec.to_fused_params())
+    sharded = sharder.shard(ec, plan, ShardingEnv.from_local(1, 0))
+    data = stream()
+    keys = torch.cat([ids for ids, _, _ in data]).unique()
+    weight = initial_rows(
+        keys,
+        DIM,
+        seed=table_seed(3, "raw"),
+        low=config.get_weight_init_min(),
+        high=config.get_weight_init_max(),
+    )
+    memory = BatchedFusedEmbeddingBag(
+        [FusedTableSpec(name="raw", num_rows=keys.numel(), dim=DIM, weight=weight)], spec
+    )
+    for step, (ids, lengths, _) in enumerate(data):
+        out = sharded(KeyedJaggedTensor(["f"], ids, lengths=lengths))["f"].values()
+        expected = memory(torch.searchsorted(keys, ids), torch.arange(ids.numel() + 1))
+        assert torch.equal(out.detach(), expected.detach()), step
+        coefficients = torch.randn(ids.numel(), DIM, generator=seeded_generator("ec", step))
+        (out * coefficients).sum().backward()
+        (expected * coefficients).sum().backward()
