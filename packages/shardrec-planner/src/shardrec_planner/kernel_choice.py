@@ -13,9 +13,6 @@ kernel or cache option is silently dropped:
     fused_uvm_caching   fused     on cpu: as fused; on cuda: UVM with CacheParams.load_factor
     key_value           fused     as fused on every device; a table_wise table runs tiered:
                                   rows on disk behind an in-memory cache (`runs_tiered`)
-    ssd_virtual_table   itself    a dynamic table placed table_wise (refused otherwise): every
-    dram_virtual_table            raw id's row in RocksDB / RAM, its capacity the cache
-                                  (`runs_virtual_tiered`); hand-written plans only
 
 Cache options (`ParameterConstraints` -> `ParameterSharding`): `cache_params.load_factor` sets
 the cached share in the estimates of a `fused_uvm_caching` table on cuda (TorchRec's storage and
@@ -25,6 +22,10 @@ have, and the report lists them as not applied.
 `bounds_check_mode`: shardrec's lookups always refuse an out-of-range id with an error naming it
 (TorchRec's FATAL); another mode is reported as such. `stochastic_rounding`: the fused optimizer
 rounds to nearest; True is reported as not applied (it only matters for fp16/bf16 weights).
+
+`ssd_virtual_table` / `dram_virtual_table` run as themselves on a dynamic (raw-id) table placed
+table_wise (refused otherwise, hand-written plans only): every raw id's row in RocksDB / RAM,
+the table's capacity as its row cache (`runs_virtual_tiered`; shardrec_sharding/virtual_tier.py).
 """
 
 from __future__ import annotations
@@ -77,16 +78,6 @@ def runs_tiered(ps: ParameterSharding) -> bool:
     return (
         ps.compute_kernel is EmbeddingComputeKernel.KEY_VALUE
         and ps.sharding_type is ShardingType.TABLE_WISE
-    )
-
-
-def runs_virtual_tiered(ps: ParameterSharding) -> bool:
-    """Whether a table planned as `ps` keeps its raw-id rows in a store behind a cache of its
-    `capacity` slots (`ssd_virtual_table`: RocksDB on disk, `dram_virtual_table`: RAM; only
-    dynamic tables placed table_wise, which `ParameterSharding` and the sharder check)."""
-    return ps.compute_kernel in (
-        EmbeddingComputeKernel.SSD_VIRTUAL_TABLE,
-        EmbeddingComputeKernel.DRAM_VIRTUAL_TABLE,
     )
 
 
@@ -213,3 +204,13 @@ def kernel_options(constraints: ParameterConstraints | None) -> dict[str, Any]:
 def cache_ratio_of(ps: ParameterSharding) -> float | None:
     """The cached share a plan's table asks for (`CacheParams.load_factor`), if any."""
     return None if ps.cache_params is None else ps.cache_params.load_factor
+
+
+def runs_virtual_tiered(ps: ParameterSharding) -> bool:
+    """Whether a table planned as `ps` keeps its raw-id rows in a store behind a cache of its
+    `capacity` slots (`ssd_virtual_table`: RocksDB on disk, `dram_virtual_table`: RAM; only
+    dynamic tables placed table_wise, which `ParameterSharding` and the sharder check)."""
+    return ps.compute_kernel in (
+        EmbeddingComputeKernel.SSD_VIRTUAL_TABLE,
+        EmbeddingComputeKernel.DRAM_VIRTUAL_TABLE,
+    )

@@ -380,15 +380,15 @@ class _DynamicMixin:
                 if t.name in [s.name for s in m.table_specs]:
                     dyn.table(t.name).add_reset_hook(_state_reset(m, t.name))
         self._copy_state(module, dyn)
+        self._dynamic_features = [
+            f for t in dynamic_configs(list(configs)) for f in t.feature_names
+        ]
+        self.dynamic_tables = dyn
         from shardrec_sharding.virtual_tier import attach_virtual_tiers  # it imports this module
 
         attach_virtual_tiers(
             self._tables, dyn, self._lookup_modules_of, module, container, self.env.rank
         )
-        self._dynamic_features = [
-            f for t in dynamic_configs(list(configs)) for f in t.feature_names
-        ]
-        self.dynamic_tables = dyn
 
     def _lookup_modules_of(self, name: str) -> list[tuple[BatchedFusedEmbeddingBag, int]]:
         """This rank's fused lookups holding table `name`, with its first row in each."""

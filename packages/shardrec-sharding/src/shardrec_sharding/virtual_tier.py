@@ -12,6 +12,8 @@ lookup, the fused optimizer and the output path are unchanged. docs/tiered.md.
 
 from __future__ import annotations
 
+import importlib
+import os
 from collections.abc import Callable, Sequence
 
 import torch
@@ -22,13 +24,22 @@ from shardrec_embedding.dynamic import DynamicTable, DynamicTables, IdSlotMap
 from shardrec_embedding.dynamic.reset import table_seed
 from shardrec_embedding.fused import BatchedFusedEmbeddingBag
 from shardrec_optim import state_shapes
+from shardrec_planner import EmbeddingComputeKernel, ParameterSharding
+from shardrec_planner.cache_params import CacheAlgorithm
 from shardrec_planner.kernel_choice import runs_virtual_tiered
 from shardrec_sharding.dynamic import ShardedDynamicTable
 from shardrec_sharding.layout import TableSharding
-from shardrec_sharding.tiering import virtual_store
-from shardrec_tiered import RawIdRows, RowCache, StoreLayout
+from shardrec_tiered import (
+    CachePolicy,
+    KeyValueRows,
+    MemoryRows,
+    RawIdRows,
+    RowCache,
+    StoreLayout,
+    default_store_dir,
+)
 
-__all__ = ["TieredShardedDynamicTable", "attach_virtual_tiers", "part_class"]
+__all__ = ["TieredShardedDynamicTable", "attach_virtual_tiers", "part_class", "virtual_store"]
 
 
 class _CacheMap(DynamicTable):
@@ -124,3 +135,37 @@ def _refuse_state_dict(module: nn.Module, table: str) -> None:
 
     module._register_state_dict_hook(refuse)  # type: ignore[no-untyped-call]  # torch leaves it untyped
     module._register_load_state_dict_pre_hook(refuse)  # type: ignore[no-untyped-call]  # torch leaves it untyped
+
+
+def virtual_store(
+    ps: ParameterSharding, rank: int
+) -> tuple[CachePolicy, Callable[[StoreLayout], KeyValueRows]]:
+    """The cache policy (`CacheParams.algorithm`) and the store factory of `rank`'s raw-id tier
+    of a table planned `ssd_virtual_table` (RocksDB in
+    `<KeyValueParams.ssd_storage_directory>/rank-<r>`, default `<cwd>/tier-store/rank-<r>`,
+    from the optional shardrec-kvstore package) or `dram_virtual_table` (RAM)."""
+    cache = ps.cache_params
+    lfu = cache is not None and cache.algorithm is CacheAlgorithm.LFU
+    policy = CachePolicy.LFU if lfu else CachePolicy.LRU
+    if ps.compute_kernel is not EmbeddingComputeKernel.SSD_VIRTUAL_TABLE:
+        return policy, lambda layout: MemoryRows(layout.stride)
+    try:
+        # Optional (it brings the RocksDB binary wheel): `pip install shardrec[kvstore]`.
+        kvstore = importlib.import_module("shardrec_kvstore")
+    except ImportError as e:
+        raise ImportError(
+            "compute kernel 'ssd_virtual_table' keeps rows in RocksDB through the "
+            "shardrec-kvstore package, which is not installed: pip install shardrec-kvstore "
+            "(or shardrec[kvstore]), or plan 'dram_virtual_table' (rows in RAM)"
+        ) from e
+    kv = ps.key_value_params
+    directory = os.path.join(
+        (kv.ssd_storage_directory if kv else None) or default_store_dir(), f"rank-{rank}"
+    )
+
+    def open_store(layout: StoreLayout) -> KeyValueRows:
+        row_layout = kvstore.RowLayout(table=layout.table, dim=layout.dim, state=layout.state)
+        store: KeyValueRows = kvstore.RocksRowStore(directory, row_layout)
+        return store
+
+    return policy, open_store
