@@ -4,6 +4,7 @@ trained rows across evictions, unseen ids read their initial rows, the refusals.
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from shardrec_embedding import EmbeddingBagConfig
@@ -51,3 +52,7 @@ def test_unseen_ids_read_their_initial_rows_without_writes() -> None:
     assert torch.equal(out, torch.stack([rows[0], rows[1] + rows[0]]))
     module.flush()
     assert module.stats()["t"]["bytes_written"] == 0
+    with pytest.raises(NotImplementedError, match="tiered"):
+        module.state_dict()
+    with pytest.raises(NotImplementedError, match="tiered"):
+        module.load_state_dict({})

@@ -37,7 +37,6 @@ from shardrec_tiered.cache import RowCache
 from shardrec_tiered.layout import StoreLayout
 from shardrec_tiered.options import TieredOptions
 from shardrec_tiered.row_store import RowStore
-from shardrec_tiered.slot_map import SlotMap
 from shardrec_tiered.store import FlatFileStore
 
 __all__ = ["TieredFusedEmbeddingBag", "TieredTable"]
@@ -130,13 +129,7 @@ class TieredFusedEmbeddingBag(nn.Module):
             store = self._open_store(t, layout, opts)
             cache_state = {k: v[lo : lo + n] for k, v in self.cache_state().items()}
             self.caches.append(
-                RowCache(
-                    store,
-                    self.cache_weight.detach()[lo : lo + n],
-                    cache_state,
-                    opts.policy,
-                    self._slot_map(t, n),
-                )
+                RowCache(store, self.cache_weight.detach()[lo : lo + n], cache_state, opts.policy)
             )
         self.tables = nn.ModuleDict({t.name: TieredTable(t.name, t.num_rows, t.dim) for t in specs})
         self.learning_rate = self.spec.learning_rate
@@ -151,6 +144,9 @@ class TieredFusedEmbeddingBag(nn.Module):
         blocked on a background prefetch that had not finished."""
         self._row_bounds = torch.tensor([*self.row_offsets, self.num_rows], dtype=torch.int64)
 
+    def cache_state(self) -> dict[str, Tensor]:
+        return {name: getattr(self, f"_cache_{name}") for name in self._state_names}
+
     def _open_store(
         self, table: FusedTableSpec, layout: StoreLayout, options: TieredOptions
     ) -> RowStore:
@@ -158,13 +154,6 @@ class TieredFusedEmbeddingBag(nn.Module):
         store = FlatFileStore(options.directory(), layout, threads=options.io_threads)
         _initialize(store, table)
         return store
-
-    def _slot_map(self, table: FusedTableSpec, slots: int) -> SlotMap | None:
-        """The id -> slot map of `table`'s cache of `slots` rows; None: dense ids."""
-        return None
-
-    def cache_state(self) -> dict[str, Tensor]:
-        return {name: getattr(self, f"_cache_{name}") for name in self._state_names}
 
     def _admit(self, ids: Tensor, *, pin: bool, count: bool = True) -> tuple[Tensor, _Pins]:
         """Slot of each group row in `ids` (loading misses), and the pins taken."""
