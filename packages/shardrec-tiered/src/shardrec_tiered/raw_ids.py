@@ -183,9 +183,9 @@ class RawIdTieredEmbeddingBag(TieredFusedEmbeddingBag):
         self.caches[0].map = IdSlotMap(
             1 << max(1, (2 * slots - 1).bit_length()), backend=self._backend
         )
-        for module in self.tables.values():  # its rows have no range to save or load by
-            module._register_state_dict_hook(_refuse_checkpoint)  # type: ignore[no-untyped-call]  # torch leaves it untyped
-            module._register_load_state_dict_pre_hook(_refuse_checkpoint)  # type: ignore[no-untyped-call]  # torch leaves it untyped
+        # Before the tables' own hooks run: its rows have no range to save or load by.
+        self.register_state_dict_pre_hook(_refuse_checkpoint)  # type: ignore[no-untyped-call]  # torch leaves it untyped
+        self._register_load_state_dict_pre_hook(_refuse_checkpoint)  # type: ignore[no-untyped-call]  # torch leaves it untyped
 
     def _open_store(
         self, table: FusedTableSpec, layout: StoreLayout, options: TieredOptions
