@@ -38,6 +38,7 @@ from shardrec_tiered.cache import RowCache
 from shardrec_tiered.checkpoint import StoreSlice, TieredFusedOptimizer, is_streaming
 from shardrec_tiered.layout import StoreLayout
 from shardrec_tiered.options import TieredOptions
+from shardrec_tiered.row_store import RowStore
 from shardrec_tiered.store import FlatFileStore
 
 __all__ = ["TieredFusedEmbeddingBag", "TieredTable"]
@@ -170,8 +171,7 @@ class TieredFusedEmbeddingBag(nn.Module):
         for t, lo, n in zip(specs, self.slot_offsets, slots, strict=True):
             opts = per_table[t.name]
             layout = StoreLayout(table=t.name, num_rows=t.num_rows, dim=self.dim, state=widths)
-            store = FlatFileStore(opts.directory(), layout, threads=opts.io_threads)
-            _initialize(store, t)
+            store = self._open_store(t, layout, opts)
             cache_state = {k: v[lo : lo + n] for k, v in self.cache_state().items()}
             self.caches.append(
                 RowCache(store, self.cache_weight.detach()[lo : lo + n], cache_state, opts.policy)
@@ -251,6 +251,14 @@ class TieredFusedEmbeddingBag(nn.Module):
 
     def cache_state(self) -> dict[str, Tensor]:
         return {name: getattr(self, f"_cache_{name}") for name in self._state_names}
+
+    def _open_store(
+        self, table: FusedTableSpec, layout: StoreLayout, options: TieredOptions
+    ) -> RowStore:
+        """The backing store of `table`, holding its initial rows (a subclass's hook)."""
+        store = FlatFileStore(options.directory(), layout, threads=options.io_threads)
+        _initialize(store, table)
+        return store
 
     def _admit(self, ids: Tensor, *, pin: bool, count: bool = True) -> tuple[Tensor, _Pins]:
         """Slot of each group row in `ids` (loading misses), and the pins taken."""
