@@ -67,13 +67,30 @@ def executed_kernel(kernel: str) -> EmbeddingComputeKernel:
     return EmbeddingComputeKernel.FUSED if k in RUNS_AS_FUSED else k
 
 
+TIERED_SHARDING_TYPES: frozenset[ShardingType] = frozenset({ShardingType.TABLE_WISE})
+"""Sharding types whose `key_value` tables run tiered (others run as fused)."""
+
+
 def runs_tiered(ps: ParameterSharding) -> bool:
     """Whether a table planned as `ps` runs on the tiered lookup (shardrec-tiered: rows and
-    optimizer state on disk, a cache of `CacheParams.load_factor` of them in memory). Today:
-    `key_value` tables placed table_wise; other sharding types run as fused."""
+    optimizer state on disk, a cache of `CacheParams.load_factor` of them in memory):
+    `key_value` tables of a sharding type in `TIERED_SHARDING_TYPES`."""
     return (
         ps.compute_kernel is EmbeddingComputeKernel.KEY_VALUE
-        and ps.sharding_type is ShardingType.TABLE_WISE
+        and ps.sharding_type in TIERED_SHARDING_TYPES
+    )
+
+
+def tiered_layout(
+    sharding_type: ShardingType, kernel: EmbeddingComputeKernel, compute_device: str
+) -> bool:
+    """Whether our cost model prices such shards on the disk tier (disk_tier.py): tables that
+    run tiered, on cpu (the tier's cache lives in CPU memory; elsewhere `key_value` is
+    estimated as fused)."""
+    return (
+        kernel is EmbeddingComputeKernel.KEY_VALUE
+        and sharding_type in TIERED_SHARDING_TYPES
+        and compute_device == "cpu"
     )
 
 
