@@ -102,9 +102,8 @@ def lru_stack_distances(ids: object) -> npt.NDArray[np.int64]:
         has = (limit >> k) & 1 == 1
         start = (limit[has] >> (k + 1)) << (k + 1)  # the block just below the prefix's end
         b = start >> k
-        count[has] += np.searchsorted(keys, b * shift + (y[has] + 1), side="left") - np.searchsorted(
-            keys, b * shift, side="left"
-        )
+        below = np.searchsorted(keys, b * shift + (y[has] + 1), side="left")
+        count[has] += below - np.searchsorted(keys, b * shift, side="left")
         k += 1
     out[q] = count - (p + 1)
     return out
@@ -119,7 +118,9 @@ def lru_hit_rate(ids: object, cache_rows: int) -> float:
     return float(np.count_nonzero(dist < cache_rows)) / len(dist) if len(dist) else 0.0
 
 
-def _batch_distinct(ids: npt.NDArray[np.int64], per_batch: int) -> tuple[npt.NDArray[np.int64], int]:
+def _batch_distinct(
+    ids: npt.NDArray[np.int64], per_batch: int
+) -> tuple[npt.NDArray[np.int64], int]:
     """The distinct ids of each batch of `per_batch` ids, in order of first appearance, and the
     number of batches."""
     out: list[npt.NDArray[np.int64]] = []
@@ -149,8 +150,7 @@ class SampledCacheStatistics(CacheStatistics):
             )
         if arr.min() < 0 or arr.max() >= num_rows:
             raise ValueError(
-                f"ids must be in [0, {num_rows}) (the table's rows), got "
-                f"[{arr.min()}, {arr.max()}]"
+                f"ids must be in [0, {num_rows}) (the table's rows), got [{arr.min()}, {arr.max()}]"
             )
         lookups, batches = _batch_distinct(arr, ids_per_batch)
         self.num_rows = num_rows

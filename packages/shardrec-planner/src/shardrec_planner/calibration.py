@@ -20,15 +20,14 @@ import json
 import os
 import pathlib
 import platform
-import socket
 import shutil
+import socket
 import statistics
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp

@@ -109,7 +109,7 @@ def _round_up(x: float) -> float:
     """`x` rounded up to 4 significant digits (a readable load factor still >= x)."""
     if x <= 0:
         return 0.0
-    scale = 10 ** (3 - math.floor(math.log10(x)))
+    scale = 10.0 ** (3 - math.floor(math.log10(x)))
     return math.ceil(x * scale) / scale
 
 

@@ -306,6 +306,13 @@ def table_options(
         )
         candidates += [(st, k, duplicate) for k in kernels]
     kept = [c for c in candidates if not c[2]] or candidates
+    kv = EmbeddingComputeKernel.KEY_VALUE
+    if any(k is kv and tiered_layout(st, k, topology.compute_device) for st, k, _ in kept):
+        # key_value asks for the disk tier: where some layout runs tiered, drop those that
+        # would run it as fused (the whole table in memory)
+        kept = [
+            c for c in kept if c[1] is not kv or tiered_layout(c[0], kv, topology.compute_device)
+        ]
     out: list[Option] = []
     geometry: dict[ShardingType, ShardArrays] = {}
     for st, kernel, _ in kept:

@@ -33,7 +33,6 @@ from shardrec_planner.errors import PlannerError
 from shardrec_planner.estimator import Workload, optimizer_state
 from shardrec_planner.geometry import ShardArrays
 from shardrec_planner.kernel_choice import cache_ratio_of, kernel_options
-from shardrec_planner.tier_plan import tier_cache_params, tier_decision
 from shardrec_planner.options import Option, estimated_option, table_options
 from shardrec_planner.parameter_sharding import ParameterSharding
 from shardrec_planner.partitioners import GreedyPerfPartitioner
@@ -61,6 +60,7 @@ from shardrec_planner.storage_reservations import (
     describe_reservation,
     reserved_caps,
 )
+from shardrec_planner.tier_plan import tier_cache_params, tier_decision
 from shardrec_planner.topology import Topology
 from shardrec_planner.unplaceable import unplaceable_error
 

@@ -116,9 +116,7 @@ def format_tiers(stats: PlanStats) -> str:
     if not lines:
         return ""
     used = max(r.disk_bytes for r in stats.ranks)
-    return (
-        f"disk tier (largest per-rank store total {format_bytes(used)})\n" + "\n".join(lines)
-    )
+    return f"disk tier (largest per-rank store total {format_bytes(used)})\n" + "\n".join(lines)
 
 
 def format_report(plan: ShardingPlan) -> str:

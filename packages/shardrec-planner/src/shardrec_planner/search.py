@@ -1,9 +1,10 @@
 """Choose an option and ranks for every table: a greedy start improved by local search.
 
 Objective: the slowest rank's estimated step time (the sum of its shards' costs), with every
-rank's device and host memory, and its disk (tiered tables' stores), under their caps. The greedy start picks each table's cheapest
-option that fits one rank, switches tables to smaller options (least time added per byte saved)
-while the model would not fit all ranks' memory together, and places tables heaviest first
+rank's device and host memory, and its disk (tiered tables' stores), under their caps. The
+greedy start picks each table's cheapest option that fits one rank, switches tables to smaller
+options (least time added per byte saved) while the model would not fit all ranks' memory
+together, and places tables heaviest first
 (largest of cost / lower bound and memory / cap) on the least-loaded rank with room. Local search
 then repeatedly takes the slowest rank and tries, in order: moving one of its shards to the
 least-loaded rank that has room, swapping one of its shards with a lighter one elsewhere,
@@ -584,9 +585,7 @@ def search(
     reasons = [""] * len(options)
 
     def fresh() -> _State:
-        return _State(
-            options, world_size, local_world_size, memory_cap, host_memory_cap, disk_cap
-        )
+        return _State(options, world_size, local_world_size, memory_cap, host_memory_cap, disk_cap)
 
     # Cost-first placement, then memory-first, each with less of the total memory planned in:
     # the first attempt that places every table wins.

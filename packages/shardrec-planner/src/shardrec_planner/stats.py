@@ -127,7 +127,9 @@ class TableDecision:
             cost_s=_float(data, "cost_s"),
             max_shard_cost_s=_float(data, "max_shard_cost_s"),
             reason=str(data["reason"]),
-            tier=TierDecision.from_dict(tier) if isinstance(tier := data.get("tier"), dict) else None,
+            tier=TierDecision.from_dict(tier)
+            if isinstance(tier := data.get("tier"), dict)
+            else None,
         )
 
 

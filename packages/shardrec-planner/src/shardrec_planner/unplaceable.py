@@ -47,6 +47,15 @@ def unplaceable_error(
                     "fix: more disk or ranks, or a smaller table"
                 )
                 continue
+            disk_full = True
+            lines.append(
+                f"  {table.name!r} ({table.rows:,} x {table.dim}): tiered on disk, its store "
+                f"needs {format_bytes(small.max_disk)} on one rank and its smallest cache "
+                f"{format_bytes(min(o.max_memory for o in tiered))} of memory; no rank had both "
+                f"left beside the other tables (disk per rank: {format_bytes(topology.disk_cap)}, "
+                "Topology ssd_cap); to fix: more disk or ranks"
+            )
+            continue
         elif topology.compute_device == "cpu" and "table_wise" in types:
             hint.append(
                 "allow the disk tier (EmbeddingShardingPlanner(auto_tier=True), or "
