@@ -16,8 +16,8 @@
 Prints the table bytes, the plan's tier line, initialization time, median step time, the peak
 RSS of the tiered run (`resource.getrusage`, before the reference is built), hit rates, and the
 largest loss difference. The store directory is removed at the end (`--keep-store` keeps it).
-Initial values are a hash of (table, row, column), so the reference can build its rows without
-the big table. `--quick`: a tiny run in seconds (what the smoke test runs).
+Initial values are a function of (table, row, column), so the reference can build its rows
+without the big table. `--quick`: a tiny run in seconds (what the smoke test runs).
 """
 
 from __future__ import annotations
@@ -81,16 +81,22 @@ class Config:
         return self.tables * self.rows * self.row_bytes
 
 
-def init_rows(table: int, rows: Tensor, dim: int) -> Tensor:
-    """The initial `(len(rows), dim)` values of `rows` of `table`: a 32-bit integer hash of
-    (table, row, column) scaled to [-INIT_SCALE, INIT_SCALE)."""
+def init_rows(table: int, rows: Tensor, dim: int, out: Tensor | None = None) -> Tensor:
+    """The initial `(len(rows), dim)` values of `rows` of `table`, in [-INIT_SCALE, INIT_SCALE)
+    (written into `out` when given): a per-row 32-bit hash `u` in [0, 1), then
+    `frac(u + j * golden ratio)` per column j. Only exactly rounded float32 operations, so a
+    row's values do not depend on which rows are computed with it; in place, cheap enough to
+    fill 30 GB."""
     mask = 0xFFFFFFFF
-    x = (rows.long()[:, None] * dim + torch.arange(dim)) ^ (table * 0x9E3779B1)
-    x = x & mask
+    x = (rows.long() ^ (table * 0x9E3779B1)) & mask
     for _ in range(2):
         x = ((x >> 16) ^ x) * 0x45D9F3B & mask
     x = (x >> 16) ^ x
-    return (x.double() / 2**32 * 2 - 1).float() * INIT_SCALE
+    u = (x >> 8).float() / 2**24  # 24 bits: exact in float32
+    golden = (torch.arange(dim, dtype=torch.float64) * 0.6180339887498949 % 1.0).float()
+    v = torch.empty(len(rows), dim) if out is None else out
+    torch.add(u[:, None], golden, out=v)
+    return v.frac_().mul_(2 * INIT_SCALE).sub_(INIT_SCALE)
 
 
 class RowInit:
@@ -102,9 +108,7 @@ class RowInit:
 
     def __call__(self, weight: Tensor) -> None:
         n = weight.shape[0]
-        weight.copy_(
-            init_rows(self.table, torch.arange(self.next_row, self.next_row + n), self.dim)
-        )
+        init_rows(self.table, torch.arange(self.next_row, self.next_row + n), self.dim, weight)
         self.next_row += n
 
 
