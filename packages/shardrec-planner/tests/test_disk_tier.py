@@ -271,3 +271,16 @@ def test_disk_calibration(tmp_path: pathlib.Path) -> None:
     assert Topology.from_calibration(tmp_path / "old.json", world_size=1).ssd_cap == 2048 * GiB
     with pytest.raises(ValueError, match="disk_bw must be a positive number"):
         dataclasses.replace(cal, disk_bw=-1.0)
+
+
+def test_cache_sizes_that_buy_no_time_are_not_options() -> None:
+    # every lookup of this sample is an id's first: the hit rate is 0 at any cache size, so
+    # only the smallest cache is an option, and the plan does not spend memory on a larger one
+    rows = 10_000_000
+    stats = SampledCacheStatistics(np.arange(20 * 512), num_rows=rows, ids_per_batch=512)
+    cons = {"big": ParameterConstraints(cache_params=CacheParams(stats=stats))}
+    plan = _planner(2 * GiB, 100 * GiB, constraints=cons, auto_tier=True).plan(BIG, SHARDERS)
+    ps = plan.plan[""]["big"]
+    assert ps.compute_kernel.value == "key_value"
+    assert ps.cache_params is not None and ps.cache_params.load_factor == 0.001
+    assert ps.cache_params.stats is stats

@@ -210,6 +210,18 @@ def _lookups(cache: object | None, ids: float) -> float:
     return float(expected) if isinstance(expected, int | float) else ids
 
 
+def _undominated(sized: list[Option]) -> list[Option]:
+    """Of one layout's cache sizes (largest first), those that each buy time with their
+    memory: a larger cache is kept only if it is estimated faster than every smaller one (with
+    a hit rate that is flat over cache sizes, e.g. a sample whose misses are all first
+    accesses, only the smallest cache is left, rather than an arbitrary one of equal cost)."""
+    kept: list[Option] = []
+    for opt in reversed(sized):  # smallest cache first
+        if not kept or opt.total_cost < kept[-1].total_cost * (1.0 - 1e-9):
+            kept.append(opt)
+    return kept[::-1]
+
+
 _ROW_SPLIT = {
     ShardingType.ROW_WISE: "world",
     ShardingType.TABLE_ROW_WISE: "local",
@@ -331,22 +343,23 @@ def table_options(
         if load_factor is None and tiered_layout(st, kernel, topology.compute_device):
             ids = workload.ids_local * world
             factors = list(auto_load_factors(table.rows, _lookups(cache, ids)))
-        for factor in factors:
-            out.append(
-                estimated_option(
-                    table,
-                    workload,
-                    topology,
-                    optimizer,
-                    load_factor,
-                    sharding_type=st,
-                    kernel=kernel,
-                    shards=shards,
-                    block=block,
-                    tier_load_factor=factor,
-                    cache_stats=cache.stats if cache is not None else None,
-                )
+        sized = [
+            estimated_option(
+                table,
+                workload,
+                topology,
+                optimizer,
+                load_factor,
+                sharding_type=st,
+                kernel=kernel,
+                shards=shards,
+                block=block,
+                tier_load_factor=factor,
+                cache_stats=cache.stats if cache is not None else None,
             )
+            for factor in factors
+        ]
+        out += _undominated(sized) if len(sized) > 1 else sized
     if not out:
         raise PlannerError(
             f"{where}: constraint compute_kernels={[str(k) for k in kernel_wanted or []]} leaves "
