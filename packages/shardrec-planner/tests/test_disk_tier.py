@@ -284,3 +284,19 @@ def test_cache_sizes_that_buy_no_time_are_not_options() -> None:
     assert ps.compute_kernel.value == "key_value"
     assert ps.cache_params is not None and ps.cache_params.load_factor == 0.001
     assert ps.cache_params.stats is stats
+
+
+def test_cli_calibrate_measures_the_disk_when_asked(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from shardrec_planner.cli import main
+
+    out = tmp_path / "cal.json"
+    assert main(["calibrate", "--quick", "--out", str(out), "--disk-dir", str(tmp_path)]) == 0
+    assert "disk random reads:" in capsys.readouterr().out
+    cal = Calibration.load(out)
+    assert cal.disk_bw is not None and cal.disk_bw > 0
+    assert cal.disk_free_bytes is not None and cal.disk_free_bytes > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cal.json"]
+    topo = Topology.from_calibration(out, world_size=2)
+    assert topo.disk_bw == cal.disk_bw and topo.ssd_cap == cal.disk_free_bytes // 2

@@ -11,8 +11,9 @@ kernel or cache option is silently dropped:
     asked kernel        runs as   planner estimate (our cost model)
     fused_uvm           fused     on cpu: as fused; on cuda: TorchRec's UVM model (host memory)
     fused_uvm_caching   fused     on cpu: as fused; on cuda: UVM with CacheParams.load_factor
-    key_value           fused     as fused on every device; a table_wise table runs tiered:
-                                  rows on disk behind an in-memory cache (`runs_tiered`)
+    key_value           fused     a table_wise table runs tiered: rows on disk behind an
+                                  in-memory cache (`runs_tiered`), priced on the disk tier on
+                                  cpu (`tiered_layout`, disk_tier.py); elsewhere as fused
 
 Cache options (`ParameterConstraints` -> `ParameterSharding`): `cache_params.load_factor` sets
 the cached share in the estimates of a `fused_uvm_caching` table on cuda (TorchRec's storage and
