@@ -300,3 +300,17 @@ def test_cli_calibrate_measures_the_disk_when_asked(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cal.json"]
     topo = Topology.from_calibration(out, world_size=2)
     assert topo.disk_bw == cal.disk_bw and topo.ssd_cap == cal.disk_free_bytes // 2
+
+
+def test_tier_store_dir_reaches_tables_without_key_value_params() -> None:
+    cons = {"small": ParameterConstraints(compute_kernels=["key_value"])}
+    planner = _planner(
+        2 * GiB, 100 * GiB, constraints=cons, auto_tier=True, tier_store_dir="/data/run/tier"
+    )
+    plan = planner.plan(BIG, SHARDERS)
+    for name in ("big", "small"):
+        kv = plan.plan[""][name].key_value_params
+        assert kv is not None and kv.ssd_storage_directory == "/data/run/tier"
+    assert "rows and optimizer state in /data/run/tier/rank-<r>" in plan.report()
+    with pytest.raises(ValueError, match="tier_store_dir must be a non-empty path"):
+        _planner(GiB, GiB, tier_store_dir="")

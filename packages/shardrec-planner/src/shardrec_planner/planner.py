@@ -22,6 +22,7 @@ import numpy.typing as npt
 import torch.distributed as dist
 from torch import nn
 
+from shardrec_planner.cache_params import KeyValueParams
 from shardrec_planner.constraints import ParameterConstraints
 from shardrec_planner.default_sharders import default_sharders
 from shardrec_planner.distributed import broadcast_plan_text
@@ -103,6 +104,9 @@ class EmbeddingShardingPlanner:
       time per byte saved when it does not, choosing each cache's size. Off by default: a
       model that does not fit raises PlannerError, naming this switch. A table may also opt in
       alone with `ParameterConstraints(compute_kernels=["fused", "key_value"])`.
+      `tier_store_dir`: the store directory of tiered tables whose constraints set no
+      `KeyValueParams` (written into their plan as `ssd_storage_directory`; None: the
+      lookup's default, `./tier-store`); each rank adds `/rank-<r>`.
     - `time_budget_s`: the local search stops after this long (it usually converges sooner);
       `timeout_seconds` is TorchRec's name for it, and also bounds TorchRec's loop (below):
       no proposal is tried past it, the best so far wins.
@@ -133,6 +137,7 @@ class EmbeddingShardingPlanner:
         memory_reserve_fraction: float = 0.15,
         time_budget_s: float = 30.0,
         auto_tier: bool = False,
+        tier_store_dir: str | None = None,
         storage_reservation: StorageReservation | None = None,
         timeout_seconds: float | None = None,
         enumerator: Any = None,
@@ -182,6 +187,13 @@ class EmbeddingShardingPlanner:
         self.memory_reserve_fraction = memory_reserve_fraction
         self.time_budget_s = time_budget_s
         self.auto_tier = bool(auto_tier)
+        if tier_store_dir is not None and (
+            not isinstance(tier_store_dir, str) or not tier_store_dir
+        ):
+            raise ValueError(
+                f"tier_store_dir must be a non-empty path string or None, got {tier_store_dir!r}"
+            )
+        self.tier_store_dir = tier_store_dir
         self.storage_reservation = storage_reservation
         self._reserved_caps: tuple[float, float] | None = None
         self._optimizers: dict[str, tuple[float, float]] = {}
@@ -557,6 +569,10 @@ class EmbeddingShardingPlanner:
             extra = kernel_options(self.constraints.get(table.name))
             if opt.tier is not None:
                 extra["cache_params"] = tier_cache_params(extra.get("cache_params"), opt.tier)
+                if self.tier_store_dir is not None and "key_value_params" not in extra:
+                    extra["key_value_params"] = KeyValueParams(
+                        ssd_storage_directory=self.tier_store_dir
+                    )
             if opt.sharding_type is ShardingType.DATA_PARALLEL:
                 ps = ParameterSharding(
                     sharding_type=opt.sharding_type, compute_kernel=opt.kernel, ranks=ranks, **extra
