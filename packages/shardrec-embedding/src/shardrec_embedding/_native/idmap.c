@@ -144,6 +144,40 @@ int64_t sr_idmap_distinct_missing(const int64_t *ids, const int64_t *slots, int6
     return u;
 }
 
+/* The distinct ids of ids[0..n), in order of first appearance: uniq[0..u) with their occurrence
+ * counts, and, when aux is not NULL, aux_max[j] = the largest aux[i] over the occurrences of
+ * uniq[j]. scratch: 2 * cap int64s, cap a power of two > n. Returns u. */
+int64_t sr_idmap_distinct(const int64_t *ids, int64_t n, const int64_t *aux, int64_t *scratch,
+                          int64_t cap, int64_t *uniq, int64_t *counts, int64_t *aux_max) {
+    const uint64_t mask = (uint64_t)cap - 1;
+    for (int64_t b = 0; b < cap; b++) scratch[2 * b + 1] = -1;
+    int64_t u = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t key = ids[i];
+        uint64_t h = sr_idmap_mix((uint64_t)key) & mask;
+        for (;;) {
+            int64_t *b = scratch + 2 * h;
+            if (b[1] < 0) {
+                b[0] = key;
+                b[1] = u;
+                uniq[u] = key;
+                counts[u] = 1;
+                if (aux) aux_max[u] = aux[i];
+                u++;
+                break;
+            }
+            if (b[0] == key) {
+                const int64_t j = b[1];
+                counts[j]++;
+                if (aux && aux[i] > aux_max[j]) aux_max[j] = aux[i];
+                break;
+            }
+            h = (h + 1) & mask;
+        }
+    }
+    return u;
+}
+
 /* sr_idmap_find, and for every id found: last_seen[slot] = step, counts[slot] += 1 (the
  * dynamic table's per-slot metadata, updated in the same pass; a NULL array is skipped).
  * Returns the number found. */
@@ -290,4 +324,67 @@ int64_t sr_idmap_slots_set(const int64_t *slots, const int64_t *ids, const int64
         counts[s] = occurrences[i];
     }
     return k;
+}
+
+/* ---- sorted managed-collision slots: the order after a round ---------------------------- */
+
+/* keys[0..z) is sorted except at the e slots that took new keys: those are fresh[0..e), listed
+ * in ascending order of their new keys, and flagged in is_fresh. Writes order[p] = the slot
+ * that goes to place p, the permutation a stable argsort of keys gives (kept keys never equal a
+ * new key), and position[rows[order[p]] - row_offset] = p (the new place of each row). */
+int64_t sr_idmap_merge_order(const int64_t *keys, int64_t z, const int64_t *fresh, int64_t e,
+                             const uint8_t *is_fresh, const int64_t *rows, int64_t row_offset,
+                             int64_t *order, int64_t *position) {
+    int64_t i = 0, j = 0;
+    for (int64_t p = 0; p < z; p++) {
+        while (i < z && is_fresh[i]) i++;
+        int64_t src;
+        if (j < e && (i >= z || keys[fresh[j]] < keys[i])) {
+            src = fresh[j++];
+        } else {
+            src = i++;
+        }
+        order[p] = src;
+        position[rows[src] - row_offset] = p;
+    }
+    return z;
+}
+
+/* buf[p] = buf[order[p]] for p in [0, z), through tmp (z int64s). */
+int64_t sr_idmap_permute(int64_t *buf, const int64_t *order, int64_t z, int64_t *tmp) {
+    for (int64_t p = 0; p < z; p++) tmp[p] = buf[order[p]];
+    for (int64_t p = 0; p < z; p++) buf[p] = tmp[p];
+    return z;
+}
+
+/* The k-th smallest (k >= 1) of the n floats x (no NaN), by quickselect on the copy tmp. */
+float sr_idmap_kth_f32(const float *x, int64_t n, int64_t k, float *tmp) {
+    for (int64_t i = 0; i < n; i++) tmp[i] = x[i];
+    int64_t lo = 0, hi = n - 1, want = k - 1;
+    while (lo < hi) {
+        /* median of three as the pivot */
+        const int64_t mid = lo + (hi - lo) / 2;
+        float a = tmp[lo], b = tmp[mid], c = tmp[hi];
+        float pivot = a < b ? (b < c ? b : (a < c ? c : a)) : (a < c ? a : (b < c ? c : b));
+        int64_t i = lo, j = hi;
+        while (i <= j) {
+            while (tmp[i] < pivot) i++;
+            while (tmp[j] > pivot) j--;
+            if (i <= j) {
+                const float t = tmp[i];
+                tmp[i] = tmp[j];
+                tmp[j] = t;
+                i++;
+                j--;
+            }
+        }
+        if (want <= j) {
+            hi = j;
+        } else if (want >= i) {
+            lo = i;
+        } else {
+            return tmp[want];
+        }
+    }
+    return tmp[want];
 }

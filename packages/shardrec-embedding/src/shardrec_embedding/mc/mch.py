@@ -22,14 +22,25 @@ from collections.abc import Callable
 
 import torch
 
+from shardrec_embedding.dynamic.id_map import sorted_distinct
 from shardrec_embedding.mc.base import ManagedCollisionModule
-from shardrec_embedding.mc.policies import MCHEvictionPolicy
+from shardrec_embedding.mc.policies import (
+    DistanceLFU_EvictionPolicy,
+    LFU_EvictionPolicy,
+    LRU_EvictionPolicy,
+    MCHEvictionPolicy,
+)
+from shardrec_embedding.mc.sorted_index import SortedSlotIndex, permute_
 from shardrec_jagged import JaggedTensor
 
 __all__ = ["MCHManagedCollisionModule", "MCHStats"]
 
 _LOG = logging.getLogger(__name__)
 _INT64_MAX = torch.iinfo(torch.int64).max
+
+# Policies whose window metadata is known here (the last iteration that saw each entry), so an
+# eviction round can coalesce the window without `unique`'s inverse mapping.
+_BUILT_IN_POLICIES = (LFU_EvictionPolicy, LRU_EvictionPolicy, DistanceLFU_EvictionPolicy)
 
 InputHashFunc = Callable[[torch.Tensor, int], torch.Tensor]
 
@@ -157,6 +168,11 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
         self._history_metadata = {}
         self.stats = MCHStats()
         self._init_buffers()
+        self._index = (
+            SortedSlotIndex(zch_size, output_global_offset)
+            if SortedSlotIndex.worthwhile() and self.device.type == "cpu"
+            else None
+        )
 
     def _init_buffers(self) -> None:
         device, size = self.device, self._zch_size
@@ -233,6 +249,9 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
         mutate_miss_lengths: bool = True,
         write_weights: torch.Tensor | None = None,
     ) -> dict[str, JaggedTensor]:
+        index = self._ready_index()
+        if index is not None:
+            return self._indexed_remap(features, index)
         return _mch_remap(
             features,
             self._mch_sorted_raw_ids,
@@ -248,6 +267,38 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
         features = self.preprocess(features)
         features = self.profile(features)
         return self.remap(features)
+
+    def _ready_index(self) -> SortedSlotIndex | None:
+        """The hash index of the slots when it can answer for the search (native map, CPU,
+        not tracing), else None."""
+        if self._index is None or torch.fx._symbolic_trace.is_fx_symbolic_tracing():
+            return None
+        if not self._index.ready(self._mch_sorted_raw_ids, self._mch_remapped_ids_mapping):
+            return None
+        return self._index
+
+    def _indexed_remap(
+        self, features: dict[str, JaggedTensor], index: SortedSlotIndex
+    ) -> dict[str, JaggedTensor]:
+        """`_mch_remap` by the hash index: one probe per id instead of a binary search."""
+        miss_row = self._output_global_offset + self._zch_size - 1
+        remapped: dict[str, JaggedTensor] = {}
+        for name, feature in features.items():
+            values = feature.values()
+            if values.is_floating_point():
+                raise TypeError(
+                    f"feature {name} has floating-point ids; raw ids must be integers (int64 or "
+                    "int32)"
+                )
+            rows = index.rows(values)
+            rows = rows.masked_fill_(rows < 0, miss_row).to(values.dtype)
+            remapped[name] = JaggedTensor(
+                values=rows.view(values.shape),
+                lengths=feature.lengths(),
+                offsets=feature.offsets(),
+                weights=feature.weights_or_none(),
+            )
+        return remapped
 
     @torch.no_grad()
     def evict(self) -> torch.Tensor | None:
@@ -333,18 +384,32 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
     @torch.no_grad()
     def _coalesce_history(self) -> None:
         used = self._current_history_buffer_offset
-        uniq_ids, inverse, counts = torch.unique(
-            self._history_accumulator[:used], return_inverse=True, return_counts=True
-        )
+        window = self._history_accumulator[:used]
         threshold_filter = self._eviction_policy._threshold_filtering_func
-        mask = threshold_filter(counts)[0] if threshold_filter is not None else None
-        metadata = self._eviction_policy.coalesce_history_metadata(
-            self._current_iter,
-            {name: buffer[:used] for name, buffer in self._history_metadata.items()},
-            counts,
-            inverse,
-            threshold_mask=mask,
-        )
+        metadata: dict[str, torch.Tensor]
+        if type(self._eviction_policy) in _BUILT_IN_POLICIES and window.device.type == "cpu":
+            # The built-in policies' window metadata is the iteration of each entry, coalesced
+            # by max: one hash pass over the window instead of a sort of it.
+            last = self._history_metadata.get("last_access_iter")
+            uniq_ids, counts, latest = sorted_distinct(
+                window, None if last is None else last[:used]
+            )
+            mask = threshold_filter(counts)[0] if threshold_filter is not None else None
+            metadata = {}
+            if latest is not None:
+                metadata["last_access_iter"] = latest if mask is None else latest[mask]
+        else:
+            uniq_ids, inverse, counts = torch.unique(
+                window, return_inverse=True, return_counts=True
+            )
+            mask = threshold_filter(counts)[0] if threshold_filter is not None else None
+            metadata = self._eviction_policy.coalesce_history_metadata(
+                self._current_iter,
+                {name: buffer[:used] for name, buffer in self._history_metadata.items()},
+                counts,
+                inverse,
+                threshold_mask=mask,
+            )
         if mask is not None:
             uniq_ids, counts = uniq_ids[mask], counts[mask]
         self._update_and_evict(uniq_ids, counts, metadata)
@@ -359,32 +424,70 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
     ) -> None:
         by_count = torch.argsort(uniq_ids_counts, descending=True, stable=True)
         ids = uniq_ids[by_count]
-        slot = torch.searchsorted(self._mch_sorted_raw_ids[:-1], ids)
-        held = self._mch_sorted_raw_ids[slot] == ids
+        index = self._ready_index()
+        if index is not None:
+            rows_of = index.rows(ids)
+            held = rows_of >= 0
+            held_slots = index.slots(rows_of[held])
+        else:
+            slot = torch.searchsorted(self._mch_sorted_raw_ids[:-1], ids)
+            held = self._mch_sorted_raw_ids[slot] == ids
+            held_slots = slot[held]
         evicted, selected = self._eviction_policy.update_metadata_and_generate_eviction_scores(
             self._current_iter,
             self._zch_size,
             by_count,
             uniq_ids_counts[by_count],
             held,
-            slot[held],
+            held_slots,
             self._mch_metadata,
             uniq_ids_metadata,
         )
         self.stats.rounds += 1
         self.stats.admissions += int(evicted.numel())
         self.stats.evictions += int((self._mch_sorted_raw_ids[evicted] != _INT64_MAX).sum())
-        self._mch_sorted_raw_ids[evicted] = ids[~held][selected]
+        old_ids = self._mch_sorted_raw_ids[evicted]
+        new_ids = ids[~held][selected]
+        self._mch_sorted_raw_ids[evicted] = new_ids
         rows = self._mch_remapped_ids_mapping[evicted]
+        if index is not None:
+            # held ids stay sorted: merge the new ones in (the same order as a stable argsort)
+            self._sort_mch_buffers(
+                index.reorder(self._mch_sorted_raw_ids, self._mch_remapped_ids_mapping, evicted)
+            )
+            index.update(
+                self._mch_sorted_raw_ids, self._mch_remapped_ids_mapping, old_ids, new_ids, rows
+            )
+        else:
+            self._sort_mch_buffers()
         if self._evicted:  # rows of an earlier round not yet consumed by evict()
-            rows = torch.unique(torch.cat([self._evicted_emb_indices, rows]))
+            rows = self._union_rows(self._evicted_emb_indices, rows)
         self._evicted_emb_indices = rows
         self._evicted = True
-        self._sort_mch_buffers()
+
+    def _union_rows(self, earlier: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """`torch.unique(torch.cat([earlier, rows]))` of rows of this module's range, by a
+        mask of its rows (linear, where `unique` sorts)."""
+        start = self._output_global_offset
+        both = torch.cat([earlier, rows])
+        if both.numel() and (int(both.min()) < start or int(both.max()) >= start + self._zch_size):
+            return torch.unique(both)
+        mask = torch.zeros(self._zch_size, dtype=torch.bool, device=both.device)
+        mask[both - start] = True
+        return torch.nonzero(mask).reshape(-1) + start
 
     @torch.no_grad()
-    def _sort_mch_buffers(self) -> None:
-        order = torch.argsort(self._mch_sorted_raw_ids, stable=True)
+    def _sort_mch_buffers(self, order: torch.Tensor | None = None) -> None:
+        if order is None:
+            order = torch.argsort(self._mch_sorted_raw_ids, stable=True)
+        else:
+            buffers = [
+                self._mch_sorted_raw_ids,
+                self._mch_remapped_ids_mapping,
+                *self._mch_metadata.values(),
+            ]
+            if permute_(buffers, order):
+                return
         self._mch_sorted_raw_ids.copy_(self._mch_sorted_raw_ids[order])
         self._mch_remapped_ids_mapping.copy_(self._mch_remapped_ids_mapping[order])
         for buffer in self._mch_metadata.values():
