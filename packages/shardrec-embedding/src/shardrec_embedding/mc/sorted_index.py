@@ -39,6 +39,13 @@ class SortedSlotIndex:
         self._stamp: tuple[Tensor, int, Tensor, int] | None = None
         self._usable = False
 
+    def __getstate__(self) -> dict[str, int]:
+        # Derived state: a copy (deepcopy, pickle) starts empty and rebuilds on first use.
+        return {"zch_size": self.zch_size, "offset": self.offset}
+
+    def __setstate__(self, state: dict[str, int]) -> None:
+        self.__init__(state["zch_size"], state["offset"])  # type: ignore[misc]
+
     @staticmethod
     def worthwhile() -> bool:
         """Only the native map beats the sorted search (the torch one is a search itself)."""
