@@ -15,6 +15,10 @@
  */
 #include <stdint.h>
 #include <stdlib.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#define SR_IDMAP_STREAM 1
+#endif
 
 #define SR_IDMAP_PREFETCH 16
 
@@ -206,6 +210,67 @@ int64_t sr_idmap_find_touch(const int64_t *buckets, int64_t num_buckets, const i
 }
 
 
+/* One training step's map pass: sr_idmap_find_touch, and the distinct missing ids in order of
+ * first appearance collected on the way: uniq[0..u) with their occurrences in ucounts, and
+ * out[i] = -2 - j for each occurrence i of uniq[j] (sr_idmap_fill_missing resolves those once
+ * the new ids have slots). uniq, ucounts: room for n. Returns u, or -1 when the scratch set
+ * could not be allocated. */
+int64_t sr_idmap_find_touch_missing(const int64_t *buckets, int64_t num_buckets,
+                                    const int64_t *ids, int64_t n, int64_t *out,
+                                    int64_t *last_seen, int64_t *counts, int64_t step,
+                                    int64_t *uniq, int64_t *ucounts) {
+    const int64_t found = sr_idmap_find_touch(buckets, num_buckets, ids, n, out, last_seen,
+                                              counts, step);
+    const int64_t missing = n - found;
+    if (missing == 0) return 0;
+    int64_t cap = 2;
+    while (cap <= 2 * missing) cap <<= 1;
+    int64_t *scratch = malloc((size_t)cap * 2 * sizeof(int64_t));
+    if (!scratch) return -1;
+    const uint64_t mask = (uint64_t)cap - 1;
+    for (int64_t b = 0; b < cap; b++) scratch[2 * b + 1] = -1;
+    int64_t u = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (out[i] >= 0) continue;
+        const int64_t key = ids[i];
+        uint64_t h = sr_idmap_mix((uint64_t)key) & mask;
+        for (;;) {
+            int64_t *b = scratch + 2 * h;
+            if (b[1] < 0) {
+                b[0] = key;
+                b[1] = u;
+                uniq[u] = key;
+                ucounts[u] = 1;
+                out[i] = -2 - u++;
+                break;
+            }
+            if (b[0] == key) {
+                ucounts[b[1]]++;
+                out[i] = -2 - b[1];
+                break;
+            }
+            h = (h + 1) & mask;
+        }
+    }
+    free(scratch);
+    return u;
+}
+
+/* out[i] = slot_of[-2 - out[i]] wherever out[i] <= -2 (sr_idmap_find_touch_missing's marks;
+ * slot_of -1 for an id left without a slot). Returns the number of -1 written. */
+int64_t sr_idmap_fill_missing(int64_t *out, int64_t n, const int64_t *slot_of) {
+    int64_t unmapped = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t v = out[i];
+        if (v <= -2) {
+            const int64_t s = slot_of[-2 - v];
+            out[i] = s;
+            unmapped += s < 0;
+        }
+    }
+    return unmapped;
+}
+
 /* ---- eviction: the k least recently seen candidates of a window ------------------------- */
 
 /* Candidates: window positions i with occupied[i] && seen[i] < step (and, when ttl >= 0,
@@ -280,7 +345,26 @@ int64_t sr_idmap_init_rows(float *w, int64_t stride, int64_t dim, const int64_t 
         const uint64_t key =
             sr_idmap_mix((uint64_t)seed ^ sr_idmap_mix(slot + (uint64_t)generation * g1));
         float *row = w + (slot + (uint64_t)row_offset) * (uint64_t)stride;
-        const int64_t full = dim / 2; /* whole pairs: a branch-free loop the compiler vectorizes */
+        const int64_t full = dim / 2; /* whole pairs */
+#ifdef SR_IDMAP_STREAM
+        /* Whole rows of 16-byte-aligned floats: drawn into a buffer (a branch-free loop the
+         * compiler vectorizes) and streamed to memory, skipping the read of lines about to be
+         * overwritten whole (a freed row is cold: the read would be a DRAM miss). */
+        if ((dim & 3) == 0 && ((uintptr_t)row & 15) == 0) {
+            float buf[128];
+            for (int64_t c = 0; c < full; c += 64) {
+                const int64_t np = full - c < 64 ? full - c : 64;
+                for (int64_t p = 0; p < np; p++) {
+                    const uint64_t h = sr_idmap_mix(key + (uint64_t)(c + p + 1) * g2);
+                    buf[2 * p] = lo + span * ((float)(h >> 40) * 0x1p-24f);
+                    buf[2 * p + 1] = lo + span * ((float)((h >> 8) & 0xFFFFFFULL) * 0x1p-24f);
+                }
+                for (int64_t q = 0; q < 2 * np; q += 4)
+                    _mm_stream_ps(row + 2 * c + q, _mm_loadu_ps(buf + q));
+            }
+            continue;
+        }
+#endif
         for (int64_t p = 0; p < full; p++) {
             const uint64_t h = sr_idmap_mix(key + (uint64_t)(p + 1) * g2);
             row[2 * p] = lo + span * ((float)(h >> 40) * 0x1p-24f);
@@ -291,6 +375,9 @@ int64_t sr_idmap_init_rows(float *w, int64_t stride, int64_t dim, const int64_t 
             row[dim - 1] = lo + span * ((float)(h >> 40) * 0x1p-24f);
         }
     }
+#ifdef SR_IDMAP_STREAM
+    _mm_sfence(); /* the streamed rows are visible before the caller reads them */
+#endif
     return k;
 }
 

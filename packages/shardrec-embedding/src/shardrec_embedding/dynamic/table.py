@@ -261,22 +261,19 @@ class DynamicTable(nn.Module):
         step = c["steps"]
         # Each policy's metadata only: LRU / TTL read last_seen, LFU both, NONE neither
         # (one random write per id and array saved).
+        # One pass finds, touches and collects the distinct missing ids (marked in `slots`).
         policy = self.config.eviction
-        slots = self.map.find_touch(
+        slots, uniq, occurrences = self.map.find_touch_missing(
             ids,
             None if policy is EvictionPolicy.NONE else self.last_seen,
             self.counts if policy is EvictionPolicy.LFU else None,
             step,
         )
-        hit = slots >= 0
         if self.config.eviction is EvictionPolicy.TTL:
             self._ttl_sweep(step)
-        if bool(hit.all()):
+        if uniq.numel() == 0:
             return slots
-        uniq, occurrences, inverse = self.map.distinct_missing(ids, slots)
-        slot_of = self._insert_new(uniq, occurrences, step)
-        missing = ~hit
-        slots[missing] = slot_of[inverse[missing]]
+        self.map.fill_missing(slots, self._insert_new(uniq, occurrences, step))
         return slots
 
     def _insert_new(self, uniq: Tensor, occurrences: Tensor, step: int) -> Tensor:
