@@ -475,3 +475,71 @@ float sr_idmap_kth_f32(const float *x, int64_t n, int64_t k, float *tmp) {
     }
     return tmp[want];
 }
+
+/* ---- a step's freed and admitted slots, map and metadata in one pass each ---------------- */
+
+/* sr_idmap_slots_clear and sr_idmap_erase of the old ids in one pass: for each of slots[0..k)
+ * its id leaves the map and its metadata is cleared. The slot's metadata lines and then its
+ * id's bucket are fetched ahead (two dependent misses per slot, overlapped across slots). */
+int64_t sr_idmap_free_slots(int64_t *buckets, int64_t num_buckets, const int64_t *slots,
+                            int64_t k, int64_t *slot_ids, uint8_t *occupied, int64_t *last_seen,
+                            int64_t *counts) {
+    const uint64_t mask = (uint64_t)num_buckets - 1;
+    int64_t removed = 0;
+    for (int64_t i = 0; i < k; i++) {
+        if (i + 2 * SR_IDMAP_PREFETCH < k) {
+            const int64_t s = slots[i + 2 * SR_IDMAP_PREFETCH];
+            __builtin_prefetch(slot_ids + s, 1, 0);
+            __builtin_prefetch(occupied + s, 1, 0);
+            __builtin_prefetch(last_seen + s, 1, 0);
+            __builtin_prefetch(counts + s, 1, 0);
+        }
+        if (i + SR_IDMAP_PREFETCH < k) {
+            const uint64_t id = (uint64_t)slot_ids[slots[i + SR_IDMAP_PREFETCH]];
+            __builtin_prefetch(buckets + 2 * (sr_idmap_mix(id) & mask), 1, 0);
+        }
+        const int64_t s = slots[i];
+        const int64_t id = slot_ids[s];
+        slot_ids[s] = 0;
+        occupied[s] = 0;
+        last_seen[s] = 0;
+        counts[s] = 0;
+        removed += sr_idmap_erase(buckets, num_buckets, &id, 1);
+    }
+    return removed;
+}
+
+/* sr_idmap_insert and sr_idmap_slots_set in one pass: ids[i] -> slots[i] enters the map (ids
+ * absent and distinct) and the slot's metadata is set. Returns k, or -(i + 1) as
+ * sr_idmap_insert. */
+int64_t sr_idmap_admit_slots(int64_t *buckets, int64_t num_buckets, const int64_t *ids,
+                             const int64_t *slots, const int64_t *occurrences, int64_t k,
+                             int64_t step, int64_t *slot_ids, uint8_t *occupied,
+                             int64_t *last_seen, int64_t *counts) {
+    const uint64_t mask = (uint64_t)num_buckets - 1;
+    for (int64_t i = 0; i < k; i++) {
+        if (i + SR_IDMAP_PREFETCH < k) {
+            const int64_t s = slots[i + SR_IDMAP_PREFETCH];
+            __builtin_prefetch(slot_ids + s, 1, 0);
+            __builtin_prefetch(occupied + s, 1, 0);
+            __builtin_prefetch(last_seen + s, 1, 0);
+            __builtin_prefetch(counts + s, 1, 0);
+            const uint64_t ahead = sr_idmap_mix((uint64_t)ids[i + SR_IDMAP_PREFETCH]) & mask;
+            __builtin_prefetch(buckets + 2 * ahead, 1, 0);
+        }
+        uint64_t h = sr_idmap_mix((uint64_t)ids[i]) & mask;
+        uint64_t probes = 0;
+        while (buckets[2 * h + 1] >= 0) {
+            if (buckets[2 * h] == ids[i] || ++probes > mask) return -(i + 1);
+            h = (h + 1) & mask;
+        }
+        buckets[2 * h] = ids[i];
+        buckets[2 * h + 1] = slots[i];
+        const int64_t s = slots[i];
+        slot_ids[s] = ids[i];
+        occupied[s] = 1;
+        last_seen[s] = step;
+        counts[s] = occurrences[i];
+    }
+    return k;
+}

@@ -50,6 +50,11 @@ def _library() -> ctypes.CDLL | None:
                 (_PTR, _I64, _PTR, _I64, _PTR, _PTR, _PTR, _I64, _PTR, _PTR),
             ),
             ("sr_idmap_fill_missing", (_PTR, _I64, _PTR)),
+            ("sr_idmap_free_slots", (_PTR, _I64, _PTR, _I64, _PTR, _PTR, _PTR, _PTR)),
+            (
+                "sr_idmap_admit_slots",
+                (_PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _PTR, _PTR, _PTR, _PTR),
+            ),
             ("sr_idmap_find_touch", (_PTR, _I64, _PTR, _I64, _PTR, _PTR, _PTR, _I64)),
             ("sr_idmap_slots_clear", (_PTR, _I64, _PTR, _PTR, _PTR, _PTR, _PTR)),
             ("sr_idmap_slots_set", (_PTR, _PTR, _PTR, _I64, _I64, _PTR, _PTR, _PTR, _PTR)),
@@ -290,6 +295,56 @@ class IdSlotMap:
                 raise ValueError(f"IdSlotMap.insert: id {dup} is already present")
             self._keys, self._slots = keys, values[order]
         self._size += ids.numel()
+
+    def free_slots(self, slots: Tensor, meta: tuple[Tensor, Tensor, Tensor, Tensor]) -> None:
+        """Native only: each of `slots` (occupied) loses its id from the map, and its
+        `(slot_ids, occupied, last_seen, counts)` entries are zeroed, in one pass."""
+        assert self._lib is not None
+        slots = slots.contiguous()
+        removed = int(
+            self._lib.sr_idmap_free_slots(
+                self._buckets.data_ptr(),
+                self.num_buckets,
+                slots.data_ptr(),
+                slots.numel(),
+                *(t.data_ptr() for t in meta),
+            )
+        )
+        self._size -= removed
+
+    def admit_slots(
+        self,
+        ids: Tensor,
+        slots: Tensor,
+        occurrences: Tensor,
+        step: int,
+        meta: tuple[Tensor, Tensor, Tensor, Tensor],
+    ) -> None:
+        """Native only: `insert(ids, slots)`, and each slot's `(slot_ids, occupied, last_seen,
+        counts)` become `(id, True, step, occurrences)`, in one pass."""
+        assert self._lib is not None
+        ids, slots = ids.contiguous(), slots.contiguous()
+        occurrences = occurrences.contiguous()
+        if self._size + ids.numel() >= self.num_buckets:
+            raise ValueError(
+                f"IdSlotMap with {self.num_buckets} buckets cannot hold {self._size} + "
+                f"{ids.numel()} ids; build it with more buckets"
+            )
+        done = int(
+            self._lib.sr_idmap_admit_slots(
+                self._buckets.data_ptr(),
+                self.num_buckets,
+                ids.data_ptr(),
+                slots.data_ptr(),
+                occurrences.data_ptr(),
+                ids.numel(),
+                step,
+                *(t.data_ptr() for t in meta),
+            )
+        )
+        if done != ids.numel():
+            raise ValueError(f"IdSlotMap.admit_slots: id {int(ids[-done - 1])} is already present")
+        self._size += done
 
     def erase(self, ids: Tensor) -> int:
         """Remove `ids` (absent ones are skipped); returns how many were removed."""

@@ -293,18 +293,11 @@ class DynamicTable(nn.Module):
             chosen = chosen[:take]
             new_ids = uniq[chosen]
             new_slots = self._allocate(take)
-            self.map.insert(new_ids, new_slots)
             new_counts = occurrences[chosen]
             if self.map.backend == "native":  # the same writes in one pass
-                _library().sr_idmap_slots_set(  # type: ignore[union-attr]
-                    new_slots.data_ptr(),
-                    new_ids.data_ptr(),
-                    new_counts.data_ptr(),
-                    take,
-                    step,
-                    *(t.data_ptr() for t in self._slot_meta()),
-                )
+                self.map.admit_slots(new_ids, new_slots, new_counts, step, self._slot_meta())
             else:
+                self.map.insert(new_ids, new_slots)
                 self.slot_ids[new_slots] = new_ids
                 self.occupied[new_slots] = True
                 self.last_seen[new_slots] = step
@@ -356,15 +349,7 @@ class DynamicTable(nn.Module):
             return
         c = self._counters
         if self.map.backend == "native":  # the same writes in one pass
-            slots = slots.contiguous()
-            old_ids = torch.empty_like(slots)
-            _library().sr_idmap_slots_clear(  # type: ignore[union-attr]
-                slots.data_ptr(),
-                slots.numel(),
-                old_ids.data_ptr(),
-                *(t.data_ptr() for t in self._slot_meta()),
-            )
-            self.map.erase(old_ids)
+            self.map.free_slots(slots, self._slot_meta())
         else:
             self.map.erase(self.slot_ids[slots])
             self.occupied[slots] = False
