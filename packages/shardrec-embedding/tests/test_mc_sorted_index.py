@@ -8,8 +8,7 @@ import copy
 import pytest
 import torch
 
-from shardrec_embedding.dynamic import id_map
-from shardrec_embedding.dynamic.id_map import idmap_native_available, sorted_distinct
+from shardrec_embedding.dynamic.id_map import idmap_native_available
 from shardrec_embedding.mc import (
     DistanceLFU_EvictionPolicy,
     LFU_EvictionPolicy,
@@ -137,21 +136,3 @@ def test_select_equals_a_stable_sort(dtype: torch.dtype, seed: int) -> None:
     losers, winners = _select(pivot, scores.clone())
     assert torch.equal(losers, dropped[dropped < pivot])
     assert torch.equal(winners, kept[kept >= pivot] - pivot)
-
-
-@pytest.mark.parametrize("with_aux", [False, True])
-def test_sorted_distinct_native_equals_torch(
-    with_aux: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    g = torch.Generator().manual_seed(0)
-    ids = torch.cat([torch.randint(-20, 20, (300,), generator=g), torch.tensor([INT64_MAX])])
-    aux = torch.randint(0, 1000, (ids.numel(),), generator=g) if with_aux else None
-    native = sorted_distinct(ids, aux)
-    monkeypatch.setattr(id_map, "_library", lambda: None)
-    reference = sorted_distinct(ids, aux)
-    uniq, inverse, counts = torch.unique(ids, return_inverse=True, return_counts=True)
-    assert torch.equal(native[0], uniq) and torch.equal(native[1], counts)
-    for x, y in zip(native, reference, strict=True):
-        assert (x is None and y is None) or (x is not None and y is not None and torch.equal(x, y))
-    empty = sorted_distinct(torch.empty(0, dtype=torch.int64), aux[:0] if aux is not None else None)
-    assert empty[0].numel() == 0

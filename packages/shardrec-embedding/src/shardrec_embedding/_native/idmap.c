@@ -148,40 +148,6 @@ int64_t sr_idmap_distinct_missing(const int64_t *ids, const int64_t *slots, int6
     return u;
 }
 
-/* The distinct ids of ids[0..n), in order of first appearance: uniq[0..u) with their occurrence
- * counts, and, when aux is not NULL, aux_max[j] = the largest aux[i] over the occurrences of
- * uniq[j]. scratch: 2 * cap int64s, cap a power of two > n. Returns u. */
-int64_t sr_idmap_distinct(const int64_t *ids, int64_t n, const int64_t *aux, int64_t *scratch,
-                          int64_t cap, int64_t *uniq, int64_t *counts, int64_t *aux_max) {
-    const uint64_t mask = (uint64_t)cap - 1;
-    for (int64_t b = 0; b < cap; b++) scratch[2 * b + 1] = -1;
-    int64_t u = 0;
-    for (int64_t i = 0; i < n; i++) {
-        const int64_t key = ids[i];
-        uint64_t h = sr_idmap_mix((uint64_t)key) & mask;
-        for (;;) {
-            int64_t *b = scratch + 2 * h;
-            if (b[1] < 0) {
-                b[0] = key;
-                b[1] = u;
-                uniq[u] = key;
-                counts[u] = 1;
-                if (aux) aux_max[u] = aux[i];
-                u++;
-                break;
-            }
-            if (b[0] == key) {
-                const int64_t j = b[1];
-                counts[j]++;
-                if (aux && aux[i] > aux_max[j]) aux_max[j] = aux[i];
-                break;
-            }
-            h = (h + 1) & mask;
-        }
-    }
-    return u;
-}
-
 /* sr_idmap_find, and for every id found: last_seen[slot] = step, counts[slot] += 1 (the
  * dynamic table's per-slot metadata, updated in the same pass; a NULL array is skipped).
  * Returns the number found. */
@@ -444,10 +410,8 @@ int64_t sr_idmap_permute(int64_t *buf, const int64_t *order, int64_t z, int64_t 
     return z;
 }
 
-/* The k-th smallest (k >= 1) of the n floats x (no NaN), by quickselect on the copy tmp. */
-float sr_idmap_kth_f32(const float *x, int64_t n, int64_t k, float *tmp) {
-    for (int64_t i = 0; i < n; i++) tmp[i] = x[i];
-    int64_t lo = 0, hi = n - 1, want = k - 1;
+static float sr_idmap_quickselect_f32(float *tmp, int64_t n, int64_t want) {
+    int64_t lo = 0, hi = n - 1;
     while (lo < hi) {
         /* median of three as the pivot */
         const int64_t mid = lo + (hi - lo) / 2;
@@ -474,6 +438,38 @@ float sr_idmap_kth_f32(const float *x, int64_t n, int64_t k, float *tmp) {
         }
     }
     return tmp[want];
+}
+
+static int sr_idmap_cmp_f32(const void *a, const void *b) {
+    const float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* The k-th smallest (k >= 1) of the n floats x (no NaN); tmp: room for n floats. A sorted
+ * sample of 1024 brackets the answer between two of its values; one branch-free pass counts
+ * the values below the bracket and copies those inside it to tmp, where a quickselect finds
+ * the answer (a quickselect over all of x when the bracket misses). */
+float sr_idmap_kth_f32(const float *x, int64_t n, int64_t k, float *tmp) {
+    enum { SAMPLE = 1024, MARGIN = 48 };
+    if (n > 8 * SAMPLE) {
+        float sample[SAMPLE];
+        for (int64_t s = 0; s < SAMPLE; s++) sample[s] = x[(s * n) / SAMPLE];
+        qsort(sample, SAMPLE, sizeof(float), sr_idmap_cmp_f32);
+        const int64_t at = (k * SAMPLE) / n;
+        const float low = sample[at - MARGIN < 0 ? 0 : at - MARGIN];
+        const float high = sample[at + MARGIN >= SAMPLE ? SAMPLE - 1 : at + MARGIN];
+        int64_t below = 0, inside = 0;
+        for (int64_t i = 0; i < n; i++) {
+            const float v = x[i];
+            below += v < low;
+            tmp[inside] = v;
+            inside += (v >= low) & (v <= high);
+        }
+        if (below < k && k <= below + inside)
+            return sr_idmap_quickselect_f32(tmp, inside, k - 1 - below);
+    }
+    for (int64_t i = 0; i < n; i++) tmp[i] = x[i];
+    return sr_idmap_quickselect_f32(tmp, n, k - 1);
 }
 
 /* ---- a step's freed and admitted slots, map and metadata in one pass each ---------------- */

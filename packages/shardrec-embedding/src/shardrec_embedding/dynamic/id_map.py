@@ -22,7 +22,7 @@ from torch import Tensor
 
 from shardrec_embedding._native.loader import native_library_of
 
-__all__ = ["IdMapBackend", "IdSlotMap", "idmap_native_available", "sorted_distinct"]
+__all__ = ["IdMapBackend", "IdSlotMap", "idmap_native_available"]
 
 IdMapBackend = Literal["auto", "native", "torch"]
 
@@ -42,7 +42,6 @@ def _library() -> ctypes.CDLL | None:
             ("sr_idmap_insert", (_PTR, _I64, _PTR, _PTR, _I64)),
             ("sr_idmap_erase", (_PTR, _I64, _PTR, _I64)),
             ("sr_idmap_distinct_missing", (_PTR, _PTR, _I64, _PTR, _I64, _PTR, _PTR, _PTR)),
-            ("sr_idmap_distinct", (_PTR, _I64, _PTR, _PTR, _I64, _PTR, _PTR, _PTR)),
             ("sr_idmap_merge_order", (_PTR, _I64, _PTR, _I64, _PTR, _PTR, _I64, _PTR, _PTR)),
             ("sr_idmap_permute", (_PTR, _PTR, _I64, _PTR)),
             (
@@ -76,42 +75,6 @@ def _library() -> ctypes.CDLL | None:
 def idmap_native_available() -> bool:
     """True when the native id map is built and loaded."""
     return _library() is not None
-
-
-def sorted_distinct(ids: Tensor, aux: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
-    """`torch.unique(ids, return_counts=True)` (the distinct ids, ascending, with their counts)
-    and, with `aux` (int64, one per id), the largest `aux` of each distinct id's occurrences.
-    Native: one hash pass, then a sort of the distinct ids only (a batch of skewed ids holds
-    far fewer distinct ids than ids); torch: `unique` and a `scatter_reduce`. The same answer."""
-    ids = _ids(ids, "sorted_distinct")
-    aux = None if aux is None else aux.reshape(-1).to(torch.int64).contiguous()
-    lib = _library()
-    if lib is None or ids.numel() == 0:
-        uniq, inverse, counts = torch.unique(ids, return_inverse=True, return_counts=True)
-        if aux is None:
-            return uniq, counts, None
-        top = torch.zeros_like(uniq).scatter_reduce_(0, inverse, aux, "amax", include_self=False)
-        return uniq, counts, top
-    n = ids.numel()
-    cap = 1 << (2 * n).bit_length()
-    scratch = torch.empty(cap, 2, dtype=torch.int64)
-    uniq = torch.empty(n, dtype=torch.int64)
-    counts = torch.empty(n, dtype=torch.int64)
-    top = torch.empty(n if aux is not None else 0, dtype=torch.int64)
-    u = int(
-        lib.sr_idmap_distinct(
-            ids.data_ptr(),
-            n,
-            None if aux is None else aux.data_ptr(),
-            scratch.data_ptr(),
-            cap,
-            uniq.data_ptr(),
-            counts.data_ptr(),
-            None if aux is None else top.data_ptr(),
-        )
-    )
-    uniq, order = torch.sort(uniq[:u])
-    return uniq, counts[order], None if aux is None else top[order]
 
 
 def _ids(ids: Tensor, what: str) -> Tensor:

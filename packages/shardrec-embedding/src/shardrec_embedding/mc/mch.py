@@ -22,14 +22,8 @@ from collections.abc import Callable
 
 import torch
 
-from shardrec_embedding.dynamic.id_map import sorted_distinct
 from shardrec_embedding.mc.base import ManagedCollisionModule
-from shardrec_embedding.mc.policies import (
-    DistanceLFU_EvictionPolicy,
-    LFU_EvictionPolicy,
-    LRU_EvictionPolicy,
-    MCHEvictionPolicy,
-)
+from shardrec_embedding.mc.policies import MCHEvictionPolicy
 from shardrec_embedding.mc.sorted_index import SortedSlotIndex, permute_
 from shardrec_jagged import JaggedTensor
 
@@ -37,10 +31,6 @@ __all__ = ["MCHManagedCollisionModule", "MCHStats"]
 
 _LOG = logging.getLogger(__name__)
 _INT64_MAX = torch.iinfo(torch.int64).max
-
-# Policies whose window metadata is known here (the last iteration that saw each entry), so an
-# eviction round can coalesce the window without `unique`'s inverse mapping.
-_BUILT_IN_POLICIES = (LFU_EvictionPolicy, LRU_EvictionPolicy, DistanceLFU_EvictionPolicy)
 
 InputHashFunc = Callable[[torch.Tensor, int], torch.Tensor]
 
@@ -384,32 +374,18 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
     @torch.no_grad()
     def _coalesce_history(self) -> None:
         used = self._current_history_buffer_offset
-        window = self._history_accumulator[:used]
+        uniq_ids, inverse, counts = torch.unique(
+            self._history_accumulator[:used], return_inverse=True, return_counts=True
+        )
         threshold_filter = self._eviction_policy._threshold_filtering_func
-        metadata: dict[str, torch.Tensor]
-        if type(self._eviction_policy) in _BUILT_IN_POLICIES and window.device.type == "cpu":
-            # The built-in policies' window metadata is the iteration of each entry, coalesced
-            # by max: one hash pass over the window instead of a sort of it.
-            last = self._history_metadata.get("last_access_iter")
-            uniq_ids, counts, latest = sorted_distinct(
-                window, None if last is None else last[:used]
-            )
-            mask = threshold_filter(counts)[0] if threshold_filter is not None else None
-            metadata = {}
-            if latest is not None:
-                metadata["last_access_iter"] = latest if mask is None else latest[mask]
-        else:
-            uniq_ids, inverse, counts = torch.unique(
-                window, return_inverse=True, return_counts=True
-            )
-            mask = threshold_filter(counts)[0] if threshold_filter is not None else None
-            metadata = self._eviction_policy.coalesce_history_metadata(
-                self._current_iter,
-                {name: buffer[:used] for name, buffer in self._history_metadata.items()},
-                counts,
-                inverse,
-                threshold_mask=mask,
-            )
+        mask = threshold_filter(counts)[0] if threshold_filter is not None else None
+        metadata = self._eviction_policy.coalesce_history_metadata(
+            self._current_iter,
+            {name: buffer[:used] for name, buffer in self._history_metadata.items()},
+            counts,
+            inverse,
+            threshold_mask=mask,
+        )
         if mask is not None:
             uniq_ids, counts = uniq_ids[mask], counts[mask]
         self._update_and_evict(uniq_ids, counts, metadata)
