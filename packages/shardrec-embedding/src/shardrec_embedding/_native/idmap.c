@@ -539,3 +539,37 @@ int64_t sr_idmap_admit_slots(int64_t *buckets, int64_t num_buckets, const int64_
     }
     return k;
 }
+
+/* Of the n scores (no NaN), the n - pivot dropped are those below `threshold` (the
+ * (n - pivot)-th smallest) and, of those equal to it, the last ones by index. Writes the
+ * dropped indices below pivot to losers and the kept indices from pivot on, minus pivot, to
+ * winners, each ascending; out_counts = {losers, winners}. Each list is written one entry
+ * past its count: room for min(pivot, n - pivot) + 1 losers and n - pivot + 1 winners. */
+int64_t sr_idmap_split_f32(const float *scores, int64_t n, int64_t pivot, float threshold,
+                           int64_t *losers, int64_t *winners, int64_t *out_counts) {
+    int64_t below = 0, equal = 0;
+    for (int64_t i = 0; i < n; i++) {
+        below += scores[i] < threshold;
+        equal += scores[i] == threshold;
+    }
+    int64_t keep_equal = equal - ((n - pivot) - below); /* the first ties stay */
+    int64_t nl = 0, nw = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const float v = scores[i];
+        int dropped = v < threshold;
+        if (v == threshold) {
+            dropped = keep_equal <= 0;
+            keep_equal--;
+        }
+        if (i < pivot) {
+            losers[nl] = i;
+            nl += dropped;
+        } else {
+            winners[nw] = i - pivot;
+            nw += !dropped;
+        }
+    }
+    out_counts[0] = nl;
+    out_counts[1] = nw;
+    return nl;
+}

@@ -44,6 +44,7 @@ def _library() -> ctypes.CDLL | None:
             ("sr_idmap_distinct_missing", (_PTR, _PTR, _I64, _PTR, _I64, _PTR, _PTR, _PTR)),
             ("sr_idmap_merge_order", (_PTR, _I64, _PTR, _I64, _PTR, _PTR, _I64, _PTR, _PTR)),
             ("sr_idmap_permute", (_PTR, _PTR, _I64, _PTR)),
+            ("sr_idmap_split_f32", (_PTR, _I64, _I64, _F32, _PTR, _PTR, _PTR)),
             (
                 "sr_idmap_find_touch_missing",
                 (_PTR, _I64, _PTR, _I64, _PTR, _PTR, _PTR, _I64, _PTR, _PTR),

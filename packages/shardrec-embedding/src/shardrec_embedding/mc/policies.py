@@ -173,14 +173,32 @@ def _select(pivot: int, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
     # found by a selection (the (n - pivot)-th smallest score; of the ties at it, the last
     # ones go); only the losers and the winners, a few out of n, are then sorted.
     threshold = _kth_smallest(scores, n - pivot)
-    below = scores < threshold
-    at = torch.nonzero(scores == threshold).reshape(-1)
-    dropped_mask = below
-    dropped_mask[at[at.numel() - (n - pivot - int(below.sum())) :]] = True
-    dropped = torch.nonzero(dropped_mask).reshape(-1)
-    losers = dropped[dropped < pivot]
+    lib = _library()
+    if lib is not None and scores.dtype is torch.float32 and scores.dim() == 1:
+        scores = scores.contiguous()
+        # one spare entry each: the kernel writes the next entry before it counts it
+        losers = torch.empty(min(pivot, n - pivot) + 1, dtype=torch.int64)
+        winners = torch.empty(n - pivot + 1, dtype=torch.int64)
+        counts = torch.empty(2, dtype=torch.int64)
+        lib.sr_idmap_split_f32(
+            scores.data_ptr(),
+            n,
+            pivot,
+            float(threshold),
+            losers.data_ptr(),
+            winners.data_ptr(),
+            counts.data_ptr(),
+        )
+        losers, winners = losers[: int(counts[0])], winners[: int(counts[1])]
+    else:
+        below = scores < threshold
+        at = torch.nonzero(scores == threshold).reshape(-1)
+        dropped_mask = below
+        dropped_mask[at[at.numel() - (n - pivot - int(below.sum())) :]] = True
+        dropped = torch.nonzero(dropped_mask).reshape(-1)
+        losers = dropped[dropped < pivot]
+        winners = torch.nonzero(~dropped_mask[pivot:]).reshape(-1)
     losers = losers[torch.argsort(scores[losers], descending=True, stable=True)]
-    winners = torch.nonzero(~dropped_mask[pivot:]).reshape(-1)
     winners = winners[torch.argsort(scores[pivot:][winners], descending=True, stable=True)]
     return losers, winners
 
