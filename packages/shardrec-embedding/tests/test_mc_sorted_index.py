@@ -8,6 +8,8 @@ import copy
 import pytest
 import torch
 
+from _mch_reference import MCHModel, lru
+
 from shardrec_embedding.dynamic.id_map import idmap_native_available
 from shardrec_embedding.mc import (
     DistanceLFU_EvictionPolicy,
@@ -136,3 +138,21 @@ def test_select_equals_a_stable_sort(dtype: torch.dtype, seed: int) -> None:
     losers, winners = _select(pivot, scores.clone())
     assert torch.equal(losers, dropped[dropped < pivot])
     assert torch.equal(winners, kept[kept >= pivot] - pivot)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_rows_of_unconsumed_rounds_accumulate_as_the_reference(seed: int) -> None:
+    """Twenty rounds without `evict()`: the rows it then reports are every round's, once,
+    ascending (the reference model's set), past the point where pending rounds are merged."""
+    g = torch.Generator().manual_seed(seed)
+    m, _ = _pair("lru", zch=8, interval=1)
+    model = MCHModel(8, 1, lru)
+    pool = torch.randint(-(1 << 40), 1 << 40, (30,), generator=g)
+    for _ in range(20):
+        ids = pool[torch.randint(0, pool.numel(), (6,), generator=g)]
+        m(_jt(ids))
+        model.train_step(ids.tolist())
+    got = m.evict()
+    assert got is not None
+    assert got.tolist() == model.take_evicted()
+    assert m.evict() is None

@@ -152,6 +152,8 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
         self._last_eviction_iter = -1
         self._evicted = False
         self._evicted_emb_indices = torch.empty((0,), dtype=torch.int64, device=self.device)
+        # rows of later rounds not yet consumed by evict(), merged into the above lazily
+        self._pending_rows: list[torch.Tensor] = []
         self._input_history_buffer_size = -1
         self._current_history_buffer_offset = 0
         self._mch_metadata = {}
@@ -295,6 +297,7 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
         if not self._evicted:
             return None
         self._evicted = False
+        self._merge_pending_rows()
         return self._evicted_emb_indices
 
     def output_size(self) -> int:
@@ -437,20 +440,28 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
         else:
             self._sort_mch_buffers()
         if self._evicted:  # rows of an earlier round not yet consumed by evict()
-            rows = self._union_rows(self._evicted_emb_indices, rows)
-        self._evicted_emb_indices = rows
+            self._pending_rows.append(rows)
+            if len(self._pending_rows) >= 8:
+                self._merge_pending_rows()
+        else:
+            self._evicted_emb_indices = rows
+            self._pending_rows = []
         self._evicted = True
 
-    def _union_rows(self, earlier: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        """`torch.unique(torch.cat([earlier, rows]))` of rows of this module's range, by a
-        mask of its rows (linear, where `unique` sorts)."""
+    def _merge_pending_rows(self) -> None:
+        """`_evicted_emb_indices` becomes `torch.unique` of it and the pending rows (by a mask
+        of this module's rows: linear, where `unique` sorts)."""
+        if not self._pending_rows:
+            return
+        both = torch.cat([self._evicted_emb_indices, *self._pending_rows])
+        self._pending_rows = []
         start = self._output_global_offset
-        both = torch.cat([earlier, rows])
         if both.numel() and (int(both.min()) < start or int(both.max()) >= start + self._zch_size):
-            return torch.unique(both)
+            self._evicted_emb_indices = torch.unique(both)
+            return
         mask = torch.zeros(self._zch_size, dtype=torch.bool, device=both.device)
         mask[both - start] = True
-        return torch.nonzero(mask).reshape(-1) + start
+        self._evicted_emb_indices = torch.nonzero(mask).reshape(-1) + start
 
     @torch.no_grad()
     def _sort_mch_buffers(self, order: torch.Tensor | None = None) -> None:
