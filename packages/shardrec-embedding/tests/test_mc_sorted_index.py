@@ -7,7 +7,6 @@ import copy
 
 import pytest
 import torch
-
 from _mch_reference import MCHModel, lru
 
 from shardrec_embedding.dynamic.id_map import idmap_native_available
