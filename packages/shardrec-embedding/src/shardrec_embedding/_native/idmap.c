@@ -474,6 +474,15 @@ float sr_idmap_kth_f32(const float *x, int64_t n, int64_t k, float *tmp) {
 
 /* ---- a step's freed and admitted slots, map and metadata in one pass each ---------------- */
 
+static inline void sr_idmap_prefetch_meta(int64_t s, const int64_t *slot_ids,
+                                          const uint8_t *occupied, const int64_t *last_seen,
+                                          const int64_t *counts) {
+    __builtin_prefetch(slot_ids + s, 1, 0);
+    __builtin_prefetch(occupied + s, 1, 0);
+    __builtin_prefetch(last_seen + s, 1, 0);
+    __builtin_prefetch(counts + s, 1, 0);
+}
+
 /* sr_idmap_slots_clear and sr_idmap_erase of the old ids in one pass: for each of slots[0..k)
  * its id leaves the map and its metadata is cleared. The slot's metadata lines and then its
  * id's bucket are fetched ahead (two dependent misses per slot, overlapped across slots). */
@@ -483,13 +492,9 @@ int64_t sr_idmap_free_slots(int64_t *buckets, int64_t num_buckets, const int64_t
     const uint64_t mask = (uint64_t)num_buckets - 1;
     int64_t removed = 0;
     for (int64_t i = 0; i < k; i++) {
-        if (i + 2 * SR_IDMAP_PREFETCH < k) {
-            const int64_t s = slots[i + 2 * SR_IDMAP_PREFETCH];
-            __builtin_prefetch(slot_ids + s, 1, 0);
-            __builtin_prefetch(occupied + s, 1, 0);
-            __builtin_prefetch(last_seen + s, 1, 0);
-            __builtin_prefetch(counts + s, 1, 0);
-        }
+        if (i + 2 * SR_IDMAP_PREFETCH < k)
+            sr_idmap_prefetch_meta(slots[i + 2 * SR_IDMAP_PREFETCH], slot_ids, occupied,
+                                   last_seen, counts);
         if (i + SR_IDMAP_PREFETCH < k) {
             const uint64_t id = (uint64_t)slot_ids[slots[i + SR_IDMAP_PREFETCH]];
             __builtin_prefetch(buckets + 2 * (sr_idmap_mix(id) & mask), 1, 0);
@@ -515,11 +520,8 @@ int64_t sr_idmap_admit_slots(int64_t *buckets, int64_t num_buckets, const int64_
     const uint64_t mask = (uint64_t)num_buckets - 1;
     for (int64_t i = 0; i < k; i++) {
         if (i + SR_IDMAP_PREFETCH < k) {
-            const int64_t s = slots[i + SR_IDMAP_PREFETCH];
-            __builtin_prefetch(slot_ids + s, 1, 0);
-            __builtin_prefetch(occupied + s, 1, 0);
-            __builtin_prefetch(last_seen + s, 1, 0);
-            __builtin_prefetch(counts + s, 1, 0);
+            sr_idmap_prefetch_meta(slots[i + SR_IDMAP_PREFETCH], slot_ids, occupied, last_seen,
+                                   counts);
             const uint64_t ahead = sr_idmap_mix((uint64_t)ids[i + SR_IDMAP_PREFETCH]) & mask;
             __builtin_prefetch(buckets + 2 * ahead, 1, 0);
         }

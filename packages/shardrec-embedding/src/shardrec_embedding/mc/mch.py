@@ -44,6 +44,23 @@ class MCHStats:
     evictions: int = 0  # held ids that lost their row to a new id
 
 
+def _remapped(
+    name: str, feature: JaggedTensor, rows_of: Callable[[torch.Tensor], torch.Tensor]
+) -> JaggedTensor:
+    """`feature` with its ids replaced by `rows_of(ids as int64)` (in the ids' dtype)."""
+    values = feature.values()
+    if values.is_floating_point():
+        raise TypeError(
+            f"feature {name} has floating-point ids; raw ids must be integers (int64 or int32)"
+        )
+    return JaggedTensor(
+        values=rows_of(values.to(torch.int64)).to(values.dtype).view(values.shape),
+        lengths=feature.lengths(),
+        offsets=feature.offsets(),
+        weights=feature.weights_or_none(),
+    )
+
+
 @torch.fx.wrap
 def _mch_remap(
     features: dict[str, JaggedTensor],
@@ -52,24 +69,13 @@ def _mch_remap(
     zch_index: int,
 ) -> dict[str, JaggedTensor]:
     """Each feature's ids -> the row of their slot, or `zch_index` for ids without one."""
-    remapped: dict[str, JaggedTensor] = {}
-    for name, feature in features.items():
-        values = feature.values()
-        if values.is_floating_point():
-            raise TypeError(
-                f"feature {name} has floating-point ids; raw ids must be integers (int64 or int32)"
-            )
-        ids = values.to(torch.int64)
+
+    def rows_of(ids: torch.Tensor) -> torch.Tensor:
         slot = torch.searchsorted(mch_sorted_raw_ids[:-1], ids)
         hit = mch_sorted_raw_ids[slot] == ids
-        rows = torch.where(hit, mch_remapped_ids_mapping[slot], zch_index).to(values.dtype)
-        remapped[name] = JaggedTensor(
-            values=rows,
-            lengths=feature.lengths(),
-            offsets=feature.offsets(),
-            weights=feature.weights_or_none(),
-        )
-    return remapped
+        return torch.where(hit, mch_remapped_ids_mapping[slot], zch_index)
+
+    return {name: _remapped(name, feature, rows_of) for name, feature in features.items()}
 
 
 class MCHManagedCollisionModule(ManagedCollisionModule):
@@ -274,23 +280,12 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
     ) -> dict[str, JaggedTensor]:
         """`_mch_remap` by the hash index: one probe per id instead of a binary search."""
         miss_row = self._output_global_offset + self._zch_size - 1
-        remapped: dict[str, JaggedTensor] = {}
-        for name, feature in features.items():
-            values = feature.values()
-            if values.is_floating_point():
-                raise TypeError(
-                    f"feature {name} has floating-point ids; raw ids must be integers (int64 or "
-                    "int32)"
-                )
-            rows = index.rows(values)
-            rows = rows.masked_fill_(rows < 0, miss_row).to(values.dtype)
-            remapped[name] = JaggedTensor(
-                values=rows.view(values.shape),
-                lengths=feature.lengths(),
-                offsets=feature.offsets(),
-                weights=feature.weights_or_none(),
-            )
-        return remapped
+
+        def rows_of(ids: torch.Tensor) -> torch.Tensor:
+            rows = index.rows(ids)
+            return rows.masked_fill_(rows < 0, miss_row)
+
+        return {name: _remapped(name, feature, rows_of) for name, feature in features.items()}
 
     @torch.no_grad()
     def evict(self) -> torch.Tensor | None:
