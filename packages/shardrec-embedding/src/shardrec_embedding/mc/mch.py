@@ -44,17 +44,19 @@ class MCHStats:
     evictions: int = 0  # held ids that lost their row to a new id
 
 
-def _remapped(
-    name: str, feature: JaggedTensor, rows_of: Callable[[torch.Tensor], torch.Tensor]
-) -> JaggedTensor:
-    """`feature` with its ids replaced by `rows_of(ids as int64)` (in the ids' dtype)."""
-    values = feature.values()
+def _int_ids(name: str, values: torch.Tensor) -> torch.Tensor:
+    """`values` as int64 ids; float ids raise."""
     if values.is_floating_point():
         raise TypeError(
             f"feature {name} has floating-point ids; raw ids must be integers (int64 or int32)"
         )
+    return values.to(torch.int64)
+
+
+def _with_rows(feature: JaggedTensor, rows: torch.Tensor) -> JaggedTensor:
+    """`feature` with `rows` for its ids, in the ids' dtype."""
     return JaggedTensor(
-        values=rows_of(values.to(torch.int64)).to(values.dtype).view(values.shape),
+        values=rows.to(feature.values().dtype),
         lengths=feature.lengths(),
         offsets=feature.offsets(),
         weights=feature.weights_or_none(),
@@ -69,13 +71,14 @@ def _mch_remap(
     zch_index: int,
 ) -> dict[str, JaggedTensor]:
     """Each feature's ids -> the row of their slot, or `zch_index` for ids without one."""
-
-    def rows_of(ids: torch.Tensor) -> torch.Tensor:
+    remapped: dict[str, JaggedTensor] = {}
+    for name, feature in features.items():
+        ids = _int_ids(name, feature.values())
         slot = torch.searchsorted(mch_sorted_raw_ids[:-1], ids)
         hit = mch_sorted_raw_ids[slot] == ids
-        return torch.where(hit, mch_remapped_ids_mapping[slot], zch_index)
-
-    return {name: _remapped(name, feature, rows_of) for name, feature in features.items()}
+        rows = torch.where(hit, mch_remapped_ids_mapping[slot], zch_index)
+        remapped[name] = _with_rows(feature, rows)
+    return remapped
 
 
 class MCHManagedCollisionModule(ManagedCollisionModule):
@@ -280,12 +283,11 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
     ) -> dict[str, JaggedTensor]:
         """`_mch_remap` by the hash index: one probe per id instead of a binary search."""
         miss_row = self._output_global_offset + self._zch_size - 1
-
-        def rows_of(ids: torch.Tensor) -> torch.Tensor:
-            rows = index.rows(ids)
-            return rows.masked_fill_(rows < 0, miss_row)
-
-        return {name: _remapped(name, feature, rows_of) for name, feature in features.items()}
+        remapped: dict[str, JaggedTensor] = {}
+        for name, feature in features.items():
+            rows = index.rows(_int_ids(name, feature.values()))
+            remapped[name] = _with_rows(feature, rows.masked_fill_(rows < 0, miss_row))
+        return remapped
 
     @torch.no_grad()
     def evict(self) -> torch.Tensor | None:
