@@ -280,9 +280,13 @@ class DynamicTable(nn.Module):
         """Admission, eviction and insertion of the distinct missing ids `uniq` (in order of
         first appearance, seen `occurrences` times): their new slots, -1 where rejected."""
         c = self._counters
-        admitted = self._admit(uniq, occurrences, step)
-        chosen = torch.nonzero(admitted).reshape(-1)
-        need = chosen.numel()
+        # ALWAYS admits all: the chosen are a prefix (slices, no index tensors)
+        picked = (
+            None
+            if self.config.admission is AdmissionPolicy.ALWAYS
+            else torch.nonzero(self._admit(uniq, occurrences, step)).reshape(-1)
+        )
+        need = uniq.numel() if picked is None else picked.numel()
         c["rejections"] += uniq.numel() - need
         if need > self._available() and self.config.eviction is not EvictionPolicy.NONE:
             self._evict_for(need - self._available(), step)
@@ -290,7 +294,7 @@ class DynamicTable(nn.Module):
         c["rejections"] += need - take
         slot_of = torch.full_like(uniq, -1)
         if take:
-            chosen = chosen[:take]
+            chosen: Tensor | slice = slice(0, take) if picked is None else picked[:take]
             new_ids = uniq[chosen]
             new_slots = self._allocate(take)
             new_counts = occurrences[chosen]
