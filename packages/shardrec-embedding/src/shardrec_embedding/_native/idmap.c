@@ -113,6 +113,28 @@ int64_t sr_idmap_erase(int64_t *buckets, int64_t num_buckets, const int64_t *ids
     return removed;
 }
 
+/* The index of key in the scratch set (open addressing, 2 int64s a bucket, mask + 1 buckets):
+ * a new key becomes uniq[*u] with count 1, a known one counts once more. */
+static inline int64_t sr_idmap_dedup(int64_t *scratch, uint64_t mask, int64_t key, int64_t *u,
+                                     int64_t *uniq, int64_t *counts) {
+    uint64_t h = sr_idmap_mix((uint64_t)key) & mask;
+    for (;;) {
+        int64_t *b = scratch + 2 * h;
+        if (b[1] < 0) {
+            b[0] = key;
+            b[1] = *u;
+            uniq[*u] = key;
+            counts[*u] = 1;
+            return (*u)++;
+        }
+        if (b[0] == key) {
+            counts[b[1]]++;
+            return b[1];
+        }
+        h = (h + 1) & mask;
+    }
+}
+
 /* The distinct ids among those with slots[i] < 0, in order of first appearance: written to
  * uniq[0..u) with their occurrence counts in counts[0..u); inverse[i] = the index in uniq of
  * ids[i] for each such i (other entries untouched). scratch: 2 * cap int64s, cap a power of
@@ -123,28 +145,8 @@ int64_t sr_idmap_distinct_missing(const int64_t *ids, const int64_t *slots, int6
     const uint64_t mask = (uint64_t)cap - 1;
     for (int64_t b = 0; b < cap; b++) scratch[2 * b + 1] = -1;
     int64_t u = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (slots[i] >= 0) continue;
-        const int64_t key = ids[i];
-        uint64_t h = sr_idmap_mix((uint64_t)key) & mask;
-        for (;;) {
-            int64_t *b = scratch + 2 * h;
-            if (b[1] < 0) {
-                b[0] = key;
-                b[1] = u;
-                uniq[u] = key;
-                counts[u] = 1;
-                inverse[i] = u++;
-                break;
-            }
-            if (b[0] == key) {
-                counts[b[1]]++;
-                inverse[i] = b[1];
-                break;
-            }
-            h = (h + 1) & mask;
-        }
-    }
+    for (int64_t i = 0; i < n; i++)
+        if (slots[i] < 0) inverse[i] = sr_idmap_dedup(scratch, mask, ids[i], &u, uniq, counts);
     return u;
 }
 
@@ -196,28 +198,8 @@ int64_t sr_idmap_find_touch_missing(const int64_t *buckets, int64_t num_buckets,
     const uint64_t mask = (uint64_t)cap - 1;
     for (int64_t b = 0; b < cap; b++) scratch[2 * b + 1] = -1;
     int64_t u = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (out[i] >= 0) continue;
-        const int64_t key = ids[i];
-        uint64_t h = sr_idmap_mix((uint64_t)key) & mask;
-        for (;;) {
-            int64_t *b = scratch + 2 * h;
-            if (b[1] < 0) {
-                b[0] = key;
-                b[1] = u;
-                uniq[u] = key;
-                ucounts[u] = 1;
-                out[i] = -2 - u++;
-                break;
-            }
-            if (b[0] == key) {
-                ucounts[b[1]]++;
-                out[i] = -2 - b[1];
-                break;
-            }
-            h = (h + 1) & mask;
-        }
-    }
+    for (int64_t i = 0; i < n; i++)
+        if (out[i] < 0) out[i] = -2 - sr_idmap_dedup(scratch, mask, ids[i], &u, uniq, ucounts);
     free(scratch);
     return u;
 }
