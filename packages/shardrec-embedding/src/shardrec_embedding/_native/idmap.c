@@ -59,6 +59,20 @@ int64_t sr_idmap_find(const int64_t *buckets, int64_t num_buckets, const int64_t
     return found;
 }
 
+/* key -> slot into the first empty bucket of key's probe run; 0 (nothing written) when key is
+ * already present or no bucket is free. */
+static inline int sr_idmap_put(int64_t *buckets, uint64_t mask, int64_t key, int64_t slot) {
+    uint64_t h = sr_idmap_mix((uint64_t)key) & mask;
+    uint64_t steps = 0;
+    while (buckets[2 * h + 1] >= 0) {
+        if (buckets[2 * h] == key || ++steps > mask) return 0;
+        h = (h + 1) & mask;
+    }
+    buckets[2 * h] = key;
+    buckets[2 * h + 1] = slot;
+    return 1;
+}
+
 /* Inserts ids[i] -> slots[i] (ids absent and distinct; callers guarantee it). Returns the
  * number inserted, or -(i + 1) when ids[i] was already present or no bucket was free. */
 int64_t sr_idmap_insert(int64_t *buckets, int64_t num_buckets, const int64_t *ids,
@@ -69,14 +83,7 @@ int64_t sr_idmap_insert(int64_t *buckets, int64_t num_buckets, const int64_t *id
             uint64_t ahead = sr_idmap_mix((uint64_t)ids[i + SR_IDMAP_PREFETCH]) & mask;
             __builtin_prefetch(buckets + 2 * ahead, 1, 0);
         }
-        uint64_t h = sr_idmap_mix((uint64_t)ids[i]) & mask;
-        uint64_t steps = 0;
-        while (buckets[2 * h + 1] >= 0) {
-            if (buckets[2 * h] == ids[i] || ++steps > mask) return -(i + 1);
-            h = (h + 1) & mask;
-        }
-        buckets[2 * h] = ids[i];
-        buckets[2 * h + 1] = slots[i];
+        if (!sr_idmap_put(buckets, mask, ids[i], slots[i])) return -(i + 1);
     }
     return n;
 }
@@ -329,38 +336,6 @@ int64_t sr_idmap_init_rows(float *w, int64_t stride, int64_t dim, const int64_t 
     return k;
 }
 
-/* ---- per-slot metadata of freed and admitted slots, one pass each ---------------------- */
-
-/* For each of slots[0..k): old_ids[i] = slot_ids[s], then slot_ids, occupied, last_seen and
- * counts of s become 0 (the dynamic table's `_free`, before the map erases old_ids). */
-int64_t sr_idmap_slots_clear(const int64_t *slots, int64_t k, int64_t *old_ids, int64_t *slot_ids,
-                             uint8_t *occupied, int64_t *last_seen, int64_t *counts) {
-    for (int64_t i = 0; i < k; i++) {
-        const int64_t s = slots[i];
-        old_ids[i] = slot_ids[s];
-        slot_ids[s] = 0;
-        occupied[s] = 0;
-        last_seen[s] = 0;
-        counts[s] = 0;
-    }
-    return k;
-}
-
-/* For each of slots[0..k): slot_ids = ids[i], occupied = 1, last_seen = step,
- * counts = occurrences[i] (the dynamic table's admission of new ids). */
-int64_t sr_idmap_slots_set(const int64_t *slots, const int64_t *ids, const int64_t *occurrences,
-                           int64_t k, int64_t step, int64_t *slot_ids, uint8_t *occupied,
-                           int64_t *last_seen, int64_t *counts) {
-    for (int64_t i = 0; i < k; i++) {
-        const int64_t s = slots[i];
-        slot_ids[s] = ids[i];
-        occupied[s] = 1;
-        last_seen[s] = step;
-        counts[s] = occurrences[i];
-    }
-    return k;
-}
-
 /* ---- sorted managed-collision slots: the order after a round ---------------------------- */
 
 /* keys[0..z) is sorted except at the e slots that took new keys: those are fresh[0..e), listed
@@ -465,9 +440,10 @@ static inline void sr_idmap_prefetch_meta(int64_t s, const int64_t *slot_ids,
     __builtin_prefetch(counts + s, 1, 0);
 }
 
-/* sr_idmap_slots_clear and sr_idmap_erase of the old ids in one pass: for each of slots[0..k)
- * its id leaves the map and its metadata is cleared. The slot's metadata lines and then its
- * id's bucket are fetched ahead (two dependent misses per slot, overlapped across slots). */
+/* For each of slots[0..k), in one pass: its id leaves the map (as sr_idmap_erase) and its
+ * slot_ids, occupied, last_seen and counts become 0. The slot's metadata lines and then its
+ * id's bucket are fetched ahead (two dependent misses per slot, overlapped across slots).
+ * Returns the number of ids removed. */
 int64_t sr_idmap_free_slots(int64_t *buckets, int64_t num_buckets, const int64_t *slots,
                             int64_t k, int64_t *slot_ids, uint8_t *occupied, int64_t *last_seen,
                             int64_t *counts) {
@@ -492,9 +468,9 @@ int64_t sr_idmap_free_slots(int64_t *buckets, int64_t num_buckets, const int64_t
     return removed;
 }
 
-/* sr_idmap_insert and sr_idmap_slots_set in one pass: ids[i] -> slots[i] enters the map (ids
- * absent and distinct) and the slot's metadata is set. Returns k, or -(i + 1) as
- * sr_idmap_insert. */
+/* In one pass: ids[i] -> slots[i] enters the map (as sr_idmap_insert: ids absent and
+ * distinct) and the slot's slot_ids, occupied, last_seen and counts become ids[i], 1, step
+ * and occurrences[i]. Returns k, or -(i + 1) as sr_idmap_insert. */
 int64_t sr_idmap_admit_slots(int64_t *buckets, int64_t num_buckets, const int64_t *ids,
                              const int64_t *slots, const int64_t *occurrences, int64_t k,
                              int64_t step, int64_t *slot_ids, uint8_t *occupied,
@@ -507,14 +483,7 @@ int64_t sr_idmap_admit_slots(int64_t *buckets, int64_t num_buckets, const int64_
             const uint64_t ahead = sr_idmap_mix((uint64_t)ids[i + SR_IDMAP_PREFETCH]) & mask;
             __builtin_prefetch(buckets + 2 * ahead, 1, 0);
         }
-        uint64_t h = sr_idmap_mix((uint64_t)ids[i]) & mask;
-        uint64_t probes = 0;
-        while (buckets[2 * h + 1] >= 0) {
-            if (buckets[2 * h] == ids[i] || ++probes > mask) return -(i + 1);
-            h = (h + 1) & mask;
-        }
-        buckets[2 * h] = ids[i];
-        buckets[2 * h + 1] = slots[i];
+        if (!sr_idmap_put(buckets, mask, ids[i], slots[i])) return -(i + 1);
         const int64_t s = slots[i];
         slot_ids[s] = ids[i];
         occupied[s] = 1;

@@ -56,8 +56,6 @@ def _library() -> ctypes.CDLL | None:
                 (_PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _PTR, _PTR, _PTR, _PTR),
             ),
             ("sr_idmap_find_touch", (_PTR, _I64, _PTR, _I64, _PTR, _PTR, _PTR, _I64)),
-            ("sr_idmap_slots_clear", (_PTR, _I64, _PTR, _PTR, _PTR, _PTR, _PTR)),
-            ("sr_idmap_slots_set", (_PTR, _PTR, _PTR, _I64, _I64, _PTR, _PTR, _PTR, _PTR)),
             ("sr_idmap_lru_pick", (_PTR, _PTR, _I64, _I64, _I64, _I64, _PTR)),
             (
                 "sr_idmap_init_rows",
