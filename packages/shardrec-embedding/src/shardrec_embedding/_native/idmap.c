@@ -294,7 +294,9 @@ int64_t sr_idmap_init_rows(float *w, int64_t stride, int64_t dim, const int64_t 
                         float span, int64_t threads) {
     const uint64_t g1 = 0x9E3779B97F4A7C15ULL, g2 = 0xD1B54A32D192ED03ULL;
 
-#pragma omp parallel for num_threads(threads) schedule(static) if (k * dim > (1 << 22))
+#pragma omp parallel num_threads(threads) if (k * dim > (1 << 22))
+    {
+#pragma omp for schedule(static) nowait
     for (int64_t r = 0; r < k; r++) {
         const uint64_t slot = (uint64_t)slots[r];
         const uint64_t key =
@@ -331,8 +333,9 @@ int64_t sr_idmap_init_rows(float *w, int64_t stride, int64_t dim, const int64_t 
         }
     }
 #ifdef SR_IDMAP_STREAM
-    _mm_sfence(); /* the streamed rows are visible before the caller reads them */
+    _mm_sfence(); /* each thread's streamed rows are visible before the caller reads them */
 #endif
+    }
     return k;
 }
 
