@@ -37,6 +37,7 @@ from shardrec_train.options import TrainOptions
 RAW_ID_DATASETS = ("movielens-100k", "criteo-tsv")
 """Datasets with a raw-id mode (`raw_ids=True`)."""
 
+
 def dynamic_config(opts: TrainOptions) -> DynamicTableConfig:
     """The `--dynamic-*` policies as a `DynamicTableConfig` (capacity: the table's rows)."""
     return DynamicTableConfig(
