@@ -12,8 +12,11 @@ from _quant_cases import qconfig
 
 from shardrec_embedding import (
     DynamicTableConfig,
+    EmbeddingBagCollection,
+    EmbeddingBagConfig,
     EmbeddingCollection,
     EmbeddingConfig,
+    PoolingType,
     QuantEmbeddingCollection,
     quantize_inference_model,
 )
@@ -187,3 +190,38 @@ def test_load_id_maps_refused_without_dynamic_tables() -> None:
     )
     with pytest.raises(ValueError, match="no table is dynamic"):
         q.load_id_maps({})
+
+
+def test_float32_inference_copy_scripts_the_float_modules_exactly() -> None:
+    """The route the float collections' script refusal names: an FP32 inference copy."""
+    ec, pool = _trained("DEFAULT_ROW")
+    with pytest.raises(NotImplementedError, match="quantize_inference_model"):
+        torch.jit.script(ec)
+    scripted = torch.jit.script(quantize_inference_model(ec, torch.float32))
+    kjt = _batch(torch.Generator().manual_seed(3), 16, pool)
+    want, got = ec(kjt), scripted(kjt)
+    assert list(got) == list(want)
+    assert all(torch.equal(got[k].values(), want[k].values()) for k in want)
+    bag = EmbeddingBagCollection(
+        [
+            EmbeddingBagConfig(
+                name="users",
+                num_embeddings=CAPACITY,
+                embedding_dim=DIM,
+                feature_names=["user"],
+                pooling=PoolingType.MEAN,
+                dynamic=DynamicTableConfig(unknown_id="DEFAULT_ROW"),  # type: ignore[arg-type]
+            )
+        ]
+    )
+    gen = torch.Generator().manual_seed(4)
+    for _ in range(3):
+        bag(KeyedJaggedTensor(keys=["user"], values=pool[:20], lengths=torch.tensor([5, 0, 15])))
+    bag.dynamic_tables.table("users").default_row.copy_(torch.linspace(-1, 1, DIM))
+    bag.eval()
+    with pytest.raises(NotImplementedError, match="quantize_inference_model"):
+        torch.jit.script(bag)
+    scripted_bag = torch.jit.script(quantize_inference_model(bag, torch.float32))
+    ids = pool[torch.randint(0, pool.numel(), (30,), generator=gen)]  # some never admitted
+    kjt = KeyedJaggedTensor(keys=["user"], values=ids, lengths=torch.tensor([10, 0, 20]))
+    assert torch.equal(scripted_bag(kjt).values(), bag(kjt).values())
