@@ -288,6 +288,29 @@ def test_two_rank_raw_movielens_matches_one_rank_counters_and_resumes(
     assert _losses(part) == _losses(two)
 
 
+def test_two_rank_checkpoint_resumes_on_one_rank(tmp_path: pathlib.Path) -> None:
+    """A row_wise 2-rank run's id maps reload into 1 rank (re-partitioned by the routing
+    hash: docs/dynamic.md, Checkpoints): every id saved keeps its slot's row and the run
+    continues."""
+    data = write_ml100k(tmp_path / "ml-100k")
+    out = tmp_path / "run"
+    room = ["--dynamic-capacity", "64", "--checkpoint-every", "5", "--eval-every", "0"]
+    first = run_shardrec(
+        _args(
+            data, out, *room, "--sharding-type", "row_wise", "--max-steps", "10", ranks=2, batch=16
+        )
+    )
+    assert first.returncode == 0, first.stderr[-3000:]
+    saved = json.loads((out / "summary.json").read_text())["dynamic_tables"]
+    again = run_shardrec([*_args(data, out, *room), "--resume"])
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resumed from" in again.stdout and "step_10 at step 10" in again.stdout
+    after = json.loads((out / "summary.json").read_text())["dynamic_tables"]
+    for name, s in after.items():
+        assert s["occupancy"] >= saved[name]["occupancy"] > 0 and s["evictions"] == 0
+        assert s["steps"] == 30
+
+
 def _criteo_day(path: pathlib.Path, rng: random.Random, n: int) -> None:
     hexes = [rng.getrandbits(32) for _ in range(12)]
     lines = []
