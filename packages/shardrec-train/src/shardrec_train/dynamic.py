@@ -201,7 +201,9 @@ class HashTrick:
 
 
 def progress_text(stats: dict[str, dict[str, int]]) -> str:
-    """One short field per table for the progress line: `user 943/1179 +943 -0 x0 ?12`."""
+    """One short field per table for the progress line:
+    `user 943/1179 adm 943 rej 0 ev 0 unk 12` (occupancy/capacity, admissions, rejections,
+    evictions, unknown-id reads)."""
     parts = []
     for name, s in stats.items():
         short = name.removeprefix("t_")
