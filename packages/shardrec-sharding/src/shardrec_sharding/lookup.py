@@ -184,6 +184,9 @@ class LocalLookup:
     def fused_modules(self) -> list[BatchedFusedEmbeddingBag]:
         return [g.module for g in self.groups if isinstance(g.module, BatchedFusedEmbeddingBag)]
 
+    def tiered_modules(self) -> list[TieredFusedEmbeddingBag]:
+        return [g.module for g in self.groups if isinstance(g.module, TieredFusedEmbeddingBag)]
+
     def apply_(self, fn: Callable[[Tensor], Tensor]) -> None:
         """Apply a `Module._apply` function to the groups' buffers, then re-pack the weights
         (the owner moved them through `table_modules()`)."""
