@@ -452,17 +452,6 @@ def test_feature_processor_equals_static() -> None:
         assert torch.equal(a, b)
 
 
-def test_quantized_sequence_collection_refuses_dynamic_tables() -> None:
-    # The pooled one maps raw ids (test_quant_dynamic.py); the sequence one does not yet.
-    from shardrec_embedding.quant import QuantEmbeddingCollection
-
-    table = EmbeddingConfig(
-        name="t0", num_embeddings=4, embedding_dim=2, dynamic=DynamicTableConfig()
-    )
-    with pytest.raises(NotImplementedError, match="table 't0' is a dynamic"):
-        QuantEmbeddingCollection([table])
-
-
 def test_script_and_trace_refuse_dynamic_tables() -> None:
     import shardrec_jagged.fx as jagged_fx
 

@@ -1,6 +1,7 @@
-"""`shardrec train --raw-ids`: dynamic tables on raw MovieLens ids (one rank), the hash-trick
-baseline, the flags' checks, the counters in the output, and freed slots reset in the sharded
-table and its fused optimizer state."""
+"""`shardrec train --raw-ids`: dynamic tables on raw MovieLens ids and Criteo hex values, on
+one rank and sharded over two (the sharded collection maps the ids), the hash-trick baseline,
+the flags' checks, the counters (added over ranks) in the output, resume, and freed slots
+reset in the sharded table and its fused optimizer state."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import textwrap
 
 import pytest
 import torch
-from _train_helpers import SMALL_MODEL, checkpoint_tensors, run_shardrec, write_ml100k
+from _train_helpers import AUC_LINE, SMALL_MODEL, checkpoint_tensors, run_shardrec, write_ml100k
 
 from shardrec_data import Batch, SparseFeature
 from shardrec_embedding import EmbeddingBagConfig
@@ -58,15 +59,18 @@ def test_raw_id_features_get_dynamic_tables() -> None:
         "--dynamic-admission-threshold",
         "3",
     )
-    model, dynamic = dynamic_table_configs(configs, features, opts)
+    model, raw = dynamic_table_configs(configs, features, opts)
     assert [c.num_embeddings for c in model] == [13, 5]  # 1.25 x 10 slots
-    assert all(c.dynamic is None for c in model)
-    [d] = dynamic
+    assert model[1].dynamic is None and raw == model[:1]
+    [d] = raw
     assert d.name == "t_user" and d.num_embeddings == 13 and d.dynamic is not None
     assert d.dynamic.eviction is EvictionPolicy.LFU
     assert d.dynamic.admission is AdmissionPolicy.THRESHOLD and d.dynamic.admission_threshold == 3
     sized = dynamic_table_configs(configs, features, _opts("--dynamic-capacity", "7"))[1]
     assert sized[0].num_embeddings == 7
+    hashed, raw = dynamic_table_configs(configs, features, _opts("--raw-id-tables", "hash"))
+    assert [c.num_embeddings for c in hashed] == [13, 5] and raw == hashed[:1]
+    assert all(c.dynamic is None for c in hashed)  # ordinary tables the hash trick indexes
 
 
 @pytest.mark.parametrize(
@@ -75,7 +79,6 @@ def test_raw_id_features_get_dynamic_tables() -> None:
         (["--dynamic-eviction", "TTL"], "needs --dynamic-ttl-steps"),
         (["--dynamic-ttl-steps", "4"], "is for --dynamic-eviction TTL"),
         (["--dynamic-admission-probability", "1.5"], r"must be in \(0, 1\]"),
-        (["--raw-ids", "--nproc-per-node", "2"], "runs on one rank for now"),
     ],
 )
 def test_flag_problems(flags: list[str], message: str) -> None:
@@ -123,7 +126,9 @@ def test_progress_text() -> None:
     assert progress_text(stats) == "user 4/10 adm 6 rej 1 ev 2 unk 3"
 
 
-def _args(data: pathlib.Path, out: pathlib.Path, *extra: str) -> list[str]:
+def _args(
+    data: pathlib.Path, out: pathlib.Path, *extra: str, ranks: int = 1, batch: int = 32
+) -> list[str]:
     return [
         "train",
         "--dataset",
@@ -132,10 +137,10 @@ def _args(data: pathlib.Path, out: pathlib.Path, *extra: str) -> list[str]:
         str(data),
         "--raw-ids",
         "--nproc-per-node",
-        "1",
+        str(ranks),
         *SMALL_MODEL,
         "--batch-size",
-        "32",
+        str(batch),
         "--epochs",
         "2",
         "--eval-every",
@@ -164,7 +169,7 @@ def test_raw_movielens_run_with_evicting_dynamic_tables(tmp_path: pathlib.Path) 
     assert "| user 12/12" in result.stdout  # the evaluation lines
     # The id maps are in the checkpoint (resume continues them).
     saved = checkpoint_tensors(out / "checkpoints" / "step_30", tmp_path)
-    [key] = [k for k in saved if k.endswith("raw_id_tables.tables.t_user.occupied")]
+    [key] = [k for k in saved if k.endswith("dynamic_tables.tables.t_user.occupied")]
     assert int(saved[key].sum()) == 12
 
 
@@ -203,7 +208,8 @@ def test_freed_slots_reset_in_sharded_table_and_optimizer(tmp_path: pathlib.Path
         ds = build_dataset(opts)
         b = build(opts, ds, device=torch.device("cpu"), world_size=1, local_world_size=1,
                   pg=dist.group.WORLD)
-        batches = b.remap.batches(ds.batches("train", 32), training=True)
+        assert b.remap is None  # the sharded collection maps the raw ids itself
+        batches = ds.batches("train", 32)
         for _ in range(3):
             batch = next(batches)
             b.optimizer.zero_grad()
@@ -213,9 +219,10 @@ def test_freed_slots_reset_in_sharded_table_and_optimizer(tmp_path: pathlib.Path
         [weight] = [p for n, p in b.model.named_parameters()
                     if n.endswith("embedding_bags.t_user.weight")]
         [state] = [v for k, v in b.model.fused_optimizer.state[weight].items()]
-        table = b.remap.tables.table("t_user")
+        [table] = [m.table("t_user") for m in b.model.modules()
+                   if type(m).__name__.endswith("DynamicTables")]
         ids, slots = table.items()
-        assert bool((state[slots] != 0).any()), "trained rows have optimizer state"
+        assert ids.numel() > 0 and bool((state[slots] != 0).any()), "trained rows have state"
         freed = slots[:3]
         before = weight.detach().clone()
         table.evict(freed)
@@ -234,6 +241,76 @@ def test_freed_slots_reset_in_sharded_table_and_optimizer(tmp_path: pathlib.Path
     assert done.stdout.strip().endswith("ok")
 
 
+def _losses(out: pathlib.Path) -> list[tuple[int, float]]:
+    history = json.loads((out / "history.json").read_text())
+    return [(int(step), float(loss)) for step, loss in history["train_loss"]]
+
+
+@pytest.mark.parametrize("plan", [[], ["--sharding-type", "row_wise"]], ids=["planner", "row_wise"])
+def test_two_rank_raw_movielens_matches_one_rank_counters_and_resumes(
+    tmp_path: pathlib.Path, plan: list[str]
+) -> None:
+    """Two ranks of 16 read, over an epoch, the samples one rank of 32 reads (in another
+    order): with room for every id (no eviction) the tables admit the same ids, and the
+    final evaluation reads the same unknown ids, so the counters added over the ranks equal
+    the one rank's. Resuming the
+    sharded run from its step-10 checkpoint gives the straight run's losses and counters."""
+    data = write_ml100k(tmp_path / "ml-100k")  # 30 users, 40 items: 64 slots never evict
+    room = ["--dynamic-capacity", "64", "--checkpoint-every", "10", "--eval-every", "0", *plan]
+    two = tmp_path / "two"
+    result = run_shardrec(_args(data, two, *room, ranks=2, batch=16))
+    assert result.returncode == 0, result.stderr[-3000:]
+    one = tmp_path / "one"
+    single = run_shardrec(_args(data, one, *room))
+    assert single.returncode == 0, single.stderr[-3000:]
+    summary = json.loads((two / "summary.json").read_text())
+    stats = summary["dynamic_tables"]
+    assert stats == json.loads((one / "summary.json").read_text())["dynamic_tables"]
+    for s in stats.values():
+        assert s["capacity"] == 64 and s["occupancy"] == s["admissions"] > 0
+        assert s["evictions"] == 0 and s["rejections"] == 0 and s["steps"] == 30
+    assert stats["t_user"]["occupancy"] <= 30 and stats["t_item"]["occupancy"] <= 40
+    # Printed once (rank 0), with the totals.
+    user = stats["t_user"]
+    line = f"dynamic tables: user {user['occupancy']}/64 adm {user['admissions']} rej 0 ev 0"
+    assert result.stdout.count(line) == 1, result.stdout[-3000:]
+    assert len(AUC_LINE.findall(result.stdout)) == 1
+    if plan:
+        assert '"row_wise"' in (two / "plan.json").read_text()
+    # Resume: 10 steps, then --resume to the end, equals the straight run.
+    part = tmp_path / "part"
+    first = run_shardrec(_args(data, part, *room, "--max-steps", "10", ranks=2, batch=16))
+    assert first.returncode == 0, first.stderr[-3000:]
+    again = run_shardrec([*_args(data, part, *room, ranks=2, batch=16), "--resume"])
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resumed from" in again.stdout
+    assert json.loads((part / "summary.json").read_text())["dynamic_tables"] == stats
+    assert _losses(part) == _losses(two)
+
+
+def test_two_rank_checkpoint_resumes_on_one_rank(tmp_path: pathlib.Path) -> None:
+    """A row_wise 2-rank run's id maps reload into 1 rank (re-partitioned by the routing
+    hash: docs/dynamic.md, Checkpoints): every id saved keeps its slot's row and the run
+    continues."""
+    data = write_ml100k(tmp_path / "ml-100k")
+    out = tmp_path / "run"
+    room = ["--dynamic-capacity", "64", "--checkpoint-every", "5", "--eval-every", "0"]
+    first = run_shardrec(
+        _args(
+            data, out, *room, "--sharding-type", "row_wise", "--max-steps", "10", ranks=2, batch=16
+        )
+    )
+    assert first.returncode == 0, first.stderr[-3000:]
+    saved = json.loads((out / "summary.json").read_text())["dynamic_tables"]
+    again = run_shardrec([*_args(data, out, *room), "--resume"])
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resumed from" in again.stdout and "step_10 at step 10" in again.stdout
+    after = json.loads((out / "summary.json").read_text())["dynamic_tables"]
+    for name, s in after.items():
+        assert s["occupancy"] >= saved[name]["occupancy"] > 0 and s["evictions"] == 0
+        assert s["steps"] == 30
+
+
 def _criteo_day(path: pathlib.Path, rng: random.Random, n: int) -> None:
     hexes = [rng.getrandbits(32) for _ in range(12)]
     lines = []
@@ -244,7 +321,8 @@ def _criteo_day(path: pathlib.Path, rng: random.Random, n: int) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-def test_raw_criteo_tsv_run(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_raw_criteo_tsv_run(tmp_path: pathlib.Path, ranks: int) -> None:
     rng = random.Random(0)
     data = tmp_path / "criteo"
     data.mkdir()
@@ -253,7 +331,8 @@ def test_raw_criteo_tsv_run(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "run"
     args = [
         "train", "--dataset", "criteo-tsv", "--data-dir", str(data), "--raw-ids",
-        "--nproc-per-node", "1", *SMALL_MODEL, "--batch-size", "32", "--eval-every", "0",
+        "--nproc-per-node", str(ranks), *SMALL_MODEL, "--batch-size", str(32 // ranks),
+        "--eval-every", "0",
         "--dynamic-capacity", "64", "--out", str(out),
     ]  # fmt: skip
     result = run_shardrec(args)

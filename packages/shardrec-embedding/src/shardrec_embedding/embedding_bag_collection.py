@@ -146,8 +146,10 @@ class EmbeddingBagCollection(PooledCollectionAPI, TorchScriptable, PackedCollect
     def __prepare_scriptable__(self) -> TorchScriptable:
         if self._has_dynamic:
             raise NotImplementedError(
-                f"{_OWNER}: torch.jit.script of dynamic (raw-id) tables is not supported yet; "
-                "run the module eagerly"
+                f"{_OWNER}: torch.jit.script of dynamic (raw-id) tables is not supported yet "
+                "(the id map is native code); script its inference copy instead: "
+                "torch.jit.script(quantize_inference_model(module.eval(), torch.float32)) "
+                "maps raw ids itself and gives this module's eval() outputs exactly"
             )
         return super().__prepare_scriptable__()
 

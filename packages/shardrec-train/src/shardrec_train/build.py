@@ -1,6 +1,7 @@
 """Building the sharded model, in the order every rank runs it.
 
-1. tables: one EmbeddingBagConfig per sparse feature of the dataset (`t_<feature>`);
+1. tables: one EmbeddingBagConfig per sparse feature of the dataset (`t_<feature>`); with
+   `--raw-ids`, the raw-id features' tables are dynamic (shardrec_train.dynamic);
 2. the model: an EmbeddingBagCollection on `meta` (no rank ever holds a whole table) inside
    DLRM or DLRM_DCN, wrapped in DLRMTrain (loss and detached outputs);
 3. the plan: `EmbeddingShardingPlanner.collective_plan` (rank 0 plans, every rank receives
@@ -37,7 +38,7 @@ from shardrec_planner import (
     detect_host,
 )
 from shardrec_sharding import EmbeddingBagCollectionSharder
-from shardrec_train.dynamic import HashTrick, RawIdRemap, dynamic_table_configs
+from shardrec_train.dynamic import HashTrick, dynamic_table_configs
 from shardrec_train.options import TrainOptions
 from shardrec_train.sharding import forced_generators
 
@@ -49,8 +50,9 @@ class Built:
     model: DistributedModelParallel
     optimizer: CombinedOptimizer
     plan: ShardingPlan
-    remap: RawIdRemap | HashTrick | None = None
-    """The dynamic tables' id maps (`--raw-ids`), applied to each batch before the model."""
+    remap: HashTrick | None = None
+    """`--raw-ids --raw-id-tables hash`: maps each batch's raw ids to rows before the model
+    (dynamic tables map their ids inside the sharded model)."""
 
 
 def table_configs(dataset: RecDataset, embedding_dim: int) -> list[EmbeddingBagConfig]:
@@ -71,8 +73,9 @@ def table_configs(dataset: RecDataset, embedding_dim: int) -> list[EmbeddingBagC
 def model_tables(
     opts: TrainOptions, dataset: RecDataset
 ) -> tuple[list[EmbeddingBagConfig], list[EmbeddingBagConfig]]:
-    """(the model's table configs, the dynamic tables' configs): raw-id features' tables
-    have `--dynamic-capacity` rows (shardrec_train.dynamic)."""
+    """(the model's table configs, the raw-id features' among them): raw-id features' tables
+    have `--dynamic-capacity` rows and are dynamic unless `--raw-id-tables hash`
+    (shardrec_train.dynamic)."""
     return dynamic_table_configs(
         table_configs(dataset, opts.embedding_dim), dataset.sparse_features, opts
     )
@@ -114,19 +117,15 @@ def build_model(
 
 def build_raw_id_model(
     opts: TrainOptions, dataset: RecDataset, device: torch.device
-) -> tuple[DLRMTrain, RawIdRemap | HashTrick | None]:
-    """`build_model` with the raw-id features' tables (`--raw-ids`), and what maps their ids:
-    the dynamic tables' id maps (registered on the model, so checkpoints hold them), or the
-    hash trick; None without raw-id features."""
-    tables, dynamic = model_tables(opts, dataset)
+) -> tuple[DLRMTrain, HashTrick | None]:
+    """`build_model` with the raw-id features' tables (`--raw-ids`): dynamic tables (they map
+    raw ids themselves, sharded or not), or with `--raw-id-tables hash` ordinary tables and
+    the hash trick that maps the ids in front of the model (None otherwise)."""
+    tables, raw = model_tables(opts, dataset)
     model = build_model(opts, dataset, device, tables)
-    remap: RawIdRemap | HashTrick | None = None
-    if dynamic and opts.raw_id_tables == "hash":
-        remap = HashTrick(dynamic)
-    elif dynamic:
-        remap = RawIdRemap(dynamic)
-        remap.attach(model)
-    return model, remap
+    if raw and opts.raw_id_tables == "hash":
+        return model, HashTrick(raw)
+    return model, None
 
 
 def ebc_path(model: nn.Module) -> str:
@@ -232,8 +231,6 @@ def build(
         dict(in_backward_optimizer_filter(dmp.named_parameters())),
         dense_optimizer_factory(opts),
     )
-    if isinstance(remap, RawIdRemap):
-        remap.bind(dmp, dmp.fused_optimizer)
     return Built(
         model=dmp,
         optimizer=CombinedOptimizer([dmp.fused_optimizer, dense]),

@@ -98,10 +98,16 @@ def _shape(shape: tuple[int, ...] | None) -> str:
     return "absent" if shape is None else str(list(shape))
 
 
-def shape_problems(out: pathlib.Path, expected: Mapping[str, tuple[int, ...]]) -> list[str]:
+def shape_problems(
+    out: pathlib.Path,
+    expected: Mapping[str, tuple[int, ...]],
+    *,
+    skip: Callable[[str], bool] = lambda key: False,
+) -> list[str]:
     """One line if the model of the checkpoint `--resume` would start from (the newest one
     whose metadata reads) has other tensors or shapes than `expected` (what these flags build:
-    state_dict key -> shape); checked before launch, from the manifest and `.metadata` only."""
+    state_dict key -> shape); checked before launch, from the manifest and `.metadata` only.
+    Keys for which `skip` is true are not compared."""
     unreadable: list[str] = []
     for _, path in checkpoints_newest_first(out):
         try:
@@ -109,7 +115,11 @@ def shape_problems(out: pathlib.Path, expected: Mapping[str, tuple[int, ...]]) -
         except (CheckpointError, ValueError, OSError) as err:
             unreadable.append(str(err))
             continue
-        model = {k.removeprefix("model."): v for k, v in saved.items() if k.startswith("model.")}
+        model = {
+            k.removeprefix("model."): v
+            for k, v in saved.items()
+            if k.startswith("model.") and not skip(k.removeprefix("model."))
+        }
         diffs = [
             f"{key}: {_shape(model.get(key))} saved, {_shape(expected.get(key))} with these flags"
             for key in sorted(model.keys() | expected.keys())

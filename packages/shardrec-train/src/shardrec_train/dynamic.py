@@ -5,39 +5,37 @@ user and item ids of the files; Criteo TSV: the hex values). Each such feature's
 dynamic table (`shardrec_embedding.dynamic`) of `--dynamic-capacity` slots (default
 `--dynamic-headroom` x the ids the dataset names), with the `--dynamic-*` policies.
 
-How a run uses them (`RawIdRemap`): the sharded model holds each dynamic table as an ordinary
-table of `capacity` rows; the tables' id maps (`DynamicTables`, one per run, registered on the
-model as `raw_id_tables` so that checkpoints carry them) turn each batch's raw ids into slots
-before the model sees the batch, one training step per batch (evaluation batches only look
-up: unknown ids read a zero row, or the table's default row with `--dynamic-unknown-id
-DEFAULT_ROW`... dropped from their bags). A slot the policy frees is reset in the sharded
-table (the initializer) and in the fused optimizer state (zeros) before reuse.
+How a run uses them: the model's EmbeddingBagCollection is built with the dynamic configs, so
+the planner costs them as dynamic tables and DistributedModelParallel shards them as such
+(`shardrec_sharding.dynamic`): the sharded collection maps raw ids itself, row_wise tables by
+the id's hash (each rank owns a part of the id space and of the slots), table_wise on the
+table's rank, column_wise / data_parallel with a replicated map. One step of each table per
+training batch; evaluation (the model in `eval()`) only looks up. The id maps are in the
+model's state, so checkpoints and `--resume` carry them (`shardrec_dmp.checkpoint_dynamic`).
 
-Runs on one rank (`--nproc-per-node 1`): the id maps are per process, and sharding them by
-the id's hash is the sharded dynamic tables' work (docs/dynamic.md, issue 27).
+`DynamicStats` adds each table's counters over the ranks (every rank calls it together),
+for the progress line, the evaluation lines and the summary that rank 0 prints.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 from torch import nn
 
+from shardrec_collectives import ShardingEnv, all_reduce_sum
 from shardrec_data import Batch, SparseFeature
 from shardrec_embedding import EmbeddingBagConfig
-from shardrec_embedding.dynamic import DynamicTableConfig, DynamicTables, mix64
+from shardrec_embedding.dynamic import DynamicTable, DynamicTableConfig, DynamicTables, mix64
 from shardrec_jagged import KeyedJaggedTensor
-from shardrec_optim import CombinedOptimizer
+from shardrec_sharding.dynamic import ShardedDynamicTable
 from shardrec_train.options import TrainOptions
 
 RAW_ID_DATASETS = ("movielens-100k", "criteo-tsv")
 """Datasets with a raw-id mode (`raw_ids=True`)."""
-
-ATTRIBUTE = "raw_id_tables"
-"""Name of the `DynamicTables` submodule on the model (its state is in the checkpoints)."""
 
 
 def dynamic_config(opts: TrainOptions) -> DynamicTableConfig:
@@ -79,91 +77,89 @@ def problems(opts: TrainOptions) -> list[str]:
             f"--raw-ids: dataset {opts.dataset} has no raw ids; datasets with raw ids: "
             f"{', '.join(RAW_ID_DATASETS)}"
         )
-    if opts.raw_ids and opts.world_size > 1:
-        out.append(
-            f"--raw-ids runs on one rank for now (got {opts.world_size} ranks): use "
-            "--nproc-per-node 1 (sharded dynamic tables: docs/dynamic.md)"
-        )
     return out
 
 
 def dynamic_table_configs(
     configs: Sequence[EmbeddingBagConfig], features: Sequence[SparseFeature], opts: TrainOptions
 ) -> tuple[list[EmbeddingBagConfig], list[EmbeddingBagConfig]]:
-    """(the model's table configs, the dynamic ones).
+    """(the model's table configs, the raw-id features' configs among them).
 
-    `configs[i]` reads `features[i]`. A raw-id feature's table gets `capacity` rows; the
-    model's copy is static (it sees slots), the dynamic copy carries the policies."""
+    `configs[i]` reads `features[i]`. A raw-id feature's table gets `capacity` rows and, with
+    `--raw-id-tables dynamic`, the `--dynamic-*` policies (`hash`: an ordinary table that the
+    hash trick's rows index)."""
     model: list[EmbeddingBagConfig] = []
-    dynamic: list[EmbeddingBagConfig] = []
-    policy = dynamic_config(opts)
+    raw: list[EmbeddingBagConfig] = []
+    policy = dynamic_config(opts) if opts.raw_id_tables == "dynamic" else None
     for config, feature in zip(configs, features, strict=True):
         if not feature.raw_ids:
             model.append(config)
             continue
-        rows = capacity(opts, feature)
-        model.append(dataclasses.replace(config, num_embeddings=rows))
-        dynamic.append(dataclasses.replace(config, num_embeddings=rows, dynamic=policy))
-    return model, dynamic
+        table = dataclasses.replace(config, num_embeddings=capacity(opts, feature), dynamic=policy)
+        model.append(table)
+        raw.append(table)
+    return model, raw
 
 
-def table_name(path: str) -> str | None:
-    """`...embedding_bags.<table>.weight` -> `<table>`."""
-    parts = path.split(".")
-    if len(parts) >= 3 and parts[-1] == "weight" and parts[-3] == "embedding_bags":
-        return parts[-2]
-    return None
+def _dynamic_tables(model: nn.Module) -> list[DynamicTable]:
+    return [
+        t
+        for m in model.modules()
+        if isinstance(m, DynamicTables)
+        for t in m.tables.values()
+        if isinstance(t, DynamicTable)
+    ]
 
 
-def _constant(param: torch.Tensor) -> Callable[[], torch.Tensor]:
-    return lambda: param
+class DynamicStats:
+    """The counters of the model's dynamic tables, added over the ranks.
 
+    Each rank's `ShardedDynamicTable` counts its part: a partitioned (row_wise, table_wise)
+    table's counters add up over its owners (its steps are counted by every owner: taken
+    from the first), a replicated one's are the same on every replica (taken from rank 0).
+    `stats()` is one all-reduce: every rank of `env` calls it at the same point."""
 
-class RawIdRemap:
-    """The run's dynamic tables: raw ids -> slots for each batch, the counters, the resets.
+    def __init__(self, model: nn.Module, env: ShardingEnv) -> None:
+        self._tables = _dynamic_tables(model)
+        self._env = env
 
-    `tables` is registered on the model (`ATTRIBUTE`) before it is sharded; call `bind` once
-    the model is sharded (the rows and optimizer state a freed slot resets)."""
+    def __bool__(self) -> bool:
+        return bool(self._tables)
 
-    def __init__(self, configs: Sequence[EmbeddingBagConfig]) -> None:
-        self.tables = DynamicTables(configs, owner="shardrec train")
-        self._names = [c.name for c in configs]
-
-    def attach(self, model: nn.Module) -> None:
-        model.add_module(ATTRIBUTE, self.tables)
-
-    def bind(self, model: nn.Module, optimizer: CombinedOptimizer) -> None:
-        """Freed slots reset their row of the sharded table and its fused optimizer state."""
-        found = {}
-        for path, param in model.named_parameters():
-            name = table_name(path)
-            if name in self._names:
-                found[name] = param
-        missing = sorted(set(self._names) - set(found))
-        if missing:
-            raise RuntimeError(f"shardrec train: dynamic tables {missing} have no weight")
-        for name, param in found.items():
-            self.tables.bind_weight(name, _constant(param))
-        self.tables.track_optimizer(optimizer)
-
-    def batch(self, batch: Batch, *, training: bool) -> Batch:
-        """`batch` with the dynamic features' raw ids as slots (one step when training)."""
-        remapped = self.tables.remap(
-            batch.sparse_features, training=training, owner="shardrec train"
-        )
-        return Batch(
-            dense_features=batch.dense_features,
-            sparse_features=remapped.features,
-            labels=batch.labels,
-        )
-
-    def batches(self, batches: Iterator[Batch], *, training: bool) -> Iterator[Batch]:
-        for b in batches:
-            yield self.batch(b, training=training)
+    def _counts(self, table: DynamicTable) -> list[int]:
+        stats = table.stats()
+        rank = self._env.rank
+        if isinstance(table, ShardedDynamicTable) and not table.routing.replicated:
+            owners = table.routing.owners
+            mine = [stats[k] if rank in owners else 0 for k in STAT_KEYS]
+            if owners and rank != owners[0]:
+                mine[STAT_KEYS.index("steps")] = 0
+            return mine
+        return [stats[k] if rank == 0 else 0 for k in STAT_KEYS]
 
     def stats(self) -> dict[str, dict[str, int]]:
-        """Per table: capacity, occupancy, admissions, rejections, evictions, unknown reads."""
-        return self.tables.stats()
+        """Per table: capacity, occupancy, admissions, rejections, evictions, unknown reads,
+        steps (the whole table's, over all ranks)."""
+        if not self._tables:
+            return {}
+        local = torch.tensor([self._counts(t) for t in self._tables], dtype=torch.int64)
+        total = all_reduce_sum(self._env, local.to(self._env.device)).wait().cpu()
+        return {
+            t.name: dict(zip(STAT_KEYS, (int(v) for v in row), strict=True))
+            for t, row in zip(self._tables, total, strict=True)
+        }
+
+
+STAT_KEYS = (
+    "capacity",
+    "occupancy",
+    "admissions",
+    "rejections",
+    "evictions",
+    "unknown_reads",
+    "steps",
+)
+"""The counters of `DynamicTable.stats()` that `shardrec train` reports."""
 
 
 class HashTrick:
@@ -205,7 +201,9 @@ class HashTrick:
 
 
 def progress_text(stats: dict[str, dict[str, int]]) -> str:
-    """One short field per table for the progress line: `user 943/1179 +943 -0 x0 ?12`."""
+    """One short field per table for the progress line:
+    `user 943/1179 adm 943 rej 0 ev 0 unk 12` (occupancy/capacity, admissions, rejections,
+    evictions, unknown-id reads)."""
     parts = []
     for name, s in stats.items():
         short = name.removeprefix("t_")

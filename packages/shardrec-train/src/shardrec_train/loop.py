@@ -25,7 +25,7 @@ from shardrec_data import Batch, RecDataset
 from shardrec_dmp import DistributedModelParallel, TrainPipelineSparseDist
 from shardrec_metrics import AUC, NE, Accuracy, LogLoss, MetricCollection
 from shardrec_optim import CombinedOptimizer
-from shardrec_train.dynamic import HashTrick, RawIdRemap
+from shardrec_train.dynamic import HashTrick
 from shardrec_train.options import TrainOptions
 
 EVAL_BATCH_FACTOR = 4
@@ -138,10 +138,11 @@ def evaluate(
     rank: int,
     world_size: int,
     device: torch.device,
-    remap: RawIdRemap | HashTrick | None = None,
+    remap: HashTrick | None = None,
 ) -> dict[str, float]:
     """Test-split AUC, NE, log loss and accuracy over all ranks (every rank must call it).
-    `remap`: the dynamic tables' id maps (`--raw-ids`), looked up without admitting."""
+    The model runs in `eval()` (dynamic tables only look up: nothing is admitted or counted
+    as seen); `remap`: the hash trick's rows (`--raw-id-tables hash`)."""
     window = max(1, dataset.num_samples("test") // world_size)
     metrics = MetricCollection(
         [
@@ -156,10 +157,15 @@ def evaluate(
     )
     if remap is not None:
         batches = remap.batches(batches, training=False)
-    with torch.no_grad():
-        for batch in batches:
-            _, (_, logits, labels) = model(batch.to(device))
-            metrics.update(predictions=torch.sigmoid(logits.float()), labels=labels.float())
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            for batch in batches:
+                _, (_, logits, labels) = model(batch.to(device))
+                metrics.update(predictions=torch.sigmoid(logits.float()), labels=labels.float())
+    finally:
+        model.train(was_training)
     values = metrics.compute()
     return {
         name: values[f"{name}/lifetime"]

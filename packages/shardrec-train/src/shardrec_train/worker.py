@@ -36,7 +36,7 @@ from shardrec_planner.report import format_report
 from shardrec_train.build import build
 from shardrec_train.checkpoints import History, latest_checkpoint, resume_latest, step_path
 from shardrec_train.data import build_dataset
-from shardrec_train.dynamic import progress_text
+from shardrec_train.dynamic import DynamicStats, progress_text
 from shardrec_train.loop import (
     Clock,
     Trainer,
@@ -187,10 +187,12 @@ def _train(
     total = total_steps(dataset, opts, world)
     eval_every = eval_interval(opts.eval_every, total)
     batches = train_batches(dataset, opts, rank=rank, world_size=world, start_step=start)
-    if remap is not None:  # raw ids -> slots, one step of the dynamic tables per batch
+    if remap is not None:  # the hash trick's rows (dynamic tables map ids in the model)
         batches = remap.batches(batches, training=True)
     assert dist.group.WORLD is not None  # init_distributed ran
     world_env = ShardingEnv.from_process_group(dist.group.WORLD, device)
+    # The dynamic tables' counters over all ranks: every rank joins each reading.
+    dynamic = DynamicStats(model, world_env)
     trainer = Trainer(model, optimizer, device, pipeline=opts.pipeline, env=world_env)
     progress = Progress(
         enabled=lead, total=total, initial=start, samples_per_step=opts.batch_size * world
@@ -206,8 +208,8 @@ def _train(
                 step += 1
                 watchdog.progress = step
                 shown = float(loss) if lead and step % LOSS_EVERY == 0 else None
-                if shown is not None and remap is not None and remap.stats():
-                    progress.detail(progress_text(remap.stats()))
+                if dynamic and step % LOSS_EVERY == 0:
+                    progress.detail(progress_text(dynamic.stats()))
                 progress.step(step, shown)
         history.train_loss += list(
             zip(range(end - len(losses) + 1, end + 1), trainer.mean_over_ranks(losses), strict=True)
@@ -220,8 +222,8 @@ def _train(
             )
             history.evals.append((end, metrics))
             text = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
-            if remap is not None and remap.stats():
-                text += f" | {progress_text(remap.stats())}"
+            if dynamic:
+                text += f" | {progress_text(dynamic.stats())}"
             progress.write(f"step {end}: test {text}")
         if (opts.checkpoint_every and end % opts.checkpoint_every == 0) or end == total:
             if saved_at != end:
@@ -231,6 +233,7 @@ def _train(
                 history.write(out)
         progress.pause()
     progress.close()
+    counters = dynamic.stats() if dynamic else {}
 
     if not lead:
         return 0
@@ -245,13 +248,13 @@ def _train(
         wall_seconds=time.perf_counter() - started,
         world_size=world,
     )
-    if remap is not None and remap.stats():
-        summary["dynamic_tables"] = remap.stats()
+    if counters:
+        summary["dynamic_tables"] = counters
     write_summary(out, summary, opts.to_dict())
     save_charts(out, history)
     print(format_summary(summary))
-    if remap is not None and remap.stats():
-        print(f"dynamic tables: {progress_text(remap.stats())}")
+    if counters:
+        print(f"dynamic tables: {progress_text(counters)}")
     print(f"outputs: {out} ({OUTPUTS})")
     print(f"test AUC {summary['test_auc']:.4f}", flush=True)
     return 0

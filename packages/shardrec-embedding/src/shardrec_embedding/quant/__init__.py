@@ -11,7 +11,12 @@ from shardrec_embedding.quant.convert import (
     quantize_embeddings,
     quantize_inference_model,
 )
-from shardrec_embedding.quant.dynamic import DynamicPooledLookup, ScriptableIdMap
+from shardrec_embedding.quant.dynamic import (
+    DynamicPooledLookup,
+    DynamicSequenceLookup,
+    IdMapped,
+    ScriptableIdMap,
+)
 from shardrec_embedding.quant.embedding_bag_collection import (
     QuantEmbeddingBagCollection,
     ScriptablePooledLookup,
@@ -51,6 +56,8 @@ __all__ = [
     "QUANT_DATA_TYPES",
     "SUPPORTED_DATA_TYPES",
     "DynamicPooledLookup",
+    "DynamicSequenceLookup",
+    "IdMapped",
     "PooledLookup",
     "QuantConfig",
     "QuantEmbeddingBagCollection",

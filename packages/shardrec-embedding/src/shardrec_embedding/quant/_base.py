@@ -11,11 +11,13 @@ import torch
 from torch import nn
 
 from shardrec_embedding.configs import BaseEmbeddingConfig, PoolingType
+from shardrec_embedding.dynamic import DynamicTables
 from shardrec_embedding.quant._storage import QuantStorage
 from shardrec_embedding.quant.config import (
     MODULE_ATTR_QUANT_STATE_DICT_SPLIT_SCALE_BIAS,
     weight_data_types,
 )
+from shardrec_embedding.quant.dynamic import IdMapped
 from shardrec_jagged import TorchScriptable
 
 __all__ = ["QuantCollectionBase"]
@@ -39,7 +41,6 @@ class QuantCollectionBase(TorchScriptable, nn.Module, Generic[C]):
     _owner = "QuantCollection"
     _config_type: type[BaseEmbeddingConfig] = BaseEmbeddingConfig
     _state_prefix = "embeddings."
-    _takes_dynamic = False  # the pooled collection maps raw ids (quant/dynamic.py)
 
     def _checked_tables(self, tables: Sequence[C]) -> Sequence[C]:
         """`tables`, after a `TypeError` for any that is not a `_config_type`."""
@@ -47,12 +48,6 @@ class QuantCollectionBase(TorchScriptable, nn.Module, Generic[C]):
             if not isinstance(t, self._config_type):
                 kind = self._config_type.__name__
                 raise TypeError(f"{self._owner} takes {kind}s, got {type(t).__name__}")
-            if t.dynamic is not None and not self._takes_dynamic:
-                raise NotImplementedError(
-                    f"{self._owner}: table {t.name!r} is a dynamic (raw-id) table; quantized "
-                    "sequence collections do not map raw ids yet (docs/dynamic.md): use a pooled "
-                    "QuantEmbeddingBagCollection or serve it unquantized"
-                )
         return tables
 
     def _init_storage(
@@ -114,6 +109,16 @@ class QuantCollectionBase(TorchScriptable, nn.Module, Generic[C]):
                     f"{t.embedding_dim}), got a weight of shape {tuple(w.shape)}"
                 )
             self._storage.load_float(t, w)
+
+    def load_id_maps(
+        self, tables: DynamicTables | Mapping[str, tuple[torch.Tensor, torch.Tensor]]
+    ) -> None:
+        """The dynamic tables' id maps: a float collection's `dynamic_tables` (its ids and
+        default rows), or `{table: (ids, slots)}`. `from_float` calls it."""
+        lookup = getattr(self, "lookup", None)
+        if not isinstance(lookup, IdMapped):
+            raise ValueError(f"{self._owner}: no table is dynamic; there is no id map to load")
+        lookup.load_maps(tables)
 
     def output_dtype(self) -> torch.dtype:
         return self._output_dtype

@@ -1,4 +1,4 @@
-"""Dynamic (raw-id) tables in the quantized pooled collections: the id map, scriptable.
+"""Dynamic (raw-id) tables in the quantized collections: the id map, scriptable.
 
 A trained dynamic table keeps its id map when quantized: `ScriptableIdMap` is a frozen copy
 of it (open addressing with linear probing over two int64 tensors, built once from the
@@ -12,14 +12,16 @@ torch is installed.
 same `forward` arguments: the dynamic features' raw ids become slots, ids without a slot are
 dropped from their bags, and their bags then read what the table's `unknown_id` says (a zero
 row, or its `default_row`); MEAN bags keep dividing by their full length (as the float
-module in evaluation, docs/dynamic.md).
+module in evaluation, docs/dynamic.md). `DynamicSequenceLookup` does the same for a sequence
+lookup (`SequenceLookup`, or the sharded one): an id without a slot reads a zero row or the
+table's `default_row` in its place.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
 import torch
 from torch import nn
@@ -28,7 +30,13 @@ from shardrec_embedding.configs import BaseEmbeddingConfig, PoolingType
 from shardrec_embedding.dynamic import DynamicTables, UnknownIdPolicy
 from shardrec_embedding.quant.lookup import SegmentMeta
 
-__all__ = ["DynamicPooledLookup", "ScriptableIdMap", "probe_hash"]
+__all__ = [
+    "DynamicPooledLookup",
+    "DynamicSequenceLookup",
+    "IdMapped",
+    "ScriptableIdMap",
+    "probe_hash",
+]
 
 
 def probe_hash(x: torch.Tensor) -> torch.Tensor:
@@ -116,59 +124,30 @@ def _buckets(capacity: int) -> int:
     return 1 << (need - 1).bit_length()
 
 
-class DynamicPooledLookup(nn.Module):
-    """`lookup` (a pooled lookup: `forward(values, lengths, weights, offset_per_key,
-    feature_index, batch)`) with the dynamic segments' raw ids mapped to slots first.
-
-    segment_tables / segment_dims: per output segment (in output order) its table and width;
-    configs: the collection's tables (the dynamic ones get a `ScriptableIdMap`, empty until
-    `load_maps`).
-    """
+class IdMapped(nn.Module):
+    """What both dynamic lookups share: the wrapped `lookup`, one `ScriptableIdMap` per
+    dynamic table of `configs` (empty until `load_maps`) and the tables' default rows."""
 
     if TYPE_CHECKING:  # as in ScriptableIdMap
         segments: SegmentMeta
         check_ids: bool
         default_rows: torch.Tensor
 
-    def __init__(
-        self,
-        lookup: nn.Module,
-        segment_tables: Sequence[str],
-        segment_dims: Sequence[int],
-        configs: Sequence[BaseEmbeddingConfig],
-    ) -> None:
+    def __init__(self, lookup: nn.Module, configs: Sequence[BaseEmbeddingConfig]) -> None:
         super().__init__()
         self.lookup = lookup
         self.segments = _segments_of(lookup)
         self.check_ids = bool(getattr(lookup, "check_ids"))  # noqa: B009  # nn.Module attr
-        by_name = {c.name: c for c in configs}
         dynamic = [c for c in configs if c.dynamic is not None]
         self.table_names = [c.name for c in dynamic]
         self.maps = nn.ModuleList([ScriptableIdMap(_buckets(c.num_embeddings)) for c in dynamic])
         widest = max([c.embedding_dim for c in dynamic], default=1)
         self.register_buffer("default_rows", torch.zeros(len(dynamic), widest))
-        self.dyn_segments: list[int] = []
-        self.dyn_tables: list[int] = []
-        self.mean: list[bool] = []
-        self.use_default: list[bool] = []
-        self.columns: list[int] = []
-        self.dims: list[int] = []
-        column = 0
-        for s, (name, dim) in enumerate(zip(segment_tables, segment_dims, strict=True)):
-            config = by_name[name]
-            if config.dynamic is not None:
-                self.dyn_segments.append(s)
-                self.dyn_tables.append(self.table_names.index(name))
-                self.mean.append(getattr(config, "pooling", None) is PoolingType.MEAN)
-                self.use_default.append(config.dynamic.unknown_id is UnknownIdPolicy.DEFAULT_ROW)
-                self.columns.append(column)
-                self.dims.append(dim)
-            column += dim
 
     @torch.jit.unused
-    def around(self, lookup: nn.Module) -> DynamicPooledLookup:
-        """The same id maps in front of another pooled lookup of the same segments (the
-        sharded one: the map runs before the shards, which hold slots)."""
+    def around(self, lookup: nn.Module) -> Self:
+        """The same id maps in front of another lookup of the same segments (the sharded
+        one: the map runs before the shards, which hold slots)."""
         twin = copy.copy(self)
         twin._modules = dict(self._modules)
         twin.lookup = lookup
@@ -196,6 +175,43 @@ class DynamicPooledLookup(nn.Module):
                     raise KeyError(f"no id map given for dynamic table {name!r}")
                 ids, slots = tables[name]
             id_map.fill(ids, slots)
+
+
+class DynamicPooledLookup(IdMapped):
+    """`lookup` (a pooled lookup: `forward(values, lengths, weights, offset_per_key,
+    feature_index, batch)`) with the dynamic segments' raw ids mapped to slots first.
+
+    segment_tables / segment_dims: per output segment (in output order) its table and width;
+    configs: the collection's tables (the dynamic ones get a `ScriptableIdMap`, empty until
+    `load_maps`).
+    """
+
+    def __init__(
+        self,
+        lookup: nn.Module,
+        segment_tables: Sequence[str],
+        segment_dims: Sequence[int],
+        configs: Sequence[BaseEmbeddingConfig],
+    ) -> None:
+        super().__init__(lookup, configs)
+        by_name = {c.name: c for c in configs}
+        self.dyn_segments: list[int] = []
+        self.dyn_tables: list[int] = []
+        self.mean: list[bool] = []
+        self.use_default: list[bool] = []
+        self.columns: list[int] = []
+        self.dims: list[int] = []
+        column = 0
+        for s, (name, dim) in enumerate(zip(segment_tables, segment_dims, strict=True)):
+            config = by_name[name]
+            if config.dynamic is not None:
+                self.dyn_segments.append(s)
+                self.dyn_tables.append(self.table_names.index(name))
+                self.mean.append(getattr(config, "pooling", None) is PoolingType.MEAN)
+                self.use_default.append(config.dynamic.unknown_id is UnknownIdPolicy.DEFAULT_ROW)
+                self.columns.append(column)
+                self.dims.append(dim)
+            column += dim
 
     def forward(
         self,
@@ -259,3 +275,58 @@ class DynamicPooledLookup(nn.Module):
                 block = block + extra.unsqueeze(1) * row.unsqueeze(0)
             out[:, c : c + d] = block
         return out
+
+
+class DynamicSequenceLookup(IdMapped):
+    """`lookup` (a sequence lookup: `forward(values, offset_per_key, feature_index)` -> per
+    segment the `(N_s, D)` rows of its ids) with the dynamic segments' raw ids mapped to
+    slots first; an id without a slot reads a zero row, or its table's `default_row` when
+    the table's `unknown_id` is DEFAULT_ROW (the float module in evaluation).
+
+    segment_tables: per output segment its table; configs: the collection's tables.
+    """
+
+    def __init__(
+        self,
+        lookup: nn.Module,
+        segment_tables: Sequence[str],
+        configs: Sequence[BaseEmbeddingConfig],
+    ) -> None:
+        super().__init__(lookup, configs)
+        by_name = {c.name: c for c in configs}
+        self.dyn_segments: list[int] = []
+        self.dyn_tables: list[int] = []
+        self.use_default: list[bool] = []
+        self.dims: list[int] = []
+        for s, name in enumerate(segment_tables):
+            config = by_name[name]
+            if config.dynamic is not None:
+                self.dyn_segments.append(s)
+                self.dyn_tables.append(self.table_names.index(name))
+                self.use_default.append(config.dynamic.unknown_id is UnknownIdPolicy.DEFAULT_ROW)
+                self.dims.append(config.embedding_dim)
+
+    def forward(
+        self, values: torch.Tensor, offset_per_key: list[int], feature_index: list[int]
+    ) -> list[torch.Tensor]:
+        values = values.to(torch.int64).clone()
+        missing: list[torch.Tensor] = []
+        for i, s in enumerate(self.dyn_segments):
+            k = feature_index[s]
+            a, b = offset_per_key[k], offset_per_key[k + 1]
+            slots = values[a:b]
+            for j, id_map in enumerate(self.maps):
+                if j == self.dyn_tables[i]:
+                    slots = id_map(values[a:b])
+            miss = slots < 0
+            # slot 0 stands in for a missing id; its row is replaced below
+            values[a:b] = torch.where(miss, torch.zeros_like(slots), slots)
+            missing.append(miss)
+        rows: list[torch.Tensor] = self.lookup(values, offset_per_key, feature_index)
+        for i, s in enumerate(self.dyn_segments):
+            got = rows[s]
+            fill = torch.zeros(self.dims[i], dtype=got.dtype, device=got.device)
+            if self.use_default[i]:
+                fill = self.default_rows[self.dyn_tables[i], : self.dims[i]].to(got.dtype)
+            rows[s] = torch.where(missing[i].unsqueeze(1), fill.unsqueeze(0), got)
+        return rows

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -10,7 +10,6 @@ from torch import nn
 from shardrec_embedding._pooled_api import PooledCollectionAPI
 from shardrec_embedding._tables import check_features, module_weight, traced_input
 from shardrec_embedding.configs import EmbeddingBagConfig, PoolingType
-from shardrec_embedding.dynamic import DynamicTables
 from shardrec_embedding.embedding_bag_collection import EmbeddingBagCollection
 from shardrec_embedding.quant._base import QuantCollectionBase
 from shardrec_embedding.quant.config import output_dtype_of
@@ -54,7 +53,6 @@ class QuantEmbeddingBagCollection(PooledCollectionAPI, QuantCollectionBase[Embed
     _owner = _OWNER
     _config_type = EmbeddingBagConfig
     _state_prefix = "embedding_bags."
-    _takes_dynamic = True
 
     def __init__(
         self,
@@ -120,17 +118,8 @@ class QuantEmbeddingBagCollection(PooledCollectionAPI, QuantCollectionBase[Embed
         bags = ebc.embedding_bags
         quant.load_float_weights({t.name: module_weight(bags[t.name]) for t in tables})
         if isinstance(quant.lookup, DynamicPooledLookup):
-            quant.lookup.load_maps(ebc.dynamic_tables)
+            quant.load_id_maps(ebc.dynamic_tables)
         return quant
-
-    def load_id_maps(
-        self, tables: DynamicTables | Mapping[str, tuple[torch.Tensor, torch.Tensor]]
-    ) -> None:
-        """The dynamic tables' id maps: a float collection's `dynamic_tables` (its ids and
-        default rows), or `{table: (ids, slots)}`. `from_float` calls it."""
-        if not isinstance(self.lookup, DynamicPooledLookup):
-            raise ValueError(f"{_OWNER}: no table is dynamic; there is no id map to load")
-        self.lookup.load_maps(tables)
 
     def forward(self, features: KeyedJaggedTensor) -> KeyedTensor:
         """features: KJT `(F * B,)` lengths. Returns `KeyedTensor` `(B, sum of dims)` in

@@ -12,6 +12,7 @@ from shardrec_embedding.configs import EmbeddingConfig, PoolingType
 from shardrec_embedding.embedding_collection import EmbeddingCollection
 from shardrec_embedding.quant._base import QuantCollectionBase
 from shardrec_embedding.quant.config import output_dtype_of
+from shardrec_embedding.quant.dynamic import DynamicSequenceLookup
 from shardrec_embedding.quant.lookup import (
     SequenceLookup,
     keyed_sequence_index,
@@ -76,7 +77,14 @@ class QuantEmbeddingCollection(QuantCollectionBase[EmbeddingConfig]):
             output_dtype,
             quant_state_dict_split_scale_bias,
         )
-        self.lookup = SequenceLookup(self._storage.groups, self._storage.segments, check_ids)
+        lookup = SequenceLookup(self._storage.groups, self._storage.segments, check_ids)
+        self.lookup: SequenceLookup | DynamicSequenceLookup = lookup
+        if any(t.dynamic is not None for t in tables):
+            # Dynamic (raw-id) tables: their ids become slots first; `from_float` copies the
+            # trained id maps (`load_id_maps`), docs/dynamic.md.
+            self.lookup = DynamicSequenceLookup(
+                lookup, [s.table for s in self._plan.segments], list(tables)
+            )
         self._embedding_names = [seg.embedding_name for seg in self._plan.segments]
 
     @classmethod
@@ -95,6 +103,8 @@ class QuantEmbeddingCollection(QuantCollectionBase[EmbeddingConfig]):
         )
         tables = ec.embeddings
         quant.load_float_weights({t.name: module_weight(tables[t.name]) for t in quant._configs})
+        if isinstance(quant.lookup, DynamicSequenceLookup):
+            quant.load_id_maps(ec.dynamic_tables)
         return quant
 
     def forward(self, features: KeyedJaggedTensor) -> dict[str, JaggedTensor]:

@@ -16,9 +16,11 @@ N ids of feature f read by table t (rows R, dim D), 2 devices:
 
 row_wise does world_size x the lookups of the unsharded module instead of bucketizing ids:
 simple, exact and scriptable; one process has no all-to-all to save. The forward takes a KJT
-under `torch.jit.script` too.
+under `torch.jit.script` too. Dynamic (raw-id) tables: the unsharded module's id maps run
+once, before the shards (which hold slots), so outputs stay the unsharded module's.
 """
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -29,6 +31,7 @@ from shardrec_embedding import (
     QuantEmbeddingCollection,
 )
 from shardrec_embedding.quant import (
+    DynamicSequenceLookup,
     SequenceLookup,
     ShardedSequenceLookup,
     check_kjt_input,
@@ -78,7 +81,8 @@ class ShardedQuantEmbeddingCollection(PlannedQuantModule):
             if sh.rows == 0 or sh.cols == 0:
                 continue  # an empty shard (rows < world_size) owns no id
             key = (sh.rank, sh.cols)
-            subs.setdefault(key, []).append(sh.config)
+            # A dynamic table's shards hold slots: its id map runs before them (below).
+            subs.setdefault(key, []).append(dataclasses.replace(sh.config, dynamic=None))
             sub_state.setdefault(key, {}).update(sh.state)
             # sub-segments follow the sub-table's features, as the sub-module orders them
             lo, hi = (sh.r0, sh.r0 + sh.rows) if sh.row_wise else (-1, -1)
@@ -90,8 +94,9 @@ class ShardedQuantEmbeddingCollection(PlannedQuantModule):
             sub = QuantEmbeddingCollection(subs[key], device=devices[key[0]], check_ids=False)
             sub.load_state_dict(sub_state[key])
             self.rank_modules.append(sub)
+            assert isinstance(sub.lookup, SequenceLookup)  # the shards are static tables
             lookups.append(sub.lookup)
-        self.lookup = ShardedSequenceLookup(
+        sharded = ShardedSequenceLookup(
             lookups,
             [str(torch.device(devices[r])) for r, _ in keys],
             module.lookup.segments,
@@ -101,6 +106,9 @@ class ShardedQuantEmbeddingCollection(PlannedQuantModule):
             [[e[3] for e in sub_inputs[k]] for k in keys],
             module.lookup.check_ids,
         )
+        self.lookup: ShardedSequenceLookup | DynamicSequenceLookup = sharded
+        if isinstance(module.lookup, DynamicSequenceLookup):
+            self.lookup = module.lookup.around(sharded)
         self._table_plan = module._plan  # eager forward: cached KJT key -> segment index
         # What the scripted forward reads (TorchScript-typed attributes).
         self._output_dtype = module.output_dtype()
