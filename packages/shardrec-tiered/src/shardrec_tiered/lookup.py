@@ -277,6 +277,19 @@ class TieredFusedEmbeddingBag(nn.Module):
         for cache in self.caches:
             cache.pins.zero_()
 
+    def cancel_prefetches(self) -> None:
+        """Drop the prefetches no forward will consume (a pipeline reset): wait for them and
+        release their pins; the rows stay cached. Pins of forwards awaiting backward stay."""
+        while self._prefetched:
+            pending = self._prefetched.popleft()
+            if pending.exception() is None:
+                _release(pending.result())
+
+    @property
+    def pending_prefetches(self) -> int:
+        """Prefetches queued for forwards to come."""
+        return len(self._prefetched)
+
     def _drain(self) -> None:
         """Wait for every background prefetch (their pins stay queued)."""
         for pending in self._prefetched:
