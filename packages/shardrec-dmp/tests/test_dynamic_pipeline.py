@@ -197,3 +197,43 @@ def test_second_forward_cannot_evict_the_pending_backwards_slots() -> None:
     ebc(_kjt([5, 6])).values().sum().backward()  # a's backward ran: 2 LRU slots are taken
     assert dyn.stats()["evictions"] == 2
     assert set(dyn.items()[0].tolist()) >= {5, 6}
+
+
+def _accumulate(ctx: RankContext) -> dict[str, int]:
+    torch.manual_seed(0)
+    model = Model("LRU")
+    plan = construct_module_sharding_plan(
+        model.sparse,
+        {"user": shardrec_planner.table_wise(rank=0), "item": shardrec_planner.table_wise(rank=0)},
+        world_size=1,
+    )
+    dmp = DistributedModelParallel(
+        model,
+        env=ShardingEnv.from_process_group(ctx.pg),
+        plan=ShardingPlan(plan={"sparse": plan}),
+        sharders=[EmbeddingBagCollectionSharder(fused_params=SPEC.to_fused_params())],
+    )
+
+    def batch(ids: list[int]) -> Batch:
+        kjt = KeyedJaggedTensor(
+            ["u", "i"],
+            torch.tensor(ids),
+            lengths=torch.tensor([1] * len(ids) + [0] * len(ids)),
+        )
+        return Batch(kjt, torch.ones(len(ids), 8))
+
+    first, _ = dmp(batch(list(range(1, CAPACITY + 1))))
+    second, _ = dmp(batch([100, 101]))  # before the first backward: no slot may be taken
+    (first + second).backward()
+    table = dmp.module.sparse.dynamic_tables.table("user")  # type: ignore[union-attr]
+    stats = dict(table.stats())
+    third, _ = dmp(batch([100, 101]))  # after it: LRU evicts two of the first batch's ids
+    third.backward()
+    stats["evictions_after"] = table.stats()["evictions"]
+    return stats
+
+
+def test_sharded_second_forward_cannot_evict_the_pending_backwards_slots(pool_factory):  # type: ignore[no-untyped-def]
+    (stats,) = pool_factory(1).run(_accumulate)
+    assert stats["evictions"] == 0 and stats["rejections"] == 2
+    assert stats["evictions_after"] == 2

@@ -117,7 +117,7 @@ class DynamicTable(nn.Module):
         self._reset_hooks: list[ResetHook] = []
         # Slots of batches whose backward has not run: deferred resets, holds (in_flight.py).
         self.in_flight = InFlightSlots(self._run_reset_hooks, lambda: self._counters["steps"])
-        self.register_state_dict_pre_hook(_flush_before_save)
+        self.register_state_dict_pre_hook(_flush_before_save)  # type: ignore[no-untyped-call]  # untyped in torch's stubs
 
     # ---- public API -------------------------------------------------------------------------
 

@@ -1,7 +1,12 @@
 """The train pipelines (TorchRec path `torchrec.distributed.train_pipeline`)."""
 
-from shardrec_dmp import Pipelineable, TrainPipeline, TrainPipelineBase, TrainPipelineSparseDist
-from shardrec_dmp import PrefetchTrainPipelineSparseDist
+from shardrec_dmp import (
+    Pipelineable,
+    PrefetchTrainPipelineSparseDist,
+    TrainPipeline,
+    TrainPipelineBase,
+    TrainPipelineSparseDist,
+)
 
 __all__ = [
     "Pipelineable",
