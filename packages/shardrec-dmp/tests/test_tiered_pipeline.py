@@ -178,3 +178,97 @@ def test_tiered_pipelines_match_the_in_memory_table(pool_factory, tmp_path: path
                 assert stats["prefetch_seconds"] == 0.0
             else:
                 assert stats["prefetch_seconds"] > 0.0
+
+
+# -- the prefetching pipeline's contract: batch counts, reset, eval mode, TorchRec arguments --
+
+
+def drain(pipe: TrainPipelineSparseDist, it: object) -> list[Tensor]:
+    out: list[Tensor] = []
+    while True:
+        try:
+            out.append(pipe.progress(it).detach())  # type: ignore[arg-type, attr-defined]
+        except StopIteration:
+            return out
+
+
+def plain(dmp: DistributedModelParallel, batches: list[Batch]) -> list[Tensor]:
+    out = []
+    for b in batches:
+        loss, o = dmp(b)
+        out.append(o.detach())
+        if dmp.training:
+            loss.backward()
+            dmp.fused_optimizer.step()
+    return out
+
+
+def modes(ctx: RankContext, store: str) -> list[object]:
+    """Per (class, execute_all_batches, n): the batches run, outputs equal the plain loop's,
+    no prefetch left queued or row left pinned; then train -> eval -> train again."""
+    counts: list[object] = []
+    k = 0
+    for cls in (TrainPipelineSparseDist, PrefetchTrainPipelineSparseDist):
+        for eab in (True, False):
+            for n in (0, 1, 2, 3, 5):
+                k += 1
+                batches = [make_batch(ctx.rank, s) for s in range(n)]
+                dmp = wrap(ctx, "key_value", f"{store}/{k}")
+                pipe = cls(dmp, dmp.fused_optimizer, "cpu", execute_all_batches=eab)
+                got = drain(pipe, iter(batches))
+                want = plain(wrap(ctx, "fused", store), batches[: len(got)])
+                assert len(got) == len(want) and all(map(torch.equal, got, want)), (cls, eab, n)
+                (tiered,) = tiered_of(dmp)
+                assert tiered.pending_prefetches == 0
+                assert all(int(c.pins.sum()) == 0 for c in tiered.caches)
+                counts.append(len(got))
+        dmp = wrap(ctx, "key_value", f"{store}/modes-{cls.__name__}")
+        ref = wrap(ctx, "fused", store)
+        pipe = cls(dmp, dmp.fused_optimizer, "cpu")
+        train = [make_batch(ctx.rank, s) for s in range(4)]
+        evaluate = [make_batch(ctx.rank, 10 + s) for s in range(3)]
+        got = drain(pipe, iter(train))
+        dmp.eval()
+        with torch.no_grad():
+            got += drain(pipe, iter(evaluate))
+        dmp.train()
+        got += drain(pipe, iter(train[:2]))
+        want = plain(ref, train)
+        ref.eval()
+        with torch.no_grad():
+            want += plain(ref, evaluate)
+        ref.train()
+        want += plain(ref, train[:2])
+        assert len(got) == len(want) and all(map(torch.equal, got, want)), cls
+    # TorchRec 1.8's arguments; custom_model_fwd replaces model(batch).
+    calls: list[int] = []
+    dmp = wrap(ctx, "key_value", f"{store}/custom")
+
+    def forward(batch: Batch) -> tuple[Tensor, Tensor]:
+        calls.append(1)
+        result: tuple[Tensor, Tensor] = dmp(batch)
+        return result
+
+    pipe = PrefetchTrainPipelineSparseDist(
+        dmp,
+        dmp.fused_optimizer,
+        torch.device("cpu"),
+        apply_jit=False,
+        pipeline_postproc=True,
+        custom_model_fwd=forward,  # type: ignore[arg-type]
+        enable_inplace_copy_batch=True,
+        free_features_storage_early=True,
+        clear_data_dist_inputs=True,
+    )
+    batches = [make_batch(ctx.rank, s) for s in range(3)]
+    got = drain(pipe, iter(batches))
+    assert all(map(torch.equal, got, plain(wrap(ctx, "fused", store), batches)))
+    counts.append(len(calls))
+    return counts
+
+
+def test_prefetching_pipelines_keep_the_pipeline_contract(pool_factory, tmp_path):  # type: ignore[no-untyped-def]
+    # TorchRec 1.8 (measured, test_dmp.py): execute_all_batches=False runs max(n - 2, 0).
+    expected = [0, 1, 2, 3, 5, 0, 0, 0, 1, 3]
+    (counts,) = pool_factory(1).run(modes, str(tmp_path))
+    assert counts == expected * 2 + [3]
