@@ -201,6 +201,11 @@ class ShardedCollectionBase(nn.Module, Generic[S, M]):
                 (self._prefix, m.fused_optimizer)
                 for s in strategies
                 for m in s.lookup.fused_modules()
+            ]
+            + [  # tiered tables: their state in the store, the same keys (shardrec_tiered)
+                (self._prefix, t.fused_optimizer)
+                for s in strategies
+                for t in s.lookup.tiered_modules()
             ],
             self._state,
         )

@@ -184,6 +184,9 @@ class LocalLookup:
     def fused_modules(self) -> list[BatchedFusedEmbeddingBag]:
         return [g.module for g in self.groups if isinstance(g.module, BatchedFusedEmbeddingBag)]
 
+    def tiered_modules(self) -> list[TieredFusedEmbeddingBag]:
+        return [g.module for g in self.groups if isinstance(g.module, TieredFusedEmbeddingBag)]
+
     def apply_(self, fn: Callable[[Tensor], Tensor]) -> None:
         """Apply a `Module._apply` function to the groups' buffers, then re-pack the weights
         (the owner moved them through `table_modules()`)."""
@@ -194,10 +197,6 @@ class LocalLookup:
             weights = g.module.split_embedding_weights()
             if weights[0].device.type != "meta" and packed_weight(weights) is None:
                 repack_(weights)
-
-    def tiered_modules(self) -> list[TieredFusedEmbeddingBag]:
-        """The groups whose rows live on disk behind a cache (`shardrec_tiered`)."""
-        return [g.module for g in self.groups if isinstance(g.module, TieredFusedEmbeddingBag)]
 
     def prefetch(
         self,
