@@ -11,8 +11,9 @@ kernel or cache option is silently dropped:
     asked kernel        runs as   planner estimate (our cost model)
     fused_uvm           fused     on cpu: as fused; on cuda: TorchRec's UVM model (host memory)
     fused_uvm_caching   fused     on cpu: as fused; on cuda: UVM with CacheParams.load_factor
-    key_value           fused     as fused on every device; a table_wise table runs tiered:
-                                  rows on disk behind an in-memory cache (`runs_tiered`)
+    key_value           fused     a table_wise table runs tiered: rows on disk behind an
+                                  in-memory cache (`runs_tiered`), priced on the disk tier on
+                                  cpu (`tiered_layout`, disk_tier.py); elsewhere as fused
 
 Cache options (`ParameterConstraints` -> `ParameterSharding`): `cache_params.load_factor` sets
 the cached share in the estimates of a `fused_uvm_caching` table on cuda (TorchRec's storage and
@@ -71,13 +72,30 @@ def executed_kernel(kernel: str) -> EmbeddingComputeKernel:
     return EmbeddingComputeKernel.FUSED if k in RUNS_AS_FUSED else k
 
 
+TIERED_SHARDING_TYPES: frozenset[ShardingType] = frozenset({ShardingType.TABLE_WISE})
+"""Sharding types whose `key_value` tables run tiered (others run as fused)."""
+
+
 def runs_tiered(ps: ParameterSharding) -> bool:
     """Whether a table planned as `ps` runs on the tiered lookup (shardrec-tiered: rows and
-    optimizer state on disk, a cache of `CacheParams.load_factor` of them in memory). Today:
-    `key_value` tables placed table_wise; other sharding types run as fused."""
+    optimizer state on disk, a cache of `CacheParams.load_factor` of them in memory):
+    `key_value` tables of a sharding type in `TIERED_SHARDING_TYPES`."""
     return (
         ps.compute_kernel is EmbeddingComputeKernel.KEY_VALUE
-        and ps.sharding_type is ShardingType.TABLE_WISE
+        and ps.sharding_type in TIERED_SHARDING_TYPES
+    )
+
+
+def tiered_layout(
+    sharding_type: ShardingType, kernel: EmbeddingComputeKernel, compute_device: str
+) -> bool:
+    """Whether our cost model prices such shards on the disk tier (disk_tier.py): tables that
+    run tiered, on cpu (the tier's cache lives in CPU memory; elsewhere `key_value` is
+    estimated as fused)."""
+    return (
+        kernel is EmbeddingComputeKernel.KEY_VALUE
+        and sharding_type in TIERED_SHARDING_TYPES
+        and compute_device == "cpu"
     )
 
 
