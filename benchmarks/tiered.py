@@ -6,8 +6,9 @@
                  the batch in flight and the one prefetched)
 
 Zipf(1.05) and uniform ids; fused rowwise Adagrad; the tiered runs prefetch batch i+1 after
-batch i's forward on a background thread, so its disk reads overlap batch i's backward (no
-train-pipeline stage yet: the loop below calls `prefetch` itself); "exposed" is the share of
+batch i's forward on a background thread, so its disk reads overlap batch i's backward (the
+loop below calls `prefetch` itself, as TrainPipelineSparseDist's prefetch stage does; the same
+through DMP and the train pipelines: `tiered_pipeline.py`); "exposed" is the share of
 the prefetch time the next forward still waited for. Prints ms per step, the ratio to in-RAM,
 hit rates and the store's read bandwidth next to the disk floor: positioned random reads of
 4 KiB (O_DIRECT where the file system allows it) and of one row, at queue depth 1 and 32

@@ -61,12 +61,17 @@ from shardrec_sharding import EmbeddingBagCollectionSharder
 from shardrec_testing import RankContext, assert_close, random_lengths, seeded_generator
 from shardrec_tiered import StoreIOError, StoreLayoutError
 from shardrec_tiered import store as tier_store
+from shardrec_tiered.native_io import native_rows_io
 
 FEATURES = ["f", "g"]
 ROWS = {"big": 48, "small": 20}
 DIM = 4
 STEPS = 6
 RANKS = 2  # the global batch of a step is the two ranks' batches
+
+
+def _python_io(*_: object, **__: object) -> bool:
+    return False  # the store's native row I/O off: its Python path runs
 
 
 def configs(big_dim: int = DIM) -> list[EmbeddingBagConfig]:
@@ -386,6 +391,7 @@ def disk_full(ctx: RankContext, root: str) -> list[str]:
 
     messages = []
     tier_store.os.pwritev = full  # type: ignore[assignment]  # a disk with no space left
+    tier_store.native_rows_io = _python_io  # the failure is injected on the Python path
     try:
         with pytest.raises(StoreIOError) as in_training:
             train(ctx, dmp, STEPS // 2, 10 * STEPS)  # until a dirty row is evicted
@@ -396,6 +402,7 @@ def disk_full(ctx: RankContext, root: str) -> list[str]:
         messages.append(str(in_save.value))
     finally:
         tier_store.os.pwritev = real
+        tier_store.native_rows_io = native_rows_io
     assert not os.path.exists(ckpt + ".partial")  # nothing of the failed save was begun
     return messages
 
@@ -457,11 +464,13 @@ def disk_full_at_save(ctx: RankContext, root: str) -> str:
     holder = ctx.rank == ctx.world_size - 1  # big is table_wise on the last rank
     if holder:
         tier_store.os.pwritev = full  # type: ignore[assignment]  # this rank's disk is full
+        tier_store.native_rows_io = _python_io  # the failure is injected on the Python path
     try:
         with pytest.raises((StoreIOError, PeerError)) as err:
             save(ckpt, dmp, {"fused": dmp.fused_optimizer})
     finally:
         tier_store.os.pwritev = real
+        tier_store.native_rows_io = native_rows_io
     assert isinstance(err.value, StoreIOError if holder else PeerError)
     return str(err.value)
 

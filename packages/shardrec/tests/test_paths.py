@@ -44,6 +44,8 @@ shardrec.distributed.train_pipeline  shardrec_dmp  TrainPipelineSparseDist Pipel
 shardrec.distributed.train_pipeline  shardrec_dmp  TrainPipeline TrainPipelineBase
 shardrec.distributed.train_pipeline.train_pipelines  shardrec_dmp  TrainPipeline TrainPipelineBase
     TrainPipelineSparseDist
+shardrec.distributed.train_pipeline  shardrec_dmp  PrefetchTrainPipelineSparseDist
+shardrec.distributed.train_pipeline.train_pipelines  shardrec_dmp  PrefetchTrainPipelineSparseDist
 shardrec.distributed.shard  shardrec_dmp  shard_modules
 shardrec.distributed.logging_handlers  shardrec_metrics.rec.events  EventLoggingHandler
     TorchrecComponent

@@ -18,6 +18,7 @@ from shardrec_dmp.model_parallel import (
     get_unwrapped_module,
 )
 from shardrec_dmp.pipeline_base import TrainPipeline, TrainPipelineBase
+from shardrec_dmp.prefetch_pipeline import PrefetchTrainPipelineSparseDist
 from shardrec_dmp.shard import shard_modules
 from shardrec_dmp.state_dict_transform import state_dict_gather, state_dict_to_device
 from shardrec_dmp.train_pipeline import Pipelineable, TrainPipelineSparseDist
@@ -30,6 +31,7 @@ __all__ = [
     "DefaultDataParallelWrapper",
     "DistributedModelParallel",
     "Pipelineable",
+    "PrefetchTrainPipelineSparseDist",
     "TrainPipeline",
     "TrainPipelineBase",
     "TrainPipelineSparseDist",

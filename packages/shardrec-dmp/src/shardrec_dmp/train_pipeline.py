@@ -10,6 +10,14 @@ forward(i) with the ids already received for i -> backward(i) -> optimizer.step(
 Every rank issues the same collectives in the same order as in the plain loop, only earlier,
 and the arithmetic is unchanged, so the losses equal the plain loop's bit for bit.
 
+Prefetch stage (sharded modules with tiered tables, `key_value`): once forward(i) has run,
+batch i+1's received ids go to `prefetch(dist_input, background=True)`, so its missing rows
+load from disk into the cache while backward(i) and the optimizer step run; rows held by
+batch i (until its backward) and by batch i+1 (until its forward) are never evicted. The
+input distribution of i+1 is then waited before backward(i) on every rank alike (its
+collectives were all issued by `input_dist`). `PrefetchTrainPipelineSparseDist`
+(`prefetch_pipeline.py`) runs one batch further ahead, so the reads overlap forward(i) too.
+
 The sharded modules' own `forward` is bypassed for the duration of one forward: the pipeline
 sets an instance attribute `forward` on each sharded module that runs `compute` and
 `output_dist` on the input distribution already received, after checking that the module was
@@ -49,10 +57,18 @@ class _PhasedModule(Protocol):
     def output_dist(self, dist_input: object, local: object) -> LazyAwaitable[object]: ...
 
 
+@runtime_checkable
+class _Prefetching(Protocol):
+    def has_tiered_tables(self) -> bool: ...
+    def prefetch(self, dist_input: object, *, background: bool = False) -> None: ...
+    def cancel_prefetches(self) -> None: ...
+
+
 @dataclasses.dataclass
 class _InFlight:
     batch: Pipelineable
     pending: dict[str, Awaitable[object]]
+    prefetched: bool = False
 
 
 class TrainPipelineSparseDist:
@@ -123,17 +139,47 @@ class TrainPipelineSparseDist:
         self._queued: collections.deque[Pipelineable] = collections.deque()
         self._iter: Iterator[Pipelineable] | None = None
         self._exhausted = False
+        self._model_fwd: Callable[[Pipelineable], object] = model
+        # Sharded modules with tiered tables (the same on every rank: from the plan).
+        self._tiered = [
+            path
+            for path, sub in model.sharded_modules.items()
+            if isinstance(sub, _Prefetching) and sub.has_tiered_tables()
+        ]
 
     def reset(self) -> None:
         """Forget the batches in the pipeline (their input distributions are completed, then
-        dropped); the next `progress` reads its iterator afresh."""
-        if self._next is not None:
-            for pending in self._next.pending.values():
-                pending.wait()
+        dropped, and rows prefetched for them unpinned); the next `progress` reads its
+        iterator afresh."""
+        self._drop(self._next)
         self._next = None
         self._queued.clear()
         self._iter = None
         self._exhausted = False
+
+    def _drop(self, flight: _InFlight | None) -> None:
+        """Complete `flight`'s input distributions and drop its prefetches."""
+        if flight is None:
+            return
+        for pending in flight.pending.values():
+            pending.wait()
+        if flight.prefetched:
+            for path in self._tiered:
+                sub = self._model.sharded_modules[path]
+                assert isinstance(sub, _Prefetching)
+                sub.cancel_prefetches()
+            flight.prefetched = False
+
+    def _prefetch(self, flight: _InFlight | None) -> None:
+        """The prefetch stage: wait `flight`'s input distribution to the modules with tiered
+        tables and start loading their rows (background); a no-op without tiered tables."""
+        if flight is None or flight.prefetched or not self._tiered:
+            return
+        for path in self._tiered:
+            sub = self._model.sharded_modules[path]
+            assert isinstance(sub, _Prefetching)
+            sub.prefetch(flight.pending[path].wait(), background=True)
+        flight.prefetched = True
 
     def _pull(self, it: Iterator[Pipelineable]) -> Pipelineable | None:
         """The next batch, on the device: a queued one, else one read from `it`."""
@@ -224,16 +270,25 @@ class TrainPipelineSparseDist:
         current = self._next
         if current is None:
             raise StopIteration
-        if not self._execute_all_batches:
-            # TorchRec runs batch i only when the iterator still supplies batch i+2.
-            while len(self._queued) < 2:
-                ahead = self._read(dataloader_iter)
-                if ahead is None:
-                    self.reset()
-                    raise StopIteration
-                self._queued.append(ahead)
+        self._require_ahead(dataloader_iter, 2)
         # Batch i+1's ids travel while batch i computes.
         self._next = self._fetch(dataloader_iter)
+        return self._run(current, self._next)
+
+    def _require_ahead(self, dataloader_iter: Iterator[Pipelineable], queued: int) -> None:
+        """With execute_all_batches=False, TorchRec runs batch i only when the iterator still
+        supplies batch i+2: read until `queued` batches wait in the queue, else stop."""
+        if self._execute_all_batches:
+            return
+        while len(self._queued) < queued:
+            ahead = self._read(dataloader_iter)
+            if ahead is None:
+                self.reset()
+                raise StopIteration
+            self._queued.append(ahead)
+
+    def _run(self, current: _InFlight, following: _InFlight | None) -> object:
+        """Forward of `current`, `following`'s prefetch stage, then backward and step."""
         training = self._model.training
         if training:
             self._optimizer.zero_grad()
@@ -244,7 +299,7 @@ class TrainPipelineSparseDist:
                 path, sub, current, used
             )  # per-forward instance override, removed below
         try:
-            result = self._model(current.batch)
+            result = self._model_fwd(current.batch)
         finally:
             for sub in sharded.values():
                 del sub.forward
@@ -260,6 +315,8 @@ class TrainPipelineSparseDist:
                 f"{type(result).__name__}"
             )
         loss, output = result
+        # Batch i+1's missing rows load while batch i's backward runs.
+        self._prefetch(following)
         if not training:
             return output
         if not isinstance(loss, Tensor) or loss.dim() != 0:

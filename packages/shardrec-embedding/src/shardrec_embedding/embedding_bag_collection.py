@@ -191,6 +191,7 @@ class EmbeddingBagCollection(PooledCollectionAPI, TorchScriptable, PackedCollect
             return self._forward_packed(features)
         remapped = self.dynamic_tables.remap(features, training=self.training, owner=_OWNER)
         out = self._forward_packed(remapped.features).values()
+        self.dynamic_tables.hold_until_backward([out])
         return KeyedTensor(
             keys=self._embedding_names,
             length_per_key=self._lengths_per_embedding,

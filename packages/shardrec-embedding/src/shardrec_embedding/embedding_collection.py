@@ -148,6 +148,7 @@ class EmbeddingCollection(TorchScriptable, PackedCollection):
             return self._forward_packed(features)
         remapped = self.dynamic_tables.remap(features, training=self.training, owner=_OWNER)
         out = self._forward_packed(remapped.features)
+        self.dynamic_tables.hold_until_backward([jt.values() for jt in out.values()])
         raw = remapped.raw_values
         opk = features.offset_per_key()
         position = {k: i for i, k in enumerate(features.keys())}

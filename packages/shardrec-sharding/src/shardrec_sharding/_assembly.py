@@ -30,7 +30,7 @@ from shardrec_optim import (
     fused_spec_of_param,
 )
 from shardrec_planner import ParameterSharding, ShardingType, sharded_kernels
-from shardrec_planner.kernel_choice import RUNS_AS_FUSED
+from shardrec_planner.kernel_choice import RUNS_AS_FUSED, runs_tiered
 from shardrec_planner.sharder_data import BaseEmbeddingSharder
 from shardrec_sharding.checks import FeatureChecker
 from shardrec_sharding.fused_optimizer import ShardedFusedOptimizer
@@ -259,6 +259,46 @@ class ShardedCollectionBase(nn.Module, Generic[S, M]):
             for k, s in enumerate(self._strategies)
         ]
         return features, pending
+
+    # -- prefetch: tiered tables' rows into their caches ahead of the lookup ------------------
+
+    def prefetch(
+        self,
+        dist_input: object,
+        forward_stream: object = None,
+        ctx: object = None,
+        *,
+        background: bool = False,
+    ) -> None:
+        """Load the rows this rank's tiered tables (`key_value`) read for `dist_input` (what
+        `input_dist(...).wait()` gave) into their caches and hold them until its `compute`;
+        a no-op for tables in memory. TorchRec's signature (`forward_stream` and `ctx` are
+        accepted and unused). background: read on the tables' worker threads and return at
+        once (the compute waits for them); a train pipeline's prefetch stage uses it."""
+        del forward_stream, ctx
+        per_strategy = getattr(dist_input, "per_strategy", None)
+        if per_strategy is None or len(per_strategy) != len(self._strategies):
+            raise TypeError(
+                f"{self._owner}.prefetch takes what input_dist(...).wait() returned, got "
+                f"{type(dist_input).__name__}"
+            )
+        for s, d in zip(self._strategies, per_strategy, strict=True):
+            if s.lookup.tiered_modules():
+                kjt = d.features
+                s.lookup.prefetch(
+                    kjt.values(), kjt.offset_per_key(), d.key_index, background=background
+                )
+
+    def has_tiered_tables(self) -> bool:
+        """Whether the plan places a table of this collection in the tier (the same answer on
+        every rank; `prefetch` has work on the ranks holding one)."""
+        return any(runs_tiered(t.sharding) for t in self._tables)
+
+    def cancel_prefetches(self) -> None:
+        """Drop prefetched batches no compute will read (a pipeline reset)."""
+        for s in self._strategies:
+            for m in s.lookup.tiered_modules():
+                m.cancel_prefetches()
 
     def _by_type(self, attr: str) -> dict[str, object]:
         return {str(s.sharding_type): getattr(s, attr) for s in self._strategies}

@@ -53,6 +53,7 @@ from shardrec_collectives import (
 from shardrec_embedding import BaseEmbeddingConfig, EmbeddingBagConfig, PoolingType
 from shardrec_embedding.dynamic import DynamicTable, DynamicTables, mix64
 from shardrec_embedding.dynamic.collection import Remapped, dynamic_configs
+from shardrec_embedding.dynamic.in_flight import hold_until_backward
 from shardrec_embedding.dynamic.table import COUNTERS
 from shardrec_embedding.fused import BatchedFusedEmbeddingBag
 from shardrec_jagged import JaggedTensor, KeyedJaggedTensor, KeyedTensor
@@ -380,6 +381,10 @@ class _DynamicMixin:
                 if t.name in [s.name for s in m.table_specs]:
                     dyn.table(t.name).add_reset_hook(_state_reset(m, t.name))
         self._copy_state(module, dyn)
+        for name in dyn.tables:
+            # A pipeline maps batch i+1 before batch i's backward: freed slots are reset when
+            # batch i+1 is looked up (`compute`), not when it is mapped (in_flight.py).
+            dyn.table(name).in_flight.defer_resets = True
         self._dynamic_features = [
             f for t in dynamic_configs(list(configs)) for f in t.feature_names
         ]
@@ -427,12 +432,34 @@ class _DynamicMixin:
         assert isinstance(features, KeyedJaggedTensor)
         return self.dynamic_tables.remap(features, training=self.training, owner=self._owner)
 
+    def _mapped_steps(self) -> tuple[tuple[str, int], ...]:
+        """Each dynamic table's step after a remap (what its lookup resets up to, and holds)."""
+        dyn = self.dynamic_tables
+        return tuple((name, dyn.table(name).generation) for name in dyn.tables)
+
+    def _in_flight_compute(
+        self, dist_input: object, compute: Callable[[], list[Tensor]]
+    ) -> list[Tensor]:
+        """`compute()` of a remapped batch: first the resets of the slots freed up to its step
+        (after the previous batch's backward: `in_flight.py`); in training its slots are held
+        until its backward, so that a second forward before it cannot evict them."""
+        steps = cast(tuple[tuple[str, int], ...], getattr(dist_input, "mapped_steps", ()))
+        dyn = self.dynamic_tables
+        for name, step in steps:
+            dyn.table(name).in_flight.flush_resets(step)
+        out = compute()
+        if self.training:
+            hold_until_backward([(dyn.table(n).in_flight, s) for n, s in steps], out)
+        return out
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class DynamicShardedInput(ShardedInput):
     """`ShardedInput` and what the remap dropped (for the output fix)."""
 
     remapped: Remapped | None = None
+    mapped_steps: tuple[tuple[str, int], ...] = ()
+    """Each dynamic table's step after this batch's remap (`_in_flight_compute`)."""
 
 
 class DynamicShardedEmbeddingBagCollection(_DynamicMixin, ShardedEmbeddingBagCollection):
@@ -466,13 +493,18 @@ class DynamicShardedEmbeddingBagCollection(_DynamicMixin, ShardedEmbeddingBagCol
     def input_dist(self, features: KeyedJaggedTensor | object) -> Awaitable[ShardedInput]:
         """Raw ids to slots (every rank), then the ordinary input_dist of the slots."""
         remapped = self._remap(features)
+        steps = self._mapped_steps()
         inner = super().input_dist(remapped.features)
 
         def done() -> ShardedInput:
             got = inner.wait()
-            return DynamicShardedInput(got.per_strategy, got.batch_size, remapped)
+            return DynamicShardedInput(got.per_strategy, got.batch_size, remapped, steps)
 
         return Awaitable(done)
+
+    def compute(self, dist_input: ShardedInput) -> list[Tensor]:
+        parent = super().compute
+        return self._in_flight_compute(dist_input, lambda: parent(dist_input))
 
     def output_dist(
         self, dist_input: ShardedInput, local: list[Tensor]
@@ -499,6 +531,7 @@ class DynamicShardedSequenceInput(ShardedSequenceInput):
 
     remapped: Remapped | None = None
     original: KeyedJaggedTensor | None = None
+    mapped_steps: tuple[tuple[str, int], ...] = ()
 
 
 class DynamicShardedEmbeddingCollection(_DynamicMixin, ShardedEmbeddingCollection):
@@ -518,14 +551,21 @@ class DynamicShardedEmbeddingCollection(_DynamicMixin, ShardedEmbeddingCollectio
 
     def input_dist(self, features: KeyedJaggedTensor | object) -> Awaitable[ShardedSequenceInput]:
         remapped = self._remap(features)
+        steps = self._mapped_steps()
         inner = super().input_dist(remapped.features)
         original = cast(KeyedJaggedTensor, features)
 
         def done() -> ShardedSequenceInput:
             got = inner.wait()
-            return DynamicShardedSequenceInput(got.per_strategy, got.features, remapped, original)
+            return DynamicShardedSequenceInput(
+                got.per_strategy, got.features, remapped, original, steps
+            )
 
         return Awaitable(done)
+
+    def compute(self, dist_input: ShardedSequenceInput) -> list[Tensor]:
+        parent = super().compute
+        return self._in_flight_compute(dist_input, lambda: parent(dist_input))
 
     def output_dist(
         self, dist_input: ShardedSequenceInput, local: list[Tensor]

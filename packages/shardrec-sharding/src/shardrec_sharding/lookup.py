@@ -198,6 +198,26 @@ class LocalLookup:
             if weights[0].device.type != "meta" and packed_weight(weights) is None:
                 repack_(weights)
 
+    def prefetch(
+        self,
+        values: Tensor,
+        offset_per_key: Sequence[int],
+        key_index: Sequence[int],
+        *,
+        background: bool = False,
+    ) -> None:
+        """Load into the tiered groups' caches the rows that the coming lookup of these
+        `values` (as `__call__` / `rows` take them) reads, and hold them until it; a no-op
+        without tiered groups. background: on the groups' worker threads (returns at once)."""
+        for g in self.groups:
+            if not g.segments or not isinstance(g.module, TieredFusedEmbeddingBag):
+                continue
+            keys = [key_index[j] for j in g.segments]
+            ids = shift_ids(
+                [values[offset_per_key[k] : offset_per_key[k + 1]] for k in keys], g.row_offsets
+            )
+            g.module.prefetch(ids, background=background)
+
     def __call__(
         self,
         values: Tensor,

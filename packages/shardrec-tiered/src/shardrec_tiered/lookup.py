@@ -292,7 +292,9 @@ class TieredFusedEmbeddingBag(nn.Module):
         ids = ids.long()
         if background:
             if self._worker is None:
-                self._worker = ThreadPoolExecutor(1, thread_name_prefix="tier-prefetch")
+                self._worker = ThreadPoolExecutor(
+                    1, thread_name_prefix="tier-prefetch", initializer=_single_threaded
+                )
             self._prefetched.append(self._worker.submit(self._timed_admit, ids))
             return
         done: Future[_Pins] = Future()
@@ -390,6 +392,19 @@ class TieredFusedEmbeddingBag(nn.Module):
         for cache in self.caches:
             cache.pins.zero_()
 
+    def cancel_prefetches(self) -> None:
+        """Drop the prefetches no forward will consume (a pipeline reset): wait for them and
+        release their pins; the rows stay cached. Pins of forwards awaiting backward stay."""
+        while self._prefetched:
+            pending = self._prefetched.popleft()
+            if pending.exception() is None:
+                _release(pending.result())
+
+    @property
+    def pending_prefetches(self) -> int:
+        """Prefetches queued for forwards to come."""
+        return len(self._prefetched)
+
     def _drain(self) -> None:
         """Wait for every background prefetch (their pins stay queued)."""
         for pending in self._prefetched:
@@ -438,6 +453,13 @@ class TieredFusedEmbeddingBag(nn.Module):
             f"tables={[t.name for t in self.table_specs]}, dim={self.dim}, "
             f"cache_rows={[c.slots for c in self.caches]}, optimizer={self.spec.optimizer.name}"
         )
+
+
+def _single_threaded() -> None:
+    """The prefetch worker's torch ops (gathers and scatters of a batch's rows) run on one
+    thread: a second intra-op pool (OpenMP, per thread) would compete with the compute's for
+    the same cores while the forward and backward run (measured: docs/tiered.md)."""
+    torch.set_num_threads(1)
 
 
 def _release(pins: _Pins) -> None:

@@ -3,7 +3,9 @@
 Row `i` sits at `HEADER_BYTES + i * row_bytes` (layout.py). Reads and writes are positioned
 (`os.preadv` / `os.pwritev`, which release the GIL) from a small thread pool: the ids of a call
 are sorted, runs of consecutive ids become one call each, and the runs are split across the
-threads, so several reads are in flight at once (the disk's queue depth). The rows never pass
+threads, so several reads are in flight at once (the disk's queue depth); writes, which land in
+the page cache, run on one thread. Each thread's calls run in native code when it builds
+(`native_io.py`: no interpreter work per run). The rows never pass
 through a memory map, so the process's resident memory holds only the cache, whatever the
 table's size (the page cache is the kernel's to reclaim).
 """
@@ -25,6 +27,7 @@ from shardrec_tiered.layout import (
     decode_header,
     encode_header,
 )
+from shardrec_tiered.native_io import native_rows_io
 
 __all__ = ["FlatFileStore", "StoreIOError", "StoreSpaceError", "store_file"]
 
@@ -191,6 +194,9 @@ class FlatFileStore:
         table = self.layout.table
 
         def one(starts: np.ndarray, lengths: np.ndarray) -> None:
+            a, b = int(starts[0]), int(starts[-1] + lengths[-1])
+            if native_rows_io(fd, ids[a:b], buf[a:b], row_bytes, HEADER_BYTES, write=write):
+                return  # else the loop below repeats the rows and reports what failed
             for s, n in zip(starts.tolist(), lengths.tolist(), strict=True):
                 view = flat[s * row_bytes : (s + n) * row_bytes]
                 offset = HEADER_BYTES + int(ids[s]) * row_bytes
@@ -207,7 +213,9 @@ class FlatFileStore:
                         f"{self.path} at byte {offset} ({done} of {len(view)} bytes)",
                     )
 
-        parts = self._split(ids)
+        # Writes land in the page cache (the kernel writes them out): one thread does them
+        # fastest; reads may wait for the disk, so they keep several in flight.
+        parts = self._split(ids) if not write else [_runs(ids)]
         if len(parts) == 1:
             one(*parts[0])
             return

@@ -26,7 +26,13 @@ import tempfile
 import warnings
 from pathlib import Path
 
-__all__ = ["ENV_VAR", "NativeUnavailableWarning", "native_library", "native_library_of"]
+__all__ = [
+    "ENV_VAR",
+    "NativeUnavailableWarning",
+    "native_library",
+    "native_library_at",
+    "native_library_of",
+]
 
 ENV_VAR = "SHARDREC_NATIVE"
 FLAGS = ("-std=c11", "-O3", "-march=native", "-fno-math-errno", "-fopenmp", "-fPIC", "-shared")
@@ -117,6 +123,25 @@ def native_library_of(source_name: str) -> ctypes.CDLL | None:
         return None
     try:
         return ctypes.CDLL(str(_build(compiler, _SOURCE.with_name(source_name))))
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        _warn(f"building or loading them failed ({type(exc).__name__}: {exc})")
+        return None
+
+
+@functools.cache
+def native_library_at(source: Path) -> ctypes.CDLL | None:
+    """The library built from the C file at `source` (another package's kernels, e.g.
+    shardrec-tiered's store I/O), with the same flags, cache and off switch as
+    `native_library_of`; None (after one warning) when off or not buildable."""
+    if os.environ.get(ENV_VAR, "1").strip().lower() in ("0", "false", "off", "no"):
+        _warn(f"{ENV_VAR}={os.environ[ENV_VAR]} turns them off")
+        return None
+    compiler = _compiler()
+    if compiler is None:
+        _warn("no C compiler found (set CC or install gcc/clang)")
+        return None
+    try:
+        return ctypes.CDLL(str(_build(compiler, source)))
     except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
         _warn(f"building or loading them failed ({type(exc).__name__}: {exc})")
         return None

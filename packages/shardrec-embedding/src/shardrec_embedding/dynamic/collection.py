@@ -19,7 +19,7 @@ slots).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
@@ -28,6 +28,7 @@ from torch import Tensor, nn
 
 from shardrec_embedding.dynamic.config import UnknownIdPolicy
 from shardrec_embedding.dynamic.id_map import IdMapBackend
+from shardrec_embedding.dynamic.in_flight import hold_until_backward
 from shardrec_embedding.dynamic.reset import init_rows_, table_seed
 from shardrec_embedding.dynamic.table import DynamicTable, ResetHook
 from shardrec_jagged import KeyedJaggedTensor
@@ -205,6 +206,14 @@ class DynamicTables(nn.Module):
         own state; this is for the unfused ones."""
         for name, weight in self._weights.items():
             self.table(name).add_reset_hook(_optimizer_rows_hook(optimizer, weight))
+
+    def hold_until_backward(self, outputs: Iterable[Tensor]) -> None:
+        """After a training lookup: the slots it read stay unevictable until the backward
+        through `outputs` ran (a second training forward cannot take them; `in_flight.py`)."""
+        if self.training:
+            hold_until_backward(
+                [(self.table(n).in_flight, self.table(n).generation) for n in self.tables], outputs
+            )
 
     def stats(self) -> dict[str, dict[str, int]]:
         """Per dynamic table: occupancy, admissions, rejections, evictions, unknown reads..."""

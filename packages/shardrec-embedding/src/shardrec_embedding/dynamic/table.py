@@ -43,6 +43,7 @@ from shardrec_embedding.dynamic.config import (
 )
 from shardrec_embedding.dynamic.hashing import mix64, uniform01
 from shardrec_embedding.dynamic.id_map import IdMapBackend, IdSlotMap, _library
+from shardrec_embedding.dynamic.in_flight import InFlightSlots
 
 __all__ = ["COUNTERS", "EVICTION_SAMPLE", "DynamicTable", "ResetHook"]
 
@@ -114,6 +115,9 @@ class DynamicTable(nn.Module):
         self._counters = dict.fromkeys(COUNTERS, 0)
         self._map_stale = False
         self._reset_hooks: list[ResetHook] = []
+        # Slots of batches whose backward has not run: deferred resets, holds (in_flight.py).
+        self.in_flight = InFlightSlots(self._run_reset_hooks, lambda: self._counters["steps"])
+        self.register_state_dict_pre_hook(_flush_before_save)  # type: ignore[no-untyped-call]  # untyped in torch's stubs
 
     # ---- public API -------------------------------------------------------------------------
 
@@ -136,6 +140,7 @@ class DynamicTable(nn.Module):
         ids = ids.to(device="cpu", dtype=torch.int64)
         self._sync_map()
         if not training:
+            self.in_flight.flush_resets()
             slots = self.map.find(ids)
             self._counters["unknown_reads"] += int((slots < 0).sum())
             return slots
@@ -149,6 +154,7 @@ class DynamicTable(nn.Module):
         slots = torch.unique(slots)
         self._sync_map()
         self._free(slots[self.occupied[slots]])
+        self.in_flight.flush_resets()
 
     def items(self) -> tuple[Tensor, Tensor]:
         """`(ids, slots)` of every occupied slot, in slot order (for checkpoints)."""
@@ -204,8 +210,10 @@ class DynamicTable(nn.Module):
     @property
     def generation(self) -> int:
         """Training steps so far: with the slot, the counter of the rows a freed slot is
-        reset to (`dynamic/reset.py`)."""
-        return self._counters["steps"]
+        reset to (`dynamic/reset.py`); while deferred resets run, the generation their slots
+        were freed at (`in_flight.py`)."""
+        deferred = self.in_flight.reset_generation
+        return self._counters["steps"] if deferred is None else deferred
 
     def stats(self) -> dict[str, int]:
         """Plain numbers: capacity, occupancy, admissions, rejections, evictions, unknown
@@ -243,6 +251,7 @@ class DynamicTable(nn.Module):
     def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
         super()._load_from_state_dict(*args, **kwargs)
         self._map_stale = True
+        self.in_flight.drop_resets()
 
     def _sync_map(self) -> None:
         """Rebuild the id index from `slot_ids` / `occupied` after a load."""
@@ -364,6 +373,9 @@ class DynamicTable(nn.Module):
         self.free_slots[n : n + slots.numel()] = slots
         c["n_free"] = n + slots.numel()
         c["evictions"] += slots.numel()
+        self.in_flight.freed(slots)
+
+    def _run_reset_hooks(self, slots: Tensor) -> None:
         for hook in self._reset_hooks:
             hook(slots)
 
@@ -395,24 +407,26 @@ class DynamicTable(nn.Module):
         assert ttl is not None
         width = min(self.capacity, self.config.scan_per_step)
         occupied, seen, where = self._window("ttl_cursor", width)
-        self._free(self._slots_where(occupied & (step - seen > ttl), where))
+        expired = occupied & (step - seen > ttl) & (seen < self.in_flight.protect_below(step))
+        self._free(self._slots_where(expired, where))
 
     def _evict_for(self, k: int, step: int) -> None:
         policy = self.config.eviction
         width = min(self.capacity, max(EVICTION_SAMPLE * k, self.config.scan_per_step))
         victims: list[Tensor] = []
         scanned = 0
+        below = self.in_flight.protect_below(step)  # slots of held (in-flight) steps stay
         while k > 0 and scanned < self.capacity:
             part = min(width, self.capacity - scanned)
             occupied, seen, where = self._window("evict_cursor", part)
             scanned += part
             if policy is not EvictionPolicy.LFU and self.map.backend == "native":
-                pick = self._native_pick(occupied, seen, where, step, k)
+                pick = self._native_pick(occupied, seen, where, step, k, below)
                 if pick is not None:
                     victims.append(pick)
                     k -= pick.numel()
                     continue
-            ok = occupied & (seen < step)
+            ok = occupied & (seen < below)
             if policy is EvictionPolicy.TTL:
                 assert self.config.ttl_steps is not None
                 ok &= step - seen > self.config.ttl_steps
@@ -438,15 +452,26 @@ class DynamicTable(nn.Module):
             self._free(torch.cat(victims))
 
     def _native_pick(
-        self, occupied: Tensor, seen: Tensor, where: Tensor | int, step: int, k: int
+        self,
+        occupied: Tensor,
+        seen: Tensor,
+        where: Tensor | int,
+        step: int,
+        k: int,
+        below: int | None = None,
     ) -> Tensor | None:
         """The LRU / TTL victims of one window by the native counting selection (the same
-        slots in the same order as the torch selection below), or None to use that."""
+        slots in the same order as the torch selection below), or None to use that. below:
+        only slots last seen before it (held steps: `in_flight.py`; default `step`)."""
         lib = _library()
         assert lib is not None
         occupied, seen = occupied.contiguous(), seen.contiguous()
         out = torch.empty(min(k, seen.numel()), dtype=torch.int64)
         ttl = self.config.ttl_steps if self.config.eviction is EvictionPolicy.TTL else None
+        if below is not None and below < step:
+            if ttl is not None:
+                return None  # the kernel ages TTL rows from its step: the torch selection
+            step = below
         got = int(
             lib.sr_idmap_lru_pick(
                 occupied.data_ptr(),
@@ -469,3 +494,9 @@ class DynamicTable(nn.Module):
             f"name={self.name!r}, capacity={self.capacity}, eviction={cfg.eviction.value}, "
             f"admission={cfg.admission.value}, map={self.map.backend}"
         )
+
+
+def _flush_before_save(module: nn.Module, prefix: str, keep_vars: bool) -> None:
+    """A saved table has the rows of its freed slots reset (no deferred reset pending)."""
+    assert isinstance(module, DynamicTable)
+    module.in_flight.flush_resets()

@@ -156,6 +156,7 @@ class FusedEmbeddingBagCollection(PooledCollectionAPI, WeightsDevice):
             return self._forward_packed(features)
         remapped = self.dynamic_tables.remap(features, training=self.training, owner=_OWNER)
         out = self._forward_packed(remapped.features).values()
+        self.dynamic_tables.hold_until_backward([out])
         return KeyedTensor(
             keys=self._embedding_names,
             length_per_key=self._lengths_per_embedding,
