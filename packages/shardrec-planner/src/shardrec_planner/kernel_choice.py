@@ -11,8 +11,8 @@ kernel or cache option is silently dropped:
     asked kernel        runs as   planner estimate (our cost model)
     fused_uvm           fused     on cpu: as fused; on cuda: TorchRec's UVM model (host memory)
     fused_uvm_caching   fused     on cpu: as fused; on cuda: UVM with CacheParams.load_factor
-    key_value           fused     as fused on every device; a table_wise table runs tiered:
-                                  rows on disk behind an in-memory cache (`runs_tiered`)
+    key_value           fused     as fused on every device; runs tiered: each rank's shard has
+                                  its rows on disk behind an in-memory cache (`runs_tiered`)
 
 Cache options (`ParameterConstraints` -> `ParameterSharding`): `cache_params.load_factor` sets
 the cached share in the estimates of a `fused_uvm_caching` table on cuda (TorchRec's storage and
@@ -69,11 +69,12 @@ def executed_kernel(kernel: str) -> EmbeddingComputeKernel:
 
 def runs_tiered(ps: ParameterSharding) -> bool:
     """Whether a table planned as `ps` runs on the tiered lookup (shardrec-tiered: rows and
-    optimizer state on disk, a cache of `CacheParams.load_factor` of them in memory). Today:
-    `key_value` tables placed table_wise; other sharding types run as fused."""
+    optimizer state on disk, a cache of `CacheParams.load_factor` of them in memory): a
+    `key_value` table of any sharding type but data_parallel (whose kernel is dense); each rank's
+    shard is a tiered table of its own."""
     return (
         ps.compute_kernel is EmbeddingComputeKernel.KEY_VALUE
-        and ps.sharding_type is ShardingType.TABLE_WISE
+        and ps.sharding_type is not ShardingType.DATA_PARALLEL
     )
 
 

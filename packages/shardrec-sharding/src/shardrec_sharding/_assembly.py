@@ -197,11 +197,7 @@ class ShardedCollectionBase(nn.Module, Generic[S, M]):
         self._segments = segments_of(configs)
         self._state = ShardedStateDict(tables, env, self._prefix)
         self._fused_optimizer = ShardedFusedOptimizer(
-            [
-                (self._prefix, m.fused_optimizer)
-                for s in strategies
-                for m in s.lookup.fused_modules()
-            ],
+            [(self._prefix, o) for s in strategies for o in s.lookup.fused_optimizers()],
             self._state,
         )
         is_weighted = getattr(module, "is_weighted", None)

@@ -1,10 +1,12 @@
 """Which local tables are tiered (rows on disk behind a cache), from their plan entry.
 
-A table the planner's `runs_tiered` names (today: `key_value`, table_wise) runs on a
-`shardrec_tiered` lookup: `<KeyValueParams.ssd_storage_directory>/rank-<r>` holds the store
-(default `<cwd>/tier-store/rank-<r>`, so ranks sharing a disk never share a file),
-`CacheParams.load_factor` the cached fraction of its local rows and `CacheParams.algorithm` the
-replacement policy (LRU or LFU).
+A table the planner's `runs_tiered` names (`key_value`, any sharding type but data_parallel)
+runs on a `shardrec_tiered` lookup on every rank holding a shard of it: the shard (its row block,
+its column blocks) is a tiered table of its own, `<KeyValueParams.ssd_storage_directory>/rank-<r>`
+holds its store (default `<cwd>/tier-store/rank-<r>`, so ranks sharing a disk never share a
+file), `CacheParams.load_factor` is the cached fraction of the shard's rows and
+`CacheParams.algorithm` the replacement policy (LRU or LFU). The tiered lookups' learning rates
+are in the collection's `fused_optimizer` (`TieredFusedOptimizer`).
 """
 
 from __future__ import annotations

@@ -35,6 +35,7 @@ from shardrec_embedding.fused.tables import FusedTableSpec
 from shardrec_optim import FusedOptimSpec, init_state, state_shapes
 from shardrec_tiered.cache import RowCache
 from shardrec_tiered.layout import StoreLayout
+from shardrec_tiered.optimizer import TieredFusedOptimizer
 from shardrec_tiered.options import TieredOptions
 from shardrec_tiered.store import FlatFileStore
 
@@ -132,7 +133,13 @@ class TieredFusedEmbeddingBag(nn.Module):
                 RowCache(store, self.cache_weight.detach()[lo : lo + n], cache_state, opts.policy)
             )
         self.tables = nn.ModuleDict({t.name: TieredTable(t.name, t.num_rows, t.dim) for t in specs})
-        self.learning_rate = self.spec.learning_rate
+        self._optimizer = TieredFusedOptimizer(
+            self.spec,
+            {
+                t.name: self.cache_weight.detach()[lo : lo + n]
+                for t, lo, n in zip(specs, self.slot_offsets, slots, strict=True)
+            },
+        )
         self.step = 0
         self._prefetched: deque[Future[_Pins]] = deque()
         self._lock = threading.Lock()  # admissions: a background prefetch vs a forward
@@ -143,6 +150,21 @@ class TieredFusedEmbeddingBag(nn.Module):
         """Of it, time a forward or the caller waited for: a synchronous prefetch, or a forward
         blocked on a background prefetch that had not finished."""
         self._row_bounds = torch.tensor([*self.row_offsets, self.num_rows], dtype=torch.int64)
+
+    @property
+    def fused_optimizer(self) -> TieredFusedOptimizer:
+        """The KeyedOptimizer view: `param_groups[0]["lr"]` is the learning rate backward
+        applies (a sharded collection's `fused_optimizer` includes it)."""
+        return self._optimizer
+
+    @property
+    def learning_rate(self) -> float:
+        """The learning rate the next backward applies (`fused_optimizer`'s)."""
+        return self._optimizer.learning_rate
+
+    @learning_rate.setter
+    def learning_rate(self, value: float) -> None:
+        self._optimizer.learning_rate = value
 
     def cache_state(self) -> dict[str, Tensor]:
         return {name: getattr(self, f"_cache_{name}") for name in self._state_names}
