@@ -62,6 +62,8 @@ class TieredFusedOptimizer(FusedOptimizer):
 
     @learning_rate.setter
     def learning_rate(self, value: float) -> None:
+        if not value >= 0:
+            raise ValueError(f"learning rate must be >= 0, got {value}")
         self.param_groups[0]["lr"] = value
 
     def state_dict(self) -> dict[str, object]:
