@@ -69,5 +69,5 @@ def test_learning_rate_schedules_reach_the_tiered_tables(tmp_path: pathlib.Path)
     with pytest.raises(NotImplementedError, match="are tiered"):
         optimizer.load_state_dict({"state": {}})
     assert sum(c.misses for c in tiered.caches) > 0
-    with pytest.raises(ValueError, match="learning rate must be >= 0, got -1.0"):
+    with pytest.raises(ValueError, match=r"learning rate must be >= 0, got -1\.0"):
         tiered.learning_rate = -1.0
