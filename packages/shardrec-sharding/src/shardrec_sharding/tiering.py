@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import os
 
+from torch import nn
+
 from shardrec_planner import ParameterSharding
 from shardrec_planner.cache_params import CacheAlgorithm
 from shardrec_planner.kernel_choice import runs_tiered
-from shardrec_tiered import CachePolicy, TieredOptions, default_store_dir
+from shardrec_tiered import CachePolicy, TieredFusedEmbeddingBag, TieredOptions, default_store_dir
 
-__all__ = ["tier_options"]
+__all__ = ["tier_options", "tiered_lookups"]
 
 
 def tier_options(ps: ParameterSharding, rank: int) -> TieredOptions | None:
@@ -33,3 +35,15 @@ def tier_options(ps: ParameterSharding, rank: int) -> TieredOptions | None:
         load_factor=None if cache is None else cache.load_factor,
         policy=CachePolicy.LFU if algorithm is CacheAlgorithm.LFU else CachePolicy.LRU,
     )
+
+
+def tiered_lookups(module: nn.Module) -> list[TieredFusedEmbeddingBag]:
+    """This rank's tiered lookups in every sharded collection under `module` (e.g. a
+    DistributedModelParallel): their `stats()`, `flush()`, `fused_optimizer`."""
+    out: list[TieredFusedEmbeddingBag] = []
+    for m in module.modules():
+        for strategy in getattr(m, "_strategies", ()):
+            lookup = getattr(strategy, "lookup", None)
+            if lookup is not None and hasattr(lookup, "tiered_modules"):
+                out.extend(lookup.tiered_modules())
+    return out

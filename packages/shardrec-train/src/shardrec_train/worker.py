@@ -49,6 +49,8 @@ from shardrec_train.loop import (
 from shardrec_train.options import TrainOptions
 from shardrec_train.progress import LOSS_EVERY, Progress
 from shardrec_train.report import format_summary, save_charts, summarize, write_summary
+from shardrec_train.tiered import TierStats, planned_tiered, saves_checkpoints
+from shardrec_train.tiered import stats_text as tier_text
 
 OUTPUTS = "summary.json, history.json, plan.json, loss.png, auc.png, plan_load.png, checkpoints/"
 """What rank 0 leaves in OUT (report.py describes each)."""
@@ -192,6 +194,8 @@ def _train(
     assert dist.group.WORLD is not None  # init_distributed ran
     world_env = ShardingEnv.from_process_group(dist.group.WORLD, device)
     trainer = Trainer(model, optimizer, device, pipeline=opts.pipeline, env=world_env)
+    tiered = planned_tiered(built.plan)
+    tier = TierStats(model, tiered, world_env) if tiered else None
     progress = Progress(
         enabled=lead, total=total, initial=start, samples_per_step=opts.batch_size * world
     )
@@ -208,6 +212,8 @@ def _train(
                 shown = float(loss) if lead and step % LOSS_EVERY == 0 else None
                 if shown is not None and remap is not None and remap.stats():
                     progress.detail(progress_text(remap.stats()))
+                if tier is not None and step % LOSS_EVERY == 0:  # a collective: every rank
+                    progress.detail(tier_text(tier.collect()))
                 progress.step(step, shown)
         history.train_loss += list(
             zip(range(end - len(losses) + 1, end + 1), trainer.mean_over_ranks(losses), strict=True)
@@ -224,13 +230,14 @@ def _train(
                 text += f" | {progress_text(remap.stats())}"
             progress.write(f"step {end}: test {text}")
         if (opts.checkpoint_every and end % opts.checkpoint_every == 0) or end == total:
-            if saved_at != end:
+            if saved_at != end and saves_checkpoints(opts):
                 save(str(step_path(out, end)), model, {"optimizer": optimizer})
                 saved_at = end
             if lead:
                 history.write(out)
         progress.pause()
     progress.close()
+    tier_stats = tier.collect() if tier is not None else None  # a collective: every rank
 
     if not lead:
         return 0
@@ -247,11 +254,17 @@ def _train(
     )
     if remap is not None and remap.stats():
         summary["dynamic_tables"] = remap.stats()
+    if tier_stats is not None:
+        summary["tiered_tables"] = tier_stats
     write_summary(out, summary, opts.to_dict())
     save_charts(out, history)
     print(format_summary(summary))
     if remap is not None and remap.stats():
         print(f"dynamic tables: {progress_text(remap.stats())}")
+    if tier_stats is not None:
+        print("tiered tables (summed over ranks):")
+        for name, stats in tier_stats.items():
+            print(f"  {tier_text({name: stats})}")
     print(f"outputs: {out} ({OUTPUTS})")
     print(f"test AUC {summary['test_auc']:.4f}", flush=True)
     return 0
