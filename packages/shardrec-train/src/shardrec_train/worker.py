@@ -265,6 +265,11 @@ def _train(
         print("tiered tables (summed over ranks):")
         for name, stats in tier_stats.items():
             print(f"  {tier_text({name: stats})}")
-    print(f"outputs: {out} ({OUTPUTS})")
+    listed = (
+        OUTPUTS
+        if saves_checkpoints(opts)
+        else OUTPUTS.replace("checkpoints/", "no checkpoints (--tiered)")
+    )
+    print(f"outputs: {out} ({listed})")
     print(f"test AUC {summary['test_auc']:.4f}", flush=True)
     return 0
