@@ -50,7 +50,8 @@ TIERED_DATA = [
     "--batch-size",
     "32",
 ]
-CACHE_ROWS = 400
+CACHE_ROWS = {1: 400, 2: 200}
+"""Cached rows per table per rank: a few steps' rows, so the caches evict."""
 
 
 def options(*extra: str, out: pathlib.Path = pathlib.Path("run")) -> object:
@@ -183,7 +184,7 @@ def test_tiered_run_trains_as_the_in_memory_run(tmp_path: pathlib.Path, ranks: i
             *common,
             "--tiered",
             "--tiered-cache-rows",
-            str(CACHE_ROWS),
+            str(CACHE_ROWS[ranks]),
             "--out",
             str(tiered_out),
         ]
@@ -201,9 +202,9 @@ def test_tiered_run_trains_as_the_in_memory_run(tmp_path: pathlib.Path, ranks: i
     stats = summary["tiered_tables"]
     assert sorted(stats) == ["t_cat_0", "t_cat_1", "t_cat_2"]
     for name, s in stats.items():
-        assert s["misses"] > CACHE_ROWS, (name, s)  # the cache evicted
+        assert s["misses"] > CACHE_ROWS[ranks] * ranks, (name, s)
         assert 0 < s["hit_rate"] < 1 and s["hits"] + s["misses"] > 0
-        assert s["bytes_read"] > 0 and s["bytes_written"] > 0  # dirty rows written back
+        assert s["bytes_read"] > 0 and s["bytes_written"] > 0  # evicted dirty rows written
         assert s["exposed_s"] > 0 and s["hidden_s"] >= 0  # no prefetch: loads are exposed
     lines = tiered.stdout.splitlines()
     head = lines.index("tiered tables (summed over ranks):")
@@ -212,7 +213,8 @@ def test_tiered_run_trains_as_the_in_memory_run(tmp_path: pathlib.Path, ranks: i
         ["cat_1", "hit"],
         ["cat_2", "hit"],
     ]
-    assert "tier cat_0 hit " in tiered.stdout.split("tiered tables")[0]  # the progress line
+    # the progress line, or the evaluation lines above it
+    assert "| tier cat_0 hit " in tiered.stdout.split("tiered tables")[0]
     assert "kernel key_value runs tiered" in tiered.stdout
     stores = sorted(str(p.relative_to(tiered_out)) for p in tiered_out.rglob("*.tier"))
     assert stores == [f"tier-store/rank-{r}/t_cat_{t}.tier" for r in range(ranks) for t in range(3)]

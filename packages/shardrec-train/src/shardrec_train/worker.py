@@ -228,6 +228,8 @@ def _train(
             text = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
             if remap is not None and remap.stats():
                 text += f" | {progress_text(remap.stats())}"
+            if tier is not None:  # a collective: every rank evaluates here
+                text += f" | {tier_text(tier.collect())}"
             progress.write(f"step {end}: test {text}")
         if (opts.checkpoint_every and end % opts.checkpoint_every == 0) or end == total:
             if saved_at != end and saves_checkpoints(opts):
