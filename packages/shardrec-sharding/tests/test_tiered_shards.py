@@ -2,7 +2,8 @@
 (its own store in `<dir>/rank-<r>`, a cache of `CacheParams.load_factor` of the shard's rows)
 and trains, on 1 and 2 gloo ranks with caches that evict, exactly as the same plan with the
 in-memory `fused` kernel: SGD and row-wise Adagrad, weighted features, empty batches, and a
-learning-rate schedule on the sharded `fused_optimizer` (which includes the tiered tables)."""
+learning-rate schedule on the sharded `fused_optimizer` (which includes the tiered tables); and
+sequence tables (EmbeddingCollection) likewise on one rank."""
 
 from __future__ import annotations
 
@@ -214,3 +215,47 @@ def test_tiered_shards_train_as_fused(rank_pool, case: Case, tmp_path: pathlib.P
             assert "tiered: checkpoints of tiered tables" in t["refused"]
         else:
             assert t["caches"] == []
+
+
+def sequence_train(kernel: str, sharding_type: str, store: pathlib.Path) -> torch.nn.Module:
+    """An EmbeddingCollection (sequence lookups) trained 6 steps on one rank."""
+    from shardrec_embedding import EmbeddingCollection, EmbeddingConfig
+    from shardrec_sharding import EmbeddingCollectionSharder
+
+    torch.manual_seed(0)
+    ec = EmbeddingCollection(
+        tables=[EmbeddingConfig(name="t", num_embeddings=50, embedding_dim=8, feature_names=["a"])]
+    )
+    plan = construct_module_sharding_plan(
+        ec, {"t": generator(sharding_type, 1, kernel)}, world_size=1, local_world_size=1
+    )
+    if kernel == "key_value":
+        plan["t"] = dataclasses.replace(
+            plan["t"],
+            key_value_params=KeyValueParams(ssd_storage_directory=str(store)),
+            cache_params=CacheParams(load_factor=0.3),
+        )
+    spec = FusedOptimSpec(optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=0.1)
+    sharded = EmbeddingCollectionSharder(fused_params=spec.to_fused_params()).shard(
+        ec, plan, ShardingEnv.from_local(1, 0)
+    )
+    g = seeded_generator("tiered-sequence", sharding_type)
+    for _ in range(6):
+        lengths = torch.tensor([3, 0, 4, 3])
+        kjt = KeyedJaggedTensor(["a"], torch.randint(0, 50, (10,), generator=g), lengths=lengths)
+        out = sharded(kjt)
+        out = out.wait() if hasattr(out, "wait") else out
+        (out["a"].values() * torch.linspace(-1, 1, 80).view(10, 8)).sum().backward()
+    return sharded
+
+
+@pytest.mark.parametrize("sharding_type", ["table_wise", "row_wise", "column_wise"])
+def test_sequence_tables_run_tiered(sharding_type: str, tmp_path: pathlib.Path) -> None:
+    from shardrec_sharding import tiered_lookups
+
+    plain = sequence_train("fused", sharding_type, tmp_path)
+    tiered = sequence_train("key_value", sharding_type, tmp_path)
+    [lookup] = tiered_lookups(tiered)
+    lookup.flush()
+    assert lookup.caches[0].slots == 15 and lookup.stats()["t"]["misses"] > 15  # evicted
+    assert torch.equal(lookup.read_table("t")[0], plain.embeddings["t"].weight.detach())
