@@ -220,3 +220,28 @@ def test_tiered_run_trains_as_the_in_memory_run(tmp_path: pathlib.Path, ranks: i
     assert stores == [f"tier-store/rank-{r}/t_cat_{t}.tier" for r in range(ranks) for t in range(3)]
     assert not (tiered_out / "checkpoints").exists()  # tiered checkpoints are not built yet
     assert "tiered tables" not in plain.stdout and "tier " not in plain.stdout
+
+
+@pytest.mark.slow
+def test_a_cache_smaller_than_a_batch_is_one_line(tmp_path: pathlib.Path) -> None:
+    result = run_shardrec(
+        [
+            "train",
+            *TIERED_DATA,
+            "--nproc-per-node",
+            "1",
+            "--tiered",
+            "--tiered-cache-rows",
+            "4",
+            "--out",
+            str(tmp_path / "out"),
+        ]
+    )
+    assert result.returncode != 0
+    [line] = [line for line in result.stderr.splitlines() if "shardrec train: error" in line]
+    assert line.startswith("[rank 0] shardrec train: error: table 't_cat_")
+    assert "but the cache holds 4 rows" in line
+    assert line.endswith(
+        "raise --tiered-cache-rows or --tiered-cache-fraction (or lower --batch-size)"
+    )
+    assert "[rank0]: Traceback" not in result.stderr  # the rank's own traceback

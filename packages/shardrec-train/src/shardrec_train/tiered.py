@@ -187,6 +187,14 @@ def place_in_tier(opts: TrainOptions, plan: ShardingPlan, names: Sequence[str]) 
     return dataclasses.replace(plan, plan=out)
 
 
+def cache_error_line(err: Exception) -> str:
+    """A cache smaller than one batch's rows of a shard, in the command's terms."""
+    return (
+        f"shardrec train: error: {err}; with --tiered, raise --tiered-cache-rows or "
+        "--tiered-cache-fraction (or lower --batch-size)"
+    )
+
+
 def planned_tiered(plan: ShardingPlan) -> list[str]:
     """The plan's tables on the key_value kernel (the same list on every rank)."""
     return [

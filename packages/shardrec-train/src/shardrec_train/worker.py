@@ -33,6 +33,7 @@ from shardrec_collectives import (
 from shardrec_dmp import CheckpointError, load, save
 from shardrec_planner import save_plan_chart
 from shardrec_planner.report import format_report
+from shardrec_tiered import CacheTooSmallError
 from shardrec_train.build import build
 from shardrec_train.checkpoints import History, latest_checkpoint, resume_latest, step_path
 from shardrec_train.data import build_dataset
@@ -49,7 +50,7 @@ from shardrec_train.loop import (
 from shardrec_train.options import TrainOptions
 from shardrec_train.progress import LOSS_EVERY, Progress
 from shardrec_train.report import format_summary, save_charts, summarize, write_summary
-from shardrec_train.tiered import TierStats, planned_tiered, saves_checkpoints
+from shardrec_train.tiered import TierStats, cache_error_line, planned_tiered, saves_checkpoints
 from shardrec_train.tiered import stats_text as tier_text
 
 OUTPUTS = "summary.json, history.json, plan.json, loss.png, auc.png, plan_load.png, checkpoints/"
@@ -110,6 +111,9 @@ def train_worker(opts: TrainOptions, environ: Mapping[str, str]) -> int:
     ).start()
     try:
         return _train(opts, environ, device, started, watchdog)
+    except CacheTooSmallError as err:  # --tiered: one line naming the flags, not a traceback
+        print(f"[rank {dist.get_rank()}] {cache_error_line(err)}", file=sys.stderr, flush=True)
+        return 1
     except Exception:
         # A peer that the watchdog stopped closes its sockets, so this rank's collective may
         # fail before its own watchdog reads the verdict: report the cause, not the symptom.
