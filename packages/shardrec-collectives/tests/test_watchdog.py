@@ -24,9 +24,9 @@ from torch.distributed import PrefixStore, TCPStore
 from shardrec_collectives import EXIT_STATUS, Watchdog, agree_on_attempt
 
 WORLD = 3
-TIMEOUT_S = 6.0  # the silence limit is half of it: 3 s, long for a heartbeat thread to starve
+TIMEOUT_S = 10.0  # the silence limit is half of it: 5 s, long for a heartbeat thread to starve
 # Process start (torch import) on a busy 2-core machine, plus exit and reaping.
-SLACK_S = 6.0
+SLACK_S = 10.0
 
 RANK_SCRIPT = textwrap.dedent(
     """

@@ -5,6 +5,7 @@ in rank order, and the pooled output equals the unsharded EmbeddingBagCollection
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -118,21 +119,23 @@ def _reference_rows(
     return out
 
 
+def _shard(ctx: RankContext, kind: str, module: Any, sharder: Any) -> Any:
+    """`module`'s single table "t" planned `kind` (row_wise or table_wise on rank 0), sharded."""
+    generator = row_wise() if kind == "row_wise" else table_wise(rank=0)
+    plan = construct_module_sharding_plan(
+        module._embedding_module,
+        {"t": generator},
+        world_size=ctx.world_size,
+        local_world_size=ctx.world_size,
+    )
+    return sharder.shard(module, dict(plan), ShardingEnv.from_process_group(ctx.pg))
+
+
 def _run(ctx: RankContext, kind: str) -> int:
-    env = ShardingEnv.from_process_group(ctx.pg)
     module = ManagedCollisionEmbeddingBagCollection(
         _ebc(), ManagedCollisionCollection({"t": _mch()}, _configs())
     )
-    generator = row_wise() if kind == "row_wise" else table_wise(rank=0)
-    plan = dict(
-        construct_module_sharding_plan(
-            module._embedding_module,
-            {"t": generator},
-            world_size=ctx.world_size,
-            local_world_size=ctx.world_size,
-        )
-    )
-    sharded = ManagedCollisionEmbeddingBagCollectionSharder().shard(module, plan, env)
+    sharded = _shard(ctx, kind, module, ManagedCollisionEmbeddingBagCollectionSharder())
     reference = _ebc()
     expected_rows = _reference_rows(kind, ctx.world_size, ctx.rank)
     for step in range(STEPS):
@@ -227,20 +230,10 @@ def _ec() -> EmbeddingCollection:
 def _run_sequence(ctx: RankContext, kind: str) -> int:
     """The MC EmbeddingCollection: each feature's rows equal the unsharded EmbeddingCollection's
     on the reference remapped ids."""
-    env = ShardingEnv.from_process_group(ctx.pg)
     module = ManagedCollisionEmbeddingCollection(
         _ec(), ManagedCollisionCollection({"t": _mch()}, _seq_configs())
     )
-    generator = row_wise() if kind == "row_wise" else table_wise(rank=0)
-    plan = dict(
-        construct_module_sharding_plan(
-            module._embedding_module,
-            {"t": generator},
-            world_size=ctx.world_size,
-            local_world_size=ctx.world_size,
-        )
-    )
-    sharded = ManagedCollisionEmbeddingCollectionSharder().shard(module, plan, env)
+    sharded = _shard(ctx, kind, module, ManagedCollisionEmbeddingCollectionSharder())
     reference = _ec()
     expected_rows = _reference_rows(kind, ctx.world_size, ctx.rank)
     per = ROWS // (1 if kind == "table_wise" else ctx.world_size)

@@ -44,11 +44,18 @@ from shardrec_dmp.checkpoint_files import (
 from shardrec_dmp.checkpoint_io import (
     DCP_METADATA,
     ChecksumWriter,
-    SafePlanner,
     SafeReader,
     read_dcp_metadata,
 )
+from shardrec_dmp.checkpoint_tiered import (
+    TieredLoadPlanner,
+    TieredSavePlanner,
+    check_checkpoint_path,
+    flush_tiered,
+    refuse_store_dir,
+)
 from shardrec_dmp.model_parallel import DistributedModelParallel
+from shardrec_tiered.checkpoint import streaming_state_dict
 
 __all__ = [
     "FORMAT_VERSION",
@@ -68,10 +75,12 @@ compatibly: a version-1 manifest without them loads unverified, with a warning).
 def _state(
     model: DistributedModelParallel, optimizers: Mapping[str, torch.optim.Optimizer]
 ) -> dict[str, object]:
-    return {
-        "model": model.state_dict(),
-        "optimizers": {name: opt.state_dict() for name, opt in optimizers.items()},
-    }
+    # Tiered tables give StoreSlices, streamed from their stores (checkpoint_tiered).
+    with streaming_state_dict():
+        return {
+            "model": model.state_dict(),
+            "optimizers": {name: opt.state_dict() for name, opt in optimizers.items()},
+        }
 
 
 def _prune(value: object) -> object:
@@ -139,13 +148,15 @@ def save(
     env: ShardingEnv = model.env
     final = os.fspath(path)
     partial = final + ".partial"
+    check_checkpoint_path(final, model)
+    flush_tiered(model)  # a full disk fails here, every rank, before anything is written
     if env.rank == 0 and os.path.exists(partial):
         shutil.rmtree(partial)  # left by an earlier crashed save
     barrier(env)
     state = _prune(_state(model, dict(optimizers or {})))
     assert isinstance(state, dict)
     writer = ChecksumWriter(partial)
-    dcp_save(state, storage_writer=writer, process_group=env.pg)
+    dcp_save(state, storage_writer=writer, planner=TieredSavePlanner(), process_group=env.pg)
     # Each rank checksummed the data files it wrote; DCP's `.metadata` is rank 0's.
     gathered = all_gather_object(env, writer.records)
     if env.rank == 0:
@@ -185,7 +196,9 @@ def _publish(partial: str, final: str) -> None:
 
 def read_metadata(path: str | os.PathLike[str]) -> dict[str, object]:
     """The checkpoint's `shardrec.json`: format version, world size, optimizer names, plan,
-    and `files` (each file's size and CRC-32). A damaged one is a `CheckpointError` naming it."""
+    and `files` (each file's size and CRC-32). A damaged one is a `CheckpointError` naming it;
+    so is a tiered backing store given as a checkpoint."""
+    refuse_store_dir(os.fspath(path))
     return read_manifest(path, FORMAT_VERSION)
 
 
@@ -300,7 +313,7 @@ def load(
     assert isinstance(pruned, dict)
     reader = SafeReader(checkpoint, metadata, None if files is None else set(files))
     try:
-        dcp_load(pruned, storage_reader=reader, planner=SafePlanner(), process_group=env.pg)
+        dcp_load(pruned, storage_reader=reader, planner=TieredLoadPlanner(), process_group=env.pg)
     except CheckpointException as err:
         # DCP gathers every rank's failure; a damaged or crafted file is reported as itself.
         for failure, _ in err.failures.values():

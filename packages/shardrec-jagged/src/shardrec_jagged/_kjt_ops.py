@@ -232,3 +232,13 @@ def kjt_to_dict(kjt: KeyedJaggedTensor, compute_offsets: bool) -> dict[str, Jagg
         k: JaggedTensor._unchecked(values[i], weights[i], per_key_lengths[i], offsets[i])
         for i, k in enumerate(keys)
     }
+
+
+def kjt_clear_storage(kjt: KeyedJaggedTensor) -> None:
+    """Shrink the storage of every tensor of `kjt` (its inverse indices too) to 0 bytes."""
+    inverse = kjt._inverse_indices
+    for t in (kjt._values, kjt._weights, kjt._lengths, kjt._offsets):
+        if t is not None:
+            t.untyped_storage().resize_(0)
+    if inverse is not None:
+        inverse[1].untyped_storage().resize_(0)

@@ -28,6 +28,8 @@ from typing import TypeAlias
 
 import torch
 
+from shardrec_jagged._validation import check_key_bounds, validate_agree, validate_offsets
+
 __all__ = [
     "ScriptJaggedTensor",
     "ScriptKeyedJaggedTensor",
@@ -66,62 +68,6 @@ def _cumsum(sizes: list[int]) -> list[int]:
     for s in sizes:
         out.append(out[-1] + s)
     return out
-
-
-def _check_offsets(offsets: torch.Tensor, n_values: int) -> None:
-    """Offsets start at 0, never decrease and end within values (a full pass)."""
-    first = int(offsets[0])
-    if first != 0:
-        raise ValueError(
-            f"offsets[0] = {first}; offsets must start at 0 (offsets[i] is where bag i starts "
-            "in values)"
-        )
-    drop = (offsets[1:] < offsets[:-1]).nonzero()
-    if drop.numel() > 0:
-        i = int(drop[0, 0]) + 1
-        raise ValueError(
-            f"offsets decrease at index {i} ({int(offsets[i - 1])} -> {int(offsets[i])}); "
-            "offsets must be non-decreasing (that is, lengths must be >= 0)"
-        )
-    last = int(offsets[-1])
-    if last > n_values:
-        raise ValueError(
-            f"offsets[-1] = {last} but values has only {n_values} entries; the bags need "
-            f"values.size(0) >= {last}"
-        )
-
-
-def _check_agree(lengths: torch.Tensor, offsets: torch.Tensor) -> None:
-    """Lengths given beside offsets describe the same bags (a full pass)."""
-    diff = offsets[1:] - offsets[:-1]
-    bad = (diff != lengths).nonzero()
-    if bad.numel() > 0:
-        i = int(bad[0, 0])
-        raise ValueError(
-            f"lengths and offsets disagree at bag {i}: lengths[{i}] = {int(lengths[i])} but "
-            f"offsets[{i + 1}] - offsets[{i}] = {int(diff[i])}"
-        )
-
-
-def _check_key_bounds(bounds: list[int], keys: list[str], n_values: int) -> None:
-    """The offsets at each key's first bag, then the last offset: they start at 0, do not
-    decrease between keys and end within values (named as offsets problems)."""
-    if bounds[0] != 0:
-        raise ValueError(
-            f"offsets[0] = {bounds[0]}; offsets must start at 0 (offsets[i] is where bag i "
-            "starts in values)"
-        )
-    for i in range(len(keys)):
-        if bounds[i + 1] < bounds[i]:
-            raise ValueError(
-                f"offsets decrease within key '{keys[i]}' (from {bounds[i]} at its first bag "
-                f"to {bounds[i + 1]} at its end); offsets must be non-decreasing"
-            )
-    if bounds[-1] > n_values:
-        raise ValueError(
-            f"offsets[-1] = {bounds[-1]} but values has only {n_values} entries; the bags need "
-            f"values.size(0) >= {bounds[-1]}"
-        )
 
 
 def _check_lengths(
@@ -208,10 +154,10 @@ class ScriptJaggedTensor:
         n_values = self._values.size(0)
         offsets = self._offsets
         if offsets is not None and offsets.numel() > 0:
-            _check_offsets(offsets, n_values)
+            validate_offsets(offsets, n_values)
             lengths_given = self._lengths
             if lengths_given is not None:
-                _check_agree(lengths_given, offsets)
+                validate_agree(lengths_given, offsets)
         sizes: list[int] = self.lengths().long().tolist()
         total = 0
         for i, n in enumerate(sizes):
@@ -363,12 +309,12 @@ class ScriptKeyedJaggedTensor:
                     # Both present: compared bag by bag (the twin declares only the Python
                     # class's fields, which artifacts are fed with, so it cannot tell given
                     # from derived; one full pass, at the first read only).
-                    _check_agree(lengths, given_offsets)
+                    validate_agree(lengths, given_offsets)
                 bounds = torch.tensor(
                     _cumsum(self.stride_per_key()), dtype=torch.long, device=self._values.device
                 )
                 picked: list[int] = self.offsets()[bounds].long().tolist()
-                _check_key_bounds(picked, self._keys, n_values)
+                check_key_bounds(picked, self._keys, n_values)
                 computed: list[int] = []
                 for i in range(len(self._keys)):
                     computed.append(picked[i + 1] - picked[i])

@@ -183,11 +183,12 @@ def check_key_widths(
     return widths
 
 
-def check_key_bounds(bounds: Sequence[int], keys: Sequence[str], n_values: int) -> None:
+def check_key_bounds(bounds: list[int], keys: list[str], n_values: int) -> None:
     """``bounds``: the offsets at each key's first bag, then the last offset (F + 1 host ints).
 
     Catches offsets that do not start at 0 or that decrease between keys, and names them as an
-    offsets problem (the per-key lengths they imply would only look negative).
+    offsets problem (the per-key lengths they imply would only look negative). TorchScript
+    compiles it too (the scripted KeyedJaggedTensor calls it): list arguments, no `!r`.
     """
     if bounds[0] != 0:
         raise ValueError(
@@ -197,7 +198,7 @@ def check_key_bounds(bounds: Sequence[int], keys: Sequence[str], n_values: int) 
     for i in range(len(keys)):
         if bounds[i + 1] < bounds[i]:
             raise ValueError(
-                f"offsets decrease within key {keys[i]!r} (from {bounds[i]} at its first bag "
+                f"offsets decrease within key '{keys[i]}' (from {bounds[i]} at its first bag "
                 f"to {bounds[i + 1]} at its end); offsets must be non-decreasing"
             )
     if bounds[-1] > n_values:

@@ -338,12 +338,7 @@ class KeyedJaggedTensor(JaggedParts, metaclass=ProxyableMeta):
 
         For a KJT kept only for its host metadata; its contents are garbage afterwards.
         """
-        inv = self._inverse_indices
-        for t in (self._values, self._weights, self._lengths, self._offsets):
-            if t is not None:
-                t.untyped_storage().resize_(0)
-        if inv is not None:
-            inv[1].untyped_storage().resize_(0)
+        _kjt_ops.kjt_clear_storage(self)
 
     # --- accessors --------------------------------------------------------------------------
 

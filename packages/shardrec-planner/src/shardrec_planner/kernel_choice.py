@@ -22,6 +22,10 @@ have, and the report lists them as not applied.
 `bounds_check_mode`: shardrec's lookups always refuse an out-of-range id with an error naming it
 (TorchRec's FATAL); another mode is reported as such. `stochastic_rounding`: the fused optimizer
 rounds to nearest; True is reported as not applied (it only matters for fp16/bf16 weights).
+
+`ssd_virtual_table` / `dram_virtual_table` run as themselves on a dynamic (raw-id) table placed
+table_wise (refused otherwise, hand-written plans only): every raw id's row in RocksDB / RAM,
+the table's capacity as its row cache (`runs_virtual_tiered`; shardrec_sharding/virtual_tier.py).
 """
 
 from __future__ import annotations
@@ -97,6 +101,7 @@ def kernel_notes(ps: ParameterSharding, compute_device: str | None = None) -> li
     asked = ps.compute_kernel
     runs = executed_kernel(asked)
     tiered = runs_tiered(ps)
+    virtual = runs_virtual_tiered(ps)
     if tiered:
         cache = ps.cache_params
         factor = 0.2 if cache is None or cache.load_factor is None else cache.load_factor
@@ -106,6 +111,17 @@ def kernel_notes(ps: ParameterSharding, compute_device: str | None = None) -> li
         notes.append(
             f"kernel key_value runs tiered: rows and optimizer state in {where}/rank-<r>, a "
             f"{policy} cache of {factor:g} of the rows in memory"
+        )
+    elif virtual:
+        kv = ps.key_value_params
+        where = (
+            f"RocksDB in {(kv.ssd_storage_directory if kv else None) or './tier-store'}/rank-<r>"
+            if asked is EmbeddingComputeKernel.SSD_VIRTUAL_TABLE
+            else "RAM"
+        )
+        notes.append(
+            f"kernel {asked.value} runs the raw-id tier: every id's row and optimizer state in "
+            f"{where}, the table's capacity as a row cache in memory"
         )
     elif runs is not asked:
         notes.append(
@@ -120,7 +136,9 @@ def kernel_notes(ps: ParameterSharding, compute_device: str | None = None) -> li
     cache = ps.cache_params
     if cache is not None and not tiered:
         if cache.load_factor is not None:
-            if asked is not EmbeddingComputeKernel.FUSED_UVM_CACHING:
+            if virtual:
+                use = "unused (the table's capacity is its cache)"
+            elif asked is not EmbeddingComputeKernel.FUSED_UVM_CACHING:
                 use = "unused (the kernel has no cache)"
             elif device == "cpu":
                 use = "unused on cpu (estimated as fused)"
@@ -137,7 +155,7 @@ def kernel_notes(ps: ParameterSharding, compute_device: str | None = None) -> li
                 "stats",
                 "multipass_prefetch_config",
             )
-            if getattr(cache, name) is not None
+            if getattr(cache, name) is not None and not (virtual and name == "algorithm")
         ]
         if rest:
             notes.append(f"cache_params {', '.join(rest)} not applied (no device cache)")
@@ -149,12 +167,13 @@ def kernel_notes(ps: ParameterSharding, compute_device: str | None = None) -> li
             f.name
             for f in dataclasses.fields(kv)
             if getattr(kv, f.name) is not None
-            and not (tiered and f.name == "ssd_storage_directory")
+            and not ((tiered or virtual) and f.name == "ssd_storage_directory")
         ]
-        if not tiered:
+        if not (tiered or virtual):
             notes.append("key_value_params not applied (no key-value store)")
         elif unused:
-            notes.append(f"key_value_params {', '.join(unused)} not applied (flat-file store)")
+            store = "flat-file store" if tiered else "shardrec's RocksDB settings"
+            notes.append(f"key_value_params {', '.join(unused)} not applied ({store})")
     mode = ps.bounds_check_mode
     if mode is not None and mode is not BoundsCheckMode.FATAL:
         notes.append(
@@ -186,3 +205,13 @@ def kernel_options(constraints: ParameterConstraints | None) -> dict[str, Any]:
 def cache_ratio_of(ps: ParameterSharding) -> float | None:
     """The cached share a plan's table asks for (`CacheParams.load_factor`), if any."""
     return None if ps.cache_params is None else ps.cache_params.load_factor
+
+
+def runs_virtual_tiered(ps: ParameterSharding) -> bool:
+    """Whether a table planned as `ps` keeps its raw-id rows in a store behind a cache of its
+    `capacity` slots (`ssd_virtual_table`: RocksDB on disk, `dram_virtual_table`: RAM; only
+    dynamic tables placed table_wise, which `ParameterSharding` and the sharder check)."""
+    return ps.compute_kernel in (
+        EmbeddingComputeKernel.SSD_VIRTUAL_TABLE,
+        EmbeddingComputeKernel.DRAM_VIRTUAL_TABLE,
+    )

@@ -50,7 +50,11 @@ class ParameterSharding:
             if value is not None and not isinstance(value, kind):
                 raise TypeError(f"{field} must be a {kind.__name__} or None, got {value!r}")
         object.__setattr__(self, "sharding_type", ShardingType(self.sharding_type))
-        kernel = executable_kernel(self.compute_kernel, "ParameterSharding")
+        kernel = executable_kernel(
+            self.compute_kernel,
+            "ParameterSharding",
+            table_wise=self.sharding_type is ShardingType.TABLE_WISE,
+        )
         object.__setattr__(self, "compute_kernel", kernel)
         given: object = self.ranks
         if isinstance(given, (str, bytes)) or not isinstance(given, Sequence):

@@ -197,7 +197,16 @@ class ShardedCollectionBase(nn.Module, Generic[S, M]):
         self._segments = segments_of(configs)
         self._state = ShardedStateDict(tables, env, self._prefix)
         self._fused_optimizer = ShardedFusedOptimizer(
-            [(self._prefix, o) for s in strategies for o in s.lookup.fused_optimizers()],
+            [
+                (self._prefix, m.fused_optimizer)
+                for s in strategies
+                for m in s.lookup.fused_modules()
+            ]
+            + [  # tiered tables: their state in the store, the same keys (shardrec_tiered)
+                (self._prefix, t.fused_optimizer)
+                for s in strategies
+                for t in s.lookup.tiered_modules()
+            ],
             self._state,
         )
         is_weighted = getattr(module, "is_weighted", None)

@@ -302,11 +302,14 @@ class _ShardedDynamicTables(DynamicTables):
         env: ShardingEnv,
         owner: str,
     ) -> None:
+        from shardrec_sharding.virtual_tier import part_class  # it subclasses this module's
+
         routing = {t.name: routing_of(t) for t in tables}
+        kinds = {t.name: part_class(t) for t in tables}
         super().__init__(
             configs,
             owner,
-            make_table=lambda c: ShardedDynamicTable(c, routing[c.name], env),
+            make_table=lambda c: kinds[c.name](c, routing[c.name], env),
         )
 
 
@@ -381,6 +384,11 @@ class _DynamicMixin:
             f for t in dynamic_configs(list(configs)) for f in t.feature_names
         ]
         self.dynamic_tables = dyn
+        from shardrec_sharding.virtual_tier import attach_virtual_tiers  # it imports this module
+
+        attach_virtual_tiers(
+            self._tables, dyn, self._lookup_modules_of, module, container, self.env.rank
+        )
 
     def _lookup_modules_of(self, name: str) -> list[tuple[BatchedFusedEmbeddingBag, int]]:
         """This rank's fused lookups holding table `name`, with its first row in each."""

@@ -14,6 +14,7 @@ from torch.distributed._shard.sharded_tensor.api import ShardedTensor
 
 from shardrec_optim import CombinedOptimizer, KeyedOptimizer
 from shardrec_sharding.state_dict import ShardedStateDict
+from shardrec_tiered.checkpoint import StoreSlice
 
 __all__ = ["ShardedFusedOptimizer"]
 
@@ -44,7 +45,7 @@ class ShardedFusedOptimizer(CombinedOptimizer):
             table = key.split(".")[-2]
             if isinstance(entry, dict):
                 for name, value in entry.items():
-                    if isinstance(value, Tensor):
+                    if isinstance(value, Tensor | StoreSlice):
                         entry[name] = self._tables.state_to_sharded(table, value)
         return out
 

@@ -24,6 +24,7 @@ import torch
 
 from shardrec_embedding import BaseEmbeddingConfig, EmbeddingBagConfig, PoolingType
 from shardrec_planner import EmbeddingComputeKernel, ParameterSharding, ShardingType
+from shardrec_planner.kernel_choice import runs_virtual_tiered
 
 __all__ = [
     "LocalTable",
@@ -202,6 +203,12 @@ def _check_table(
             f"table {name!r}: use_virtual_table={config.use_virtual_table} / total_num_buckets="
             f"{config.total_num_buckets} describe a raw-id (virtual) table, which the sharded "
             "modules do not run yet; shard it as a plain table (leave both unset)"
+        )
+    if runs_virtual_tiered(ps) and config.dynamic is None:
+        raise ValueError(
+            f"table {name!r}: compute kernel {ps.compute_kernel.value!r} runs raw-id (dynamic) "
+            "tables only; give the table dynamic=DynamicTableConfig(...), or plan 'key_value' "
+            "for a table of dense ids on disk"
         )
     st = ps.sharding_type
     if st not in supported:

@@ -31,7 +31,7 @@ from shardrec_embedding import (
     shift_ids,
 )
 from shardrec_embedding.fused import BatchedFusedEmbeddingBag, FusedTable, FusedTableSpec
-from shardrec_optim import FusedOptimSpec, KeyedOptimizer
+from shardrec_optim import FusedOptimSpec
 from shardrec_sharding._index_cache import IndexCache
 from shardrec_sharding.layout import LocalTable
 from shardrec_tiered import TieredFusedEmbeddingBag, TieredOptions
@@ -186,11 +186,6 @@ class LocalLookup:
 
     def tiered_modules(self) -> list[TieredFusedEmbeddingBag]:
         return [g.module for g in self.groups if isinstance(g.module, TieredFusedEmbeddingBag)]
-
-    def fused_optimizers(self) -> list[KeyedOptimizer]:
-        """The KeyedOptimizer views of the in-memory and the tiered fused lookups."""
-        views: list[KeyedOptimizer] = [m.fused_optimizer for m in self.fused_modules()]
-        return views + [m.fused_optimizer for m in self.tiered_modules()]
 
     def apply_(self, fn: Callable[[Tensor], Tensor]) -> None:
         """Apply a `Module._apply` function to the groups' buffers, then re-pack the weights

@@ -30,6 +30,7 @@ from torch.distributed._shard.sharded_tensor.shard import Shard
 from shardrec_collectives import ShardingEnv
 from shardrec_planner import ShardingType
 from shardrec_sharding.layout import LocalTable, TableSharding
+from shardrec_tiered.checkpoint import StoreSlice
 
 __all__ = ["ShardedStateDict"]
 
@@ -88,13 +89,31 @@ class ShardedStateDict:
                 shards, global_meta, process_group=self._env.pg
             )
 
-    def state_to_sharded(self, table: str, value: Tensor) -> Tensor | ShardedTensor:
+    def placed_slice(self, table: TableSharding, local: StoreSlice) -> StoreSlice:
+        """A tiered table's local `StoreSlice` placed at its shards' global offsets, as
+        `sharded_tensor` places an in-memory weight (checkpoints stream it from the store)."""
+        lt = self._local[table.name]
+        assert lt is not None
+        blocks: list[tuple[int, int, Sequence[int]]] = []
+        start = 0
+        for c0, n in lt.column_blocks:
+            blocks.append((start, n, (lt.row_offset, c0)))
+            start += n
+        size = (table.config.num_embeddings, table.config.embedding_dim)
+        return local.placed(blocks, size)
+
+    def state_to_sharded(
+        self, table: str, value: Tensor | StoreSlice
+    ) -> Tensor | ShardedTensor | StoreSlice:
         """An optimizer state tensor of `table` as a ShardedTensor when it is per row (see
-        `fused_optimizer.ShardedFusedOptimizer`); other state (a step counter) unchanged."""
+        `fused_optimizer.ShardedFusedOptimizer`); other state (a step counter) unchanged.
+        A tiered table's state (`StoreSlice`) is placed the same way, staying a slice."""
         t = next((x for x in self._tables if x.name == table), None)
         lt = self._local.get(table)
         if t is None or lt is None:
             return value
+        if isinstance(value, StoreSlice):
+            return self._place_state(t, lt, value)
         if value.dim() == 2 and tuple(value.shape) == (lt.rows, lt.dim):
             return self.sharded_tensor(t, value)
         full_width = all(s.cols == t.config.embedding_dim for s in t.shards if s.rows)
@@ -120,6 +139,17 @@ class ShardedStateDict:
         if value.dim() == 1 and value.numel() == lt.rows:
             return self._per_holder(t, value)
         return value
+
+    def _place_state(self, t: TableSharding, lt: LocalTable, value: StoreSlice) -> StoreSlice:
+        """`state_to_sharded` of a tiered table's state slice (the same three cases)."""
+        rows = t.config.num_embeddings
+        if value.dim() == 2:
+            return self.placed_slice(t, value)
+        if all(s.cols == t.config.embedding_dim for s in t.shards if s.rows):
+            return value.placed([(0, 1, (lt.row_offset,))], (rows,))
+        holders = sorted({s.rank for s in t.shards if s.rows and s.cols})
+        column = holders.index(self._env.rank)
+        return value.placed([(0, 1, (0, column))], (rows, len(holders)), vector=False)
 
     def _per_holder(self, table: TableSharding, value: Tensor) -> ShardedTensor:
         """Row-wise state of a column-split table: one `(rows,)` column per rank holding the
@@ -175,6 +205,9 @@ class ShardedStateDict:
         for t in self._tables:
             key = self._key(prefix, t.name)
             local = state_dict.get(key)
+            if isinstance(local, StoreSlice):  # a tiered table, streaming (checkpoint.py)
+                state_dict[key] = self.placed_slice(t, local)
+                continue
             state_dict[key] = self.sharded_tensor(t, local if isinstance(local, Tensor) else None)
         # A table with no rows here was added last: restore the module's table order (these
         # are the last keys of `state_dict` while this hook runs).
@@ -202,6 +235,8 @@ class ShardedStateDict:
             if lt is None:
                 del state_dict[key]  # this rank holds no rows of the table
                 continue
+            if isinstance(value, StoreSlice):
+                continue  # a tiered table's, written in place by a streaming load
             if isinstance(value, ShardedTensor):
                 state_dict[key] = _from_shards(t.name, value, lt)
             elif isinstance(value, Tensor):

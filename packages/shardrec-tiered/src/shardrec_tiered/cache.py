@@ -2,7 +2,8 @@
 
 ```
 slots [0, S)      weight (S, D), state (S, D) or (S,)   views of the group's cache tensors
-id_of_slot (S,)   the table row a slot holds, -1: empty
+id_of_slot (S,)   the table row a slot holds (-1 when empty; raw ids may be any int64)
+held (S,)         whether the slot holds a row
 pins (S,)         in-flight batches holding the slot (never evicted while > 0)
 dirty (S,)        updated since it was read: written back before the slot is reused
 score (S,)        LRU: the admission tick of its last use; LFU: its use count
@@ -22,8 +23,8 @@ import torch
 from torch import Tensor
 
 from shardrec_tiered.options import CachePolicy
+from shardrec_tiered.row_store import RowStore
 from shardrec_tiered.slot_map import DenseSlotMap, SlotMap
-from shardrec_tiered.store import FlatFileStore
 
 __all__ = ["CacheFullError", "CacheTooSmallError", "RowCache"]
 
@@ -43,7 +44,7 @@ class RowCache:
 
     def __init__(
         self,
-        store: FlatFileStore,
+        store: RowStore,
         weight: Tensor,
         state: dict[str, Tensor],
         policy: CachePolicy,
@@ -55,8 +56,11 @@ class RowCache:
         self.state = state
         self.policy = CachePolicy(policy)
         self.slots = weight.shape[0]
-        self.map: SlotMap = slot_map or DenseSlotMap(store.layout.num_rows)
+        self.map: SlotMap = (
+            slot_map if slot_map is not None else DenseSlotMap(store.layout.num_rows)
+        )
         self.id_of_slot = torch.full((self.slots,), -1, dtype=torch.int64)
+        self.held = torch.zeros(self.slots, dtype=torch.bool)
         self.pins = torch.zeros(self.slots, dtype=torch.int32)
         self.dirty = torch.zeros(self.slots, dtype=torch.bool)
         self.score = torch.full((self.slots,), -1, dtype=torch.int64)
@@ -96,6 +100,7 @@ class RowCache:
             rows = self.store.read(missing.numpy())
             self._unpack(victims, torch.from_numpy(rows))
             self.id_of_slot[victims] = missing
+            self.held[victims] = True
             self.map.insert(missing, victims)
             self.score[victims] = 0
             slots[~hit] = victims
@@ -126,12 +131,13 @@ class RowCache:
     def _evict(self, victims: Tensor) -> None:
         """Write back the dirty rows among `victims` and forget their ids."""
         old = self.id_of_slot[victims]
-        held = old >= 0
+        held = self.held[victims]
         if not bool(held.any()):
             return
         self._write_back(victims[held & self.dirty[victims]])
         self.map.erase(old[held])
         self.id_of_slot[victims] = -1
+        self.held[victims] = False
 
     def _write_back(self, slots: Tensor) -> None:
         if slots.numel() == 0:
@@ -173,6 +179,21 @@ class RowCache:
         """Write every dirty row back and make the store durable (rows stay cached)."""
         self._write_back(torch.nonzero(self.dirty).flatten())
         self.store.flush()
+
+    def write_back_dirty(self) -> None:
+        """Write every dirty row back (no fdatasync: the rows are in the store's file)."""
+        self._write_back(torch.nonzero(self.dirty).flatten())
+
+    def refresh(self, ids: Tensor) -> None:
+        """Re-read the cached ones among table rows `ids` (distinct, sorted) from the store:
+        it was written under them (a checkpoint loaded). Their slots, pins and scores stay."""
+        slots = self.map.find(ids)
+        held = slots >= 0
+        if not bool(held.any()):
+            return
+        ids, slots = ids[held], slots[held]
+        self._unpack(slots, torch.from_numpy(self.store.read(ids.numpy())))
+        self.dirty[slots] = False
 
     def read_all(self) -> np.ndarray:
         """`(num_rows, stride)` the whole table as the store holds it after a flush (small

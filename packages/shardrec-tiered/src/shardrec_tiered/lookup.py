@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -34,9 +35,10 @@ from shardrec_embedding.fused.lookup import FusedLookupFunction
 from shardrec_embedding.fused.tables import FusedTableSpec
 from shardrec_optim import FusedOptimSpec, init_state, state_shapes
 from shardrec_tiered.cache import RowCache
+from shardrec_tiered.checkpoint import StoreSlice, TieredFusedOptimizer, is_streaming
 from shardrec_tiered.layout import StoreLayout
-from shardrec_tiered.optimizer import TieredFusedOptimizer
 from shardrec_tiered.options import TieredOptions
+from shardrec_tiered.row_store import RowStore
 from shardrec_tiered.store import FlatFileStore
 
 __all__ = ["TieredFusedEmbeddingBag", "TieredTable"]
@@ -50,24 +52,67 @@ _Pins = list[tuple[RowCache, Tensor]]
 
 class TieredTable(nn.Module):
     """Stands for one tiered table among a module's tables. It holds no Parameter: the rows are
-    in the store and the cache (`lookup.read_table(name)` reads them)."""
+    in the store and the cache. Its state_dict entry `weight` is read from the store (the whole
+    table as a tensor; a `StoreSlice` inside `streaming_state_dict()`), and loading one writes
+    it into the store (checkpoint.py)."""
 
-    def __init__(self, name: str, rows: int, dim: int) -> None:
+    def __init__(self, owner: TieredFusedEmbeddingBag, index: int) -> None:
         super().__init__()
-        self.name, self.rows, self.dim = name, rows, dim
-        self._register_state_dict_hook(_refuse_checkpoint)  # type: ignore[no-untyped-call]  # torch leaves it untyped
-        self._register_load_state_dict_pre_hook(_refuse_checkpoint, with_module=True)  # type: ignore[no-untyped-call]  # torch leaves it untyped
+        spec = owner.table_specs[index]
+        self.name, self.rows, self.dim = spec.name, spec.num_rows, spec.dim
+        self._owner = weakref.ref(owner)  # not a submodule: the owner holds this one
+        self._index = index
+        self._register_state_dict_hook(_save_weight)  # type: ignore[no-untyped-call]  # torch leaves it untyped
+
+    def owner(self) -> TieredFusedEmbeddingBag:
+        owner = self._owner()
+        if owner is None:
+            raise RuntimeError(f"tiered table {self.name!r}: its lookup module is gone")
+        return owner
+
+    def weight_slice(self) -> StoreSlice:
+        return StoreSlice.local(self.owner(), self._index, 0, self.dim, vector=False)
+
+    def _load_from_state_dict(
+        self,
+        state_dict: Mapping[str, Any],
+        prefix: str,
+        local_metadata: object,
+        strict: bool,
+        missing_keys: list[str],
+        unexpected_keys: list[str],
+        error_msgs: list[str],
+    ) -> None:
+        key = prefix + "weight"
+        if key not in state_dict:
+            missing_keys.append(key)
+            return
+        target = self.weight_slice()
+        value = state_dict[key]
+        if target.same_place(value):
+            return  # a streaming load wrote it in place
+        if isinstance(value, StoreSlice):
+            value = value.read()
+        if not isinstance(value, Tensor) or tuple(value.shape) != (self.rows, self.dim):
+            shape = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
+            error_msgs.append(
+                f"size mismatch for {key}: copying a param with shape {shape} from checkpoint, "
+                f"the shape in current model is {(self.rows, self.dim)} (tiered table "
+                f"{self.name!r})"
+            )
+            return
+        target.write(value)
 
     def extra_repr(self) -> str:
         return f"{self.name!r}, rows={self.rows}, dim={self.dim} (tiered)"
 
 
-def _refuse_checkpoint(module: nn.Module, *_: object) -> None:
-    """A state_dict without the table's rows would be a silently incomplete checkpoint."""
-    raise NotImplementedError(
-        f"table {getattr(module, 'name', '?')!r} is tiered: checkpoints of tiered tables are not "
-        "built yet (docs/tiered.md); read its rows with TieredFusedEmbeddingBag.read_table"
-    )
+def _save_weight(
+    module: TieredTable, state_dict: dict[str, object], prefix: str, local_metadata: object
+) -> None:
+    """state_dict hook: the table's weight, read from the store (a StoreSlice when streaming)."""
+    view = module.weight_slice()
+    state_dict[prefix + "weight"] = view if is_streaming() else view.read()
 
 
 class TieredFusedEmbeddingBag(nn.Module):
@@ -126,20 +171,13 @@ class TieredFusedEmbeddingBag(nn.Module):
         for t, lo, n in zip(specs, self.slot_offsets, slots, strict=True):
             opts = per_table[t.name]
             layout = StoreLayout(table=t.name, num_rows=t.num_rows, dim=self.dim, state=widths)
-            store = FlatFileStore(opts.directory(), layout, threads=opts.io_threads)
-            _initialize(store, t)
+            store = self._open_store(t, layout, opts)
             cache_state = {k: v[lo : lo + n] for k, v in self.cache_state().items()}
             self.caches.append(
                 RowCache(store, self.cache_weight.detach()[lo : lo + n], cache_state, opts.policy)
             )
-        self.tables = nn.ModuleDict({t.name: TieredTable(t.name, t.num_rows, t.dim) for t in specs})
-        self._optimizer = TieredFusedOptimizer(
-            self.spec,
-            {
-                t.name: self.cache_weight.detach()[lo : lo + n]
-                for t, lo, n in zip(specs, self.slot_offsets, slots, strict=True)
-            },
-        )
+        self.tables = nn.ModuleDict({t.name: TieredTable(self, i) for i, t in enumerate(specs)})
+        self._optimizer = TieredFusedOptimizer(self, self.spec)
         self.step = 0
         self._prefetched: deque[Future[_Pins]] = deque()
         self._lock = threading.Lock()  # admissions: a background prefetch vs a forward
@@ -154,23 +192,76 @@ class TieredFusedEmbeddingBag(nn.Module):
         (the whole load of a forward without prefetch), always exposed."""
         self._row_bounds = torch.tensor([*self.row_offsets, self.num_rows], dtype=torch.int64)
 
+    def _save_to_state_dict(
+        self, destination: dict[str, Any], prefix: str, keep_vars: bool
+    ) -> None:
+        """Nothing of its own: the cache is not state; the tables' rows are (`tables.<t>.weight`,
+        the in-memory table's keys), saved by each `TieredTable`."""
+
+    def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
+        """Nothing of its own to load (see `_save_to_state_dict`)."""
+
     @property
     def fused_optimizer(self) -> TieredFusedOptimizer:
-        """The KeyedOptimizer view: `param_groups[0]["lr"]` is the learning rate backward
-        applies (a sharded collection's `fused_optimizer` includes it)."""
+        """The KeyedOptimizer view (checkpoint.py): state_dict, load_state_dict, and
+        `param_groups[0]["lr"]`, the learning rate backward applies."""
         return self._optimizer
 
     @property
     def learning_rate(self) -> float:
-        """The learning rate the next backward applies (`fused_optimizer`'s)."""
         return self._optimizer.learning_rate
 
     @learning_rate.setter
     def learning_rate(self, value: float) -> None:
-        self._optimizer.learning_rate = value
+        self._optimizer.param_groups[0]["lr"] = value
+
+    def state_slices(self, table: int) -> dict[str, StoreSlice]:
+        """Each optimizer state block of table `table` in its store, by state name."""
+        out: dict[str, StoreSlice] = {}
+        col = self.dim
+        cache_state = self.cache_state()
+        for name, width in self.caches[table].store.layout.state:
+            vector = cache_state[name].dim() == 1
+            out[name] = StoreSlice.local(self, table, col, width, vector=vector)
+            col += width
+        return out
+
+    def read_columns(self, table: int, row: int, n: int, col: int, width: int) -> Tensor:
+        """`(n, width)` store columns `[col, col + width)` of table `table`'s rows
+        `[row, row + n)`, as they are now (dirty cached rows are written back first)."""
+        self._drain()
+        with self._lock:
+            cache = self.caches[table]
+            cache.write_back_dirty()
+            rows = cache.store.read(np.arange(row, row + n, dtype=np.int64))
+        return torch.from_numpy(np.ascontiguousarray(rows[:, col : col + width]))
+
+    def write_columns(self, table: int, row: int, col: int, values: Tensor) -> None:
+        """Write `(n, width)` `values` into store columns `[col, col + width)` of table
+        `table`'s rows `[row, row + n)` (read, patch, write back); the cached copies of those
+        rows are re-read, so the cache serves the written values."""
+        values = values.detach().to(torch.float32).cpu()
+        n, width = values.shape
+        self._drain()
+        with self._lock:
+            cache = self.caches[table]
+            cache.write_back_dirty()
+            ids = np.arange(row, row + n, dtype=np.int64)
+            rows = cache.store.read(ids)
+            rows[:, col : col + width] = values.numpy()
+            cache.store.write(ids, rows)
+            cache.refresh(torch.from_numpy(ids))
 
     def cache_state(self) -> dict[str, Tensor]:
         return {name: getattr(self, f"_cache_{name}") for name in self._state_names}
+
+    def _open_store(
+        self, table: FusedTableSpec, layout: StoreLayout, options: TieredOptions
+    ) -> RowStore:
+        """The backing store of `table`, holding its initial rows (a subclass's hook)."""
+        store = FlatFileStore(options.directory(), layout, threads=options.io_threads)
+        _initialize(store, table)
+        return store
 
     def _admit(self, ids: Tensor, *, pin: bool, count: bool = True) -> tuple[Tensor, _Pins]:
         """Slot of each group row in `ids` (loading misses), and the pins taken."""

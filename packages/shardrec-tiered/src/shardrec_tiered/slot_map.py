@@ -30,10 +30,18 @@ class SlotMap(Protocol):
 
 
 class DenseSlotMap:
-    """Direct-indexed map for ids in `[0, num_rows)`."""
+    """Direct-indexed map for ids in `[0, num_rows)` (allocated on first use, so a cache whose
+    map is replaced right away, a raw-id table's, never allocates it)."""
 
     def __init__(self, num_rows: int) -> None:
-        self._slot = torch.full((num_rows,), -1, dtype=torch.int32)
+        self.num_rows = num_rows
+        self._table: Tensor | None = None
+
+    @property
+    def _slot(self) -> Tensor:
+        if self._table is None:
+            self._table = torch.full((self.num_rows,), -1, dtype=torch.int32)
+        return self._table
 
     def find(self, ids: Tensor) -> Tensor:
         return self._slot[ids].long()

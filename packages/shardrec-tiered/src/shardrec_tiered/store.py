@@ -26,13 +26,44 @@ from shardrec_tiered.layout import (
     encode_header,
 )
 
-__all__ = ["FlatFileStore", "StoreSpaceError", "store_file"]
+__all__ = ["FlatFileStore", "StoreIOError", "StoreSpaceError", "store_file"]
 
 _MIN_RUNS_PER_THREAD = 64
 
 
 class StoreSpaceError(OSError):
     """A store directory that cannot hold the table: not writable, or too little free space."""
+
+
+class StoreIOError(OSError):
+    """A read or write-back of a table's store failed (the disk is full, or failing): names
+    the table, the store file, the rows and bytes, and keeps the OS error's errno."""
+
+    def __init__(
+        self,
+        table: str,
+        path: str,
+        rows: int,
+        nbytes: int,
+        offset: int,
+        cause: OSError,
+        *,
+        write: bool,
+    ) -> None:
+        what = "write back" if write else "read"
+        hint = ""
+        if cause.errno in (errno.ENOSPC, errno.EDQUOT):
+            hint = (
+                "; the disk holding the store is full: free space there or move the store "
+                "(KeyValueParams.ssd_storage_directory). The rows stay in the cache, unsaved; "
+                "checkpoints already written are untouched: resume from the last one"
+            )
+        super().__init__(
+            cause.errno,
+            f"table {table!r}: cannot {what} {rows} rows ({nbytes} bytes at byte {offset}) of "
+            f"its store {path}: {cause.strerror or cause}{hint}",
+        )
+        self.table, self.path, self.nbytes = table, path, nbytes
 
 
 def store_file(directory: str, table: str) -> str:
@@ -48,6 +79,23 @@ def _runs(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     starts = np.concatenate(([0], breaks))
     ends = np.concatenate((breaks, [ids.size]))
     return starts, ends - starts
+
+
+CHECKPOINT_MARKERS = ("shardrec.json", ".metadata")
+"""Files of a checkpoint directory (the manifest, DCP's index): a store never goes there."""
+
+
+def _refuse_checkpoint_dir(directory: str, table: str) -> None:
+    """StoreLayoutError if `directory` or its parent (a plan adds `rank-<r>`) is a checkpoint."""
+    for where in (directory, os.path.dirname(os.path.abspath(directory))):
+        found = [m for m in CHECKPOINT_MARKERS if os.path.isfile(os.path.join(where, m))]
+        if found:
+            raise StoreLayoutError(
+                f"table {table!r}: store directory {directory!r} is inside the checkpoint "
+                f"{where!r} (it holds {found[0]}); a store is scratch of a running job and "
+                "never goes into a checkpoint: set KeyValueParams.ssd_storage_directory "
+                "(TieredOptions.store_dir) to another directory"
+            )
 
 
 class FlatFileStore:
@@ -68,6 +116,7 @@ class FlatFileStore:
         self.layout = layout
         self.path = store_file(directory, layout.table)
         need = layout.file_bytes
+        _refuse_checkpoint_dir(directory, layout.table)
         try:
             os.makedirs(directory, exist_ok=True)
         except OSError as e:
@@ -148,9 +197,8 @@ class FlatFileStore:
                 try:
                     done = (os.pwritev if write else os.preadv)(fd, [view], offset)
                 except OSError as e:
-                    what = "write back" if write else "read"
-                    raise OSError(
-                        e.errno, f"table {table!r}: cannot {what} {n} rows of {self.path}: {e}"
+                    raise StoreIOError(
+                        table, self.path, n, len(view), offset, e, write=write
                     ) from e
                 if done != len(view):
                     raise OSError(

@@ -144,3 +144,39 @@ def _as_dict(metadata: object) -> dict[str, Any]:
 
 def _swap(module: nn.Module, forward: Any) -> None:
     module.forward = forward.__get__(module, type(module))
+
+
+class BuildingSerializer(JsonSerializer):
+    """A serializer that describes a module by one metadata dataclass and rebuilds it from
+    that description plus the exported tensors. Subclasses give `_describe` and `_build`, and
+    `_meta_forward` (a shape-only forward, wrapped in `staticmethod`) where the module has one."""
+
+    _meta_forward: ClassVar[Any] = None
+
+    @classmethod
+    def _describe(cls, module: Any) -> object:
+        raise NotImplementedError(f"{cls.__name__} does not serialize")
+
+    @classmethod
+    def _build(cls, metadata_dict: dict[str, Any], device: torch.device | None) -> nn.Module:
+        raise NotImplementedError(f"{cls.__name__} does not deserialize")
+
+    @classmethod
+    def swap_meta_forward(cls, module: nn.Module) -> None:
+        if cls._meta_forward is not None:
+            _swap(module, cls._meta_forward)
+
+    @classmethod
+    def serialize_to_dict(cls, module: nn.Module) -> dict[str, Any]:
+        return _as_dict(cls._describe(module))
+
+    @classmethod
+    def deserialize_from_dict(
+        cls,
+        metadata_dict: dict[str, Any],
+        device: torch.device | None = None,
+        unflatten_ep: nn.Module | None = None,
+    ) -> nn.Module:
+        rebuilt = cls._build(metadata_dict, device)
+        _copy_tensors(unflatten_ep, rebuilt)
+        return rebuilt

@@ -21,7 +21,7 @@ from shardrec_embedding.feature_processors import (
     PositionWeightedModule,
     PositionWeightedModuleCollection,
 )
-from shardrec_embedding.ir._json import JsonSerializer, _as_dict, _copy_tensors, _swap
+from shardrec_embedding.ir._json import BuildingSerializer, JsonSerializer, _as_dict
 from shardrec_embedding.ir._meta_forward import kt_regroup_meta_forward
 from shardrec_embedding.ir.schema import (
     FPEBCMetadata,
@@ -33,55 +33,38 @@ from shardrec_embedding.ir.utils import qualname
 from shardrec_embedding.regroup import KTRegroupAsDict
 
 
-class PWMJsonSerializer(JsonSerializer):
+class PWMJsonSerializer(BuildingSerializer):
     _module_cls = PositionWeightedModule
 
     @classmethod
-    def serialize_to_dict(cls, module: nn.Module) -> dict[str, Any]:
-        pwm = cast(PositionWeightedModule, module)
-        return _as_dict(
-            PositionWeightedModuleMetadata(max_feature_length=int(pwm.position_weight.shape[0]))
+    def _describe(cls, module: PositionWeightedModule) -> PositionWeightedModuleMetadata:
+        return PositionWeightedModuleMetadata(
+            max_feature_length=int(module.position_weight.shape[0])
         )
 
     @classmethod
-    def deserialize_from_dict(
-        cls,
-        metadata_dict: dict[str, Any],
-        device: torch.device | None = None,
-        unflatten_ep: nn.Module | None = None,
-    ) -> nn.Module:
+    def _build(cls, metadata_dict: dict[str, Any], device: torch.device | None) -> nn.Module:
         metadata = PositionWeightedModuleMetadata(**metadata_dict)
-        pwm = PositionWeightedModule(metadata.max_feature_length, device)
-        _copy_tensors(unflatten_ep, pwm)
-        return pwm
+        return PositionWeightedModule(metadata.max_feature_length, device)
 
 
-class PWMCJsonSerializer(JsonSerializer):
+class PWMCJsonSerializer(BuildingSerializer):
     _module_cls = PositionWeightedModuleCollection
 
     @classmethod
-    def serialize_to_dict(cls, module: nn.Module) -> dict[str, Any]:
-        pwmc = cast(PositionWeightedModuleCollection, module)
+    def _describe(
+        cls, module: PositionWeightedModuleCollection
+    ) -> PositionWeightedModuleCollectionMetadata:
         # a list of pairs keeps the features' order through JSON
-        return _as_dict(
-            PositionWeightedModuleCollectionMetadata(
-                max_feature_lengths=list(pwmc.max_feature_lengths.items())
-            )
+        return PositionWeightedModuleCollectionMetadata(
+            max_feature_lengths=list(module.max_feature_lengths.items())
         )
 
     @classmethod
-    def deserialize_from_dict(
-        cls,
-        metadata_dict: dict[str, Any],
-        device: torch.device | None = None,
-        unflatten_ep: nn.Module | None = None,
-    ) -> nn.Module:
+    def _build(cls, metadata_dict: dict[str, Any], device: torch.device | None) -> nn.Module:
         metadata = PositionWeightedModuleCollectionMetadata(**metadata_dict)
-        pwmc = PositionWeightedModuleCollection(
-            {feature: int(n) for feature, n in metadata.max_feature_lengths}, device
-        )
-        _copy_tensors(unflatten_ep, pwmc)
-        return pwmc
+        lengths = {feature: int(n) for feature, n in metadata.max_feature_lengths}
+        return PositionWeightedModuleCollection(lengths, device)
 
 
 class FPEBCJsonSerializer(JsonSerializer):
@@ -131,32 +114,21 @@ class FPEBCJsonSerializer(JsonSerializer):
         return FeatureProcessedEmbeddingBagCollection(ebc, processors)
 
 
-class KTRegroupAsDictJsonSerializer(JsonSerializer):
+class KTRegroupAsDictJsonSerializer(BuildingSerializer):
     _module_cls = KTRegroupAsDict
+    _meta_forward = staticmethod(kt_regroup_meta_forward)
 
     @classmethod
-    def swap_meta_forward(cls, module: nn.Module) -> None:
-        _swap(module, kt_regroup_meta_forward)
-
-    @classmethod
-    def serialize_to_dict(cls, module: nn.Module) -> dict[str, Any]:
-        regroup = cast(KTRegroupAsDict, module)
-        emb_dtype = regroup._emb_dtype
-        return _as_dict(
-            KTRegroupAsDictMetadata(
-                groups=[list(g) for g in regroup._groups],
-                keys=list(regroup._keys),
-                emb_dtype=None if emb_dtype is None else DataType(emb_dtype).value,
-            )
+    def _describe(cls, module: KTRegroupAsDict) -> KTRegroupAsDictMetadata:
+        emb_dtype = module._emb_dtype
+        return KTRegroupAsDictMetadata(
+            groups=[list(g) for g in module._groups],
+            keys=list(module._keys),
+            emb_dtype=None if emb_dtype is None else DataType(emb_dtype).value,
         )
 
     @classmethod
-    def deserialize_from_dict(
-        cls,
-        metadata_dict: dict[str, Any],
-        device: torch.device | None = None,
-        unflatten_ep: nn.Module | None = None,
-    ) -> nn.Module:
+    def _build(cls, metadata_dict: dict[str, Any], device: torch.device | None) -> nn.Module:
         metadata = KTRegroupAsDictMetadata(**metadata_dict)
         groups: Sequence[Sequence[str]] = metadata.groups
         return KTRegroupAsDict(

@@ -9,6 +9,8 @@ right shapes) are only what the exported program returns before that.
 TorchRec registers the same ops in the `torchrec` namespace; ours live in `shardrec`.
 """
 
+from typing import Any
+
 import torch
 
 __all__ = ["ir_ec_lookup", "ir_emb_lookup", "ir_kt_regroup"]
@@ -21,50 +23,41 @@ def _device(tensors: list[torch.Tensor | None]) -> torch.device | None:
     return None
 
 
-@torch.library.custom_op("shardrec::ir_emb_lookup", mutates_args=())
-def ir_emb_lookup(
-    tensors: list[torch.Tensor | None],
-    batch_size: int,
-    dims: list[int],
-    dtype: torch.dtype = torch.float32,
-) -> list[torch.Tensor]:
-    """One `(batch_size, d)` tensor per pooled output of width `d` in `dims`."""
-    device = _device(tensors)
-    return [torch.zeros(batch_size, d, device=device, dtype=dtype) for d in dims]
+def _pooled_op(name: str, doc: str) -> Any:
+    """A custom op returning one `(batch_size, d)` tensor per width `d` in `dims`: zeros when
+    run, empty tensors of the same shapes when traced."""
+
+    def run(
+        tensors: list[torch.Tensor | None],
+        batch_size: int,
+        dims: list[int],
+        dtype: torch.dtype = torch.float32,
+    ) -> list[torch.Tensor]:
+        device = _device(tensors)
+        return [torch.zeros(batch_size, d, device=device, dtype=dtype) for d in dims]
+
+    run.__doc__ = doc
+    op = torch.library.custom_op(f"shardrec::{name}", mutates_args=())(run)
+
+    @op.register_fake
+    def _fake(
+        tensors: list[torch.Tensor | None],
+        batch_size: int,
+        dims: list[int],
+        dtype: torch.dtype = torch.float32,
+    ) -> list[torch.Tensor]:
+        device = _device(tensors)
+        return [torch.empty(batch_size, d, device=device, dtype=dtype) for d in dims]
+
+    return op
 
 
-@ir_emb_lookup.register_fake
-def _ir_emb_lookup_fake(
-    tensors: list[torch.Tensor | None],
-    batch_size: int,
-    dims: list[int],
-    dtype: torch.dtype = torch.float32,
-) -> list[torch.Tensor]:
-    device = _device(tensors)
-    return [torch.empty(batch_size, d, device=device, dtype=dtype) for d in dims]
-
-
-@torch.library.custom_op("shardrec::ir_kt_regroup", mutates_args=())
-def ir_kt_regroup(
-    tensors: list[torch.Tensor | None],
-    batch_size: int,
-    dims: list[int],
-    dtype: torch.dtype = torch.float32,
-) -> list[torch.Tensor]:
-    """One `(batch_size, d)` tensor per regrouped output of width `d` in `dims`."""
-    device = _device(tensors)
-    return [torch.zeros(batch_size, d, device=device, dtype=dtype) for d in dims]
-
-
-@ir_kt_regroup.register_fake
-def _ir_kt_regroup_fake(
-    tensors: list[torch.Tensor | None],
-    batch_size: int,
-    dims: list[int],
-    dtype: torch.dtype = torch.float32,
-) -> list[torch.Tensor]:
-    device = _device(tensors)
-    return [torch.empty(batch_size, d, device=device, dtype=dtype) for d in dims]
+ir_emb_lookup = _pooled_op(
+    "ir_emb_lookup", "One `(batch_size, d)` tensor per pooled output of width `d` in `dims`."
+)
+ir_kt_regroup = _pooled_op(
+    "ir_kt_regroup", "One `(batch_size, d)` tensor per regrouped output of width `d` in `dims`."
+)
 
 
 @torch.library.custom_op("shardrec::ir_ec_lookup", mutates_args=())

@@ -107,20 +107,27 @@ class BaseManagedCollisionEmbeddingCollectionSharder(Generic[M]):
     """
 
     _module: type[BaseManagedCollisionEmbeddingCollection] = BaseManagedCollisionEmbeddingCollection
+    # what `shard` builds (None: sharding this module kind is not implemented), and the
+    # embedding sharder used when the caller gives none
+    _sharded_cls: type[nn.Module] | None = None
+    _e_sharder_cls: type[EmbeddingBagCollectionSharder | EmbeddingCollectionSharder] = (
+        EmbeddingBagCollectionSharder
+    )
 
     def __init__(
         self,
-        e_sharder: EmbeddingBagCollectionSharder | EmbeddingCollectionSharder,
-        mc_sharder: ManagedCollisionCollectionSharder,
+        e_sharder: EmbeddingBagCollectionSharder | EmbeddingCollectionSharder | None = None,
+        mc_sharder: ManagedCollisionCollectionSharder | None = None,
         qcomm_codecs_registry: Mapping[str, object] | None = None,
+        fused_params: Mapping[str, object] | None = None,
     ) -> None:
         if qcomm_codecs_registry:
             raise ValueError(
                 f"qcomm_codecs_registry {dict(qcomm_codecs_registry)!r}: the "
                 "managed-collision sharders apply no quantized-comm codecs yet; pass None"
             )
-        self._e_sharder = e_sharder
-        self._mc_sharder = mc_sharder
+        self._e_sharder = e_sharder or self._e_sharder_cls(fused_params=fused_params)
+        self._mc_sharder = mc_sharder or ManagedCollisionCollectionSharder()
 
     @property
     def module_type(self) -> type[nn.Module]:
@@ -149,7 +156,11 @@ class BaseManagedCollisionEmbeddingCollectionSharder(Generic[M]):
         env: ShardingEnv,
         device: torch.device | str | None = None,
     ) -> nn.Module:
-        raise _not_yet(module)
+        if self._sharded_cls is None:
+            raise _not_yet(module)
+        if not isinstance(module, self._module):
+            raise TypeError(f"expected a {self._module.__name__}, got {type(module).__name__}")
+        return self._sharded_cls(module, params, env, device, self._e_sharder)
 
 
 class ManagedCollisionEmbeddingBagCollectionSharder(
@@ -162,6 +173,8 @@ class ManagedCollisionEmbeddingBagCollectionSharder(
     """
 
     _module = ManagedCollisionEmbeddingBagCollection
+    _sharded_cls = ShardedManagedCollisionEmbeddingBagCollection
+    _e_sharder_cls = EmbeddingBagCollectionSharder
 
     def __init__(
         self,
@@ -170,26 +183,7 @@ class ManagedCollisionEmbeddingBagCollectionSharder(
         fused_params: Mapping[str, object] | None = None,
         qcomm_codecs_registry: Mapping[str, object] | None = None,
     ) -> None:
-        super().__init__(
-            ebc_sharder or EmbeddingBagCollectionSharder(fused_params=fused_params),
-            mc_sharder or ManagedCollisionCollectionSharder(),
-            qcomm_codecs_registry=qcomm_codecs_registry,
-        )
-
-    def shard(
-        self,
-        module: nn.Module,
-        params: Mapping[str, ParameterSharding],
-        env: ShardingEnv,
-        device: torch.device | str | None = None,
-    ) -> nn.Module:
-        if not isinstance(module, ManagedCollisionEmbeddingBagCollection):
-            raise TypeError(
-                f"expected a ManagedCollisionEmbeddingBagCollection, got {type(module).__name__}"
-            )
-        e_sharder = self._e_sharder
-        assert isinstance(e_sharder, EmbeddingBagCollectionSharder)
-        return ShardedManagedCollisionEmbeddingBagCollection(module, params, env, device, e_sharder)
+        super().__init__(ebc_sharder, mc_sharder, qcomm_codecs_registry, fused_params)
 
 
 class ManagedCollisionEmbeddingCollectionSharder(
@@ -199,6 +193,8 @@ class ManagedCollisionEmbeddingCollectionSharder(
     row-wise and table-wise (`ShardedManagedCollisionEmbeddingCollection`)."""
 
     _module = ManagedCollisionEmbeddingCollection
+    _sharded_cls = ShardedManagedCollisionEmbeddingCollection
+    _e_sharder_cls = EmbeddingCollectionSharder
 
     def __init__(
         self,
@@ -207,26 +203,7 @@ class ManagedCollisionEmbeddingCollectionSharder(
         fused_params: Mapping[str, object] | None = None,
         qcomm_codecs_registry: Mapping[str, object] | None = None,
     ) -> None:
-        super().__init__(
-            ec_sharder or EmbeddingCollectionSharder(fused_params=fused_params),
-            mc_sharder or ManagedCollisionCollectionSharder(),
-            qcomm_codecs_registry=qcomm_codecs_registry,
-        )
-
-    def shard(
-        self,
-        module: nn.Module,
-        params: Mapping[str, ParameterSharding],
-        env: ShardingEnv,
-        device: torch.device | str | None = None,
-    ) -> nn.Module:
-        if not isinstance(module, ManagedCollisionEmbeddingCollection):
-            raise TypeError(
-                f"expected a ManagedCollisionEmbeddingCollection, got {type(module).__name__}"
-            )
-        e_sharder = self._e_sharder
-        assert isinstance(e_sharder, EmbeddingCollectionSharder)
-        return ShardedManagedCollisionEmbeddingCollection(module, params, env, device, e_sharder)
+        super().__init__(ec_sharder, mc_sharder, qcomm_codecs_registry, fused_params)
 
 
 # TorchRec's `isinstance(sharder, BaseEmbeddingSharder)` holds without a base class.

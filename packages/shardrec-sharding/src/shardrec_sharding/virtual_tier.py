@@ -1,0 +1,171 @@
+"""Dynamic tables planned `ssd_virtual_table` / `dram_virtual_table`: the raw-id tier, sharded.
+
+A dynamic table placed table_wise already has its raw ids routed to its owner, whose id map
+gives them slots of an ordinary fused table of `capacity` rows (dynamic.py). With a
+virtual-table kernel the owner's map is a `RowCache` over those very rows instead
+(`TieredShardedDynamicTable`): the fused table's `capacity` rows are the cache, a store holds
+every id's row and optimizer state (RocksDB on disk, or RAM), evicted rows are written back,
+an id that returns reads its row back, an id never seen starts from its initial row (a pure
+function of the id, `shardrec_tiered.initial_rows`). Nothing is rejected or reset, so the
+lookup, the fused optimizer and the output path are unchanged. docs/tiered.md.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from shardrec_embedding import BaseEmbeddingConfig
+from shardrec_embedding.dynamic import DynamicTable, DynamicTables, IdSlotMap
+from shardrec_embedding.dynamic.reset import table_seed
+from shardrec_embedding.fused import BatchedFusedEmbeddingBag
+from shardrec_optim import state_shapes
+from shardrec_planner import EmbeddingComputeKernel, ParameterSharding
+from shardrec_planner.cache_params import CacheAlgorithm
+from shardrec_planner.kernel_choice import runs_virtual_tiered
+from shardrec_sharding.dynamic import ShardedDynamicTable
+from shardrec_sharding.layout import TableSharding
+from shardrec_tiered import (
+    CachePolicy,
+    KeyValueRows,
+    MemoryRows,
+    RawIdRows,
+    RowCache,
+    StoreLayout,
+    default_store_dir,
+)
+
+__all__ = ["TieredShardedDynamicTable", "attach_virtual_tiers", "part_class", "virtual_store"]
+
+
+class _CacheMap(DynamicTable):
+    """A `DynamicTable` whose local id -> slot step is a row cache's `admit`."""
+
+    cache: RowCache | None = None
+
+    def map_ids(self, ids: Tensor, *, training: bool) -> Tensor:
+        if self.cache is None:
+            raise RuntimeError(f"table {self.name!r}: its raw-id tier has no cache attached")
+        if ids.numel() == 0:
+            return torch.empty(0, dtype=torch.int64)
+        unique, inverse = torch.unique(ids, return_inverse=True)
+        slots = self.cache.admit(unique, pin=False)
+        if training:
+            self.cache.mark_dirty(slots)  # the backward of this batch updates them
+        return slots[inverse]
+
+
+class TieredShardedDynamicTable(ShardedDynamicTable, _CacheMap):
+    """`ShardedDynamicTable` (routing, exchanges) whose owner maps ids through the row cache
+    (`_CacheMap`, next in the method order)."""
+
+
+def part_class(table: TableSharding) -> type[ShardedDynamicTable]:
+    """The `ShardedDynamicTable` class of `table`'s plan entry."""
+    return TieredShardedDynamicTable if runs_virtual_tiered(table.sharding) else ShardedDynamicTable
+
+
+def attach_virtual_tiers(
+    tables: Sequence[TableSharding],
+    dyn: DynamicTables,
+    lookups_of: Callable[[str], list[tuple[BatchedFusedEmbeddingBag, int]]],
+    source: nn.Module,
+    table_modules: nn.ModuleDict,
+    rank: int,
+) -> None:
+    """Give each raw-id tier part this rank owns its cache and store (module docstring)."""
+    for t in tables:
+        if not runs_virtual_tiered(t.sharding):
+            continue
+        part = dyn.table(t.name)
+        assert isinstance(part, TieredShardedDynamicTable)
+        before = getattr(source, "dynamic_tables", None)
+        if isinstance(before, DynamicTables) and bool(before.table(t.name).occupied.any()):
+            raise ValueError(
+                f"table {t.name!r}: planned {t.sharding.compute_kernel.value} but the module "
+                "already holds ids in memory; shard it before training (a raw-id tier starts "
+                "from its store)"
+            )
+        _refuse_state_dict(part, t.name)
+        if t.name in table_modules:
+            _refuse_state_dict(table_modules[t.name], t.name)
+        found = lookups_of(t.name)
+        if not found:
+            continue  # another rank owns the table
+        module, row = found[0]
+        part.cache = _cache(t, module, row, rank)
+
+
+def _cache(t: TableSharding, module: BatchedFusedEmbeddingBag, row: int, rank: int) -> RowCache:
+    config: BaseEmbeddingConfig = t.config
+    rows, dim = config.num_embeddings, config.embedding_dim
+    index = [s.name for s in module.table_specs].index(t.name)
+    weight = module.split_embedding_weights()[index].detach()
+    state = {k: v[row : row + rows] for k, v in module.optimizer_state().items()}
+    widths = tuple(
+        (name, dim if len(shape) == 2 else 1)
+        for name, shape in state_shapes(module.spec.optimizer, 1, dim).items()
+    )
+    layout = StoreLayout(table=t.name, num_rows=rows, dim=dim, state=widths)
+    policy, open_store = virtual_store(t.sharding, rank)
+    dynamic = config.dynamic
+    assert dynamic is not None
+    store = RawIdRows(
+        open_store(layout),
+        layout,
+        seed=table_seed(dynamic.init_seed, t.name),
+        low=config.get_weight_init_min(),
+        high=config.get_weight_init_max(),
+    )
+    buckets = 1 << max(1, (2 * rows - 1).bit_length())
+    return RowCache(store, weight, state, policy, IdSlotMap(buckets))
+
+
+def _refuse_state_dict(module: nn.Module, table: str) -> None:
+    def refuse(*_: object) -> None:
+        raise NotImplementedError(
+            f"table {table!r} runs the raw-id tier (ssd_virtual_table / dram_virtual_table): "
+            "checkpoints of tiered tables are not built yet (docs/tiered.md); a state_dict "
+            "holding only the cached rows would be silently incomplete"
+        )
+
+    module._register_state_dict_hook(refuse)  # type: ignore[no-untyped-call]  # torch leaves it untyped
+    module._register_load_state_dict_pre_hook(refuse)  # type: ignore[no-untyped-call]  # torch leaves it untyped
+
+
+def virtual_store(
+    ps: ParameterSharding, rank: int
+) -> tuple[CachePolicy, Callable[[StoreLayout], KeyValueRows]]:
+    """The cache policy (`CacheParams.algorithm`) and the store factory of `rank`'s raw-id tier
+    of a table planned `ssd_virtual_table` (RocksDB in
+    `<KeyValueParams.ssd_storage_directory>/rank-<r>`, default `<cwd>/tier-store/rank-<r>`,
+    from the optional shardrec-kvstore package) or `dram_virtual_table` (RAM)."""
+    cache = ps.cache_params
+    lfu = cache is not None and cache.algorithm is CacheAlgorithm.LFU
+    policy = CachePolicy.LFU if lfu else CachePolicy.LRU
+    if ps.compute_kernel is not EmbeddingComputeKernel.SSD_VIRTUAL_TABLE:
+        return policy, lambda layout: MemoryRows(layout.stride)
+    try:
+        # Optional (it brings the RocksDB binary wheel): `pip install shardrec[kvstore]`.
+        kvstore = importlib.import_module("shardrec_kvstore")
+    except ImportError as e:
+        raise ImportError(
+            "compute kernel 'ssd_virtual_table' keeps rows in RocksDB through the "
+            "shardrec-kvstore package, which is not installed: pip install shardrec-kvstore "
+            "(or shardrec[kvstore]), or plan 'dram_virtual_table' (rows in RAM)"
+        ) from e
+    kv = ps.key_value_params
+    directory = os.path.join(
+        (kv.ssd_storage_directory if kv else None) or default_store_dir(), f"rank-{rank}"
+    )
+
+    def open_store(layout: StoreLayout) -> KeyValueRows:
+        row_layout = kvstore.RowLayout(table=layout.table, dim=layout.dim, state=layout.state)
+        store: KeyValueRows = kvstore.RocksRowStore(directory, row_layout)
+        return store
+
+    return policy, open_store

@@ -1,0 +1,262 @@
+"""A dynamic (raw-id) table planned with TorchRec's `ssd_virtual_table` (RocksDB) or
+`dram_virtual_table` (RAM), table-wise, one rank: the table's capacity is a row cache over a
+store of every id's row; it trains exactly as the same table held in memory with every id's
+initial row (`initial_rows`), through evictions on every step and ids that come back. And the
+refusals: a virtual kernel on a static table or not table_wise, a batch larger than the cache,
+a state_dict (checkpoints of tiered tables are not built)."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import sys
+
+import pytest
+import torch
+
+from shardrec_collectives import ShardingEnv
+from shardrec_embedding import (
+    EmbeddingBagCollection,
+    EmbeddingBagConfig,
+    EmbeddingCollection,
+    EmbeddingConfig,
+)
+from shardrec_embedding.dynamic import DynamicTableConfig
+from shardrec_embedding.dynamic.reset import table_seed
+from shardrec_embedding.fused import BatchedFusedEmbeddingBag, FusedTableSpec
+from shardrec_jagged import KeyedJaggedTensor
+from shardrec_optim import EmbOptimType, FusedOptimSpec
+from shardrec_planner import (
+    CacheParams,
+    KeyValueParams,
+    construct_module_sharding_plan,
+    kernel_notes,
+    row_wise,
+    table_wise,
+)
+from shardrec_planner.cache_params import CacheAlgorithm
+from shardrec_sharding import EmbeddingBagCollectionSharder, EmbeddingCollectionSharder
+from shardrec_testing import RankContext, assert_close, random_lengths, seeded_generator
+from shardrec_tiered import CacheTooSmallError, initial_rows
+
+DIM = 4
+CAPACITY = 8
+STEPS = 6
+BAGS = 4
+
+
+def raw_table(dynamic: bool = True) -> EmbeddingBagConfig:
+    return EmbeddingBagConfig(
+        name="raw",
+        num_embeddings=CAPACITY,
+        embedding_dim=DIM,
+        feature_names=["f"],
+        dynamic=DynamicTableConfig(init_seed=3) if dynamic else None,
+    )
+
+
+def shard(kernel: str, store: pathlib.Path, spec: FusedOptimSpec, dynamic: bool = True):  # type: ignore[no-untyped-def]  # a sharded EBC
+    ebc = EmbeddingBagCollection([raw_table(dynamic)])
+    plan = construct_module_sharding_plan(
+        ebc, {"raw": table_wise(rank=0, compute_kernel=kernel)}, world_size=1
+    )
+    plan["raw"] = dataclasses.replace(
+        plan["raw"],
+        key_value_params=KeyValueParams(ssd_storage_directory=str(store)),
+        cache_params=CacheParams(algorithm=CacheAlgorithm.LFU),
+    )
+    sharder = EmbeddingBagCollectionSharder(fused_params=spec.to_fused_params())
+    return sharder.shard(ebc, plan, ShardingEnv.from_local(1, 0)), plan
+
+
+def stream() -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Raw ids (negatives, the int64 extremes) from a pool of 24, a window moving by 5 a
+    step: at most 8 distinct per batch (the cache), evicting every step, ids coming back."""
+    g = seeded_generator("virtual-pool")
+    pool = torch.cat(
+        [
+            torch.randint(-(2**62), 2**62, (20,), generator=g) * 2,
+            torch.tensor([-(2**63), 2**63 - 1, -1, 0]),
+        ]
+    )
+    out = []
+    for step in range(STEPS):
+        g = seeded_generator("virtual-batch", step)
+        lengths = random_lengths(BAGS, 4, g)
+        ids = pool[(torch.randint(0, 8, (int(lengths.sum()),), generator=g) + 5 * step) % 24]
+        out.append((ids, lengths, torch.randn(BAGS, DIM, generator=g)))
+    return out
+
+
+@pytest.mark.parametrize("kernel", ["ssd_virtual_table", "dram_virtual_table"])
+@pytest.mark.parametrize("optimizer", [EmbOptimType.EXACT_SGD, EmbOptimType.EXACT_ROWWISE_ADAGRAD])
+def test_trains_exactly_as_in_memory(
+    tmp_path: pathlib.Path, kernel: str, optimizer: EmbOptimType
+) -> None:
+    spec = FusedOptimSpec(optimizer=optimizer, learning_rate=0.1)
+    sharded, plan = shard(kernel, tmp_path, spec)
+    notes = kernel_notes(plan["raw"])  # its store directory and LFU are applied: one line
+    assert len(notes) == 1 and "runs the raw-id tier" in notes[0], notes
+    data = stream()
+    keys = torch.cat([ids for ids, _, _ in data]).unique()
+    table = raw_table()
+    weight = initial_rows(
+        keys,
+        DIM,
+        seed=table_seed(3, "raw"),
+        low=table.get_weight_init_min(),
+        high=table.get_weight_init_max(),
+    )
+    memory = BatchedFusedEmbeddingBag(
+        [FusedTableSpec(name="raw", num_rows=keys.numel(), dim=DIM, weight=weight)], spec
+    )
+    for ids, lengths, coefficients in data:
+        kjt = KeyedJaggedTensor(["f"], ids, lengths=lengths)
+        out = sharded(kjt).wait().values()
+        offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
+        expected = memory(torch.searchsorted(keys, ids), offsets)
+        assert torch.equal(out.detach(), expected.detach())
+        (out * coefficients).sum().backward()
+        (expected * coefficients).sum().backward()
+    cache = sharded.dynamic_tables.table("raw").cache
+    assert cache.misses > keys.numel()  # evicted ids came back
+    cache.flush()
+    rows = torch.from_numpy(cache.store.read(keys.numpy()))
+    assert torch.equal(rows[:, :DIM], memory.split_embedding_weights()[0].detach())
+    state = memory.optimizer_state()  # SGD: none; rowwise Adagrad: one column after the row
+    assert list(state) == ([] if optimizer is EmbOptimType.EXACT_SGD else ["momentum1"])
+    for tensor in state.values():
+        assert torch.equal(rows[:, DIM], tensor)
+    with pytest.raises(NotImplementedError, match="raw-id tier"):
+        sharded.state_dict()
+
+
+def test_refusals(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = FusedOptimSpec(optimizer=EmbOptimType.EXACT_SGD, learning_rate=0.1)
+    with pytest.raises(ValueError, match="runs raw-id \\(dynamic\\) tables only"):
+        shard("ssd_virtual_table", tmp_path, spec, dynamic=False)
+    ebc = EmbeddingBagCollection([raw_table()])
+    with pytest.raises(ValueError, match="'ssd_virtual_table' is a TorchRec kernel"):
+        construct_module_sharding_plan(
+            ebc, {"raw": row_wise(compute_kernel="ssd_virtual_table")}, world_size=1
+        )
+    sharded, _ = shard("dram_virtual_table", tmp_path, spec)
+    too_many = torch.arange(CAPACITY + 1) - 4
+    kjt = KeyedJaggedTensor(["f"], too_many, lengths=torch.tensor([CAPACITY + 1]))
+    with pytest.raises(CacheTooSmallError, match=r"table 'raw': a batch touches 9 distinct"):
+        sharded(kjt).wait()
+    trained = EmbeddingBagCollection([raw_table()])
+    trained(KeyedJaggedTensor(["f"], torch.tensor([5, -5]), lengths=torch.tensor([2])))
+    plan = construct_module_sharding_plan(
+        trained, {"raw": table_wise(rank=0, compute_kernel="dram_virtual_table")}, world_size=1
+    )
+    sharder = EmbeddingBagCollectionSharder(fused_params=spec.to_fused_params())
+    with pytest.raises(ValueError, match="already holds ids in memory; shard it before training"):
+        sharder.shard(trained, plan, ShardingEnv.from_local(1, 0))
+    monkeypatch.setitem(sys.modules, "shardrec_kvstore", None)  # as if not installed
+    with pytest.raises(ImportError, match=r"pip install shardrec-kvstore"):
+        shard("ssd_virtual_table", tmp_path / "other", spec)
+
+
+def rank_batch(rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Rank `rank`'s batch of `step`: both ranks draw from the same window of 8 raw ids (so
+    the owner's one map call per step fits the cache), moving by 5 ids a step."""
+    g = seeded_generator("virtual-pool")
+    pool = torch.randint(-(2**62), 2**62, (24,), generator=g) * 2
+    g = seeded_generator("virtual-rank-batch", rank, step)
+    lengths = random_lengths(BAGS, 3, g)
+    ids = pool[(torch.randint(0, 8, (int(lengths.sum()),), generator=g) + 5 * step) % 24]
+    return ids, lengths, torch.randn(BAGS, DIM, generator=g)
+
+
+def train_two_ranks(ctx: RankContext, store: str) -> dict[str, torch.Tensor] | None:
+    """The table lives on rank 1 (`ssd_virtual_table`); every rank trains its own batches.
+    Rank 1 returns the store's rows of every id it holds after a flush."""
+    spec = FusedOptimSpec(optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=0.1)
+    ebc = EmbeddingBagCollection([raw_table()])
+    plan = construct_module_sharding_plan(
+        ebc, {"raw": table_wise(rank=1, compute_kernel="ssd_virtual_table")}, world_size=2
+    )
+    plan["raw"] = dataclasses.replace(
+        plan["raw"], key_value_params=KeyValueParams(ssd_storage_directory=store)
+    )
+    sharder = EmbeddingBagCollectionSharder(fused_params=spec.to_fused_params())
+    sharded = sharder.shard(ebc, plan, ShardingEnv.from_process_group(ctx.pg))
+    for step in range(STEPS):
+        ids, lengths, coefficients = rank_batch(ctx.rank, step)
+        out = sharded(KeyedJaggedTensor(["f"], ids, lengths=lengths)).wait().values()
+        (out * coefficients).sum().backward()
+    cache = sharded.dynamic_tables.table("raw").cache
+    if ctx.rank == 0:
+        assert cache is None  # rank 1 owns the table
+        return None
+    keys = torch.cat([rank_batch(r, s)[0] for r in range(2) for s in range(STEPS)]).unique()
+    cache.flush()
+    rows = torch.from_numpy(cache.store.read(keys.numpy()))
+    return {"keys": keys, "rows": rows, "misses": torch.tensor(cache.misses)}
+
+
+def test_two_ranks_match_in_memory(pool_factory, tmp_path: pathlib.Path) -> None:  # type: ignore[no-untyped-def]
+    got = pool_factory(2).run(train_two_ranks, str(tmp_path))
+    assert got[0] is None
+    keys, rows = got[1]["keys"], got[1]["rows"]
+    assert int(got[1]["misses"]) > keys.numel()  # the cache evicted and ids came back
+    spec = FusedOptimSpec(optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=0.1)
+    table = raw_table()
+    weight = initial_rows(
+        keys,
+        DIM,
+        seed=table_seed(3, "raw"),
+        low=table.get_weight_init_min(),
+        high=table.get_weight_init_max(),
+    )
+    memory = BatchedFusedEmbeddingBag(
+        [FusedTableSpec(name="raw", num_rows=keys.numel(), dim=DIM, weight=weight)], spec
+    )
+    for step in range(STEPS):
+        parts = [rank_batch(r, step) for r in range(2)]  # rank 0's samples first
+        ids = torch.cat([p[0] for p in parts])
+        lengths = torch.cat([p[1] for p in parts])
+        offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
+        out = memory(torch.searchsorted(keys, ids), offsets)
+        (out * torch.cat([p[2] for p in parts])).sum().backward()
+    assert_close(rows[:, :DIM], memory.split_embedding_weights()[0].detach())
+    assert_close(rows[:, DIM], memory.optimizer_state()["momentum1"])
+
+
+def test_sequence_collection_trains_exactly_as_in_memory(tmp_path: pathlib.Path) -> None:
+    """An EmbeddingCollection's dynamic table on `dram_virtual_table`: each id's output row
+    is its row (the reference: bags of one id each)."""
+    spec = FusedOptimSpec(optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=0.1)
+    config = EmbeddingConfig(
+        name="raw",
+        num_embeddings=CAPACITY,
+        embedding_dim=DIM,
+        feature_names=["f"],
+        dynamic=DynamicTableConfig(init_seed=3),
+    )
+    ec = EmbeddingCollection([config])
+    plan = construct_module_sharding_plan(
+        ec, {"raw": table_wise(rank=0, compute_kernel="dram_virtual_table")}, world_size=1
+    )
+    sharder = EmbeddingCollectionSharder(fused_params=spec.to_fused_params())
+    sharded = sharder.shard(ec, plan, ShardingEnv.from_local(1, 0))
+    data = stream()
+    keys = torch.cat([ids for ids, _, _ in data]).unique()
+    weight = initial_rows(
+        keys,
+        DIM,
+        seed=table_seed(3, "raw"),
+        low=config.get_weight_init_min(),
+        high=config.get_weight_init_max(),
+    )
+    memory = BatchedFusedEmbeddingBag(
+        [FusedTableSpec(name="raw", num_rows=keys.numel(), dim=DIM, weight=weight)], spec
+    )
+    for step, (ids, lengths, _) in enumerate(data):
+        out = sharded(KeyedJaggedTensor(["f"], ids, lengths=lengths))["f"].values()
+        expected = memory(torch.searchsorted(keys, ids), torch.arange(ids.numel() + 1))
+        assert torch.equal(out.detach(), expected.detach()), step
+        coefficients = torch.randn(ids.numel(), DIM, generator=seeded_generator("ec", step))
+        (out * coefficients).sum().backward()
+        (expected * coefficients).sum().backward()
