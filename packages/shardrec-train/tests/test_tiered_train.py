@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import shutil
 import types
 
 import pytest
@@ -66,8 +67,6 @@ def test_flag_refusals() -> None:
         ("--tiered", "--tiered-cache-fraction", "1.5"): "--tiered-cache-fraction must be at most 1",
         ("--tiered", "--sharding-type", "data_parallel"): "cannot be tiered; use one of table_wise",
         ("--tiered", "--raw-ids"): "raw-id (dynamic) tables cannot be tiered yet",
-        ("--tiered", "--checkpoint-every", "4"): "--tiered with --checkpoint-every: checkpoints",
-        ("--tiered", "--resume"): "--tiered with --resume: checkpoints of tiered tables",
     }
     for flags, expected in cases.items():
         problems = flag_problems(options(*flags))  # type: ignore[arg-type]
@@ -218,7 +217,7 @@ def test_tiered_run_trains_as_the_in_memory_run(tmp_path: pathlib.Path, ranks: i
     assert "kernel key_value runs tiered" in tiered.stdout
     stores = sorted(str(p.relative_to(tiered_out)) for p in tiered_out.rglob("*.tier"))
     assert stores == [f"tier-store/rank-{r}/t_cat_{t}.tier" for r in range(ranks) for t in range(3)]
-    assert not (tiered_out / "checkpoints").exists()  # tiered checkpoints are not built yet
+    assert (tiered_out / "checkpoints" / f"step_{len(got['train_loss'])}").is_dir()
     assert "tiered tables" not in plain.stdout and "tier " not in plain.stdout
 
 
@@ -245,3 +244,37 @@ def test_a_cache_smaller_than_a_batch_is_one_line(tmp_path: pathlib.Path) -> Non
         "raise --tiered-cache-rows or --tiered-cache-fraction (or lower --batch-size)"
     )
     assert "[rank0]: Traceback" not in result.stderr  # the rank's own traceback
+
+
+@pytest.mark.slow
+def test_tiered_run_resumes_from_its_checkpoint(tmp_path: pathlib.Path) -> None:
+    """A --tiered run with checkpoints, then its output as a crash after step 6 would leave it,
+    resumed: the same losses as the uninterrupted run (the tables come back from the
+    checkpoint into freshly built stores)."""
+    common = [
+        *TIERED_DATA,
+        "--nproc-per-node",
+        "1",
+        "--tiered",
+        "--tiered-cache-rows",
+        "400",
+        "--checkpoint-every",
+        "6",
+        "--eval-every",
+        "8",
+    ]
+    full = tmp_path / "full"
+    result = run_shardrec(["train", *common, "--out", str(full)])
+    assert result.returncode == 0, result.stderr[-3000:]
+    crashed = tmp_path / "crashed"
+    shutil.copytree(full, crashed)
+    for name in ("step_12", "step_16"):
+        shutil.rmtree(crashed / "checkpoints" / name)
+    (crashed / "summary.json").unlink()
+    result = run_shardrec(["train", *common, "--resume", "--out", str(crashed)])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "at step 6" in result.stdout
+    got = json.loads((crashed / "history.json").read_text())
+    want = json.loads((full / "history.json").read_text())
+    assert got["train_loss"] == want["train_loss"] and got["evals"] == want["evals"]
+    assert "tiered_tables" in json.loads((crashed / "summary.json").read_text())

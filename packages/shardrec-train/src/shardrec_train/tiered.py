@@ -16,8 +16,8 @@
    loads, or an unfinished prefetch). A lookup serving several tables times them together;
    its time is split over its tables by their share of the rows read.
 
-Checkpoints of tiered tables are not built yet (`NotImplementedError` from their state_dict),
-so a `--tiered` run saves none: `--checkpoint-every` and `--resume` are refused with it.
+Checkpoints hold the tiered tables as the in-memory ones (shardrec_dmp streams them from and
+into the stores), so `--checkpoint-every` and `--resume` work as without `--tiered`.
 """
 
 from __future__ import annotations
@@ -97,12 +97,6 @@ def flag_problems(opts: TrainOptions) -> list[str]:
     if opts.raw_ids:
         problems.append(
             "--tiered with --raw-ids: raw-id (dynamic) tables cannot be tiered yet; drop one"
-        )
-    if opts.checkpoint_every or opts.resume:
-        flag = "--resume" if opts.resume else "--checkpoint-every"
-        problems.append(
-            f"--tiered with {flag}: checkpoints of tiered tables are not built yet "
-            "(docs/tiered.md); a --tiered run saves no checkpoint"
         )
     return problems
 
@@ -203,11 +197,6 @@ def planned_tiered(plan: ShardingPlan) -> list[str]:
         for name, ps in module_plan.items()
         if ps.compute_kernel is EmbeddingComputeKernel.KEY_VALUE
     ]
-
-
-def saves_checkpoints(opts: TrainOptions) -> bool:
-    """False with --tiered: checkpoints of tiered tables are not built yet."""
-    return not opts.tiered
 
 
 class TierStats:

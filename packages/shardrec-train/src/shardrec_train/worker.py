@@ -50,7 +50,7 @@ from shardrec_train.loop import (
 from shardrec_train.options import TrainOptions
 from shardrec_train.progress import LOSS_EVERY, Progress
 from shardrec_train.report import format_summary, save_charts, summarize, write_summary
-from shardrec_train.tiered import TierStats, cache_error_line, planned_tiered, saves_checkpoints
+from shardrec_train.tiered import TierStats, cache_error_line, planned_tiered
 from shardrec_train.tiered import stats_text as tier_text
 
 OUTPUTS = "summary.json, history.json, plan.json, loss.png, auc.png, plan_load.png, checkpoints/"
@@ -236,7 +236,7 @@ def _train(
                 text += f" | {tier_text(tier.collect())}"
             progress.write(f"step {end}: test {text}")
         if (opts.checkpoint_every and end % opts.checkpoint_every == 0) or end == total:
-            if saved_at != end and saves_checkpoints(opts):
+            if saved_at != end:
                 save(str(step_path(out, end)), model, {"optimizer": optimizer})
                 saved_at = end
             if lead:
@@ -271,11 +271,6 @@ def _train(
         print("tiered tables (summed over ranks):")
         for name, stats in tier_stats.items():
             print(f"  {tier_text({name: stats})}")
-    listed = (
-        OUTPUTS
-        if saves_checkpoints(opts)
-        else OUTPUTS.replace("checkpoints/", "no checkpoints (--tiered)")
-    )
-    print(f"outputs: {out} ({listed})")
+    print(f"outputs: {out} ({OUTPUTS})")
     print(f"test AUC {summary['test_auc']:.4f}", flush=True)
     return 0
