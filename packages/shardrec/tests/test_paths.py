@@ -96,6 +96,7 @@ shardrec.distributed.types  shardrec_embedding  DataType
 shardrec.distributed.types  shardrec_planner  ParameterSharding ShardingPlan ShardingType
     EnumerableShardingSpec ShardMetadata ModuleSharder EmbeddingModuleShardingPlan CacheParams
     CacheAlgorithm KeyValueParams BoundsCheckMode
+shardrec.distributed.types  shardrec_planner.cache_stats  CacheStatistics
 shardrec.distributed.embedding_types  shardrec_planner  EmbeddingComputeKernel
 shardrec.distributed.planner.types  shardrec_planner  Perf Storage Shard ShardingOption
     PlannerErrorType ParameterConstraints PlannerError Topology

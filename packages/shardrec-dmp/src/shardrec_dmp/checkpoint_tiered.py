@@ -140,13 +140,11 @@ def flush_tiered(model: DistributedModelParallel) -> None:
 
 
 def _store_dirs(model: DistributedModelParallel) -> list[str]:
-    return sorted(
-        {
-            os.path.dirname(os.path.realpath(cache.store.path))
-            for m in tiered_modules(model)
-            for cache in m.caches
-        }
-    )
+    # the flat-file stores (a raw-id table's key-value store names no single file)
+    paths = [
+        getattr(cache.store, "path", None) for m in tiered_modules(model) for cache in m.caches
+    ]
+    return sorted({os.path.dirname(os.path.realpath(p)) for p in paths if isinstance(p, str)})
 
 
 def _inside(child: str, parent: str) -> bool:

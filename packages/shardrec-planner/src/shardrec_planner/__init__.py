@@ -6,6 +6,11 @@ from shardrec_planner.cache_params import (
     CacheParams,
     KeyValueParams,
 )
+from shardrec_planner.cache_stats import (
+    CacheStatistics,
+    SampledCacheStatistics,
+    lru_hit_rate,
+)
 from shardrec_planner.calibration import Calibration, calibrate
 from shardrec_planner.chart import PlanChartData, plan_chart_data, save_plan_chart
 from shardrec_planner.constraints import ParameterConstraints
@@ -52,6 +57,7 @@ __all__ = [
     "BoundsCheckMode",
     "CacheAlgorithm",
     "CacheParams",
+    "CacheStatistics",
     "Calibration",
     "DeviceHardware",
     "EmbeddingComputeKernel",
@@ -78,6 +84,7 @@ __all__ = [
     "PlannerErrorType",
     "PlannerSharder",
     "RankStats",
+    "SampledCacheStatistics",
     "Shard",
     "ShardMetadata",
     "ShardingOption",
@@ -96,6 +103,7 @@ __all__ = [
     "executed_kernel",
     "grid_shard",
     "kernel_notes",
+    "lru_hit_rate",
     "placement",
     "plan_chart_data",
     "row_block_sizes",

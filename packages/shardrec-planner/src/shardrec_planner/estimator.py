@@ -152,6 +152,10 @@ class ShardEstimates:
     comm_s: npt.NDArray[np.float64]
     memory_bytes: npt.NDArray[np.float64]
     host_memory_bytes: npt.NDArray[np.float64]
+    ids_in: npt.NDArray[np.float64] | None = None
+    """Ids each shard looks up per step."""
+    state_bytes: npt.NDArray[np.float64] | None = None
+    """Of `memory_bytes`, the shard's weights and optimizer state."""
 
 
 def estimate_shards(
@@ -227,4 +231,6 @@ def estimate_shards(
         comm_s=comm,
         memory_bytes=np.ceil(state + io_bytes),
         host_memory_bytes=np.ceil(host),
+        ids_in=np.asarray(ids_in, dtype=np.float64),
+        state_bytes=np.asarray(state, dtype=np.float64),
     )

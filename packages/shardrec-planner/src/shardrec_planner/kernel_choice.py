@@ -11,8 +11,10 @@ kernel or cache option is silently dropped:
     asked kernel        runs as   planner estimate (our cost model)
     fused_uvm           fused     on cpu: as fused; on cuda: TorchRec's UVM model (host memory)
     fused_uvm_caching   fused     on cpu: as fused; on cuda: UVM with CacheParams.load_factor
-    key_value           fused     as fused on every device; runs tiered: each rank's shard has
-                                  its rows on disk behind an in-memory cache (`runs_tiered`)
+    key_value           fused     runs tiered (any sharding type but data_parallel: each rank's
+                                  shard has its rows on disk behind an in-memory cache,
+                                  `runs_tiered`); a table_wise table is priced on the disk tier
+                                  on cpu (`tiered_layout`, disk_tier.py), the rest as fused
 
 Cache options (`ParameterConstraints` -> `ParameterSharding`): `cache_params.load_factor` sets
 the cached share in the estimates of a `fused_uvm_caching` table on cuda (TorchRec's storage and
@@ -71,6 +73,12 @@ def executed_kernel(kernel: str) -> EmbeddingComputeKernel:
     return EmbeddingComputeKernel.FUSED if k in RUNS_AS_FUSED else k
 
 
+TIERED_SHARDING_TYPES: frozenset[ShardingType] = frozenset({ShardingType.TABLE_WISE})
+"""Sharding types whose `key_value` tables our cost model prices on the disk tier
+(`tiered_layout`). Every sharding type but data_parallel runs tiered (`runs_tiered`); the others
+are estimated as fused (the whole shard in memory: an upper bound of its memory)."""
+
+
 def runs_tiered(ps: ParameterSharding) -> bool:
     """Whether a table planned as `ps` runs on the tiered lookup (shardrec-tiered: rows and
     optimizer state on disk, a cache of `CacheParams.load_factor` of them in memory): a
@@ -79,6 +87,19 @@ def runs_tiered(ps: ParameterSharding) -> bool:
     return (
         ps.compute_kernel is EmbeddingComputeKernel.KEY_VALUE
         and ps.sharding_type is not ShardingType.DATA_PARALLEL
+    )
+
+
+def tiered_layout(
+    sharding_type: ShardingType, kernel: EmbeddingComputeKernel, compute_device: str
+) -> bool:
+    """Whether our cost model prices such shards on the disk tier (disk_tier.py): tables that
+    run tiered, on cpu (the tier's cache lives in CPU memory; elsewhere `key_value` is
+    estimated as fused)."""
+    return (
+        kernel is EmbeddingComputeKernel.KEY_VALUE
+        and sharding_type in TIERED_SHARDING_TYPES
+        and compute_device == "cpu"
     )
 
 

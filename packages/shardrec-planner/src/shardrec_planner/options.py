@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from shardrec_planner.constraints import ParameterConstraints
+from shardrec_planner.disk_tier import TierEstimate, auto_load_factors, tier_estimate
 from shardrec_planner.enums import TORCHREC_ONLY_KERNELS, EmbeddingComputeKernel, ShardingType
 from shardrec_planner.errors import PlannerError
 from shardrec_planner.estimator import UVM_KERNELS, Workload, estimate_shards
@@ -29,7 +30,7 @@ from shardrec_planner.geometry import (
     row_block_sizes,
     shard_arrays,
 )
-from shardrec_planner.kernel_choice import RUNS_AS_FUSED, estimated_kernel
+from shardrec_planner.kernel_choice import RUNS_AS_FUSED, estimated_kernel, tiered_layout
 from shardrec_planner.sharder import TableInfo
 from shardrec_planner.topology import Topology
 
@@ -58,6 +59,18 @@ class Option:
     host_memory: npt.NDArray[np.float64]
     kind: str
     block: int  # shards per placement block: local size for host/grid, else 1
+    disk: npt.NDArray[np.float64] | None = None
+    """Bytes of disk per shard (tiered options' stores); None: no disk."""
+    tier: TierEstimate | None = None
+    """A tiered option's cache and disk figures (disk_tier.py)."""
+
+    @functools.cached_property
+    def disk_bytes(self) -> npt.NDArray[np.float64]:
+        return np.zeros(len(self.cost)) if self.disk is None else self.disk
+
+    @functools.cached_property
+    def max_disk(self) -> float:
+        return float(self.disk.max()) if self.disk is not None and len(self.disk) else 0.0
 
     @functools.cached_property
     def total_cost(self) -> float:
@@ -81,7 +94,8 @@ class Option:
 
     @property
     def label(self) -> str:
-        return f"{self.sharding_type.value}/{self.kernel.value}"
+        base = f"{self.sharding_type.value}/{self.kernel.value}"
+        return base if self.tier is None else f"{base} (cache {self.tier.load_factor:g})"
 
 
 def estimated_option(
@@ -95,10 +109,14 @@ def estimated_option(
     kernel: EmbeddingComputeKernel,
     shards: ShardArrays,
     block: int,
+    tier_load_factor: float | None = None,
+    cache_stats: object | None = None,
 ) -> Option:
     """The option of `shards` of `table` under `sharding_type` / `kernel`, with our cost model's
     estimates (`estimator.estimate_shards`, the kernel as estimated on the topology's device);
-    `block` is the option's placement block (`Option.block`)."""
+    `block` is the option's placement block (`Option.block`). A `key_value` option that runs
+    tiered (`kernel_choice.tiered_layout`) is costed with a cache of `tier_load_factor` (default
+    0.2, the lookup's) of its rows and `cache_stats` (`CacheParams.stats`): disk_tier.py."""
     est = estimate_shards(
         table,
         workload,
@@ -109,24 +127,47 @@ def estimated_option(
         optimizer,
         cache_ratio=cache_ratio,
     )
+    memory, compute = est.memory_bytes, est.compute_s
+    disk: npt.NDArray[np.float64] | None = None
+    tier: TierEstimate | None = None
+    if tiered_layout(sharding_type, kernel, topology.compute_device):
+        assert est.ids_in is not None and est.state_bytes is not None  # set by estimate_shards
+        tier = tier_estimate(
+            rows=shards.rows,
+            cols=shards.cols,
+            ids_in=est.ids_in,
+            optimizer=optimizer,
+            load_factor=0.2 if tier_load_factor is None else tier_load_factor,
+            cache_stats=cache_stats,
+            disk_bw=topology.disk_bandwidth,
+        )
+        memory = np.ceil(memory - est.state_bytes + tier.memory_bytes)
+        compute = compute + tier.seconds
+        disk = tier.disk_bytes
     return Option(
         sharding_type=sharding_type,
         kernel=kernel,
         shards=shards,
-        cost=est.cost_s,
-        compute=est.compute_s,
+        cost=compute + est.comm_s,
+        compute=compute,
         comm=est.comm_s,
-        memory=est.memory_bytes,
+        memory=memory,
         host_memory=est.host_memory_bytes,
         kind=PLACEMENT_KIND[sharding_type],
         block=block,
+        disk=disk,
+        tier=tier,
     )
 
 
 def _kernels_for(
-    allowed: Sequence[EmbeddingComputeKernel], compute_device: str
+    allowed: Sequence[EmbeddingComputeKernel],
+    compute_device: str,
+    tier_beside: bool = False,
 ) -> list[EmbeddingComputeKernel]:
-    """The kernels worth trying: the best on-device one, plus the UVM ones on GPUs.
+    """The kernels worth trying: the best on-device one, plus the UVM ones on GPUs, plus
+    `key_value` where `tier_beside` (it runs tiered here and tiering is allowed: the planner
+    chooses memory or disk).
 
     fused is never slower and never larger than dense in the model, so it wins when allowed; UVM
     kernels trade lookup speed for device memory, so the search keeps them as separate options.
@@ -138,10 +179,12 @@ def _kernels_for(
         k for k in (EmbeddingComputeKernel.FUSED, EmbeddingComputeKernel.DENSE) if k in allowed
     ]
     uvm = [k for k in UVM_KERNELS if k in allowed] if compute_device != "cpu" else []
+    if tier_beside and EmbeddingComputeKernel.KEY_VALUE in allowed:
+        uvm.append(EmbeddingComputeKernel.KEY_VALUE)
     if on_device:
         return [on_device[0], *uvm]
     mapped = [k for k in allowed if k in RUNS_AS_FUSED and k not in uvm]
-    return [*mapped[:1], *uvm]
+    return list(dict.fromkeys([*mapped[:1], *uvm]))
 
 
 def _offered(sharder_kernels: Sequence[str], compute_device: str) -> list[EmbeddingComputeKernel]:
@@ -157,6 +200,26 @@ def _offered(sharder_kernels: Sequence[str], compute_device: str) -> list[Embedd
             and (compute_device == "cpu" or k is EmbeddingComputeKernel.KEY_VALUE)
         ]
     return kernels
+
+
+def _lookups(cache: object | None, ids: float) -> float:
+    """Distinct rows a table's cache sees per step: its statistics' expected lookups, else
+    every id of the global batch."""
+    stats = getattr(cache, "stats", None)
+    expected = getattr(stats, "expected_lookups", None)
+    return float(expected) if isinstance(expected, int | float) else ids
+
+
+def _undominated(sized: list[Option]) -> list[Option]:
+    """Of one layout's cache sizes (largest first), those that each buy time with their
+    memory: a larger cache is kept only if it is estimated faster than every smaller one (with
+    a hit rate that is flat over cache sizes, e.g. a sample whose misses are all first
+    accesses, only the smallest cache is left, rather than an arbitrary one of equal cost)."""
+    kept: list[Option] = []
+    for opt in reversed(sized):  # smallest cache first
+        if not kept or opt.total_cost < kept[-1].total_cost * (1.0 - 1e-9):
+            kept.append(opt)
+    return kept[::-1]
 
 
 _ROW_SPLIT = {
@@ -197,10 +260,15 @@ def table_options(
     topology: Topology,
     batch_size: int,
     optimizer: tuple[float, float],
+    auto_tier: bool = False,
 ) -> list[Option]:
     """Every option for `table` that the sharder offers and the constraints allow.
 
-    Raises PlannerError naming the table and the constraint when nothing is left.
+    Tiered options (`key_value` where it runs tiered: disk_tier.py) join the fused one where the
+    constraints list both kernels, or where `auto_tier` is on and the constraints leave the
+    kernel open; one option per cache size: the table's `CacheParams.load_factor` when set,
+    else `disk_tier.auto_load_factors`. Raises PlannerError naming the table and the
+    constraint when nothing is left.
     """
     offered = [ShardingType(t) for t in sharder_types]
     if constraints is not None:
@@ -235,7 +303,9 @@ def table_options(
         kernels = _offered(sharder_kernels.get(st.value, []), topology.compute_device)
         if kernel_wanted is not None:
             kernels = [k for k in kernels if k in kernel_wanted]
-        kernels = _kernels_for(kernels, topology.compute_device)
+        tier_ok = tiered_layout(st, EmbeddingComputeKernel.KEY_VALUE, topology.compute_device)
+        beside = tier_ok and (auto_tier if kernel_wanted is None else True)
+        kernels = _kernels_for(kernels, topology.compute_device, beside)
         if not kernels:
             kernel_conflicts.append(f"{st.value} offers {list(sharder_kernels.get(st.value, []))}")
             continue
@@ -248,6 +318,13 @@ def table_options(
         )
         candidates += [(st, k, duplicate) for k in kernels]
     kept = [c for c in candidates if not c[2]] or candidates
+    kv = EmbeddingComputeKernel.KEY_VALUE
+    if any(k is kv and tiered_layout(st, k, topology.compute_device) for st, k, _ in kept):
+        # key_value asks for the disk tier: where some layout runs tiered, drop those that
+        # would run it as fused (the whole table in memory)
+        kept = [
+            c for c in kept if c[1] is not kv or tiered_layout(c[0], kv, topology.compute_device)
+        ]
     out: list[Option] = []
     geometry: dict[ShardingType, ShardArrays] = {}
     for st, kernel, _ in kept:
@@ -262,7 +339,11 @@ def table_options(
             )
         shards = geometry[st]
         block = local if st in (ShardingType.TABLE_ROW_WISE, ShardingType.GRID_SHARD) else 1
-        out.append(
+        factors: list[float | None] = [load_factor]
+        if load_factor is None and tiered_layout(st, kernel, topology.compute_device):
+            ids = workload.ids_local * world
+            factors = list(auto_load_factors(table.rows, _lookups(cache, ids)))
+        sized = [
             estimated_option(
                 table,
                 workload,
@@ -273,8 +354,12 @@ def table_options(
                 kernel=kernel,
                 shards=shards,
                 block=block,
+                tier_load_factor=factor,
+                cache_stats=cache.stats if cache is not None else None,
             )
-        )
+            for factor in factors
+        ]
+        out += _undominated(sized) if len(sized) > 1 else sized
     if not out:
         raise PlannerError(
             f"{where}: constraint compute_kernels={[str(k) for k in kernel_wanted or []]} leaves "

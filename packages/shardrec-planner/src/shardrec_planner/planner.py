@@ -22,6 +22,7 @@ import numpy.typing as npt
 import torch.distributed as dist
 from torch import nn
 
+from shardrec_planner.cache_params import KeyValueParams
 from shardrec_planner.constraints import ParameterConstraints
 from shardrec_planner.default_sharders import default_sharders
 from shardrec_planner.distributed import broadcast_plan_text
@@ -60,6 +61,7 @@ from shardrec_planner.storage_reservations import (
     describe_reservation,
     reserved_caps,
 )
+from shardrec_planner.tier_plan import tier_cache_params, tier_decision
 from shardrec_planner.topology import Topology
 from shardrec_planner.unplaceable import unplaceable_error
 
@@ -95,6 +97,16 @@ class EmbeddingShardingPlanner:
     - `constraints`: table name -> ParameterConstraints (every name must be a table of the model).
     - `memory_reserve_fraction`: share of each rank's memory kept free for the dense model,
       activations and allocator slack (TorchRec reserves 15% too).
+    - `auto_tier`: tables whose constraints leave the kernel open may also be placed tiered
+      (`key_value`: rows and optimizer state on the rank's disk, `Topology.ssd_cap`, behind a
+      cache in memory; disk_tier.py) where that runs tiered (table_wise, cpu). The search
+      keeps a table in memory while the model fits and tiers the tables that cost the least
+      time per byte saved when it does not, choosing each cache's size. Off by default: a
+      model that does not fit raises PlannerError, naming this switch. A table may also opt in
+      alone with `ParameterConstraints(compute_kernels=["fused", "key_value"])`.
+      `tier_store_dir`: the store directory of tiered tables whose constraints set no
+      `KeyValueParams` (written into their plan as `ssd_storage_directory`; None: the
+      lookup's default, `./tier-store`); each rank adds `/rank-<r>`.
     - `time_budget_s`: the local search stops after this long (it usually converges sooner);
       `timeout_seconds` is TorchRec's name for it, and also bounds TorchRec's loop (below):
       no proposal is tried past it, the best so far wins.
@@ -124,6 +136,8 @@ class EmbeddingShardingPlanner:
         *,
         memory_reserve_fraction: float = 0.15,
         time_budget_s: float = 30.0,
+        auto_tier: bool = False,
+        tier_store_dir: str | None = None,
         storage_reservation: StorageReservation | None = None,
         timeout_seconds: float | None = None,
         enumerator: Any = None,
@@ -172,6 +186,14 @@ class EmbeddingShardingPlanner:
         self.constraints = dict(constraints or {})
         self.memory_reserve_fraction = memory_reserve_fraction
         self.time_budget_s = time_budget_s
+        self.auto_tier = bool(auto_tier)
+        if tier_store_dir is not None and (
+            not isinstance(tier_store_dir, str) or not tier_store_dir
+        ):
+            raise ValueError(
+                f"tier_store_dir must be a non-empty path string or None, got {tier_store_dir!r}"
+            )
+        self.tier_store_dir = tier_store_dir
         self.storage_reservation = storage_reservation
         self._reserved_caps: tuple[float, float] | None = None
         self._optimizers: dict[str, tuple[float, float]] = {}
@@ -256,6 +278,7 @@ class EmbeddingShardingPlanner:
             memory_cap=cap,
             host_memory_cap=self.host_memory_cap,
             time_budget_s=self.time_budget_s,
+            disk_cap=self.topology.disk_cap,
         )
         if result.failed:
             self._raise_unplaceable(tables, options, [tables[t] for t in result.failed])
@@ -399,6 +422,7 @@ class EmbeddingShardingPlanner:
         loads = np.zeros(topo.world_size)
         memory = np.zeros(topo.world_size)
         host_memory = np.zeros(topo.world_size)
+        disk = np.zeros(topo.world_size)
         choice: list[int] = []
         ranks: list[npt.NDArray[np.int64]] = []
         given: list[list[Option]] = []
@@ -419,6 +443,7 @@ class EmbeddingShardingPlanner:
             np.add.at(loads, r, opt.cost)
             np.add.at(memory, r, opt.memory)
             np.add.at(host_memory, r, opt.host_memory)
+            np.add.at(disk, r, opt.disk_bytes)
             given.append([opt])
             choice.append(0)
             ranks.append(r)
@@ -430,8 +455,9 @@ class EmbeddingShardingPlanner:
             memory=memory,
             host_memory=host_memory,
             lower_bound=lower_bound(
-                options, topo.world_size, self.memory_cap, self.host_memory_cap
+                options, topo.world_size, self.memory_cap, self.host_memory_cap, None, topo.disk_cap
             ),
+            disk=disk,
             failed=[],
         )
         built = self._build(tables, given, result, time.perf_counter() - start)
@@ -465,6 +491,8 @@ class EmbeddingShardingPlanner:
             kernel=ps.compute_kernel,
             shards=shards,
             block=1,
+            tier_load_factor=cache_ratio_of(ps),
+            cache_stats=None if ps.cache_params is None else ps.cache_params.stats,
         )
 
     # -- steps ---------------------------------------------------------------------------------
@@ -490,6 +518,7 @@ class EmbeddingShardingPlanner:
                         self.topology,
                         self.batch_size,
                         optimizer,
+                        auto_tier=self.auto_tier,
                     )
                 )
         unknown = sorted(set(self.constraints) - {t.name for t in tables})
@@ -501,11 +530,14 @@ class EmbeddingShardingPlanner:
         return tables, options
 
     def _check_each_fits(self, tables: list[TableInfo], options: list[list[Option]]) -> None:
-        cap, host_cap = self.memory_cap, self.host_memory_cap
+        cap, host_cap, disk_cap = self.memory_cap, self.host_memory_cap, self.topology.disk_cap
         too_big = [
             t
             for t, opts in zip(tables, options, strict=True)
-            if not any(o.max_memory <= cap and o.max_host_memory <= host_cap for o in opts)
+            if not any(
+                o.max_memory <= cap and o.max_host_memory <= host_cap and o.max_disk <= disk_cap
+                for o in opts
+            )
         ]
         if too_big:
             self._raise_unplaceable(tables, options, too_big)
@@ -535,6 +567,12 @@ class EmbeddingShardingPlanner:
             opt = options[t][result.choice[t]]
             ranks = [int(r) for r in result.ranks[t]]
             extra = kernel_options(self.constraints.get(table.name))
+            if opt.tier is not None:
+                extra["cache_params"] = tier_cache_params(extra.get("cache_params"), opt.tier)
+                if self.tier_store_dir is not None and "key_value_params" not in extra:
+                    extra["key_value_params"] = KeyValueParams(
+                        ssd_storage_directory=self.tier_store_dir
+                    )
             if opt.sharding_type is ShardingType.DATA_PARALLEL:
                 ps = ParameterSharding(
                     sharding_type=opt.sharding_type, compute_kernel=opt.kernel, ranks=ranks, **extra
@@ -566,6 +604,7 @@ class EmbeddingShardingPlanner:
                     memory_bytes=int(opt.memory.sum()),
                     cost_s=opt.total_cost,
                     max_shard_cost_s=opt.max_cost,
+                    tier=None if opt.tier is None else tier_decision(opt),
                     reason=result.reasons[t]
                     + (
                         f"; dynamic (raw-id): +{table.dynamic_bytes_per_row:.0f} B/slot id map "
@@ -585,6 +624,7 @@ class EmbeddingShardingPlanner:
                     memory_bytes=int(max(result.memory[r], 0.0)) if len(tables) else 0,
                     memory_cap_bytes=int(self.memory_cap),
                     host_memory_bytes=int(max(result.host_memory[r], 0.0)) if len(tables) else 0,
+                    disk_bytes=int(max(result.disk[r], 0.0)) if len(tables) else 0,
                     cost_s=float(loads[r]),
                 )
                 for r in range(topo.world_size)

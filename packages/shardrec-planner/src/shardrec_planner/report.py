@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from shardrec_planner.kernel_choice import executed_kernel, kernel_notes
+from shardrec_planner.kernel_choice import executed_kernel, kernel_notes, runs_tiered
 
 if TYPE_CHECKING:
     from shardrec_planner.sharding_plan import ShardingPlan
+    from shardrec_planner.stats import PlanStats
 
 
 def format_bytes(n: float) -> str:
@@ -41,8 +42,11 @@ def _ranks_text(ranks: Sequence[int]) -> str:
     return "[" + ",".join(str(r) for r in ranks) + "]"
 
 
-def _kernel_text(kernel: str) -> str:
-    """`fused_uvm_caching->fused` where the kernel asked for is not the one that runs."""
+def _kernel_text(kernel: str, tiered: bool = False) -> str:
+    """`fused_uvm_caching->fused` where the kernel asked for is not the one that runs;
+    `key_value (tiered)` for a table on the disk tier."""
+    if tiered:
+        return f"{kernel} (tiered)"
     runs = executed_kernel(kernel).value
     return kernel if runs == kernel else f"{kernel}->{runs}"
 
@@ -78,7 +82,7 @@ def format_plan(plan: ShardingPlan) -> str:
                 [
                     name,
                     ps.sharding_type.value,
-                    _kernel_text(ps.compute_kernel.value),
+                    _kernel_text(ps.compute_kernel.value, runs_tiered(ps)),
                     _ranks_text(ps.ranks),
                     shards,
                 ]
@@ -89,6 +93,30 @@ def format_plan(plan: ShardingPlan) -> str:
     if notes:
         parts.append(notes)
     return "\n\n".join(parts) if parts else "empty sharding plan"
+
+
+def format_tiers(stats: PlanStats) -> str:
+    """The disk tier section: per tiered table, its tier, cache, expected hit rate and disk
+    traffic per step; empty when no table is tiered."""
+    lines = []
+    for t in stats.tables:
+        tier = t.tier
+        if tier is None:
+            continue
+        name = (t.module_path + "." if t.module_path else "") + t.table
+        lines.append(
+            f"  {name}: tier disk ({t.compute_kernel}), store {format_bytes(tier.disk_bytes)}; "
+            f"cache {tier.cache_rows:,} rows (load_factor {tier.load_factor:g}, "
+            f"{format_bytes(tier.cache_bytes)} in memory); expected hit rate "
+            f"{tier.hit_rate:.3f} ({tier.hit_rate_source}); disk per step "
+            f"{format_bytes(tier.read_bytes_per_step)} read + "
+            f"{format_bytes(tier.write_bytes_per_step)} written "
+            f"({format_seconds(tier.disk_seconds_per_step)})"
+        )
+    if not lines:
+        return ""
+    used = max(r.disk_bytes for r in stats.ranks)
+    return f"disk tier (largest per-rank store total {format_bytes(used)})\n" + "\n".join(lines)
 
 
 def format_report(plan: ShardingPlan) -> str:
@@ -110,7 +138,7 @@ def format_report(plan: ShardingPlan) -> str:
         [
             (t.module_path + "." if t.module_path else "") + t.table,
             t.sharding_type,
-            _kernel_text(t.compute_kernel),
+            _kernel_text(t.compute_kernel, t.tier is not None),
             _ranks_text(t.ranks),
             format_bytes(t.memory_bytes),
             format_seconds(t.cost_s),
@@ -134,6 +162,7 @@ def format_report(plan: ShardingPlan) -> str:
             "per-table decisions\n"
             + _table(["table", "type", "kernel", "ranks", "memory", "cost", "why"], table_rows),
             "\n".join(summary),
+            *([tiers] if (tiers := format_tiers(stats)) else []),
             *([notes] if (notes := format_kernel_notes(plan)) else []),
         ]
     )

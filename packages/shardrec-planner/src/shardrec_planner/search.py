@@ -1,9 +1,10 @@
 """Choose an option and ranks for every table: a greedy start improved by local search.
 
 Objective: the slowest rank's estimated step time (the sum of its shards' costs), with every
-rank's device and host memory under their caps. The greedy start picks each table's cheapest
-option that fits one rank, switches tables to smaller options (least time added per byte saved)
-while the model would not fit all ranks' memory together, and places tables heaviest first
+rank's device and host memory, and its disk (tiered tables' stores), under their caps. The
+greedy start picks each table's cheapest option that fits one rank, switches tables to smaller
+options (least time added per byte saved) while the model would not fit all ranks' memory
+together, and places tables heaviest first
 (largest of cost / lower bound and memory / cap) on the least-loaded rank with room. Local search
 then repeatedly takes the slowest rank and tries, in order: moving one of its shards to the
 least-loaded rank that has room, swapping one of its shards with a lighter one elsewhere,
@@ -45,15 +46,20 @@ class SearchResult:
     memory: FloatArray
     host_memory: FloatArray
     lower_bound: float
+    disk: FloatArray
     failed: list[int]  # tables that could not be placed (empty on success)
 
 
-def _fits_alone(o: Option, cap: float, host_cap: float) -> bool:
-    return o.max_memory <= cap and o.max_host_memory <= host_cap
+def _fits_alone(o: Option, cap: float, host_cap: float, disk_cap: float = np.inf) -> bool:
+    return o.max_memory <= cap and o.max_host_memory <= host_cap and o.max_disk <= disk_cap
 
 
 def _budgeted(
-    options: list[list[Option]], cap: float, host_cap: float, budget: float
+    options: list[list[Option]],
+    cap: float,
+    host_cap: float,
+    budget: float,
+    disk_cap: float = np.inf,
 ) -> tuple[list[int], float, list[tuple[int, int, int]]]:
     """Cheapest option per table under a total device-memory budget, by the ratio greedy.
 
@@ -65,7 +71,7 @@ def _budgeted(
     """
     picks: list[int] = []
     for opts in options:
-        fitting = [i for i, o in enumerate(opts) if _fits_alone(o, cap, host_cap)]
+        fitting = [i for i, o in enumerate(opts) if _fits_alone(o, cap, host_cap, disk_cap)]
         picks.append(min(fitting or range(len(opts)), key=lambda i: opts[i].total_cost))
     cost = sum(options[t][p].total_cost for t, p in enumerate(picks))
     used = sum(options[t][p].total_memory for t, p in enumerate(picks))
@@ -75,7 +81,7 @@ def _budgeted(
         found: tuple[float, int, int] | None = None
         for i, o in enumerate(options[t]):
             saved = cur.total_memory - o.total_memory
-            if saved > 0 and _fits_alone(o, cap, host_cap):
+            if saved > 0 and _fits_alone(o, cap, host_cap, disk_cap):
                 key = (max(o.total_cost - cur.total_cost, 0.0) / saved, t, i)
                 found = key if found is None or key < found else found
         return found
@@ -110,24 +116,33 @@ def lower_bound(
     cap: float,
     host_cap: float,
     budgeted: tuple[list[int], float, list[tuple[int, int, int]]] | None = None,
+    disk_cap: float = np.inf,
 ) -> float:
     """No plan beats the larger of: the least total cost that fits the ranks' memory together
     (LP relaxation, see `_budgeted`; pass its result for a full budget to reuse it) spread
     evenly, and the heaviest unavoidable shard."""
     biggest = 0.0
     for opts in options:
-        fitting = [o for o in opts if _fits_alone(o, cap, host_cap)] or opts
+        fitting = [o for o in opts if _fits_alone(o, cap, host_cap, disk_cap)] or opts
         biggest = max(biggest, min(o.max_cost for o in fitting))
-    _, total, _ = budgeted or _budgeted(options, cap, host_cap, cap * world_size)
+    _, total, _ = budgeted or _budgeted(options, cap, host_cap, cap * world_size, disk_cap)
     return max(total / world_size, biggest)
 
 
 class _State:
     def __init__(
-        self, options: list[list[Option]], world: int, local: int, cap: float, host_cap: float
+        self,
+        options: list[list[Option]],
+        world: int,
+        local: int,
+        cap: float,
+        host_cap: float,
+        disk_cap: float = np.inf,
     ) -> None:
         self.options = options
         self.world, self.local, self.cap, self.host_cap = world, local, cap, host_cap
+        self.disk_cap = disk_cap
+        self.disk: FloatArray = np.zeros(world)
         self.hosts = world // local
         self.loads: FloatArray = np.zeros(world)
         self.mem: FloatArray = np.zeros(world)
@@ -144,6 +159,7 @@ class _State:
         np.add.at(self.loads, ranks, opt.cost)
         np.add.at(self.mem, ranks, opt.memory)
         np.add.at(self.host, ranks, opt.host_memory)
+        np.add.at(self.disk, ranks, opt.disk_bytes)
         self.choice[t], self.ranks[t] = oi, ranks
         for r in set(ranks.tolist()):
             self.tables_on[r].add(t)
@@ -157,6 +173,7 @@ class _State:
         np.subtract.at(self.loads, ranks, opt.cost)
         np.subtract.at(self.mem, ranks, opt.memory)
         np.subtract.at(self.host, ranks, opt.host_memory)
+        np.subtract.at(self.disk, ranks, opt.disk_bytes)
         for r in set(ranks.tolist()):
             self.tables_on[r].discard(t)
         if opt.kind in ("free", "host_free"):
@@ -185,6 +202,8 @@ class _State:
                 return None
             if np.any(self.host[:n] + opt.host_memory > self.host_cap):
                 return None
+            if np.any(self.disk[:n] + opt.disk_bytes > self.disk_cap):
+                return None
             return np.arange(n, dtype=np.int64)
         if opt.kind == "free":
             return self._place_free(
@@ -202,14 +221,18 @@ class _State:
             return None
         # host / grid: blocks of `local` shards, each block on the ranks of one host
         loads, mem, host_mem = self.loads.copy(), self.mem.copy(), self.host.copy()
+        disk = self.disk.copy()
         out = np.zeros(len(opt.cost), dtype=np.int64)
         for start in range(0, len(opt.cost), opt.block):
             c = opt.cost[start : start + opt.block]
             m = opt.memory[start : start + opt.block]
             h = opt.host_memory[start : start + opt.block]
             peak = (loads.reshape(self.hosts, self.local) + c).max(axis=1)
-            fits = np.all(mem.reshape(self.hosts, self.local) + m <= self.cap, axis=1) & np.all(
-                host_mem.reshape(self.hosts, self.local) + h <= self.host_cap, axis=1
+            d = opt.disk_bytes[start : start + opt.block]
+            fits = (
+                np.all(mem.reshape(self.hosts, self.local) + m <= self.cap, axis=1)
+                & np.all(host_mem.reshape(self.hosts, self.local) + h <= self.host_cap, axis=1)
+                & np.all(disk.reshape(self.hosts, self.local) + d <= self.disk_cap, axis=1)
             )
             if not fits.any():
                 return None
@@ -218,6 +241,7 @@ class _State:
             loads[ranks] += c
             mem[ranks] += m
             host_mem[ranks] += h
+            disk[ranks] += d
             out[start : start + opt.block] = ranks
         return out
 
@@ -231,9 +255,12 @@ class _State:
         host_mem: FloatArray,
     ) -> IntArray | None:
         out = np.zeros(len(opt.cost), dtype=np.int64)
+        disk = self.disk.copy()
         for s in np.argsort(-opt.cost, kind="stable").tolist():
-            fits = (mem[lo:hi] + opt.memory[s] <= self.cap) & (
-                host_mem[lo:hi] + opt.host_memory[s] <= self.host_cap
+            fits = (
+                (mem[lo:hi] + opt.memory[s] <= self.cap)
+                & (host_mem[lo:hi] + opt.host_memory[s] <= self.host_cap)
+                & (disk[lo:hi] + opt.disk_bytes[s] <= self.disk_cap)
             )
             if not fits.any():
                 return None
@@ -241,6 +268,7 @@ class _State:
             loads[r] += opt.cost[s]
             mem[r] += opt.memory[s]
             host_mem[r] += opt.host_memory[s]
+            disk[r] += opt.disk_bytes[s]
             out[s] = r
         return out
 
@@ -256,9 +284,11 @@ class _State:
         self.loads[src] -= opt.cost[s]
         self.mem[src] -= opt.memory[s]
         self.host[src] -= opt.host_memory[s]
+        self.disk[src] -= opt.disk_bytes[s]
         self.loads[dst] += opt.cost[s]
         self.mem[dst] += opt.memory[s]
         self.host[dst] += opt.host_memory[s]
+        self.disk[dst] += opt.disk_bytes[s]
         self.on_rank[src].discard((t, s))
         self.on_rank[dst].add((t, s))
         self.ranks[t][s] = dst
@@ -274,7 +304,11 @@ class _State:
             lo, hi = self.domain(t, s)
             opt = self.options[t][self.choice[t]]
             m, h = float(opt.memory[s]), float(opt.host_memory[s])
-            fits = (self.mem[lo:hi] + m <= self.cap) & (self.host[lo:hi] + h <= self.host_cap)
+            fits = (
+                (self.mem[lo:hi] + m <= self.cap)
+                & (self.host[lo:hi] + h <= self.host_cap)
+                & (self.disk[lo:hi] + float(opt.disk_bytes[s]) <= self.disk_cap)
+            )
             if lo <= b < hi:
                 fits[b - lo] = False
             if not fits.any():
@@ -295,6 +329,7 @@ class _State:
         for cs, t, s in self._shards_on(b):
             ms = float(self.options[t][self.choice[t]].memory[s])
             hs = float(self.options[t][self.choice[t]].host_memory[s])
+            ds = float(self.options[t][self.choice[t]].disk_bytes[s])
             slo, shi = self.domain(t, s)
             for r in light:
                 if r == b or not slo <= r < shi:
@@ -306,6 +341,7 @@ class _State:
                         continue
                     mt = float(self.options[u][self.choice[u]].memory[v])
                     ht = float(self.options[u][self.choice[u]].host_memory[v])
+                    dt = float(self.options[u][self.choice[u]].disk_bytes[v])
                     ulo, uhi = self.domain(u, v)
                     if not ulo <= b < uhi:
                         continue
@@ -314,6 +350,8 @@ class _State:
                     if (
                         self.host[b] - hs + ht > self.host_cap
                         or self.host[r] - ht + hs > self.host_cap
+                        or self.disk[b] - ds + dt > self.disk_cap
+                        or self.disk[r] - dt + ds > self.disk_cap
                     ):
                         continue
                     if max(self.loads[b] - cs + ct, self.loads[r] - ct + cs) < top - tol:
@@ -343,10 +381,12 @@ class _State:
             for oi, o in enumerate(opts):
                 if o.kind != "free" or len(o.cost) != 1 or o.total_cost >= cur.total_cost:
                     continue
-                if o.max_memory > self.cap or o.max_host_memory > self.host_cap:
+                if not _fits_alone(o, self.cap, self.host_cap, self.disk_cap):
                     continue
                 for r in light:
                     if r == b or self.loads[r] + float(o.cost[0]) >= top:
+                        continue
+                    if self.disk[r] + float(o.disk_bytes[0]) > self.disk_cap:
                         continue
                     undo = self._evict_for(r, float(o.memory[0]), float(o.host_memory[0]), t)
                     if undo is None:
@@ -459,7 +499,7 @@ def _initial_choices(
     memory together (see `_budgeted`)."""
     cap = state.cap
     picks, _, switches = budgeted or _budgeted(
-        state.options, cap, state.host_cap, fill * cap * state.world
+        state.options, cap, state.host_cap, fill * cap * state.world, state.disk_cap
     )
     picks = list(picks)
     for t, opts in enumerate(state.options):
@@ -535,15 +575,17 @@ def search(
     memory_cap: float,
     host_memory_cap: float,
     time_budget_s: float,
+    disk_cap: float = np.inf,
 ) -> SearchResult:
-    """Place every table; `failed` lists tables that fit nowhere (the caller raises)."""
+    """Place every table; `failed` lists tables that fit nowhere (the caller raises).
+    `disk_cap`: each rank's disk for tiered tables' stores."""
     deadline = time.perf_counter() + time_budget_s
-    full = _budgeted(options, memory_cap, host_memory_cap, memory_cap * world_size)
-    lb = lower_bound(options, world_size, memory_cap, host_memory_cap, full)
+    full = _budgeted(options, memory_cap, host_memory_cap, memory_cap * world_size, disk_cap)
+    lb = lower_bound(options, world_size, memory_cap, host_memory_cap, full, disk_cap)
     reasons = [""] * len(options)
 
     def fresh() -> _State:
-        return _State(options, world_size, local_world_size, memory_cap, host_memory_cap)
+        return _State(options, world_size, local_world_size, memory_cap, host_memory_cap, disk_cap)
 
     # Cost-first placement, then memory-first, each with less of the total memory planned in:
     # the first attempt that places every table wins.
@@ -582,5 +624,6 @@ def search(
         memory=state.mem.copy(),
         host_memory=state.host.copy(),
         lower_bound=lb,
+        disk=state.disk.copy(),
         failed=failed,
     )

@@ -33,6 +33,8 @@ class RankStats:
     cost_s: float
     host_memory_bytes: int = 0
     """Host memory used by UVM kernels (GPUs only)."""
+    disk_bytes: int = 0
+    """Disk used by tiered tables' stores."""
 
     def to_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
@@ -45,6 +47,42 @@ class RankStats:
             memory_cap_bytes=_int(data, "memory_cap_bytes"),
             cost_s=_float(data, "cost_s"),
             host_memory_bytes=_int(data, "host_memory_bytes", 0),
+            disk_bytes=_int(data, "disk_bytes", 0),
+        )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TierDecision:
+    """A tiered table's cache and disk figures (disk_tier.py), over all its shards: cached
+    share and rows, memory of the cache (rows, state, metadata, id map), store bytes on disk,
+    expected hit rate and where it came from, disk bytes read and written per step and the
+    seconds they add to the step."""
+
+    load_factor: float
+    cache_rows: int
+    cache_bytes: int
+    disk_bytes: int
+    hit_rate: float
+    hit_rate_source: str
+    read_bytes_per_step: float
+    write_bytes_per_step: float
+    disk_seconds_per_step: float
+
+    def to_dict(self) -> dict[str, object]:
+        return dataclasses.asdict(self)
+
+    @staticmethod
+    def from_dict(data: Mapping[str, object]) -> TierDecision:
+        return TierDecision(
+            load_factor=_float(data, "load_factor"),
+            cache_rows=_int(data, "cache_rows"),
+            cache_bytes=_int(data, "cache_bytes"),
+            disk_bytes=_int(data, "disk_bytes"),
+            hit_rate=_float(data, "hit_rate"),
+            hit_rate_source=str(data.get("hit_rate_source", "")),
+            read_bytes_per_step=_float(data, "read_bytes_per_step"),
+            write_bytes_per_step=_float(data, "write_bytes_per_step"),
+            disk_seconds_per_step=_float(data, "disk_seconds_per_step"),
         )
 
 
@@ -65,10 +103,14 @@ class TableDecision:
     cost_s: float
     max_shard_cost_s: float
     reason: str
+    tier: TierDecision | None = None
+    """The disk tier's figures when the table is placed tiered."""
 
     def to_dict(self) -> dict[str, object]:
         out = dataclasses.asdict(self)
         out["ranks"] = list(self.ranks)
+        if self.tier is None:
+            del out["tier"]
         return out
 
     @staticmethod
@@ -85,6 +127,9 @@ class TableDecision:
             cost_s=_float(data, "cost_s"),
             max_shard_cost_s=_float(data, "max_shard_cost_s"),
             reason=str(data["reason"]),
+            tier=TierDecision.from_dict(tier)
+            if isinstance(tier := data.get("tier"), dict)
+            else None,
         )
 
 

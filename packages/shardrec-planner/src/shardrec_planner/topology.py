@@ -72,8 +72,10 @@ class Topology:
     reads rows on the compute device) defaults to `hbm_mem_bw` (cuda, mtia) or `ddr_mem_bw`
     (cpu), `hbm_to_ddr_bw` (a GPU reading host memory, UVM kernels) to `hbm_to_ddr_mem_bw`,
     and collectives run at `intra_host_bw` / `inter_host_bw`, all converted from per-ms;
-    `uvm_cache_ratio` of a cached UVM table's rows sit on the device. `from_calibration` fills
-    them from a measurement.
+    `uvm_cache_ratio` of a cached UVM table's rows sit on the device. The disk tier (tiered
+    `key_value` tables, disk_tier.py): `ssd_cap` bytes of disk per rank (TorchRec's 2 TiB
+    default) and `disk_bw`, the bytes per second a rank reads and writes rows at random on it
+    (default `ssd_mem_bw` converted). `from_calibration` fills them from a measurement.
 
     On cpu, `ddr_cap` left out is the host's memory divided by its ranks: `host` when given,
     else `detect_host()` (this machine's RAM, capped by a container limit), so a plan on a
@@ -104,6 +106,7 @@ class Topology:
     created_by_factory: bool = False
     lookup_bw: float | None = None
     hbm_to_ddr_bw: float | None = None
+    disk_bw: float | None = None
     uvm_cache_ratio: float = DEFAULT_UVM_CACHE_RATIO
     host: HostInfo | None = None
 
@@ -135,7 +138,16 @@ class Topology:
             object.__setattr__(self, "lookup_bw", per_ms * MS_PER_S)
         if self.hbm_to_ddr_bw is None:
             object.__setattr__(self, "hbm_to_ddr_bw", self.hbm_to_ddr_mem_bw * MS_PER_S)
-        for field in ("hbm_cap", "ddr_cap", "lookup_bw", "hbm_to_ddr_bw", *_RATES_PER_MS):
+        if self.disk_bw is None:
+            object.__setattr__(self, "disk_bw", self.ssd_mem_bw * MS_PER_S)
+        for field in (
+            "hbm_cap",
+            "ddr_cap",
+            "lookup_bw",
+            "hbm_to_ddr_bw",
+            "disk_bw",
+            *_RATES_PER_MS,
+        ):
             value = getattr(self, field)
             if not value > 0 or not math.isfinite(value):
                 raise ValueError(f"{field} must be > 0, got {value!r} (a finite number)")
@@ -289,6 +301,18 @@ class Topology:
         assert self.hbm_to_ddr_bw is not None  # set in __post_init__
         return self.hbm_to_ddr_bw
 
+    @property
+    def disk_bandwidth(self) -> float:
+        """Bytes per second a rank reads or writes rows of a tiered table's store at."""
+        assert self.disk_bw is not None  # set in __post_init__
+        return self.disk_bw
+
+    @property
+    def disk_cap(self) -> float:
+        """Bytes of disk per rank for tiered tables' stores (`ssd_cap`)."""
+        assert self.ssd_cap is not None  # set in __post_init__
+        return float(self.ssd_cap)
+
     @staticmethod
     def from_calibration(
         calibration: Calibration | str | pathlib.Path,
@@ -298,21 +322,31 @@ class Topology:
         local_world_size: int | None = None,
         hbm_cap: int | None = None,
         ddr_cap: int | None = None,
+        ssd_cap: int | None = None,
     ) -> Topology:
         """A topology whose bandwidths are the measured ones (a `Calibration` or its JSON file).
+
+        A calibration that measured the disk (`calibrate(disk_dir=...)`) sets `disk_bw` and,
+        unless `ssd_cap` is given, the disk per rank: the free space it found shared by the
+        host's ranks.
 
         A single-machine calibration measures no cross-host link, so `inter_host_bw` is the
         measured intra-host rate unless the file states one. The file is in bytes per second;
         the topology's collective rates are TorchRec's bytes per millisecond.
         """
         cal = calibration if isinstance(calibration, Calibration) else Calibration.load(calibration)
+        if ssd_cap is None and cal.disk_free_bytes is not None:
+            ranks = min(local_world_size or world_size, world_size)
+            ssd_cap = max(1, cal.disk_free_bytes // ranks)
         return Topology(
             world_size=world_size,
             compute_device=compute_device or cal.compute_device,
             local_world_size=local_world_size,
             hbm_cap=hbm_cap,
             ddr_cap=ddr_cap,
+            ssd_cap=ssd_cap,
             lookup_bw=cal.lookup_bw,
+            disk_bw=cal.disk_bw,
             intra_host_bw=cal.intra_host_bw / MS_PER_S,
             inter_host_bw=cal.inter_host_bw / MS_PER_S,
         )

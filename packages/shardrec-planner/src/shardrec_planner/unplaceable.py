@@ -29,11 +29,38 @@ def unplaceable_error(
     index = {id(t): i for i, t in enumerate(tables)}
     need_total = sum(min(o.total_memory for o in opts) for opts in options)
     lines = []
+    disk_full = False
     for table in bad[:10]:
         opts = options[index[id(table)]]
         best = min(opts, key=lambda o: o.max_memory)
         types = sorted({o.sharding_type.value for o in opts})
         hint = []
+        tiered = [o for o in opts if o.tier is not None]
+        if tiered:
+            small = min(tiered, key=lambda o: o.max_disk)
+            if small.max_disk > topology.disk_cap:
+                disk_full = True
+                lines.append(
+                    f"  {table.name!r} ({table.rows:,} x {table.dim}): even tiered on disk, its "
+                    f"store needs {format_bytes(small.max_disk)} on one rank, more than the "
+                    f"{format_bytes(topology.disk_cap)} of disk per rank (Topology ssd_cap); to "
+                    "fix: more disk or ranks, or a smaller table"
+                )
+                continue
+            disk_full = True
+            lines.append(
+                f"  {table.name!r} ({table.rows:,} x {table.dim}): tiered on disk, its store "
+                f"needs {format_bytes(small.max_disk)} on one rank and its smallest cache "
+                f"{format_bytes(min(o.max_memory for o in tiered))} of memory; no rank had both "
+                f"left beside the other tables (disk per rank: {format_bytes(topology.disk_cap)}, "
+                "Topology ssd_cap); to fix: more disk or ranks"
+            )
+            continue
+        elif topology.compute_device == "cpu" and "table_wise" in types:
+            hint.append(
+                "allow the disk tier (EmbeddingShardingPlanner(auto_tier=True), or "
+                "compute_kernels=['fused', 'key_value'])"
+            )
         if "row_wise" not in types:
             hint.append("allow row_wise")
         elif best.max_memory > cap:
@@ -58,6 +85,6 @@ def unplaceable_error(
         # TorchRec's classification: the model exceeds the cluster, or the allowed options
         # (constraints, sharder) are what keep it from fitting.
         error_type=PlannerErrorType.INSUFFICIENT_STORAGE
-        if need_total > cap * world
+        if need_total > cap * world or disk_full
         else PlannerErrorType.STRICT_CONSTRAINTS,
     )

@@ -18,7 +18,7 @@ from, and an in-memory reference reproduces every row exactly.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -185,7 +185,10 @@ class RawIdTieredEmbeddingBag(TieredFusedEmbeddingBag):
         )
         # Before the tables' own hooks run: its rows have no range to save or load by.
         self.register_state_dict_pre_hook(_refuse_checkpoint)  # type: ignore[no-untyped-call]  # torch leaves it untyped
-        self._register_load_state_dict_pre_hook(_refuse_checkpoint)  # type: ignore[no-untyped-call]  # torch leaves it untyped
+
+    def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
+        """Refused (`_refuse_checkpoint`); runs before the tables' own loads."""
+        _refuse_checkpoint()
 
     def _open_store(
         self, table: FusedTableSpec, layout: StoreLayout, options: TieredOptions

@@ -28,6 +28,7 @@ from shardrec_planner.cache_params import (
     KeyValueParams,
     MultiPassPrefetchConfig,
 )
+from shardrec_planner.cache_stats import CacheStatistics
 from shardrec_planner.shard_storage import (
     PipelineType,
     compute_storage_usage,
@@ -40,6 +41,7 @@ __all__ = [
     "BoundsCheckMode",
     "CacheAlgorithm",
     "CacheParams",
+    "CacheStatistics",
     "DataType",
     "EmbeddingModuleShardingPlan",
     "EnumerableShardingSpec",
