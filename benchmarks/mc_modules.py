@@ -7,7 +7,11 @@ machine, the shape, the median time of one forward per module and the ratio:
 - MCH (`MCHManagedCollisionModule`, DistanceLFU) in training, eviction every forward and every
   10th forward, and in evaluation (lookup only);
 - HashZch (`HashZchManagedCollisionModule`) lookups (TorchRec's CPU kernel is lookup-only, so
-  training runs only for shardrec).
+  training runs only for shardrec);
+- `ManagedCollisionEmbeddingBagCollection` (MCH, DistanceLFU, eviction every forward; dim 64,
+  bags of 20 ids, SUM pooling): one training step, forward and backward of the pooled sum.
+
+Times are process-CPU (one thread; steadier than wall time on a shared machine).
 
 Ids: Zipf(1.05)-like draws over 2**40 (ranks through a random permutation of a 1M pool).
 Results: docs/bench/mc_modules.md.
@@ -28,11 +32,17 @@ from shardrec_embedding import mc as ours
 from shardrec_jagged import JaggedTensor
 
 try:  # TorchRec is only a comparison point
+    import torchrec as tr_root
     from torchrec.modules import hash_mc_modules as tr_hash
+    from torchrec.modules import mc_embedding_modules as tr_mce
     from torchrec.modules import mc_modules as tr_mc
     from torchrec.sparse.jagged_tensor import JaggedTensor as TrJT
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor as TrKJT
 except Exception:  # no TorchRec: shardrec's column only
-    tr_mc = tr_hash = TrJT = None
+    tr_root = tr_mce = tr_mc = tr_hash = TrJT = TrKJT = None
+
+import shardrec_embedding as ours_root
+from shardrec_jagged import KeyedJaggedTensor
 
 
 def zipf_ids(n: int, pool: int, seed: int) -> torch.Tensor:
@@ -45,13 +55,28 @@ def zipf_ids(n: int, pool: int, seed: int) -> torch.Tensor:
 
 
 def median_ms(fn: Callable[[], object], repeat: int) -> float:
+    """Median process-CPU ms of `repeat` calls (after one warm-up call)."""
     fn()
     times = []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         fn()
-        times.append((time.perf_counter() - t0) * 1e3)
+        times.append((time.process_time() - t0) * 1e3)
     return statistics.median(times)
+
+
+def mc_ebc(root: object, mce: object, mc_lib: object, zch: int) -> torch.nn.Module:
+    """`ManagedCollisionEmbeddingBagCollection` of one table (dim 64) with an MCH module."""
+    cfg = root.EmbeddingBagConfig(  # type: ignore[attr-defined]
+        name="t", embedding_dim=64, num_embeddings=zch, feature_names=["f"]
+    )
+    ebc = root.EmbeddingBagCollection(tables=[cfg])  # type: ignore[attr-defined]
+    mcc = mc_lib.ManagedCollisionCollection(  # type: ignore[attr-defined]
+        managed_collision_modules={"t": mch(mc_lib, zch, 1)}, embedding_configs=[cfg]
+    )
+    return mce.ManagedCollisionEmbeddingBagCollection(  # type: ignore[attr-defined, no-any-return]
+        ebc, mcc, return_remapped_features=False
+    )
 
 
 def mch(module_lib: object, zch: int, interval: int) -> torch.nn.Module:
@@ -67,6 +92,7 @@ def mch(module_lib: object, zch: int, interval: int) -> torch.nn.Module:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--skip-hash", action="store_true", help="MCH and the MC-EBC only")
     args = parser.parse_args()
     zch, batch = (10_000, 4096) if args.quick else (100_000, 2048 * 20)
     repeat = 3 if args.quick else 15
@@ -100,18 +126,55 @@ def main() -> None:
         a = run(lambda m=make: m(ours), JaggedTensor, train)
         b = run(lambda m=make: m(tr_mc), TrJT, train) if tr_mc is not None else float("nan")
         rows.append((name, a, b))
+
+    def run_ebc(module: torch.nn.Module, kjt_cls: type, bag: int) -> float:
+        kjts = [
+            kjt_cls(
+                keys=["f"],
+                values=b,
+                lengths=torch.full((b.numel() // bag,), bag, dtype=torch.int64),
+            )
+            for b in batches
+        ]
+        for k in kjts[:4]:
+            module(k)  # fill the table
+        module.train(True)
+        step = iter(range(10**9))
+
+        def one() -> None:
+            out = module(kjts[next(step) % len(kjts)])
+            pooled = out[0] if isinstance(out, tuple) else out
+            pooled.values().sum().backward()
+            module.zero_grad()
+
+        return median_ms(one, repeat)
+
+    bag = 20 if batch % 20 == 0 else 1
+    a = run_ebc(mc_ebc(ours_root, ours, ours, zch), KeyedJaggedTensor, bag)
+    b = float("nan")
+    if tr_mce is not None:
+        b = run_ebc(mc_ebc(tr_root, tr_mce, tr_mc, zch), TrKJT, bag)
+    rows.append(("MC-EBC train step (fwd + bwd)", a, b))
+    if args.skip_hash:
+        print_rows(rows)
+        return
     hz = lambda lib: lib.HashZchManagedCollisionModule(  # noqa: E731
         zch_size=zch, device=torch.device("cpu"), total_num_buckets=1, max_probe=128
     )
     rows.append(
         ("HashZch train (insert + lookup)", run(lambda: hz(ours), JaggedTensor, True), float("nan"))
     )
+
     ours_eval = run(lambda: hz(ours), JaggedTensor, False)
     theirs_eval = float("nan")
     if tr_hash is not None:
         # TorchRec's CPU kernel cannot insert: its table stays empty (every id misses)
         theirs_eval = run(lambda: hz(tr_hash), TrJT, False, fill=False)
     rows.append(("HashZch eval (TorchRec: empty table)", ours_eval, theirs_eval))
+    print_rows(rows)
+
+
+def print_rows(rows: list[tuple[str, float, float]]) -> None:
     print(f"{'case':36} {'shardrec ms':>12} {'TorchRec ms':>12} {'TorchRec/ours':>14}")
     for name, a, b in rows:
         print(f"{name:36} {a:12.2f} {b:12.2f} {b / a:14.2f}")

@@ -119,3 +119,25 @@ def test_adapters_build_a_working_collection(method: str) -> None:
     assert [p.shape for p in ebc.parameters()] == [torch.Size([16, 4])]
     with pytest.raises(ValueError, match="zch_method"):
         McEmbeddingBagCollectionAdapter(tables=bag, **(common | {"zch_method": ""}))  # type: ignore[arg-type]
+
+
+def test_default_init_reset_draws_fresh_uniform_rows_repeatably() -> None:
+    """Without an `init_fn`, freed rows are redrawn in the table's uniform range (counter-based
+    rows seeded from torch's generator): new values, the same under the same manual seed."""
+    configs = [EmbeddingBagConfig(name="t", embedding_dim=5, num_embeddings=6, feature_names=["f"])]
+    low, high = configs[0].get_weight_init_min(), configs[0].get_weight_init_max()
+    results = []
+    for _ in range(2):
+        torch.manual_seed(3)
+        ebc = EmbeddingBagCollection(tables=configs)
+        weight = ebc.embedding_bags["t"].weight
+        with torch.no_grad():
+            weight.fill_(100.0)
+        mc = ManagedCollisionEmbeddingBagCollection(ebc, _mcc(configs, 6))
+        mc(_kjt([11, 12, 13]))  # three ids take three empty rows: those are redrawn
+        fresh = weight[weight[:, 0] != 100.0]
+        assert fresh.shape == (3, 5)
+        assert bool((fresh >= low).all()) and bool((fresh < high).all())
+        assert fresh.unique().numel() == 15
+        results.append(weight.detach().clone())
+    torch.testing.assert_close(results[0], results[1])

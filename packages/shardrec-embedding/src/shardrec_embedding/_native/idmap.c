@@ -15,6 +15,10 @@
  */
 #include <stdint.h>
 #include <stdlib.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#define SR_IDMAP_STREAM 1
+#endif
 
 #define SR_IDMAP_PREFETCH 16
 
@@ -55,6 +59,20 @@ int64_t sr_idmap_find(const int64_t *buckets, int64_t num_buckets, const int64_t
     return found;
 }
 
+/* key -> slot into the first empty bucket of key's probe run; 0 (nothing written) when key is
+ * already present or no bucket is free. */
+static inline int sr_idmap_put(int64_t *buckets, uint64_t mask, int64_t key, int64_t slot) {
+    uint64_t h = sr_idmap_mix((uint64_t)key) & mask;
+    uint64_t steps = 0;
+    while (buckets[2 * h + 1] >= 0) {
+        if (buckets[2 * h] == key || ++steps > mask) return 0;
+        h = (h + 1) & mask;
+    }
+    buckets[2 * h] = key;
+    buckets[2 * h + 1] = slot;
+    return 1;
+}
+
 /* Inserts ids[i] -> slots[i] (ids absent and distinct; callers guarantee it). Returns the
  * number inserted, or -(i + 1) when ids[i] was already present or no bucket was free. */
 int64_t sr_idmap_insert(int64_t *buckets, int64_t num_buckets, const int64_t *ids,
@@ -65,14 +83,7 @@ int64_t sr_idmap_insert(int64_t *buckets, int64_t num_buckets, const int64_t *id
             uint64_t ahead = sr_idmap_mix((uint64_t)ids[i + SR_IDMAP_PREFETCH]) & mask;
             __builtin_prefetch(buckets + 2 * ahead, 1, 0);
         }
-        uint64_t h = sr_idmap_mix((uint64_t)ids[i]) & mask;
-        uint64_t steps = 0;
-        while (buckets[2 * h + 1] >= 0) {
-            if (buckets[2 * h] == ids[i] || ++steps > mask) return -(i + 1);
-            h = (h + 1) & mask;
-        }
-        buckets[2 * h] = ids[i];
-        buckets[2 * h + 1] = slots[i];
+        if (!sr_idmap_put(buckets, mask, ids[i], slots[i])) return -(i + 1);
     }
     return n;
 }
@@ -109,6 +120,28 @@ int64_t sr_idmap_erase(int64_t *buckets, int64_t num_buckets, const int64_t *ids
     return removed;
 }
 
+/* The index of key in the scratch set (open addressing, 2 int64s a bucket, mask + 1 buckets):
+ * a new key becomes uniq[*u] with count 1, a known one counts once more. */
+static inline int64_t sr_idmap_dedup(int64_t *scratch, uint64_t mask, int64_t key, int64_t *u,
+                                     int64_t *uniq, int64_t *counts) {
+    uint64_t h = sr_idmap_mix((uint64_t)key) & mask;
+    for (;;) {
+        int64_t *b = scratch + 2 * h;
+        if (b[1] < 0) {
+            b[0] = key;
+            b[1] = *u;
+            uniq[*u] = key;
+            counts[*u] = 1;
+            return (*u)++;
+        }
+        if (b[0] == key) {
+            counts[b[1]]++;
+            return b[1];
+        }
+        h = (h + 1) & mask;
+    }
+}
+
 /* The distinct ids among those with slots[i] < 0, in order of first appearance: written to
  * uniq[0..u) with their occurrence counts in counts[0..u); inverse[i] = the index in uniq of
  * ids[i] for each such i (other entries untouched). scratch: 2 * cap int64s, cap a power of
@@ -119,28 +152,8 @@ int64_t sr_idmap_distinct_missing(const int64_t *ids, const int64_t *slots, int6
     const uint64_t mask = (uint64_t)cap - 1;
     for (int64_t b = 0; b < cap; b++) scratch[2 * b + 1] = -1;
     int64_t u = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (slots[i] >= 0) continue;
-        const int64_t key = ids[i];
-        uint64_t h = sr_idmap_mix((uint64_t)key) & mask;
-        for (;;) {
-            int64_t *b = scratch + 2 * h;
-            if (b[1] < 0) {
-                b[0] = key;
-                b[1] = u;
-                uniq[u] = key;
-                counts[u] = 1;
-                inverse[i] = u++;
-                break;
-            }
-            if (b[0] == key) {
-                counts[b[1]]++;
-                inverse[i] = b[1];
-                break;
-            }
-            h = (h + 1) & mask;
-        }
-    }
+    for (int64_t i = 0; i < n; i++)
+        if (slots[i] < 0) inverse[i] = sr_idmap_dedup(scratch, mask, ids[i], &u, uniq, counts);
     return u;
 }
 
@@ -171,6 +184,47 @@ int64_t sr_idmap_find_touch(const int64_t *buckets, int64_t num_buckets, const i
     return found;
 }
 
+
+/* One training step's map pass: sr_idmap_find_touch, and the distinct missing ids in order of
+ * first appearance collected on the way: uniq[0..u) with their occurrences in ucounts, and
+ * out[i] = -2 - j for each occurrence i of uniq[j] (sr_idmap_fill_missing resolves those once
+ * the new ids have slots). uniq, ucounts: room for n. Returns u, or -1 when the scratch set
+ * could not be allocated. */
+int64_t sr_idmap_find_touch_missing(const int64_t *buckets, int64_t num_buckets,
+                                    const int64_t *ids, int64_t n, int64_t *out,
+                                    int64_t *last_seen, int64_t *counts, int64_t step,
+                                    int64_t *uniq, int64_t *ucounts) {
+    const int64_t found = sr_idmap_find_touch(buckets, num_buckets, ids, n, out, last_seen,
+                                              counts, step);
+    const int64_t missing = n - found;
+    if (missing == 0) return 0;
+    int64_t cap = 2;
+    while (cap <= 2 * missing) cap <<= 1;
+    int64_t *scratch = malloc((size_t)cap * 2 * sizeof(int64_t));
+    if (!scratch) return -1;
+    const uint64_t mask = (uint64_t)cap - 1;
+    for (int64_t b = 0; b < cap; b++) scratch[2 * b + 1] = -1;
+    int64_t u = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (out[i] < 0) out[i] = -2 - sr_idmap_dedup(scratch, mask, ids[i], &u, uniq, ucounts);
+    free(scratch);
+    return u;
+}
+
+/* out[i] = slot_of[-2 - out[i]] wherever out[i] <= -2 (sr_idmap_find_touch_missing's marks;
+ * slot_of -1 for an id left without a slot). Returns the number of -1 written. */
+int64_t sr_idmap_fill_missing(int64_t *out, int64_t n, const int64_t *slot_of) {
+    int64_t unmapped = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t v = out[i];
+        if (v <= -2) {
+            const int64_t s = slot_of[-2 - v];
+            out[i] = s;
+            unmapped += s < 0;
+        }
+    }
+    return unmapped;
+}
 
 /* ---- eviction: the k least recently seen candidates of a window ------------------------- */
 
@@ -240,13 +294,34 @@ int64_t sr_idmap_init_rows(float *w, int64_t stride, int64_t dim, const int64_t 
                         float span, int64_t threads) {
     const uint64_t g1 = 0x9E3779B97F4A7C15ULL, g2 = 0xD1B54A32D192ED03ULL;
 
-#pragma omp parallel for num_threads(threads) schedule(static) if (k * dim > (1 << 22))
+#pragma omp parallel num_threads(threads) if (k * dim > (1 << 22))
+    {
+#pragma omp for schedule(static) nowait
     for (int64_t r = 0; r < k; r++) {
         const uint64_t slot = (uint64_t)slots[r];
         const uint64_t key =
             sr_idmap_mix((uint64_t)seed ^ sr_idmap_mix(slot + (uint64_t)generation * g1));
         float *row = w + (slot + (uint64_t)row_offset) * (uint64_t)stride;
-        const int64_t full = dim / 2; /* whole pairs: a branch-free loop the compiler vectorizes */
+        const int64_t full = dim / 2; /* whole pairs */
+#ifdef SR_IDMAP_STREAM
+        /* Whole rows of 16-byte-aligned floats: drawn into a buffer (a branch-free loop the
+         * compiler vectorizes) and streamed to memory, skipping the read of lines about to be
+         * overwritten whole (a freed row is cold: the read would be a DRAM miss). */
+        if ((dim & 3) == 0 && ((uintptr_t)row & 15) == 0) {
+            float buf[128];
+            for (int64_t c = 0; c < full; c += 64) {
+                const int64_t np = full - c < 64 ? full - c : 64;
+                for (int64_t p = 0; p < np; p++) {
+                    const uint64_t h = sr_idmap_mix(key + (uint64_t)(c + p + 1) * g2);
+                    buf[2 * p] = lo + span * ((float)(h >> 40) * 0x1p-24f);
+                    buf[2 * p + 1] = lo + span * ((float)((h >> 8) & 0xFFFFFFULL) * 0x1p-24f);
+                }
+                for (int64_t q = 0; q < 2 * np; q += 4)
+                    _mm_stream_ps(row + 2 * c + q, _mm_loadu_ps(buf + q));
+            }
+            continue;
+        }
+#endif
         for (int64_t p = 0; p < full; p++) {
             const uint64_t h = sr_idmap_mix(key + (uint64_t)(p + 1) * g2);
             row[2 * p] = lo + span * ((float)(h >> 40) * 0x1p-24f);
@@ -257,32 +332,161 @@ int64_t sr_idmap_init_rows(float *w, int64_t stride, int64_t dim, const int64_t 
             row[dim - 1] = lo + span * ((float)(h >> 40) * 0x1p-24f);
         }
     }
-    return k;
-}
-
-/* ---- per-slot metadata of freed and admitted slots, one pass each ---------------------- */
-
-/* For each of slots[0..k): old_ids[i] = slot_ids[s], then slot_ids, occupied, last_seen and
- * counts of s become 0 (the dynamic table's `_free`, before the map erases old_ids). */
-int64_t sr_idmap_slots_clear(const int64_t *slots, int64_t k, int64_t *old_ids, int64_t *slot_ids,
-                             uint8_t *occupied, int64_t *last_seen, int64_t *counts) {
-    for (int64_t i = 0; i < k; i++) {
-        const int64_t s = slots[i];
-        old_ids[i] = slot_ids[s];
-        slot_ids[s] = 0;
-        occupied[s] = 0;
-        last_seen[s] = 0;
-        counts[s] = 0;
+#ifdef SR_IDMAP_STREAM
+    _mm_sfence(); /* each thread's streamed rows are visible before the caller reads them */
+#endif
     }
     return k;
 }
 
-/* For each of slots[0..k): slot_ids = ids[i], occupied = 1, last_seen = step,
- * counts = occurrences[i] (the dynamic table's admission of new ids). */
-int64_t sr_idmap_slots_set(const int64_t *slots, const int64_t *ids, const int64_t *occurrences,
-                           int64_t k, int64_t step, int64_t *slot_ids, uint8_t *occupied,
-                           int64_t *last_seen, int64_t *counts) {
+/* ---- sorted managed-collision slots: the order after a round ---------------------------- */
+
+/* keys[0..z) is sorted except at the e slots that took new keys: those are fresh[0..e), listed
+ * in ascending order of their new keys, and flagged in is_fresh. Writes order[p] = the slot
+ * that goes to place p, the permutation a stable argsort of keys gives (kept keys never equal a
+ * new key), and position[rows[order[p]] - row_offset] = p (the new place of each row). */
+int64_t sr_idmap_merge_order(const int64_t *keys, int64_t z, const int64_t *fresh, int64_t e,
+                             const uint8_t *is_fresh, const int64_t *rows, int64_t row_offset,
+                             int64_t *order, int64_t *position) {
+    int64_t i = 0, j = 0;
+    for (int64_t p = 0; p < z; p++) {
+        while (i < z && is_fresh[i]) i++;
+        int64_t src;
+        if (j < e && (i >= z || keys[fresh[j]] < keys[i])) {
+            src = fresh[j++];
+        } else {
+            src = i++;
+        }
+        order[p] = src;
+        position[rows[src] - row_offset] = p;
+    }
+    return z;
+}
+
+/* buf[p] = buf[order[p]] for p in [0, z), through tmp (z int64s). */
+int64_t sr_idmap_permute(int64_t *buf, const int64_t *order, int64_t z, int64_t *tmp) {
+    for (int64_t p = 0; p < z; p++) tmp[p] = buf[order[p]];
+    for (int64_t p = 0; p < z; p++) buf[p] = tmp[p];
+    return z;
+}
+
+static float sr_idmap_quickselect_f32(float *tmp, int64_t n, int64_t want) {
+    int64_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        /* median of three as the pivot */
+        const int64_t mid = lo + (hi - lo) / 2;
+        float a = tmp[lo], b = tmp[mid], c = tmp[hi];
+        float pivot = a < b ? (b < c ? b : (a < c ? c : a)) : (a < c ? a : (b < c ? c : b));
+        int64_t i = lo, j = hi;
+        while (i <= j) {
+            while (tmp[i] < pivot) i++;
+            while (tmp[j] > pivot) j--;
+            if (i <= j) {
+                const float t = tmp[i];
+                tmp[i] = tmp[j];
+                tmp[j] = t;
+                i++;
+                j--;
+            }
+        }
+        if (want <= j) {
+            hi = j;
+        } else if (want >= i) {
+            lo = i;
+        } else {
+            return tmp[want];
+        }
+    }
+    return tmp[want];
+}
+
+static int sr_idmap_cmp_f32(const void *a, const void *b) {
+    const float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* The k-th smallest (k >= 1) of the n floats x (no NaN); tmp: room for n floats. A sorted
+ * sample of 1024 brackets the answer between two of its values; one branch-free pass counts
+ * the values below the bracket and copies those inside it to tmp, where a quickselect finds
+ * the answer (a quickselect over all of x when the bracket misses). */
+float sr_idmap_kth_f32(const float *x, int64_t n, int64_t k, float *tmp) {
+    enum { SAMPLE = 1024, MARGIN = 48 };
+    if (n > 8 * SAMPLE) {
+        float sample[SAMPLE];
+        for (int64_t s = 0; s < SAMPLE; s++) sample[s] = x[(s * n) / SAMPLE];
+        qsort(sample, SAMPLE, sizeof(float), sr_idmap_cmp_f32);
+        const int64_t at = (k * SAMPLE) / n;
+        const float low = sample[at - MARGIN < 0 ? 0 : at - MARGIN];
+        const float high = sample[at + MARGIN >= SAMPLE ? SAMPLE - 1 : at + MARGIN];
+        int64_t below = 0, inside = 0;
+        for (int64_t i = 0; i < n; i++) {
+            const float v = x[i];
+            below += v < low;
+            tmp[inside] = v;
+            inside += (v >= low) & (v <= high);
+        }
+        if (below < k && k <= below + inside)
+            return sr_idmap_quickselect_f32(tmp, inside, k - 1 - below);
+    }
+    for (int64_t i = 0; i < n; i++) tmp[i] = x[i];
+    return sr_idmap_quickselect_f32(tmp, n, k - 1);
+}
+
+/* ---- a step's freed and admitted slots, map and metadata in one pass each ---------------- */
+
+static inline void sr_idmap_prefetch_meta(int64_t s, const int64_t *slot_ids,
+                                          const uint8_t *occupied, const int64_t *last_seen,
+                                          const int64_t *counts) {
+    __builtin_prefetch(slot_ids + s, 1, 0);
+    __builtin_prefetch(occupied + s, 1, 0);
+    __builtin_prefetch(last_seen + s, 1, 0);
+    __builtin_prefetch(counts + s, 1, 0);
+}
+
+/* For each of slots[0..k), in one pass: its id leaves the map (as sr_idmap_erase) and its
+ * slot_ids, occupied, last_seen and counts become 0. The slot's metadata lines and then its
+ * id's bucket are fetched ahead (two dependent misses per slot, overlapped across slots).
+ * Returns the number of ids removed. */
+int64_t sr_idmap_free_slots(int64_t *buckets, int64_t num_buckets, const int64_t *slots,
+                            int64_t k, int64_t *slot_ids, uint8_t *occupied, int64_t *last_seen,
+                            int64_t *counts) {
+    const uint64_t mask = (uint64_t)num_buckets - 1;
+    int64_t removed = 0;
     for (int64_t i = 0; i < k; i++) {
+        if (i + 2 * SR_IDMAP_PREFETCH < k)
+            sr_idmap_prefetch_meta(slots[i + 2 * SR_IDMAP_PREFETCH], slot_ids, occupied,
+                                   last_seen, counts);
+        if (i + SR_IDMAP_PREFETCH < k) {
+            const uint64_t id = (uint64_t)slot_ids[slots[i + SR_IDMAP_PREFETCH]];
+            __builtin_prefetch(buckets + 2 * (sr_idmap_mix(id) & mask), 1, 0);
+        }
+        const int64_t s = slots[i];
+        const int64_t id = slot_ids[s];
+        slot_ids[s] = 0;
+        occupied[s] = 0;
+        last_seen[s] = 0;
+        counts[s] = 0;
+        removed += sr_idmap_erase(buckets, num_buckets, &id, 1);
+    }
+    return removed;
+}
+
+/* In one pass: ids[i] -> slots[i] enters the map (as sr_idmap_insert: ids absent and
+ * distinct) and the slot's slot_ids, occupied, last_seen and counts become ids[i], 1, step
+ * and occurrences[i]. Returns k, or -(i + 1) as sr_idmap_insert. */
+int64_t sr_idmap_admit_slots(int64_t *buckets, int64_t num_buckets, const int64_t *ids,
+                             const int64_t *slots, const int64_t *occurrences, int64_t k,
+                             int64_t step, int64_t *slot_ids, uint8_t *occupied,
+                             int64_t *last_seen, int64_t *counts) {
+    const uint64_t mask = (uint64_t)num_buckets - 1;
+    for (int64_t i = 0; i < k; i++) {
+        if (i + SR_IDMAP_PREFETCH < k) {
+            sr_idmap_prefetch_meta(slots[i + SR_IDMAP_PREFETCH], slot_ids, occupied, last_seen,
+                                   counts);
+            const uint64_t ahead = sr_idmap_mix((uint64_t)ids[i + SR_IDMAP_PREFETCH]) & mask;
+            __builtin_prefetch(buckets + 2 * ahead, 1, 0);
+        }
+        if (!sr_idmap_put(buckets, mask, ids[i], slots[i])) return -(i + 1);
         const int64_t s = slots[i];
         slot_ids[s] = ids[i];
         occupied[s] = 1;
@@ -290,4 +494,38 @@ int64_t sr_idmap_slots_set(const int64_t *slots, const int64_t *ids, const int64
         counts[s] = occurrences[i];
     }
     return k;
+}
+
+/* Of the n scores (no NaN), the n - pivot dropped are those below `threshold` (the
+ * (n - pivot)-th smallest) and, of those equal to it, the last ones by index. Writes the
+ * dropped indices below pivot to losers and the kept indices from pivot on, minus pivot, to
+ * winners, each ascending; out_counts = {losers, winners}. Each list is written one entry
+ * past its count: room for min(pivot, n - pivot) + 1 losers and n - pivot + 1 winners. */
+int64_t sr_idmap_split_f32(const float *scores, int64_t n, int64_t pivot, float threshold,
+                           int64_t *losers, int64_t *winners, int64_t *out_counts) {
+    int64_t below = 0, equal = 0;
+    for (int64_t i = 0; i < n; i++) {
+        below += scores[i] < threshold;
+        equal += scores[i] == threshold;
+    }
+    int64_t keep_equal = equal - ((n - pivot) - below); /* the first ties stay */
+    int64_t nl = 0, nw = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const float v = scores[i];
+        int dropped = v < threshold;
+        if (v == threshold) {
+            dropped = keep_equal <= 0;
+            keep_equal--;
+        }
+        if (i < pivot) {
+            losers[nl] = i;
+            nl += dropped;
+        } else {
+            winners[nw] = i - pivot;
+            nw += !dropped;
+        }
+    }
+    out_counts[0] = nl;
+    out_counts[1] = nw;
+    return nl;
 }

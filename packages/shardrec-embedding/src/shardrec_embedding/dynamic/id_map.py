@@ -42,9 +42,20 @@ def _library() -> ctypes.CDLL | None:
             ("sr_idmap_insert", (_PTR, _I64, _PTR, _PTR, _I64)),
             ("sr_idmap_erase", (_PTR, _I64, _PTR, _I64)),
             ("sr_idmap_distinct_missing", (_PTR, _PTR, _I64, _PTR, _I64, _PTR, _PTR, _PTR)),
+            ("sr_idmap_merge_order", (_PTR, _I64, _PTR, _I64, _PTR, _PTR, _I64, _PTR, _PTR)),
+            ("sr_idmap_permute", (_PTR, _PTR, _I64, _PTR)),
+            ("sr_idmap_split_f32", (_PTR, _I64, _I64, _F32, _PTR, _PTR, _PTR)),
+            (
+                "sr_idmap_find_touch_missing",
+                (_PTR, _I64, _PTR, _I64, _PTR, _PTR, _PTR, _I64, _PTR, _PTR),
+            ),
+            ("sr_idmap_fill_missing", (_PTR, _I64, _PTR)),
+            ("sr_idmap_free_slots", (_PTR, _I64, _PTR, _I64, _PTR, _PTR, _PTR, _PTR)),
+            (
+                "sr_idmap_admit_slots",
+                (_PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _PTR, _PTR, _PTR, _PTR),
+            ),
             ("sr_idmap_find_touch", (_PTR, _I64, _PTR, _I64, _PTR, _PTR, _PTR, _I64)),
-            ("sr_idmap_slots_clear", (_PTR, _I64, _PTR, _PTR, _PTR, _PTR, _PTR)),
-            ("sr_idmap_slots_set", (_PTR, _PTR, _PTR, _I64, _I64, _PTR, _PTR, _PTR, _PTR)),
             ("sr_idmap_lru_pick", (_PTR, _PTR, _I64, _I64, _I64, _I64, _PTR)),
             (
                 "sr_idmap_init_rows",
@@ -54,6 +65,8 @@ def _library() -> ctypes.CDLL | None:
             fn = getattr(lib, name)
             fn.argtypes = args
             fn.restype = _I64
+        lib.sr_idmap_kth_f32.argtypes = (_PTR, _I64, _I64, _PTR)
+        lib.sr_idmap_kth_f32.restype = _F32
         _TYPED.add(id(lib))
     return lib
 
@@ -167,6 +180,53 @@ class IdSlotMap:
         )
         return out
 
+    def find_touch_missing(
+        self, ids: Tensor, last_seen: Tensor | None, counts: Tensor | None, step: int
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """`find_touch` and `distinct_missing` in one pass: `(slots (N,), uniq (U,),
+        occurrences (U,))`, where `slots[i] = -2 - j` marks an occurrence of the missing id
+        `uniq[j]` (first-appearance order) until `fill_missing` gives it its slot."""
+        ids = _ids(ids, "IdSlotMap.find_touch_missing")
+        if self._lib is None or ids.numel() == 0:
+            slots = self.find_touch(ids, last_seen, counts, step)
+            uniq, occurrences, inverse = self.distinct_missing(ids, slots)
+            missing = slots < 0
+            slots[missing] = -2 - inverse[missing]
+            return slots, uniq, occurrences
+        for meta in (last_seen, counts):
+            assert meta is None or meta.is_contiguous()
+        n = ids.numel()
+        out = torch.empty_like(ids)
+        uniq = torch.empty_like(ids)
+        occurrences = torch.empty_like(ids)
+        u = int(
+            self._lib.sr_idmap_find_touch_missing(
+                self._buckets.data_ptr(),
+                self.num_buckets,
+                ids.data_ptr(),
+                n,
+                out.data_ptr(),
+                None if last_seen is None else last_seen.data_ptr(),
+                None if counts is None else counts.data_ptr(),
+                step,
+                uniq.data_ptr(),
+                occurrences.data_ptr(),
+            )
+        )
+        if u < 0:
+            raise MemoryError(f"IdSlotMap.find_touch_missing: no memory for {n} ids' scratch set")
+        return out, uniq[:u], occurrences[:u]
+
+    def fill_missing(self, slots: Tensor, slot_of: Tensor) -> None:
+        """In place: each mark `-2 - j` of `find_touch_missing` in `slots` becomes `slot_of[j]`
+        (-1 for an id left without a slot)."""
+        slot_of = slot_of.reshape(-1).to(torch.int64).contiguous()
+        if self._lib is None or not slots.is_contiguous():
+            marked = slots <= -2
+            slots[marked] = slot_of[-2 - slots[marked]]
+            return
+        self._lib.sr_idmap_fill_missing(slots.data_ptr(), slots.numel(), slot_of.data_ptr())
+
     def insert(self, ids: Tensor, slots: Tensor) -> None:
         """Add `ids[i] -> slots[i]`; the ids must be absent and distinct, the slots >= 0."""
         ids = _ids(ids, "IdSlotMap.insert")
@@ -197,6 +257,56 @@ class IdSlotMap:
                 raise ValueError(f"IdSlotMap.insert: id {dup} is already present")
             self._keys, self._slots = keys, values[order]
         self._size += ids.numel()
+
+    def free_slots(self, slots: Tensor, meta: tuple[Tensor, Tensor, Tensor, Tensor]) -> None:
+        """Native only: each of `slots` (occupied) loses its id from the map, and its
+        `(slot_ids, occupied, last_seen, counts)` entries are zeroed, in one pass."""
+        assert self._lib is not None
+        slots = slots.contiguous()
+        removed = int(
+            self._lib.sr_idmap_free_slots(
+                self._buckets.data_ptr(),
+                self.num_buckets,
+                slots.data_ptr(),
+                slots.numel(),
+                *(t.data_ptr() for t in meta),
+            )
+        )
+        self._size -= removed
+
+    def admit_slots(
+        self,
+        ids: Tensor,
+        slots: Tensor,
+        occurrences: Tensor,
+        step: int,
+        meta: tuple[Tensor, Tensor, Tensor, Tensor],
+    ) -> None:
+        """Native only: `insert(ids, slots)`, and each slot's `(slot_ids, occupied, last_seen,
+        counts)` become `(id, True, step, occurrences)`, in one pass."""
+        assert self._lib is not None
+        ids, slots = ids.contiguous(), slots.contiguous()
+        occurrences = occurrences.contiguous()
+        if self._size + ids.numel() >= self.num_buckets:
+            raise ValueError(
+                f"IdSlotMap with {self.num_buckets} buckets cannot hold {self._size} + "
+                f"{ids.numel()} ids; build it with more buckets"
+            )
+        done = int(
+            self._lib.sr_idmap_admit_slots(
+                self._buckets.data_ptr(),
+                self.num_buckets,
+                ids.data_ptr(),
+                slots.data_ptr(),
+                occurrences.data_ptr(),
+                ids.numel(),
+                step,
+                *(t.data_ptr() for t in meta),
+            )
+        )
+        if done != ids.numel():
+            raise ValueError(f"IdSlotMap.admit_slots: id {int(ids[-done - 1])} is already present")
+        self._size += done
 
     def erase(self, ids: Tensor) -> int:
         """Remove `ids` (absent ones are skipped); returns how many were removed."""

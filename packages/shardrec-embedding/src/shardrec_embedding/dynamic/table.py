@@ -261,31 +261,32 @@ class DynamicTable(nn.Module):
         step = c["steps"]
         # Each policy's metadata only: LRU / TTL read last_seen, LFU both, NONE neither
         # (one random write per id and array saved).
+        # One pass finds, touches and collects the distinct missing ids (marked in `slots`).
         policy = self.config.eviction
-        slots = self.map.find_touch(
+        slots, uniq, occurrences = self.map.find_touch_missing(
             ids,
             None if policy is EvictionPolicy.NONE else self.last_seen,
             self.counts if policy is EvictionPolicy.LFU else None,
             step,
         )
-        hit = slots >= 0
         if self.config.eviction is EvictionPolicy.TTL:
             self._ttl_sweep(step)
-        if bool(hit.all()):
+        if uniq.numel() == 0:
             return slots
-        uniq, occurrences, inverse = self.map.distinct_missing(ids, slots)
-        slot_of = self._insert_new(uniq, occurrences, step)
-        missing = ~hit
-        slots[missing] = slot_of[inverse[missing]]
+        self.map.fill_missing(slots, self._insert_new(uniq, occurrences, step))
         return slots
 
     def _insert_new(self, uniq: Tensor, occurrences: Tensor, step: int) -> Tensor:
         """Admission, eviction and insertion of the distinct missing ids `uniq` (in order of
         first appearance, seen `occurrences` times): their new slots, -1 where rejected."""
         c = self._counters
-        admitted = self._admit(uniq, occurrences, step)
-        chosen = torch.nonzero(admitted).reshape(-1)
-        need = chosen.numel()
+        # ALWAYS admits all: the chosen are a prefix (slices, no index tensors)
+        picked = (
+            None
+            if self.config.admission is AdmissionPolicy.ALWAYS
+            else torch.nonzero(self._admit(uniq, occurrences, step)).reshape(-1)
+        )
+        need = uniq.numel() if picked is None else picked.numel()
         c["rejections"] += uniq.numel() - need
         if need > self._available() and self.config.eviction is not EvictionPolicy.NONE:
             self._evict_for(need - self._available(), step)
@@ -293,21 +294,14 @@ class DynamicTable(nn.Module):
         c["rejections"] += need - take
         slot_of = torch.full_like(uniq, -1)
         if take:
-            chosen = chosen[:take]
+            chosen: Tensor | slice = slice(0, take) if picked is None else picked[:take]
             new_ids = uniq[chosen]
             new_slots = self._allocate(take)
-            self.map.insert(new_ids, new_slots)
             new_counts = occurrences[chosen]
             if self.map.backend == "native":  # the same writes in one pass
-                _library().sr_idmap_slots_set(  # type: ignore[union-attr]
-                    new_slots.data_ptr(),
-                    new_ids.data_ptr(),
-                    new_counts.data_ptr(),
-                    take,
-                    step,
-                    *(t.data_ptr() for t in self._slot_meta()),
-                )
+                self.map.admit_slots(new_ids, new_slots, new_counts, step, self._slot_meta())
             else:
+                self.map.insert(new_ids, new_slots)
                 self.slot_ids[new_slots] = new_ids
                 self.occupied[new_slots] = True
                 self.last_seen[new_slots] = step
@@ -359,15 +353,7 @@ class DynamicTable(nn.Module):
             return
         c = self._counters
         if self.map.backend == "native":  # the same writes in one pass
-            slots = slots.contiguous()
-            old_ids = torch.empty_like(slots)
-            _library().sr_idmap_slots_clear(  # type: ignore[union-attr]
-                slots.data_ptr(),
-                slots.numel(),
-                old_ids.data_ptr(),
-                *(t.data_ptr() for t in self._slot_meta()),
-            )
-            self.map.erase(old_ids)
+            self.map.free_slots(slots, self._slot_meta())
         else:
             self.map.erase(self.slot_ids[slots])
             self.occupied[slots] = False

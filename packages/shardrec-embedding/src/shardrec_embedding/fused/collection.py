@@ -207,6 +207,6 @@ def _state_reset(lookup: BatchedFusedEmbeddingBag, row_offset: int) -> Callable[
         rows = slots.to(lookup.packed_weight().device) + row_offset
         with torch.no_grad():
             for state in lookup.optimizer_state().values():
-                state[rows] = 0
+                state.index_fill_(0, rows, 0)  # a scalar fill: cheaper than index_put
 
     return reset

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from shardrec_embedding.configs import BaseEmbeddingConfig
+from shardrec_embedding.dynamic.reset import init_rows_
 from shardrec_embedding.embedding_bag_collection import EmbeddingBagCollection
 from shardrec_embedding.embedding_collection import EmbeddingCollection
 from shardrec_embedding.mc.collection import ManagedCollisionCollection
@@ -44,8 +45,17 @@ def evict(evictions: Mapping[str, torch.Tensor | None], module: nn.Module) -> No
         weight = weights[table]
         if weight.device.type == "meta":
             continue
+        config = configs[table]
+        if config.init_fn is None:
+            # the default uniform initializer by the counter-based rows (dynamic/reset.py):
+            # written in place, several times faster than `uniform_` and a scatter; the seed
+            # is drawn from torch's generator, so `torch.manual_seed` still repeats a run
+            seed = int(torch.randint(-(2**62), 2**62, (1,)))
+            low, high = config.get_weight_init_min(), config.get_weight_init_max()
+            init_rows_(weight, rows, row_offset=0, seed=seed, generation=0, low=low, high=high)
+            continue
         fresh = weight.new_empty((rows.numel(), weight.size(1)))
-        configs[table].init_weight_(fresh)
+        config.init_weight_(fresh)
         weight[rows.to(device=weight.device, dtype=torch.int64)] = fresh
 
 

@@ -24,6 +24,7 @@ import torch
 
 from shardrec_embedding.mc.base import ManagedCollisionModule
 from shardrec_embedding.mc.policies import MCHEvictionPolicy
+from shardrec_embedding.mc.sorted_index import SortedSlotIndex, permute_
 from shardrec_jagged import JaggedTensor
 
 __all__ = ["MCHManagedCollisionModule", "MCHStats"]
@@ -43,6 +44,25 @@ class MCHStats:
     evictions: int = 0  # held ids that lost their row to a new id
 
 
+def _int_ids(name: str, values: torch.Tensor) -> torch.Tensor:
+    """`values` as int64 ids; float ids raise."""
+    if values.is_floating_point():
+        raise TypeError(
+            f"feature {name} has floating-point ids; raw ids must be integers (int64 or int32)"
+        )
+    return values.to(torch.int64)
+
+
+def _with_rows(feature: JaggedTensor, rows: torch.Tensor) -> JaggedTensor:
+    """`feature` with `rows` for its ids, in the ids' dtype."""
+    return JaggedTensor(
+        values=rows.to(feature.values().dtype),
+        lengths=feature.lengths(),
+        offsets=feature.offsets(),
+        weights=feature.weights_or_none(),
+    )
+
+
 @torch.fx.wrap
 def _mch_remap(
     features: dict[str, JaggedTensor],
@@ -53,21 +73,11 @@ def _mch_remap(
     """Each feature's ids -> the row of their slot, or `zch_index` for ids without one."""
     remapped: dict[str, JaggedTensor] = {}
     for name, feature in features.items():
-        values = feature.values()
-        if values.is_floating_point():
-            raise TypeError(
-                f"feature {name} has floating-point ids; raw ids must be integers (int64 or int32)"
-            )
-        ids = values.to(torch.int64)
+        ids = _int_ids(name, feature.values())
         slot = torch.searchsorted(mch_sorted_raw_ids[:-1], ids)
         hit = mch_sorted_raw_ids[slot] == ids
-        rows = torch.where(hit, mch_remapped_ids_mapping[slot], zch_index).to(values.dtype)
-        remapped[name] = JaggedTensor(
-            values=rows,
-            lengths=feature.lengths(),
-            offsets=feature.offsets(),
-            weights=feature.weights_or_none(),
-        )
+        rows = torch.where(hit, mch_remapped_ids_mapping[slot], zch_index)
+        remapped[name] = _with_rows(feature, rows)
     return remapped
 
 
@@ -151,12 +161,19 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
         self._last_eviction_iter = -1
         self._evicted = False
         self._evicted_emb_indices = torch.empty((0,), dtype=torch.int64, device=self.device)
+        # rows of later rounds not yet consumed by evict(), merged into the above lazily
+        self._pending_rows: list[torch.Tensor] = []
         self._input_history_buffer_size = -1
         self._current_history_buffer_offset = 0
         self._mch_metadata = {}
         self._history_metadata = {}
         self.stats = MCHStats()
         self._init_buffers()
+        self._index = (
+            SortedSlotIndex(zch_size, output_global_offset)
+            if SortedSlotIndex.worthwhile() and self.device.type == "cpu"
+            else None
+        )
 
     def _init_buffers(self) -> None:
         device, size = self.device, self._zch_size
@@ -233,6 +250,9 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
         mutate_miss_lengths: bool = True,
         write_weights: torch.Tensor | None = None,
     ) -> dict[str, JaggedTensor]:
+        index = self._ready_index()
+        if index is not None:
+            return self._indexed_remap(features, index)
         return _mch_remap(
             features,
             self._mch_sorted_raw_ids,
@@ -249,11 +269,32 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
         features = self.profile(features)
         return self.remap(features)
 
+    def _ready_index(self) -> SortedSlotIndex | None:
+        """The hash index of the slots when it can answer for the search (native map, CPU,
+        not tracing), else None."""
+        if self._index is None or torch.fx._symbolic_trace.is_fx_symbolic_tracing():
+            return None
+        if not self._index.ready(self._mch_sorted_raw_ids, self._mch_remapped_ids_mapping):
+            return None
+        return self._index
+
+    def _indexed_remap(
+        self, features: dict[str, JaggedTensor], index: SortedSlotIndex
+    ) -> dict[str, JaggedTensor]:
+        """`_mch_remap` by the hash index: one probe per id instead of a binary search."""
+        miss_row = self._output_global_offset + self._zch_size - 1
+        remapped: dict[str, JaggedTensor] = {}
+        for name, feature in features.items():
+            rows = index.rows(_int_ids(name, feature.values()))
+            remapped[name] = _with_rows(feature, rows.masked_fill_(rows < 0, miss_row))
+        return remapped
+
     @torch.no_grad()
     def evict(self) -> torch.Tensor | None:
         if not self._evicted:
             return None
         self._evicted = False
+        self._merge_pending_rows()
         return self._evicted_emb_indices
 
     def output_size(self) -> int:
@@ -359,32 +400,78 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
     ) -> None:
         by_count = torch.argsort(uniq_ids_counts, descending=True, stable=True)
         ids = uniq_ids[by_count]
-        slot = torch.searchsorted(self._mch_sorted_raw_ids[:-1], ids)
-        held = self._mch_sorted_raw_ids[slot] == ids
+        index = self._ready_index()
+        if index is not None:
+            rows_of = index.rows(ids)
+            held = rows_of >= 0
+            held_slots = index.slots(rows_of[held])
+        else:
+            slot = torch.searchsorted(self._mch_sorted_raw_ids[:-1], ids)
+            held = self._mch_sorted_raw_ids[slot] == ids
+            held_slots = slot[held]
         evicted, selected = self._eviction_policy.update_metadata_and_generate_eviction_scores(
             self._current_iter,
             self._zch_size,
             by_count,
             uniq_ids_counts[by_count],
             held,
-            slot[held],
+            held_slots,
             self._mch_metadata,
             uniq_ids_metadata,
         )
         self.stats.rounds += 1
         self.stats.admissions += int(evicted.numel())
         self.stats.evictions += int((self._mch_sorted_raw_ids[evicted] != _INT64_MAX).sum())
-        self._mch_sorted_raw_ids[evicted] = ids[~held][selected]
+        old_ids = self._mch_sorted_raw_ids[evicted]
+        new_ids = ids[~held][selected]
+        self._mch_sorted_raw_ids[evicted] = new_ids
         rows = self._mch_remapped_ids_mapping[evicted]
+        if index is not None:
+            # held ids stay sorted: merge the new ones in (the same order as a stable argsort)
+            self._sort_mch_buffers(
+                index.reorder(self._mch_sorted_raw_ids, self._mch_remapped_ids_mapping, evicted)
+            )
+            index.update(
+                self._mch_sorted_raw_ids, self._mch_remapped_ids_mapping, old_ids, new_ids, rows
+            )
+        else:
+            self._sort_mch_buffers()
         if self._evicted:  # rows of an earlier round not yet consumed by evict()
-            rows = torch.unique(torch.cat([self._evicted_emb_indices, rows]))
-        self._evicted_emb_indices = rows
+            self._pending_rows.append(rows)
+            if len(self._pending_rows) >= 8:
+                self._merge_pending_rows()
+        else:
+            self._evicted_emb_indices = rows
+            self._pending_rows = []
         self._evicted = True
-        self._sort_mch_buffers()
+
+    def _merge_pending_rows(self) -> None:
+        """`_evicted_emb_indices` becomes `torch.unique` of it and the pending rows (by a mask
+        of this module's rows: linear, where `unique` sorts)."""
+        if not self._pending_rows:
+            return
+        both = torch.cat([self._evicted_emb_indices, *self._pending_rows])
+        self._pending_rows = []
+        start = self._output_global_offset
+        if both.numel() and (int(both.min()) < start or int(both.max()) >= start + self._zch_size):
+            self._evicted_emb_indices = torch.unique(both)
+            return
+        mask = torch.zeros(self._zch_size, dtype=torch.bool, device=both.device)
+        mask[both - start] = True
+        self._evicted_emb_indices = torch.nonzero(mask).reshape(-1) + start
 
     @torch.no_grad()
-    def _sort_mch_buffers(self) -> None:
-        order = torch.argsort(self._mch_sorted_raw_ids, stable=True)
+    def _sort_mch_buffers(self, order: torch.Tensor | None = None) -> None:
+        if order is None:
+            order = torch.argsort(self._mch_sorted_raw_ids, stable=True)
+        else:
+            buffers = [
+                self._mch_sorted_raw_ids,
+                self._mch_remapped_ids_mapping,
+                *self._mch_metadata.values(),
+            ]
+            if permute_(buffers, order):
+                return
         self._mch_sorted_raw_ids.copy_(self._mch_sorted_raw_ids[order])
         self._mch_remapped_ids_mapping.copy_(self._mch_remapped_ids_mapping[order])
         for buffer in self._mch_metadata.values():

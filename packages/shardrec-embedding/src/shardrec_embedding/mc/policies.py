@@ -26,6 +26,8 @@ from typing import NamedTuple
 
 import torch
 
+from shardrec_embedding.dynamic.id_map import _library
+
 __all__ = [
     "DistanceLFU_EvictionPolicy",
     "LFU_EvictionPolicy",
@@ -156,10 +158,61 @@ class MCHEvictionPolicy(abc.ABC):
 
 
 def _select(pivot: int, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The `pivot` best of `scores: (pivot + U',)`: (held slots that lose, new ids that win)."""
-    order = torch.argsort(scores, descending=True, stable=True)
-    kept, dropped = order[:pivot], order[pivot:]
-    return dropped[dropped < pivot], kept[kept >= pivot] - pivot
+    """The `pivot` best of `scores: (pivot + U',)`: (held slots that lose, new ids that win),
+    each in the order of a stable descending sort of the scores (losers and winners pair up
+    in that order)."""
+    n = scores.numel()
+    if n == pivot:
+        empty = torch.empty(0, dtype=torch.int64, device=scores.device)
+        return empty, empty
+    if scores.device.type != "cpu" or (scores.is_floating_point() and bool(scores.isnan().any())):
+        order = torch.argsort(scores, descending=True, stable=True)
+        kept, dropped = order[:pivot], order[pivot:]
+        return dropped[dropped < pivot], kept[kept >= pivot] - pivot
+    # Without the full sort: the n - pivot dropped are the smallest in (score, -index) order,
+    # found by a selection (the (n - pivot)-th smallest score; of the ties at it, the last
+    # ones go); only the losers and the winners, a few out of n, are then sorted.
+    threshold = _kth_smallest(scores, n - pivot)
+    lib = _library()
+    if lib is not None and scores.dtype is torch.float32 and scores.dim() == 1:
+        scores = scores.contiguous()
+        # one spare entry each: the kernel writes the next entry before it counts it
+        losers = torch.empty(min(pivot, n - pivot) + 1, dtype=torch.int64)
+        winners = torch.empty(n - pivot + 1, dtype=torch.int64)
+        counts = torch.empty(2, dtype=torch.int64)
+        lib.sr_idmap_split_f32(
+            scores.data_ptr(),
+            n,
+            pivot,
+            float(threshold),
+            losers.data_ptr(),
+            winners.data_ptr(),
+            counts.data_ptr(),
+        )
+        losers, winners = losers[: int(counts[0])], winners[: int(counts[1])]
+    else:
+        below = scores < threshold
+        at = torch.nonzero(scores == threshold).reshape(-1)
+        dropped_mask = below
+        dropped_mask[at[at.numel() - (n - pivot - int(below.sum())) :]] = True
+        dropped = torch.nonzero(dropped_mask).reshape(-1)
+        losers = dropped[dropped < pivot]
+        winners = torch.nonzero(~dropped_mask[pivot:]).reshape(-1)
+    losers = losers[torch.argsort(scores[losers], descending=True, stable=True)]
+    winners = winners[torch.argsort(scores[pivot:][winners], descending=True, stable=True)]
+    return losers, winners
+
+
+def _kth_smallest(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """`torch.kthvalue(scores, k).values` (no NaN in `scores`); float32 by a native
+    quickselect when the native kernels are built."""
+    lib = _library()
+    if lib is not None and scores.dtype is torch.float32 and scores.dim() == 1:
+        scores = scores.contiguous()
+        scratch = torch.empty_like(scores)
+        value = lib.sr_idmap_kth_f32(scores.data_ptr(), scores.numel(), k, scratch.data_ptr())
+        return torch.tensor(value, dtype=torch.float32)
+    return torch.kthvalue(scores, k).values
 
 
 def _distance(current_iter: int, last: torch.Tensor, decay_exponent: float) -> torch.Tensor:

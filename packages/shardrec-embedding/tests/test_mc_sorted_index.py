@@ -1,0 +1,157 @@
+"""The MCH module's hash index (`mc.sorted_index`) and the selection / dedup that replace sorts:
+each against the searched / sorted path it stands in for, on random streams and edge cases."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from _mch_reference import MCHModel, lru
+
+from shardrec_embedding.dynamic.id_map import idmap_native_available
+from shardrec_embedding.mc import (
+    DistanceLFU_EvictionPolicy,
+    LFU_EvictionPolicy,
+    LRU_EvictionPolicy,
+    MCHManagedCollisionModule,
+)
+from shardrec_embedding.mc.filters import average_threshold_filter
+from shardrec_embedding.mc.mch import _mch_remap
+from shardrec_embedding.mc.policies import _select
+from shardrec_jagged import JaggedTensor
+
+INT64_MAX = (1 << 63) - 1
+
+pytestmark = pytest.mark.skipif(
+    not idmap_native_available(), reason="the index exists with the native id map only"
+)
+
+POLICIES = {
+    "lfu": LFU_EvictionPolicy,
+    "lru": LRU_EvictionPolicy,
+    "distance_lfu": DistanceLFU_EvictionPolicy,
+    "lfu_filtered": lambda: LFU_EvictionPolicy(threshold_filtering_func=average_threshold_filter),
+}
+
+
+def _pair(policy: str, zch: int, interval: int) -> tuple[MCHManagedCollisionModule, ...]:
+    """The same module twice: indexed, and forced onto the searched path."""
+    out = []
+    for _ in range(2):
+        out.append(
+            MCHManagedCollisionModule(
+                zch_size=zch,
+                device=torch.device("cpu"),
+                eviction_policy=POLICIES[policy](),
+                eviction_interval=interval,
+            )
+        )
+    assert out[0]._index is not None
+    out[1]._index = None
+    return tuple(out)
+
+
+def _jt(ids: torch.Tensor) -> dict[str, JaggedTensor]:
+    return {"t": JaggedTensor(values=ids, lengths=torch.ones(ids.numel(), dtype=torch.int64))}
+
+
+def _assert_same(a: MCHManagedCollisionModule, b: MCHManagedCollisionModule) -> None:
+    for name, buffer in a.state_dict().items():
+        assert torch.equal(buffer, b.state_dict()[name]), name
+    ea, eb = a.evict(), b.evict()
+    assert (ea is None) == (eb is None)
+    if ea is not None and eb is not None:
+        assert torch.equal(ea, eb)
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+@pytest.mark.parametrize("interval", [1, 2])
+@pytest.mark.parametrize("seed", range(3))
+def test_indexed_module_equals_searched_module(policy: str, interval: int, seed: int) -> None:
+    """Remapped ids, state and evicted rows are those of the searched path after every
+    forward, training and evaluation, with int64 max, negatives and repeats in the stream."""
+    g = torch.Generator().manual_seed(seed)
+    fast, slow = _pair(policy, zch=16, interval=interval)
+    pool = torch.cat(
+        [torch.randint(-(1 << 62), 1 << 62, (40,), generator=g), torch.tensor([INT64_MAX, 0, -1])]
+    )
+    for step in range(25):
+        n = int(torch.randint(0, 30, (1,), generator=g))
+        ids = pool[torch.randint(0, pool.numel(), (n,), generator=g)]
+        train = step % 5 != 4
+        fast.train(train)
+        slow.train(train)
+        a, b = fast(_jt(ids))["t"].values(), slow(_jt(ids))["t"].values()
+        assert torch.equal(a, b), step
+        if step % 3 == 0:  # sometimes the rows are consumed, sometimes they accumulate
+            _assert_same(fast, slow)
+
+
+def test_index_follows_a_loaded_state() -> None:
+    """Buffers written by `load_state_dict` (or anyone) are re-indexed before the next remap."""
+    a, _ = _pair("lfu", zch=8, interval=1)
+    b, _ = _pair("lfu", zch=8, interval=1)
+    a(_jt(torch.tensor([5, 6, 7, 5])))
+    b(_jt(torch.tensor([100, 200])))
+    b.load_state_dict(a.state_dict())
+    b.eval()
+    a.eval()
+    ids = torch.tensor([5, 6, 7, 100, 200, INT64_MAX])
+    assert torch.equal(a(_jt(ids))["t"].values(), b(_jt(ids))["t"].values())
+    b._mch_sorted_raw_ids[0] = -3  # written in place behind the module's back (still sorted)
+    assert int(b(_jt(torch.tensor([-3])))["t"].values()) == int(b._mch_remapped_ids_mapping[0])
+
+
+def test_unsorted_state_falls_back_to_the_search() -> None:
+    a, _ = _pair("lru", zch=6, interval=1)
+    a._mch_sorted_raw_ids.copy_(torch.tensor([9, 4, INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX]))
+    a.eval()
+    ids = torch.tensor([9, 4, 3])
+    searched = _mch_remap(_jt(ids), a._mch_sorted_raw_ids, a._mch_remapped_ids_mapping, 5)
+    assert torch.equal(a(_jt(ids))["t"].values(), searched["t"].values())
+    assert a._ready_index() is None
+
+
+def test_deepcopy_rebuilds_the_index() -> None:
+    a, _ = _pair("distance_lfu", zch=8, interval=1)
+    a(_jt(torch.tensor([1, 2, 3])))
+    b = copy.deepcopy(a)
+    a.eval()
+    b.eval()
+    ids = torch.tensor([1, 2, 3, 4])
+    assert torch.equal(a(_jt(ids))["t"].values(), b(_jt(ids))["t"].values())
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.float32, torch.float64])
+@pytest.mark.parametrize("seed", range(20))
+def test_select_equals_a_stable_sort(dtype: torch.dtype, seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    pivot = int(torch.randint(1, 60, (1,), generator=g))
+    extra = int(torch.randint(0, 40, (1,), generator=g))
+    scores = torch.randint(0, 6, (pivot + extra,), generator=g).to(dtype)  # many ties
+    if dtype is torch.float64 and seed % 4 == 0 and scores.numel():
+        scores[0] = float("nan")  # the sorted path decides NaN's place
+    order = torch.argsort(scores, descending=True, stable=True)
+    kept, dropped = order[:pivot], order[pivot:]
+    losers, winners = _select(pivot, scores.clone())
+    assert torch.equal(losers, dropped[dropped < pivot])
+    assert torch.equal(winners, kept[kept >= pivot] - pivot)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_rows_of_unconsumed_rounds_accumulate_as_the_reference(seed: int) -> None:
+    """Twenty rounds without `evict()`: the rows it then reports are every round's, once,
+    ascending (the reference model's set), past the point where pending rounds are merged."""
+    g = torch.Generator().manual_seed(seed)
+    m, _ = _pair("lru", zch=8, interval=1)
+    model = MCHModel(8, 1, lru)
+    pool = torch.randint(-(1 << 40), 1 << 40, (30,), generator=g)
+    for _ in range(20):
+        ids = pool[torch.randint(0, pool.numel(), (6,), generator=g)]
+        m(_jt(ids))
+        model.train_step(ids.tolist())
+    got = m.evict()
+    assert got is not None
+    assert got.tolist() == model.take_evicted()
+    assert m.evict() is None
