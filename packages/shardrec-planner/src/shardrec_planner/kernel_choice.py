@@ -11,9 +11,10 @@ kernel or cache option is silently dropped:
     asked kernel        runs as   planner estimate (our cost model)
     fused_uvm           fused     on cpu: as fused; on cuda: TorchRec's UVM model (host memory)
     fused_uvm_caching   fused     on cpu: as fused; on cuda: UVM with CacheParams.load_factor
-    key_value           fused     a table_wise table runs tiered: rows on disk behind an
-                                  in-memory cache (`runs_tiered`), priced on the disk tier on
-                                  cpu (`tiered_layout`, disk_tier.py); elsewhere as fused
+    key_value           fused     runs tiered (any sharding type but data_parallel: each rank's
+                                  shard has its rows on disk behind an in-memory cache,
+                                  `runs_tiered`); a table_wise table is priced on the disk tier
+                                  on cpu (`tiered_layout`, disk_tier.py), the rest as fused
 
 Cache options (`ParameterConstraints` -> `ParameterSharding`): `cache_params.load_factor` sets
 the cached share in the estimates of a `fused_uvm_caching` table on cuda (TorchRec's storage and
@@ -73,16 +74,19 @@ def executed_kernel(kernel: str) -> EmbeddingComputeKernel:
 
 
 TIERED_SHARDING_TYPES: frozenset[ShardingType] = frozenset({ShardingType.TABLE_WISE})
-"""Sharding types whose `key_value` tables run tiered (others run as fused)."""
+"""Sharding types whose `key_value` tables our cost model prices on the disk tier
+(`tiered_layout`). Every sharding type but data_parallel runs tiered (`runs_tiered`); the others
+are estimated as fused (the whole shard in memory: an upper bound of its memory)."""
 
 
 def runs_tiered(ps: ParameterSharding) -> bool:
     """Whether a table planned as `ps` runs on the tiered lookup (shardrec-tiered: rows and
-    optimizer state on disk, a cache of `CacheParams.load_factor` of them in memory):
-    `key_value` tables of a sharding type in `TIERED_SHARDING_TYPES`."""
+    optimizer state on disk, a cache of `CacheParams.load_factor` of them in memory): a
+    `key_value` table of any sharding type but data_parallel (whose kernel is dense); each rank's
+    shard is a tiered table of its own."""
     return (
         ps.compute_kernel is EmbeddingComputeKernel.KEY_VALUE
-        and ps.sharding_type in TIERED_SHARDING_TYPES
+        and ps.sharding_type is not ShardingType.DATA_PARALLEL
     )
 
 

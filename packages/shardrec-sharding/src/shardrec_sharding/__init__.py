@@ -34,6 +34,7 @@ from shardrec_sharding.sharding_infos import (
     merge_fused_params,
 )
 from shardrec_sharding.state_dict import ShardedStateDict
+from shardrec_sharding.tiering import tiered_lookups
 from shardrec_sharding.types import (
     DistInput,
     PooledStrategy,
@@ -77,6 +78,7 @@ __all__ = [
     "merge_fused_params",
     "shard_quant_model",
     "strategy_for",
+    "tiered_lookups",
 ]
 
 _malloc.tune()  # freed memory kept for the next step (no page faults); see _malloc

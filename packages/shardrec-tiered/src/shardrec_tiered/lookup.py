@@ -187,6 +187,9 @@ class TieredFusedEmbeddingBag(nn.Module):
         self.exposed_seconds = 0.0
         """Of it, time a forward or the caller waited for: a synchronous prefetch, or a forward
         blocked on a background prefetch that had not finished."""
+        self.load_seconds = 0.0
+        """Time forwards spent admitting their rows: loading the misses no prefetch had loaded
+        (the whole load of a forward without prefetch), always exposed."""
         self._row_bounds = torch.tensor([*self.row_offsets, self.num_rows], dtype=torch.int64)
 
     def _save_to_state_dict(
@@ -344,10 +347,12 @@ class TieredFusedEmbeddingBag(nn.Module):
         self._check(ids)
         train = torch.is_grad_enabled() and self.cache_weight.requires_grad
         prefetched = self._next_prefetch()
+        start = time.perf_counter()
         with self._lock:
             slots, pins = self._admit(ids, pin=train, count=prefetched is None)
             for cache, s in pins:
                 cache.mark_dirty(s)
+        self.load_seconds += time.perf_counter() - start
         if prefetched is not None:
             _release(prefetched)
         if not train:
@@ -434,7 +439,8 @@ class TieredFusedEmbeddingBag(nn.Module):
 
     def stats(self) -> dict[str, dict[str, Any]]:
         """Per table: hits, misses, bytes read and written, cache rows; and the module's
-        prefetch time and the part of it the caller waited for (all tables together)."""
+        prefetch time, the part of it the caller waited for, and the forwards' own loading
+        time (`load_seconds`) (all tables together)."""
         return {
             c.table: {
                 "hits": c.hits,
@@ -444,6 +450,7 @@ class TieredFusedEmbeddingBag(nn.Module):
                 "cache_rows": c.slots,
                 "prefetch_seconds": self.prefetch_seconds,
                 "exposed_seconds": self.exposed_seconds,
+                "load_seconds": self.load_seconds,
             }
             for c in self.caches
         }

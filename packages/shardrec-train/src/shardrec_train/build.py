@@ -41,6 +41,7 @@ from shardrec_sharding import EmbeddingBagCollectionSharder
 from shardrec_train.dynamic import HashTrick, dynamic_table_configs
 from shardrec_train.options import TrainOptions
 from shardrec_train.sharding import forced_generators
+from shardrec_train.tiered import place_in_tier, tier_constraints, tiered_names
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -153,7 +154,8 @@ def make_plan(
     device: torch.device,
     pg: torch.distributed.ProcessGroup | None,
 ) -> ShardingPlan:
-    """The planner's plan, or every table with `--sharding-type` (costed by the planner)."""
+    """The planner's plan, or every table with `--sharding-type` (costed by the planner);
+    `--tiered` tables on the key_value kernel (shardrec_train.tiered)."""
     host = None
     if opts.host_memory_gib is not None and device.type == "cpu":
         host = HostInfo(
@@ -161,6 +163,11 @@ def make_plan(
             cores=detect_host().cores,
             source="--host-memory-gib",
         )
+    path = ebc_path(model)
+    ebc = model.get_submodule(path)
+    assert isinstance(ebc, EmbeddingBagCollection)
+    names = [c.name for c in ebc.embedding_bag_configs()]
+    tables = [(c.name, c.num_embeddings) for c in ebc.embedding_bag_configs()]
     planner = EmbeddingShardingPlanner(
         Topology(
             world_size=world_size,
@@ -169,13 +176,11 @@ def make_plan(
             host=host,
         ),
         batch_size=opts.batch_size,
+        constraints=tier_constraints(opts, tables),  # --tiered (shardrec_train.tiered)
     )
     if opts.sharding_type is None:
-        return planner.collective_plan(model, [sharder], pg)
-    path = ebc_path(model)
-    ebc = model.get_submodule(path)
-    assert isinstance(ebc, EmbeddingBagCollection)
-    names = [c.name for c in ebc.embedding_bag_configs()]
+        plan = planner.collective_plan(model, [sharder], pg)
+        return place_in_tier(opts, plan, tiered_names(opts, tables))
     module_plan = construct_module_sharding_plan(
         ebc,
         forced_generators(ShardingType(opts.sharding_type), names, world_size, local_world_size),
@@ -185,7 +190,8 @@ def make_plan(
         sharder=sharder,
     )
     # Deterministic on every rank: no collective needed for a forced plan.
-    return planner.estimate(model, [sharder], ShardingPlan(plan={path: module_plan}))
+    plan = place_in_tier(opts, ShardingPlan(plan={path: module_plan}), tiered_names(opts, tables))
+    return planner.estimate(model, [sharder], plan)
 
 
 def dense_optimizer_factory(

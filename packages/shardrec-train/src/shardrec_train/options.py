@@ -55,6 +55,8 @@ UNKNOWN_ID_POLICIES = ("ZERO", "DEFAULT_ROW")
 RAW_ID_TABLES = ("dynamic", "hash")
 """`shardrec_embedding.dynamic`'s policy names (a test keeps them equal; spelled out so that
 parsing imports no torch)."""
+TIER_POLICIES = ("lru", "lfu")
+"""`shardrec_tiered.CachePolicy` values (spelled out so that parsing imports no torch)."""
 FORCEABLE_SHARDING_TYPES = (
     "data_parallel",
     "table_wise",
@@ -320,6 +322,45 @@ class TrainOptions:
         group=TRAINING,
         default=True,
         flag="--no-pipeline",
+    )
+    # tiered tables (shardrec_train/tiered.py, docs/tiered.md)
+    tiered: bool = option(
+        "place tables on disk behind an in-memory row cache on each rank (the key_value "
+        "kernel): every table, or those with --tiered-min-rows rows",
+        group=TRAINING,
+        default=False,
+    )
+    tiered_min_rows: int = option(
+        "with --tiered: only tables with at least this many rows go to disk; 0: every table",
+        group=TRAINING,
+        default=0,
+        at_least=0,
+    )
+    tiered_cache_rows: int | None = option(
+        "with --tiered: cached rows of each tiered table on each rank (its largest shard gets "
+        "this many, smaller shards in proportion; default: --tiered-cache-fraction)",
+        group=TRAINING,
+        default=None,
+        at_least=1,
+    )
+    tiered_cache_fraction: float = option(
+        "with --tiered: cached fraction of each shard's rows (TorchRec's "
+        "CacheParams.load_factor), at most 1",
+        group=TRAINING,
+        default=0.2,
+        above=0,
+    )
+    tiered_cache_policy: str = option(
+        "with --tiered: which cached row a miss replaces",
+        group=TRAINING,
+        default="lru",
+        choices=TIER_POLICIES,
+    )
+    tiered_store_dir: pathlib.Path | None = option(  # noqa: RUF009  # a dataclasses.field
+        "with --tiered: where the tables' stores go, a rank-<r> directory per rank (default "
+        "OUT/tier-store); needs the tables' bytes free",
+        group=TRAINING,
+        default=None,
     )
     # evaluation, checkpoints, output
     eval_every: int | None = option(

@@ -17,6 +17,8 @@ from shardrec_train.data import build_dataset
 from shardrec_train.dynamic import problems as dynamic_problems
 from shardrec_train.options import TrainOptions, number_problems
 from shardrec_train.sharding import forced_type_problem
+from shardrec_train.tiered import flag_problems as tier_flag_problems
+from shardrec_train.tiered import store_problems as tier_store_problems
 
 
 def backend_problems(opts: TrainOptions, cuda_devices: int) -> list[str]:
@@ -98,6 +100,7 @@ def validate(opts: TrainOptions) -> tuple[list[str], RecDataset | None]:
     download (MovieLens) also happens once, before the ranks start.
     """
     problems = number_problems(opts) + dynamic_problems(opts)
+    problems += tier_flag_problems(opts)
     problems += backend_problems(opts, torch.cuda.device_count())
     problems += output_problems(opts)
     if problems:
@@ -107,4 +110,5 @@ def validate(opts: TrainOptions) -> tuple[list[str], RecDataset | None]:
     except (ValueError, FileNotFoundError, TypeError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         return [f"--dataset {opts.dataset}: {first}"], None
-    return dataset_problems(opts, dataset) + resume_problems(opts, dataset), dataset
+    problems = dataset_problems(opts, dataset) + resume_problems(opts, dataset)
+    return problems + tier_store_problems(opts, dataset), dataset

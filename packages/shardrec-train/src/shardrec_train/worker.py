@@ -33,6 +33,7 @@ from shardrec_collectives import (
 from shardrec_dmp import CheckpointError, load, save
 from shardrec_planner import save_plan_chart
 from shardrec_planner.report import format_report
+from shardrec_tiered import CacheTooSmallError
 from shardrec_train.build import build
 from shardrec_train.checkpoints import History, latest_checkpoint, resume_latest, step_path
 from shardrec_train.data import build_dataset
@@ -49,6 +50,8 @@ from shardrec_train.loop import (
 from shardrec_train.options import TrainOptions
 from shardrec_train.progress import LOSS_EVERY, Progress
 from shardrec_train.report import format_summary, save_charts, summarize, write_summary
+from shardrec_train.tiered import TierStats, cache_error_line, planned_tiered
+from shardrec_train.tiered import stats_text as tier_text
 
 OUTPUTS = "summary.json, history.json, plan.json, loss.png, auc.png, plan_load.png, checkpoints/"
 """What rank 0 leaves in OUT (report.py describes each)."""
@@ -108,6 +111,9 @@ def train_worker(opts: TrainOptions, environ: Mapping[str, str]) -> int:
     ).start()
     try:
         return _train(opts, environ, device, started, watchdog)
+    except CacheTooSmallError as err:  # --tiered: one line naming the flags, not a traceback
+        print(f"[rank {dist.get_rank()}] {cache_error_line(err)}", file=sys.stderr, flush=True)
+        return 1
     except Exception:
         # A peer that the watchdog stopped closes its sockets, so this rank's collective may
         # fail before its own watchdog reads the verdict: report the cause, not the symptom.
@@ -194,6 +200,8 @@ def _train(
     # The dynamic tables' counters over all ranks: every rank joins each reading.
     dynamic = DynamicStats(model, world_env)
     trainer = Trainer(model, optimizer, device, pipeline=opts.pipeline, env=world_env)
+    tiered = planned_tiered(built.plan)
+    tier = TierStats(model, tiered, world_env) if tiered else None
     progress = Progress(
         enabled=lead, total=total, initial=start, samples_per_step=opts.batch_size * world
     )
@@ -210,6 +218,8 @@ def _train(
                 shown = float(loss) if lead and step % LOSS_EVERY == 0 else None
                 if dynamic and step % LOSS_EVERY == 0:
                     progress.detail(progress_text(dynamic.stats()))
+                if tier is not None and step % LOSS_EVERY == 0:  # a collective: every rank
+                    progress.detail(tier_text(tier.collect()))
                 progress.step(step, shown)
         history.train_loss += list(
             zip(range(end - len(losses) + 1, end + 1), trainer.mean_over_ranks(losses), strict=True)
@@ -224,6 +234,8 @@ def _train(
             text = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
             if dynamic:
                 text += f" | {progress_text(dynamic.stats())}"
+            if tier is not None:  # a collective: every rank evaluates here
+                text += f" | {tier_text(tier.collect())}"
             progress.write(f"step {end}: test {text}")
         if (opts.checkpoint_every and end % opts.checkpoint_every == 0) or end == total:
             if saved_at != end:
@@ -234,6 +246,7 @@ def _train(
         progress.pause()
     progress.close()
     counters = dynamic.stats() if dynamic else {}
+    tier_stats = tier.collect() if tier is not None else None  # a collective: every rank
 
     if not lead:
         return 0
@@ -250,11 +263,17 @@ def _train(
     )
     if counters:
         summary["dynamic_tables"] = counters
+    if tier_stats is not None:
+        summary["tiered_tables"] = tier_stats
     write_summary(out, summary, opts.to_dict())
     save_charts(out, history)
     print(format_summary(summary))
     if counters:
         print(f"dynamic tables: {progress_text(counters)}")
+    if tier_stats is not None:
+        print("tiered tables (summed over ranks):")
+        for name, stats in tier_stats.items():
+            print(f"  {tier_text({name: stats})}")
     print(f"outputs: {out} ({OUTPUTS})")
     print(f"test AUC {summary['test_auc']:.4f}", flush=True)
     return 0
