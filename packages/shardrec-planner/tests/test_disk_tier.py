@@ -314,3 +314,16 @@ def test_tier_store_dir_reaches_tables_without_key_value_params() -> None:
     assert "rows and optimizer state in /data/run/tier/rank-<r>" in plan.report()
     with pytest.raises(ValueError, match="tier_store_dir must be a non-empty path"):
         _planner(GiB, GiB, tier_store_dir="")
+
+
+def test_report_names_a_row_wise_key_value_table_tiered() -> None:
+    """Row-wise `key_value` shards run tiered although the cost model prices them as fused:
+    the report's kernel column says so instead of `key_value->fused`."""
+    constraints = {
+        "big": ParameterConstraints(sharding_types=["row_wise"], compute_kernels=["key_value"])
+    }
+    topo = Topology(world_size=2, compute_device="cpu", ddr_cap=64 * GiB, ssd_cap=100 * GiB)
+    planner = EmbeddingShardingPlanner(topo, batch_size=512, constraints=constraints)
+    report = planner.plan(BIG, SHARDERS).report()
+    big = next(x for x in report.splitlines() if x.startswith("big "))
+    assert "key_value (tiered)" in big and "->fused" not in big

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from shardrec_planner.enums import EmbeddingComputeKernel, ShardingType
 from shardrec_planner.kernel_choice import executed_kernel, kernel_notes, runs_tiered
 
 if TYPE_CHECKING:
     from shardrec_planner.sharding_plan import ShardingPlan
-    from shardrec_planner.stats import PlanStats
+    from shardrec_planner.stats import PlanStats, TableDecision
 
 
 def format_bytes(n: float) -> str:
@@ -49,6 +50,15 @@ def _kernel_text(kernel: str, tiered: bool = False) -> str:
         return f"{kernel} (tiered)"
     runs = executed_kernel(kernel).value
     return kernel if runs == kernel else f"{kernel}->{runs}"
+
+
+def _runs_tiered(t: TableDecision) -> bool:
+    """A `key_value` table runs tiered on every sharding type but data_parallel (`runs_tiered`),
+    also where the cost model priced it as fused (no `tier`)."""
+    return (
+        t.compute_kernel == EmbeddingComputeKernel.KEY_VALUE.value
+        and t.sharding_type != ShardingType.DATA_PARALLEL.value
+    )
 
 
 def format_kernel_notes(plan: ShardingPlan) -> str:
@@ -138,7 +148,7 @@ def format_report(plan: ShardingPlan) -> str:
         [
             (t.module_path + "." if t.module_path else "") + t.table,
             t.sharding_type,
-            _kernel_text(t.compute_kernel, t.tier is not None),
+            _kernel_text(t.compute_kernel, t.tier is not None or _runs_tiered(t)),
             _ranks_text(t.ranks),
             format_bytes(t.memory_bytes),
             format_seconds(t.cost_s),
