@@ -162,6 +162,8 @@ class FlatFileStore:
                 ) from e
             os.ftruncate(self._fd, need)
         os.pwrite(self._fd, encode_header(layout), 0)
+        if hasattr(os, "posix_fadvise"):  # rows are read at random: no readahead around them
+            os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_RANDOM)
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tier-io")
         self._threads = threads
         self.bytes_read = 0
