@@ -114,18 +114,7 @@ def native_library() -> ctypes.CDLL | None:
 def native_library_of(source_name: str) -> ctypes.CDLL | None:
     """The library built from the C file `source_name` of this directory (`kernels.c`,
     `idmap.c`), or None (after one warning) when the kernels are off or cannot be built."""
-    if os.environ.get(ENV_VAR, "1").strip().lower() in ("0", "false", "off", "no"):
-        _warn(f"{ENV_VAR}={os.environ[ENV_VAR]} turns them off")
-        return None
-    compiler = _compiler()
-    if compiler is None:
-        _warn("no C compiler found (set CC or install gcc/clang)")
-        return None
-    try:
-        return ctypes.CDLL(str(_build(compiler, _SOURCE.with_name(source_name))))
-    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-        _warn(f"building or loading them failed ({type(exc).__name__}: {exc})")
-        return None
+    return native_library_at(_SOURCE.with_name(source_name))
 
 
 @functools.cache
