@@ -27,10 +27,13 @@ typedef struct {
     int64_t mean; /* 1: divide the bag's sum by its length */
 } sr_segment;
 
-/* Ids ahead whose rows are prefetched. Measured on the 26 x 100k x 64 benchmark (1 thread):
- * 4 ahead 17.8 ms, 16 ahead 12.1 ms, 32 ahead 10.4 ms, 48 ahead 11.3 ms; prefetching only
- * within a bag (not across bag boundaries) cost 18.5 ms. */
-#define SR_PREFETCH_AHEAD 32
+/* Ids ahead whose rows are prefetched. Measured on the 26 x 100k x 64 benchmark (1 thread),
+ * prefetching with the non-temporal hint: 4 ahead 17.8 ms, 16 ahead 12.1 ms, 32 ahead 10.4 ms,
+ * 48 ahead 11.3 ms; prefetching only within a bag (not across bag boundaries) cost 18.5 ms.
+ * Issue 28: prefetching into the L2 instead (`sr_prefetch_row`, locality 1) measured 7.4-7.7 ms
+ * at 16 ahead and 7.7-8.4 at 32, against 9.8-10.3 ms non-temporal at 32 (266k ids over
+ * 13 x 100k x 64, min of 5-7 calls, 4 interleaved rounds, AMD EPYC at load 10-14). */
+#define SR_PREFETCH_AHEAD 16
 /* Bags per work item: a block stays within one segment (one table) so the prefetch runs
  * across its bags; 64 and 2048 measured alike on one thread, 64 balances many threads. */
 #define SR_BAG_BLOCK 64
@@ -38,7 +41,7 @@ typedef struct {
 static inline void sr_prefetch_row(const float *row, int64_t dim) {
     const char *p = (const char *)row;
     for (int64_t byte = 0; byte < dim * (int64_t)sizeof(float); byte += 64) {
-        __builtin_prefetch(p + byte, 0, 0);
+        __builtin_prefetch(p + byte, 0, 1);
     }
 }
 

@@ -231,6 +231,7 @@ def native_segment_update(
     learning_rate: float,
     eps: float,
     workspace: AdagradWorkspace,
+    num_entries: int,
 ) -> None:
     """The one-pass update of one packed group straight from a KJT and the lookup's output
     gradient (no id shift, no gradient copy), in place.
@@ -240,16 +241,16 @@ def native_segment_update(
     mean)`; bag b of a segment is `values[offsets[key * B + b] : offsets[key * B + b + 1]]`
     (table-local ids, int32 or int64) and its gradient `grad[b, col : col + D]`.
     grad: `(B, W)` fp32 with unit column stride; its size must stay below 2^31 elements.
+    num_entries: the segments' ids in all (a key read by two segments counts twice).
     The same update, in the same summation order, as the group's own ids concatenated in
     segment order through `native_rowwise_adagrad` / `native_adagrad`.
     """
-    num_ids = values.numel()
-    if batch_size <= 0 or num_ids == 0 or not segments:
+    if batch_size <= 0 or num_entries == 0 or not segments:
         return
-    if max(num_ids, grad.shape[0] * grad.stride(0)) > MAX_IDS:
+    if max(num_entries, grad.shape[0] * grad.stride(0)) > MAX_IDS:
         raise ValueError(
             f"the native update takes at most {MAX_IDS} ids and gradient elements a batch, "
-            f"got {num_ids} ids and a {tuple(grad.shape)} gradient"
+            f"got {num_entries} ids and a {tuple(grad.shape)} gradient"
         )
     assert grad.stride(1) == 1 and grad.dtype is torch.float32
     segs = _UPDATE_SEGMENTS.get(segments)
@@ -265,7 +266,9 @@ def native_segment_update(
     values = values.contiguous()
     rows, dim = weight.shape
     threads = max(1, torch.get_num_threads())
-    shift, cap, starts, entries, local, items, acc = workspace.buffers(rows, dim, num_ids, threads)
+    shift, cap, starts, entries, local, items, acc = workspace.buffers(
+        rows, dim, num_entries, threads
+    )
     getattr(_lib(), f"sr_fused_update_segments_{suffix}")(
         _I64(KINDS[rule]),
         _PTR(weight.data_ptr()),

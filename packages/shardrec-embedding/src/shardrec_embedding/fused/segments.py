@@ -117,11 +117,13 @@ class _SegmentLookup(torch.autograd.Function):
         grad = grad.to(torch.float32)
         if grad.stride(-1) != 1 or grad.stride(0) < grad.shape[1]:
             grad = grad.contiguous()
+        # ids per KJT key: a group's sort holds one entry per (segment, id)
+        per_key = offsets[:: max(batch, 1)].diff().tolist() if batch else []
         with torch.no_grad(), torch.profiler.record_function("fused.native_segment_backward"):
             for g, module in enumerate(plan.groups):
-                _update(
-                    module, [r for r in plan.reads if r.group == g], values, offsets, batch, grad
-                )
+                reads = [r for r in plan.reads if r.group == g]
+                entries = sum(per_key[r.key] for r in reads)
+                _update(module, reads, values, offsets, batch, grad, entries)
         return (None, None, None, None, *([None] * (len(ctx.needs_input_grad) - 4)))  # type: ignore[attr-defined]
 
 
@@ -154,6 +156,7 @@ def _update(
     offsets: Tensor,
     batch: int,
     grad: Tensor,
+    entries: int,
 ) -> None:
     weight, state, spec, lr, _ = module._update_context()
     if not reads:
@@ -196,6 +199,7 @@ def _update(
         lr,
         spec.eps,
         native_workspace(weight),
+        entries,
     )
 
 
