@@ -38,6 +38,7 @@ from shardrec_embedding._native import (
 from shardrec_embedding.configs import PoolingType
 from shardrec_embedding.fused.batched import BatchedFusedEmbeddingBag
 from shardrec_embedding.fused.kernels import native_backward_unsupported, native_workspace
+from shardrec_embedding.fused.lookup import KERNELS
 from shardrec_optim import EmbOptimType
 
 __all__ = ["SegmentRead", "segment_lookup", "segment_lookup_unsupported"]
@@ -73,6 +74,8 @@ def segment_lookup_unsupported(module: object, values: Tensor) -> str | None:
         or values.device.type != "cpu"
     ):
         return "it runs in eager mode on CPU ids only"
+    if "native" not in KERNELS:
+        return "the native backend was taken out of fused.KERNELS"
     if not isinstance(module, BatchedFusedEmbeddingBag):
         return f"it runs BatchedFusedEmbeddingBag groups, not {type(module).__name__}"
     if module.spec.optimizer not in _RULES:
