@@ -220,9 +220,9 @@ class LocalLookup:
         key it reads. Returns `(batch_size, sum of segment dims)` float32.
         """
         if weights is None:
-            out = self._fused_segments(values, lengths, batch_size, key_index)
-            if out is not None:
-                return out
+            fast = self._fused_segments(values, lengths, batch_size, key_index)
+            if fast is not None:
+                return fast
         blocks: list[Tensor | None] = [None] * len(self.segments)
         num_keys = len(offset_per_key) - 1
         per_key = lengths.view(num_keys, batch_size) if num_keys else lengths.view(0, batch_size)
@@ -268,9 +268,9 @@ class LocalLookup:
             for i, g in enumerate(groups)
             for j, p in zip(g.segments, g.positions, strict=True)
         ]
-        names = [(f"key {r.key}", groups[r.group].module.table_specs[r.table].name) for r in reads]
-        modules = [g.module for g in groups]
-        return segment_lookup(modules, reads, values, lengths, batch_size, cols[-1], names)  # type: ignore[arg-type]  # checked: fused groups
+        modules = [g.module for g in groups if isinstance(g.module, BatchedFusedEmbeddingBag)]
+        names = [(f"key {r.key}", modules[r.group].table_specs[r.table].name) for r in reads]
+        return segment_lookup(modules, reads, values, lengths, batch_size, cols[-1], names)
 
     def rows(
         self, values: Tensor, offset_per_key: Sequence[int], key_index: Sequence[int]
