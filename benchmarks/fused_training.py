@@ -139,13 +139,13 @@ def ours_step(
     kjts = [KeyedJaggedTensor(keys=d.keys, values=d.values, lengths=d.lengths) for d in data]
 
     def step(i: int) -> None:
-        out = model(kjts[i % len(kjts)]).values()
-        # The kernel table is read at call time: take backends out for this backward only.
+        # The kernel table is read at call time: take backends out for this step only (the
+        # forward too: with "native" hidden it takes the per-group lookup, not the segment one).
         saved = dict(KERNELS)
         for name in hide:
             KERNELS.pop(name, None)
         try:
-            out.backward(grad)
+            model(kjts[i % len(kjts)]).values().backward(grad)
         finally:
             KERNELS.update(saved)
 

@@ -428,7 +428,6 @@ def test_auto_backend_takes_native_and_batches_grow_the_scratch(
     native = lookup_module.KERNELS["native"]
     counting = dataclasses.replace(native, update=lambda *a: calls.append(1) or native.update(*a))
     monkeypatch.setitem(lookup_module.KERNELS, "native", counting)
-    # where fbgemm's kernel runs, auto prefers it for rowwise Adagrad (the next test)
     monkeypatch.delitem(lookup_module.KERNELS, "fbgemm")
     spec = NATIVE_SPECS[2]
     weight, reference = torch.zeros(30, 4), torch.zeros(30, 4)
@@ -445,7 +444,7 @@ def test_auto_backend_takes_native_and_batches_grow_the_scratch(
 
 
 @needs_native
-def test_auto_prefers_fbgemm_for_rowwise_adagrad_where_it_runs(
+def test_auto_prefers_native_for_rowwise_adagrad_even_where_fbgemm_runs(
     helpers: Any,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -467,7 +466,7 @@ def test_auto_prefers_fbgemm_for_rowwise_adagrad_where_it_runs(
         fused_update(
             torch.zeros(10, 4), state, spec, ids, offsets, psw, PoolingType.SUM, grad_out, 0.1, 1
         )
-    assert taken == ["fbgemm", "native"]
+    assert taken == ["native", "native"]  # issue 28: native first for rowwise Adagrad too
 
 
 @pytest.mark.parametrize(

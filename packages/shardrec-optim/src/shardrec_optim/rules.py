@@ -9,15 +9,17 @@ every rule has); `pooled.pooled_update` is the one dispatch that runs a rule on 
 |---|---|---|
 | SGD, EXACT_SGD | - | native, fbgemm, torch |
 | EXACT_ADAGRAD | momentum1 (R, D) | native, fbgemm, torch |
-| (EXACT_)ROWWISE_ADAGRAD | momentum1 (R,) | triton, fbgemm, native, torch |
+| (EXACT_)ROWWISE_ADAGRAD | momentum1 (R,) | triton, native, fbgemm, torch |
 | ADAM, LAMB | momentum1 (R, D), momentum2 (R, D) | torch |
 | PARTIAL_ROWWISE_ADAM / _LAMB | momentum1 (R, D), momentum2 (R,) | torch |
 | LARS_SGD | momentum1 (R, D) | torch |
 
 Each order is the measured speed on CPU (benchmarks/optim_update.py, issue 28; docs/optim.md):
 native SGD (scatter) and Adagrad (one-pass) are 2.4-4.2x faster than fbgemm's kernels; for
-rowwise Adagrad fbgemm's kernel and the native one-pass kernel tie (0.94-1.00x), so fbgemm
-stays first where it runs. Triton runs only on CUDA under auto.
+rowwise Adagrad the two kernels tie on a group's own gradient (0.94-1.00x), and the native one
+wins in the step once it reads the lookup's output gradient in place (the segment lookup,
+issue 28 session 8), so native comes first there too (one kernel for every path, so a tiered
+and an in-memory table train bitwise alike). Triton runs only on CUDA under auto.
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ _M2_ROW = StateSlot(name="momentum2", rowwise=True)
 _SGD = UpdateRule(state=(), uses_step=False, backends=("native", "fbgemm", "torch"))
 _ADAGRAD = UpdateRule(state=(_M1,), uses_step=False, backends=("native", "fbgemm", "torch"))
 _ROWWISE_ADAGRAD = UpdateRule(
-    state=(_M1_ROW,), uses_step=False, backends=("triton", "fbgemm", "native", "torch")
+    state=(_M1_ROW,), uses_step=False, backends=("triton", "native", "fbgemm", "torch")
 )
 _ADAM = UpdateRule(state=(_M1, _M2), uses_step=True, backends=("torch",))
 _PARTIAL_ROWWISE = UpdateRule(state=(_M1, _M2_ROW), uses_step=True, backends=("torch",))

@@ -30,7 +30,14 @@ from shardrec_embedding import (
     repack_,
     shift_ids,
 )
-from shardrec_embedding.fused import BatchedFusedEmbeddingBag, FusedTable, FusedTableSpec
+from shardrec_embedding.fused import (
+    BatchedFusedEmbeddingBag,
+    FusedTable,
+    FusedTableSpec,
+    SegmentRead,
+    segment_lookup,
+    segment_lookup_unsupported,
+)
 from shardrec_optim import FusedOptimSpec
 from shardrec_sharding._index_cache import IndexCache
 from shardrec_sharding.layout import LocalTable
@@ -120,6 +127,7 @@ class _Group:
     module: BatchedFusedEmbeddingBag | DenseBatchedBag | TieredFusedEmbeddingBag
     segments: tuple[int, ...]  # segment positions, output order
     row_offsets: tuple[int, ...]  # per segment: its table's first row in the group
+    positions: tuple[int, ...]  # per segment: its table's index in the group
 
 
 class LocalLookup:
@@ -173,7 +181,8 @@ class LocalLookup:
             offsets = tuple(
                 module.row_offsets[position[tables[segments[j].table].local.name]] for j in segs
             )
-            self.groups.append(_Group(module, tuple(segs), offsets))
+            places = tuple(position[tables[segments[j].table].local.name] for j in segs)
+            self.groups.append(_Group(module, tuple(segs), offsets, places))
         self.dim = sum(s.dim for s in segments)
         self._key_tensors = IndexCache()
 
@@ -233,6 +242,10 @@ class LocalLookup:
         offset_per_key: `(F + 1)` starts of each key in `values`. key_index: per segment, the
         key it reads. Returns `(batch_size, sum of segment dims)` float32.
         """
+        if weights is None:
+            fast = self._fused_segments(values, lengths, batch_size, key_index)
+            if fast is not None:
+                return fast
         blocks: list[Tensor | None] = [None] * len(self.segments)
         num_keys = len(offset_per_key) - 1
         per_key = lengths.view(num_keys, batch_size) if num_keys else lengths.view(0, batch_size)
@@ -261,6 +274,26 @@ class LocalLookup:
         if not out:
             return torch.zeros(batch_size, 0, device=device)
         return out[0] if len(out) == 1 else torch.cat(out, dim=1)
+
+    def _fused_segments(
+        self, values: Tensor, lengths: Tensor, batch_size: int, key_index: Sequence[int]
+    ) -> Tensor | None:
+        """Every fused group in one `segment_lookup` straight into the output columns (no id
+        shift, no concatenation, no gradient stack), or None where it does not apply."""
+        groups = [g for g in self.groups if g.segments]
+        if not groups or any(segment_lookup_unsupported(g.module, values) for g in groups):
+            return None
+        cols = [0]
+        for s in self.segments:
+            cols.append(cols[-1] + s.dim)
+        reads = [
+            SegmentRead(group=i, table=p, key=key_index[j], col=cols[j])
+            for i, g in enumerate(groups)
+            for j, p in zip(g.segments, g.positions, strict=True)
+        ]
+        modules = [g.module for g in groups if isinstance(g.module, BatchedFusedEmbeddingBag)]
+        names = [(f"key {r.key}", modules[r.group].table_specs[r.table].name) for r in reads]
+        return segment_lookup(modules, reads, values, lengths, batch_size, cols[-1], names)
 
     def rows(
         self, values: Tensor, offset_per_key: Sequence[int], key_index: Sequence[int]

@@ -5,6 +5,7 @@ from shardrec_embedding._native.ops import (
     MAX_DIM,
     native_applies,
     native_available,
+    native_pooled_into,
     native_pooled_lookup,
     native_scatter,
 )
@@ -13,6 +14,7 @@ from shardrec_embedding._native.updates import (
     AdagradWorkspace,
     native_adagrad,
     native_rowwise_adagrad,
+    native_segment_update,
     native_sgd,
 )
 
@@ -26,8 +28,10 @@ __all__ = [
     "native_applies",
     "native_available",
     "native_library",
+    "native_pooled_into",
     "native_pooled_lookup",
     "native_rowwise_adagrad",
     "native_scatter",
+    "native_segment_update",
     "native_sgd",
 ]

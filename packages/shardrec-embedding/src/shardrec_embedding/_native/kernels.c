@@ -27,10 +27,13 @@ typedef struct {
     int64_t mean; /* 1: divide the bag's sum by its length */
 } sr_segment;
 
-/* Ids ahead whose rows are prefetched. Measured on the 26 x 100k x 64 benchmark (1 thread):
- * 4 ahead 17.8 ms, 16 ahead 12.1 ms, 32 ahead 10.4 ms, 48 ahead 11.3 ms; prefetching only
- * within a bag (not across bag boundaries) cost 18.5 ms. */
-#define SR_PREFETCH_AHEAD 32
+/* Ids ahead whose rows are prefetched. Measured on the 26 x 100k x 64 benchmark (1 thread),
+ * prefetching with the non-temporal hint: 4 ahead 17.8 ms, 16 ahead 12.1 ms, 32 ahead 10.4 ms,
+ * 48 ahead 11.3 ms; prefetching only within a bag (not across bag boundaries) cost 18.5 ms.
+ * Issue 28: prefetching into the L2 instead (`sr_prefetch_row`, locality 1) measured 7.4-7.7 ms
+ * at 16 ahead and 7.7-8.4 at 32, against 9.8-10.3 ms non-temporal at 32 (266k ids over
+ * 13 x 100k x 64, min of 5-7 calls, 4 interleaved rounds, AMD EPYC at load 10-14). */
+#define SR_PREFETCH_AHEAD 16
 /* Bags per work item: a block stays within one segment (one table) so the prefetch runs
  * across its bags; 64 and 2048 measured alike on one thread, 64 balances many threads. */
 #define SR_BAG_BLOCK 64
@@ -38,7 +41,7 @@ typedef struct {
 static inline void sr_prefetch_row(const float *row, int64_t dim) {
     const char *p = (const char *)row;
     for (int64_t byte = 0; byte < dim * (int64_t)sizeof(float); byte += 64) {
-        __builtin_prefetch(p + byte, 0, 0);
+        __builtin_prefetch(p + byte, 0, 1);
     }
 }
 
@@ -346,10 +349,22 @@ void sr_adagrad_apply(float *weight, float *momentum, int64_t rows, int64_t dim,
  * (counts, first entry, seen-bitmap; zeroed once by the caller, returned zeroed), `cap`
  * sr_items and cap x dim floats (cap >= 2W). N must be below 2^31 (the caller checks). */
 typedef struct {
-    int32_t bag;
+    int32_t goff; /* the id's gradient row: grad + goff (floats); the caller keeps it < 2^31 */
     int32_t local;
     float scale;
 } sr_entry;
+
+/* One (table, KJT key) pair of a packed group for the one-pass update: bag b of the segment
+ * is values[offsets[key * B + b] ...] (table-local ids), its rows are row0 + id (ids outside
+ * [0, rows) are skipped) and its gradient is grad[b * grad_stride + col ...]. A packed
+ * group's contiguous `(num_bags, D)` gradient is one segment: key 0, row0 0, col 0. */
+typedef struct {
+    int64_t key;
+    int64_t row0;
+    int64_t rows;
+    int64_t col;
+    int64_t mean;
+} sr_update_segment;
 
 #define SR_KIND_ROWWISE_ADAGRAD 1
 #define SR_KIND_ADAGRAD 2
@@ -366,33 +381,51 @@ static inline void sr_adagrad_elem_row(float *w, float *m, const float *g, float
     }
 }
 
-static void sr_bucket_sort(const int64_t *ids, const int64_t *offsets, int64_t num_bags,
-                           const float *psw, int64_t mean, float alpha, int64_t rows,
-                           int64_t shift, int64_t buckets, int32_t *starts, sr_entry *entries) {
-    memset(starts, 0, (size_t)(buckets + 1) * sizeof(int32_t));
-    const int64_t first = offsets[0], last = offsets[num_bags];
-    for (int64_t j = first; j < last; j++) {
-        const uint64_t r = (uint64_t)ids[j];
-        if (r < (uint64_t)rows) starts[(r >> shift) + 1]++;
+/* The counting sort of step 1 over every segment's ids, segments in order, bags in order,
+ * ids in order (a segment list over a KJT is the same input order as its ids concatenated). */
+#define SR_DEFINE_BUCKET_SORT(NAME, IDX)                                                       \
+    static void NAME(const sr_update_segment *segs, int64_t num_segments, int64_t batch,       \
+                     const IDX *values, const int64_t *offsets, const float *psw,              \
+                     int64_t grad_stride, int64_t shift, int64_t buckets, int32_t *starts,     \
+                     sr_entry *entries) {                                                      \
+        memset(starts, 0, (size_t)(buckets + 1) * sizeof(int32_t));                            \
+        for (int64_t s = 0; s < num_segments; s++) {                                           \
+            const int64_t *offs = offsets + segs[s].key * batch;                               \
+            const uint64_t seg_rows = (uint64_t)segs[s].rows;                                  \
+            const int64_t row0 = segs[s].row0;                                                 \
+            for (int64_t j = offs[0]; j < offs[batch]; j++) {                                  \
+                const uint64_t u = (uint64_t)(int64_t)values[j];                               \
+                if (u < seg_rows) starts[(((int64_t)u + row0) >> shift) + 1]++;                \
+            }                                                                                  \
+        }                                                                                      \
+        for (int64_t k = 1; k <= buckets; k++) starts[k] += starts[k - 1];                     \
+        /* starts[k] = first entry of bucket k; the scatter advances it to the bucket's end,   \
+         * so afterwards bucket k is [k ? starts[k - 1] : 0, starts[k]). */                    \
+        const int64_t mask = ((int64_t)1 << shift) - 1;                                        \
+        for (int64_t s = 0; s < num_segments; s++) {                                           \
+            const sr_update_segment *sg = &segs[s];                                            \
+            const int64_t *offs = offsets + sg->key * batch;                                   \
+            const uint64_t seg_rows = (uint64_t)sg->rows;                                      \
+            for (int64_t b = 0; b < batch; b++) {                                              \
+                const int64_t start = offs[b], end = offs[b + 1];                              \
+                if (end <= start) continue;                                                    \
+                const float bag_scale = sg->mean ? 1.0f / (float)(end - start) : 1.0f;         \
+                const int32_t goff = (int32_t)(b * grad_stride + sg->col);                     \
+                for (int64_t j = start; j < end; j++) {                                        \
+                    const uint64_t u = (uint64_t)(int64_t)values[j];                           \
+                    if (u >= seg_rows) continue;                                               \
+                    const int64_t r = (int64_t)u + sg->row0;                                   \
+                    sr_entry *e = &entries[starts[r >> shift]++];                              \
+                    e->goff = goff;                                                            \
+                    e->local = (int32_t)(r & mask);                                            \
+                    e->scale = psw ? bag_scale * psw[j] : bag_scale;                           \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
     }
-    for (int64_t k = 1; k <= buckets; k++) starts[k] += starts[k - 1];
-    /* starts[k] = first entry of bucket k; the scatter advances it to the bucket's end, so
-     * afterwards bucket k is [k ? starts[k - 1] : 0, starts[k]). */
-    const int64_t mask = ((int64_t)1 << shift) - 1;
-    for (int64_t b = 0; b < num_bags; b++) {
-        const int64_t start = offsets[b], end = offsets[b + 1];
-        if (end <= start) continue;
-        const float bag_scale = mean ? alpha / (float)(end - start) : alpha;
-        for (int64_t j = start; j < end; j++) {
-            const uint64_t r = (uint64_t)ids[j];
-            if (r >= (uint64_t)rows) continue;
-            sr_entry *e = &entries[starts[r >> shift]++];
-            e->bag = (int32_t)b;
-            e->local = (int32_t)((int64_t)r & mask);
-            e->scale = psw ? bag_scale * psw[j] : bag_scale;
-        }
-    }
-}
+
+SR_DEFINE_BUCKET_SORT(sr_bucket_sort_i64, int64_t)
+SR_DEFINE_BUCKET_SORT(sr_bucket_sort_i32, int32_t)
 
 /* One touched row of a chunk: its gradient (a row of grad_out times scale, or its sum in the
  * chunk's scratch with scale 1). */
@@ -403,7 +436,7 @@ typedef struct {
 } sr_item;
 
 typedef struct {
-    int64_t kind, dim, shift, grad_stride;
+    int64_t kind, dim, shift;
     float *weight, *state;
     const float *grad;
     const sr_entry *entries;
@@ -440,12 +473,12 @@ static void sr_bucket_gather(const sr_update_args *a, int64_t k, int64_t lo, int
             continue;
         }
         /* repeated: sum into a scratch row, which then replaces first[l] */
-        const float *g = a->grad + (int64_t)en.bag * a->grad_stride;
+        const float *g = a->grad + en.goff;
         const float sc = en.scale;
         float *acc;
         if (n == 1) {
             const sr_entry e0 = entries[first[l]];
-            const float *g0 = a->grad + (int64_t)e0.bag * a->grad_stride;
+            const float *g0 = a->grad + e0.goff;
             const float sc0 = e0.scale;
             first[l] = (int32_t)c->nacc;
             acc = c->acc + c->nacc++ * dim;
@@ -468,7 +501,7 @@ static void sr_bucket_gather(const sr_update_args *a, int64_t k, int64_t lo, int
             it->row = row0 + l;
             if (count[l] == 1) {
                 const sr_entry e0 = entries[first[l]];
-                it->g = a->grad + (int64_t)e0.bag * a->grad_stride;
+                it->g = a->grad + e0.goff;
                 it->scale = e0.scale;
             } else {
                 it->g = c->acc + (int64_t)first[l] * dim;
@@ -511,19 +544,11 @@ static void sr_chunk_update(const sr_update_args *a, sr_chunk *c) {
     c->nacc = 0;
 }
 
-void sr_fused_update(int64_t kind, float *weight, float *state, int64_t rows, int64_t dim,
-                     const int64_t *ids, const int64_t *offsets, int64_t num_bags,
-                     const float *psw, int64_t mean, const float *grad, int64_t grad_stride,
-                     float lr, float eps, int64_t shift, int32_t *starts, sr_entry *entries,
-                     int32_t *local_ws, sr_item *items_ws, float *acc_ws, int64_t cap,
-                     int num_threads) {
-    if (num_bags <= 0 || rows <= 0) return;
-    const int64_t buckets = ((rows - 1) >> shift) + 1;
-    const int64_t width = (int64_t)1 << shift;
-    sr_bucket_sort(ids, offsets, num_bags, psw, mean, 1.0f, rows, shift, buckets, starts,
-                   entries);
-    const sr_update_args args = {kind, dim, shift, grad_stride, weight, state, grad, entries,
-                                 lr, eps};
+/* Steps 2 and 3 over the sorted entries (threads split the buckets). */
+static void sr_fused_apply(const sr_update_args *args, int64_t buckets, const int32_t *starts,
+                           int32_t *local_ws, sr_item *items_ws, float *acc_ws, int64_t cap,
+                           int num_threads) {
+    const int64_t width = (int64_t)1 << args->shift, dim = args->dim;
 #pragma omp parallel num_threads(num_threads)
     {
         const int64_t nt = omp_get_num_threads(), me = omp_get_thread_num();
@@ -539,9 +564,46 @@ void sr_fused_update(int64_t kind, float *weight, float *state, int64_t rows, in
         for (int64_t k = k0; k < k1; k++) {
             const int64_t lo = k ? starts[k - 1] : 0, hi = starts[k];
             if (lo == hi) continue;
-            if (chunk.nitems + width > cap) sr_chunk_update(&args, &chunk);
-            sr_bucket_gather(&args, k, lo, hi, &chunk);
+            if (chunk.nitems + width > cap) sr_chunk_update(args, &chunk);
+            sr_bucket_gather(args, k, lo, hi, &chunk);
         }
-        sr_chunk_update(&args, &chunk);
+        sr_chunk_update(args, &chunk);
     }
 }
+
+/* One packed group's update from its own ids (group rows) and a `(num_bags, D)` gradient
+ * with row stride grad_stride: a single segment. */
+void sr_fused_update(int64_t kind, float *weight, float *state, int64_t rows, int64_t dim,
+                     const int64_t *ids, const int64_t *offsets, int64_t num_bags,
+                     const float *psw, int64_t mean, const float *grad, int64_t grad_stride,
+                     float lr, float eps, int64_t shift, int32_t *starts, sr_entry *entries,
+                     int32_t *local_ws, sr_item *items_ws, float *acc_ws, int64_t cap,
+                     int num_threads) {
+    if (num_bags <= 0 || rows <= 0) return;
+    const int64_t buckets = ((rows - 1) >> shift) + 1;
+    const sr_update_segment seg = {0, 0, rows, 0, mean};
+    sr_bucket_sort_i64(&seg, 1, num_bags, ids, offsets, psw, grad_stride, shift, buckets, starts,
+                       entries);
+    const sr_update_args args = {kind, dim, shift, weight, state, grad, entries, lr, eps};
+    sr_fused_apply(&args, buckets, starts, local_ws, items_ws, acc_ws, cap, num_threads);
+}
+
+/* The same update straight from a KJT and the lookup's `(B, total_dim)` output gradient: the
+ * segments of one packed group (table-local ids, no shift, no gradient copy). */
+#define SR_DEFINE_SEGMENT_UPDATE(NAME, SORT, IDX)                                              \
+    void NAME(int64_t kind, float *weight, float *state, int64_t rows, int64_t dim,            \
+              const sr_update_segment *segs, int64_t num_segments, int64_t batch,              \
+              const IDX *values, const int64_t *offsets, const float *psw, const float *grad,  \
+              int64_t grad_stride, float lr, float eps, int64_t shift, int32_t *starts,        \
+              sr_entry *entries, int32_t *local_ws, sr_item *items_ws, float *acc_ws,          \
+              int64_t cap, int num_threads) {                                                  \
+        if (batch <= 0 || rows <= 0 || num_segments <= 0) return;                              \
+        const int64_t buckets = ((rows - 1) >> shift) + 1;                                     \
+        SORT(segs, num_segments, batch, values, offsets, psw, grad_stride, shift, buckets,     \
+             starts, entries);                                                                 \
+        const sr_update_args args = {kind, dim, shift, weight, state, grad, entries, lr, eps}; \
+        sr_fused_apply(&args, buckets, starts, local_ws, items_ws, acc_ws, cap, num_threads);  \
+    }
+
+SR_DEFINE_SEGMENT_UPDATE(sr_fused_update_segments_i64, sr_bucket_sort_i64, int64_t)
+SR_DEFINE_SEGMENT_UPDATE(sr_fused_update_segments_i32, sr_bucket_sort_i32, int32_t)

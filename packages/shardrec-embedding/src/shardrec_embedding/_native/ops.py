@@ -25,6 +25,7 @@ __all__ = [
     "MAX_DIM",
     "native_applies",
     "native_available",
+    "native_pooled_into",
     "native_pooled_lookup",
     "native_scatter",
 ]
@@ -67,11 +68,14 @@ def _segments(
     tables: Sequence[int],
     keys: Sequence[int],
     means: Sequence[int],
+    cols: Sequence[int] | None = None,
 ) -> tuple[ctypes.Array[_Segment], int]:
     """ctypes segment descriptors and the output width (cached: building 26 descriptors
-    costs ~30 us, a third of a small batch's forward)."""
+    costs ~30 us, a third of a small batch's forward). cols: each segment's first output
+    column (default: side by side in segment order; the width is then their sum)."""
     layout = tuple((w.data_ptr(), w.shape[0], w.shape[1]) for w in weights)
-    cache_key = (layout, tuple(tables), tuple(keys), tuple(means))
+    placed = None if cols is None else tuple(cols)
+    cache_key = (layout, tuple(tables), tuple(keys), tuple(means), placed)
     found = _SEGMENT_CACHE.get(cache_key)
     if found is not None:
         return found
@@ -79,8 +83,9 @@ def _segments(
     col = 0
     for s, (t, k, m) in enumerate(zip(tables, keys, means, strict=True)):
         ptr, rows, dim = layout[t]
-        segs[s] = _Segment(ptr, rows, dim, col, k, m)
-        col += dim
+        first = col if cols is None else cols[s]
+        segs[s] = _Segment(ptr, rows, dim, first, k, m)
+        col = max(col, first + dim) if cols is not None else col + dim
     if len(_SEGMENT_CACHE) >= _SEGMENT_CACHE_SIZE:
         _SEGMENT_CACHE.clear()
     _SEGMENT_CACHE[cache_key] = (segs, col)
@@ -140,9 +145,17 @@ def _forward(
     means: Sequence[int],
     batch: int,
     names: str,
+    out: Tensor | None = None,
+    cols: Sequence[int] | None = None,
 ) -> Tensor:
-    segs, width = _segments(weights, tables, keys, means)
-    out = torch.empty(batch, width, dtype=torch.float32)
+    """The forward kernel; `out` (given: `(batch, width)` contiguous fp32) receives segment s
+    at columns `cols[s]` (default side by side); columns no segment covers are left as is."""
+    segs, width = _segments(weights, tables, keys, means, cols)
+    if out is None:
+        out = torch.empty(batch, width, dtype=torch.float32)
+    else:
+        assert out.is_contiguous() and out.shape[0] == batch and out.shape[1] >= width
+        width = out.shape[1]
     if batch == 0 or not tables:
         return out
     _check_layout(values, offsets, keys, batch)
@@ -165,6 +178,36 @@ def _forward(
     return out
 
 
+def native_pooled_into(
+    out: Tensor,
+    weights: Sequence[Tensor],
+    values: Tensor,
+    offsets: Tensor,
+    *,
+    segment_tables: Sequence[int],
+    segment_keys: Sequence[int],
+    segment_means: Sequence[int],
+    segment_cols: Sequence[int],
+    names: str,
+) -> Tensor:
+    """The forward kernel into `out` (`(B, W)` contiguous fp32): segment s's pooled rows at
+    columns `segment_cols[s]`; columns no segment covers are left as they are. No autograd.
+    Arguments as `pooled_lookup`; IndexError for an id outside its table."""
+    return _forward(
+        weights,
+        values,
+        offsets.to(torch.int64).contiguous(),
+        None,
+        segment_tables,
+        segment_keys,
+        segment_means,
+        out.shape[0],
+        names,
+        out=out,
+        cols=segment_cols,
+    )
+
+
 def native_scatter(
     targets: Sequence[Tensor],
     values: Tensor,
@@ -176,6 +219,7 @@ def native_scatter(
     means: Sequence[int],
     *,
     alpha: float = 1.0,
+    cols: Sequence[int] | None = None,
 ) -> None:
     """`targets[t][id] += alpha * scale * grad[b, segment columns]` for every id of every bag.
 
@@ -186,8 +230,8 @@ def native_scatter(
     batch = grad.shape[0]
     if batch == 0 or not tables:
         return
-    segs, width = _segments(targets, tables, keys, means)
-    assert grad.shape[1] == width and grad.stride(1) == 1
+    segs, width = _segments(targets, tables, keys, means, cols)
+    assert (grad.shape[1] == width or cols is not None) and grad.stride(1) == 1
     _check_layout(values, offsets, keys, batch)
     ptrs = (_PTR * len(tables))(*(targets[t].data_ptr() for t in tables))
     values, kernel = _index_kernel(values, "sr_pooled_scatter")

@@ -31,11 +31,25 @@ __all__ = [
     "bucket_shift",
     "native_adagrad",
     "native_rowwise_adagrad",
+    "native_segment_update",
     "native_sgd",
 ]
 
 
 _ROWWISE_ADAGRAD, _ADAGRAD = 1, 2  # sr_fused_update's kinds
+KINDS = {"rowwise_adagrad": _ROWWISE_ADAGRAD, "adagrad": _ADAGRAD}
+"""The one-pass kernel's update rules by name (`native_segment_update`)."""
+
+
+class _UpdateSegment(ctypes.Structure):
+    _fields_ = [
+        ("key", _I64),
+        ("row0", _I64),
+        ("rows", _I64),
+        ("col", _I64),
+        ("mean", _I64),
+    ]
+
 
 MAX_IDS = 2**31 - 1
 """Most ids (and bags) one batch may hand the one-pass kernel (its entries hold int32s)."""
@@ -160,6 +174,11 @@ def _fused_update(
             f"the native update takes at most {MAX_IDS} ids and bags a batch, got {num_ids} "
             f"ids in {num_bags} bags"
         )
+    if num_bags * grad.grad_out.shape[1] > MAX_IDS:
+        raise ValueError(
+            f"the native update takes at most {MAX_IDS} output gradient elements a batch, got "
+            f"{num_bags} bags of width {grad.grad_out.shape[1]}"
+        )
     ids = grad.ids.to(torch.int64).contiguous()
     offsets = offsets.to(torch.int64).contiguous()
     _check_layout(ids, offsets, [0], num_bags)
@@ -185,6 +204,87 @@ def _fused_update(
         _I64(grad_out.stride(0)),
         ctypes.c_float(grad.learning_rate),
         ctypes.c_float(grad.spec.eps),
+        _I64(shift),
+        _PTR(starts.data_ptr()),
+        _PTR(entries.data_ptr()),
+        _PTR(local.data_ptr()),
+        _PTR(items.data_ptr()),
+        _PTR(acc.data_ptr()),
+        _I64(cap),
+        ctypes.c_int(threads),
+    )
+
+
+UpdateSegments = tuple[tuple[int, int, int, int, int], ...]
+_UPDATE_SEGMENTS: dict[UpdateSegments, ctypes.Array[_UpdateSegment]] = {}
+
+
+def native_segment_update(
+    rule: str,
+    weight: Tensor,
+    state: Tensor,
+    segments: UpdateSegments,
+    values: Tensor,
+    offsets: Tensor,
+    batch_size: int,
+    grad: Tensor,
+    learning_rate: float,
+    eps: float,
+    workspace: AdagradWorkspace,
+    num_entries: int,
+) -> None:
+    """The one-pass update of one packed group straight from a KJT and the lookup's output
+    gradient (no id shift, no gradient copy), in place.
+
+    rule: a key of `KINDS`. weight: `(R, D)` contiguous fp32 packed group; state: its
+    `momentum1`. segments: per segment `(key, first packed row, rows, first gradient column,
+    mean)`; bag b of a segment is `values[offsets[key * B + b] : offsets[key * B + b + 1]]`
+    (table-local ids, int32 or int64) and its gradient `grad[b, col : col + D]`.
+    grad: `(B, W)` fp32 with unit column stride; its size must stay below 2^31 elements.
+    num_entries: the segments' ids in all (a key read by two segments counts twice).
+    The same update, in the same summation order, as the group's own ids concatenated in
+    segment order through `native_rowwise_adagrad` / `native_adagrad`.
+    """
+    if batch_size <= 0 or num_entries == 0 or not segments:
+        return
+    if max(num_entries, grad.shape[0] * grad.stride(0)) > MAX_IDS:
+        raise ValueError(
+            f"the native update takes at most {MAX_IDS} ids and gradient elements a batch, "
+            f"got {num_entries} ids and a {tuple(grad.shape)} gradient"
+        )
+    assert grad.stride(1) == 1 and grad.dtype is torch.float32
+    segs = _UPDATE_SEGMENTS.get(segments)
+    if segs is None:
+        if len(_UPDATE_SEGMENTS) >= 64:
+            _UPDATE_SEGMENTS.clear()
+        segs = _UPDATE_SEGMENTS[segments] = (_UpdateSegment * len(segments))(
+            *(_UpdateSegment(*s) for s in segments)
+        )
+    suffix = "i32" if values.dtype is torch.int32 else "i64"
+    if suffix == "i64":
+        values = values.to(torch.int64)
+    values = values.contiguous()
+    rows, dim = weight.shape
+    threads = max(1, torch.get_num_threads())
+    shift, cap, starts, entries, local, items, acc = workspace.buffers(
+        rows, dim, num_entries, threads
+    )
+    getattr(_lib(), f"sr_fused_update_segments_{suffix}")(
+        _I64(KINDS[rule]),
+        _PTR(weight.data_ptr()),
+        _PTR(state.data_ptr()),
+        _I64(rows),
+        _I64(dim),
+        segs,
+        _I64(len(segments)),
+        _I64(batch_size),
+        _PTR(values.data_ptr()),
+        _PTR(offsets.data_ptr()),
+        _PTR(None),
+        _PTR(grad.data_ptr()),
+        _I64(grad.stride(0)),
+        ctypes.c_float(learning_rate),
+        ctypes.c_float(eps),
         _I64(shift),
         _PTR(starts.data_ptr()),
         _PTR(entries.data_ptr()),

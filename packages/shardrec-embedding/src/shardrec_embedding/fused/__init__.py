@@ -9,6 +9,11 @@ from shardrec_embedding.fused.collection import (
 )
 from shardrec_embedding.fused.convert import fuse_embedding_optimizer
 from shardrec_embedding.fused.lookup import KERNELS, Backend, FusedLookupFunction, fused_update
+from shardrec_embedding.fused.segments import (
+    SegmentRead,
+    segment_lookup,
+    segment_lookup_unsupported,
+)
 from shardrec_embedding.fused.tables import FusedTableSpec
 
 __all__ = [
@@ -22,7 +27,10 @@ __all__ = [
     "FusedTableSpec",
     "OptimizerArg",
     "OptimizerType",
+    "SegmentRead",
     "fuse_embedding_optimizer",
     "fused_update",
     "resolve_optimizer",
+    "segment_lookup",
+    "segment_lookup_unsupported",
 ]

@@ -7,12 +7,17 @@ from collections.abc import Callable, Mapping, Sequence
 import torch
 from torch import Tensor, nn
 
-from shardrec_embedding._grouping import TablePlan
+from shardrec_embedding._grouping import KJTInput, TablePlan
 from shardrec_embedding._pooled_api import PooledCollectionAPI
 from shardrec_embedding._tables import WeightsDevice, check_features, validate_tables
 from shardrec_embedding.configs import EmbeddingBagConfig, PoolingType
 from shardrec_embedding.dynamic.collection import DynamicTables, dynamic_configs
 from shardrec_embedding.fused.batched import BatchedFusedEmbeddingBag
+from shardrec_embedding.fused.segments import (
+    SegmentRead,
+    segment_lookup,
+    segment_lookup_unsupported,
+)
 from shardrec_embedding.fused.tables import FusedTableSpec
 from shardrec_jagged import KeyedJaggedTensor, KeyedTensor
 from shardrec_optim import (
@@ -167,6 +172,14 @@ class FusedEmbeddingBagCollection(PooledCollectionAPI, WeightsDevice):
         values, weights = check_features(features, weighted=self._is_weighted, owner=_OWNER)
         kjt = self._plan.read_kjt(features, values, weights, self._check_ids)
         batch = kjt.batch
+        if kjt.weights is None:
+            out = self._segment_lookup(kjt)
+            if out is not None:
+                return KeyedTensor(
+                    keys=self._embedding_names,
+                    length_per_key=self._lengths_per_embedding,
+                    values=out,
+                )
         blocks: list[Tensor] = [values.new_empty(0)] * len(self._plan.segments)
         for lookup, group in zip(self._lookups, self._plan.groups, strict=True):
             inp = self._plan.group_input(group, kjt)
@@ -179,6 +192,34 @@ class FusedEmbeddingBagCollection(PooledCollectionAPI, WeightsDevice):
         out = torch.cat(blocks, dim=1) if blocks else torch.zeros(batch, 0, device=values.device)
         return KeyedTensor(
             keys=self._embedding_names, length_per_key=self._lengths_per_embedding, values=out
+        )
+
+    def _segment_lookup(self, kjt: KJTInput) -> Tensor | None:
+        """Every group in one `segment_lookup` straight into the output columns (no id shift,
+        no concatenation, no gradient stack), or None where it does not apply."""
+        if any(segment_lookup_unsupported(lk, kjt.values) for lk in self._lookups):
+            return None
+        cols = [0]
+        for s in self._plan.segments:
+            cols.append(cols[-1] + s.dim)
+        reads = [
+            SegmentRead(
+                group=g,
+                table=group.tables.index(self._plan.segments[s].table_index),
+                key=kjt.feature_index[s],
+                col=cols[s],
+            )
+            for g, group in enumerate(self._plan.groups)
+            for s in group.segments
+        ]
+        segments = self._plan.segments
+        names = [
+            (segments[s].feature, segments[s].table)
+            for group in self._plan.groups
+            for s in group.segments
+        ]
+        return segment_lookup(
+            self._lookups, reads, kjt.values, kjt.lengths, kjt.batch, cols[-1], names
         )
 
     def optimizer_spec(self) -> FusedOptimSpec:

@@ -55,6 +55,7 @@ __all__ = [
     "TRITON_KERNEL",
     "native_backward_unsupported",
     "native_update",
+    "native_workspace",
 ]
 
 _SGD = frozenset({EmbOptimType.SGD, EmbOptimType.EXACT_SGD})
@@ -95,17 +96,22 @@ def native_backward_unsupported(
     return None
 
 
+def native_workspace(weight: Tensor) -> AdagradWorkspace:
+    """The one-pass kernel's scratch of `weight` (kept between steps, dropped with it)."""
+    workspace = _WORKSPACES.get(id(weight))
+    if workspace is None:
+        workspace = _WORKSPACES[id(weight)] = AdagradWorkspace()
+        weakref.finalize(weight, _WORKSPACES.pop, id(weight), None)
+    return workspace
+
+
 def native_update(grad: PooledGrad) -> None:
     """The fused update on the native kernels (call only when `native_backward_unsupported`
     returns None); the weight and state are updated in place."""
     if grad.spec.optimizer in _SGD:
         native_sgd(grad)
         return
-    weight = grad.weight
-    workspace = _WORKSPACES.get(id(weight))
-    if workspace is None:
-        workspace = _WORKSPACES[id(weight)] = AdagradWorkspace()
-        weakref.finalize(weight, _WORKSPACES.pop, id(weight), None)
+    workspace = native_workspace(grad.weight)
     if grad.spec.optimizer in _ADAGRAD:
         native_adagrad(grad, workspace)
     else:
@@ -129,10 +135,16 @@ def triton_update(grad: PooledGrad) -> None:
 
 
 def _native_unsupported(grad: PooledGrad) -> str | None:
-    if max(grad.ids.numel(), grad.offsets.numel() - 1) > MAX_IDS:
+    bags = grad.offsets.numel() - 1
+    if max(grad.ids.numel(), bags) > MAX_IDS:
         return (
             f"it takes at most {MAX_IDS} ids and bags a batch, got {grad.ids.numel()} ids "
-            f"in {grad.offsets.numel() - 1} bags"
+            f"in {bags} bags"
+        )
+    if bags * grad.grad_out.shape[-1] > MAX_IDS:
+        return (
+            f"it takes at most {MAX_IDS} output gradient elements a batch, got {bags} bags "
+            f"of width {grad.grad_out.shape[-1]}"
         )
     return native_backward_unsupported(
         grad.spec, grad.weight, grad.grad_out, grad.per_sample_weights

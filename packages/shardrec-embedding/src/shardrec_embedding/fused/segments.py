@@ -1,0 +1,254 @@
+"""Pooled lookup of several fused packed groups straight from a KJT into one output.
+
+The fast path of a sharded rank's lookup (issue 28): every (table, KJT key) *segment* of
+every group is pooled by one native forward call into its final columns of one `(B, W)`
+output, and backward updates each group in place from that output's gradient. Compared with
+a `BatchedFusedEmbeddingBag` call per group, nothing shifts ids into group rows, nothing
+concatenates the groups' `(bags, D)` blocks into the output, and nothing stacks the output's
+gradient back into per-group blocks.
+
+```
+KJT (keys f0 f1 f2, B bags each)      output (B, W)
+  segment 0: key f1, group 0 table 1  -> columns [0, 64)
+  segment 1: key f0, group 0 table 0  -> columns [64, 128)
+  (no table for f2)                   -> columns [128, 192) zeros
+```
+
+Same update as the group's own lookup on the native backend, in the same summation order
+(segments in order, bags in order, ids in order). Rowwise Adagrad runs the native one-pass
+kernel here even where `backend="auto"` would take fbgemm's for a group call: in the step
+it is the faster one once the gradient needs no copy (docs/bench/sharded.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from shardrec_embedding._native import (
+    MAX_DIM,
+    MAX_IDS,
+    native_pooled_into,
+    native_scatter,
+    native_segment_update,
+)
+from shardrec_embedding.configs import PoolingType
+from shardrec_embedding.fused.batched import BatchedFusedEmbeddingBag
+from shardrec_embedding.fused.kernels import native_backward_unsupported, native_workspace
+from shardrec_embedding.fused.lookup import KERNELS
+from shardrec_optim import EmbOptimType
+
+__all__ = ["SegmentRead", "segment_lookup", "segment_lookup_unsupported"]
+
+_RULES = {
+    EmbOptimType.EXACT_ROWWISE_ADAGRAD: "rowwise_adagrad",
+    EmbOptimType.ROWWISE_ADAGRAD: "rowwise_adagrad",
+    EmbOptimType.EXACT_ADAGRAD: "adagrad",
+    EmbOptimType.EXACT_SGD: "sgd",
+    EmbOptimType.SGD: "sgd",
+}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SegmentRead:
+    """One output block: KJT key `key` pooled through table `table` (index into the group's
+    tables) of group `group`, written at columns `[col, col + dim)`."""
+
+    group: int
+    table: int
+    key: int
+    col: int
+
+
+def segment_lookup_unsupported(module: object, values: Tensor) -> str | None:
+    """Why `segment_lookup` cannot run `module` (a group) on KJT ids `values`, or None when
+    it can (eager CPU only: a tracer sees the groups' own lookups)."""
+    if (
+        torch.compiler.is_compiling()
+        or torch.fx._symbolic_trace.is_fx_symbolic_tracing()
+        or torch._C._len_torch_dispatch_stack() > 0
+        or type(values) is not Tensor
+        or values.device.type != "cpu"
+    ):
+        return "it runs in eager mode on CPU ids only"
+    if "native" not in KERNELS:
+        return "the native backend was taken out of fused.KERNELS"
+    if not isinstance(module, BatchedFusedEmbeddingBag):
+        return f"it runs BatchedFusedEmbeddingBag groups, not {type(module).__name__}"
+    if module.spec.optimizer not in _RULES:
+        return f"it has no native one-pass update for {module.spec.optimizer.name}"
+    if module.dim > MAX_DIM:
+        return f"it takes dims up to {MAX_DIM}, got {module.dim}"
+    weight = module.packed_weight()
+    empty = torch.empty(0, dtype=torch.float32)
+    return native_backward_unsupported(module.spec, weight, empty, None)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Plan:
+    groups: tuple[BatchedFusedEmbeddingBag, ...]
+    reads: tuple[SegmentRead, ...]
+    width: int
+    zero_cols: tuple[tuple[int, int], ...]
+    names: str
+
+
+class _SegmentLookup(torch.autograd.Function):
+    @staticmethod
+    def forward(
+        ctx: torch.autograd.function.FunctionCtx,
+        plan: _Plan,
+        values: Tensor,
+        offsets: Tensor,
+        batch: int,
+        *weights: Tensor,
+    ) -> Tensor:
+        out = _pool(plan, values, offsets, batch)
+        ctx.save_for_backward(values, offsets)
+        ctx.plan = plan  # type: ignore[attr-defined]  # FunctionCtx allows attributes
+        ctx.batch = batch  # type: ignore[attr-defined]  # FunctionCtx allows attributes
+        return out
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, grad: Tensor) -> tuple[None, ...]:
+        values, offsets = ctx.saved_tensors  # type: ignore[attr-defined]
+        plan: _Plan = ctx.plan  # type: ignore[attr-defined]
+        batch: int = ctx.batch  # type: ignore[attr-defined]
+        grad = grad.to(torch.float32)
+        if grad.stride(-1) != 1 or grad.stride(0) < grad.shape[1]:
+            grad = grad.contiguous()
+        # ids per KJT key: a group's sort holds one entry per (segment, id)
+        per_key = offsets[:: max(batch, 1)].diff().tolist() if batch else []
+        with torch.no_grad(), torch.profiler.record_function("fused.native_segment_backward"):
+            for g, module in enumerate(plan.groups):
+                reads = [r for r in plan.reads if r.group == g]
+                entries = sum(per_key[r.key] for r in reads)
+                _update(module, reads, values, offsets, batch, grad, entries)
+        return (None, None, None, None, *([None] * (len(ctx.needs_input_grad) - 4)))  # type: ignore[attr-defined]
+
+
+def _pool(plan: _Plan, values: Tensor, offsets: Tensor, batch: int) -> Tensor:
+    out = torch.empty(batch, plan.width, dtype=torch.float32)
+    for lo, hi in plan.zero_cols:
+        out[:, lo:hi].zero_()
+    weights = [w for m in plan.groups for w in m.split_embedding_weights()]
+    first = [0]
+    for m in plan.groups:
+        first.append(first[-1] + len(m.table_specs))
+    native_pooled_into(
+        out,
+        weights,
+        values,
+        offsets,
+        segment_tables=[first[r.group] + r.table for r in plan.reads],
+        segment_keys=[r.key for r in plan.reads],
+        segment_means=[int(plan.groups[r.group].pooling is PoolingType.MEAN) for r in plan.reads],
+        segment_cols=[r.col for r in plan.reads],
+        names=plan.names,
+    )
+    return out
+
+
+def _update(
+    module: BatchedFusedEmbeddingBag,
+    reads: Sequence[SegmentRead],
+    values: Tensor,
+    offsets: Tensor,
+    batch: int,
+    grad: Tensor,
+    entries: int,
+) -> None:
+    weight, state, spec, lr, _ = module._update_context()
+    if not reads:
+        return
+    rule = _RULES[spec.optimizer]
+    mean = int(module.pooling is PoolingType.MEAN)
+    if rule == "sgd":
+        native_scatter(
+            module.split_embedding_weights(),
+            values,
+            offsets,
+            None,
+            grad,
+            [r.table for r in reads],
+            [r.key for r in reads],
+            [mean] * len(reads),
+            alpha=-lr,
+            cols=[r.col for r in reads],
+        )
+        return
+    segments = tuple(
+        (
+            r.key,
+            module.row_offsets[r.table],
+            module.table_specs[r.table].num_rows,
+            r.col,
+            mean,
+        )
+        for r in reads
+    )
+    native_segment_update(
+        rule,
+        weight,
+        state["momentum1"],
+        segments,
+        values,
+        offsets,
+        batch,
+        grad,
+        lr,
+        spec.eps,
+        native_workspace(weight),
+        entries,
+    )
+
+
+def segment_lookup(
+    groups: Sequence[BatchedFusedEmbeddingBag],
+    reads: Sequence[SegmentRead],
+    values: Tensor,
+    lengths: Tensor,
+    batch_size: int,
+    width: int,
+    names: Sequence[tuple[str, str]],
+) -> Tensor:
+    """`(batch_size, width)` fp32 pooled rows of every read at its columns (other columns
+    zero); with grad enabled, backward updates each group's rows in place (its fused
+    optimizer, step counter advanced once per backward as a group call does).
+
+    values: `(N,)` table-local ids of the KJT, int32 or int64. lengths: `(F * batch_size,)`.
+    names: per read `(feature, table)` for the out-of-range error. Every group must pass
+    `segment_lookup_unsupported`.
+    """
+    offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64)
+    torch.cumsum(lengths, 0, dtype=torch.int64, out=offsets[1:])
+    if batch_size * width > MAX_IDS:
+        raise ValueError(
+            f"segment_lookup takes at most {MAX_IDS} output elements, got {batch_size} x {width}"
+        )
+    covered = sorted((r.col, r.col + groups[r.group].dim) for r in reads)
+    zero_cols: list[tuple[int, int]] = []
+    at = 0
+    for lo, hi in covered:
+        if lo > at:
+            zero_cols.append((at, lo))
+        at = max(at, hi)
+    if at < width:
+        zero_cols.append((at, width))
+    plan = _Plan(
+        tuple(groups),
+        tuple(reads),
+        width,
+        tuple(zero_cols),
+        "\x1f".join(part for pair in names for part in pair),
+    )
+    weights = [w for m in groups for w in m.split_embedding_weights()]
+    if not (torch.is_grad_enabled() and any(w.requires_grad for w in weights)):
+        return _pool(plan, values, offsets, batch_size)
+    out: Tensor = _SegmentLookup.apply(  # type: ignore[no-untyped-call]  # torch leaves apply untyped
+        plan, values, offsets, batch_size, *weights
+    )
+    return out

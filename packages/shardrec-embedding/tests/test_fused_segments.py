@@ -1,0 +1,150 @@
+"""`segment_lookup`: several fused groups read straight from a KJT into one output.
+
+Reference: each group's own `BatchedFusedEmbeddingBag` call on its shifted ids (the per-group
+path) with the native backend, whose update sums in the same order: trained weights and state
+must be bitwise equal, outputs equal to float rounding (ATen's forward vs the native one).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from shardrec_embedding import shift_ids
+from shardrec_embedding._native import native_available
+from shardrec_embedding.configs import PoolingType
+from shardrec_embedding.fused import (
+    KERNELS,
+    BatchedFusedEmbeddingBag,
+    FusedTableSpec,
+    SegmentRead,
+    segment_lookup,
+    segment_lookup_unsupported,
+)
+from shardrec_testing import assert_close
+
+needs_native = pytest.mark.skipif(not native_available(), reason="no C compiler")
+
+OPTIMIZERS = ["exact_row_wise_adagrad", "exact_adagrad", "exact_sgd"]
+KEYS, BATCH = 4, 5
+
+
+def _groups(optimizer: str, seed: int) -> list[BatchedFusedEmbeddingBag]:
+    gen = torch.Generator().manual_seed(seed)
+
+    def spec(name: str, rows: int, dim: int, pooling: PoolingType) -> FusedTableSpec:
+        w = torch.randn(rows, dim, generator=gen)
+        return FusedTableSpec(name=name, num_rows=rows, dim=dim, pooling=pooling, weight=w)
+
+    params = {"optimizer": optimizer, "learning_rate": 0.1}
+    return [
+        BatchedFusedEmbeddingBag(
+            [spec("a", 7, 8, PoolingType.SUM), spec("b", 5, 8, PoolingType.SUM)], params
+        ),
+        BatchedFusedEmbeddingBag([spec("c", 9, 4, PoolingType.MEAN)], params),
+    ]
+
+
+# key 0 read by tables a and b (one group), table c read by keys 1 and 3, key 2 read by
+# nobody, one output block with no table (zeros), blocks not in group order.
+READS = [
+    SegmentRead(group=1, table=0, key=3, col=0),
+    SegmentRead(group=0, table=1, key=0, col=4),
+    SegmentRead(group=0, table=0, key=0, col=12),
+    SegmentRead(group=1, table=0, key=1, col=28),
+]
+WIDTH = 32  # columns [20, 28) belong to no read
+NAMES = [("f3", "c"), ("f0", "b"), ("f0", "a"), ("f1", "c")]
+
+
+def _batch(seed: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(0, 4, (KEYS * BATCH,), generator=gen)
+    lengths[1] = 0  # an empty bag in every batch
+    values = torch.randint(0, 5, (int(lengths.sum()),), generator=gen)  # duplicates likely
+    return values.to(dtype), lengths
+
+
+def _reference(
+    groups: list[BatchedFusedEmbeddingBag],
+    values: torch.Tensor,
+    lengths: torch.Tensor,
+    grad: torch.Tensor,
+) -> torch.Tensor:
+    """The per-group path: shifted ids, one call per group, blocks placed by hand."""
+    per_key = lengths.view(KEYS, BATCH)
+    starts = [0, *torch.cumsum(per_key.sum(1), 0).tolist()]
+    out = torch.zeros(BATCH, WIDTH)
+    for g, module in enumerate(groups):
+        reads = [r for r in READS if r.group == g]
+        ids = shift_ids(
+            [values[starts[r.key] : starts[r.key + 1]].long() for r in reads],
+            [module.row_offsets[r.table] for r in reads],
+        )
+        group_lengths = torch.cat([per_key[r.key] for r in reads])
+        offsets = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(group_lengths, 0)])
+        pooled = module(ids, offsets)
+        pooled.backward(torch.cat([grad[:, r.col : r.col + module.dim] for r in reads]))
+        for i, r in enumerate(reads):
+            out[:, r.col : r.col + module.dim] = pooled[i * BATCH : (i + 1) * BATCH].detach()
+    return out
+
+
+@needs_native
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("optimizer", OPTIMIZERS)
+def test_matches_the_per_group_lookup_and_update(
+    monkeypatch: pytest.MonkeyPatch, optimizer: str, dtype: torch.dtype
+) -> None:
+    monkeypatch.delitem(KERNELS, "fbgemm", raising=False)  # the reference on the native kernel
+    ours = _groups(optimizer, seed=0)
+    ref = copy.deepcopy(ours)
+    for step in range(3):
+        values, lengths = _batch(step, dtype)
+        grad = torch.randn(BATCH, WIDTH, generator=torch.Generator().manual_seed(10 + step))
+        assert all(segment_lookup_unsupported(m, values) is None for m in ours)
+        out = segment_lookup(ours, READS, values, lengths, BATCH, WIDTH, NAMES)
+        want = _reference(ref, values, lengths, grad)
+        assert_close(out.detach(), want, msg=f"step {step}")
+        assert torch.equal(out[:, 20:28], torch.zeros(BATCH, 8))
+        out.backward(grad)
+        for mine, theirs in zip(ours, ref, strict=True):
+            assert torch.equal(mine.packed_weight(), theirs.packed_weight()), step
+            for name, state in mine.optimizer_state().items():
+                assert torch.equal(state, theirs.optimizer_state()[name]), (step, name)
+            assert int(mine._step) == int(theirs._step) == step + 1
+
+
+@needs_native
+def test_without_grad_only_pools() -> None:
+    groups = _groups("exact_row_wise_adagrad", seed=1)
+    before = [m.packed_weight().clone() for m in groups]
+    values, lengths = _batch(0, torch.int64)
+    with torch.no_grad():
+        out = segment_lookup(groups, READS, values, lengths, BATCH, WIDTH, NAMES)
+    assert out.shape == (BATCH, WIDTH) and not out.requires_grad
+    assert all(torch.equal(m.packed_weight(), w) for m, w in zip(groups, before, strict=True))
+
+
+@needs_native
+def test_an_id_outside_its_table_raises() -> None:
+    groups = _groups("exact_sgd", seed=2)
+    values, lengths = _batch(0, torch.int64)
+    values[0] = 6  # key 0 reads table b (5 rows): out of range there
+    with pytest.raises(IndexError, match="out of range for table 'b'"):
+        segment_lookup(groups, READS, values, lengths, BATCH, WIDTH, NAMES)
+
+
+def test_refuses_what_it_cannot_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    values = torch.zeros(3, dtype=torch.int64)
+    adam = _groups("adam", seed=3)[0]
+    assert "ADAM" in str(segment_lookup_unsupported(adam, values))
+    assert "BatchedFusedEmbeddingBag" in str(
+        segment_lookup_unsupported(torch.nn.Linear(2, 2), values)
+    )
+    assert "CPU" in str(segment_lookup_unsupported(_groups("exact_sgd", 3)[0], values.to("meta")))
+    monkeypatch.delitem(KERNELS, "native")
+    reason = segment_lookup_unsupported(_groups("exact_sgd", seed=3)[0], values)
+    assert reason is not None and "native" in reason
