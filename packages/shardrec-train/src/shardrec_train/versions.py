@@ -53,14 +53,13 @@ def backend_rows() -> list[tuple[str, str]]:
     from shardrec_embedding._native import native_available
     from shardrec_embedding.triton import triton_available
     from shardrec_jagged import fbgemm_available
-    from shardrec_optim.fbgemm_kernels import fbgemm_tbe_available
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # each row below says what a warning would say
         no_fbgemm = "torch-native (fbgemm_gpu not loadable: pip install fbgemm-gpu-cpu==1.8.0)"
         return [
             ("jagged kernels", "fbgemm" if fbgemm_available() else no_fbgemm),
-            ("fused embedding backward", "fbgemm" if fbgemm_tbe_available() else no_fbgemm),
+            ("fused embedding backward", _backward_backend(native_available(), no_fbgemm)),
             (
                 "CPU pooled lookup",
                 "native C kernels"
@@ -72,6 +71,16 @@ def backend_rows() -> list[tuple[str, str]]:
                 "triton" if triton_available() else "torch-native (triton not importable)",
             ),
         ]
+
+
+def _backward_backend(native: bool, no_fbgemm: str) -> str:
+    """What `backend="auto"` runs a fused update on (shardrec_optim.rules): the native C
+    kernels first for SGD, Adagrad and rowwise Adagrad, then fbgemm, then torch."""
+    from shardrec_optim.fbgemm_kernels import fbgemm_tbe_available
+
+    if native:
+        return "native C kernels (SGD, Adagrad, rowwise Adagrad; torch for the others)"
+    return "fbgemm" if fbgemm_tbe_available() else no_fbgemm
 
 
 def version_report() -> str:
