@@ -290,7 +290,12 @@ class TrainOptions:
     epochs: int = option("passes over the train split", group=TRAINING, preset=True, at_least=1)
     batch_size: int = option("per rank", group=TRAINING, preset=True, at_least=1)
     learning_rate: float = option("dense optimizer", group=TRAINING, preset=True, above=0)
-    embedding_lr: float = option("fused table optimizer", group=TRAINING, preset=True, above=0)
+    embedding_lr: float = option(
+        "fused table optimizer (data_parallel tables train with the dense optimizer instead)",
+        group=TRAINING,
+        preset=True,
+        above=0,
+    )
     optimizer: str = option(
         "fused optimizer of the embedding tables (shardrec_optim.EmbOptimType)",
         group=TRAINING,
