@@ -198,10 +198,19 @@ def _batch(rank: int, step: int) -> KeyedJaggedTensor:
 
 def step_syncs(ctx: RankContext, kind: str) -> list[tuple[tuple[str, str], int]]:
     """Train 3 steps; return the sync sites of the last (steady-state) step with counts."""
+    kernels = dict(fused_lookup.KERNELS)
     # The GPU path: fbgemm's CPU kernels (used here when installed) never run on a GPU.
     fused_lookup.KERNELS.pop("fbgemm", None)
     # Nor do the native CPU kernels (shardrec_embedding._native).
     fused_lookup.KERNELS.pop("native", None)
+    try:
+        return _step_syncs(ctx, kind)
+    finally:  # the rank processes serve later tests
+        fused_lookup.KERNELS.clear()
+        fused_lookup.KERNELS.update(kernels)
+
+
+def _step_syncs(ctx: RankContext, kind: str) -> list[tuple[tuple[str, str], int]]:
     env = ShardingEnv.from_process_group(ctx.pg)
     configs = [
         EmbeddingBagConfig(name=n, num_embeddings=r, embedding_dim=d, feature_names=f)
