@@ -24,6 +24,7 @@ import torch
 
 from shardrec_embedding.mc.base import ManagedCollisionModule
 from shardrec_embedding.mc.policies import MCHEvictionPolicy
+from shardrec_embedding.mc.round_native import coalesce_window, order_by_count
 from shardrec_embedding.mc.sorted_index import SortedSlotIndex, permute_
 from shardrec_jagged import JaggedTensor
 
@@ -374,10 +375,26 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
     @torch.no_grad()
     def _coalesce_history(self) -> None:
         used = self._current_history_buffer_offset
+        threshold_filter = self._eviction_policy._threshold_filtering_func
+        if self._base_coalesce():
+            # the base policy's window metadata is the max of `last_access_iter` per id: one
+            # native pass (sort, counts, max) instead of `unique` + `scatter_reduce`
+            last_window = self._history_metadata.get("last_access_iter")
+            uniq_ids, counts, last = coalesce_window(
+                self._history_accumulator[:used], None if last_window is None else last_window[:used]
+            )
+            mask = threshold_filter(counts)[0] if threshold_filter is not None else None
+            metadata = {}
+            if last is not None:
+                metadata["last_access_iter"] = last if mask is None else last[mask]
+            if mask is not None:
+                uniq_ids, counts = uniq_ids[mask], counts[mask]
+            self._update_and_evict(uniq_ids, counts, metadata)
+            self._current_history_buffer_offset = 0
+            return
         uniq_ids, inverse, counts = torch.unique(
             self._history_accumulator[:used], return_inverse=True, return_counts=True
         )
-        threshold_filter = self._eviction_policy._threshold_filtering_func
         mask = threshold_filter(counts)[0] if threshold_filter is not None else None
         metadata = self._eviction_policy.coalesce_history_metadata(
             self._current_iter,
@@ -391,6 +408,14 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
         self._update_and_evict(uniq_ids, counts, metadata)
         self._current_history_buffer_offset = 0
 
+    def _base_coalesce(self) -> bool:
+        """True when the policy coalesces its window by the base rule (max `last_access_iter`
+        per id, nothing else), which the native pass reproduces."""
+        policy = type(self._eviction_policy)
+        return policy.coalesce_history_metadata is MCHEvictionPolicy.coalesce_history_metadata and (
+            set(self._history_metadata) <= {"last_access_iter"}
+        )
+
     @torch.no_grad()
     def _update_and_evict(
         self,
@@ -398,7 +423,7 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
         uniq_ids_counts: torch.Tensor,
         uniq_ids_metadata: dict[str, torch.Tensor],
     ) -> None:
-        by_count = torch.argsort(uniq_ids_counts, descending=True, stable=True)
+        by_count = order_by_count(uniq_ids_counts)
         ids = uniq_ids[by_count]
         index = self._ready_index()
         if index is not None:

@@ -27,6 +27,7 @@ from typing import NamedTuple
 import torch
 
 from shardrec_embedding.dynamic.id_map import _library
+from shardrec_embedding.mc.round_native import argsort_subset
 
 __all__ = [
     "DistanceLFU_EvictionPolicy",
@@ -198,8 +199,8 @@ def _select(pivot: int, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
         dropped = torch.nonzero(dropped_mask).reshape(-1)
         losers = dropped[dropped < pivot]
         winners = torch.nonzero(~dropped_mask[pivot:]).reshape(-1)
-    losers = losers[torch.argsort(scores[losers], descending=True, stable=True)]
-    winners = winners[torch.argsort(scores[pivot:][winners], descending=True, stable=True)]
+    losers = argsort_subset(scores, losers, descending=True)
+    winners = argsort_subset(scores[pivot:], winners, descending=True)
     return losers, winners
 
 

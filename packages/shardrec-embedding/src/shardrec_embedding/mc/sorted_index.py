@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from shardrec_embedding.dynamic.id_map import IdSlotMap, _library, idmap_native_available
+from shardrec_embedding.mc.round_native import argsort_subset
 
 __all__ = ["SortedSlotIndex", "permute_"]
 
@@ -84,7 +85,7 @@ class SortedSlotIndex:
         z = sorted_ids.numel()
         fresh = torch.zeros(z, dtype=torch.bool)
         fresh[evicted] = True
-        by_key = evicted[torch.argsort(sorted_ids[evicted])]
+        by_key = argsort_subset(sorted_ids, evicted, descending=False)
         order = torch.empty(z, dtype=torch.int64)
         lib = _library()
         assert lib is not None  # the index exists only with the native map

@@ -1,0 +1,162 @@
+/* Native passes of an MCH eviction round (mc/round_native.py wraps them).
+ *
+ * Every function answers exactly what its torch counterpart answers:
+ *   sr_mc_coalesce      torch.unique(window, return_counts) + the max of each id's window
+ *                       metadata (scatter_reduce amax), by a stable LSD radix sort;
+ *   sr_mc_order_by_count  torch.argsort(counts, descending=True, stable=True), by a counting
+ *                       sort (counts are window counts: 0 <= count <= window size);
+ *   sr_mc_argsort_i64 / sr_mc_argsort_f32
+ *                       idx[torch.argsort(values[idx], descending, stable=True)], by a stable
+ *                       radix sort of order-preserving unsigned keys (-0.0 read as 0.0, as a
+ *                       comparison sort sees it; no NaN).
+ * Return values: 0 on success, -1 when a scratch allocation failed (the caller then uses torch).
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RADIX_BITS 11
+#define RADIX_SIZE (1 << RADIX_BITS)
+
+/* Stable ascending LSD radix sort of keys with a payload; only the digits where the keys
+ * differ are passed over. Results end in keys/payload. */
+static int radix_sort(uint64_t *keys, int64_t *payload, int64_t n) {
+    if (n <= 1) return 0;
+    uint64_t differ = 0;
+    for (int64_t i = 1; i < n; i++) differ |= keys[i] ^ keys[0];
+    if (differ == 0) return 0;
+    uint64_t *k2 = (uint64_t *)malloc((size_t)n * sizeof(uint64_t));
+    int64_t *p2 = (int64_t *)malloc((size_t)n * sizeof(int64_t));
+    int64_t *count = (int64_t *)malloc(RADIX_SIZE * sizeof(int64_t));
+    if (!k2 || !p2 || !count) {
+        free(k2);
+        free(p2);
+        free(count);
+        return -1;
+    }
+    uint64_t *ka = keys, *kb = k2;
+    int64_t *pa = payload, *pb = p2;
+    for (int shift = 0; shift < 64; shift += RADIX_BITS) {
+        uint64_t digit_mask = ((uint64_t)(RADIX_SIZE - 1)) << shift;
+        if ((differ & digit_mask) == 0) continue;
+        memset(count, 0, RADIX_SIZE * sizeof(int64_t));
+        for (int64_t i = 0; i < n; i++) count[(ka[i] >> shift) & (RADIX_SIZE - 1)]++;
+        int64_t sum = 0;
+        for (int d = 0; d < RADIX_SIZE; d++) {
+            int64_t c = count[d];
+            count[d] = sum;
+            sum += c;
+        }
+        for (int64_t i = 0; i < n; i++) {
+            int64_t at = count[(ka[i] >> shift) & (RADIX_SIZE - 1)]++;
+            kb[at] = ka[i];
+            pb[at] = pa[i];
+        }
+        uint64_t *kt = ka;
+        ka = kb;
+        kb = kt;
+        int64_t *pt = pa;
+        pa = pb;
+        pb = pt;
+    }
+    if (ka != keys) {
+        memcpy(keys, ka, (size_t)n * sizeof(uint64_t));
+        memcpy(payload, pa, (size_t)n * sizeof(int64_t));
+    }
+    free(k2);
+    free(p2);
+    free(count);
+    return 0;
+}
+
+static inline uint64_t key_i64(int64_t v) { return (uint64_t)v ^ 0x8000000000000000ULL; }
+
+static inline uint64_t key_f32(float f) {
+    if (f == 0.0f) f = 0.0f; /* -0.0 and 0.0 compare equal */
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return (uint64_t)u;
+}
+
+/* window (n ids) -> distinct ids ascending (uniq), their counts, and (when meta is not NULL)
+ * the max of meta over each id's entries (meta_max). *n_uniq receives the number of ids. */
+int sr_mc_coalesce(const int64_t *window, const int64_t *meta, int64_t n, int64_t *uniq,
+                   int64_t *counts, int64_t *meta_max, int64_t *n_uniq) {
+    *n_uniq = 0;
+    if (n == 0) return 0;
+    uint64_t *keys = (uint64_t *)malloc((size_t)n * sizeof(uint64_t));
+    int64_t *payload = (int64_t *)malloc((size_t)n * sizeof(int64_t));
+    if (!keys || !payload) {
+        free(keys);
+        free(payload);
+        return -1;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        keys[i] = key_i64(window[i]);
+        payload[i] = meta ? meta[i] : 0;
+    }
+    if (radix_sort(keys, payload, n) != 0) {
+        free(keys);
+        free(payload);
+        return -1;
+    }
+    int64_t u = -1;
+    for (int64_t i = 0; i < n; i++) {
+        if (i == 0 || keys[i] != keys[i - 1]) {
+            u++;
+            uniq[u] = (int64_t)(keys[i] ^ 0x8000000000000000ULL);
+            counts[u] = 1;
+            if (meta) meta_max[u] = payload[i];
+        } else {
+            counts[u]++;
+            if (meta && payload[i] > meta_max[u]) meta_max[u] = payload[i];
+        }
+    }
+    *n_uniq = u + 1;
+    free(keys);
+    free(payload);
+    return 0;
+}
+
+/* order = torch.argsort(counts, descending=True, stable=True) for 0 <= counts[i] <= max_count. */
+int sr_mc_order_by_count(const int64_t *counts, int64_t n, int64_t max_count, int64_t *order) {
+    int64_t *start = (int64_t *)calloc((size_t)(max_count + 2), sizeof(int64_t));
+    if (!start) return -1;
+    for (int64_t i = 0; i < n; i++) start[max_count - counts[i] + 1]++;
+    for (int64_t d = 1; d <= max_count + 1; d++) start[d] += start[d - 1];
+    for (int64_t i = 0; i < n; i++) order[start[max_count - counts[i]]++] = i;
+    free(start);
+    return 0;
+}
+
+static int argsort_keys(uint64_t *keys, const int64_t *idx, int64_t n, int descending,
+                        int64_t *out) {
+    for (int64_t i = 0; i < n; i++) {
+        if (descending) keys[i] = ~keys[i];
+        out[i] = idx[i];
+    }
+    return radix_sort(keys, out, n);
+}
+
+/* out = idx[argsort(values[idx], descending, stable=True)] for int64 values. */
+int sr_mc_argsort_i64(const int64_t *values, const int64_t *idx, int64_t n, int descending,
+                      int64_t *out) {
+    uint64_t *keys = (uint64_t *)malloc((size_t)(n > 0 ? n : 1) * sizeof(uint64_t));
+    if (!keys) return -1;
+    for (int64_t i = 0; i < n; i++) keys[i] = key_i64(values[idx[i]]);
+    int rc = argsort_keys(keys, idx, n, descending, out);
+    free(keys);
+    return rc;
+}
+
+/* out = idx[argsort(values[idx], descending, stable=True)] for float32 values (no NaN). */
+int sr_mc_argsort_f32(const float *values, const int64_t *idx, int64_t n, int descending,
+                      int64_t *out) {
+    uint64_t *keys = (uint64_t *)malloc((size_t)(n > 0 ? n : 1) * sizeof(uint64_t));
+    if (!keys) return -1;
+    for (int64_t i = 0; i < n; i++) keys[i] = key_f32(values[idx[i]]);
+    int rc = argsort_keys(keys, idx, n, descending, out); /* ~key: high bits equal, harmless */
+    free(keys);
+    return rc;
+}
