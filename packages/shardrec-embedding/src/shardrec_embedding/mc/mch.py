@@ -381,7 +381,8 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
             # native pass (sort, counts, max) instead of `unique` + `scatter_reduce`
             last_window = self._history_metadata.get("last_access_iter")
             uniq_ids, counts, last = coalesce_window(
-                self._history_accumulator[:used], None if last_window is None else last_window[:used]
+                self._history_accumulator[:used],
+                None if last_window is None else last_window[:used],
             )
             mask = threshold_filter(counts)[0] if threshold_filter is not None else None
             metadata = {}
