@@ -160,3 +160,52 @@ int sr_mc_argsort_f32(const float *values, const int64_t *idx, int64_t n, int de
     free(keys);
     return rc;
 }
+
+/* The base policy's metadata update and the built-in scores of one round, for decay 1
+ * (torch.pow(x, 1.0) is x as float32):
+ *   held window ids (held[i] != 0, in order, at slots[h]) add their count to counts[slot] and
+ *   set last[slot] (window metadata win_last[order[i]]); the reserved slot Z-1 gets counts
+ *   INT64_MAX and last cur; the others' counts / last go to new_counts / new_last, in order;
+ *   scores over [slots 0..Z-1 | new ids]: kind 0 LFU counts (int64, scores_i), kind 1 LRU
+ *   -(float)(cur - last + 1), kind 2 DistanceLFU (float)counts / (float)(cur - last + 1)
+ *   (float32, scores_f). counts / last / win_last are NULL when the policy lacks them.
+ * Returns the number of new ids. */
+int64_t sr_mc_update_scores(int64_t z, int64_t *counts, int64_t *last, const int64_t *win_counts,
+                            const uint8_t *held, const int64_t *slots, const int64_t *win_last,
+                            const int64_t *order, int64_t u, int64_t cur, int kind,
+                            float *scores_f, int64_t *scores_i, int64_t *new_counts,
+                            int64_t *new_last) {
+    int64_t h = 0, m = 0;
+    for (int64_t i = 0; i < u; i++) {
+        int64_t lv = win_last ? win_last[order[i]] : 0;
+        if (held[i]) {
+            int64_t s = slots[h++];
+            if (counts) counts[s] = (int64_t)((uint64_t)counts[s] + (uint64_t)win_counts[i]);
+            if (last) last[s] = lv;
+        } else {
+            if (counts) new_counts[m] = win_counts[i];
+            if (last) new_last[m] = lv;
+            m++;
+        }
+    }
+    if (counts) counts[z - 1] = INT64_MAX;
+    if (last) last[z - 1] = cur;
+    for (int64_t j = 0; j < z + m; j++) {
+        int64_t c = 0, l = 0;
+        if (j < z) {
+            if (counts) c = counts[j];
+            if (last) l = last[j];
+        } else {
+            if (counts) c = new_counts[j - z];
+            if (last) l = new_last[j - z];
+        }
+        int64_t d = (int64_t)((uint64_t)cur - (uint64_t)l + 1u);
+        if (kind == 0)
+            scores_i[j] = c;
+        else if (kind == 1)
+            scores_f[j] = -(float)d;
+        else
+            scores_f[j] = (float)c / (float)d;
+    }
+    return m;
+}

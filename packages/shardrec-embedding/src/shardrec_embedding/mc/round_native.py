@@ -10,13 +10,24 @@ when the kernels are built (`SHARDREC_NATIVE=0` turns them off).
 from __future__ import annotations
 
 import ctypes
+import enum
 
 import torch
 from torch import Tensor
 
 from shardrec_embedding._native.loader import native_library_of
 
-__all__ = ["argsort_subset", "coalesce_window", "order_by_count"]
+__all__ = ["ScoreKind", "argsort_subset", "coalesce_window", "order_by_count", "update_and_score"]
+
+_INT64_MAX = torch.iinfo(torch.int64).max
+
+
+class ScoreKind(enum.IntEnum):
+    """The built-in scores the fused kernel computes (decay exponent 1)."""
+
+    LFU = 0
+    LRU = 1
+    DISTANCE_LFU = 2
 
 
 def _lib() -> ctypes.CDLL | None:
@@ -31,6 +42,9 @@ def _lib() -> ctypes.CDLL | None:
             fn = getattr(lib, name)
             fn.restype = ctypes.c_int
             fn.argtypes = [ptr, ptr, i64, ctypes.c_int, ptr]
+        lib.sr_mc_update_scores.restype = i64
+        lib.sr_mc_update_scores.argtypes = [i64, ptr, ptr, ptr, ptr, ptr, ptr, ptr, i64, i64]
+        lib.sr_mc_update_scores.argtypes += [ctypes.c_int, ptr, ptr, ptr, ptr]
         lib._sr_typed = True
     return lib
 
@@ -107,3 +121,75 @@ def argsort_subset(values: Tensor, idx: Tensor, descending: bool) -> Tensor:
         if fn(values.data_ptr(), idx.data_ptr(), idx.numel(), int(descending), out.data_ptr()) == 0:
             return out
     return idx[torch.argsort(values[idx], descending=descending, stable=True)]
+
+
+def _ptr(t: Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
+def update_and_score(
+    kind: ScoreKind,
+    current_iter: int,
+    mch_size: int,
+    argsort_mapping: Tensor,
+    sorted_counts: Tensor,
+    held: Tensor,
+    held_slots: Tensor,
+    mch_metadata: dict[str, Tensor],
+    window_metadata: dict[str, Tensor],
+) -> tuple[Tensor, dict[str, Tensor]] | None:
+    """The base policy's metadata update and the built-in scores in one native pass: returns
+    `(scores over [slots | new ids], the new ids' metadata)` after updating `mch_metadata` in
+    place as the torch path does, or None (nothing done) when the kernels cannot run here."""
+    counts, last = mch_metadata.get("counts"), mch_metadata.get("last_access_iter")
+    win_last = window_metadata.get("last_access_iter")
+    if set(mch_metadata) - {"counts", "last_access_iter"} or (last is None) != (win_last is None):
+        return None
+    if (kind is ScoreKind.LFU) != (counts is not None and last is None) or (
+        kind is ScoreKind.DISTANCE_LFU and (counts is None or last is None)
+    ):
+        return None
+    tensors = [argsort_mapping, sorted_counts, held, held_slots]
+    tensors += [t for t in (counts, last, win_last) if t is not None]
+    lib = _native_ok(*tensors)
+    if lib is None or not all(t.is_contiguous() for t in (counts, last) if t is not None):
+        return None
+    if (
+        any(t.dtype is not torch.int64 for t in tensors if t is not held)
+        or held.dtype != torch.bool
+    ):
+        return None
+    u = sorted_counts.numel()
+    mapping, window_counts = argsort_mapping.contiguous(), sorted_counts.contiguous()
+    held_c, slots_c = held.contiguous(), held_slots.contiguous()
+    win_last_c = None if win_last is None else win_last.contiguous()
+    new_counts = torch.empty(u, dtype=torch.int64) if counts is not None else None
+    new_last = torch.empty(u, dtype=torch.int64) if last is not None else None
+    dtype = torch.int64 if kind is ScoreKind.LFU else torch.float32
+    scores = torch.empty(mch_size + u, dtype=dtype)
+    m = lib.sr_mc_update_scores(
+        mch_size,
+        _ptr(counts),
+        _ptr(last),
+        window_counts.data_ptr(),
+        held_c.data_ptr(),
+        slots_c.data_ptr(),
+        _ptr(win_last_c),
+        mapping.data_ptr(),
+        u,
+        current_iter,
+        int(kind),
+        scores.data_ptr() if dtype is torch.float32 else None,
+        scores.data_ptr() if dtype is torch.int64 else None,
+        _ptr(new_counts),
+        _ptr(new_last),
+    )
+    for buffer in (counts, last):
+        if buffer is not None:
+            torch.autograd.graph.increment_version(buffer)  # written through a pointer
+    new: dict[str, Tensor] = {}
+    if new_counts is not None:
+        new["counts"] = new_counts[:m]
+    if new_last is not None:
+        new["last_access_iter"] = new_last[:m]
+    return scores[: mch_size + m], new
