@@ -209,3 +209,33 @@ int64_t sr_mc_update_scores(int64_t z, int64_t *counts, int64_t *last, const int
     }
     return m;
 }
+
+/* The re-sort after a round, in place: keys (z slots, sorted except the e slots listed in
+ * fresh, which hold new keys and are given sorted by key) become sorted as a stable argsort
+ * would order them (held slots first on equal keys), and the nbuf other buffers (rows first,
+ * then metadata; z int64 each) follow. position[rows[p] - row_offset] = p for the new order.
+ * scratch: z int64s. is_fresh: z bytes (1 at the fresh slots). */
+int64_t sr_mc_merge_slots(int64_t *keys, int64_t **bufs, int64_t nbuf, int64_t z,
+                          const int64_t *fresh, int64_t e, const uint8_t *is_fresh,
+                          int64_t row_offset, int64_t *position, int64_t *order,
+                          int64_t *scratch) {
+    int64_t i = 0, j = 0;
+    for (int64_t p = 0; p < z; p++) {
+        while (i < z && is_fresh[i]) i++;
+        int64_t src;
+        if (j < e && (i >= z || keys[fresh[j]] < keys[i]))
+            src = fresh[j++];
+        else
+            src = i++;
+        order[p] = src;
+    }
+    /* rows first: position follows the rows' new slots */
+    for (int64_t b = -1; b < nbuf; b++) {
+        int64_t *buf = b < 0 ? keys : bufs[b];
+        for (int64_t p = 0; p < z; p++) scratch[p] = buf[order[p]];
+        memcpy(buf, scratch, (size_t)z * sizeof(int64_t));
+        if (b == 0)
+            for (int64_t p = 0; p < z; p++) position[buf[p] - row_offset] = p;
+    }
+    return z;
+}

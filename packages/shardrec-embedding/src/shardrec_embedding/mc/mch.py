@@ -24,7 +24,7 @@ import torch
 
 from shardrec_embedding.mc.base import ManagedCollisionModule
 from shardrec_embedding.mc.policies import MCHEvictionPolicy
-from shardrec_embedding.mc.round_native import coalesce_window, order_by_count
+from shardrec_embedding.mc.round_native import coalesce_window, merge_slots_, order_by_count
 from shardrec_embedding.mc.sorted_index import SortedSlotIndex, permute_
 from shardrec_jagged import JaggedTensor
 
@@ -454,9 +454,13 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
         rows = self._mch_remapped_ids_mapping[evicted]
         if index is not None:
             # held ids stay sorted: merge the new ones in (the same order as a stable argsort)
-            self._sort_mch_buffers(
-                index.reorder(self._mch_sorted_raw_ids, self._mch_remapped_ids_mapping, evicted)
-            )
+            others = [self._mch_remapped_ids_mapping, *self._mch_metadata.values()]
+            if not merge_slots_(
+                self._mch_sorted_raw_ids, others, evicted, index.offset, index.position
+            ):
+                self._sort_mch_buffers(
+                    index.reorder(self._mch_sorted_raw_ids, self._mch_remapped_ids_mapping, evicted)
+                )
             index.update(
                 self._mch_sorted_raw_ids, self._mch_remapped_ids_mapping, old_ids, new_ids, rows
             )

@@ -17,7 +17,14 @@ from torch import Tensor
 
 from shardrec_embedding._native.loader import native_library_of
 
-__all__ = ["ScoreKind", "argsort_subset", "coalesce_window", "order_by_count", "update_and_score"]
+__all__ = [
+    "ScoreKind",
+    "argsort_subset",
+    "coalesce_window",
+    "merge_slots_",
+    "order_by_count",
+    "update_and_score",
+]
 
 _INT64_MAX = torch.iinfo(torch.int64).max
 
@@ -45,6 +52,8 @@ def _lib() -> ctypes.CDLL | None:
         lib.sr_mc_update_scores.restype = i64
         lib.sr_mc_update_scores.argtypes = [i64, ptr, ptr, ptr, ptr, ptr, ptr, ptr, i64, i64]
         lib.sr_mc_update_scores.argtypes += [ctypes.c_int, ptr, ptr, ptr, ptr]
+        lib.sr_mc_merge_slots.restype = i64
+        lib.sr_mc_merge_slots.argtypes = [ptr, ptr, i64, i64, ptr, i64, ptr, i64, ptr, ptr, ptr]
         lib._sr_typed = True
     return lib
 
@@ -193,3 +202,49 @@ def update_and_score(
     if new_last is not None:
         new["last_access_iter"] = new_last[:m]
     return scores[: mch_size + m], new
+
+
+def merge_slots_(
+    sorted_ids: Tensor,
+    others: list[Tensor],
+    evicted: Tensor,
+    row_offset: int,
+    position: Tensor,
+) -> bool:
+    """Re-sort `sorted_ids` (sorted but at the slots `evicted`, which hold new distinct ids)
+    and the buffers `others` (the rows first, then metadata) in the order of a stable argsort
+    of the ids, in place, and set `position[row - row_offset]` to each row's new slot. False
+    (nothing done) when the kernels cannot run on these tensors."""
+    buffers = [sorted_ids, *others]
+    z = sorted_ids.numel()
+    lib = _native_ok(*buffers, evicted, position)
+    if (
+        lib is None
+        or not others
+        or not all(b.dtype is torch.int64 and b.is_contiguous() and b.numel() == z for b in buffers)
+    ):
+        return False
+    if position.dtype is not torch.int64 or not position.is_contiguous():
+        return False
+    is_fresh = torch.zeros(z, dtype=torch.bool)
+    is_fresh[evicted] = True
+    by_key = argsort_subset(sorted_ids, evicted, descending=False)
+    pointers = (ctypes.c_void_p * len(others))(*[b.data_ptr() for b in others])
+    order = torch.empty(z, dtype=torch.int64)
+    scratch = torch.empty(z, dtype=torch.int64)
+    lib.sr_mc_merge_slots(
+        sorted_ids.data_ptr(),
+        ctypes.cast(pointers, ctypes.c_void_p),
+        len(others),
+        z,
+        by_key.data_ptr(),
+        by_key.numel(),
+        is_fresh.data_ptr(),
+        row_offset,
+        position.data_ptr(),
+        order.data_ptr(),
+        scratch.data_ptr(),
+    )
+    for b in buffers:
+        torch.autograd.graph.increment_version(b)  # written through a pointer
+    return True
