@@ -211,31 +211,51 @@ int64_t sr_mc_update_scores(int64_t z, int64_t *counts, int64_t *last, const int
 }
 
 /* The re-sort after a round, in place: keys (z slots, sorted except the e slots listed in
- * fresh, which hold new keys and are given sorted by key) become sorted as a stable argsort
- * would order them (held slots first on equal keys), and the nbuf other buffers (rows first,
- * then metadata; z int64 each) follow. position[rows[p] - row_offset] = p for the new order.
- * scratch: z int64s. is_fresh: z bytes (1 at the fresh slots). */
+ * fresh, which hold new keys absent elsewhere and are given sorted by key) become sorted as a
+ * stable argsort would order them (held slots first on equal keys), and the nbuf other
+ * buffers (rows first, then metadata; z int64 each) follow. position[rows[p] - row_offset] = p
+ * for the new order. Two passes: the held slots compacted to the front, then merged with the
+ * new ones from the back. Returns -1 when a scratch allocation failed (nothing changed). */
 int64_t sr_mc_merge_slots(int64_t *keys, int64_t **bufs, int64_t nbuf, int64_t z,
-                          const int64_t *fresh, int64_t e, const uint8_t *is_fresh,
-                          int64_t row_offset, int64_t *position, int64_t *order,
-                          int64_t *scratch) {
-    int64_t i = 0, j = 0;
-    for (int64_t p = 0; p < z; p++) {
-        while (i < z && is_fresh[i]) i++;
-        int64_t src;
-        if (j < e && (i >= z || keys[fresh[j]] < keys[i]))
-            src = fresh[j++];
-        else
-            src = i++;
-        order[p] = src;
+                          const int64_t *fresh, int64_t e, int64_t row_offset,
+                          int64_t *position) {
+    uint8_t *is_fresh = (uint8_t *)calloc((size_t)(z > 0 ? z : 1), 1);
+    int64_t *saved = (int64_t *)malloc((size_t)(e > 0 ? e : 1) * (size_t)(nbuf + 1) * 8);
+    if (!is_fresh || !saved) {
+        free(is_fresh);
+        free(saved);
+        return -1;
     }
-    /* rows first: position follows the rows' new slots */
-    for (int64_t b = -1; b < nbuf; b++) {
-        int64_t *buf = b < 0 ? keys : bufs[b];
-        for (int64_t p = 0; p < z; p++) scratch[p] = buf[order[p]];
-        memcpy(buf, scratch, (size_t)z * sizeof(int64_t));
-        if (b == 0)
-            for (int64_t p = 0; p < z; p++) position[buf[p] - row_offset] = p;
+    for (int64_t j = 0; j < e; j++) {
+        is_fresh[fresh[j]] = 1;
+        saved[j] = keys[fresh[j]];
+        for (int64_t b = 0; b < nbuf; b++) saved[(b + 1) * e + j] = bufs[b][fresh[j]];
     }
+    int64_t w = 0;
+    for (int64_t i = 0; i < z; i++) {
+        if (is_fresh[i]) continue;
+        if (w != i) {
+            keys[w] = keys[i];
+            for (int64_t b = 0; b < nbuf; b++) bufs[b][w] = bufs[b][i];
+        }
+        w++;
+    }
+    int64_t i = z - e - 1, j = e - 1;
+    for (int64_t p = z - 1; p >= 0; p--) {
+        if (j >= 0 && (i < 0 || saved[j] >= keys[i])) {
+            keys[p] = saved[j];
+            for (int64_t b = 0; b < nbuf; b++) bufs[b][p] = saved[(b + 1) * e + j];
+            j--;
+        } else {
+            if (p != i) {
+                keys[p] = keys[i];
+                for (int64_t b = 0; b < nbuf; b++) bufs[b][p] = bufs[b][i];
+            }
+            i--;
+        }
+        if (nbuf > 0) position[bufs[0][p] - row_offset] = p;
+    }
+    free(is_fresh);
+    free(saved);
     return z;
 }

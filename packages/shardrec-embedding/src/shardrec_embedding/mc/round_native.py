@@ -53,7 +53,7 @@ def _lib() -> ctypes.CDLL | None:
         lib.sr_mc_update_scores.argtypes = [i64, ptr, ptr, ptr, ptr, ptr, ptr, ptr, i64, i64]
         lib.sr_mc_update_scores.argtypes += [ctypes.c_int, ptr, ptr, ptr, ptr]
         lib.sr_mc_merge_slots.restype = i64
-        lib.sr_mc_merge_slots.argtypes = [ptr, ptr, i64, i64, ptr, i64, ptr, i64, ptr, ptr, ptr]
+        lib.sr_mc_merge_slots.argtypes = [ptr, ptr, i64, i64, ptr, i64, i64, ptr]
         lib._sr_typed = True
     return lib
 
@@ -226,25 +226,20 @@ def merge_slots_(
         return False
     if position.dtype is not torch.int64 or not position.is_contiguous():
         return False
-    is_fresh = torch.zeros(z, dtype=torch.bool)
-    is_fresh[evicted] = True
     by_key = argsort_subset(sorted_ids, evicted, descending=False)
     pointers = (ctypes.c_void_p * len(others))(*[b.data_ptr() for b in others])
-    order = torch.empty(z, dtype=torch.int64)
-    scratch = torch.empty(z, dtype=torch.int64)
-    lib.sr_mc_merge_slots(
+    done = lib.sr_mc_merge_slots(
         sorted_ids.data_ptr(),
         ctypes.cast(pointers, ctypes.c_void_p),
         len(others),
         z,
         by_key.data_ptr(),
         by_key.numel(),
-        is_fresh.data_ptr(),
         row_offset,
         position.data_ptr(),
-        order.data_ptr(),
-        scratch.data_ptr(),
     )
+    if done < 0:
+        return False
     for b in buffers:
         torch.autograd.graph.increment_version(b)  # written through a pointer
     return True
