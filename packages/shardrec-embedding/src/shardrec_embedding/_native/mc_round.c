@@ -15,40 +15,54 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define RADIX_BITS 11
-#define RADIX_SIZE (1 << RADIX_BITS)
+#define MAX_DIGITS 8
 
-/* Stable ascending LSD radix sort of keys with a payload; only the digits where the keys
- * differ are passed over. Results end in keys/payload. */
+/* Stable ascending LSD radix sort of keys with a payload; one pass counts every digit, then
+ * only the digits where the keys differ are passed over (wider digits for more keys: fewer
+ * passes). Results end in keys/payload. */
 static int radix_sort(uint64_t *keys, int64_t *payload, int64_t n) {
     if (n <= 1) return 0;
+    const int RADIX_BITS = n > 20000 ? 14 : (n > 2000 ? 11 : 8);
+    const int RADIX_SIZE = 1 << RADIX_BITS;
+    const int RADIX_DIGITS = (64 + RADIX_BITS - 1) / RADIX_BITS;
     uint64_t differ = 0;
     for (int64_t i = 1; i < n; i++) differ |= keys[i] ^ keys[0];
     if (differ == 0) return 0;
     uint64_t *k2 = (uint64_t *)malloc((size_t)n * sizeof(uint64_t));
     int64_t *p2 = (int64_t *)malloc((size_t)n * sizeof(int64_t));
-    int64_t *count = (int64_t *)malloc(RADIX_SIZE * sizeof(int64_t));
+    int64_t *count = (int64_t *)calloc((size_t)RADIX_DIGITS * RADIX_SIZE, sizeof(int64_t));
     if (!k2 || !p2 || !count) {
         free(k2);
         free(p2);
         free(count);
         return -1;
     }
+    int digits[MAX_DIGITS];
+    int nd = 0;
+    for (int d = 0; d < RADIX_DIGITS; d++) {
+        uint64_t digit_mask = ((uint64_t)(RADIX_SIZE - 1)) << (d * RADIX_BITS);
+        if (differ & digit_mask) digits[nd++] = d;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t k = keys[i];
+        for (int t = 0; t < nd; t++) {
+            int d = digits[t];
+            count[d * RADIX_SIZE + ((k >> (d * RADIX_BITS)) & (RADIX_SIZE - 1))]++;
+        }
+    }
     uint64_t *ka = keys, *kb = k2;
     int64_t *pa = payload, *pb = p2;
-    for (int shift = 0; shift < 64; shift += RADIX_BITS) {
-        uint64_t digit_mask = ((uint64_t)(RADIX_SIZE - 1)) << shift;
-        if ((differ & digit_mask) == 0) continue;
-        memset(count, 0, RADIX_SIZE * sizeof(int64_t));
-        for (int64_t i = 0; i < n; i++) count[(ka[i] >> shift) & (RADIX_SIZE - 1)]++;
+    for (int t = 0; t < nd; t++) {
+        int shift = digits[t] * RADIX_BITS;
+        int64_t *c = count + digits[t] * RADIX_SIZE;
         int64_t sum = 0;
         for (int d = 0; d < RADIX_SIZE; d++) {
-            int64_t c = count[d];
-            count[d] = sum;
-            sum += c;
+            int64_t v = c[d];
+            c[d] = sum;
+            sum += v;
         }
         for (int64_t i = 0; i < n; i++) {
-            int64_t at = count[(ka[i] >> shift) & (RADIX_SIZE - 1)]++;
+            int64_t at = c[(ka[i] >> shift) & (RADIX_SIZE - 1)]++;
             kb[at] = ka[i];
             pb[at] = pa[i];
         }
