@@ -273,3 +273,31 @@ int64_t sr_mc_merge_slots(int64_t *keys, int64_t **bufs, int64_t nbuf, int64_t z
     free(saved);
     return z;
 }
+
+/* The round's window ids against the slots, by one merge of two sorted arrays:
+ * uniq (u distinct ids, ascending) and sorted (z slots, ascending, empty = INT64_MAX).
+ * For each window id in the order given (order[i] indexes uniq), as
+ * torch.searchsorted(sorted[:-1], id) does: the slot s of its lower bound among the first
+ * z - 1 slots; held[i] = sorted[s] == id; ids[i] = uniq[order[i]]; held slots are written to
+ * slots in that order. Returns the number of held ids (-1: allocation failed). */
+int64_t sr_mc_match_slots(const int64_t *sorted, int64_t z, const int64_t *uniq, int64_t u,
+                          const int64_t *order, uint8_t *held, int64_t *slots, int64_t *ids) {
+    int64_t *bound = (int64_t *)malloc((size_t)(u > 0 ? u : 1) * sizeof(int64_t));
+    if (!bound) return -1;
+    int64_t s = 0, lim = z - 1;
+    for (int64_t k = 0; k < u; k++) {
+        while (s < lim && sorted[s] < uniq[k]) s++;
+        bound[k] = s;
+    }
+    int64_t h = 0;
+    for (int64_t i = 0; i < u; i++) {
+        int64_t k = order[i];
+        int64_t v = uniq[k];
+        ids[i] = v;
+        int hit = sorted[bound[k]] == v;
+        held[i] = (uint8_t)hit;
+        if (hit) slots[h++] = bound[k];
+    }
+    free(bound);
+    return h;
+}

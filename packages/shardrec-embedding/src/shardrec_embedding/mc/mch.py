@@ -24,7 +24,12 @@ import torch
 
 from shardrec_embedding.mc.base import ManagedCollisionModule
 from shardrec_embedding.mc.policies import MCHEvictionPolicy
-from shardrec_embedding.mc.round_native import coalesce_window, merge_slots_, order_by_count
+from shardrec_embedding.mc.round_native import (
+    coalesce_window,
+    match_slots,
+    merge_slots_,
+    order_by_count,
+)
 from shardrec_embedding.mc.sorted_index import SortedSlotIndex, permute_
 from shardrec_jagged import JaggedTensor
 
@@ -425,13 +430,21 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
         uniq_ids_metadata: dict[str, torch.Tensor],
     ) -> None:
         by_count = order_by_count(uniq_ids_counts)
-        ids = uniq_ids[by_count]
         index = self._ready_index()
-        if index is not None:
+        # the index certifies the slots sorted and distinct: then one merge of the sorted
+        # window ids with the slots answers the search
+        matched = (
+            None if index is None else match_slots(self._mch_sorted_raw_ids, uniq_ids, by_count)
+        )
+        if matched is not None:
+            ids, held, held_slots = matched
+        elif index is not None:
+            ids = uniq_ids[by_count]
             rows_of = index.rows(ids)
             held = rows_of >= 0
             held_slots = index.slots(rows_of[held])
         else:
+            ids = uniq_ids[by_count]
             slot = torch.searchsorted(self._mch_sorted_raw_ids[:-1], ids)
             held = self._mch_sorted_raw_ids[slot] == ids
             held_slots = slot[held]

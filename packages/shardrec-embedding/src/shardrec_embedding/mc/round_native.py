@@ -21,6 +21,7 @@ __all__ = [
     "ScoreKind",
     "argsort_subset",
     "coalesce_window",
+    "match_slots",
     "merge_slots_",
     "order_by_count",
     "update_and_score",
@@ -54,6 +55,8 @@ def _lib() -> ctypes.CDLL | None:
         lib.sr_mc_update_scores.argtypes += [ctypes.c_int, ptr, ptr, ptr, ptr]
         lib.sr_mc_merge_slots.restype = i64
         lib.sr_mc_merge_slots.argtypes = [ptr, ptr, i64, i64, ptr, i64, i64, ptr]
+        lib.sr_mc_match_slots.restype = i64
+        lib.sr_mc_match_slots.argtypes = [ptr, i64, ptr, i64, ptr, ptr, ptr, ptr]
         lib._sr_typed = True
     return lib
 
@@ -243,3 +246,38 @@ def merge_slots_(
     for b in buffers:
         torch.autograd.graph.increment_version(b)  # written through a pointer
     return True
+
+
+def match_slots(
+    sorted_ids: Tensor, uniq_ids: Tensor, order: Tensor
+) -> tuple[Tensor, Tensor, Tensor] | None:
+    """`(ids, held, held_slots)` of the window ids `uniq_ids[order]` (`uniq_ids` ascending,
+    distinct) against the sorted slots, as `slot = torch.searchsorted(sorted_ids[:-1], ids)`,
+    `held = sorted_ids[slot] == ids`, `slot[held]` give them; None when the kernels cannot run
+    on these tensors."""
+    z, u = sorted_ids.numel(), uniq_ids.numel()
+    lib = _native_ok(sorted_ids, uniq_ids, order)
+    if (
+        lib is None
+        or z == 0
+        or not all(
+            t.dtype is torch.int64 and t.is_contiguous() for t in (sorted_ids, uniq_ids, order)
+        )
+    ):
+        return None
+    ids = torch.empty(u, dtype=torch.int64)
+    held = torch.empty(u, dtype=torch.bool)
+    slots = torch.empty(u, dtype=torch.int64)
+    h = lib.sr_mc_match_slots(
+        sorted_ids.data_ptr(),
+        z,
+        uniq_ids.data_ptr(),
+        u,
+        order.data_ptr(),
+        held.data_ptr(),
+        slots.data_ptr(),
+        ids.data_ptr(),
+    )
+    if h < 0:
+        return None
+    return ids, held, slots[:h]
