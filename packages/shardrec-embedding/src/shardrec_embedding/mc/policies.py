@@ -154,9 +154,9 @@ class MCHEvictionPolicy(abc.ABC):
                 coalesced_history_metadata,
             )
             if fused is not None:
-                scores, new = fused
+                scores, fresh = fused
                 evicted, selected = _select(mch_size, scores)
-                for name, values in new.items():
+                for name, values in fresh.items():
                     mch_metadata[name][evicted] = values[selected]
                 return evicted, selected
         new: dict[str, torch.Tensor] = {}

@@ -38,9 +38,12 @@ class ScoreKind(enum.IntEnum):
     DISTANCE_LFU = 2
 
 
+_TYPED: set[int] = set()  # libraries whose functions got their ctypes signatures
+
+
 def _lib() -> ctypes.CDLL | None:
     lib = native_library_of("mc_round.c")
-    if lib is not None and not getattr(lib, "_sr_typed", False):
+    if lib is not None and id(lib) not in _TYPED:
         for name in ("sr_mc_coalesce", "sr_mc_order_by_count"):
             getattr(lib, name).restype = ctypes.c_int
         i64, ptr = ctypes.c_int64, ctypes.c_void_p
@@ -57,7 +60,7 @@ def _lib() -> ctypes.CDLL | None:
         lib.sr_mc_merge_slots.argtypes = [ptr, ptr, i64, i64, ptr, i64, i64, ptr]
         lib.sr_mc_match_slots.restype = i64
         lib.sr_mc_match_slots.argtypes = [ptr, i64, ptr, i64, ptr, ptr, ptr, ptr]
-        lib._sr_typed = True
+        _TYPED.add(id(lib))
     return lib
 
 
