@@ -204,6 +204,7 @@ int64_t sr_mc_update_scores(int64_t z, int64_t *counts, int64_t *last, const int
     }
     if (counts) counts[z - 1] = INT64_MAX;
     if (last) last[z - 1] = cur;
+    if (m == 0) return 0; /* no new id: nothing competes, no score is read */
     for (int64_t j = 0; j < z + m; j++) {
         int64_t c = 0, l = 0;
         if (j < z) {
@@ -233,6 +234,7 @@ int64_t sr_mc_update_scores(int64_t z, int64_t *counts, int64_t *last, const int
 int64_t sr_mc_merge_slots(int64_t *keys, int64_t **bufs, int64_t nbuf, int64_t z,
                           const int64_t *fresh, int64_t e, int64_t row_offset,
                           int64_t *position) {
+    if (e == 0) return z; /* nothing new: already sorted */
     uint8_t *is_fresh = (uint8_t *)calloc((size_t)(z > 0 ? z : 1), 1);
     int64_t *saved = (int64_t *)malloc((size_t)(e > 0 ? e : 1) * (size_t)(nbuf + 1) * 8);
     if (!is_fresh || !saved) {

@@ -232,6 +232,8 @@ def merge_slots_(
         return False
     if position.dtype is not torch.int64 or not position.is_contiguous():
         return False
+    if evicted.numel() == 0:
+        return True  # nothing new: the buffers are sorted as they are
     by_key = argsort_subset(sorted_ids, evicted, descending=False)
     pointers = (ctypes.c_void_p * len(others))(*[b.data_ptr() for b in others])
     done = lib.sr_mc_merge_slots(
