@@ -460,12 +460,14 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
         )
         self.stats.rounds += 1
         self.stats.admissions += int(evicted.numel())
-        self.stats.evictions += int((self._mch_sorted_raw_ids[evicted] != _INT64_MAX).sum())
         old_ids = self._mch_sorted_raw_ids[evicted]
-        new_ids = ids[~held][selected]
-        self._mch_sorted_raw_ids[evicted] = new_ids
+        self.stats.evictions += int((old_ids != _INT64_MAX).sum())
         rows = self._mch_remapped_ids_mapping[evicted]
-        if index is not None:
+        if index is not None and evicted.numel() == 0:
+            pass  # nothing new: the sorted slots and the index stand as they are
+        elif index is not None:
+            new_ids = ids[~held][selected]
+            self._mch_sorted_raw_ids[evicted] = new_ids
             # held ids stay sorted: merge the new ones in (the same order as a stable argsort)
             others = [self._mch_remapped_ids_mapping, *self._mch_metadata.values()]
             if not merge_slots_(
@@ -478,6 +480,7 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
                 self._mch_sorted_raw_ids, self._mch_remapped_ids_mapping, old_ids, new_ids, rows
             )
         else:
+            self._mch_sorted_raw_ids[evicted] = ids[~held][selected]
             self._sort_mch_buffers()
         if self._evicted:  # rows of an earlier round not yet consumed by evict()
             self._pending_rows.append(rows)
