@@ -229,7 +229,7 @@ int64_t sr_mc_update_scores(int64_t z, int64_t *counts, int64_t *last, const int
  * fresh, which hold new keys absent elsewhere and are given sorted by key) become sorted as a
  * stable argsort would order them (held slots first on equal keys), and the nbuf other
  * buffers (rows first, then metadata; z int64 each) follow. position[rows[p] - row_offset] = p
- * for the new order. Two passes: the held slots compacted to the front, then merged with the
+ * for the new order (position may be NULL: not kept). Two passes: the held slots compacted to the front, then merged with the
  * new ones from the back. Returns -1 when a scratch allocation failed (nothing changed). */
 int64_t sr_mc_merge_slots(int64_t *keys, int64_t **bufs, int64_t nbuf, int64_t z,
                           const int64_t *fresh, int64_t e, int64_t row_offset,
@@ -269,7 +269,7 @@ int64_t sr_mc_merge_slots(int64_t *keys, int64_t **bufs, int64_t nbuf, int64_t z
             }
             i--;
         }
-        if (nbuf > 0) position[bufs[0][p] - row_offset] = p;
+        if (position && nbuf > 0) position[bufs[0][p] - row_offset] = p;
     }
     free(is_fresh);
     free(saved);

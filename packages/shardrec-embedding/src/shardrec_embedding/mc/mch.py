@@ -442,7 +442,7 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
             ids = uniq_ids[by_count]
             rows_of = index.rows(ids)
             held = rows_of >= 0
-            held_slots = index.slots(rows_of[held])
+            held_slots = index.slots(rows_of[held], self._mch_remapped_ids_mapping)
         else:
             ids = uniq_ids[by_count]
             slot = torch.searchsorted(self._mch_sorted_raw_ids[:-1], ids)
@@ -470,9 +470,11 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
             self._mch_sorted_raw_ids[evicted] = new_ids
             # held ids stay sorted: merge the new ones in (the same order as a stable argsort)
             others = [self._mch_remapped_ids_mapping, *self._mch_metadata.values()]
-            if not merge_slots_(
-                self._mch_sorted_raw_ids, others, evicted, index.offset, index.position
-            ):
+            # the slots' positions are not kept (the round matches ids by a merge): they go
+            # stale, and the index refreshes them if a search by row needs them
+            if merge_slots_(self._mch_sorted_raw_ids, others, evicted, index.offset, None):
+                index.position_stale = True
+            else:
                 self._sort_mch_buffers(
                     index.reorder(self._mch_sorted_raw_ids, self._mch_remapped_ids_mapping, evicted)
                 )

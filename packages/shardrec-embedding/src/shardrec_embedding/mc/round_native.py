@@ -215,22 +215,25 @@ def merge_slots_(
     others: list[Tensor],
     evicted: Tensor,
     row_offset: int,
-    position: Tensor,
+    position: Tensor | None,
 ) -> bool:
     """Re-sort `sorted_ids` (sorted but at the slots `evicted`, which hold new distinct ids)
     and the buffers `others` (the rows first, then metadata) in the order of a stable argsort
-    of the ids, in place, and set `position[row - row_offset]` to each row's new slot. False
+    of the ids, in place, and set `position[row - row_offset]` to each row's new slot (when
+    `position` is given). False
     (nothing done) when the kernels cannot run on these tensors."""
     buffers = [sorted_ids, *others]
     z = sorted_ids.numel()
-    lib = _native_ok(*buffers, evicted, position)
+    lib = _native_ok(*buffers, evicted)
     if (
         lib is None
         or not others
         or not all(b.dtype is torch.int64 and b.is_contiguous() and b.numel() == z for b in buffers)
     ):
         return False
-    if position.dtype is not torch.int64 or not position.is_contiguous():
+    if position is not None and (
+        position.dtype is not torch.int64 or not position.is_contiguous() or position.numel() != z
+    ):
         return False
     if evicted.numel() == 0:
         return True  # nothing new: the buffers are sorted as they are
@@ -244,7 +247,7 @@ def merge_slots_(
         by_key.data_ptr(),
         by_key.numel(),
         row_offset,
-        position.data_ptr(),
+        None if position is None else position.data_ptr(),
     )
     if done < 0:
         return False
