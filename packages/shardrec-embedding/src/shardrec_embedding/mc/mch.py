@@ -466,13 +466,20 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
         if index is not None and evicted.numel() == 0:
             pass  # nothing new: the sorted slots and the index stand as they are
         elif index is not None:
-            new_ids = ids[~held][selected]
+            new_at = by_count[~held][selected]  # the new ids' places among the sorted uniq_ids
+            new_ids = uniq_ids[new_at]
             self._mch_sorted_raw_ids[evicted] = new_ids
+            # the freed slots in the order of their new ids, by those places (no sort)
+            slot_of = torch.full((uniq_ids.numel(),), -1, dtype=torch.int64)
+            slot_of[new_at] = evicted
+            by_key = slot_of[slot_of >= 0]
             # held ids stay sorted: merge the new ones in (the same order as a stable argsort)
             others = [self._mch_remapped_ids_mapping, *self._mch_metadata.values()]
             # the slots' positions are not kept (the round matches ids by a merge): they go
             # stale, and the index refreshes them if a search by row needs them
-            if merge_slots_(self._mch_sorted_raw_ids, others, evicted, index.offset, None):
+            if merge_slots_(
+                self._mch_sorted_raw_ids, others, evicted, index.offset, None, by_key=by_key
+            ):
                 index.position_stale = True
             else:
                 self._sort_mch_buffers(

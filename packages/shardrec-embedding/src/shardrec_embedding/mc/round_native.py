@@ -216,11 +216,12 @@ def merge_slots_(
     evicted: Tensor,
     row_offset: int,
     position: Tensor | None,
+    by_key: Tensor | None = None,
 ) -> bool:
     """Re-sort `sorted_ids` (sorted but at the slots `evicted`, which hold new distinct ids)
     and the buffers `others` (the rows first, then metadata) in the order of a stable argsort
     of the ids, in place, and set `position[row - row_offset]` to each row's new slot (when
-    `position` is given). False
+    `position` is given; `by_key`, if given, is `evicted` in the order of its new ids). False
     (nothing done) when the kernels cannot run on these tensors."""
     buffers = [sorted_ids, *others]
     z = sorted_ids.numel()
@@ -237,7 +238,8 @@ def merge_slots_(
         return False
     if evicted.numel() == 0:
         return True  # nothing new: the buffers are sorted as they are
-    by_key = argsort_subset(sorted_ids, evicted, descending=False)
+    if by_key is None:  # else given: `evicted` ordered by their new ids
+        by_key = argsort_subset(sorted_ids, evicted, descending=False)
     pointers = (ctypes.c_void_p * len(others))(*[b.data_ptr() for b in others])
     done = lib.sr_mc_merge_slots(
         sorted_ids.data_ptr(),
