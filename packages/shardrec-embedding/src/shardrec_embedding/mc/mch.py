@@ -24,6 +24,12 @@ import torch
 
 from shardrec_embedding.mc.base import ManagedCollisionModule
 from shardrec_embedding.mc.policies import MCHEvictionPolicy
+from shardrec_embedding.mc.round_native import (
+    coalesce_window,
+    match_slots,
+    merge_slots_,
+    order_by_count,
+)
 from shardrec_embedding.mc.sorted_index import SortedSlotIndex, permute_
 from shardrec_jagged import JaggedTensor
 
@@ -374,10 +380,27 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
     @torch.no_grad()
     def _coalesce_history(self) -> None:
         used = self._current_history_buffer_offset
+        threshold_filter = self._eviction_policy._threshold_filtering_func
+        if self._base_coalesce():
+            # the base policy's window metadata is the max of `last_access_iter` per id: one
+            # native pass (sort, counts, max) instead of `unique` + `scatter_reduce`
+            last_window = self._history_metadata.get("last_access_iter")
+            uniq_ids, counts, last = coalesce_window(
+                self._history_accumulator[:used],
+                None if last_window is None else last_window[:used],
+            )
+            mask = threshold_filter(counts)[0] if threshold_filter is not None else None
+            metadata = {}
+            if last is not None:
+                metadata["last_access_iter"] = last if mask is None else last[mask]
+            if mask is not None:
+                uniq_ids, counts = uniq_ids[mask], counts[mask]
+            self._update_and_evict(uniq_ids, counts, metadata)
+            self._current_history_buffer_offset = 0
+            return
         uniq_ids, inverse, counts = torch.unique(
             self._history_accumulator[:used], return_inverse=True, return_counts=True
         )
-        threshold_filter = self._eviction_policy._threshold_filtering_func
         mask = threshold_filter(counts)[0] if threshold_filter is not None else None
         metadata = self._eviction_policy.coalesce_history_metadata(
             self._current_iter,
@@ -391,6 +414,14 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
         self._update_and_evict(uniq_ids, counts, metadata)
         self._current_history_buffer_offset = 0
 
+    def _base_coalesce(self) -> bool:
+        """True when the policy coalesces its window by the base rule (max `last_access_iter`
+        per id, nothing else), which the native pass reproduces."""
+        policy = type(self._eviction_policy)
+        return policy.coalesce_history_metadata is MCHEvictionPolicy.coalesce_history_metadata and (
+            set(self._history_metadata) <= {"last_access_iter"}
+        )
+
     @torch.no_grad()
     def _update_and_evict(
         self,
@@ -398,14 +429,22 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
         uniq_ids_counts: torch.Tensor,
         uniq_ids_metadata: dict[str, torch.Tensor],
     ) -> None:
-        by_count = torch.argsort(uniq_ids_counts, descending=True, stable=True)
-        ids = uniq_ids[by_count]
+        by_count = order_by_count(uniq_ids_counts)
         index = self._ready_index()
-        if index is not None:
+        # the index certifies the slots sorted and distinct: then one merge of the sorted
+        # window ids with the slots answers the search
+        matched = (
+            None if index is None else match_slots(self._mch_sorted_raw_ids, uniq_ids, by_count)
+        )
+        if matched is not None:
+            ids, held, held_slots = matched
+        elif index is not None:
+            ids = uniq_ids[by_count]
             rows_of = index.rows(ids)
             held = rows_of >= 0
-            held_slots = index.slots(rows_of[held])
+            held_slots = index.slots(rows_of[held], self._mch_remapped_ids_mapping)
         else:
+            ids = uniq_ids[by_count]
             slot = torch.searchsorted(self._mch_sorted_raw_ids[:-1], ids)
             held = self._mch_sorted_raw_ids[slot] == ids
             held_slots = slot[held]
@@ -421,20 +460,36 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
         )
         self.stats.rounds += 1
         self.stats.admissions += int(evicted.numel())
-        self.stats.evictions += int((self._mch_sorted_raw_ids[evicted] != _INT64_MAX).sum())
         old_ids = self._mch_sorted_raw_ids[evicted]
-        new_ids = ids[~held][selected]
-        self._mch_sorted_raw_ids[evicted] = new_ids
+        self.stats.evictions += int((old_ids != _INT64_MAX).sum())
         rows = self._mch_remapped_ids_mapping[evicted]
-        if index is not None:
+        if index is not None and evicted.numel() == 0:
+            pass  # nothing new: the sorted slots and the index stand as they are
+        elif index is not None:
+            new_at = by_count[~held][selected]  # the new ids' places among the sorted uniq_ids
+            new_ids = uniq_ids[new_at]
+            self._mch_sorted_raw_ids[evicted] = new_ids
+            # the freed slots in the order of their new ids, by those places (no sort)
+            slot_of = torch.full((uniq_ids.numel(),), -1, dtype=torch.int64)
+            slot_of[new_at] = evicted
+            by_key = slot_of[slot_of >= 0]
             # held ids stay sorted: merge the new ones in (the same order as a stable argsort)
-            self._sort_mch_buffers(
-                index.reorder(self._mch_sorted_raw_ids, self._mch_remapped_ids_mapping, evicted)
-            )
+            others = [self._mch_remapped_ids_mapping, *self._mch_metadata.values()]
+            # the slots' positions are not kept (the round matches ids by a merge): they go
+            # stale, and the index refreshes them if a search by row needs them
+            if merge_slots_(
+                self._mch_sorted_raw_ids, others, evicted, index.offset, None, by_key=by_key
+            ):
+                index.position_stale = True
+            else:
+                self._sort_mch_buffers(
+                    index.reorder(self._mch_sorted_raw_ids, self._mch_remapped_ids_mapping, evicted)
+                )
             index.update(
                 self._mch_sorted_raw_ids, self._mch_remapped_ids_mapping, old_ids, new_ids, rows
             )
         else:
+            self._mch_sorted_raw_ids[evicted] = ids[~held][selected]
             self._sort_mch_buffers()
         if self._evicted:  # rows of an earlier round not yet consumed by evict()
             self._pending_rows.append(rows)

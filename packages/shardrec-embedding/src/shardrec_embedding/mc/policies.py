@@ -27,6 +27,7 @@ from typing import NamedTuple
 import torch
 
 from shardrec_embedding.dynamic.id_map import _library
+from shardrec_embedding.mc.round_native import ScoreKind, argsort_subset, update_and_score
 
 __all__ = [
     "DistanceLFU_EvictionPolicy",
@@ -139,6 +140,25 @@ class MCHEvictionPolicy(abc.ABC):
         """
         held = coalesced_history_mch_matching_elements_mask
         slots = coalesced_history_mch_matching_indices
+        kind = self._native_score_kind()
+        if kind is not None:
+            fused = update_and_score(
+                kind,
+                current_iter,
+                mch_size,
+                coalesced_history_argsort_mapping,
+                coalesced_history_sorted_unique_ids_counts,
+                held,
+                slots,
+                mch_metadata,
+                coalesced_history_metadata,
+            )
+            if fused is not None:
+                scores, fresh = fused
+                evicted, selected = _select(mch_size, scores)
+                for name, values in fresh.items():
+                    mch_metadata[name][evicted] = values[selected]
+                return evicted, selected
         new: dict[str, torch.Tensor] = {}
         if "counts" in mch_metadata:
             counts = coalesced_history_sorted_unique_ids_counts
@@ -155,6 +175,11 @@ class MCHEvictionPolicy(abc.ABC):
         for name, values in new.items():
             mch_metadata[name][evicted] = values[selected]
         return evicted, selected
+
+    def _native_score_kind(self) -> ScoreKind | None:
+        """The fused native kind of this policy's scores, or None (scores by `eviction_scores`):
+        only a built-in policy whose scoring is not overridden has one."""
+        return None
 
 
 def _select(pivot: int, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -198,8 +223,8 @@ def _select(pivot: int, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
         dropped = torch.nonzero(dropped_mask).reshape(-1)
         losers = dropped[dropped < pivot]
         winners = torch.nonzero(~dropped_mask[pivot:]).reshape(-1)
-    losers = losers[torch.argsort(scores[losers], descending=True, stable=True)]
-    winners = winners[torch.argsort(scores[pivot:][winners], descending=True, stable=True)]
+    losers = argsort_subset(scores, losers, descending=True)
+    winners = argsort_subset(scores[pivot:], winners, descending=True)
     return losers, winners
 
 
@@ -228,6 +253,10 @@ class LFU_EvictionPolicy(MCHEvictionPolicy):
     def eviction_scores(self, current_iter: int, merged: dict[str, torch.Tensor]) -> torch.Tensor:
         return merged["counts"]
 
+    def _native_score_kind(self) -> ScoreKind | None:
+        own = type(self).eviction_scores is LFU_EvictionPolicy.eviction_scores
+        return ScoreKind.LFU if own else None
+
 
 class LRU_EvictionPolicy(MCHEvictionPolicy):
     """Keep the most recently seen ids."""
@@ -242,6 +271,10 @@ class LRU_EvictionPolicy(MCHEvictionPolicy):
 
     def eviction_scores(self, current_iter: int, merged: dict[str, torch.Tensor]) -> torch.Tensor:
         return torch.neg(_distance(current_iter, merged["last_access_iter"], self._decay_exponent))
+
+    def _native_score_kind(self) -> ScoreKind | None:
+        own = type(self).eviction_scores is LRU_EvictionPolicy.eviction_scores
+        return ScoreKind.LRU if own and self._decay_exponent == 1.0 else None
 
 
 class DistanceLFU_EvictionPolicy(MCHEvictionPolicy):
@@ -258,3 +291,7 @@ class DistanceLFU_EvictionPolicy(MCHEvictionPolicy):
     def eviction_scores(self, current_iter: int, merged: dict[str, torch.Tensor]) -> torch.Tensor:
         distance = _distance(current_iter, merged["last_access_iter"], self._decay_exponent)
         return torch.div(merged["counts"], distance)
+
+    def _native_score_kind(self) -> ScoreKind | None:
+        own = type(self).eviction_scores is DistanceLFU_EvictionPolicy.eviction_scores
+        return ScoreKind.DISTANCE_LFU if own and self._decay_exponent == 1.0 else None

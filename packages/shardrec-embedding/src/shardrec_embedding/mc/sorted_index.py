@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from shardrec_embedding.dynamic.id_map import IdSlotMap, _library, idmap_native_available
+from shardrec_embedding.mc.round_native import argsort_subset
 
 __all__ = ["SortedSlotIndex", "permute_"]
 
@@ -36,6 +37,7 @@ class SortedSlotIndex:
         buckets = 1 << max(1, (2 * zch_size + 1).bit_length())
         self.map = IdSlotMap(buckets)
         self.position = torch.empty(zch_size, dtype=torch.int64)
+        self.position_stale = False  # `position` no longer follows the buffers (see slots)
         self._stamp: tuple[Tensor, int, Tensor, int] | None = None
         self._usable = False
 
@@ -72,8 +74,13 @@ class SortedSlotIndex:
         """`(N,)` int64 row of each raw id, -1 where no slot holds it."""
         return self.map.find(ids)
 
-    def slots(self, rows: Tensor) -> Tensor:
-        """The slot (index in the sorted buffers) of each of `rows` (held rows)."""
+    def slots(self, rows: Tensor, mapping: Tensor) -> Tensor:
+        """The slot (index in the sorted buffers) of each of `rows` (held rows); `mapping`
+        is the module's row of each slot (to refresh `position` after a round that left it
+        stale)."""
+        if self.position_stale:
+            self.position[mapping - self.offset] = torch.arange(self.zch_size)
+            self.position_stale = False
         return self.position[rows - self.offset]
 
     def reorder(self, sorted_ids: Tensor, mapping: Tensor, evicted: Tensor) -> Tensor:
@@ -84,7 +91,7 @@ class SortedSlotIndex:
         z = sorted_ids.numel()
         fresh = torch.zeros(z, dtype=torch.bool)
         fresh[evicted] = True
-        by_key = evicted[torch.argsort(sorted_ids[evicted])]
+        by_key = argsort_subset(sorted_ids, evicted, descending=False)
         order = torch.empty(z, dtype=torch.int64)
         lib = _library()
         assert lib is not None  # the index exists only with the native map
@@ -99,6 +106,7 @@ class SortedSlotIndex:
             order.data_ptr(),
             self.position.data_ptr(),
         )
+        self.position_stale = False
         return order
 
     def update(
@@ -141,6 +149,7 @@ class SortedSlotIndex:
             return False
         self.position.fill_(-1)
         self.position[rows] = torch.arange(z)
+        self.position_stale = False
         if bool((self.position < 0).any()):
             return False  # two slots share a row
         held = ids[:-1] != _INT64_MAX

@@ -1,0 +1,293 @@
+"""Native passes of an MCH eviction round (`_native/mc_round.c`), each with a torch path.
+
+Each function returns exactly what its torch path returns (the tests compare both on random
+streams): the window's distinct ids with counts and max metadata (`torch.unique` +
+`scatter_reduce(amax)`), the stable descending order of counts (`torch.argsort`), and stable
+sorts of a subset by int64 or float32 keys. The native path runs for contiguous CPU tensors
+when the kernels are built (`SHARDREC_NATIVE=0` turns them off).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+
+import torch
+from torch import Tensor
+
+from shardrec_embedding._native.loader import native_library_of
+
+__all__ = [
+    "ScoreKind",
+    "argsort_subset",
+    "coalesce_window",
+    "match_slots",
+    "merge_slots_",
+    "order_by_count",
+    "update_and_score",
+]
+
+_INT64_MAX = torch.iinfo(torch.int64).max
+
+
+class ScoreKind(enum.IntEnum):
+    """The built-in scores the fused kernel computes (decay exponent 1)."""
+
+    LFU = 0
+    LRU = 1
+    DISTANCE_LFU = 2
+
+
+_TYPED: set[int] = set()  # libraries whose functions got their ctypes signatures
+
+
+def _lib() -> ctypes.CDLL | None:
+    lib = native_library_of("mc_round.c")
+    if lib is not None and id(lib) not in _TYPED:
+        for name in ("sr_mc_coalesce", "sr_mc_order_by_count"):
+            getattr(lib, name).restype = ctypes.c_int
+        i64, ptr = ctypes.c_int64, ctypes.c_void_p
+        lib.sr_mc_coalesce.argtypes = [ptr, ptr, i64, ptr, ptr, ptr, ptr]
+        lib.sr_mc_order_by_count.argtypes = [ptr, i64, i64, ptr]
+        for name in ("sr_mc_argsort_i64", "sr_mc_argsort_f32"):
+            fn = getattr(lib, name)
+            fn.restype = ctypes.c_int
+            fn.argtypes = [ptr, ptr, i64, ctypes.c_int, ptr]
+        lib.sr_mc_update_scores.restype = i64
+        lib.sr_mc_update_scores.argtypes = [i64, ptr, ptr, ptr, ptr, ptr, ptr, ptr, i64, i64]
+        lib.sr_mc_update_scores.argtypes += [ctypes.c_int, ptr, ptr, ptr, ptr]
+        lib.sr_mc_merge_slots.restype = i64
+        lib.sr_mc_merge_slots.argtypes = [ptr, ptr, i64, i64, ptr, i64, i64, ptr]
+        lib.sr_mc_match_slots.restype = i64
+        lib.sr_mc_match_slots.argtypes = [ptr, i64, ptr, i64, ptr, ptr, ptr, ptr]
+        _TYPED.add(id(lib))
+    return lib
+
+
+def _native_ok(*tensors: Tensor) -> ctypes.CDLL | None:
+    if not all(t.device.type == "cpu" and t.dim() == 1 for t in tensors):
+        return None
+    return _lib()
+
+
+def coalesce_window(window: Tensor, meta: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None]:
+    """`(torch.unique(window, return_counts=True)` ids and counts, the max of `meta` over each
+    id's entries or None)` for int64 `window` and `meta` of the same length."""
+    lib = _native_ok(window) if meta is None else _native_ok(window, meta)
+    if lib is not None and window.dtype is torch.int64:
+        window = window.contiguous()
+        n = window.numel()
+        uniq = torch.empty(n, dtype=torch.int64)
+        counts = torch.empty(n, dtype=torch.int64)
+        meta_max = None
+        if meta is not None:
+            meta = meta.to(torch.int64).contiguous()
+            meta_max = torch.empty(n, dtype=torch.int64)
+        n_uniq = torch.zeros(1, dtype=torch.int64)
+        rc = lib.sr_mc_coalesce(
+            window.data_ptr(),
+            meta.data_ptr() if meta is not None else None,
+            n,
+            uniq.data_ptr(),
+            counts.data_ptr(),
+            meta_max.data_ptr() if meta_max is not None else None,
+            n_uniq.data_ptr(),
+        )
+        if rc == 0:
+            u = int(n_uniq)
+            return uniq[:u], counts[:u], meta_max[:u] if meta_max is not None else None
+    uniq, inverse, counts = torch.unique(window, return_inverse=True, return_counts=True)
+    if meta is None:
+        return uniq, counts, None
+    per_id = torch.zeros_like(counts).scatter_reduce_(
+        0, inverse, meta.to(torch.int64), reduce="amax", include_self=False
+    )
+    return uniq, counts, per_id
+
+
+def order_by_count(counts: Tensor) -> Tensor:
+    """`torch.argsort(counts, descending=True, stable=True)` for int64 window counts
+    (0 <= count, bounded by the window's size)."""
+    lib = _native_ok(counts)
+    n = counts.numel()
+    if lib is not None and counts.dtype is torch.int64 and n > 0:
+        counts = counts.contiguous()
+        low, high = int(counts.min()), int(counts.max())
+        if low >= 0 and high <= 4 * n + (1 << 16):
+            order = torch.empty(n, dtype=torch.int64)
+            if lib.sr_mc_order_by_count(counts.data_ptr(), n, high, order.data_ptr()) == 0:
+                return order
+    return torch.argsort(counts, descending=True, stable=True)
+
+
+def argsort_subset(values: Tensor, idx: Tensor, descending: bool) -> Tensor:
+    """`idx[torch.argsort(values[idx], descending=descending, stable=True)]` for int64 or
+    float32 `values` without NaN, int64 `idx` (in range)."""
+    lib = _native_ok(values, idx)
+    fn = None
+    if lib is not None and idx.dtype is torch.int64:
+        if values.dtype is torch.int64:
+            fn = lib.sr_mc_argsort_i64
+        elif values.dtype is torch.float32:
+            fn = lib.sr_mc_argsort_f32
+    if fn is not None and idx.numel() > 0:
+        values, idx = values.contiguous(), idx.contiguous()
+        out = torch.empty_like(idx)
+        if fn(values.data_ptr(), idx.data_ptr(), idx.numel(), int(descending), out.data_ptr()) == 0:
+            return out
+    return idx[torch.argsort(values[idx], descending=descending, stable=True)]
+
+
+def _ptr(t: Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
+def update_and_score(
+    kind: ScoreKind,
+    current_iter: int,
+    mch_size: int,
+    argsort_mapping: Tensor,
+    sorted_counts: Tensor,
+    held: Tensor,
+    held_slots: Tensor,
+    mch_metadata: dict[str, Tensor],
+    window_metadata: dict[str, Tensor],
+) -> tuple[Tensor, dict[str, Tensor]] | None:
+    """The base policy's metadata update and the built-in scores in one native pass: returns
+    `(scores over [slots | new ids], the new ids' metadata)` after updating `mch_metadata` in
+    place as the torch path does, or None (nothing done) when the kernels cannot run here."""
+    counts, last = mch_metadata.get("counts"), mch_metadata.get("last_access_iter")
+    win_last = window_metadata.get("last_access_iter")
+    if set(mch_metadata) - {"counts", "last_access_iter"} or (last is None) != (win_last is None):
+        return None
+    if (kind is ScoreKind.LFU) != (counts is not None and last is None) or (
+        kind is ScoreKind.DISTANCE_LFU and (counts is None or last is None)
+    ):
+        return None
+    tensors = [argsort_mapping, sorted_counts, held, held_slots]
+    tensors += [t for t in (counts, last, win_last) if t is not None]
+    lib = _native_ok(*tensors)
+    if lib is None or not all(t.is_contiguous() for t in (counts, last) if t is not None):
+        return None
+    if (
+        any(t.dtype is not torch.int64 for t in tensors if t is not held)
+        or held.dtype != torch.bool
+    ):
+        return None
+    u = sorted_counts.numel()
+    mapping, window_counts = argsort_mapping.contiguous(), sorted_counts.contiguous()
+    held_c, slots_c = held.contiguous(), held_slots.contiguous()
+    win_last_c = None if win_last is None else win_last.contiguous()
+    new_counts = torch.empty(u, dtype=torch.int64) if counts is not None else None
+    new_last = torch.empty(u, dtype=torch.int64) if last is not None else None
+    dtype = torch.int64 if kind is ScoreKind.LFU else torch.float32
+    scores = torch.empty(mch_size + u, dtype=dtype)
+    m = lib.sr_mc_update_scores(
+        mch_size,
+        _ptr(counts),
+        _ptr(last),
+        window_counts.data_ptr(),
+        held_c.data_ptr(),
+        slots_c.data_ptr(),
+        _ptr(win_last_c),
+        mapping.data_ptr(),
+        u,
+        current_iter,
+        int(kind),
+        scores.data_ptr() if dtype is torch.float32 else None,
+        scores.data_ptr() if dtype is torch.int64 else None,
+        _ptr(new_counts),
+        _ptr(new_last),
+    )
+    for buffer in (counts, last):
+        if buffer is not None:
+            torch.autograd.graph.increment_version(buffer)  # written through a pointer
+    new: dict[str, Tensor] = {}
+    if new_counts is not None:
+        new["counts"] = new_counts[:m]
+    if new_last is not None:
+        new["last_access_iter"] = new_last[:m]
+    return scores[: mch_size + m], new
+
+
+def merge_slots_(
+    sorted_ids: Tensor,
+    others: list[Tensor],
+    evicted: Tensor,
+    row_offset: int,
+    position: Tensor | None,
+    by_key: Tensor | None = None,
+) -> bool:
+    """Re-sort `sorted_ids` (sorted but at the slots `evicted`, which hold new distinct ids)
+    and the buffers `others` (the rows first, then metadata) in the order of a stable argsort
+    of the ids, in place, and set `position[row - row_offset]` to each row's new slot (when
+    `position` is given; `by_key`, if given, is `evicted` in the order of its new ids). False
+    (nothing done) when the kernels cannot run on these tensors."""
+    buffers = [sorted_ids, *others]
+    z = sorted_ids.numel()
+    lib = _native_ok(*buffers, evicted)
+    if (
+        lib is None
+        or not others
+        or not all(b.dtype is torch.int64 and b.is_contiguous() and b.numel() == z for b in buffers)
+    ):
+        return False
+    if position is not None and (
+        position.dtype is not torch.int64 or not position.is_contiguous() or position.numel() != z
+    ):
+        return False
+    if evicted.numel() == 0:
+        return True  # nothing new: the buffers are sorted as they are
+    if by_key is None:  # else given: `evicted` ordered by their new ids
+        by_key = argsort_subset(sorted_ids, evicted, descending=False)
+    pointers = (ctypes.c_void_p * len(others))(*[b.data_ptr() for b in others])
+    done = lib.sr_mc_merge_slots(
+        sorted_ids.data_ptr(),
+        ctypes.cast(pointers, ctypes.c_void_p),
+        len(others),
+        z,
+        by_key.data_ptr(),
+        by_key.numel(),
+        row_offset,
+        None if position is None else position.data_ptr(),
+    )
+    if done < 0:
+        return False
+    for b in buffers:
+        torch.autograd.graph.increment_version(b)  # written through a pointer
+    return True
+
+
+def match_slots(
+    sorted_ids: Tensor, uniq_ids: Tensor, order: Tensor
+) -> tuple[Tensor, Tensor, Tensor] | None:
+    """`(ids, held, held_slots)` of the window ids `uniq_ids[order]` (`uniq_ids` ascending,
+    distinct) against the sorted slots, as `slot = torch.searchsorted(sorted_ids[:-1], ids)`,
+    `held = sorted_ids[slot] == ids`, `slot[held]` give them; None when the kernels cannot run
+    on these tensors."""
+    z, u = sorted_ids.numel(), uniq_ids.numel()
+    lib = _native_ok(sorted_ids, uniq_ids, order)
+    if (
+        lib is None
+        or z == 0
+        or not all(
+            t.dtype is torch.int64 and t.is_contiguous() for t in (sorted_ids, uniq_ids, order)
+        )
+    ):
+        return None
+    ids = torch.empty(u, dtype=torch.int64)
+    held = torch.empty(u, dtype=torch.bool)
+    slots = torch.empty(u, dtype=torch.int64)
+    h = lib.sr_mc_match_slots(
+        sorted_ids.data_ptr(),
+        z,
+        uniq_ids.data_ptr(),
+        u,
+        order.data_ptr(),
+        held.data_ptr(),
+        slots.data_ptr(),
+        ids.data_ptr(),
+    )
+    if h < 0:
+        return None
+    return ids, held, slots[:h]
