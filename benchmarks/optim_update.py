@@ -11,8 +11,7 @@ Run: ``.venv/bin/python benchmarks/optim_update.py`` (``--quick`` for a smoke ru
 For SGD, rowwise Adagrad and Adagrad it times, interleaved (one update each per round, so load
 bursts from other jobs hit all alike; a 96 MB write before each evicts the previous one's rows
 from the caches), ``native`` (the one-pass kernel ``sr_fused_update``),
-``fbgemm`` (fbgemm-gpu-cpu's ``split_embedding_backward_codegen_*_cpu``), and for rowwise
-Adagrad the previous native kernel (``old``: mark + apply in id order). Native SGD is the
+and ``fbgemm`` (fbgemm-gpu-cpu's ``split_embedding_backward_codegen_*_cpu``). Native SGD is the
 scatter kernel (no sum per row needed; it measured faster than the one-pass kernel). Each cell:
 median wall ms / minimum process-CPU ms. **floor** = bytes the update must
 move / copy bandwidth (best of 7 copies of 256 MB): read the ids and the output gradient, read
@@ -23,7 +22,6 @@ loaded machine the wall medians mostly measure the load). Reports only; asserts 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
 import platform
 import statistics
@@ -33,7 +31,7 @@ from typing import NamedTuple
 
 import torch
 
-from shardrec_embedding._native.ops import _I64, _PTR, _lib, native_available
+from shardrec_embedding._native.ops import native_available
 from shardrec_embedding.fused.kernels import native_update
 from shardrec_optim import EmbOptimType, FusedOptimSpec, PooledGrad, fbgemm_kernels, init_state
 from shardrec_optim.pooled import torch_update
@@ -80,37 +78,6 @@ def batches(shape: Shape, count: int) -> list[Batch]:
         grad_out = torch.randn(bags, shape.dim, generator=gen) * 1e-3
         out.append(Batch(ids, offsets, grad_out, int(torch.unique(ids).numel())))
     return out
-
-
-def old_native(grad: PooledGrad) -> None:
-    """The previous native rowwise-Adagrad kernel: marks repeated rows in an `(R,)` slot array,
-    then updates rows in id order (`sr_adagrad_mark` + `sr_adagrad_apply`)."""
-    lib = _lib()
-    rows, dim = grad.weight.shape
-    num_bags = grad.offsets.numel() - 1
-    parts = max(1, torch.get_num_threads())
-    slot = _OLD_SLOTS.get(rows)
-    if slot is None:
-        slot = _OLD_SLOTS[rows] = torch.full((rows,), -1, dtype=torch.int32)
-    counts = torch.zeros(parts, dtype=torch.int64)
-    lib.sr_adagrad_mark.restype = ctypes.c_int64
-    repeated = lib.sr_adagrad_mark(
-        _I64(rows), _PTR(grad.ids.data_ptr()), _PTR(grad.offsets.data_ptr()), _I64(num_bags),
-        _PTR(slot.data_ptr()), _PTR(counts.data_ptr()), _I64(parts),
-    )  # fmt: skip
-    scratch = torch.empty(max(1, repeated), dim)
-    owned = torch.empty(max(1, repeated), dtype=torch.int64)
-    lib.sr_adagrad_apply(
-        _PTR(grad.weight.data_ptr()), _PTR(grad.state["momentum1"].data_ptr()), _I64(rows),
-        _I64(dim), _PTR(grad.ids.data_ptr()), _PTR(grad.offsets.data_ptr()), _I64(num_bags),
-        _PTR(None), _I64(0), _PTR(grad.grad_out.data_ptr()), _I64(dim),
-        ctypes.c_float(grad.learning_rate), ctypes.c_float(grad.spec.eps),
-        _PTR(slot.data_ptr()), _PTR(scratch.data_ptr()), _PTR(owned.data_ptr()),
-        _PTR(counts.data_ptr()), _I64(parts),
-    )  # fmt: skip
-
-
-_OLD_SLOTS: dict[int, torch.Tensor] = {}
 
 
 def copy_bandwidth_gbs() -> float:
@@ -169,8 +136,6 @@ def contenders(
     weight = torch.randn(rows, shape.dim) * 0.01
     state = init_state(spec.optimizer, rows, shape.dim)
     kernels: dict[str, Callable[[PooledGrad], None]] = {"native": native_update}
-    if spec.optimizer is EmbOptimType.EXACT_ROWWISE_ADAGRAD:
-        kernels["old"] = old_native
     if fbgemm_kernels.fbgemm_tbe_available():
         kernels["fbgemm"] = fbgemm_kernels.fbgemm_update
     if with_torch:
@@ -232,10 +197,10 @@ def main() -> None:
             f"{data[0].ids.numel()} ids, {data[0].unique} distinct rows; median wall / min CPU ms"
         )
         print(
-            "| optimizer | native | old native | fbgemm | torch | floor | fbgemm/native "
+            "| optimizer | native | fbgemm | torch | floor | fbgemm/native "
             "(wall, CPU) | native/floor | fbgemm/floor | load |"
         )
-        print("|---|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|")
         for spec in SPECS:
             times = interleaved(contenders(spec, shape, data, args.torch), warmup, repeats)
             floor = floor_bytes(spec, shape, data[0]) / bandwidth / 1e6
@@ -247,7 +212,7 @@ def main() -> None:
             nat, fb = times["native"], times.get("fbgemm", nan)
             # ratios on the minimum CPU time: under load the wall medians mostly measure it
             print(
-                f"| {spec.optimizer.name} | {cell('native')} | {cell('old')} | {cell('fbgemm')} "
+                f"| {spec.optimizer.name} | {cell('native')} | {cell('fbgemm')} "
                 f"| {cell('torch')} | {floor:.1f} | {fb[0] / nat[0]:.2f}x, {fb[1] / nat[1]:.2f}x "
                 f"| {nat[1] / floor:.2f} | {fb[1] / floor:.2f} | {os.getloadavg()[0]:.1f} |"
             )
