@@ -10,7 +10,7 @@ kernels (docs/design/fused-kernel-home.md) and passes the whole table in.
 The torch kernel never builds a dense `(total_rows, D)` gradient. For the `N` ids of a batch:
 
 ```
-ids    (N,)  --sort-->  sorted ids, perm            (one sort, int32 keys)
+ids    (N,)  --sort-->  sorted ids, perm            (one stable sort, int32 keys)
                         segment starts (U,)          (unique_consecutive counts)
 bag of each id, permuted  --embedding_bag(grad_out)--> (U, D) summed row gradients, per chunk
                                                         --> sparse_kernels.sparse_update
@@ -137,8 +137,11 @@ def torch_update(grad: PooledGrad) -> None:
     with torch.profiler.record_function("fused.sort_unique"):
         bag, scale = bags_and_scales(grad, weight.dtype)
         # int32 keys sort ~1.8x faster than int64 (1.6 vs 2.9 ms for 330k ids); rows fit.
+        # Stable: each row's gradients are summed in input order, so the float result does not
+        # depend on how rows are numbered (a tiered table's cache slots vs the in-memory rows);
+        # no slower than the unstable sort (2.3 vs 2.6 ms for 330k int32 ids, one thread).
         keys = ids.int() if weight.shape[0] <= torch.iinfo(torch.int32).max else ids
-        sorted_ids, perm = torch.sort(keys)
+        sorted_ids, perm = torch.sort(keys, stable=True)
         # Segments of equal ids: one pass (0.6 ms) against ne + nonzero + gather (1.2 ms).
         rows, counts = torch.unique_consecutive(sorted_ids, return_counts=True)
         rows = rows.long()
