@@ -38,6 +38,7 @@ from shardrec_tiered import (
     StoreLayout,
     default_store_dir,
 )
+from shardrec_tiered.raw_checkpoint import TIER, KeyValueSlice, load_rows, tier_entries
 
 __all__ = ["TieredShardedDynamicTable", "attach_virtual_tiers", "part_class", "virtual_store"]
 
@@ -90,9 +91,7 @@ def attach_virtual_tiers(
                 "already holds ids in memory; shard it before training (a raw-id tier starts "
                 "from its store)"
             )
-        _refuse_state_dict(part, t.name)
-        if t.name in table_modules:
-            _refuse_state_dict(table_modules[t.name], t.name)
+        _checkpoint_hooks(part, rank)
         found = lookups_of(t.name)
         if not found:
             continue  # another rank owns the table
@@ -125,16 +124,33 @@ def _cache(t: TableSharding, module: BatchedFusedEmbeddingBag, row: int, rank: i
     return RowCache(store, weight, state, policy, IdSlotMap(buckets))
 
 
-def _refuse_state_dict(module: nn.Module, table: str) -> None:
-    def refuse(*_: object) -> None:
-        raise NotImplementedError(
-            f"table {table!r} runs the raw-id tier (ssd_virtual_table / dram_virtual_table): "
-            "checkpoints of tiered tables are not built yet (docs/tiered.md); a state_dict "
-            "holding only the cached rows would be silently incomplete"
-        )
+def _checkpoint_hooks(part: TieredShardedDynamicTable, rank: int) -> None:
+    """`part`'s state_dict holds every id its store keeps, with rows and optimizer state
+    (`shardrec_tiered.raw_checkpoint`); a plain `load_state_dict` of such entries replaces
+    the store's content (`shardrec_dmp.load` streams them instead: checkpoint_virtual)."""
 
-    module._register_state_dict_hook(refuse)  # type: ignore[no-untyped-call]  # torch leaves it untyped
-    module._register_load_state_dict_pre_hook(refuse)  # type: ignore[no-untyped-call]  # torch leaves it untyped
+    def save(module: nn.Module, state: dict[str, object], prefix: str, *_: object) -> None:
+        if part.cache is not None:
+            state.update(tier_entries(part.cache, prefix, rank))
+
+    def load(state: dict[str, object], prefix: str, *_: object) -> None:
+        keys = sorted(k for k in state if k.startswith(prefix + TIER) and k.endswith(".ids"))
+        parts = []
+        for key in keys:
+            ids = state.pop(key)
+            rows = state.pop(key[: -len(".ids")] + ".rows", None)
+            if isinstance(rows, KeyValueSlice):
+                rows = rows.read()
+            if not isinstance(ids, Tensor) or not isinstance(rows, Tensor):
+                raise ValueError(
+                    f"table {part.name!r}: raw-id tier entry {key!r} needs ids and rows tensors"
+                )
+            parts.append((ids, rows))
+        if parts and part.cache is not None:
+            load_rows(part.cache, parts)
+
+    part._register_state_dict_hook(save)  # type: ignore[no-untyped-call]  # torch leaves it untyped
+    part._register_load_state_dict_pre_hook(load)  # type: ignore[no-untyped-call]  # torch leaves it untyped
 
 
 def virtual_store(

@@ -17,7 +17,7 @@ from, and an in-memory reference reproduces every row exactly.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 import numpy as np
@@ -56,6 +56,14 @@ class KeyValueRows(Protocol):
 
     def put(self, ids: np.ndarray, rows: np.ndarray) -> None: ...
 
+    def ids(self, chunk: int = ...) -> Iterator[np.ndarray]:
+        """Every id held, `chunk` at a time (a checkpoint's save iterates them)."""
+        ...
+
+    def clear(self) -> None:
+        """Forget every row (a checkpoint's load replaces them)."""
+        ...
+
     def flush(self) -> None: ...
 
 
@@ -83,6 +91,14 @@ class MemoryRows:
         for key, row in zip(ids.tolist(), np.array(rows, dtype=np.float32), strict=True):
             self.rows[key] = row
         self.bytes_written += rows.size * 4
+
+    def ids(self, chunk: int = 1 << 16) -> Iterator[np.ndarray]:
+        keys = np.array(sorted(self.rows), dtype=np.int64)
+        for lo in range(0, keys.size, chunk):
+            yield keys[lo : lo + chunk]
+
+    def clear(self) -> None:
+        self.rows.clear()
 
     def flush(self) -> None:
         pass
