@@ -32,6 +32,7 @@ from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 from shardrec_collectives import ShardingEnv, all_gather_object, barrier
 from shardrec_dmp.checkpoint_dynamic import apply_moves, plan_moves, strip_moved
+from shardrec_dmp.checkpoint_virtual import restore_virtual_tiers, strip_tiers
 from shardrec_dmp.checkpoint_files import (
     MANIFEST,
     CheckpointError,
@@ -309,6 +310,8 @@ def load(
     shapes = _shapes(metadata)
     moves = plan_moves(model, meta, shapes, checkpoint, evict_to_fit=evict_to_fit)
     loadable = strip_moved(state, moves) if moves else state
+    # Raw-id tiers' entries hold the saved number of ids: read afterwards (checkpoint_virtual).
+    loadable = strip_tiers(loadable, model)
     pruned = _prune(loadable)
     assert isinstance(pruned, dict)
     reader = SafeReader(checkpoint, metadata, None if files is None else set(files))
@@ -322,7 +325,7 @@ def load(
         raise
     _merge(loadable, pruned)
     if moves:
-        loadable = _refill(loadable, state)
+        loadable = strip_tiers(_refill(loadable, state), model)
     loaded = loadable["model"]
     assert isinstance(loaded, Mapping)
     model.load_state_dict(loaded)
@@ -339,6 +342,12 @@ def load(
             SafeReader(checkpoint, metadata, None if files is None else set(files)),
             evict_to_fit=evict_to_fit,
         )
+    restore_virtual_tiers(
+        model,
+        shapes,
+        SafeReader(checkpoint, metadata, None if files is None else set(files)),
+        checkpoint,
+    )
 
 
 def _shapes(metadata: object) -> dict[str, tuple[int, ...]]:

@@ -134,6 +134,9 @@ def flush_tiered(model: DistributedModelParallel) -> None:
     try:
         for module in tiered_modules(model):
             module.flush()
+        from shardrec_dmp.checkpoint_virtual import flush_virtual  # it imports this module
+
+        flush_virtual(model)
     except OSError as err:
         error = err
     agree_on_error(model.env, error)

@@ -31,7 +31,7 @@ from shardrec_tiered.cache import RowCache
 from shardrec_tiered.checkpoint import StreamedTensor, is_streaming
 from shardrec_tiered.raw_ids import RawIdRows
 
-__all__ = ["KeyValueSlice", "TIER", "load_rows", "store_ids", "tier_entries"]
+__all__ = ["TIER", "KeyValueSlice", "empty", "load_rows", "store_ids", "tier_entries"]
 
 TIER = "tier."
 """The state_dict key infix of a raw-id tier's entries (module docstring)."""
@@ -114,6 +114,8 @@ def tier_entries(cache: RowCache, prefix: str, rank: int) -> dict[str, object]:
     assert isinstance(store, RawIdRows)
     ids = store_ids(cache)
     rows = KeyValueSlice(store, ids)
+    if ids.numel() == 0:  # no chunks to stream: a plain empty tensor keeps the key saved
+        return {f"{prefix}{TIER}{rank}.ids": ids, f"{prefix}{TIER}{rank}.rows": rows.read()}
     return {
         f"{prefix}{TIER}{rank}.ids": ids,
         f"{prefix}{TIER}{rank}.rows": rows if is_streaming() else rows.read(),
