@@ -2,8 +2,8 @@
 `dram_virtual_table` (RAM), table-wise, one rank: the table's capacity is a row cache over a
 store of every id's row; it trains exactly as the same table held in memory with every id's
 initial row (`initial_rows`), through evictions on every step and ids that come back. And the
-refusals: a virtual kernel on a static table or not table_wise, a batch larger than the cache,
-a state_dict (checkpoints of tiered tables are not built)."""
+refusals: a virtual kernel on a static table or not table_wise, a batch larger than the cache.
+A plain state_dict holds every stored id's row (shardrec_dmp's tests: save / load)."""
 
 from __future__ import annotations
 
@@ -127,8 +127,6 @@ def test_trains_exactly_as_in_memory(
     assert list(state) == ([] if optimizer is EmbOptimType.EXACT_SGD else ["momentum1"])
     for tensor in state.values():
         assert torch.equal(rows[:, DIM], tensor)
-    with pytest.raises(NotImplementedError, match="raw-id tier"):
-        sharded.state_dict()
 
 
 def test_refusals(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -260,3 +258,32 @@ def test_sequence_collection_trains_exactly_as_in_memory(tmp_path: pathlib.Path)
         coefficients = torch.randn(ids.numel(), DIM, generator=seeded_generator("ec", step))
         (out * coefficients).sum().backward()
         (expected * coefficients).sum().backward()
+
+
+def resume_plain(ctx: RankContext, root: str) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Straight STEPS steps vs 3 steps, state_dict, load_state_dict into a fresh module, the
+    rest (one rank, RocksDB, row-wise Adagrad): the outputs, and the fused optimizer refuses
+    a state_dict of only the cached rows."""
+    spec = FusedOptimSpec(optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=0.1)
+    straight, _ = shard("ssd_virtual_table", pathlib.Path(root) / "s", spec)
+    first, _ = shard("ssd_virtual_table", pathlib.Path(root) / "f", spec)
+    again, _ = shard("ssd_virtual_table", pathlib.Path(root) / "a", spec)
+    outs = []
+    for step, (ids, lengths, coefficients) in enumerate(stream()):
+        if step == 3:
+            state = first.state_dict()
+            assert state["dynamic_tables.tables.raw.tier.0.ids"].numel() > CAPACITY
+            again.load_state_dict(state)
+        kjt = KeyedJaggedTensor(["f"], ids, lengths=lengths)
+        for module in (straight, first if step < 3 else again):
+            out = module(kjt).wait().values()
+            (out * coefficients).sum().backward()
+            outs.append(out.detach())
+    with pytest.raises(NotImplementedError, match=r"raw-id tier tables \['raw'\]"):
+        again.fused_optimizer.state_dict()
+    return [(outs[i], outs[i + 1]) for i in range(0, len(outs), 2)]
+
+
+def test_plain_state_dict_resumes_bit_for_bit(pool_factory, tmp_path: pathlib.Path) -> None:  # type: ignore[no-untyped-def]
+    for a, b in pool_factory(1).run(resume_plain, str(tmp_path))[0]:
+        assert torch.equal(a, b)

@@ -36,7 +36,9 @@ from shardrec_tiered.raw_ids import RawIdRows
 __all__ = ["flush_virtual", "restore_virtual_tiers", "strip_tiers", "virtual_tiers"]
 
 
-def virtual_tiers(model: DistributedModelParallel) -> Iterator[tuple[str, TieredShardedDynamicTable]]:
+def virtual_tiers(
+    model: DistributedModelParallel,
+) -> Iterator[tuple[str, TieredShardedDynamicTable]]:
     """`(state_dict prefix of its tier entries, part)` of every raw-id tier table of `model`."""
     for path, module in model.sharded_modules.items():
         tables = getattr(module, "dynamic_tables", None)
@@ -106,7 +108,12 @@ def restore_virtual_tiers(
         if cache is not None:
             empty(cache)
             ids_target = {k: torch.zeros(shapes["model." + k], dtype=torch.int64) for k in saved}
-        dcp_load({"model": ids_target}, storage_reader=reader, planner=TieredLoadPlanner(), process_group=env.pg)
+        dcp_load(
+            {"model": ids_target},
+            storage_reader=reader,
+            planner=TieredLoadPlanner(),
+            process_group=env.pg,
+        )
         rows_target: dict[str, object] = {}
         if cache is not None:
             store = cache.store
@@ -115,6 +122,11 @@ def restore_virtual_tiers(
                 assert isinstance(ids, torch.Tensor)
                 if ids.numel():
                     rows_target[key[: -len(".ids")] + ".rows"] = KeyValueSlice(store, ids)
-        dcp_load({"model": rows_target}, storage_reader=reader, planner=TieredLoadPlanner(), process_group=env.pg)
+        dcp_load(
+            {"model": rows_target},
+            storage_reader=reader,
+            planner=TieredLoadPlanner(),
+            process_group=env.pg,
+        )
         if cache is not None:
             cache.store.flush()

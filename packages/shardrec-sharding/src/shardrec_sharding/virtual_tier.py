@@ -38,7 +38,7 @@ from shardrec_tiered import (
     StoreLayout,
     default_store_dir,
 )
-from shardrec_tiered.raw_checkpoint import TIER, KeyValueSlice, load_rows, tier_entries
+from shardrec_tiered.raw_checkpoint import load_rows, tier_entries, tier_parts
 
 __all__ = ["TieredShardedDynamicTable", "attach_virtual_tiers", "part_class", "virtual_store"]
 
@@ -134,18 +134,7 @@ def _checkpoint_hooks(part: TieredShardedDynamicTable, rank: int) -> None:
             state.update(tier_entries(part.cache, prefix, rank))
 
     def load(state: dict[str, object], prefix: str, *_: object) -> None:
-        keys = sorted(k for k in state if k.startswith(prefix + TIER) and k.endswith(".ids"))
-        parts = []
-        for key in keys:
-            ids = state.pop(key)
-            rows = state.pop(key[: -len(".ids")] + ".rows", None)
-            if isinstance(rows, KeyValueSlice):
-                rows = rows.read()
-            if not isinstance(ids, Tensor) or not isinstance(rows, Tensor):
-                raise ValueError(
-                    f"table {part.name!r}: raw-id tier entry {key!r} needs ids and rows tensors"
-                )
-            parts.append((ids, rows))
+        parts = tier_parts(state, prefix, part.name)
         if parts and part.cache is not None:
             load_rows(part.cache, parts)
 

@@ -21,17 +21,31 @@ its initial row again, as it did before it was first written.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from shardrec_tiered.cache import RowCache
 from shardrec_tiered.checkpoint import StreamedTensor, is_streaming
 from shardrec_tiered.raw_ids import RawIdRows
 
-__all__ = ["TIER", "KeyValueSlice", "empty", "load_rows", "store_ids", "tier_entries"]
+if TYPE_CHECKING:
+    from shardrec_tiered.raw_ids import RawIdTieredEmbeddingBag
+
+__all__ = [
+    "TIER",
+    "KeyValueSlice",
+    "RawIdTable",
+    "empty",
+    "load_rows",
+    "store_ids",
+    "tier_entries",
+    "tier_parts",
+]
 
 TIER = "tier."
 """The state_dict key infix of a raw-id tier's entries (module docstring)."""
@@ -89,8 +103,10 @@ class KeyValueSlice(StreamedTensor):
 
     def read(self) -> Tensor:
         """The whole tensor (small tables)."""
-        return torch.cat([self.read_chunk(o, s) for o, s in self.chunks()]) if self.ids.numel() else (
-            torch.zeros(self.shape)
+        return (
+            torch.cat([self.read_chunk(o, s) for o, s in self.chunks()])
+            if self.ids.numel()
+            else (torch.zeros(self.shape))
         )
 
     def __repr__(self) -> str:
@@ -159,3 +175,69 @@ def load_rows(cache: RowCache, parts: Sequence[tuple[Tensor, Tensor]]) -> None:
         if ids.numel():
             store.write(ids.reshape(-1).long().numpy(), rows.detach().to(torch.float32).numpy())
     store.flush()
+
+
+def tier_parts(state: dict[str, object], prefix: str, table: str) -> list[tuple[Tensor, Tensor]]:
+    """Pop the `(ids, rows)` tier entries under `prefix` from `state` (rows read whole)."""
+    keys = sorted(k for k in state if k.startswith(prefix + TIER) and k.endswith(".ids"))
+    parts = []
+    for key in keys:
+        ids = state.pop(key)
+        rows = state.pop(key[: -len(".ids")] + ".rows", None)
+        if isinstance(rows, KeyValueSlice):
+            rows = rows.read()
+        if not isinstance(ids, Tensor) or not isinstance(rows, Tensor):
+            raise ValueError(
+                f"table {table!r}: raw-id tier entry {key!r} needs ids and rows tensors"
+            )
+        parts.append((ids, rows))
+    return parts
+
+
+class RawIdTable(nn.Module):
+    """Stands for a `RawIdTieredEmbeddingBag`'s table in its state_dict: the tier entries of
+    every id its store holds (module docstring) and the optimizer's `step`."""
+
+    def __init__(self, owner: RawIdTieredEmbeddingBag) -> None:
+        super().__init__()
+        self.name = owner.table_specs[0].name
+        self._owner = weakref.ref(owner)  # not a submodule: the owner holds this one
+
+    def owner(self) -> RawIdTieredEmbeddingBag:
+        owner = self._owner()
+        if owner is None:
+            raise RuntimeError(f"raw-id table {self.name!r}: its lookup module is gone")
+        return owner
+
+    def _save_to_state_dict(
+        self, destination: dict[str, Any], prefix: str, keep_vars: bool
+    ) -> None:
+        owner = self.owner()
+        owner._drain()  # a background prefetch admitting rows
+        destination.update(tier_entries(owner.cache, prefix, 0))
+        destination[prefix + "step"] = torch.tensor(owner.step, dtype=torch.int64)
+
+    def _load_from_state_dict(
+        self,
+        state_dict: dict[str, Any],
+        prefix: str,
+        local_metadata: object,
+        strict: bool,
+        missing_keys: list[str],
+        unexpected_keys: list[str],
+        error_msgs: list[str],
+    ) -> None:
+        owner = self.owner()
+        state = {k: v for k, v in state_dict.items() if k.startswith(prefix)}
+        parts = tier_parts(state, prefix, self.name)
+        step = state.pop(prefix + "step", None)
+        if not parts or step is None:
+            missing_keys.append(prefix + (f"{TIER}0.ids" if not parts else "step"))
+            return
+        unexpected_keys.extend(state)
+        owner.cancel_prefetches()
+        load_rows(owner.cache, parts)
+        owner.step = int(step) if isinstance(step, Tensor) else int(step)
+
+    def extra_repr(self) -> str:
+        return f"{self.name!r} (raw ids, tiered)"
