@@ -1,6 +1,7 @@
 """`RocksRowStore` against a Python dict of id -> row (random raw int64 ids, negatives and the
-int64 extremes included, overwrites, reopen; listing every id, clearing), and its promised refusals: a store of another
-layout, a directory that is not a store, a directory that cannot be written."""
+int64 extremes included, overwrites, reopen; listing every id, clearing), and its promised
+refusals: a store of another layout, a directory that is not a store, a directory that cannot
+be written."""
 
 from __future__ import annotations
 

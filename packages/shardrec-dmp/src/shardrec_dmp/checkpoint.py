@@ -32,7 +32,6 @@ from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 from shardrec_collectives import ShardingEnv, all_gather_object, barrier
 from shardrec_dmp.checkpoint_dynamic import apply_moves, plan_moves, strip_moved
-from shardrec_dmp.checkpoint_virtual import restore_virtual_tiers, strip_tiers
 from shardrec_dmp.checkpoint_files import (
     MANIFEST,
     CheckpointError,
@@ -55,6 +54,7 @@ from shardrec_dmp.checkpoint_tiered import (
     flush_tiered,
     refuse_store_dir,
 )
+from shardrec_dmp.checkpoint_virtual import restore_virtual_tiers, strip_tiers
 from shardrec_dmp.model_parallel import DistributedModelParallel
 from shardrec_tiered.checkpoint import streaming_state_dict
 

@@ -208,8 +208,8 @@ class RocksRowStore:
         """Every id the store holds, in key order (negatives first), `chunk` at a time:
         one pass of a RocksDB iterator over the keys (the rows are not read)."""
         keys: list[bytes] = []
-        for key in self._db.keys():
-            if len(key) != 8:  # the layout header
+        for key in self._db.keys():  # noqa: SIM118  # an Rdict is not iterable
+            if not isinstance(key, bytes) or len(key) != 8:  # the layout header
                 continue
             keys.append(key)
             if len(keys) == chunk:

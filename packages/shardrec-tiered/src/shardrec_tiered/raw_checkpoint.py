@@ -237,7 +237,7 @@ class RawIdTable(nn.Module):
         unexpected_keys.extend(state)
         owner.cancel_prefetches()
         load_rows(owner.cache, parts)
-        owner.step = int(step) if isinstance(step, Tensor) else int(step)
+        owner.step = int(step)
 
     def extra_repr(self) -> str:
         return f"{self.name!r} (raw ids, tiered)"
