@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from shardrec_embedding import BaseEmbeddingConfig
 from shardrec_embedding.dynamic import DynamicTable, DynamicTables, IdSlotMap
+from shardrec_embedding.dynamic.in_flight import Hold
 from shardrec_embedding.dynamic.reset import table_seed
 from shardrec_embedding.fused import BatchedFusedEmbeddingBag
 from shardrec_optim import state_shapes
@@ -44,20 +45,58 @@ __all__ = ["TieredShardedDynamicTable", "attach_virtual_tiers", "part_class", "v
 
 
 class _CacheMap(DynamicTable):
-    """A `DynamicTable` whose local id -> slot step is a row cache's `admit`."""
+    """A `DynamicTable` whose local id -> slot step is a row cache's `admit`.
+
+    In-flight batches: a training map pins its slots in the cache (a train pipeline maps
+    batch i+1 before batch i's backward, which must find batch i's rows where it looked them
+    up); the lookup of the batch (`computed`) hands the pins to its outputs, released by their
+    backward (or when their graph is freed; at once when nothing requires grad)."""
 
     cache: RowCache | None = None
 
     def map_ids(self, ids: Tensor, *, training: bool) -> Tensor:
         if self.cache is None:
             raise RuntimeError(f"table {self.name!r}: its raw-id tier has no cache attached")
+        if training:
+            self._counters["steps"] += 1  # the batch's step: its lookup finds its pins by it
         if ids.numel() == 0:
             return torch.empty(0, dtype=torch.int64)
         unique, inverse = torch.unique(ids, return_inverse=True)
-        slots = self.cache.admit(unique, pin=False)
+        slots = self.cache.admit(unique, pin=training)
         if training:
             self.cache.mark_dirty(slots)  # the backward of this batch updates them
+            self._pins()[self._counters["steps"]] = slots
         return slots[inverse]
+
+    def _pins(self) -> dict[int, Tensor]:
+        """Step -> the cache slots its mapped batch pinned (until its lookup's backward)."""
+        pins: dict[int, Tensor] = self.__dict__.setdefault("_tier_pins", {})
+        return pins
+
+    def computed(self, step: int, outputs: Sequence[Tensor]) -> None:
+        """The training lookup of the batch mapped at `step` ran: its pins last until the
+        backward through `outputs` (class docstring)."""
+        pins = self._pins().pop(step, None)
+        cache = self.cache
+        if pins is None or cache is None:
+            return
+        nodes = [t.grad_fn for t in outputs if t.requires_grad and t.grad_fn is not None]
+        if not nodes:
+            cache.unpin(pins)
+            return
+        hold = Hold(lambda: cache.unpin(pins))
+
+        def release(*_: object) -> None:
+            hold.release()
+
+        for node in nodes:
+            node.register_hook(release)
+
+    def release_tier_pins(self) -> None:
+        """Unpin every mapped batch whose lookup has not run (batches a pipeline dropped)."""
+        pins = self._pins()
+        while pins and self.cache is not None:
+            self.cache.unpin(pins.popitem()[1])
 
 
 class TieredShardedDynamicTable(ShardedDynamicTable, _CacheMap):
