@@ -22,11 +22,13 @@ from shardrec_embedding import DynamicTableConfig, EmbeddingBagCollection, Embed
 from shardrec_jagged import KeyedJaggedTensor
 from shardrec_optim import EmbOptimType, FusedOptimSpec
 from shardrec_planner import (
+    CacheParams,
     KeyValueParams,
     ShardingPlan,
     construct_module_sharding_plan,
     table_wise,
 )
+from shardrec_planner.cache_params import CacheAlgorithm
 from shardrec_sharding import EmbeddingBagCollectionSharder
 from shardrec_testing import RankContext, random_lengths, seeded_generator
 from shardrec_tiered.raw_checkpoint import store_ids
@@ -87,7 +89,10 @@ def train(ctx: RankContext, kernel: str, how: str, store: str) -> tuple[Tensor, 
         world_size=ctx.world_size,
     )
     plan["raw"] = dataclasses.replace(
-        plan["raw"], key_value_params=KeyValueParams(ssd_storage_directory=f"{store}/{how}")
+        plan["raw"],
+        key_value_params=KeyValueParams(ssd_storage_directory=f"{store}/{how}"),
+        # LFU: a batch's new rows score lowest, the next batch's admission would take them
+        cache_params=CacheParams(algorithm=CacheAlgorithm.LFU),
     )
     dmp = DistributedModelParallel(
         model,
