@@ -1,7 +1,8 @@
-"""A raw-id tier table (`ssd_virtual_table` / `dram_virtual_table`, table_wise) under the
-train pipelines, with a cache of two batches' distinct ids (three for the prefetching pipeline;
-rows evicted on every step; the pipeline maps batch i+1 before batch i's backward): the
-mapped batch's rows are pinned in the cache until its backward, so the pipelines give exactly the store rows (weights and row-wise
+"""A raw-id tier table (`ssd_virtual_table` / `dram_virtual_table`, table_wise, LFU) under the
+train pipelines, with a cache of two batches' distinct ids (three for the prefetching
+pipeline; rows evicted on every step; the pipeline maps batch i+1 before batch i's backward,
+and LFU would evict batch i's new rows first): the mapped batch's rows are pinned in the cache
+until its backward, so the pipelines give exactly the store rows (weights and row-wise
 Adagrad state) of the plain loop, on 1 and 2 gloo ranks."""
 
 from __future__ import annotations
