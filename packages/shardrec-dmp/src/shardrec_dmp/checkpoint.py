@@ -30,7 +30,7 @@ from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
-from shardrec_collectives import ShardingEnv, all_gather_object, barrier
+from shardrec_collectives import ShardingEnv, agree_on_error, all_gather_object, barrier
 from shardrec_dmp.checkpoint_dynamic import apply_moves, plan_moves, strip_moved
 from shardrec_dmp.checkpoint_files import (
     MANIFEST,
@@ -149,7 +149,12 @@ def save(
     env: ShardingEnv = model.env
     final = os.fspath(path)
     partial = final + ".partial"
-    check_checkpoint_path(final, model)
+    overlap: ValueError | None = None
+    try:
+        check_checkpoint_path(final, model)  # a store of this rank's (others may have none)
+    except ValueError as err:
+        overlap = err
+    agree_on_error(env, overlap)
     flush_tiered(model)  # a full disk fails here, every rank, before anything is written
     if env.rank == 0 and os.path.exists(partial):
         shutil.rmtree(partial)  # left by an earlier crashed save

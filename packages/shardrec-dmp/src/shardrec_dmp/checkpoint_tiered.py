@@ -147,6 +147,11 @@ def _store_dirs(model: DistributedModelParallel) -> list[str]:
     paths = [
         getattr(cache.store, "path", None) for m in tiered_modules(model) for cache in m.caches
     ]
+    from shardrec_dmp.checkpoint_virtual import virtual_tiers  # it imports this module
+
+    for _, part in virtual_tiers(model):  # a raw-id tier's RocksDB directory
+        if part.cache is not None:
+            paths.append(getattr(getattr(part.cache.store, "kv", None), "path", None))
     return sorted({os.path.dirname(os.path.realpath(p)) for p in paths if isinstance(p, str)})
 
 
