@@ -101,6 +101,12 @@ def restore_virtual_tiers(
                     "optimizer state); load it with the embedding_dim and optimizer it was "
                     "saved with"
                 )
+        if cache is not None and bool((cache.pins > 0).any()):
+            error = RuntimeError(
+                f"table {part.name!r}: cannot load a checkpoint while batches in flight hold "
+                "its cached rows (a train pipeline's mapped batches); finish them first, or "
+                "drop them with release_tier_pins() on the table's part"
+            )
         agree_on_error(env, error)
         if not saved:
             continue
