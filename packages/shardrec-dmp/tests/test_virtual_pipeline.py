@@ -27,6 +27,7 @@ from shardrec_planner import (
     KeyValueParams,
     ShardingPlan,
     construct_module_sharding_plan,
+    row_wise,
     table_wise,
 )
 from shardrec_planner.cache_params import CacheAlgorithm
@@ -82,13 +83,17 @@ def make_batch(rank: int, step: int) -> Batch:
 
 def train(ctx: RankContext, kernel: str, how: str, store: str) -> tuple[Tensor, Tensor, int] | None:
     # The prefetching pipeline holds three batches (prefetched, mapped, awaiting backward).
-    model = Model((3 if how == "prefetch" else 2) * WINDOW)
+    # `<kernel>:row_wise`: a part of that many rows on each rank.
+    kernel, _, sharding = kernel.partition(":")
+    parts = ctx.world_size if sharding else 1
+    model = Model((3 if how == "prefetch" else 2) * WINDOW * parts)
     owner = ctx.world_size - 1
-    plan = construct_module_sharding_plan(
-        model.sparse,
-        {"raw": table_wise(rank=owner, compute_kernel=kernel)},
-        world_size=ctx.world_size,
+    where = (
+        row_wise(compute_kernel=kernel)
+        if sharding
+        else table_wise(rank=owner, compute_kernel=kernel)
     )
+    plan = construct_module_sharding_plan(model.sparse, {"raw": where}, world_size=ctx.world_size)
     plan["raw"] = dataclasses.replace(
         plan["raw"],
         key_value_params=KeyValueParams(ssd_storage_directory=f"{store}/{how}"),
@@ -125,7 +130,7 @@ def train(ctx: RankContext, kernel: str, how: str, store: str) -> tuple[Tensor, 
 def run_cases(ctx: RankContext, store: str) -> list[object]:
     return [
         [train(ctx, kernel, how, f"{store}/{kernel}") for how in ("plain", "pipeline", "prefetch")]
-        for kernel in ("ssd_virtual_table", "dram_virtual_table")
+        for kernel in ("ssd_virtual_table", "dram_virtual_table", "dram_virtual_table:row_wise")
     ]
 
 
@@ -133,8 +138,13 @@ def run_cases(ctx: RankContext, store: str) -> list[object]:
 def test_pipelines_match_the_plain_loop(pool_factory, tmp_path, world):  # type: ignore[no-untyped-def]
     per_rank = pool_factory(world).run(run_cases, str(tmp_path / str(world)))
     owner = per_rank[world - 1]
-    for plain, *pipelined in owner:
+    for plain, *pipelined in owner[:2]:  # table_wise
         ids, rows, misses = plain
         assert ids.numel() > 2 * WINDOW and misses >= ids.numel()  # the cache evicted
         for run in pipelined:
             assert torch.equal(run[0], ids) and torch.equal(run[1], rows)
+    for rank in range(world):  # row_wise: each rank's part
+        plain, *pipelined = per_rank[rank][2]
+        assert plain[0].numel() > 0
+        for run in pipelined:
+            assert torch.equal(run[0], plain[0]) and torch.equal(run[1], plain[1])

@@ -13,7 +13,9 @@ saved tier.<r>.ids of every saved rank --read--> the owner empties its cache and
 ```
 
 A table_wise table has one owner, so a load into another world size (the table on another
-rank) reads every saved part into the new owner. The cached rows the ordinary read put into
+rank) reads every saved part into the new owner; a row_wise part keeps the ids its routing
+hash now gives it (`owns`), so a row_wise table reshards to another world size too. The
+cached rows the ordinary read put into
 the table's fused rows are dropped with the cache: the store is the truth.
 """
 
@@ -28,7 +30,7 @@ from shardrec_collectives import agree_on_error
 from shardrec_dmp.checkpoint_io import SafeReader
 from shardrec_dmp.checkpoint_tiered import TieredLoadPlanner
 from shardrec_dmp.model_parallel import DistributedModelParallel
-from shardrec_sharding.virtual_tier import TieredShardedDynamicTable
+from shardrec_sharding.virtual_tier import TieredShardedDynamicTable, owns
 from shardrec_tiered import RowCache
 from shardrec_tiered.raw_checkpoint import TIER, KeyValueSlice, empty
 from shardrec_tiered.raw_ids import RawIdRows
@@ -127,7 +129,8 @@ def restore_virtual_tiers(
             for key, ids in ids_target.items():
                 assert isinstance(ids, torch.Tensor)
                 if ids.numel():
-                    rows_target[key[: -len(".ids")] + ".rows"] = KeyValueSlice(store, ids)
+                    mine = owns(part, ids)  # a row_wise part keeps the ids it now owns
+                    rows_target[key[: -len(".ids")] + ".rows"] = KeyValueSlice(store, ids, mine)
         dcp_load(
             {"model": rows_target},
             storage_reader=reader,

@@ -28,7 +28,7 @@ from shardrec_optim import state_shapes
 from shardrec_planner import EmbeddingComputeKernel, ParameterSharding
 from shardrec_planner.cache_params import CacheAlgorithm
 from shardrec_planner.kernel_choice import runs_virtual_tiered
-from shardrec_sharding.dynamic import ShardedDynamicTable
+from shardrec_sharding.dynamic import ShardedDynamicTable, owner_part
 from shardrec_sharding.layout import TableSharding
 from shardrec_tiered import (
     CachePolicy,
@@ -41,7 +41,13 @@ from shardrec_tiered import (
 )
 from shardrec_tiered.raw_checkpoint import load_rows, tier_entries, tier_parts
 
-__all__ = ["TieredShardedDynamicTable", "attach_virtual_tiers", "part_class", "virtual_store"]
+__all__ = [
+    "TieredShardedDynamicTable",
+    "attach_virtual_tiers",
+    "owns",
+    "part_class",
+    "virtual_store",
+]
 
 
 class _CacheMap(DynamicTable):
@@ -135,12 +141,16 @@ def attach_virtual_tiers(
         if not found:
             continue  # another rank owns the table
         module, row = found[0]
-        part.cache = _cache(t, module, row, rank)
+        part.cache = _cache(t, module, row, rank, part.capacity)
 
 
-def _cache(t: TableSharding, module: BatchedFusedEmbeddingBag, row: int, rank: int) -> RowCache:
+def _cache(
+    t: TableSharding, module: BatchedFusedEmbeddingBag, row: int, rank: int, rows: int
+) -> RowCache:
+    """The cache of this rank's part of `t`: its `rows` local slots (a row_wise table: this
+    rank's row block) over the part's rows in `module` from `row`."""
     config: BaseEmbeddingConfig = t.config
-    rows, dim = config.num_embeddings, config.embedding_dim
+    dim = config.embedding_dim
     index = [s.name for s in module.table_specs].index(t.name)
     weight = module.split_embedding_weights()[index].detach()
     state = {k: v[row : row + rows] for k, v in module.optimizer_state().items()}
@@ -173,12 +183,24 @@ def _checkpoint_hooks(part: TieredShardedDynamicTable, rank: int) -> None:
             state.update(tier_entries(part.cache, prefix, rank))
 
     def load(state: dict[str, object], prefix: str, *_: object) -> None:
-        parts = tier_parts(state, prefix, part.name)
+        parts = [(ids[mine], rows[mine]) for ids, rows in tier_parts(state, prefix, part.name)
+                 for mine in [owns(part, ids)]]  # fmt: skip
         if parts and part.cache is not None:
             load_rows(part.cache, parts)
 
     part._register_state_dict_hook(save)  # type: ignore[no-untyped-call]  # torch leaves it untyped
     part._register_load_state_dict_pre_hook(load)  # type: ignore[no-untyped-call]  # torch leaves it untyped
+
+
+def owns(part: ShardedDynamicTable, ids: Tensor) -> Tensor:
+    """Which raw `ids` this rank's part of the table owns (routing hash; all: table_wise)."""
+    routing = part.routing
+    rank = part.env.rank
+    if rank not in routing.owners:
+        return torch.zeros(ids.numel(), dtype=torch.bool)
+    if len(routing.owners) == 1:
+        return torch.ones(ids.numel(), dtype=torch.bool)
+    return owner_part(ids, len(routing.owners)) == routing.owners.index(rank)
 
 
 def virtual_store(

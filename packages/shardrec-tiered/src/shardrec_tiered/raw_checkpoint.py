@@ -61,9 +61,11 @@ class KeyValueSlice(StreamedTensor):
     """The `(n, stride)` store rows of `ids` in `store`, standing in for a tensor: saved a
     chunk of rows at a time, loaded a piece at a time (each piece put under its ids)."""
 
-    def __init__(self, store: RawIdRows, ids: Tensor) -> None:
+    def __init__(self, store: RawIdRows, ids: Tensor, keep: Tensor | None = None) -> None:
         self.store = store
         self.ids = ids.reshape(-1).long()
+        self.keep = keep
+        """Loading: which of `ids` this store takes (None: all; a row_wise part's own ids)."""
         self.shape = torch.Size((self.ids.numel(), store.layout.stride))
 
     def size(self) -> torch.Size:
@@ -98,8 +100,13 @@ class KeyValueSlice(StreamedTensor):
                 f"table {self.store.layout.table!r}: a loaded piece of raw-id rows must span "
                 f"every column ({self.shape[1]}), got columns {col}..{col + value.shape[1]}"
             )
-        ids = self.ids[lo : lo + value.shape[0]].numpy()
-        self.store.write(ids, value.detach().to(torch.float32).numpy())
+        ids = self.ids[lo : lo + value.shape[0]]
+        rows = value.detach().to(torch.float32)
+        if self.keep is not None:
+            mine = self.keep[lo : lo + value.shape[0]]
+            ids, rows = ids[mine], rows[mine]
+        if ids.numel():
+            self.store.write(ids.numpy(), rows.numpy())
 
     def read(self) -> Tensor:
         """The whole tensor (small tables)."""
