@@ -15,8 +15,8 @@ saved tier.<r>.ids of every saved rank --read--> the owner empties its cache and
 A table_wise table has one owner, so a load into another world size (the table on another
 rank) reads every saved part into the new owner; a row_wise part keeps the ids its routing
 hash now gives it (`owns`), so a row_wise table reshards to another world size too. The
-cached rows the ordinary read put into
-the table's fused rows are dropped with the cache: the store is the truth.
+cached rows the ordinary read put into the table's fused rows are dropped with the cache: the
+store is the truth.
 """
 
 from __future__ import annotations

@@ -1,13 +1,16 @@
 """Dynamic tables planned `ssd_virtual_table` / `dram_virtual_table`: the raw-id tier, sharded.
 
-A dynamic table placed table_wise already has its raw ids routed to its owner, whose id map
-gives them slots of an ordinary fused table of `capacity` rows (dynamic.py). With a
-virtual-table kernel the owner's map is a `RowCache` over those very rows instead
-(`TieredShardedDynamicTable`): the fused table's `capacity` rows are the cache, a store holds
-every id's row and optimizer state (RocksDB on disk, or RAM), evicted rows are written back,
-an id that returns reads its row back, an id never seen starts from its initial row (a pure
-function of the id, `shardrec_tiered.initial_rows`). Nothing is rejected or reset, so the
-lookup, the fused optimizer and the output path are unchanged. docs/tiered.md.
+A dynamic table placed table_wise (or row_wise: one part per rank, each with its own cache and
+store) already has its raw ids routed to their owner part, whose id map gives them slots of an
+ordinary fused table of `capacity` rows (dynamic.py). With a virtual-table kernel the owner's
+map is a `RowCache` over those very rows instead (`TieredShardedDynamicTable`): the fused
+table's `capacity` rows are the cache, a store holds every id's row and optimizer state
+(RocksDB on disk, or RAM), evicted rows are written back, an id that returns reads its row
+back, an id never seen starts from its initial row (a pure function of the id,
+`shardrec_tiered.initial_rows`). Nothing is rejected or reset, so the lookup, the fused
+optimizer and the output path are unchanged. Checkpoints: every stored id's row
+(`shardrec_tiered.raw_checkpoint`); in-flight batches pin their rows (`_CacheMap`).
+docs/tiered.md.
 """
 
 from __future__ import annotations
