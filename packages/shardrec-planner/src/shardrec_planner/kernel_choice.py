@@ -27,7 +27,8 @@ rounds to nearest; True is reported as not applied (it only matters for fp16/bf1
 
 `ssd_virtual_table` / `dram_virtual_table` run as themselves on a dynamic (raw-id) table placed
 table_wise or row_wise (refused otherwise, hand-written plans only): every raw id's row in
-RocksDB / RAM, the table's capacity (a row_wise rank's row block) as its row cache (`runs_virtual_tiered`; shardrec_sharding/virtual_tier.py).
+RocksDB / RAM, the table's capacity (a row_wise rank's row block) as its row cache
+(`runs_virtual_tiered`; shardrec_sharding/virtual_tier.py).
 """
 
 from __future__ import annotations
