@@ -1,6 +1,7 @@
 """`RocksRowStore` against a Python dict of id -> row (random raw int64 ids, negatives and the
-int64 extremes included, overwrites, reopen), and its promised refusals: a store of another
-layout, a directory that is not a store, a directory that cannot be written."""
+int64 extremes included, overwrites, reopen; listing every id, clearing), and its promised
+refusals: a store of another layout, a directory that is not a store, a directory that cannot
+be written."""
 
 from __future__ import annotations
 
@@ -54,6 +55,10 @@ def test_matches_a_dict_model(tmp_path: pathlib.Path, mmap_reads: bool) -> None:
     assert found.all()
     np.testing.assert_array_equal(rows, np.stack([model[k] for k in everything.tolist()]))
     assert store.bytes_written > 0 and store.bytes_read > 0
+    listed = np.concatenate(list(store.ids(chunk=7)))  # the header key is not an id
+    np.testing.assert_array_equal(listed, everything)  # numeric order, negatives first
+    store.clear()
+    assert list(store.ids()) == [] and not store.get(everything)[1].any()
     store.close()
 
 

@@ -2,8 +2,9 @@
 `dram_virtual_table` (RAM), table-wise, one rank: the table's capacity is a row cache over a
 store of every id's row; it trains exactly as the same table held in memory with every id's
 initial row (`initial_rows`), through evictions on every step and ids that come back. And the
-refusals: a virtual kernel on a static table or not table_wise, a batch larger than the cache,
-a state_dict (checkpoints of tiered tables are not built)."""
+refusals: a virtual kernel on a static table or not table_wise / row_wise, a batch larger
+than the cache.
+A plain state_dict holds every stored id's row (shardrec_dmp's tests: save / load)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from shardrec_optim import EmbOptimType, FusedOptimSpec
 from shardrec_planner import (
     CacheParams,
     KeyValueParams,
+    column_wise,
     construct_module_sharding_plan,
     kernel_notes,
     row_wise,
@@ -38,6 +40,7 @@ from shardrec_planner.cache_params import CacheAlgorithm
 from shardrec_sharding import EmbeddingBagCollectionSharder, EmbeddingCollectionSharder
 from shardrec_testing import RankContext, assert_close, random_lengths, seeded_generator
 from shardrec_tiered import CacheTooSmallError, initial_rows
+from shardrec_tiered.raw_checkpoint import store_ids
 
 DIM = 4
 CAPACITY = 8
@@ -127,8 +130,6 @@ def test_trains_exactly_as_in_memory(
     assert list(state) == ([] if optimizer is EmbOptimType.EXACT_SGD else ["momentum1"])
     for tensor in state.values():
         assert torch.equal(rows[:, DIM], tensor)
-    with pytest.raises(NotImplementedError, match="raw-id tier"):
-        sharded.state_dict()
 
 
 def test_refusals(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -138,7 +139,7 @@ def test_refusals(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> No
     ebc = EmbeddingBagCollection([raw_table()])
     with pytest.raises(ValueError, match="'ssd_virtual_table' is a TorchRec kernel"):
         construct_module_sharding_plan(
-            ebc, {"raw": row_wise(compute_kernel="ssd_virtual_table")}, world_size=1
+            ebc, {"raw": column_wise(compute_kernel="ssd_virtual_table")}, world_size=1
         )
     sharded, _ = shard("dram_virtual_table", tmp_path, spec)
     too_many = torch.arange(CAPACITY + 1) - 4
@@ -260,3 +261,85 @@ def test_sequence_collection_trains_exactly_as_in_memory(tmp_path: pathlib.Path)
         coefficients = torch.randn(ids.numel(), DIM, generator=seeded_generator("ec", step))
         (out * coefficients).sum().backward()
         (expected * coefficients).sum().backward()
+
+
+def resume_plain(ctx: RankContext, root: str) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Straight STEPS steps vs 3 steps, state_dict, load_state_dict into a fresh module, the
+    rest (one rank, RocksDB, row-wise Adagrad): the outputs, and the fused optimizer refuses
+    a state_dict of only the cached rows."""
+    spec = FusedOptimSpec(optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=0.1)
+    straight, _ = shard("ssd_virtual_table", pathlib.Path(root) / "s", spec)
+    first, _ = shard("ssd_virtual_table", pathlib.Path(root) / "f", spec)
+    again, _ = shard("ssd_virtual_table", pathlib.Path(root) / "a", spec)
+    outs = []
+    for step, (ids, lengths, coefficients) in enumerate(stream()):
+        if step == 3:
+            state = first.state_dict()
+            assert state["dynamic_tables.tables.raw.tier.0.ids"].numel() > CAPACITY
+            again.load_state_dict(state)
+        kjt = KeyedJaggedTensor(["f"], ids, lengths=lengths)
+        for module in (straight, first if step < 3 else again):
+            out = module(kjt).wait().values()
+            (out * coefficients).sum().backward()
+            outs.append(out.detach())
+    with pytest.raises(NotImplementedError, match=r"raw-id tier tables \['raw'\]"):
+        again.fused_optimizer.state_dict()
+    return [(outs[i], outs[i + 1]) for i in range(0, len(outs), 2)]
+
+
+def test_plain_state_dict_resumes_bit_for_bit(pool_factory, tmp_path: pathlib.Path) -> None:  # type: ignore[no-untyped-def]
+    for a, b in pool_factory(1).run(resume_plain, str(tmp_path))[0]:
+        assert torch.equal(a, b)
+
+
+def train_row_wise(ctx: RankContext, store: str) -> dict[str, torch.Tensor]:
+    """The table row_wise over both ranks (`ssd_virtual_table`): each rank's part caches
+    the ids its hash routes to it in its 8 rows; returns its store's ids and rows."""
+    spec = FusedOptimSpec(optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=0.1)
+    table = dataclasses.replace(raw_table(), num_embeddings=2 * CAPACITY)
+    ebc = EmbeddingBagCollection([table])
+    plan = construct_module_sharding_plan(
+        ebc, {"raw": row_wise(compute_kernel="ssd_virtual_table")}, world_size=2
+    )
+    plan["raw"] = dataclasses.replace(
+        plan["raw"], key_value_params=KeyValueParams(ssd_storage_directory=store)
+    )
+    sharder = EmbeddingBagCollectionSharder(fused_params=spec.to_fused_params())
+    sharded = sharder.shard(ebc, plan, ShardingEnv.from_process_group(ctx.pg))
+    for step in range(STEPS):
+        ids, lengths, coefficients = rank_batch(ctx.rank, step)
+        out = sharded(KeyedJaggedTensor(["f"], ids, lengths=lengths)).wait().values()
+        (out * coefficients).sum().backward()
+    cache = sharded.dynamic_tables.table("raw").cache
+    assert cache is not None and cache.slots == CAPACITY  # this rank's row block
+    ids = store_ids(cache)
+    return {"ids": ids, "rows": torch.from_numpy(cache.store.read(ids.numpy()))}
+
+
+def test_row_wise_matches_in_memory(pool_factory, tmp_path: pathlib.Path) -> None:  # type: ignore[no-untyped-def]
+    got = pool_factory(2).run(train_row_wise, str(tmp_path))
+    assert all(part["ids"].numel() > 0 for part in got)  # both parts hold ids
+    assert not set(got[0]["ids"].tolist()) & set(got[1]["ids"].tolist())
+    keys, order = torch.sort(torch.cat([part["ids"] for part in got]))
+    rows = torch.cat([part["rows"] for part in got])[order]
+    spec = FusedOptimSpec(optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=0.1)
+    table = dataclasses.replace(raw_table(), num_embeddings=2 * CAPACITY)
+    weight = initial_rows(
+        keys,
+        DIM,
+        seed=table_seed(3, "raw"),
+        low=table.get_weight_init_min(),
+        high=table.get_weight_init_max(),
+    )
+    memory = BatchedFusedEmbeddingBag(
+        [FusedTableSpec(name="raw", num_rows=keys.numel(), dim=DIM, weight=weight)], spec
+    )
+    for step in range(STEPS):
+        parts = [rank_batch(r, step) for r in range(2)]
+        ids = torch.cat([p[0] for p in parts])
+        lengths = torch.cat([p[1] for p in parts])
+        offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
+        out = memory(torch.searchsorted(keys, ids), offsets)
+        (out * torch.cat([p[2] for p in parts])).sum().backward()
+    assert_close(rows[:, :DIM], memory.split_embedding_weights()[0].detach())
+    assert_close(rows[:, DIM], memory.optimizer_state()["momentum1"])

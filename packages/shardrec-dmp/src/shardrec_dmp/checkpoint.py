@@ -30,7 +30,7 @@ from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
-from shardrec_collectives import ShardingEnv, all_gather_object, barrier
+from shardrec_collectives import ShardingEnv, agree_on_error, all_gather_object, barrier
 from shardrec_dmp.checkpoint_dynamic import apply_moves, plan_moves, strip_moved
 from shardrec_dmp.checkpoint_files import (
     MANIFEST,
@@ -54,6 +54,7 @@ from shardrec_dmp.checkpoint_tiered import (
     flush_tiered,
     refuse_store_dir,
 )
+from shardrec_dmp.checkpoint_virtual import restore_virtual_tiers, strip_tiers
 from shardrec_dmp.model_parallel import DistributedModelParallel
 from shardrec_tiered.checkpoint import streaming_state_dict
 
@@ -148,7 +149,12 @@ def save(
     env: ShardingEnv = model.env
     final = os.fspath(path)
     partial = final + ".partial"
-    check_checkpoint_path(final, model)
+    overlap: ValueError | None = None
+    try:
+        check_checkpoint_path(final, model)  # a store of this rank's (others may have none)
+    except ValueError as err:
+        overlap = err
+    agree_on_error(env, overlap)
     flush_tiered(model)  # a full disk fails here, every rank, before anything is written
     if env.rank == 0 and os.path.exists(partial):
         shutil.rmtree(partial)  # left by an earlier crashed save
@@ -309,6 +315,8 @@ def load(
     shapes = _shapes(metadata)
     moves = plan_moves(model, meta, shapes, checkpoint, evict_to_fit=evict_to_fit)
     loadable = strip_moved(state, moves) if moves else state
+    # Raw-id tiers' entries hold the saved number of ids: read afterwards (checkpoint_virtual).
+    loadable = strip_tiers(loadable, model)
     pruned = _prune(loadable)
     assert isinstance(pruned, dict)
     reader = SafeReader(checkpoint, metadata, None if files is None else set(files))
@@ -322,7 +330,7 @@ def load(
         raise
     _merge(loadable, pruned)
     if moves:
-        loadable = _refill(loadable, state)
+        loadable = strip_tiers(_refill(loadable, state), model)
     loaded = loadable["model"]
     assert isinstance(loaded, Mapping)
     model.load_state_dict(loaded)
@@ -339,6 +347,12 @@ def load(
             SafeReader(checkpoint, metadata, None if files is None else set(files)),
             evict_to_fit=evict_to_fit,
         )
+    restore_virtual_tiers(
+        model,
+        shapes,
+        SafeReader(checkpoint, metadata, None if files is None else set(files)),
+        checkpoint,
+    )
 
 
 def _shapes(metadata: object) -> dict[str, tuple[int, ...]]:

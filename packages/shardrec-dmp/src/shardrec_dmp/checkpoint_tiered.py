@@ -38,7 +38,7 @@ from shardrec_dmp.checkpoint_files import MANIFEST, CheckpointError
 from shardrec_dmp.checkpoint_io import SafePlanner
 from shardrec_dmp.model_parallel import DistributedModelParallel
 from shardrec_tiered import TieredFusedEmbeddingBag
-from shardrec_tiered.checkpoint import StoreSlice
+from shardrec_tiered.checkpoint import StreamedTensor
 from shardrec_tiered.layout import MAGIC
 
 __all__ = [
@@ -56,7 +56,7 @@ class TieredSavePlanner(DefaultSavePlanner):
 
     def resolve_data(self, write_item: WriteItem) -> Any:
         obj = self.state_dict.get(write_item.index.fqn)
-        if isinstance(obj, StoreSlice):
+        if isinstance(obj, StreamedTensor):
             chunk = write_item.tensor_data.chunk  # type: ignore[union-attr]  # a tensor item
             return obj.read_chunk(chunk.offsets, chunk.sizes)
         return super().resolve_data(write_item)
@@ -85,14 +85,14 @@ class TieredLoadPlanner(SafePlanner):
 
     def resolve_tensor(self, read_item: ReadItem) -> Tensor:
         obj = self.state_dict.get(read_item.dest_index.fqn)
-        if isinstance(obj, StoreSlice):
+        if isinstance(obj, StreamedTensor):
             return torch.empty(tuple(read_item.lengths), dtype=obj.dtype)
         result: Tensor = super().resolve_tensor(read_item)
         return result
 
     def commit_tensor(self, read_item: ReadItem, tensor: Tensor) -> None:
         obj = self.state_dict.get(read_item.dest_index.fqn)
-        if isinstance(obj, StoreSlice):
+        if isinstance(obj, StreamedTensor):
             base = read_item.dest_index.offset
             assert base is not None
             offsets = [int(a) + int(b) for a, b in zip(base, read_item.dest_offsets, strict=True)]
@@ -101,7 +101,7 @@ class TieredLoadPlanner(SafePlanner):
         super().commit_tensor(read_item, tensor)
 
 
-def _slices_in(tree: object) -> Iterator[tuple[Any, Any, StoreSlice]]:
+def _slices_in(tree: object) -> Iterator[tuple[Any, Any, StreamedTensor]]:
     """(container, key, slice) of every StoreSlice in nested dicts and lists."""
     items = (
         tree.items()
@@ -111,7 +111,7 @@ def _slices_in(tree: object) -> Iterator[tuple[Any, Any, StoreSlice]]:
         else ()
     )
     for key, value in items:
-        if isinstance(value, StoreSlice):
+        if isinstance(value, StreamedTensor):
             yield tree, key, value
         else:
             yield from _slices_in(value)
@@ -134,6 +134,9 @@ def flush_tiered(model: DistributedModelParallel) -> None:
     try:
         for module in tiered_modules(model):
             module.flush()
+        from shardrec_dmp.checkpoint_virtual import flush_virtual  # it imports this module
+
+        flush_virtual(model)
     except OSError as err:
         error = err
     agree_on_error(model.env, error)
@@ -144,6 +147,11 @@ def _store_dirs(model: DistributedModelParallel) -> list[str]:
     paths = [
         getattr(cache.store, "path", None) for m in tiered_modules(model) for cache in m.caches
     ]
+    from shardrec_dmp.checkpoint_virtual import virtual_tiers  # it imports this module
+
+    for _, part in virtual_tiers(model):  # a raw-id tier's RocksDB directory
+        if part.cache is not None:
+            paths.append(getattr(getattr(part.cache.store, "kv", None), "path", None))
     return sorted({os.path.dirname(os.path.realpath(p)) for p in paths if isinstance(p, str)})
 
 

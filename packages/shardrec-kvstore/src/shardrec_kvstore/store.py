@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -52,6 +53,13 @@ def encode_keys(ids: np.ndarray) -> list[bytes]:
     ordered = np.ascontiguousarray(ids, dtype=np.int64).view(np.uint64) ^ _SIGN
     keys: list[bytes] = ordered.astype(">u8").view("V8").tolist()
     return keys
+
+
+def decode_keys(keys: list[bytes]) -> np.ndarray:
+    """The int64 ids of 8-byte keys (`encode_keys` undone)."""
+    ordered = np.frombuffer(b"".join(keys), dtype=">u8").astype(np.uint64)
+    ids: np.ndarray = (ordered ^ _SIGN).view(np.int64)
+    return ids
 
 
 class RocksRowStore:
@@ -195,6 +203,25 @@ class RocksRowStore:
         for key in encode_keys(ids):
             batch.delete(key)
         self._db.write(batch, self._write)
+
+    def ids(self, chunk: int = 1 << 16) -> Iterator[np.ndarray]:
+        """Every id the store holds, in key order (negatives first), `chunk` at a time:
+        one pass of a RocksDB iterator over the keys (the rows are not read)."""
+        keys: list[bytes] = []
+        for key in self._db.keys():  # noqa: SIM118  # an Rdict is not iterable
+            if not isinstance(key, bytes) or len(key) != 8:  # the layout header
+                continue
+            keys.append(key)
+            if len(keys) == chunk:
+                yield decode_keys(keys)
+                keys = []
+        if keys:
+            yield decode_keys(keys)
+
+    def clear(self) -> None:
+        """Forget every row (the layout header stays)."""
+        for chunk in list(self.ids()):
+            self.delete(chunk)
 
     def flush(self) -> None:
         """Move the memtable to a table file on disk (the store keeps no write-ahead log)."""

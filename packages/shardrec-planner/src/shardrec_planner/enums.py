@@ -86,13 +86,15 @@ VIRTUAL_TABLE_KERNELS: frozenset[EmbeddingComputeKernel] = frozenset(
     {EmbeddingComputeKernel.SSD_VIRTUAL_TABLE, EmbeddingComputeKernel.DRAM_VIRTUAL_TABLE}
 )
 """Among them, the raw-id tier kernels a hand-written plan may name for a table placed
-table_wise (a dynamic table's rows behind a cache: `kernel_choice.runs_virtual_tiered`); the
+table_wise or row_wise (a dynamic table's rows behind a cache:
+`kernel_choice.runs_virtual_tiered`); the
 planner's search still never picks them."""
 
 
 def executable_kernel(value: str, what: str, *, table_wise: bool = False) -> EmbeddingComputeKernel:
     """`value` as a kernel shardrec runs; a TorchRec-only kernel is refused with the fix.
-    `table_wise`: the entry places its table table_wise (a virtual-table kernel may run)."""
+    `table_wise`: the entry places its table table_wise or row_wise (a virtual-table kernel
+    may run)."""
     kernel = EmbeddingComputeKernel(value)
     if kernel in TORCHREC_ONLY_KERNELS and not (table_wise and kernel in VIRTUAL_TABLE_KERNELS):
         raise ValueError(
@@ -100,6 +102,6 @@ def executable_kernel(value: str, what: str, *, table_wise: bool = False) -> Emb
             "execute (no SSD / parameter-server store, quantized kernels are planned as "
             "'dense'); use 'fused' ('fused_uvm', 'fused_uvm_caching' and 'key_value' also run "
             "as 'fused'; 'ssd_virtual_table' and 'dram_virtual_table' run a dynamic table "
-            "placed table_wise)"
+            "placed table_wise or row_wise)"
         )
     return kernel

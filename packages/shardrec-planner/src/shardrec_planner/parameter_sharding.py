@@ -53,7 +53,7 @@ class ParameterSharding:
         kernel = executable_kernel(
             self.compute_kernel,
             "ParameterSharding",
-            table_wise=self.sharding_type is ShardingType.TABLE_WISE,
+            table_wise=self.sharding_type in (ShardingType.TABLE_WISE, ShardingType.ROW_WISE),
         )
         object.__setattr__(self, "compute_kernel", kernel)
         given: object = self.ranks

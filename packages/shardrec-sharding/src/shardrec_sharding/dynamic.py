@@ -450,6 +450,10 @@ class _DynamicMixin:
         out = compute()
         if self.training:
             hold_until_backward([(dyn.table(n).in_flight, s) for n, s in steps], out)
+            for name, step in steps:  # raw-id tiers: the batch's cache pins (virtual_tier.py)
+                computed = getattr(dyn.table(name), "computed", None)
+                if computed is not None:
+                    computed(step, out)
         return out
 
 

@@ -14,7 +14,7 @@ from torch.distributed._shard.sharded_tensor.api import ShardedTensor
 
 from shardrec_optim import CombinedOptimizer, KeyedOptimizer
 from shardrec_sharding.state_dict import ShardedStateDict
-from shardrec_tiered.checkpoint import StoreSlice
+from shardrec_tiered.checkpoint import StoreSlice, is_streaming
 
 __all__ = ["ShardedFusedOptimizer"]
 
@@ -36,8 +36,16 @@ class ShardedFusedOptimizer(CombinedOptimizer):
     ) -> None:
         super().__init__(list(optims))
         self._tables = tables
+        self._raw_id_tiers = tables.raw_id_tiers()
 
     def state_dict(self) -> dict[str, object]:
+        if self._raw_id_tiers and not is_streaming():
+            raise NotImplementedError(
+                f"fused_optimizer.state_dict() of a collection with raw-id tier tables "
+                f"{self._raw_id_tiers} (ssd_virtual_table / dram_virtual_table): it would hold "
+                "only the cached rows' state; the whole table's optimizer state is in the "
+                "module's state_dict (tier.<rank>.rows): checkpoint with shardrec_dmp.save"
+            )
         out = super().state_dict()
         state = out["state"]
         assert isinstance(state, dict)

@@ -47,6 +47,12 @@ class ShardedStateDict:
             t.name: t.local(env.rank) for t in self._tables
         }
 
+    def raw_id_tiers(self) -> list[str]:
+        """The tables planned ssd_virtual_table / dram_virtual_table (virtual_tier.py)."""
+        from shardrec_planner.kernel_choice import runs_virtual_tiered
+
+        return [t.name for t in self._tables if runs_virtual_tiered(t.sharding)]
+
     def _key(self, prefix: str, table: str) -> str:
         return f"{prefix}{self._attr}.{table}.weight"
 

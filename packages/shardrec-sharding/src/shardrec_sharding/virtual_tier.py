@@ -1,13 +1,16 @@
 """Dynamic tables planned `ssd_virtual_table` / `dram_virtual_table`: the raw-id tier, sharded.
 
-A dynamic table placed table_wise already has its raw ids routed to its owner, whose id map
-gives them slots of an ordinary fused table of `capacity` rows (dynamic.py). With a
-virtual-table kernel the owner's map is a `RowCache` over those very rows instead
-(`TieredShardedDynamicTable`): the fused table's `capacity` rows are the cache, a store holds
-every id's row and optimizer state (RocksDB on disk, or RAM), evicted rows are written back,
-an id that returns reads its row back, an id never seen starts from its initial row (a pure
-function of the id, `shardrec_tiered.initial_rows`). Nothing is rejected or reset, so the
-lookup, the fused optimizer and the output path are unchanged. docs/tiered.md.
+A dynamic table placed table_wise (or row_wise: one part per rank, each with its own cache and
+store) already has its raw ids routed to their owner part, whose id map gives them slots of an
+ordinary fused table of `capacity` rows (dynamic.py). With a virtual-table kernel the owner's
+map is a `RowCache` over those very rows instead (`TieredShardedDynamicTable`): the fused
+table's `capacity` rows are the cache, a store holds every id's row and optimizer state
+(RocksDB on disk, or RAM), evicted rows are written back, an id that returns reads its row
+back, an id never seen starts from its initial row (a pure function of the id,
+`shardrec_tiered.initial_rows`). Nothing is rejected or reset, so the lookup, the fused
+optimizer and the output path are unchanged. Checkpoints: every stored id's row
+(`shardrec_tiered.raw_checkpoint`); in-flight batches pin their rows (`_CacheMap`).
+docs/tiered.md.
 """
 
 from __future__ import annotations
@@ -21,13 +24,14 @@ from torch import Tensor, nn
 
 from shardrec_embedding import BaseEmbeddingConfig
 from shardrec_embedding.dynamic import DynamicTable, DynamicTables, IdSlotMap
+from shardrec_embedding.dynamic.in_flight import Hold
 from shardrec_embedding.dynamic.reset import table_seed
 from shardrec_embedding.fused import BatchedFusedEmbeddingBag
 from shardrec_optim import state_shapes
 from shardrec_planner import EmbeddingComputeKernel, ParameterSharding
 from shardrec_planner.cache_params import CacheAlgorithm
 from shardrec_planner.kernel_choice import runs_virtual_tiered
-from shardrec_sharding.dynamic import ShardedDynamicTable
+from shardrec_sharding.dynamic import ShardedDynamicTable, owner_part
 from shardrec_sharding.layout import TableSharding
 from shardrec_tiered import (
     CachePolicy,
@@ -38,25 +42,70 @@ from shardrec_tiered import (
     StoreLayout,
     default_store_dir,
 )
+from shardrec_tiered.raw_checkpoint import load_rows, tier_entries, tier_parts
 
-__all__ = ["TieredShardedDynamicTable", "attach_virtual_tiers", "part_class", "virtual_store"]
+__all__ = [
+    "TieredShardedDynamicTable",
+    "attach_virtual_tiers",
+    "owns",
+    "part_class",
+    "virtual_store",
+]
 
 
 class _CacheMap(DynamicTable):
-    """A `DynamicTable` whose local id -> slot step is a row cache's `admit`."""
+    """A `DynamicTable` whose local id -> slot step is a row cache's `admit`.
+
+    In-flight batches: a training map pins its slots in the cache (a train pipeline maps
+    batch i+1 before batch i's backward, which must find batch i's rows where it looked them
+    up); the lookup of the batch (`computed`) hands the pins to its outputs, released by their
+    backward (or when their graph is freed; at once when nothing requires grad)."""
 
     cache: RowCache | None = None
 
     def map_ids(self, ids: Tensor, *, training: bool) -> Tensor:
         if self.cache is None:
             raise RuntimeError(f"table {self.name!r}: its raw-id tier has no cache attached")
+        if training:
+            self._counters["steps"] += 1  # the batch's step: its lookup finds its pins by it
         if ids.numel() == 0:
             return torch.empty(0, dtype=torch.int64)
         unique, inverse = torch.unique(ids, return_inverse=True)
-        slots = self.cache.admit(unique, pin=False)
+        slots = self.cache.admit(unique, pin=training)
         if training:
             self.cache.mark_dirty(slots)  # the backward of this batch updates them
+            self._pins()[self._counters["steps"]] = slots
         return slots[inverse]
+
+    def _pins(self) -> dict[int, Tensor]:
+        """Step -> the cache slots its mapped batch pinned (until its lookup's backward)."""
+        pins: dict[int, Tensor] = self.__dict__.setdefault("_tier_pins", {})
+        return pins
+
+    def computed(self, step: int, outputs: Sequence[Tensor]) -> None:
+        """The training lookup of the batch mapped at `step` ran: its pins last until the
+        backward through `outputs` (class docstring)."""
+        pins = self._pins().pop(step, None)
+        cache = self.cache
+        if pins is None or cache is None:
+            return
+        nodes = [t.grad_fn for t in outputs if t.requires_grad and t.grad_fn is not None]
+        if not nodes:
+            cache.unpin(pins)
+            return
+        hold = Hold(lambda: cache.unpin(pins))
+
+        def release(*_: object) -> None:
+            hold.release()
+
+        for node in nodes:
+            node.register_hook(release)
+
+    def release_tier_pins(self) -> None:
+        """Unpin every mapped batch whose lookup has not run (batches a pipeline dropped)."""
+        pins = self._pins()
+        while pins and self.cache is not None:
+            self.cache.unpin(pins.popitem()[1])
 
 
 class TieredShardedDynamicTable(ShardedDynamicTable, _CacheMap):
@@ -90,19 +139,21 @@ def attach_virtual_tiers(
                 "already holds ids in memory; shard it before training (a raw-id tier starts "
                 "from its store)"
             )
-        _refuse_state_dict(part, t.name)
-        if t.name in table_modules:
-            _refuse_state_dict(table_modules[t.name], t.name)
+        _checkpoint_hooks(part, rank)
         found = lookups_of(t.name)
         if not found:
             continue  # another rank owns the table
         module, row = found[0]
-        part.cache = _cache(t, module, row, rank)
+        part.cache = _cache(t, module, row, rank, part.capacity)
 
 
-def _cache(t: TableSharding, module: BatchedFusedEmbeddingBag, row: int, rank: int) -> RowCache:
+def _cache(
+    t: TableSharding, module: BatchedFusedEmbeddingBag, row: int, rank: int, rows: int
+) -> RowCache:
+    """The cache of this rank's part of `t`: its `rows` local slots (a row_wise table: this
+    rank's row block) over the part's rows in `module` from `row`."""
     config: BaseEmbeddingConfig = t.config
-    rows, dim = config.num_embeddings, config.embedding_dim
+    dim = config.embedding_dim
     index = [s.name for s in module.table_specs].index(t.name)
     weight = module.split_embedding_weights()[index].detach()
     state = {k: v[row : row + rows] for k, v in module.optimizer_state().items()}
@@ -125,16 +176,34 @@ def _cache(t: TableSharding, module: BatchedFusedEmbeddingBag, row: int, rank: i
     return RowCache(store, weight, state, policy, IdSlotMap(buckets))
 
 
-def _refuse_state_dict(module: nn.Module, table: str) -> None:
-    def refuse(*_: object) -> None:
-        raise NotImplementedError(
-            f"table {table!r} runs the raw-id tier (ssd_virtual_table / dram_virtual_table): "
-            "checkpoints of tiered tables are not built yet (docs/tiered.md); a state_dict "
-            "holding only the cached rows would be silently incomplete"
-        )
+def _checkpoint_hooks(part: TieredShardedDynamicTable, rank: int) -> None:
+    """`part`'s state_dict holds every id its store keeps, with rows and optimizer state
+    (`shardrec_tiered.raw_checkpoint`); a plain `load_state_dict` of such entries replaces
+    the store's content (`shardrec_dmp.load` streams them instead: checkpoint_virtual)."""
 
-    module._register_state_dict_hook(refuse)  # type: ignore[no-untyped-call]  # torch leaves it untyped
-    module._register_load_state_dict_pre_hook(refuse)  # type: ignore[no-untyped-call]  # torch leaves it untyped
+    def save(module: nn.Module, state: dict[str, object], prefix: str, *_: object) -> None:
+        if part.cache is not None:
+            state.update(tier_entries(part.cache, prefix, rank))
+
+    def load(state: dict[str, object], prefix: str, *_: object) -> None:
+        parts = [(ids[mine], rows[mine]) for ids, rows in tier_parts(state, prefix, part.name)
+                 for mine in [owns(part, ids)]]  # fmt: skip
+        if parts and part.cache is not None:
+            load_rows(part.cache, parts)
+
+    part._register_state_dict_hook(save)  # type: ignore[no-untyped-call]  # torch leaves it untyped
+    part._register_load_state_dict_pre_hook(load)  # type: ignore[no-untyped-call]  # torch leaves it untyped
+
+
+def owns(part: ShardedDynamicTable, ids: Tensor) -> Tensor:
+    """Which raw `ids` this rank's part of the table owns (routing hash; all: table_wise)."""
+    routing = part.routing
+    rank = part.env.rank
+    if rank not in routing.owners:
+        return torch.zeros(ids.numel(), dtype=torch.bool)
+    if len(routing.owners) == 1:
+        return torch.ones(ids.numel(), dtype=torch.bool)
+    return owner_part(ids, len(routing.owners)) == routing.owners.index(rank)
 
 
 def virtual_store(

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CHUNK_BYTES",
     "StoreSlice",
+    "StreamedTensor",
     "TieredFusedOptimizer",
     "is_streaming",
     "streaming_state_dict",
@@ -78,12 +79,65 @@ class _Piece:
     offsets: tuple[int, ...]
 
 
-class StoreSlice:
+class StreamedTensor:
+    """A stand-in for a tensor in a streaming state_dict: DCP saves its `chunks()` one at a
+    time (`read_chunk`) and loads into it a piece at a time (`write_region`), through the
+    planners of shardrec_dmp.checkpoint_tiered. `size()`: the global tensor's."""
+
+    dtype = torch.float32
+
+    def size(self) -> torch.Size:
+        raise NotImplementedError
+
+    def chunks(self) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+        """`(global offsets, sizes)` of each chunk DCP saves."""
+        raise NotImplementedError
+
+    def read_chunk(self, offsets: Sequence[int], sizes: Sequence[int]) -> Tensor:
+        raise NotImplementedError
+
+    def write_region(self, offsets: Sequence[int], value: Tensor) -> None:
+        raise NotImplementedError
+
+    def __deepcopy__(self, memo: dict[int, object]) -> StreamedTensor:
+        return self  # a reference to a store, as a tensor view refers to its storage
+
+    def __create_write_items__(self, fqn: str, obj: object) -> list[Any]:
+        from torch.distributed.checkpoint.metadata import (
+            ChunkStorageMetadata,
+            MetadataIndex,
+            TensorProperties,
+        )
+        from torch.distributed.checkpoint.planner import TensorWriteData, WriteItem, WriteItemType
+
+        return [
+            WriteItem(
+                index=MetadataIndex(fqn, torch.Size(offsets)),
+                type=WriteItemType.SHARD,
+                tensor_data=TensorWriteData(
+                    chunk=ChunkStorageMetadata(
+                        offsets=torch.Size(offsets), sizes=torch.Size(sizes)
+                    ),
+                    properties=TensorProperties(dtype=self.dtype),
+                    size=self.size(),
+                ),
+            )
+            for offsets, sizes in self.chunks()
+        ]
+
+    def __create_chunk_list__(self) -> list[Any]:
+        from torch.distributed.checkpoint.metadata import ChunkStorageMetadata
+
+        return [
+            ChunkStorageMetadata(offsets=torch.Size(o), sizes=torch.Size(s))
+            for o, s in self.chunks()
+        ]
+
+
+class StoreSlice(StreamedTensor):
     """Columns of every row of one tiered table's store, standing in for a tensor in a
     streaming state_dict (module docstring). `shape`: the local tensor's; `size()`: the global
     one (DCP compares it with the saved size)."""
-
-    dtype = torch.float32
 
     def __init__(
         self,
@@ -154,9 +208,6 @@ class StoreSlice:
             and [(p.col, p.width) for p in other.pieces] == [(p.col, p.width) for p in self.pieces]
         )
 
-    def __deepcopy__(self, memo: dict[int, object]) -> StoreSlice:
-        return self  # a reference to a store, as a tensor view refers to its storage
-
     def __repr__(self) -> str:
         name = self.owner.table_specs[self.table].name
         return f"StoreSlice({name!r}, shape={tuple(self.shape)}, size={tuple(self.size())})"
@@ -206,37 +257,6 @@ class StoreSlice:
                 sizes = (n,) if self.vector else (n, p.width)
                 out.append((offsets, sizes))
         return out
-
-    def __create_write_items__(self, fqn: str, obj: object) -> list[Any]:
-        from torch.distributed.checkpoint.metadata import (
-            ChunkStorageMetadata,
-            MetadataIndex,
-            TensorProperties,
-        )
-        from torch.distributed.checkpoint.planner import TensorWriteData, WriteItem, WriteItemType
-
-        return [
-            WriteItem(
-                index=MetadataIndex(fqn, torch.Size(offsets)),
-                type=WriteItemType.SHARD,
-                tensor_data=TensorWriteData(
-                    chunk=ChunkStorageMetadata(
-                        offsets=torch.Size(offsets), sizes=torch.Size(sizes)
-                    ),
-                    properties=TensorProperties(dtype=self.dtype),
-                    size=self.global_size,
-                ),
-            )
-            for offsets, sizes in self.chunks()
-        ]
-
-    def __create_chunk_list__(self) -> list[Any]:
-        from torch.distributed.checkpoint.metadata import ChunkStorageMetadata
-
-        return [
-            ChunkStorageMetadata(offsets=torch.Size(o), sizes=torch.Size(s))
-            for o, s in self.chunks()
-        ]
 
     def _locate(self, offsets: Sequence[int], sizes: Sequence[int]) -> tuple[_Piece, int, int]:
         """The piece holding the global box `offsets`/`sizes`: (piece, first local row, first

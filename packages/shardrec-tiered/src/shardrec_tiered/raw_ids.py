@@ -17,12 +17,12 @@ from, and an in-memory reference reproduces every row exactly.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from collections.abc import Callable, Iterator, Mapping
+from typing import Protocol
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from shardrec_embedding.configs import EmbeddingBagConfig
 from shardrec_embedding.dynamic import AdmissionPolicy, EvictionPolicy, IdMapBackend, IdSlotMap
@@ -30,6 +30,7 @@ from shardrec_embedding.dynamic.reset import table_seed, uniform_rows
 from shardrec_embedding.fused.tables import FusedTableSpec
 from shardrec_optim import FusedOptimSpec
 from shardrec_tiered.cache import RowCache
+from shardrec_tiered.checkpoint import TieredFusedOptimizer
 from shardrec_tiered.layout import StoreLayout
 from shardrec_tiered.lookup import TieredFusedEmbeddingBag, _Pins
 from shardrec_tiered.options import TieredOptions
@@ -55,6 +56,14 @@ class KeyValueRows(Protocol):
         ...
 
     def put(self, ids: np.ndarray, rows: np.ndarray) -> None: ...
+
+    def ids(self, chunk: int = ...) -> Iterator[np.ndarray]:
+        """Every id held, `chunk` at a time (a checkpoint's save iterates them)."""
+        ...
+
+    def clear(self) -> None:
+        """Forget every row (a checkpoint's load replaces them)."""
+        ...
 
     def flush(self) -> None: ...
 
@@ -83,6 +92,14 @@ class MemoryRows:
         for key, row in zip(ids.tolist(), np.array(rows, dtype=np.float32), strict=True):
             self.rows[key] = row
         self.bytes_written += rows.size * 4
+
+    def ids(self, chunk: int = 1 << 16) -> Iterator[np.ndarray]:
+        keys = np.array(sorted(self.rows), dtype=np.int64)
+        for lo in range(0, keys.size, chunk):
+            yield keys[lo : lo + chunk]
+
+    def clear(self) -> None:
+        self.rows.clear()
 
     def flush(self) -> None:
         pass
@@ -183,12 +200,11 @@ class RawIdTieredEmbeddingBag(TieredFusedEmbeddingBag):
         self.caches[0].map = IdSlotMap(
             1 << max(1, (2 * slots - 1).bit_length()), backend=self._backend
         )
-        # Before the tables' own hooks run: its rows have no range to save or load by.
-        self.register_state_dict_pre_hook(_refuse_checkpoint)  # type: ignore[no-untyped-call]  # torch leaves it untyped
+        # Its rows have no range: the table's state is every stored id (raw_checkpoint.py).
+        from shardrec_tiered.raw_checkpoint import RawIdTable  # it imports this module
 
-    def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
-        """Refused (`_refuse_checkpoint`); runs before the tables' own loads."""
-        _refuse_checkpoint()
+        self.tables = nn.ModuleDict({table.name: RawIdTable(self)})
+        self._optimizer = _RawIdOptimizer(self, self.spec)
 
     def _open_store(
         self, table: FusedTableSpec, layout: StoreLayout, options: TieredOptions
@@ -241,13 +257,22 @@ class RawIdTieredEmbeddingBag(TieredFusedEmbeddingBag):
         )
 
 
-def _refuse_checkpoint(*_: object) -> None:
-    """A raw-id table's rows are keyed by id, not by a row range: no state_dict entry holds
-    them yet, and one without them would be a silently incomplete checkpoint."""
-    raise NotImplementedError(
-        "a raw-id tiered table (RawIdTieredEmbeddingBag) has no checkpoint yet (docs/tiered.md); "
-        "read its rows with read_rows(ids)"
-    )
+class _RawIdOptimizer(TieredFusedOptimizer):
+    """The fused optimizer view of a raw-id table: its learning rate; no state_dict of its
+    own (the state of every id is in the module's state_dict, beside the id's weight)."""
+
+    def state_dict(self) -> dict[str, object]:
+        raise NotImplementedError(_OPTIMIZER_STATE)
+
+    def load_state_dict(self, state_dict: Mapping[str, object]) -> None:
+        raise NotImplementedError(_OPTIMIZER_STATE)
+
+
+_OPTIMIZER_STATE = (
+    "a raw-id tiered table's optimizer state is saved with each id's row in the module's "
+    "state_dict (tables.<name>.tier.<rank>.rows, and .step): checkpoint the module; "
+    "fused_optimizer.state_dict() has no row range to hold it by"
+)
 
 
 def _check_table(table: EmbeddingBagConfig) -> None:
