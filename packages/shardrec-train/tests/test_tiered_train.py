@@ -278,3 +278,34 @@ def test_tiered_run_resumes_from_its_checkpoint(tmp_path: pathlib.Path) -> None:
     want = json.loads((full / "history.json").read_text())
     assert got["train_loss"] == want["train_loss"] and got["evals"] == want["evals"]
     assert "tiered_tables" in json.loads((crashed / "summary.json").read_text())
+
+
+@pytest.mark.slow
+def test_planner_tiers_tables_that_do_not_fit_on_its_own(tmp_path: pathlib.Path) -> None:
+    """Without --tiered, a model whose tables do not fit in the ranks' memory (here a host of
+    0.01 GiB) gets tables placed on the disk tier by the planner, and trains exactly as the
+    same run in memory."""
+    common = [
+        *TIERED_DATA,
+        "--dataset-option",
+        "num_embeddings=200000",
+        "--nproc-per-node",
+        "1",
+        "--max-steps",
+        "8",
+    ]
+    auto_out, plain_out = tmp_path / "auto", tmp_path / "plain"
+    auto = run_shardrec(["train", *common, "--host-memory-gib", "0.01", "--out", str(auto_out)])
+    assert auto.returncode == 0, auto.stderr[-3000:]
+    assert "disk tier (largest per-rank store total" in auto.stdout
+    assert "kernel key_value runs tiered" in auto.stdout
+    tiered = json.loads((auto_out / "summary.json").read_text())["tiered_tables"]
+    assert tiered and all(s["hits"] + s["misses"] > 0 for s in tiered.values())
+    assert sorted(p.parent.name for p in auto_out.rglob("*.tier")) == ["rank-0"] * len(tiered)
+
+    plain = run_shardrec(["train", *common, "--out", str(plain_out)])
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    assert "disk tier" not in plain.stdout and "tiered tables" not in plain.stdout
+    got = json.loads((auto_out / "history.json").read_text())
+    want = json.loads((plain_out / "history.json").read_text())
+    assert got["train_loss"] == want["train_loss"] and got["evals"] == want["evals"]

@@ -41,7 +41,13 @@ from shardrec_sharding import EmbeddingBagCollectionSharder
 from shardrec_train.dynamic import HashTrick, dynamic_table_configs
 from shardrec_train.options import TrainOptions
 from shardrec_train.sharding import forced_generators
-from shardrec_train.tiered import place_in_tier, tier_constraints, tiered_names
+from shardrec_train.tiered import (
+    auto_tier,
+    place_in_tier,
+    store_dir,
+    tier_constraints,
+    tiered_names,
+)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -177,6 +183,11 @@ def make_plan(
         ),
         batch_size=opts.batch_size,
         constraints=tier_constraints(opts, tables),  # --tiered (shardrec_train.tiered)
+        # Tables that do not fit in the ranks' memory go to the disk tier on their own (cpu;
+        # raw-id tables have no dense tier): the planner keeps every table in memory while
+        # the model fits, so a run that fits plans as before.
+        auto_tier=auto_tier(opts, device),
+        tier_store_dir=str(store_dir(opts)),
     )
     if opts.sharding_type is None:
         plan = planner.collective_plan(model, [sharder], pg)

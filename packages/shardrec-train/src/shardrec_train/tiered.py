@@ -59,6 +59,12 @@ def store_dir(opts: TrainOptions) -> pathlib.Path:
     return opts.tiered_store_dir if opts.tiered_store_dir is not None else opts.out / "tier-store"
 
 
+def auto_tier(opts: TrainOptions, device: torch.device) -> bool:
+    """Whether the planner may place tables on the disk tier on its own (when the model does
+    not fit in the ranks' memory): on cpu, for tables with dense ids (not `--raw-ids`)."""
+    return device.type == "cpu" and not opts.raw_ids
+
+
 def tiered_names(opts: TrainOptions, tables: Sequence[tuple[str, int]]) -> list[str]:
     """The tables (name, rows) `--tiered` places on disk, in table order."""
     if not opts.tiered:
