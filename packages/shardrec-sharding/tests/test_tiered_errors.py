@@ -41,7 +41,9 @@ def build(ctx: RankContext, store: str) -> torch.nn.Module:
     torch.manual_seed(3)
     ebc = EmbeddingBagCollection(
         [
-            EmbeddingBagConfig(name="disk", num_embeddings=ROWS, embedding_dim=4, feature_names=["a"]),
+            EmbeddingBagConfig(
+                name="disk", num_embeddings=ROWS, embedding_dim=4, feature_names=["a"]
+            ),
             EmbeddingBagConfig(name="ram", num_embeddings=8, embedding_dim=4, feature_names=["b"]),
         ]
     )

@@ -291,7 +291,7 @@ class ShardedCollectionBase(nn.Module, Generic[S, M]):
                     s.lookup.prefetch(
                         kjt.values(), kjt.offset_per_key(), d.key_index, background=background
                     )
-        except Exception as e:  # noqa: BLE001  # raised on every rank by the batch's compute
+        except Exception as e:  # raised on every rank by the batch's compute
             self._tier_error = self._tier_error or e
 
     def _compute_agreed(self, per_strategy: Sequence[object]) -> list[Tensor]:
@@ -308,7 +308,7 @@ class ShardedCollectionBase(nn.Module, Generic[S, M]):
         if error is None:
             try:
                 out = [s.compute(d) for s, d in zip(strategies, per_strategy, strict=True)]  # type: ignore[arg-type]  # each strategy takes its own input
-            except Exception as e:  # noqa: BLE001  # re-raised below, on every rank
+            except Exception as e:  # re-raised below, on every rank
                 error = e
         agree_on_error(self.env, error)
         return out
