@@ -4,6 +4,7 @@ The tiered table `disk` lives on rank 1 only, so its faults happen there; rank 0
 the output_dist's all-to-all. Both ranks must raise within the step: rank 1 its own error,
 rank 0 a `PeerError` quoting it (the table and the sizes).
 - a batch touching more distinct rows than rank 1's cache holds (`CacheTooSmallError`);
+- the same batch prefetched first (the error is kept and raised by its compute);
 - a failed write-back of an evicted dirty row (pwritev failing with ENOSPC, `StoreIOError`);
 and a healthy step after the refused batch still trains (the refusal left nothing behind).
 """
@@ -61,12 +62,16 @@ def build(ctx: RankContext, store: str) -> torch.nn.Module:
     return sharder.shard(ebc, plan, ShardingEnv.from_process_group(ctx.pg))
 
 
-def step(model: torch.nn.Module, ids: list[int]) -> None:
-    """One training step: the ids of `a` in one bag, one id of `b`."""
-    kjt = KeyedJaggedTensor(
+def batch(ids: list[int]) -> KeyedJaggedTensor:
+    """The ids of `a` in one bag, one id of `b`."""
+    return KeyedJaggedTensor(
         ["a", "b"], torch.tensor([*ids, 1]), lengths=torch.tensor([len(ids), 1])
     )
-    model(kjt).wait().values().sum().backward()
+
+
+def step(model: torch.nn.Module, ids: list[int]) -> None:
+    """One training step on `batch(ids)`."""
+    model(batch(ids)).wait().values().sum().backward()
 
 
 def refused(model: torch.nn.Module, ids: list[int]) -> tuple[str, str]:
@@ -82,6 +87,14 @@ def faults(ctx: RankContext, root: str) -> dict[str, tuple[str, str]]:
     # Rank 0 sends 10 distinct rows of `disk` (rank 0 only: rank 1 sends few), to 4 slots.
     out["too_small"] = refused(model, list(range(10)) if ctx.rank == 0 else [2])
     step(model, [3, 4])  # healthy again, on both ranks
+    # The same batch, prefetched first (a train pipeline's stage): its compute raises.
+    with pytest.raises(Exception) as raised:
+        kjt = batch(list(range(10)) if ctx.rank == 0 else [2])
+        dist_input = model.input_dist(kjt).wait()
+        model.prefetch(dist_input)
+        model.compute(dist_input)
+    out["prefetched"] = type(raised.value).__name__, str(raised.value)
+    step(model, [3, 4])
     real = os.pwritev
 
     def full(fd: int, buffers: list[object], offset: int) -> int:
@@ -109,6 +122,9 @@ def test_tiered_faults_raise_on_every_rank(rank_pool, tmp_path) -> None:  # type
     (kind0, msg0), (kind1, msg1) = (r["too_small"] for r in results)
     assert kind1 == "CacheTooSmallError", msg1
     assert "table 'disk'" in msg1 and "10 distinct rows" in msg1 and f"holds {SLOTS} rows" in msg1
+    assert kind0 == PeerError.__name__ and "rank 1: CacheTooSmallError: " + msg1 in msg0
+    (kind0, msg0), (kind1, msg1) = (r["prefetched"] for r in results)
+    assert kind1 == "CacheTooSmallError" and "10 distinct rows" in msg1, msg1
     assert kind0 == PeerError.__name__ and "rank 1: CacheTooSmallError: " + msg1 in msg0
     (kind0, msg0), (kind1, msg1) = (r["disk_full"] for r in results)
     assert kind1 == "StoreIOError", msg1
