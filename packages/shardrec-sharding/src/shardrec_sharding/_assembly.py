@@ -319,7 +319,9 @@ class ShardedCollectionBase(nn.Module, Generic[S, M]):
         return any(runs_tiered(t.sharding) for t in self._tables)
 
     def cancel_prefetches(self) -> None:
-        """Drop prefetched batches no compute will read (a pipeline reset)."""
+        """Drop prefetched batches no compute will read (a pipeline reset), and a failed
+        prefetch's error with them."""
+        self._tier_error = None
         for s in self._strategies:
             for m in s.lookup.tiered_modules():
                 m.cancel_prefetches()
