@@ -219,6 +219,8 @@ class ShardedCollectionBase(nn.Module, Generic[S, M]):
         # Both are untyped in torch's stubs.
         self._register_state_dict_hook(self._state.to_sharded)  # type: ignore[no-untyped-call]
         self.register_load_state_dict_pre_hook(self._state.to_local)  # type: ignore[no-untyped-call]
+        self._tiered = self.has_tiered_tables()  # the same on every rank
+        self._tier_error: Exception | None = None  # a prefetch's, raised (agreed) by compute
         self._built()
 
     @abc.abstractmethod
@@ -282,12 +284,34 @@ class ShardedCollectionBase(nn.Module, Generic[S, M]):
                 f"{self._owner}.prefetch takes what input_dist(...).wait() returned, got "
                 f"{type(dist_input).__name__}"
             )
-        for s, d in zip(self._strategies, per_strategy, strict=True):
-            if s.lookup.tiered_modules():
-                kjt = d.features
-                s.lookup.prefetch(
-                    kjt.values(), kjt.offset_per_key(), d.key_index, background=background
-                )
+        try:
+            for s, d in zip(self._strategies, per_strategy, strict=True):
+                if s.lookup.tiered_modules():
+                    kjt = d.features
+                    s.lookup.prefetch(
+                        kjt.values(), kjt.offset_per_key(), d.key_index, background=background
+                    )
+        except Exception as e:  # raised on every rank by the batch's compute
+            self._tier_error = self._tier_error or e
+
+    def _compute_agreed(self, per_strategy: Sequence[object]) -> list[Tensor]:
+        """Every strategy's local lookup. With tiered tables, an error of one rank's lookup or
+        prefetch (a batch touching more distinct rows than its cache holds, a failed
+        write-back) raises on every rank: the owner its own, the others a `PeerError` quoting
+        it, instead of their waiting in the output_dist. Costs one `(world_size,)` int32
+        all-reduce per step, and only for collections with tiered tables."""
+        strategies = self._strategies
+        if not self._tiered:
+            return [s.compute(d) for s, d in zip(strategies, per_strategy, strict=True)]  # type: ignore[arg-type]  # each strategy takes its own input
+        error, self._tier_error = self._tier_error, None
+        out: list[Tensor] = []
+        if error is None:
+            try:
+                out = [s.compute(d) for s, d in zip(strategies, per_strategy, strict=True)]  # type: ignore[arg-type]  # each strategy takes its own input
+            except Exception as e:  # re-raised below, on every rank
+                error = e
+        agree_on_error(self.env, error)
+        return out
 
     def has_tiered_tables(self) -> bool:
         """Whether the plan places a table of this collection in the tier (the same answer on
@@ -295,7 +319,9 @@ class ShardedCollectionBase(nn.Module, Generic[S, M]):
         return any(runs_tiered(t.sharding) for t in self._tables)
 
     def cancel_prefetches(self) -> None:
-        """Drop prefetched batches no compute will read (a pipeline reset)."""
+        """Drop prefetched batches no compute will read (a pipeline reset), and a failed
+        prefetch's error with them."""
+        self._tier_error = None
         for s in self._strategies:
             for m in s.lookup.tiered_modules():
                 m.cancel_prefetches()

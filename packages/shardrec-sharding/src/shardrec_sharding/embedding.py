@@ -82,9 +82,7 @@ class ShardedEmbeddingCollection(ShardedCollectionBase[SequenceStrategy, Embeddi
 
     def compute(self, dist_input: ShardedSequenceInput) -> list[Tensor]:
         """Local lookups: `(ids received, D)` rows per strategy."""
-        return [
-            s.compute(d) for s, d in zip(self._strategies, dist_input.per_strategy, strict=True)
-        ]
+        return self._compute_agreed(dist_input.per_strategy)
 
     def output_dist(
         self, dist_input: ShardedSequenceInput, local: list[Tensor]

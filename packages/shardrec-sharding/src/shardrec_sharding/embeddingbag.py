@@ -130,9 +130,7 @@ class ShardedEmbeddingBagCollection(ShardedCollectionBase[PooledStrategy, Pooled
 
     def compute(self, dist_input: ShardedInput) -> list[Tensor]:
         """Local lookups: one `(rows of the received batch, local dims)` tensor per strategy."""
-        return [
-            s.compute(d) for s, d in zip(self._strategies, dist_input.per_strategy, strict=True)
-        ]
+        return self._compute_agreed(dist_input.per_strategy)
 
     def output_dist(
         self, dist_input: ShardedInput, local: list[Tensor]
