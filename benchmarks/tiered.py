@@ -139,8 +139,8 @@ def disk_floor(directory: str, row_bytes: int, quick: bool) -> dict[str, float]:
     return out
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+def shape_arguments(p: argparse.ArgumentParser) -> None:
+    """The issue's shapes as flags (this script's and tiered_pipeline.py's)."""
     p.add_argument("--quick", action="store_true")
     p.add_argument("--tables", type=int, default=26)
     p.add_argument("--rows", type=int, default=100_000)
@@ -149,6 +149,11 @@ def main() -> None:
     p.add_argument("--pooling", type=int, default=1)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    shape_arguments(p)
     p.add_argument("--store", default=None, help="store directory (default: a temporary one)")
     args = p.parse_args()
     if args.quick:

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import torch
-from tiered import SPEC, distinct_per_table, make_batches
+from tiered import SPEC, distinct_per_table, make_batches, shape_arguments
 from torch import Tensor, nn
 
 from shardrec_collectives import ShardingEnv
@@ -154,14 +154,7 @@ def run(dmp: DistributedModelParallel, batches: list[Batch], how: str, warmup: i
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--tables", type=int, default=26)
-    p.add_argument("--rows", type=int, default=100_000)
-    p.add_argument("--dim", type=int, default=64)
-    p.add_argument("--batch", type=int, default=2048)
-    p.add_argument("--pooling", type=int, default=1)
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--warmup", type=int, default=3)
+    shape_arguments(p)
     p.add_argument("--cache", type=float, default=0.10, help="cached share of each table's rows")
     p.add_argument("--dists", default="zipf,uniform")
     p.add_argument("--store", default=None, help="store directory (default: a temporary one)")
