@@ -144,6 +144,15 @@ class IdMapped(nn.Module):
         widest = max([c.embedding_dim for c in dynamic], default=1)
         self.register_buffer("default_rows", torch.zeros(len(dynamic), widest))
 
+    def _map(self, ids: torch.Tensor, table: int) -> torch.Tensor:
+        """Slots of raw `ids` in dynamic table `table`'s map (-1: not held). A loop over the
+        maps: TorchScript indexes a ModuleList only by a constant."""
+        slots = ids
+        for j, id_map in enumerate(self.maps):
+            if j == table:
+                slots = id_map(ids)
+        return slots
+
     @torch.jit.unused
     def around(self, lookup: nn.Module) -> Self:
         """The same id maps in front of another lookup of the same segments (the sharded
@@ -232,10 +241,7 @@ class DynamicPooledLookup(IdMapped):
         for i, s in enumerate(self.dyn_segments):
             k = feature_index[s]
             a, b = offset_per_key[k], offset_per_key[k + 1]
-            slots = values[a:b]
-            for j, id_map in enumerate(self.maps):
-                if j == self.dyn_tables[i]:
-                    slots = id_map(values[a:b])
+            slots = self._map(values[a:b], self.dyn_tables[i])
             miss = slots < 0
             values[a:b] = torch.where(miss, torch.zeros_like(slots), slots)
             keep[a:b] = ~miss
@@ -314,10 +320,7 @@ class DynamicSequenceLookup(IdMapped):
         for i, s in enumerate(self.dyn_segments):
             k = feature_index[s]
             a, b = offset_per_key[k], offset_per_key[k + 1]
-            slots = values[a:b]
-            for j, id_map in enumerate(self.maps):
-                if j == self.dyn_tables[i]:
-                    slots = id_map(values[a:b])
+            slots = self._map(values[a:b], self.dyn_tables[i])
             miss = slots < 0
             # slot 0 stands in for a missing id; its row is replaced below
             values[a:b] = torch.where(miss, torch.zeros_like(slots), slots)
