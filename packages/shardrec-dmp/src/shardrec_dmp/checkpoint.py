@@ -41,6 +41,7 @@ from shardrec_dmp.checkpoint_files import (
     read_manifest,
     record_of,
 )
+from shardrec_dmp.checkpoint_interchange import apply_swaps, plan_swaps
 from shardrec_dmp.checkpoint_io import (
     DCP_METADATA,
     ChecksumWriter,
@@ -313,8 +314,12 @@ def load(
     state = _state(model, opts)
     # Dynamic tables saved under another layout are read whole afterwards (checkpoint_dynamic).
     shapes = _shapes(metadata)
-    moves = plan_moves(model, meta, shapes, checkpoint, evict_to_fit=evict_to_fit)
-    loadable = strip_moved(state, moves) if moves else state
+    # Dynamic tables saved in memory into a raw-id tier and back (checkpoint_interchange).
+    swaps = plan_swaps(model, shapes, checkpoint, evict_to_fit=evict_to_fit)
+    skip = {s.move.weight_key for s in swaps}
+    moves = plan_moves(model, meta, shapes, checkpoint, evict_to_fit=evict_to_fit, skip=skip)
+    stripped = moves + [s.move for s in swaps]
+    loadable = strip_moved(state, stripped) if stripped else state
     # Raw-id tiers' entries hold the saved number of ids: read afterwards (checkpoint_virtual).
     loadable = strip_tiers(loadable, model)
     pruned = _prune(loadable)
@@ -329,7 +334,7 @@ def load(
                 raise CheckpointError(str(failure)) from None
         raise
     _merge(loadable, pruned)
-    if moves:
+    if stripped:
         loadable = strip_tiers(_refill(loadable, state), model)
     loaded = loadable["model"]
     assert isinstance(loaded, Mapping)
@@ -353,6 +358,14 @@ def load(
         SafeReader(checkpoint, metadata, None if files is None else set(files)),
         checkpoint,
     )
+    if swaps:
+        apply_swaps(
+            model,
+            swaps,
+            shapes,
+            SafeReader(checkpoint, metadata, None if files is None else set(files)),
+            evict_to_fit=evict_to_fit,
+        )
 
 
 def _shapes(metadata: object) -> dict[str, tuple[int, ...]]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import torch
@@ -32,7 +32,7 @@ from shardrec_dmp.checkpoint_io import SafePlanner, SafeReader
 from shardrec_dmp.model_parallel import DistributedModelParallel
 from shardrec_sharding.dynamic import ShardedDynamicTable, owner_part
 
-__all__ = ["DynamicMove", "apply_moves", "plan_moves", "strip_moved"]
+__all__ = ["DynamicMove", "apply_moves", "plan_moves", "restore", "strip_moved"]
 
 _MAP_BUFFERS = ("slot_ids", "occupied", "last_seen", "counts", "free_slots", "sketch")
 
@@ -71,9 +71,11 @@ def plan_moves(
     checkpoint: str,
     *,
     evict_to_fit: bool = False,
+    skip: Collection[str] = (),
 ) -> list[DynamicMove]:
     """The dynamic tables of `model` to re-partition; `ValueError` (the same on every rank)
-    for a saved table of another width, or of more slots unless `evict_to_fit`."""
+    for a saved table of another width, or of more slots unless `evict_to_fit`. Tables whose
+    weight key is in `skip` are left out (checkpoint_interchange loads them)."""
     saved_plan = meta.get("plan")
     saved = saved_plan.get("plan", {}) if isinstance(saved_plan, Mapping) else {}
     current = json.loads(model.plan.to_json())["plan"]
@@ -88,6 +90,8 @@ def plan_moves(
             assert isinstance(part, ShardedDynamicTable)
             key = f"model.{path}.{container}.{name}.weight"
             shape = shapes.get(key)
+            if key[len("model.") :] in skip:
+                continue
             if shape is None:
                 continue  # not in the checkpoint: DCP names the missing key
             capacity, dim = part.table_capacity, int(part.default_row.numel())
@@ -183,7 +187,7 @@ def apply_moves(
     dcp_load(target, storage_reader=reader, planner=SafePlanner(), process_group=env.pg)
     for k, m in enumerate(moves):
         state = {n: t for (i, n), t in opt_state.items() if i == k}
-        _restore(env, m, model_t, state, evict_to_fit=evict_to_fit)
+        restore(env, m, model_t, state, evict_to_fit=evict_to_fit)
 
 
 def _keep_by_policy(part: ShardedDynamicTable, last_seen: Tensor, counts: Tensor) -> Tensor:
@@ -195,7 +199,7 @@ def _keep_by_policy(part: ShardedDynamicTable, last_seen: Tensor, counts: Tensor
     return torch.sort(order[order.numel() - part.capacity :]).values
 
 
-def _restore(
+def restore(
     env: ShardingEnv,
     m: DynamicMove,
     saved: Mapping[str, object],
@@ -203,6 +207,9 @@ def _restore(
     *,
     evict_to_fit: bool,
 ) -> None:
+    """Give this rank's part of `m`'s table the ids it owns of `saved` (model keys: weight,
+    slot_ids, occupied, last_seen, counts, `m.saved_capacity` entries) with their rows and
+    optimizer state (`state`: `<table>.<state name>`); the part's other slots are reset."""
     part = m.table
     occupied = saved[m.map_prefix + "occupied"]
     assert isinstance(occupied, Tensor)

@@ -86,13 +86,7 @@ def restore_virtual_tiers(
         )
         cache: RowCache | None = part.cache
         error: Exception | None = None
-        if not saved and any(k.startswith(f"model.{prefix[: -len(TIER)]}") for k in shapes):
-            error = ValueError(
-                f"checkpoint {checkpoint!r}: table {part.name!r} was not saved as a raw-id tier "
-                "(no tier entries: saved from an in-memory dynamic table?); loading it into "
-                "ssd_virtual_table / dram_virtual_table is not supported, plan the kernel it "
-                "was saved with"
-            )
+        # No tier entries (saved in memory): checkpoint_interchange loads it.
         stride = None if cache is None else cache.store.layout.stride
         for key in saved:
             rows = shapes.get("model." + key[: -len(".ids")] + ".rows")

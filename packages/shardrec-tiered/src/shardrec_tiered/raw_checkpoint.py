@@ -22,7 +22,7 @@ its initial row again, as it did before it was first written.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -41,7 +41,9 @@ __all__ = [
     "KeyValueSlice",
     "RawIdTable",
     "empty",
+    "join_rows",
     "load_rows",
+    "split_rows",
     "store_ids",
     "tier_entries",
     "tier_parts",
@@ -118,6 +120,38 @@ class KeyValueSlice(StreamedTensor):
 
     def __repr__(self) -> str:
         return f"KeyValueSlice({self.store.layout.table!r}, shape={tuple(self.shape)})"
+
+
+def join_rows(
+    weight: Tensor, state: Mapping[str, Tensor], columns: Sequence[tuple[str, int]]
+) -> Tensor:
+    """`(n, stride)` store rows from `(n, dim)` weights and each optimizer state (`(n,)` or
+    `(n, width)`), in the store's column order `columns` (`(name, width)`, StoreLayout.state):
+    how an in-memory dynamic table's rows enter a raw-id tier."""
+    blocks = [weight.detach().to(torch.float32).reshape(weight.shape[0], -1)]
+    for name, width in columns:
+        value = state[name].detach().to(torch.float32).reshape(weight.shape[0], -1)
+        if value.shape[1] != width:
+            raise ValueError(
+                f"optimizer state {name!r} has {value.shape[1]} columns, the store's rows "
+                f"keep {width}; load it into a table with the optimizer it was saved with"
+            )
+        blocks.append(value)
+    return torch.cat(blocks, dim=1)
+
+
+def split_rows(
+    rows: Tensor, dim: int, columns: Sequence[tuple[str, int]]
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """The inverse of `join_rows`: `(n, dim)` weights and each state (a width-1 column as
+    `(n,)`): how a raw-id tier's rows enter an in-memory dynamic table."""
+    state: dict[str, Tensor] = {}
+    col = dim
+    for name, width in columns:
+        block = rows[:, col : col + width]
+        state[name] = block.reshape(-1) if width == 1 else block
+        col += width
+    return rows[:, :dim], state
 
 
 def store_ids(cache: RowCache) -> Tensor:
