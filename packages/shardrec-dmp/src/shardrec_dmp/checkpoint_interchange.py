@@ -92,16 +92,14 @@ def plan_swaps(
                 if tier or weight is None:
                     continue  # a tier's checkpoint (checkpoint_virtual), or none of it
                 swap = Swap(move, True, (move.weight_key,))
-                saved_dim, n = weight[1], weight[0]
+                saved_dim = weight[1]
             else:
                 if not tier:
                     continue
                 swap = Swap(move, False, tuple(tier))
-                rows = [shapes.get("model." + k[: -len(".ids")] + ".rows") for k in tier]
-                saved_dim = min((r[1] for r in rows if r is not None), default=dim)
+                row = shapes.get(f"model.{move.map_prefix}default_row")  # (dim,): both kinds
+                saved_dim = dim if row is None else row[0]
                 n = sum(shapes["model." + k][0] for k in tier)
-                if saved_dim >= dim:
-                    saved_dim = dim  # the optimizer's columns are checked once read
                 if n > part.table_capacity and not evict_to_fit:
                     raise ValueError(
                         f"checkpoint {checkpoint!r}: table {name!r} was saved as a raw-id tier "
