@@ -4,7 +4,8 @@ raw-id tier (`dram_virtual_table` / `ssd_virtual_table`) and back, through
 
 References: train N steps one way, save, load into the other kind, train M more == the first
 kind trained N + M straight, bit for bit (no eviction in the in-memory table; the tier's
-cache of 8 rows evicts every step; after the save, the ids both kinds hold), on 2 gloo ranks, table_wise and row_wise on either side.
+cache of 8 rows evicts every step; after the save, the ids both kinds hold), on 2 gloo
+ranks, table_wise and row_wise on either side.
 A checkpoint of 2 ranks loads into 1 and one of 1 rank into 2, holding the saved ids' rows.
 Refused on every rank: another embedding_dim, another optimizer, more ids than the in-memory
 table holds (unless evict_to_fit: then it keeps that many of them, with their saved rows).
