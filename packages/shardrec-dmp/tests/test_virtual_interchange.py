@@ -263,6 +263,6 @@ def test_refusals_on_every_rank_and_evict_to_fit(pool_factory, tmp_path):  # typ
         assert "evict_to_fit=True" in capacity and "num_embeddings >=" in capacity, capacity
     tier_ids, tier_rows = got[1][5]
     kept_ids, kept_rows = got[1][6]
-    assert tier_ids.numel() > 8 and kept_ids.numel() == 8
+    assert tier_ids.numel() > 8 and torch.equal(kept_ids, tier_ids[-8:])  # ties: largest ids
     where = torch.searchsorted(tier_ids, kept_ids)
     assert torch.equal(tier_ids[where], kept_ids) and torch.equal(tier_rows[where], kept_rows)

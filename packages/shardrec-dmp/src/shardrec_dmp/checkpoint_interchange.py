@@ -14,7 +14,8 @@ in memory -> tier:  saved weight, slot_ids, occupied, optimizer state --read who
 tier -> in memory:  every saved rank's tier ids and rows --read whole--> slot_ids = ids,
     weight / optimizer state split from the rows, last_seen 0, counts 1 (the tier keeps no
     policy metadata) --> checkpoint_dynamic's restore (each part keeps the ids it owns; more
-    than its slots: an error naming table, ids and capacity, or evict_to_fit)
+    than its slots: an error naming table, ids and capacity, or evict_to_fit, which then
+    finds every id tied and keeps the largest ids)
 ```
 
 Ids the in-memory table never admitted are absent from the store: the tier's unseen ids read
@@ -241,7 +242,8 @@ def _from_tier(
     saved = _read(keys, reader, env)
     ids = torch.cat([saved["model." + k] for k in swap.saved])
     rows = torch.cat([saved["model." + k[: -len(".ids")] + ".rows"] for k in swap.saved])
-    n = ids.numel()
+    ids, order = torch.sort(ids)  # evict_to_fit breaks the policy's ties by id order
+    rows, n = rows[order], ids.numel()
     weight, state = split_rows(rows, dim, columns or ())
     table = {
         move.weight_key: weight,
