@@ -112,10 +112,10 @@ def test_refusals_and_evict_to_fit() -> None:
     trained = tier()
     train(trained, range(3))
     ids, rows = table(trained)
-    small = memory(capacity=4)
+    small, n = memory(capacity=4), ids.numel()
     with pytest.raises(
         ValueError,
-        match=rf"'t'.*holds {ids.numel()} ids.*capacity 4.*num_embeddings >= {ids.numel()}.*evict_to_fit=True",
+        match=rf"'t'.*holds {n} ids.*capacity 4.*num_embeddings >= {n}.*evict_to_fit=True",
     ):
         load_into_dynamic(trained, small)
     load_into_dynamic(trained, small, evict_to_fit=True)

@@ -40,7 +40,9 @@ def _parts(tier: RawIdTieredEmbeddingBag, collection: nn.Module) -> tuple[str, A
             f"table {name!r}: {type(collection).__name__} has no dynamic table of that name; "
             "give it the table with dynamic=DynamicTableConfig(...)"
         )
-    weight = collection.embedding_bags[name].weight  # type: ignore[index]
+    bags: Any = getattr(collection, "embedding_bags", {})
+    weight = bags[name].weight
+    assert isinstance(weight, Tensor)
     if weight.shape[1] != tier.dim:
         raise ValueError(
             f"table {name!r}: the in-memory table has embedding_dim {weight.shape[1]}, the "
