@@ -8,7 +8,8 @@ cache of 8 rows evicts every step; after the save, the ids both kinds hold), on 
 ranks, table_wise and row_wise on either side.
 A checkpoint of 2 ranks loads into 1 and one of 1 rank into 2, holding the saved ids' rows.
 Refused on every rank: another embedding_dim, another optimizer, more ids than the in-memory
-table holds (unless evict_to_fit: then it keeps that many of them, with their saved rows).
+table holds (unless evict_to_fit: then it keeps that many of them, with their saved rows). A
+tier holding no id loads as an empty table.
 The tables are read here without the checkpoint code: the in-memory table's occupied slots,
 weights and fused optimizer state; the tier's store after a flush.
 """
@@ -141,7 +142,8 @@ def table_of(dmp: DistributedModelParallel) -> tuple[Tensor, Tensor]:
     fused, offset = lookups[0]
     slots = torch.nonzero(part.occupied).reshape(-1)
     weight = sharded.embedding_bags["raw"].weight.detach()[slots]  # type: ignore[index]
-    state = [v[offset + slots].reshape(slots.numel(), -1) for v in fused.optimizer_state().values()]
+    state = [v[offset + slots] for v in fused.optimizer_state().values()]
+    state = [v.unsqueeze(1) if v.dim() == 1 else v for v in state]
     ids, order = torch.sort(part.slot_ids[slots])
     return ids, torch.cat([weight, *state], dim=1)[order]
 
@@ -250,7 +252,12 @@ def refusals(ctx: RankContext, root: str) -> list[str]:
     except Exception as e:  # PeerError on the ranks that did not fail
         out.append(str(e))
     load(f"{root}/big-ckpt", small, {"fused": small.fused_optimizer}, evict_to_fit=True)
-    return [*out, table_of(tier), table_of(small)]  # type: ignore[list-item]
+    fresh = wrap(ctx, "dram_virtual_table", f"{root}/fresh")  # holds no id yet
+    save(f"{root}/fresh-ckpt", fresh, {"fused": fresh.fused_optimizer})
+    emptied = wrap(ctx, "fused", f"{root}/emptied")
+    train(emptied, ctx.rank, 0, 1)
+    load(f"{root}/fresh-ckpt", emptied, {"fused": emptied.fused_optimizer})
+    return [*out, table_of(tier), table_of(small), table_of(emptied)]  # type: ignore[list-item]
 
 
 def test_refusals_on_every_rank_and_evict_to_fit(pool_factory, tmp_path):  # type: ignore[no-untyped-def]
@@ -264,5 +271,6 @@ def test_refusals_on_every_rank_and_evict_to_fit(pool_factory, tmp_path):  # typ
     tier_ids, tier_rows = got[1][5]
     kept_ids, kept_rows = got[1][6]
     assert tier_ids.numel() > 8 and torch.equal(kept_ids, tier_ids[-8:])  # ties: largest ids
+    assert all(rank[7][0].numel() == 0 for rank in got)  # an empty tier empties the table
     where = torch.searchsorted(tier_ids, kept_ids)
     assert torch.equal(tier_ids[where], kept_ids) and torch.equal(tier_rows[where], kept_rows)

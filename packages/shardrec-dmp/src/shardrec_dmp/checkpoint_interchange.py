@@ -239,9 +239,13 @@ def _from_tier(
             "saved with"
         )
     agree_on_error(env, error)
-    saved = _read(keys, reader, env)
-    ids = torch.cat([saved["model." + k] for k in swap.saved])
-    rows = torch.cat([saved["model." + k[: -len(".ids")] + ".rows"] for k in swap.saved])
+    held = [k for k in swap.saved if shapes["model." + k][0] > 0]  # (a rank's empty store)
+    wanted = {k: v for k, v in keys.items() if v[0][0] > 0}
+    saved = _read(wanted, reader, env) if wanted else {}
+    ids = torch.cat([torch.zeros(0, dtype=torch.int64)] + [saved["model." + k] for k in held])
+    rows = torch.cat(
+        [torch.zeros(0, stride)] + [saved["model." + k[: -len(".ids")] + ".rows"] for k in held]
+    )
     ids, order = torch.sort(ids)  # evict_to_fit breaks the policy's ties by id order
     rows, n = rows[order], ids.numel()
     weight, state = split_rows(rows, dim, columns or ())
