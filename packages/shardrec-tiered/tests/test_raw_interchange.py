@@ -4,7 +4,8 @@ Reference: train 3 steps one way, move, train 3 more == the first kind trained o
 bit, on the ids both hold (a never-seen id's first row differs by kind), with a tier cache of
 4 rows evicting every step and no eviction in memory; row-wise Adagrad. Refusals: another
 embedding_dim, another optimizer, more ids than the in-memory capacity (then evict_to_fit
-keeps the largest ids with their rows)."""
+keeps the largest ids with their rows). A plain EmbeddingBagCollection moves its rows with
+zero optimizer state."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from shardrec_embedding import DynamicTableConfig, EmbeddingBagConfig
+from shardrec_embedding import DynamicTableConfig, EmbeddingBagCollection, EmbeddingBagConfig
 from shardrec_embedding.fused.collection import FusedEmbeddingBagCollection
 from shardrec_jagged import KeyedJaggedTensor
 from shardrec_testing import seeded_generator
@@ -121,3 +122,26 @@ def test_refusals_and_evict_to_fit() -> None:
     load_into_dynamic(trained, small, evict_to_fit=True)
     kept = table(small)
     assert torch.equal(kept[0], ids[-4:]) and torch.equal(kept[1], rows[-4:])
+
+
+def test_plain_collection_moves_rows_with_zero_optimizer_state() -> None:
+    torch.manual_seed(4)
+    plain = EmbeddingBagCollection([config(32)])
+    kjt = KeyedJaggedTensor(["f"], POOL[:5], lengths=torch.tensor([2, 3]))
+    with torch.no_grad():
+        plain(kjt)  # admits 5 ids (no optimizer: the rows are the initializer's)
+    t = plain.dynamic_tables.table("t")
+    slots = torch.nonzero(t.occupied).reshape(-1)
+    ids, order = torch.sort(t.slot_ids[slots])
+    weight = plain.embedding_bags["t"].weight.detach()[slots][order]
+    moved = tier()
+    load_from_dynamic(moved, plain)
+    got = table(moved)
+    assert torch.equal(got[0], ids) and torch.equal(got[1][:, :DIM], weight)
+    assert not bool(got[1][:, DIM:].any())
+    back = EmbeddingBagCollection([config(32)])
+    load_into_dynamic(moved, back)
+    t = back.dynamic_tables.table("t")
+    slots = torch.nonzero(t.occupied).reshape(-1)
+    assert torch.equal(t.slot_ids[slots], ids)
+    assert torch.equal(back.embedding_bags["t"].weight.detach()[slots], weight)
