@@ -75,7 +75,9 @@ def plan_swaps(
 ) -> list[Swap]:
     """The dynamic tables of `model` saved as the other kind; `ValueError` (the same on every
     rank: from the checkpoint's shapes and the tables' configs) for another embedding_dim, or
-    more saved ids than an in-memory table's capacity unless `evict_to_fit`."""
+    more saved ids than an in-memory table's capacity unless `evict_to_fit`; then, agreed by
+    every rank (a collective), another optimizer or a tier's rows pinned by batches in
+    flight."""
     swaps: list[Swap] = []
     for path, module in model.sharded_modules.items():
         tables = getattr(module, "dynamic_tables", None)
@@ -116,6 +118,9 @@ def plan_swaps(
                     f"embedding_dim={saved_dim} to load it"
                 )
             swaps.append(swap)
+    if swaps:  # the same list on every rank: each agrees, before anything is read
+        errors = [e for e in (_refusal(sw, shapes) for sw in swaps) if e is not None]
+        agree_on_error(model.env, errors[0] if errors else None)
     return swaps
 
 
@@ -166,6 +171,38 @@ def _mismatch(
     )
 
 
+def _refusal(swap: Swap, shapes: Mapping[str, tuple[int, ...]]) -> Exception | None:
+    """Why this rank cannot load `swap`'s table (its optimizer state columns differ from the
+    checkpoint's; a tier's pinned rows), or None; only the ranks holding a part know."""
+    move, part = swap.move, swap.move.table
+    columns = _state_columns(swap)
+    if columns is None:
+        return None
+    dim = int(part.default_row.numel())
+    if swap.into_tier:
+        state_keys = _saved_state(shapes, move)
+        saved = [(n, 1 if len(shapes[k]) == 1 else shapes[k][1]) for n, k in state_keys.items()]
+        if sorted(saved) != sorted(columns):
+            return _mismatch(part.name, saved, columns, "saved in memory")
+        cache = getattr(part, "cache", None)
+        if cache is not None and bool((cache.pins > 0).any()):
+            return RuntimeError(
+                f"table {part.name!r}: cannot load a checkpoint while batches in flight hold "
+                "its cached rows (a train pipeline's mapped batches); finish them first, or "
+                "drop them with release_tier_pins() on the table's part"
+            )
+        return None
+    widths = {shapes.get("model." + k[: -len(".ids")] + ".rows", (0, dim))[1] for k in swap.saved}
+    if widths != {dim + sum(w for _, w in columns)}:
+        return ValueError(
+            f"table {part.name!r}: its checkpoint (a raw-id tier) has rows of {sorted(widths)} "
+            f"columns, the in-memory table's are {dim} weight columns and optimizer state "
+            f"{list(columns)} (name, columns); load it into a table with the optimizer it was "
+            "saved with"
+        )
+    return None
+
+
 def _into_tier(
     env: ShardingEnv, swap: Swap, shapes: Mapping[str, tuple[int, ...]], reader: SafeReader
 ) -> None:
@@ -175,19 +212,8 @@ def _into_tier(
     weight_key = "model." + move.weight_key
     cap, dim = shapes[weight_key]
     state_keys = _saved_state(shapes, move)
-    saved_cols = [(n, 1 if len(shapes[k]) == 1 else shapes[k][1]) for n, k in state_keys.items()]
     columns = _state_columns(swap)
     cache = part.cache
-    error: Exception | None = None
-    if columns is not None and sorted(saved_cols) != sorted(columns):
-        error = _mismatch(part.name, saved_cols, columns, "saved in memory")
-    if cache is not None and bool((cache.pins > 0).any()):
-        error = RuntimeError(
-            f"table {part.name!r}: cannot load a checkpoint while batches in flight hold "
-            "its cached rows (a train pipeline's mapped batches); finish them first, or "
-            "drop them with release_tier_pins() on the table's part"
-        )
-    agree_on_error(env, error)
     prefix = "model." + move.map_prefix
     keys = {
         weight_key: ((cap, dim), torch.float32),
@@ -230,15 +256,6 @@ def _from_tier(
         keys[rows_key] = (shapes.get(rows_key, (shapes["model." + k][0], dim)), torch.float32)
     columns = _state_columns(swap)
     stride = max((shape[1] for shape, _ in keys.values() if len(shape) == 2), default=dim)
-    error: Exception | None = None
-    if columns is not None and stride != dim + sum(w for _, w in columns):
-        error = ValueError(
-            f"table {part.name!r}: its checkpoint (a raw-id tier) has rows of {stride} "
-            f"columns, the in-memory table's are {dim} weight columns and optimizer state "
-            f"{list(columns)} (name, columns); load it into a table with the optimizer it was "
-            "saved with"
-        )
-    agree_on_error(env, error)
     held = [k for k in swap.saved if shapes["model." + k][0] > 0]  # (a rank's empty store)
     wanted = {k: v for k, v in keys.items() if v[0][0] > 0}
     saved = _read(wanted, reader, env) if wanted else {}
