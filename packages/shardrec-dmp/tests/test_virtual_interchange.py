@@ -30,6 +30,7 @@ from shardrec_optim import EmbOptimType, FusedOptimSpec
 from shardrec_planner import (
     KeyValueParams,
     ShardingPlan,
+    column_wise,
     construct_module_sharding_plan,
     row_wise,
     table_wise,
@@ -258,6 +259,47 @@ def refusals(ctx: RankContext, root: str) -> list[str]:
     train(emptied, ctx.rank, 0, 1)
     load(f"{root}/fresh-ckpt", emptied, {"fused": emptied.fused_optimizer})
     return [*out, table_of(tier), table_of(small), table_of(emptied)]  # type: ignore[list-item]
+
+
+def column_split(ctx: RankContext, root: str) -> list[object]:
+    """A table placed column_wise in memory (2 blocks): with row-wise Adagrad (state per
+    block) refused into a tier and from one; with Adagrad (state per element) loaded."""
+    out: list[object] = []
+    for optimizer in ("exact_row_wise_adagrad", "exact_adagrad"):
+        torch.manual_seed(7)
+        model = Model(MEMORY, DIM)
+        plan = construct_module_sharding_plan(
+            model.sparse, {"raw": column_wise(ranks=[0, 1])}, world_size=2
+        )
+        spec = FusedOptimSpec(optimizer=EmbOptimType(optimizer), learning_rate=0.1)
+        columns = DistributedModelParallel(
+            model,
+            env=ShardingEnv.from_process_group(ctx.pg),
+            plan=ShardingPlan(plan={"sparse": plan}),
+            sharders=[EmbeddingBagCollectionSharder(fused_params=spec.to_fused_params())],
+        )
+        train(columns, ctx.rank, 0, SAVED_AT)
+        save(f"{root}/{optimizer}-columns", columns, {"fused": columns.fused_optimizer})
+        tier = wrap(ctx, "dram_virtual_table", f"{root}/{optimizer}", optimizer=optimizer)
+        train(tier, ctx.rank, 0, SAVED_AT)
+        save(f"{root}/{optimizer}-tier", tier, {"fused": tier.fused_optimizer})
+        for path, target in ((f"{optimizer}-columns", tier), (f"{optimizer}-tier", columns)):
+            try:
+                load(f"{root}/{path}", target, {"fused": target.fused_optimizer})
+                out.append(table_of(target)[0].numel())
+            except Exception as e:  # PeerError on the ranks that did not fail
+                out.append(str(e))
+    return out
+
+
+def test_column_wise_with_row_wise_state_is_refused(pool_factory, tmp_path):  # type: ignore[no-untyped-def]
+    got = pool_factory(2).run(column_split, str(tmp_path))
+    for rank in got:
+        for refused in rank[:2]:
+            assert isinstance(refused, str) and "'raw'" in refused, refused
+            assert "column_wise" in refused and "per column block" in refused, refused
+        assert isinstance(rank[3], int) and rank[3] > 0, rank[3]  # each block holds the ids
+    assert got[1][2] == got[1][3]  # the tier's owner holds as many ids as were saved
 
 
 def test_refusals_on_every_rank_and_evict_to_fit(pool_factory, tmp_path):  # type: ignore[no-untyped-def]

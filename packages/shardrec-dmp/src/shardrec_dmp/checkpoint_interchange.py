@@ -22,7 +22,8 @@ Ids the in-memory table never admitted are absent from the store: the tier's uns
 their initial row, as the in-memory table's unseen ids do. Any world size, table_wise or
 row_wise on either side. Refused on every rank before anything is read: another
 embedding_dim, another optimizer (state columns), more saved ids than the whole in-memory table
-holds (unless `evict_to_fit`).
+holds (unless `evict_to_fit`), a column_wise in-memory table with a row-wise optimizer (its
+state is per column block).
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ from shardrec_tiered.raw_ids import RawIdRows
 
 __all__ = ["Swap", "apply_swaps", "plan_swaps"]
 
+_COLUMN_SPLIT = ("column_wise", "table_column_wise")
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Swap:
@@ -55,6 +58,7 @@ class Swap:
     move: DynamicMove  # its keys (what the ordinary read leaves out), collection, part
     into_tier: bool  # saved in memory, loaded into a raw-id tier (else the reverse)
     saved: tuple[str, ...]  # the checkpoint's keys of the table's rows (without "model.")
+    column_split: bool = False  # the module's in-memory table is split into column blocks
 
     @property
     def name(self) -> str:
@@ -99,7 +103,9 @@ def plan_swaps(
             else:
                 if not tier:
                     continue
-                swap = Swap(move, False, tuple(tier))
+                ps = model.plan.plan[path][name]
+                split = ps.sharding_type in _COLUMN_SPLIT and len(ps.ranks or ()) > 1
+                swap = Swap(move, False, tuple(tier), column_split=split)
                 row = shapes.get(f"model.{move.map_prefix}default_row")  # (dim,): both kinds
                 saved_dim = dim if row is None else row[0]
                 n = sum(shapes["model." + k][0] for k in tier)
@@ -171,6 +177,14 @@ def _mismatch(
     )
 
 
+def _column_blocks(name: str) -> ValueError:
+    return ValueError(
+        f"table {name!r}: placed column_wise in memory, its row-wise optimizer state is one "
+        "value per column block, a raw-id tier keeps one per row; move it between a tier and "
+        "a table_wise / row_wise placement (or use an optimizer with per-element state)"
+    )
+
+
 def _refusal(swap: Swap, shapes: Mapping[str, tuple[int, ...]]) -> Exception | None:
     """Why this rank cannot load `swap`'s table (its optimizer state columns differ from the
     checkpoint's; a tier's pinned rows), or None; only the ranks holding a part know."""
@@ -183,7 +197,12 @@ def _refusal(swap: Swap, shapes: Mapping[str, tuple[int, ...]]) -> Exception | N
         state_keys = _saved_state(shapes, move)
         saved = [(n, 1 if len(shapes[k]) == 1 else shapes[k][1]) for n, k in state_keys.items()]
         if sorted(saved) != sorted(columns):
-            return _mismatch(part.name, saved, columns, "saved in memory")
+            split = any(w not in (1, dim) for _, w in saved)
+            return (
+                _column_blocks(part.name)
+                if split
+                else _mismatch(part.name, saved, columns, "saved in memory")
+            )
         cache = getattr(part, "cache", None)
         if cache is not None and bool((cache.pins > 0).any()):
             return RuntimeError(
@@ -192,6 +211,8 @@ def _refusal(swap: Swap, shapes: Mapping[str, tuple[int, ...]]) -> Exception | N
                 "drop them with release_tier_pins() on the table's part"
             )
         return None
+    if swap.column_split and any(w == 1 for _, w in columns):
+        return _column_blocks(part.name)
     widths = {shapes.get("model." + k[: -len(".ids")] + ".rows", (0, dim))[1] for k in swap.saved}
     if widths != {dim + sum(w for _, w in columns)}:
         return ValueError(
