@@ -9,7 +9,8 @@ ranks, table_wise and row_wise on either side.
 A checkpoint of 2 ranks loads into 1 and one of 1 rank into 2, holding the saved ids' rows.
 Refused on every rank: another embedding_dim, another optimizer, more ids than the in-memory
 table holds (unless evict_to_fit: then it keeps that many of them, with their saved rows). A
-tier holding no id loads as an empty table.
+tier holding no id loads as an empty table. A column_wise in-memory table with row-wise
+Adagrad (state per column block) is refused both ways; with Adagrad it loads.
 The tables are read here without the checkpoint code: the in-memory table's occupied slots,
 weights and fused optimizer state; the tier's store after a flush.
 """
