@@ -277,6 +277,9 @@ def load(
     Dynamic (raw-id) tables saved under another plan, world size or capacity are re-partitioned
     by their ids' hash (checkpoint_dynamic; docs/dynamic.md); one saved with more slots than the
     module has is refused, or with `evict_to_fit` cut down by its eviction policy.
+    A dynamic table saved in memory loads into the same table planned as a raw-id tier
+    (`ssd_virtual_table` / `dram_virtual_table`) and a tier's into memory
+    (checkpoint_interchange; docs/tiered.md "In memory <-> raw-id tier").
 
     The model may have another plan or world size than the one saved: each rank reads the
     rows and columns of its own shards (optimizer state reshards too as long as each table

@@ -114,8 +114,8 @@ def plan_swaps(
                         f"checkpoint {checkpoint!r}: table {name!r} was saved as a raw-id tier "
                         f"holding {n} ids, the in-memory dynamic table has capacity "
                         f"{part.table_capacity}; give it num_embeddings >= {n}, or load with "
-                        "evict_to_fit=True to keep the ids its eviction policy ranks highest "
-                        "(the tier saves no policy metadata: docs/dynamic.md)"
+                        "evict_to_fit=True to keep as many as fit (the tier saves no policy "
+                        "metadata: every id ties and the largest ids are kept; docs/dynamic.md)"
                     )
             if saved_dim != dim:
                 raise ValueError(
