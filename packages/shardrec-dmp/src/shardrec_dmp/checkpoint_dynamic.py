@@ -37,6 +37,11 @@ __all__ = ["DynamicMove", "apply_moves", "plan_moves", "restore", "strip_moved"]
 _MAP_BUFFERS = ("slot_ids", "occupied", "last_seen", "counts", "free_slots", "sketch")
 
 
+def _at(path: str) -> str:
+    """The state_dict prefix of the module at `path` ("" when the model is the module)."""
+    return f"{path}." if path else ""
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class DynamicMove:
     """One dynamic table whose saved layout differs from the module's."""
@@ -49,11 +54,11 @@ class DynamicMove:
 
     @property
     def weight_key(self) -> str:
-        return f"{self.path}.{self.container}.{self.table.name}.weight"
+        return f"{_at(self.path)}{self.container}.{self.table.name}.weight"
 
     @property
     def map_prefix(self) -> str:
-        return f"{self.path}.dynamic_tables.tables.{self.table.name}."
+        return f"{_at(self.path)}dynamic_tables.tables.{self.table.name}."
 
     def owns_model_key(self, key: str) -> bool:
         return key == self.weight_key or (
@@ -88,7 +93,7 @@ def plan_moves(
         for name in tables.tables:
             part = tables.table(name)
             assert isinstance(part, ShardedDynamicTable)
-            key = f"model.{path}.{container}.{name}.weight"
+            key = f"model.{_at(path)}{container}.{name}.weight"
             shape = shapes.get(key)
             if key[len("model.") :] in skip:
                 continue

@@ -49,7 +49,8 @@ def virtual_tiers(
         for name in tables.tables:
             part = tables.table(name)
             if isinstance(part, TieredShardedDynamicTable):
-                yield f"{path}.dynamic_tables.tables.{name}.{TIER}", part
+                at = f"{path}." if path else ""  # "": the model is the collection
+                yield f"{at}dynamic_tables.tables.{name}.{TIER}", part
 
 
 def flush_virtual(model: DistributedModelParallel) -> None:
