@@ -9,7 +9,8 @@ ranks, table_wise and row_wise on either side.
 A checkpoint of 2 ranks loads into 1 and one of 1 rank into 2, holding the saved ids' rows.
 Refused on every rank: another embedding_dim, another optimizer, more ids than the in-memory
 table holds (unless evict_to_fit: then it keeps that many of them, with their saved rows). A
-tier holding no id loads as an empty table. A column_wise in-memory table with row-wise
+tier holding no id loads as an empty table; a model that is the collection itself (plan key
+"") swaps both ways. A column_wise in-memory table with row-wise
 Adagrad (state per column block) is refused both ways; with Adagrad it loads.
 The tables are read here without the checkpoint code: the in-memory table's occupied slots,
 weights and fused optimizer state; the tier's store after a flush.
@@ -129,10 +130,10 @@ def train(dmp: DistributedModelParallel, rank: int, first: int, last: int) -> No
         dmp(batch(rank, step)).backward()
 
 
-def table_of(dmp: DistributedModelParallel) -> tuple[Tensor, Tensor]:
+def table_of(dmp: DistributedModelParallel, path: str = "sparse") -> tuple[Tensor, Tensor]:
     """This rank's `(ids, rows)` of the table (sorted ids; rows: weight | optimizer state),
     read from the tier's store or the in-memory table's slots; empty where it has none."""
-    sharded = dmp.sharded_modules["sparse"]
+    sharded = dmp.sharded_modules[path]
     part = sharded.dynamic_tables.table("raw")  # type: ignore[union-attr]
     cache = getattr(part, "cache", None)
     if cache is not None:
@@ -317,3 +318,40 @@ def test_refusals_on_every_rank_and_evict_to_fit(pool_factory, tmp_path):  # typ
     assert all(rank[7][0].numel() == 0 for rank in got)  # an empty tier empties the table
     where = torch.searchsorted(tier_ids, kept_ids)
     assert torch.equal(tier_ids[where], kept_ids) and torch.equal(tier_rows[where], kept_rows)
+
+
+def root_swap(ctx: RankContext, root: str) -> list[tuple[Tensor, Tensor]]:
+    """The collection itself as the model (plan key ""): in memory -> tier -> in memory."""
+    out: list[tuple[Tensor, Tensor]] = []
+    for k, kernel in enumerate(("fused", "ssd_virtual_table", "fused")):
+        torch.manual_seed(7)
+        ebc = Model(MEMORY if kernel == "fused" else CACHE, DIM).sparse
+        plan = construct_module_sharding_plan(
+            ebc, {"raw": table_wise(rank=0, compute_kernel=kernel)}, world_size=1
+        )
+        plan["raw"] = dataclasses.replace(
+            plan["raw"], key_value_params=KeyValueParams(ssd_storage_directory=f"{root}/s{k}")
+        )
+        spec = FusedOptimSpec(optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=0.1)
+        dmp = DistributedModelParallel(
+            ebc,
+            env=ShardingEnv.from_process_group(ctx.pg),
+            plan=ShardingPlan(plan={"": plan}),
+            sharders=[EmbeddingBagCollectionSharder(fused_params=spec.to_fused_params())],
+        )
+        if k == 0:
+            for step in range(2 * SAVED_AT):  # steps 0..2 of both ranks' batches
+                kjt, coefficients = batch(step % 2, step // 2)
+                (dmp(kjt).wait().values() * coefficients).sum().backward()  # type: ignore[operator]
+        else:
+            load(f"{root}/{k - 1}", dmp, {"fused": dmp.fused_optimizer})
+        save(f"{root}/{k}", dmp, {"fused": dmp.fused_optimizer})
+        out.append(table_of(dmp, ""))
+    return out
+
+
+def test_the_collection_as_the_model_swaps_too(pool_factory, tmp_path):  # type: ignore[no-untyped-def]
+    memory, tier, back = pool_factory(1).run(root_swap, str(tmp_path))[0]
+    assert memory[0].numel() > CACHE
+    for got in (tier, back):
+        assert torch.equal(got[0], memory[0]) and torch.equal(got[1], memory[1])
