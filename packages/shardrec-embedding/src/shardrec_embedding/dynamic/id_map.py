@@ -320,7 +320,7 @@ class IdSlotMap:
         step: int,
         meta: tuple[Tensor, Tensor, Tensor, Tensor],
     ) -> None:
-        """Native only: `free_slots(slots)` then `admit_slots(ids, slots, ...)` in one pass (each
+        """Native only: `free_slots(slots)` then `admit_slots(ids, slots, ...)` in one call (each
         of the occupied `slots` loses its id and takes `ids[i]`; the map size is unchanged)."""
         assert self._lib is not None
         slots, ids = slots.contiguous(), ids.contiguous()

@@ -333,7 +333,7 @@ class DynamicTable(nn.Module):
         step: int,
     ) -> Tensor:
         """A full table: the admitted ids take the `victims`' slots in their order, in one
-        native pass (`replace_slots`). The same state as `_free(victims)` and then the
+        native call (`replace_slots`). The same state as `_free(victims)` and then the
         allocation (which pops exactly the victims, in order, off an empty free stack),
         including the free stack's buffer."""
         c = self._counters
