@@ -220,6 +220,8 @@ def training(
         "static ms (wall / cpu) | ratio (wall / cpu) |"
     )
     print("|---|---|---|---|---|---|")
+    floors: list[tuple[float, float, float, float, float, int]] = []
+    resident = 1.0
     for occupancy in occupancies or [0.5, 0.95]:
         filled = int(capacity * occupancy)
         for mode, pool in (("resident", filled), ("stream", 1 << 40)):
@@ -241,6 +243,71 @@ def training(
                 f"{dc / sc:.2f} |",
                 flush=True,
             )
+            if mode == "resident":
+                resident = dc / sc
+            elif new >= 1:
+                buckets = dyn.dynamic_tables.table("t0").map.num_buckets
+                floors.append((occupancy, new, 1e3 * sc, dc / sc, resident, buckets))
+    for occupancy, new, static_ms, ratio, resident, buckets in floors:
+        floor = stream_floor(tables, capacity, dim, buckets, round(new), repeats=5)
+        print(
+            f"\n## stream floor at {occupancy:.0%}: {new:.0f} new ids per table per step; per "
+            f"new id {len(FLOOR_LINES)} random lines ({'; '.join(FLOOR_LINES)}) and {4 * dim} "
+            f"bytes of freed row written: {64 * len(FLOOR_LINES) + 4 * dim} bytes of memory "
+            "traffic a new id (64-byte lines)"
+        )
+        print(
+            "| floor ms / step (cpu) | static ms (cpu) | least ratio: 1 + floor / static | "
+            "with the map's cost: resident ratio + floor / static | measured stream ratio |"
+        )
+        print("|---|---|---|---|---|")
+        print(
+            f"| {floor:.1f} | {static_ms:.1f} | {1 + floor / static_ms:.2f} | "
+            f"{resident + floor / static_ms:.2f} | {ratio:.2f} |",
+            flush=True,
+        )
+
+
+FLOOR_LINES = (
+    "the new id's bucket (probe miss, then its insertion: one line)",
+    "the victim's old id's bucket (its erasure)",
+    "the victim's policy metadata, co-located (its choice and update: one line)",
+    "the freed row's optimizer state (rowwise: one line)",
+)
+"""The random cache lines any raw-id table must touch per new id in a full table, beyond the
+lookup itself, plus `dim` floats of the freed row written (`stream_floor`)."""
+
+
+def stream_floor(
+    tables: int, capacity: int, dim: int, buckets: int, new_ids: int, repeats: int
+) -> float:
+    """Least process-CPU ms of the memory work any implementation of the stream regime does
+    per step for `new_ids` new ids per table, beyond a static step: `FLOOR_LINES` as random
+    8-byte reads (torch gathers from arrays of the real sizes: a map and a co-located
+    metadata array per table) and a scalar fill of the optimizer-state entries, plus the
+    freed rows' bytes written at memset speed (`new_ids x dim` floats zeroed contiguously: no
+    initializer arithmetic, no scatter). Caches flushed before each run."""
+    gen = torch.Generator().manual_seed(0)
+    maps = [torch.zeros(buckets * 2, dtype=torch.int64) for _ in range(tables)]
+    metas = [torch.zeros(capacity * 4, dtype=torch.int64) for _ in range(tables)]
+    states = [torch.zeros(capacity) for _ in range(tables)]
+    rows = [torch.ones(new_ids, dim) for _ in range(tables)]
+    slots = [torch.randperm(capacity, generator=gen)[:new_ids] for _ in range(tables)]
+    probes = [torch.randint(0, buckets * 2, (2 * new_ids,), generator=gen) for _ in range(tables)]
+    flush = torch.zeros(16 << 20)
+
+    def work() -> None:
+        for t in range(tables):
+            maps[t].index_select(0, probes[t])
+            metas[t].index_select(0, slots[t] * 4)
+            states[t].index_fill_(0, slots[t], 0.0)
+            rows[t].zero_()
+
+    times = []
+    for _ in range(repeats):
+        flush.add_(1)
+        times.append(_best(work, 1))
+    return 1e3 * min(times)
 
 
 def main() -> None:
