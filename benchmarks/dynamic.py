@@ -12,6 +12,9 @@ Run: ``.venv/bin/python benchmarks/dynamic.py`` (``--quick`` for a smoke run of 
    "resident" (ranks over the ids already in the table: the map's cost alone, the same rows
    as the static table) and "stream" (ranks over 2^40: most ids are new, so every step
    admits, evicts and resets thousands of rows). Goal (issue 27): <= 1.3x.
+3. Stream floor: the least memory work per new id of a full raw-id table beyond a static step
+   (`FLOOR_LINES` random lines and the freed row's bytes written, `stream_floor`), measured
+   in the same process, printed with the least ratio it allows beside the measured one.
 
 Prints the machine, shapes, ours, the reference, the floor and the ratio; asserts nothing.
 Numbers from a loaded machine are not comparable: measure on a quiet one.
@@ -20,6 +23,7 @@ Numbers from a loaded machine are not comparable: measure on a quiet one.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import platform
 import statistics
@@ -30,7 +34,7 @@ import numpy as np
 import torch
 
 from shardrec_embedding.configs import EmbeddingBagConfig
-from shardrec_embedding.dynamic import DynamicTable, DynamicTableConfig
+from shardrec_embedding.dynamic import DynamicTable, DynamicTableConfig, EvictionPolicy
 from shardrec_embedding.dynamic.collection import reset_rows_hook
 from shardrec_embedding.dynamic.hashing import mix64
 from shardrec_embedding.dynamic.id_map import IdSlotMap, idmap_native_available
@@ -76,11 +80,13 @@ def map_throughput(log2_buckets: int, queries: int, repeats: int) -> None:
         ids = ids[torch.randperm(ids.numel(), generator=gen)]
         query = ids[torch.randint(0, ids.numel(), (queries,), generator=gen)]
         where = torch.randint(0, floor_array.numel(), (queries,), generator=gen)
-        floor = queries / _best(lambda w=where: floor_array.index_select(0, w), repeats) / 1e6
+        floor = (
+            queries / _best(functools.partial(floor_array.index_select, 0, where), repeats) / 1e6
+        )
         for backend in backends:
             m = IdSlotMap(buckets, backend=backend)  # type: ignore[arg-type]
             m.insert(ids, torch.arange(ids.numel()))
-            rate = queries / _best(lambda m=m, q=query: m.find(q), repeats) / 1e6
+            rate = queries / _best(functools.partial(m.find, query), repeats) / 1e6
             print(f"| {load:.0%} | {backend} | {rate:.1f} | {floor:.1f} | {rate / floor:.2f} |")
     torch.set_num_threads(threads)
 
@@ -157,7 +163,7 @@ def batches(
 
 
 def collection(tables: int, capacity: int, dim: int, dynamic: bool) -> FusedEmbeddingBagCollection:
-    cfg = DynamicTableConfig(eviction="LRU") if dynamic else None
+    cfg = DynamicTableConfig(eviction=EvictionPolicy.LRU) if dynamic else None
     configs = [
         EmbeddingBagConfig(
             name=f"t{i}",
