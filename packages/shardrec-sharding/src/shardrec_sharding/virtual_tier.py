@@ -70,6 +70,8 @@ class _CacheMap(DynamicTable):
     backward (or when their graph is freed; at once when nothing requires grad)."""
 
     cache: RowCache | None = None
+    column_blocks: tuple[tuple[int, int], ...] = ()
+    """A column-split table: `(col_offset, cols)` of this rank's blocks (virtual_columns.py)."""
 
     def map_ids(self, ids: Tensor, *, training: bool) -> Tensor:
         if self.cache is None:
@@ -150,7 +152,8 @@ def attach_virtual_tiers(
         columns = t.sharding_type in COLUMN_SPLIT
         if columns:
             check_blocks(t, part.env.world_size)
-        _checkpoint_hooks(part, rank, local_columns(t, rank) if columns else ())
+        part.column_blocks = local_columns(t, rank) if columns else ()
+        _checkpoint_hooks(part, rank, part.column_blocks)
         found = lookups_of(t.name)
         if not found:
             continue  # another rank owns the table
