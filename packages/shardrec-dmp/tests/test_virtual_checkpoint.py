@@ -1,11 +1,12 @@
 """Checkpoints of raw-id tier tables (`ssd_virtual_table` / `dram_virtual_table`, table_wise,
-row_wise and column_wise: one entry per column block) through `shardrec_dmp.save` / `load`: every id the store keeps is saved with its
-row and optimizer state; train N steps, save, load into a fresh model, train M more == N + M
-straight, bit for bit, with a cache that evicts every step (SGD, row-wise Adagrad; RocksDB and
-RAM). A checkpoint of 2 ranks loads into 1 rank holding the same rows; the fused optimizer's
-plain state_dict refuses (it would hold only the cached rows); refused on every rank: a
-checkpoint path inside the RocksDB store directory, a checkpoint of the table held in memory,
-one whose rows have another width."""
+row_wise and column_wise: one entry per column block) through `shardrec_dmp.save` / `load`:
+every id the store keeps is saved with its row and optimizer state; train N steps, save, load
+into a fresh model, train M more == N + M straight, bit for bit, with a cache that evicts every
+step (SGD, row-wise Adagrad; RocksDB and RAM). A checkpoint of 2 ranks loads into 1 rank
+holding the same rows; the fused optimizer's plain state_dict refuses (it would hold only the
+cached rows); refused on every rank: a checkpoint path inside the RocksDB store directory, a
+checkpoint of the table held in memory, one whose rows have another width, a column-split
+table's row-wise state into ranks holding other column blocks."""
 
 from __future__ import annotations
 

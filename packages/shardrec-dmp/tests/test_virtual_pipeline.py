@@ -1,9 +1,11 @@
-"""A raw-id tier table (`ssd_virtual_table` / `dram_virtual_table`, table_wise, LFU) under the
-train pipelines (and row_wise, column_wise: one tier per rank), with a cache of two batches' distinct ids (three for the prefetching
-pipeline; rows evicted on every step; the pipeline maps batch i+1 before batch i's backward,
-and LFU would evict batch i's new rows first): the mapped batch's rows are pinned in the cache
-until its backward, so the pipelines give exactly the store rows (weights and row-wise
-Adagrad state) of the plain loop, on 1 and 2 gloo ranks."""
+"""A raw-id tier table (`ssd_virtual_table` / `dram_virtual_table`, table_wise, LFU; also
+row_wise and column_wise: one tier per rank) under the train pipelines, with a cache of two
+batches' distinct ids (three for the prefetching pipeline; rows evicted on every step; the
+pipeline maps batch i+1 before batch i's backward, and LFU would evict batch i's new rows
+first): the mapped batch's rows are pinned in the cache until its backward, so the pipelines
+give exactly the store rows (weights and row-wise Adagrad state) of the plain loop, on 1 and 2
+gloo ranks (column_wise: both ranks' caches deciding alike, their stores holding the same
+ids)."""
 
 from __future__ import annotations
 

@@ -29,8 +29,8 @@ from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 
 from shardrec_collectives import ShardingEnv, agree_on_error
 from shardrec_dmp.checkpoint_io import SafePlanner, SafeReader
-from shardrec_dmp.model_parallel import DistributedModelParallel
 from shardrec_dmp.checkpoint_virtual_columns import check_column_tier
+from shardrec_dmp.model_parallel import DistributedModelParallel
 from shardrec_sharding.dynamic import ShardedDynamicTable, owner_part
 from shardrec_sharding.virtual_tier import TieredShardedDynamicTable
 
