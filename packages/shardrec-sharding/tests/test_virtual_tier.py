@@ -481,7 +481,8 @@ def test_column_wise_equals_the_in_memory_dynamic_table(  # type: ignore[no-unty
 
 
 def column_refusals(ctx: RankContext, store: str) -> list[str]:
-    """A column-split tier leaving rank 1 without a block, refused on both ranks."""
+    """A column-split tier leaving rank 1 without a block, refused on both ranks; a batch too
+    large for the cache, refused on both ranks."""
     spec = FusedOptimSpec(optimizer=EmbOptimType.EXACT_SGD, learning_rate=0.1)
     ebc = EmbeddingBagCollection([raw_table()])
     plan = construct_module_sharding_plan(
@@ -490,14 +491,63 @@ def column_refusals(ctx: RankContext, store: str) -> list[str]:
     sharder = EmbeddingBagCollectionSharder(fused_params=spec.to_fused_params())
     with pytest.raises(ValueError, match=r"needs a column block on every rank") as e:
         sharder.shard(ebc, plan, ShardingEnv.from_process_group(ctx.pg))
-    return [str(e.value)]
+    # A batch of more distinct ids (both ranks') than the cache: raised by every rank's cache
+    # (the same decision), and the next batch trains.
+    sharded = shard_columns(ctx, "dram_virtual_table", store, spec)
+    many = torch.arange(5) + 10 * ctx.rank - 7
+    with pytest.raises(CacheTooSmallError, match=r"a batch touches 10 distinct rows") as full:
+        sharded(KeyedJaggedTensor(["f"], many, lengths=torch.tensor([5, 0, 0, 0])))
+    ids, lengths, coefficients = rank_batch(ctx.rank, 0)
+    out = sharded(KeyedJaggedTensor(["f"], ids, lengths=lengths)).wait().values()
+    (out * coefficients).sum().backward()
+    return [str(e.value), str(full.value)]
 
 
 def test_column_wise_refusals(pool_factory, tmp_path: pathlib.Path) -> None:  # type: ignore[no-untyped-def]
     got = pool_factory(2).run(column_refusals, str(tmp_path))
-    assert got[0] == got[1] and "blocks on ranks [0] of 2" in got[0][0], got
+    assert got[0][0] == got[1][0] and "blocks on ranks [0] of 2" in got[0][0], got
     ebc = EmbeddingBagCollection([raw_table()])
     for other in (data_parallel(), table_row_wise(host_index=0)):  # types the tiers lack
         plan = construct_module_sharding_plan(ebc, {"raw": other}, world_size=1)
         with pytest.raises(ValueError, match=r"placed table_wise, row_wise, column_wise or table_"):
             dataclasses.replace(plan["raw"], compute_kernel="dram_virtual_table")
+
+
+def sequence_columns(ctx: RankContext, kernel: str) -> list[torch.Tensor]:
+    """An EmbeddingCollection's dynamic table column_wise over both ranks (constant initial
+    rows, row-wise Adagrad, a capacity that never evicts): each step's output rows."""
+    config = EmbeddingConfig(
+        name="raw",
+        num_embeddings=64,
+        embedding_dim=DIM,
+        feature_names=["f"],
+        weight_init_min=0.125,
+        weight_init_max=0.125,
+        dynamic=DynamicTableConfig(init_seed=3),
+    )
+    ec = EmbeddingCollection([config])
+    plan = construct_module_sharding_plan(
+        ec, {"raw": column_wise(ranks=[0, 1], compute_kernel=kernel)}, world_size=2
+    )
+    spec = FusedOptimSpec(optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=0.1)
+    sharder = EmbeddingCollectionSharder(fused_params=spec.to_fused_params())
+    sharded = sharder.shard(ec, plan, ShardingEnv.from_process_group(ctx.pg))
+    outs = []
+    for step in range(STEPS):
+        ids, lengths, _ = rank_batch(ctx.rank, step)
+        out = sharded(KeyedJaggedTensor(["f"], ids, lengths=lengths))["f"].values()
+        g = seeded_generator("ec-columns", ctx.rank, step)
+        (out * torch.randn(ids.numel(), DIM, generator=g)).sum().backward()
+        outs.append(out.detach())
+    return outs
+
+
+def test_sequence_column_wise_equals_in_memory(pool_factory) -> None:  # type: ignore[no-untyped-def]
+    pool = pool_factory(2)
+    tier, memory = (
+        pool.run(sequence_columns, "dram_virtual_table"),
+        pool.run(sequence_columns, "fused"),
+    )
+    for rank in range(2):
+        for a, b in zip(tier[rank], memory[rank], strict=True):
+            assert torch.equal(a, b)
