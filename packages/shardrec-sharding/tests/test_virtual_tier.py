@@ -403,7 +403,8 @@ def test_column_wise_matches_in_memory_blocks(  # type: ignore[no-untyped-def]
 ) -> None:
     """Each rank's block trains exactly as that block held in memory with every id's initial
     row, trained on both ranks' batches (row-wise Adagrad: one state per block's row, as the
-    in-memory column-split table); both ranks' stores hold the same ids."""
+    in-memory column-split table; SGD: the blocks side by side are the unsharded table held in
+    memory); both ranks' stores hold the same ids."""
     got = pool_factory(2).run(train_columns, kernel, str(tmp_path), optimizer)
     keys = got[0]["ids"]
     assert torch.equal(keys, got[1]["ids"])  # the same decisions on both ranks
@@ -425,6 +426,9 @@ def test_column_wise_matches_in_memory_blocks(  # type: ignore[no-untyped-def]
         )
         for cols in (slice(0, half), slice(half, DIM))
     ]
+    unsharded = BatchedFusedEmbeddingBag(  # SGD: the blocks are the unsharded table's columns
+        [FusedTableSpec(name="raw", num_rows=keys.numel(), dim=DIM, weight=full)], spec
+    )
     for step in range(STEPS):
         parts = [rank_batch(r, step) for r in range(2)]
         ids = torch.cat([p[0] for p in parts])
@@ -437,6 +441,13 @@ def test_column_wise_matches_in_memory_blocks(  # type: ignore[no-untyped-def]
             assert torch.equal(got[rank]["outs"][step], expected[rank * BAGS : (rank + 1) * BAGS])
         for b, out in enumerate(outs):
             (out * coefficients[:, b * half : (b + 1) * half]).sum().backward()
+        whole = unsharded(torch.searchsorted(keys, ids), offsets)
+        if optimizer == "exact_sgd":
+            assert torch.equal(whole.detach(), expected)
+        (whole * coefficients).sum().backward()
+    if optimizer == "exact_sgd":
+        stores = torch.cat([got[r]["rows"] for r in range(2)], dim=1)
+        assert torch.equal(stores, unsharded.split_embedding_weights()[0].detach())
     for rank, block in enumerate(blocks):
         rows = got[rank]["rows"]
         assert torch.equal(rows[:, :half], block.split_embedding_weights()[0].detach())
