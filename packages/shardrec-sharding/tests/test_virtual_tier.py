@@ -562,3 +562,32 @@ def test_sequence_column_wise_equals_in_memory(pool_factory) -> None:  # type: i
     for rank in range(2):
         for a, b in zip(tier[rank], memory[rank], strict=True):
             assert torch.equal(a, b)
+
+
+def columns_plain_state_dict(ctx: RankContext, root: str) -> list[torch.Tensor]:
+    """column_wise, RocksDB, row-wise Adagrad: 3 steps, a plain state_dict (one entry per
+    column block), load_state_dict into a fresh module, the rest == STEPS steps straight."""
+    spec = FusedOptimSpec(optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=0.1)
+    straight = shard_columns(ctx, "ssd_virtual_table", f"{root}/s", spec)
+    first = shard_columns(ctx, "ssd_virtual_table", f"{root}/f", spec)
+    again = shard_columns(ctx, "ssd_virtual_table", f"{root}/a", spec)
+    outs = []
+    for step in range(STEPS):
+        if step == 3:
+            state = first.state_dict()
+            block = f"col{2 * ctx.rank}_2.in{2 * ctx.rank}"
+            assert state[f"dynamic_tables.tables.raw.tier.{block}.ids"].numel() > CAPACITY
+            again.load_state_dict(state)
+        ids, lengths, coefficients = rank_batch(ctx.rank, step)
+        kjt = KeyedJaggedTensor(["f"], ids, lengths=lengths)
+        for module in (straight, first if step < 3 else again):
+            out = module(kjt).wait().values()
+            (out * coefficients).sum().backward()
+            outs.append(out.detach())
+    return outs
+
+
+def test_column_wise_plain_state_dict_resumes(pool_factory, tmp_path: pathlib.Path) -> None:  # type: ignore[no-untyped-def]
+    for outs in pool_factory(2).run(columns_plain_state_dict, str(tmp_path)):
+        for i in range(0, len(outs), 2):
+            assert torch.equal(outs[i], outs[i + 1])

@@ -151,7 +151,9 @@ class BlockSlice(KeyValueSlice):
 
     def read_chunk(self, offsets: Sequence[int], sizes: Sequence[int]) -> Tensor:
         lo, n = int(offsets[0]), int(sizes[0])
-        rows = torch.from_numpy(np.asarray(self.store.read(self.ids[lo : lo + n].numpy())))
+        rows = torch.from_numpy(
+            np.array(self.store.read(self.ids[lo : lo + n].numpy()), dtype=np.float32)
+        )
         col = int(offsets[1])
         return rows[:, self.columns[col : col + int(sizes[1])]].contiguous()
 
