@@ -83,8 +83,10 @@ def local_columns(t: TableSharding, rank: int) -> tuple[tuple[int, int], ...]:
 
 
 class ColumnRows(RawIdRows):
-    """The `RawIdRows` of a rank's column blocks: an id the store never held reads `columns`
-    of its full initial row (`full_dim` wide) and zero optimizer state."""
+    """The `RawIdRows` of a rank's column blocks: an id the store never held reads the blocks'
+    columns of its full initial row and zero optimizer state (column `c` of an initial row
+    does not depend on the row's width, so the rows are drawn only up to the last block's
+    end)."""
 
     def __init__(
         self,
@@ -94,11 +96,10 @@ class ColumnRows(RawIdRows):
         seed: int,
         low: float,
         high: float,
-        full_dim: int,
         blocks: Sequence[tuple[int, int]],
     ) -> None:
         super().__init__(kv, layout, seed=seed, low=low, high=high)
-        self.full_dim = full_dim
+        self.span = max(c + n for c, n in blocks)
         self.columns = torch.cat([torch.arange(c, c + n) for c, n in blocks])
 
     def read(self, ids: np.ndarray) -> np.ndarray:
@@ -109,7 +110,7 @@ class ColumnRows(RawIdRows):
         new = ~found
         rows[new] = 0.0
         full = initial_rows(
-            torch.from_numpy(ids[new]), self.full_dim, seed=self.seed, low=self.low, high=self.high
+            torch.from_numpy(ids[new]), self.span, seed=self.seed, low=self.low, high=self.high
         )
         rows[new, : self.layout.dim] = full[:, self.columns].numpy()
         return rows

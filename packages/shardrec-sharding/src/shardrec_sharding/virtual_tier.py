@@ -167,7 +167,6 @@ def _cache(
     """The cache of this rank's part of `t`: its `rows` local slots (a row_wise table: this
     rank's row block) over the part's rows in `module` from `row`."""
     config: BaseEmbeddingConfig = t.config
-    dim = config.embedding_dim
     index = [s.name for s in module.table_specs].index(t.name)
     weight = module.split_embedding_weights()[index].detach()
     width = weight.shape[1]  # a column-split table: this rank's blocks
@@ -192,7 +191,6 @@ def _cache(
             seed=seed,
             low=low,
             high=high,
-            full_dim=dim,
             blocks=local_columns(t, rank),
         )
         if t.sharding_type in COLUMN_SPLIT
