@@ -353,15 +353,23 @@ def test_row_wise_matches_in_memory(pool_factory, tmp_path: pathlib.Path) -> Non
 
 
 def shard_columns(  # type: ignore[no-untyped-def]  # a sharded EBC
-    ctx: RankContext, kernel: str, store: str, spec: FusedOptimSpec, **table: object
+    ctx: RankContext,
+    kernel: str,
+    store: str,
+    spec: FusedOptimSpec,
+    ranks: tuple[int, ...] = (0, 1),
+    **table: object,
 ):
-    """`raw` (DIM 4) split into two column blocks over the two ranks (`kernel:table_column_wise`
-    for that type), `kernel` its compute kernel."""
+    """`raw` (DIM 4) split into column blocks on `ranks` (`kernel:table_column_wise` for that
+    type), `kernel` its compute kernel."""
     kernel, _, kind = kernel.partition(":")
     ebc = EmbeddingBagCollection([dataclasses.replace(raw_table(), **table)])
     split = table_column_wise if kind else column_wise
     plan = construct_module_sharding_plan(
-        ebc, {"raw": split(ranks=[0, 1], compute_kernel=kernel)}, world_size=2, local_world_size=2
+        ebc,
+        {"raw": split(ranks=list(ranks), compute_kernel=kernel)},
+        world_size=2,
+        local_world_size=2,
     )
     plan["raw"] = dataclasses.replace(
         plan["raw"],
@@ -455,15 +463,17 @@ def test_column_wise_matches_in_memory_blocks(  # type: ignore[no-untyped-def]
             assert torch.equal(rows[:, half + i], state)
 
 
-def columns_vs_memory(ctx: RankContext, store: str) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """The same column_wise plan, `ssd_virtual_table` vs the in-memory dynamic table (kernel
-    fused), a capacity that never evicts, a constant initializer (the in-memory table draws
-    initial rows by slot, the tier by id), row-wise Adagrad: both outputs of every step, then
-    every id's row of this rank's block and its row-wise state."""
+def columns_vs_memory(
+    ctx: RankContext, store: str, ranks: tuple[int, ...]
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The same column_wise plan (blocks on `ranks`), `ssd_virtual_table` vs the in-memory
+    dynamic table (kernel fused), a capacity that never evicts, a constant initializer (the
+    in-memory table draws initial rows by slot, the tier by id), row-wise Adagrad: both outputs
+    of every step, then every id's row of this rank's blocks and its row-wise state."""
     spec = FusedOptimSpec(optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=0.1)
     fixed = {"num_embeddings": 64, "weight_init_min": 0.125, "weight_init_max": 0.125}
-    tier = shard_columns(ctx, "ssd_virtual_table", store, spec, **fixed)
-    memory = shard_columns(ctx, "fused", store, spec, **fixed)
+    tier = shard_columns(ctx, "ssd_virtual_table", store, spec, ranks, **fixed)
+    memory = shard_columns(ctx, "fused", f"{store}/m", spec, ranks, **fixed)
     pairs = []
     for step in range(STEPS):
         ids, lengths, coefficients = rank_batch(ctx.rank, step)
@@ -483,10 +493,11 @@ def columns_vs_memory(ctx: RankContext, store: str) -> list[tuple[torch.Tensor, 
     return pairs
 
 
+@pytest.mark.parametrize("ranks", [(0, 1), (0, 1, 0, 1)])  # (0, 1, 0, 1): two blocks a rank
 def test_column_wise_equals_the_in_memory_dynamic_table(  # type: ignore[no-untyped-def]
-    pool_factory, tmp_path: pathlib.Path
+    pool_factory, tmp_path: pathlib.Path, ranks: tuple[int, ...]
 ) -> None:
-    for pairs in pool_factory(2).run(columns_vs_memory, str(tmp_path)):
+    for pairs in pool_factory(2).run(columns_vs_memory, str(tmp_path), ranks):
         for tier, memory in pairs:
             assert torch.equal(tier, memory)
 
