@@ -86,15 +86,26 @@ VIRTUAL_TABLE_KERNELS: frozenset[EmbeddingComputeKernel] = frozenset(
     {EmbeddingComputeKernel.SSD_VIRTUAL_TABLE, EmbeddingComputeKernel.DRAM_VIRTUAL_TABLE}
 )
 """Among them, the raw-id tier kernels a hand-written plan may name for a table placed
-table_wise or row_wise (a dynamic table's rows behind a cache:
+as one of `VIRTUAL_TIER_SHARDING_TYPES` (a dynamic table's rows behind a cache:
 `kernel_choice.runs_virtual_tiered`); the
 planner's search still never picks them."""
+
+VIRTUAL_TIER_SHARDING_TYPES: frozenset[ShardingType] = frozenset(
+    {
+        ShardingType.TABLE_WISE,
+        ShardingType.ROW_WISE,
+        ShardingType.COLUMN_WISE,
+        ShardingType.TABLE_COLUMN_WISE,
+    }
+)
+"""The sharding types the raw-id tier kernels run on (column-split: one tier per column block,
+shardrec_sharding/virtual_tier.py)."""
 
 
 def executable_kernel(value: str, what: str, *, table_wise: bool = False) -> EmbeddingComputeKernel:
     """`value` as a kernel shardrec runs; a TorchRec-only kernel is refused with the fix.
-    `table_wise`: the entry places its table table_wise or row_wise (a virtual-table kernel
-    may run)."""
+    `table_wise`: the entry places its table as one of `VIRTUAL_TIER_SHARDING_TYPES` (a
+    virtual-table kernel may run)."""
     kernel = EmbeddingComputeKernel(value)
     if kernel in TORCHREC_ONLY_KERNELS and not (table_wise and kernel in VIRTUAL_TABLE_KERNELS):
         raise ValueError(
@@ -102,6 +113,6 @@ def executable_kernel(value: str, what: str, *, table_wise: bool = False) -> Emb
             "execute (no SSD / parameter-server store, quantized kernels are planned as "
             "'dense'); use 'fused' ('fused_uvm', 'fused_uvm_caching' and 'key_value' also run "
             "as 'fused'; 'ssd_virtual_table' and 'dram_virtual_table' run a dynamic table "
-            "placed table_wise or row_wise)"
+            "placed table_wise, row_wise, column_wise or table_column_wise)"
         )
     return kernel

@@ -26,9 +26,10 @@ have, and the report lists them as not applied.
 rounds to nearest; True is reported as not applied (it only matters for fp16/bf16 weights).
 
 `ssd_virtual_table` / `dram_virtual_table` run as themselves on a dynamic (raw-id) table placed
-table_wise or row_wise (refused otherwise, hand-written plans only): every raw id's row in
-RocksDB / RAM, the table's capacity (a row_wise rank's row block) as its row cache
-(`runs_virtual_tiered`; shardrec_sharding/virtual_tier.py).
+table_wise, row_wise, column_wise or table_column_wise (refused otherwise, hand-written plans
+only): every raw id's row in RocksDB / RAM, the table's capacity (a row_wise rank's row block;
+a column-split rank's column blocks of every slot) as its row cache (`runs_virtual_tiered`;
+shardrec_sharding/virtual_tier.py, virtual_columns.py).
 """
 
 from __future__ import annotations
@@ -232,8 +233,8 @@ def cache_ratio_of(ps: ParameterSharding) -> float | None:
 def runs_virtual_tiered(ps: ParameterSharding) -> bool:
     """Whether a table planned as `ps` keeps its raw-id rows in a store behind a cache of its
     `capacity` slots (`ssd_virtual_table`: RocksDB on disk, `dram_virtual_table`: RAM; only
-    dynamic tables placed table_wise or row_wise, which `ParameterSharding` and the sharder
-    check)."""
+    dynamic tables placed as one of `VIRTUAL_TIER_SHARDING_TYPES`, which `ParameterSharding`
+    and the sharder check)."""
     return ps.compute_kernel in (
         EmbeddingComputeKernel.SSD_VIRTUAL_TABLE,
         EmbeddingComputeKernel.DRAM_VIRTUAL_TABLE,

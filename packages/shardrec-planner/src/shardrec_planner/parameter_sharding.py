@@ -14,7 +14,12 @@ from shardrec_planner.cache_params import (
     KeyValueParams,
     MultiPassPrefetchConfig,
 )
-from shardrec_planner.enums import EmbeddingComputeKernel, ShardingType, executable_kernel
+from shardrec_planner.enums import (
+    VIRTUAL_TIER_SHARDING_TYPES,
+    EmbeddingComputeKernel,
+    ShardingType,
+    executable_kernel,
+)
 from shardrec_planner.shard_metadata import EnumerableShardingSpec, ShardMetadata
 
 
@@ -53,7 +58,7 @@ class ParameterSharding:
         kernel = executable_kernel(
             self.compute_kernel,
             "ParameterSharding",
-            table_wise=self.sharding_type in (ShardingType.TABLE_WISE, ShardingType.ROW_WISE),
+            table_wise=self.sharding_type in VIRTUAL_TIER_SHARDING_TYPES,
         )
         object.__setattr__(self, "compute_kernel", kernel)
         given: object = self.ranks
