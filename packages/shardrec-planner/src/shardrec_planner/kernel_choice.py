@@ -74,10 +74,13 @@ def executed_kernel(kernel: str) -> EmbeddingComputeKernel:
     return EmbeddingComputeKernel.FUSED if k in RUNS_AS_FUSED else k
 
 
-TIERED_SHARDING_TYPES: frozenset[ShardingType] = frozenset({ShardingType.TABLE_WISE})
-"""Sharding types whose `key_value` tables our cost model prices on the disk tier
-(`tiered_layout`). Every sharding type but data_parallel runs tiered (`runs_tiered`); the others
-are estimated as fused (the whole shard in memory: an upper bound of its memory)."""
+TIERED_SHARDING_TYPES: frozenset[ShardingType] = frozenset(ShardingType) - {
+    ShardingType.DATA_PARALLEL
+}
+"""Sharding types whose `key_value` tables run tiered (`runs_tiered`) and our cost model prices
+on the disk tier (`tiered_layout`): every type but data_parallel (whose kernel is dense). Each
+rank's shard (a row block, a column block, or both) is a tiered table of its own, priced per
+shard (disk_tier.py)."""
 
 
 def runs_tiered(ps: ParameterSharding) -> bool:
@@ -87,7 +90,7 @@ def runs_tiered(ps: ParameterSharding) -> bool:
     shard is a tiered table of its own."""
     return (
         ps.compute_kernel is EmbeddingComputeKernel.KEY_VALUE
-        and ps.sharding_type is not ShardingType.DATA_PARALLEL
+        and ps.sharding_type in TIERED_SHARDING_TYPES
     )
 
 

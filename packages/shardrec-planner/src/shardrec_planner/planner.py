@@ -604,7 +604,7 @@ class EmbeddingShardingPlanner:
                     memory_bytes=int(opt.memory.sum()),
                     cost_s=opt.total_cost,
                     max_shard_cost_s=opt.max_cost,
-                    tier=None if opt.tier is None else tier_decision(opt),
+                    tier=None if opt.tier is None else tier_decision(opt, ranks),
                     reason=result.reasons[t]
                     + (
                         f"; dynamic (raw-id): +{table.dynamic_bytes_per_row:.0f} B/slot id map "

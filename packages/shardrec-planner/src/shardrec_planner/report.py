@@ -10,7 +10,7 @@ from shardrec_planner.kernel_choice import executed_kernel, kernel_notes, runs_t
 
 if TYPE_CHECKING:
     from shardrec_planner.sharding_plan import ShardingPlan
-    from shardrec_planner.stats import PlanStats, TableDecision
+    from shardrec_planner.stats import PlanStats, TableDecision, TierShard
 
 
 def format_bytes(n: float) -> str:
@@ -123,10 +123,23 @@ def format_tiers(stats: PlanStats) -> str:
             f"{format_bytes(tier.write_bytes_per_step)} written "
             f"({format_seconds(tier.disk_seconds_per_step)})"
         )
+        if len(tier.shards) > 1:
+            lines += [_tier_shard_line(i, s) for i, s in enumerate(tier.shards)]
     if not lines:
         return ""
     used = max(r.disk_bytes for r in stats.ranks)
     return f"disk tier (largest per-rank store total {format_bytes(used)})\n" + "\n".join(lines)
+
+
+def _tier_shard_line(i: int, s: TierShard) -> str:
+    """One shard of a tiered table: its block, its store, its cache and its disk traffic."""
+    return (
+        f"    shard {i} on rank {s.rank}: rows {s.row_offset:,}-{s.row_offset + s.rows - 1:,} x "
+        f"cols {s.col_offset}-{s.col_offset + s.cols - 1}; store {format_bytes(s.disk_bytes)}; "
+        f"cache {s.cache_rows:,} rows ({format_bytes(s.cache_bytes)}); disk per step "
+        f"{format_bytes(s.read_bytes_per_step)} read + as many written "
+        f"({format_seconds(s.disk_seconds_per_step)})"
+    )
 
 
 def format_report(plan: ShardingPlan) -> str:

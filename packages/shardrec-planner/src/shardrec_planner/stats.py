@@ -52,6 +52,33 @@ class RankStats:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class TierShard:
+    """One tiered shard's figures (disk_tier.py): its rank, its block of the table (offsets and
+    sizes of rows and columns), its cache (rows, bytes in memory), its store on disk and its disk
+    bytes read per step (as many are written back) and the seconds they add."""
+
+    rank: int
+    row_offset: int
+    rows: int
+    col_offset: int
+    cols: int
+    cache_rows: int
+    cache_bytes: int
+    disk_bytes: int
+    read_bytes_per_step: float
+    disk_seconds_per_step: float
+
+    @staticmethod
+    def from_dict(data: Mapping[str, object]) -> TierShard:
+        return TierShard(
+            **{
+                f.name: _float(data, f.name) if f.type == "float" else _int(data, f.name)
+                for f in dataclasses.fields(TierShard)
+            }
+        )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class TierDecision:
     """A tiered table's cache and disk figures (disk_tier.py), over all its shards: cached
     share and rows, memory of the cache (rows, state, metadata, id map), store bytes on disk,
@@ -67,9 +94,14 @@ class TierDecision:
     read_bytes_per_step: float
     write_bytes_per_step: float
     disk_seconds_per_step: float
+    shards: tuple[TierShard, ...] = ()
+    """Per shard, in shard order (the figures above are their sums; the hit rate is every
+    shard's)."""
 
     def to_dict(self) -> dict[str, object]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        out["shards"] = [dataclasses.asdict(s) for s in self.shards]
+        return out
 
     @staticmethod
     def from_dict(data: Mapping[str, object]) -> TierDecision:
@@ -83,7 +115,23 @@ class TierDecision:
             read_bytes_per_step=_float(data, "read_bytes_per_step"),
             write_bytes_per_step=_float(data, "write_bytes_per_step"),
             disk_seconds_per_step=_float(data, "disk_seconds_per_step"),
+            shards=tuple(
+                TierShard.from_dict(s)
+                for s in _list(data, "shards")
+                if isinstance(s, Mapping) or _bad_shard(s)
+            ),
         )
+
+
+def _list(data: Mapping[str, object], key: str) -> list[object]:
+    value = data.get(key, [])
+    if not isinstance(value, list):
+        raise ValueError(f"plan stats field {key!r} must be a list, got {value!r}")
+    return value
+
+
+def _bad_shard(value: object) -> bool:
+    raise ValueError(f"plan stats tier shard must be an object, got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
