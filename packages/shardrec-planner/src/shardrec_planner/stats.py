@@ -71,10 +71,16 @@ class TierShard:
     @staticmethod
     def from_dict(data: Mapping[str, object]) -> TierShard:
         return TierShard(
-            **{
-                f.name: _float(data, f.name) if f.type == "float" else _int(data, f.name)
-                for f in dataclasses.fields(TierShard)
-            }
+            rank=_int(data, "rank"),
+            row_offset=_int(data, "row_offset"),
+            rows=_int(data, "rows"),
+            col_offset=_int(data, "col_offset"),
+            cols=_int(data, "cols"),
+            cache_rows=_int(data, "cache_rows"),
+            cache_bytes=_int(data, "cache_bytes"),
+            disk_bytes=_int(data, "disk_bytes"),
+            read_bytes_per_step=_float(data, "read_bytes_per_step"),
+            disk_seconds_per_step=_float(data, "disk_seconds_per_step"),
         )
 
 
@@ -115,23 +121,16 @@ class TierDecision:
             read_bytes_per_step=_float(data, "read_bytes_per_step"),
             write_bytes_per_step=_float(data, "write_bytes_per_step"),
             disk_seconds_per_step=_float(data, "disk_seconds_per_step"),
-            shards=tuple(
-                TierShard.from_dict(s)
-                for s in _list(data, "shards")
-                if isinstance(s, Mapping) or _bad_shard(s)
-            ),
+            shards=_tier_shards(data),
         )
 
 
-def _list(data: Mapping[str, object], key: str) -> list[object]:
-    value = data.get(key, [])
-    if not isinstance(value, list):
-        raise ValueError(f"plan stats field {key!r} must be a list, got {value!r}")
-    return value
-
-
-def _bad_shard(value: object) -> bool:
-    raise ValueError(f"plan stats tier shard must be an object, got {value!r}")
+def _tier_shards(data: Mapping[str, object]) -> tuple[TierShard, ...]:
+    """A tier's per-shard figures as read back from JSON (absent in older files: none)."""
+    value = data.get("shards", [])
+    if not isinstance(value, list) or not all(isinstance(s, Mapping) for s in value):
+        raise ValueError(f"plan stats field 'shards' must be a list of objects, got {value!r}")
+    return tuple(TierShard.from_dict(s) for s in value)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
