@@ -6,10 +6,14 @@ types."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from _planner_models import make_ebc
+from torch import nn
 
+from shardrec_embedding import DynamicTableConfig, EmbeddingBagCollection, EmbeddingBagConfig
 from shardrec_planner import (
     CacheParams,
     EmbeddingShardingPlanner,
@@ -19,6 +23,9 @@ from shardrec_planner import (
     PlannerError,
     ShardingPlan,
     Topology,
+    construct_module_sharding_plan,
+    row_wise,
+    table_wise,
 )
 from shardrec_planner.cache_stats import SampledCacheStatistics
 from shardrec_planner.disk_tier import (
@@ -201,3 +208,58 @@ def test_virtual_table_kernels_run_on_the_sharding_types_of_one_set(kernel: str)
             ranks=[0, 1],
             sharding_spec=_spec([([10, 4], [0, 0]), ([10, 4], [0, 4])]),
         )
+
+
+class _Dynamic(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.sparse = EmbeddingBagCollection(
+            [
+                EmbeddingBagConfig(
+                    name="t",
+                    embedding_dim=16,
+                    num_embeddings=4096,
+                    feature_names=["f"],
+                    dynamic=DynamicTableConfig(),
+                )
+            ],
+            device="meta",
+        )
+
+
+@pytest.mark.parametrize("st", ["table_wise", "row_wise"])
+@pytest.mark.parametrize("kernel", ["ssd_virtual_table", "dram_virtual_table"])
+def test_virtual_tables_cache_their_capacity_and_store_every_row(st: str, kernel: str) -> None:
+    model = _Dynamic()
+    sharders = [
+        EmbeddingTableSharder(EmbeddingBagCollection, fused_params=SHARDERS[0].fused_params)
+    ]
+    planner = EmbeddingShardingPlanner(TOPO, batch_size=64, stats=[])
+    placed = {"table_wise": table_wise(rank=1), "row_wise": row_wise()}[st]
+    plans = {}
+    for k in (kernel, "fused"):
+        sub = construct_module_sharding_plan(model.sparse, {"t": placed}, world_size=2)
+        sub["t"] = dataclasses.replace(sub["t"], compute_kernel=k)
+        plans[k] = planner.estimate(model, sharders, ShardingPlan(plan={"sparse": sub}))
+    ours, fused = (plans[k].stats for k in (kernel, "fused"))
+    assert ours is not None and fused is not None
+    [t], [f] = ours.tables, fused.tables
+    tier = t.tier
+    assert tier is not None and tier.load_factor == 1.0 and f.tier is None
+    row = (16 + 1) * 4  # float32 weights + one rowwise Adagrad value
+    stores = [s.rows * row for s in tier.shards]
+    assert [s.cache_rows for s in tier.shards] == [s.rows for s in tier.shards]
+    assert sum(s.rows for s in tier.shards) == 4096
+    assert [s.disk_bytes for s in tier.shards] == stores
+    assert t.cost_s == pytest.approx(f.cost_s)  # no statistics: no misses
+    disk = {r.rank: r.disk_bytes for r in ours.ranks}
+    if kernel == "ssd_virtual_table":  # the slots are the cache, the store on disk
+        assert t.memory_bytes == f.memory_bytes
+        assert sum(disk.values()) == sum(stores)
+        assert "t: tier disk (ssd_virtual_table), store 272.0 KiB; cache 4,096 rows" in (
+            plans[kernel].report()
+        )
+    else:  # ... or in RAM
+        assert t.memory_bytes == f.memory_bytes + sum(stores)
+        assert set(disk.values()) == {0}
+        assert "t: tier RAM (dram_virtual_table)" in plans[kernel].report()

@@ -35,6 +35,15 @@ A cache must hold the distinct rows of two batches (one in flight, one prefetche
 `min_cache_rows`, per shard. The planner's own load factors (`AUTO_LOAD_FACTORS`, used where the
 table's `CacheParams` sets none) are raised to the largest shard's floor (`tier_load_factors`),
 and of those only the sizes that buy time are kept (`undominated`).
+
+The raw-id tier (`ssd_virtual_table` / `dram_virtual_table` on a dynamic table,
+`virtual_tier_estimate`) follows the same model with the table's capacity as the cache: each
+shard's `r` slots (a row_wise rank's row block) are its cache, priced as any dynamic table's
+slots (rows, state, id map and metadata: dynamic_storage.py), at load factor 1; its store holds
+every id's row, at least the `r * row` bytes of the ids the cache holds (it grows with the
+distinct ids a run sees, which the planner cannot know), on disk (RocksDB, `ssd_cap`) or in
+RAM; the misses (`CacheParams.stats`' miss rate at load factor 1, its first accesses; none
+without statistics) read and write rows at `disk_bw` (disk) or the memory bandwidth (RAM).
 """
 
 from __future__ import annotations
@@ -62,6 +71,7 @@ __all__ = [
     "tier_estimate",
     "tier_load_factors",
     "undominated",
+    "virtual_tier_estimate",
 ]
 
 SLOT_META_BYTES = 8 + 4 + 1 + 8
@@ -224,4 +234,35 @@ def tier_estimate(
         seconds=2.0 * read / disk_bw,
         hit_rate=1.0 - miss,
         hit_rate_source=source,
+    )
+
+
+def virtual_tier_estimate(
+    *,
+    rows: npt.NDArray[np.int64],
+    cols: npt.NDArray[np.int64],
+    shares: npt.NDArray[np.float64],
+    table_ids: float,
+    optimizer: tuple[float, float],
+    cache_bytes: npt.NDArray[np.float64],
+    cache_stats: object | None,
+    bandwidth: float,
+) -> TierEstimate:
+    """The raw-id tier's figures (module docstring): every slot cached (`cache_bytes`: the
+    slots' memory as a dynamic table), a store of at least `rows * row` bytes, misses at
+    load factor 1 read and written at `bandwidth`."""
+    tier = tier_estimate(
+        rows=rows,
+        cols=cols,
+        shares=shares,
+        table_ids=table_ids,
+        optimizer=optimizer,
+        load_factor=1.0,
+        cache_stats=cache_stats,
+        disk_bw=bandwidth,
+    )
+    per_elem, per_row = optimizer
+    store = rows * (cols * (1.0 + per_elem) + per_row) * STORE_VALUE_BYTES
+    return dataclasses.replace(
+        tier, memory_bytes=cache_bytes.astype(np.float64), disk_bytes=store.astype(np.float64)
     )

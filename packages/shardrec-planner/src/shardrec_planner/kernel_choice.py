@@ -38,7 +38,11 @@ import enum
 from typing import TYPE_CHECKING, Any
 
 from shardrec_planner.cache_params import BoundsCheckMode, CacheAlgorithm
-from shardrec_planner.enums import EmbeddingComputeKernel, ShardingType
+from shardrec_planner.enums import (
+    VIRTUAL_TABLE_SHARDING_TYPES,
+    EmbeddingComputeKernel,
+    ShardingType,
+)
 
 if TYPE_CHECKING:
     from shardrec_planner.constraints import ParameterConstraints
@@ -105,6 +109,16 @@ def tiered_layout(
         and sharding_type in TIERED_SHARDING_TYPES
         and compute_device == "cpu"
     )
+
+
+def virtual_tier_layout(
+    sharding_type: ShardingType, kernel: EmbeddingComputeKernel, compute_device: str
+) -> bool:
+    """Whether our cost model prices such shards on the raw-id tier (disk_tier.py): a
+    virtual-table kernel on a sharding type it runs on (`VIRTUAL_TABLE_SHARDING_TYPES`), on cpu
+    (elsewhere TorchRec's rates)."""
+    types = VIRTUAL_TABLE_SHARDING_TYPES.get(kernel, frozenset())
+    return sharding_type in types and compute_device == "cpu"
 
 
 def estimated_kernel(kernel: EmbeddingComputeKernel, compute_device: str) -> EmbeddingComputeKernel:

@@ -26,6 +26,7 @@ from shardrec_planner.disk_tier import (
     tier_estimate,
     tier_load_factors,
     undominated,
+    virtual_tier_estimate,
 )
 from shardrec_planner.enums import TORCHREC_ONLY_KERNELS, EmbeddingComputeKernel, ShardingType
 from shardrec_planner.errors import PlannerError
@@ -37,7 +38,12 @@ from shardrec_planner.geometry import (
     row_block_sizes,
     shard_arrays,
 )
-from shardrec_planner.kernel_choice import RUNS_AS_FUSED, estimated_kernel, tiered_layout
+from shardrec_planner.kernel_choice import (
+    RUNS_AS_FUSED,
+    estimated_kernel,
+    tiered_layout,
+    virtual_tier_layout,
+)
 from shardrec_planner.sharder import TableInfo
 from shardrec_planner.topology import Topology
 
@@ -123,7 +129,9 @@ def estimated_option(
     estimates (`estimator.estimate_shards`, the kernel as estimated on the topology's device);
     `block` is the option's placement block (`Option.block`). A `key_value` option that runs
     tiered (`kernel_choice.tiered_layout`) is costed with a cache of `tier_load_factor` (default
-    0.2, the lookup's) of its rows and `cache_stats` (`CacheParams.stats`): disk_tier.py."""
+    0.2, the lookup's) of its rows and `cache_stats` (`CacheParams.stats`): disk_tier.py; a
+    virtual-table option on a layout it runs (`kernel_choice.virtual_tier_layout`) on the raw-id
+    tier, its capacity as the cache (`disk_tier.virtual_tier_estimate`)."""
     est = estimate_shards(
         table,
         workload,
@@ -152,6 +160,24 @@ def estimated_option(
         memory = np.ceil(memory - est.state_bytes + tier.memory_bytes)
         compute = compute + tier.seconds
         disk = tier.disk_bytes
+    elif virtual_tier_layout(sharding_type, kernel, topology.compute_device):
+        assert est.state_bytes is not None  # set by estimate_shards
+        on_disk = kernel is EmbeddingComputeKernel.SSD_VIRTUAL_TABLE
+        tier = virtual_tier_estimate(
+            rows=shards.rows,
+            cols=shards.cols,
+            shares=id_shares(shards.rows, table.rows, sharding_type in _ROW_SPLIT),
+            table_ids=workload.ids_local * topology.world_size,
+            optimizer=optimizer,
+            cache_bytes=est.state_bytes,
+            cache_stats=cache_stats,
+            bandwidth=topology.disk_bandwidth if on_disk else topology.ddr_mem_bw * 1000.0,
+        )
+        compute = compute + tier.seconds
+        if on_disk:
+            disk = tier.disk_bytes
+        else:
+            memory = memory + tier.disk_bytes  # the store in RAM
     return Option(
         sharding_type=sharding_type,
         kernel=kernel,

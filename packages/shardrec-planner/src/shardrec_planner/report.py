@@ -115,7 +115,8 @@ def format_tiers(stats: PlanStats) -> str:
             continue
         name = (t.module_path + "." if t.module_path else "") + t.table
         lines.append(
-            f"  {name}: tier disk ({t.compute_kernel}), store {format_bytes(tier.disk_bytes)}; "
+            f"  {name}: tier {_tier_where(t.compute_kernel)} ({t.compute_kernel}), store "
+            f"{format_bytes(tier.disk_bytes)}; "
             f"cache {tier.cache_rows:,} rows (load_factor {tier.load_factor:g}, "
             f"{format_bytes(tier.cache_bytes)} in memory); expected hit rate "
             f"{tier.hit_rate:.3f} ({tier.hit_rate_source}); disk per step "
@@ -129,6 +130,11 @@ def format_tiers(stats: PlanStats) -> str:
         return ""
     used = max(r.disk_bytes for r in stats.ranks)
     return f"disk tier (largest per-rank store total {format_bytes(used)})\n" + "\n".join(lines)
+
+
+def _tier_where(kernel: str) -> str:
+    """Where a tiered table's store lives: RAM for `dram_virtual_table`, else disk."""
+    return "RAM" if kernel == EmbeddingComputeKernel.DRAM_VIRTUAL_TABLE.value else "disk"
 
 
 def _tier_shard_line(i: int, s: TierShard) -> str:
