@@ -11,10 +11,13 @@ kernel or cache option is silently dropped:
     asked kernel        runs as   planner estimate (our cost model)
     fused_uvm           fused     on cpu: as fused; on cuda: TorchRec's UVM model (host memory)
     fused_uvm_caching   fused     on cpu: as fused; on cuda: UVM with CacheParams.load_factor
-    key_value           fused     runs tiered (any sharding type but data_parallel: each rank's
-                                  shard has its rows on disk behind an in-memory cache,
-                                  `runs_tiered`); a table_wise table is priced on the disk tier
-                                  on cpu (`tiered_layout`, disk_tier.py), the rest as fused
+    key_value           fused     runs tiered (any sharding type but data_parallel,
+                                  `TIERED_SHARDING_TYPES`: each rank's shard, a table, row block
+                                  or column block, has its rows on disk behind its own cache in
+                                  memory, `runs_tiered`); on cpu every such shard is priced on
+                                  the disk tier (`tiered_layout`, disk_tier.py: its cache in
+                                  memory, its rows and state on disk, misses from the hit rate
+                                  scaled to its share of the ids); on cuda as fused
 
 Cache options (`ParameterConstraints` -> `ParameterSharding`): `cache_params.load_factor` sets
 the cached share in the estimates of a `fused_uvm_caching` table on cuda (TorchRec's storage and
@@ -26,9 +29,11 @@ have, and the report lists them as not applied.
 rounds to nearest; True is reported as not applied (it only matters for fp16/bf16 weights).
 
 `ssd_virtual_table` / `dram_virtual_table` run as themselves on a dynamic (raw-id) table placed
-table_wise or row_wise (refused otherwise, hand-written plans only): every raw id's row in
-RocksDB / RAM, the table's capacity (a row_wise rank's row block) as its row cache
-(`runs_virtual_tiered`; shardrec_sharding/virtual_tier.py).
+as `enums.VIRTUAL_TABLE_SHARDING_TYPES` allows (table_wise or row_wise today; refused otherwise,
+hand-written plans only): every raw id's row in RocksDB / RAM, the table's capacity (a row_wise
+rank's row block) as its row cache (`runs_virtual_tiered`; shardrec_sharding/virtual_tier.py).
+On cpu `estimate` prices them by the same model (`virtual_tier_layout`,
+`disk_tier.virtual_tier_estimate`): the capacity cached, every row stored on disk or in RAM.
 """
 
 from __future__ import annotations
@@ -249,8 +254,8 @@ def cache_ratio_of(ps: ParameterSharding) -> float | None:
 def runs_virtual_tiered(ps: ParameterSharding) -> bool:
     """Whether a table planned as `ps` keeps its raw-id rows in a store behind a cache of its
     `capacity` slots (`ssd_virtual_table`: RocksDB on disk, `dram_virtual_table`: RAM; only
-    dynamic tables placed table_wise or row_wise, which `ParameterSharding` and the sharder
-    check)."""
+    dynamic tables placed as `enums.VIRTUAL_TABLE_SHARDING_TYPES` allows, which
+    `ParameterSharding` and the sharder check)."""
     return ps.compute_kernel in (
         EmbeddingComputeKernel.SSD_VIRTUAL_TABLE,
         EmbeddingComputeKernel.DRAM_VIRTUAL_TABLE,
