@@ -21,6 +21,7 @@ from shardrec_jagged import KeyedJaggedTensor
 from shardrec_optim import EmbOptimType, FusedOptimSpec
 from shardrec_planner import (
     CacheParams,
+    EmbeddingComputeKernel,
     EmbeddingShardingPlanner,
     KeyValueParams,
     ParameterConstraints,
@@ -98,7 +99,10 @@ def in_memory(plan: ShardingPlan) -> ShardingPlan:
         plan={
             path: {
                 name: dataclasses.replace(
-                    ps, compute_kernel="fused", cache_params=None, key_value_params=None
+                    ps,
+                    compute_kernel=EmbeddingComputeKernel.FUSED,
+                    cache_params=None,
+                    key_value_params=None,
                 )
                 for name, ps in sub.items()
             }
@@ -114,15 +118,16 @@ def train(ctx: RankContext, plan: ShardingPlan) -> dict[str, object]:
         plan=plan,
         sharders=[EmbeddingBagCollectionSharder(fused_params=SPEC.to_fused_params())],
     )
+    sparse = dmp.module.get_submodule("sparse")
     outputs = []
     for step in range(STEPS):
         kjt, coef = batch(ctx.rank, step)
-        out = dmp.module.sparse(kjt).values()
+        out = sparse(kjt).values()
         (out * coef).sum().backward()
         dmp.fused_optimizer.step()
         outputs.append(out.detach().clone())
     with torch.no_grad():
-        final = dmp.module.sparse(batch(ctx.rank, STEPS)[0]).values().clone()
+        final = sparse(batch(ctx.rank, STEPS)[0]).values().clone()
     stats = [lookup.stats()["big"] for lookup in tiered_lookups(dmp)]
     return {"outputs": outputs, "final": final, "stats": stats}
 
@@ -151,4 +156,4 @@ def test_planned_tiered_shards_train_as_the_in_memory_plan(  # type: ignore[no-u
         assert isinstance(ref, dict) and ref["stats"] == []
         for step, (a, b) in enumerate(zip(tiered["outputs"], ref["outputs"], strict=True)):
             assert torch.equal(a, b), f"rank {rank} step {step}"
-        assert torch.equal(tiered["final"], ref["final"]), f"rank {rank}"  # type: ignore[arg-type]
+        assert torch.equal(tiered["final"], ref["final"]), f"rank {rank}"

@@ -34,7 +34,11 @@ from shardrec_planner.disk_tier import (
     STORE_HEADER_BYTES,
     tier_load_factors,
 )
-from shardrec_planner.enums import VIRTUAL_TABLE_SHARDING_TYPES, EmbeddingComputeKernel
+from shardrec_planner.enums import (
+    VIRTUAL_TABLE_SHARDING_TYPES,
+    EmbeddingComputeKernel,
+    ShardingType,
+)
 from shardrec_planner.shard_metadata import EnumerableShardingSpec, ShardMetadata, placement
 
 GiB = 1024**3
@@ -81,6 +85,8 @@ def test_each_shards_cache_store_and_traffic_follow_the_formula(st: str) -> None
     tier = t.tier
     assert tier is not None and len(tier.shards) == len(shapes)
     ids = BATCH * TOPO.world_size  # distinct ids of the table per step (uniform, no stats)
+    disk_bw = TOPO.disk_bw
+    assert disk_bw is not None
     seconds = 0.0
     state = 0
     for shard, (r, c), q, rank in zip(tier.shards, shapes, shares, ps.ranks, strict=True):
@@ -92,8 +98,8 @@ def test_each_shards_cache_store_and_traffic_follow_the_formula(st: str) -> None
         assert shard.cache_bytes == cache_rows * (row + SLOT_META_BYTES) + r * MAP_BYTES_PER_ROW
         assert shard.disk_bytes == STORE_HEADER_BYTES + r * row
         assert shard.read_bytes_per_step == pytest.approx(read)
-        assert shard.disk_seconds_per_step == pytest.approx(2 * read / TOPO.disk_bw)
-        seconds += 2 * read / TOPO.disk_bw
+        assert shard.disk_seconds_per_step == pytest.approx(2 * read / disk_bw)
+        seconds += 2 * read / disk_bw
         state += r * row
     assert tier.hit_rate == pytest.approx(lf)
     assert tier.cache_rows == sum(s.cache_rows for s in tier.shards)
@@ -185,7 +191,9 @@ def test_a_table_that_fits_in_memory_split_stays_in_memory() -> None:
 def _spec(shapes: list[tuple[list[int], list[int]]]) -> EnumerableShardingSpec:
     return EnumerableShardingSpec(
         shards=tuple(
-            ShardMetadata(shard_offsets=o, shard_sizes=s, placement=placement("cpu", r, 2))
+            ShardMetadata(
+                shard_offsets=tuple(o), shard_sizes=tuple(s), placement=placement("cpu", r, 2)
+            )
             for r, (s, o) in enumerate(shapes)
         )
     )
@@ -196,15 +204,15 @@ def test_virtual_table_kernels_run_on_the_sharding_types_of_one_set(kernel: str)
     k = EmbeddingComputeKernel(kernel)
     assert {t.value for t in VIRTUAL_TABLE_SHARDING_TYPES[k]} == {"table_wise", "row_wise"}
     ParameterSharding(
-        sharding_type="row_wise",
-        compute_kernel=kernel,
+        sharding_type=ShardingType.ROW_WISE,
+        compute_kernel=k,
         ranks=[0, 1],
         sharding_spec=_spec([([5, 4], [0, 0]), ([5, 4], [5, 0])]),
     )
     with pytest.raises(ValueError, match=r"placed row_wise or table_wise"):
         ParameterSharding(
-            sharding_type="column_wise",
-            compute_kernel=kernel,
+            sharding_type=ShardingType.COLUMN_WISE,
+            compute_kernel=k,
             ranks=[0, 1],
             sharding_spec=_spec([([10, 4], [0, 0]), ([10, 4], [0, 4])]),
         )
@@ -239,7 +247,7 @@ def test_virtual_tables_cache_their_capacity_and_store_every_row(st: str, kernel
     plans = {}
     for k in (kernel, "fused"):
         sub = construct_module_sharding_plan(model.sparse, {"t": placed}, world_size=2)
-        sub["t"] = dataclasses.replace(sub["t"], compute_kernel=k)
+        sub["t"] = dataclasses.replace(sub["t"], compute_kernel=EmbeddingComputeKernel(k))
         plans[k] = planner.estimate(model, sharders, ShardingPlan(plan={"sparse": sub}))
     ours, fused = (plans[k].stats for k in (kernel, "fused"))
     assert ours is not None and fused is not None
