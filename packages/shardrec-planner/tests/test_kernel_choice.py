@@ -84,7 +84,13 @@ def test_cpu_plans_the_asked_kernel_with_the_fused_estimates(kernel: str) -> Non
     assert asked.stats is not None and fused.stats is not None
     got = {t.table: (t.memory_bytes, t.cost_s) for t in asked.stats.tables}
     want = {t.table: (t.memory_bytes, t.cost_s) for t in fused.stats.tables}
-    assert got == want  # a row_wise table: estimated as the fused kernel
+    tier = next(t.tier for t in asked.stats.tables if t.table == "t")
+    if kernel == "key_value":  # a row_wise key_value table is priced on the disk tier
+        assert tier is not None and tier.load_factor == 0.25 and len(tier.shards) == 2
+        assert got["u"] == want["u"] and got["t"] != want["t"]
+    else:
+        assert tier is None
+        assert got == want  # a row_wise table: estimated as the fused kernel
     report = asked.report()
     if kernel == "key_value":  # a row_wise key_value table runs tiered on every rank
         assert "key_value (tiered)" in report and "key_value->fused" not in report

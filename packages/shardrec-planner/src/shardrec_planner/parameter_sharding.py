@@ -15,7 +15,6 @@ from shardrec_planner.cache_params import (
     MultiPassPrefetchConfig,
 )
 from shardrec_planner.enums import (
-    VIRTUAL_TIER_SHARDING_TYPES,
     EmbeddingComputeKernel,
     ShardingType,
     executable_kernel,
@@ -56,9 +55,7 @@ class ParameterSharding:
                 raise TypeError(f"{field} must be a {kind.__name__} or None, got {value!r}")
         object.__setattr__(self, "sharding_type", ShardingType(self.sharding_type))
         kernel = executable_kernel(
-            self.compute_kernel,
-            "ParameterSharding",
-            table_wise=self.sharding_type in VIRTUAL_TIER_SHARDING_TYPES,
+            self.compute_kernel, "ParameterSharding", sharding_type=self.sharding_type
         )
         object.__setattr__(self, "compute_kernel", kernel)
         given: object = self.ranks
