@@ -127,6 +127,11 @@ def test_kernels_equal_their_torch_ops(seed: int) -> None:
         got = round_native.coalesce_window(window, meta)
         assert torch.equal(got[0], uniq) and torch.equal(got[1], counts)
         assert got[2] is not None and torch.equal(got[2], top)
+        for with_meta in (meta, None):
+            full = round_native.coalesce_window_inverse(window, with_meta)
+            assert torch.equal(full[0], uniq) and torch.equal(full[1], counts)
+            assert torch.equal(full[3], inverse)
+            assert (full[2] is None) == (with_meta is None)
         assert torch.equal(
             round_native.order_by_count(counts), torch.argsort(counts, descending=True, stable=True)
         )

@@ -1,8 +1,9 @@
 /* Native passes of an MCH eviction round (mc/round_native.py wraps them).
  *
  * Every function answers exactly what its torch counterpart answers:
- *   sr_mc_coalesce      torch.unique(window, return_counts) + the max of each id's window
- *                       metadata (scatter_reduce amax), by a stable LSD radix sort;
+ *   sr_mc_coalesce      torch.unique(window, return_inverse, return_counts) + the max of
+ *                       each id's window metadata (scatter_reduce amax), by a stable LSD
+ *                       radix sort;
  *   sr_mc_order_by_count  torch.argsort(counts, descending=True, stable=True), by a counting
  *                       sort (counts are window counts: 0 <= count <= window size);
  *   sr_mc_argsort_i64 / sr_mc_argsort_f32
@@ -94,9 +95,11 @@ static inline uint64_t key_f32(float f) {
 }
 
 /* window (n ids) -> distinct ids ascending (uniq), their counts, and (when meta is not NULL)
- * the max of meta over each id's entries (meta_max). *n_uniq receives the number of ids. */
+ * the max of meta over each id's entries (meta_max); when inverse is not NULL, inverse[i] is
+ * the index in uniq of window[i] (torch.unique's return_inverse). *n_uniq receives the number
+ * of ids. */
 int sr_mc_coalesce(const int64_t *window, const int64_t *meta, int64_t n, int64_t *uniq,
-                   int64_t *counts, int64_t *meta_max, int64_t *n_uniq) {
+                   int64_t *counts, int64_t *meta_max, int64_t *inverse, int64_t *n_uniq) {
     *n_uniq = 0;
     if (n == 0) return 0;
     uint64_t *keys = (uint64_t *)malloc((size_t)n * sizeof(uint64_t));
@@ -106,9 +109,10 @@ int sr_mc_coalesce(const int64_t *window, const int64_t *meta, int64_t n, int64_
         free(payload);
         return -1;
     }
+    /* the payload is each entry's place in the window (meta is read through it) */
     for (int64_t i = 0; i < n; i++) {
         keys[i] = key_i64(window[i]);
-        payload[i] = meta ? meta[i] : 0;
+        payload[i] = i;
     }
     if (radix_sort(keys, payload, n) != 0) {
         free(keys);
@@ -117,15 +121,17 @@ int sr_mc_coalesce(const int64_t *window, const int64_t *meta, int64_t n, int64_
     }
     int64_t u = -1;
     for (int64_t i = 0; i < n; i++) {
+        int64_t at = payload[i];
         if (i == 0 || keys[i] != keys[i - 1]) {
             u++;
             uniq[u] = (int64_t)(keys[i] ^ 0x8000000000000000ULL);
             counts[u] = 1;
-            if (meta) meta_max[u] = payload[i];
+            if (meta) meta_max[u] = meta[at];
         } else {
             counts[u]++;
-            if (meta && payload[i] > meta_max[u]) meta_max[u] = payload[i];
+            if (meta && meta[at] > meta_max[u]) meta_max[u] = meta[at];
         }
+        if (inverse) inverse[at] = u;
     }
     *n_uniq = u + 1;
     free(keys);

@@ -26,6 +26,7 @@ from shardrec_embedding.mc.base import ManagedCollisionModule
 from shardrec_embedding.mc.policies import MCHEvictionPolicy
 from shardrec_embedding.mc.round_native import (
     coalesce_window,
+    coalesce_window_inverse,
     match_slots,
     merge_slots_,
     order_by_count,
@@ -167,6 +168,8 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
         self._last_eviction_iter = -1
         self._evicted = False
         self._evicted_emb_indices = torch.empty((0,), dtype=torch.int64, device=self.device)
+        # {feature: (its ids, their rows)} found by this forward's round, for remap
+        self._round_rows: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         # rows of later rounds not yet consumed by evict(), merged into the above lazily
         self._pending_rows: list[torch.Tensor] = []
         self._input_history_buffer_size = -1
@@ -241,12 +244,17 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
             # sized at the first non-empty batch (TorchRec: the first batch, so an empty first
             # batch would leave a window of 0 ids and admit nothing ever)
             self._init_history_buffers(num_ids)
+        self._round_rows = {}
+        spans: dict[str, tuple[torch.Tensor, int, int]] = {}
         if self._input_history_buffer_size > 0:
-            for jt in features.values():
+            for name, jt in features.items():
+                start = self._current_history_buffer_offset
                 self._record(jt.values())
+                if self._current_history_buffer_offset - start == jt.values().numel():
+                    spans[name] = (jt.values(), start, self._current_history_buffer_offset)
         if self._current_iter - self._last_eviction_iter == self._eviction_interval:
             if self._input_history_buffer_size > 0:
-                self._coalesce_history()
+                self._coalesce_history(spans)
             self._last_eviction_iter = self._current_iter
         return features
 
@@ -256,6 +264,15 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
         mutate_miss_lengths: bool = True,
         write_weights: torch.Tensor | None = None,
     ) -> dict[str, JaggedTensor]:
+        round_rows, self._round_rows = self._round_rows, {}
+        if round_rows and all(
+            name in round_rows and round_rows[name][0] is feature.values()
+            for name, feature in features.items()
+        ):
+            # this forward's round already found the row of every id of these features
+            return {
+                name: _with_rows(feature, round_rows[name][1]) for name, feature in features.items()
+            }
         index = self._ready_index()
         if index is not None:
             return self._indexed_remap(features, index)
@@ -378,24 +395,36 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
         self._current_history_buffer_offset = end
 
     @torch.no_grad()
-    def _coalesce_history(self) -> None:
+    def _coalesce_history(
+        self, spans: dict[str, tuple[torch.Tensor, int, int]] | None = None
+    ) -> None:
         used = self._current_history_buffer_offset
         threshold_filter = self._eviction_policy._threshold_filtering_func
         if self._base_coalesce():
             # the base policy's window metadata is the max of `last_access_iter` per id: one
             # native pass (sort, counts, max) instead of `unique` + `scatter_reduce`
             last_window = self._history_metadata.get("last_access_iter")
-            uniq_ids, counts, last = coalesce_window(
-                self._history_accumulator[:used],
-                None if last_window is None else last_window[:used],
-            )
+            window = self._history_accumulator[:used]
+            meta = None if last_window is None else last_window[:used]
+            inverse = None
+            if spans and self._index is not None and threshold_filter is None:
+                # with each window entry's distinct id, the round also finds this forward's
+                # rows (remap then reads no index)
+                uniq_ids, counts, last, inverse = coalesce_window_inverse(window, meta)
+            else:
+                uniq_ids, counts, last = coalesce_window(window, meta)
             mask = threshold_filter(counts)[0] if threshold_filter is not None else None
             metadata = {}
             if last is not None:
                 metadata["last_access_iter"] = last if mask is None else last[mask]
             if mask is not None:
                 uniq_ids, counts = uniq_ids[mask], counts[mask]
-            self._update_and_evict(uniq_ids, counts, metadata)
+            uniq_rows = self._update_and_evict(uniq_ids, counts, metadata, inverse is not None)
+            if uniq_rows is not None and inverse is not None and spans:
+                self._round_rows = {
+                    name: (values, uniq_rows[inverse[start:end]])
+                    for name, (values, start, end) in spans.items()
+                }
             self._current_history_buffer_offset = 0
             return
         uniq_ids, inverse, counts = torch.unique(
@@ -428,7 +457,10 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
         uniq_ids: torch.Tensor,
         uniq_ids_counts: torch.Tensor,
         uniq_ids_metadata: dict[str, torch.Tensor],
-    ) -> None:
+        want_rows: bool = False,
+    ) -> torch.Tensor | None:
+        """The round. With `want_rows` (and the index), returns the row each of `uniq_ids`
+        reads after it (the miss row for ids without a slot), else None."""
         by_count = order_by_count(uniq_ids_counts)
         index = self._ready_index()
         # the index certifies the slots sorted and distinct: then one merge of the sorted
@@ -463,12 +495,17 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
         old_ids = self._mch_sorted_raw_ids[evicted]
         self.stats.evictions += int((old_ids != _INT64_MAX).sum())
         rows = self._mch_remapped_ids_mapping[evicted]
+        uniq_rows = None
         if index is not None and evicted.numel() == 0:
-            pass  # nothing new: the sorted slots and the index stand as they are
+            # nothing new: the sorted slots and the index stand as they are
+            if want_rows:
+                uniq_rows = self._rows_of_window(uniq_ids, by_count[held], held_slots, None, rows)
         elif index is not None:
             new_at = by_count[~held][selected]  # the new ids' places among the sorted uniq_ids
             new_ids = uniq_ids[new_at]
             self._mch_sorted_raw_ids[evicted] = new_ids
+            if want_rows:  # before the re-sort moves the held slots
+                uniq_rows = self._rows_of_window(uniq_ids, by_count[held], held_slots, new_at, rows)
             # the freed slots in the order of their new ids, by those places (no sort)
             slot_of = torch.full((uniq_ids.numel(),), -1, dtype=torch.int64)
             slot_of[new_at] = evicted
@@ -485,9 +522,12 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
                 self._sort_mch_buffers(
                     index.reorder(self._mch_sorted_raw_ids, self._mch_remapped_ids_mapping, evicted)
                 )
-            index.update(
+            index.defer_update(
                 self._mch_sorted_raw_ids, self._mch_remapped_ids_mapping, old_ids, new_ids, rows
             )
+            if uniq_rows is not None and uniq_ids.numel() and int(uniq_ids[-1]) == _INT64_MAX:
+                # int64 max reads the row of the first empty slot of the new state
+                uniq_rows[-1] = self._row_of_max()
         else:
             self._mch_sorted_raw_ids[evicted] = ids[~held][selected]
             self._sort_mch_buffers()
@@ -499,6 +539,35 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
             self._evicted_emb_indices = rows
             self._pending_rows = []
         self._evicted = True
+        return uniq_rows
+
+    def _rows_of_window(
+        self,
+        uniq_ids: torch.Tensor,
+        held_at: torch.Tensor,
+        held_slots: torch.Tensor,
+        new_at: torch.Tensor | None,
+        rows: torch.Tensor,
+    ) -> torch.Tensor:
+        """The row of each of `uniq_ids` after the round, read before the re-sort: the ids
+        held at `held_slots` (at `held_at` among `uniq_ids`) keep their slot's row unless the
+        round gave the slot to a new id; the new ids at `new_at` take `rows`; the rest miss."""
+        miss = self._output_global_offset + self._zch_size - 1
+        out = torch.full((uniq_ids.numel(),), miss, dtype=torch.int64)
+        slot_rows = self._mch_remapped_ids_mapping[held_slots]
+        if new_at is None:
+            out[held_at] = slot_rows
+            return out
+        kept = self._mch_sorted_raw_ids[held_slots] == uniq_ids[held_at]
+        out[held_at] = torch.where(kept, slot_rows, miss)
+        out[new_at] = rows
+        return out
+
+    def _row_of_max(self) -> int:
+        """The row `searchsorted` finds for the raw id int64 max: the first empty slot's (or
+        the last slot's)."""
+        at = torch.searchsorted(self._mch_sorted_raw_ids[:-1], self._delimiter)
+        return int(self._mch_remapped_ids_mapping[at])
 
     def _merge_pending_rows(self) -> None:
         """`_evicted_emb_indices` becomes `torch.unique` of it and the pending rows (by a mask

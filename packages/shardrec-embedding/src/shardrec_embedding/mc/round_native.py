@@ -21,6 +21,7 @@ __all__ = [
     "ScoreKind",
     "argsort_subset",
     "coalesce_window",
+    "coalesce_window_inverse",
     "match_slots",
     "merge_slots_",
     "order_by_count",
@@ -47,7 +48,7 @@ def _lib() -> ctypes.CDLL | None:
         for name in ("sr_mc_coalesce", "sr_mc_order_by_count"):
             getattr(lib, name).restype = ctypes.c_int
         i64, ptr = ctypes.c_int64, ctypes.c_void_p
-        lib.sr_mc_coalesce.argtypes = [ptr, ptr, i64, ptr, ptr, ptr, ptr]
+        lib.sr_mc_coalesce.argtypes = [ptr, ptr, i64, ptr, ptr, ptr, ptr, ptr]
         lib.sr_mc_order_by_count.argtypes = [ptr, i64, i64, ptr]
         for name in ("sr_mc_argsort_i64", "sr_mc_argsort_f32"):
             fn = getattr(lib, name)
@@ -73,6 +74,23 @@ def _native_ok(*tensors: Tensor) -> ctypes.CDLL | None:
 def coalesce_window(window: Tensor, meta: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None]:
     """`(torch.unique(window, return_counts=True)` ids and counts, the max of `meta` over each
     id's entries or None)` for int64 `window` and `meta` of the same length."""
+    uniq, counts, meta_max, _ = _coalesce(window, meta, inverse=False)
+    return uniq, counts, meta_max
+
+
+def coalesce_window_inverse(
+    window: Tensor, meta: Tensor | None
+) -> tuple[Tensor, Tensor, Tensor | None, Tensor]:
+    """`coalesce_window` and the index of each window entry's id among the distinct ids
+    (`torch.unique`'s `return_inverse`), `(N,)` int64."""
+    uniq, counts, meta_max, inverse = _coalesce(window, meta, inverse=True)
+    assert inverse is not None
+    return uniq, counts, meta_max, inverse
+
+
+def _coalesce(
+    window: Tensor, meta: Tensor | None, *, inverse: bool
+) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
     lib = _native_ok(window) if meta is None else _native_ok(window, meta)
     if lib is not None and window.dtype is torch.int64:
         window = window.contiguous()
@@ -83,26 +101,28 @@ def coalesce_window(window: Tensor, meta: Tensor | None) -> tuple[Tensor, Tensor
         if meta is not None:
             meta = meta.to(torch.int64).contiguous()
             meta_max = torch.empty(n, dtype=torch.int64)
+        inv = torch.empty(n, dtype=torch.int64) if inverse else None
         n_uniq = torch.zeros(1, dtype=torch.int64)
         rc = lib.sr_mc_coalesce(
             window.data_ptr(),
-            meta.data_ptr() if meta is not None else None,
+            _ptr(meta),
             n,
             uniq.data_ptr(),
             counts.data_ptr(),
-            meta_max.data_ptr() if meta_max is not None else None,
+            _ptr(meta_max),
+            _ptr(inv),
             n_uniq.data_ptr(),
         )
         if rc == 0:
             u = int(n_uniq)
-            return uniq[:u], counts[:u], meta_max[:u] if meta_max is not None else None
-    uniq, inverse, counts = torch.unique(window, return_inverse=True, return_counts=True)
+            return uniq[:u], counts[:u], None if meta_max is None else meta_max[:u], inv
+    uniq, inv, counts = torch.unique(window, return_inverse=True, return_counts=True)
     if meta is None:
-        return uniq, counts, None
+        return uniq, counts, None, inv if inverse else None
     per_id = torch.zeros_like(counts).scatter_reduce_(
-        0, inverse, meta.to(torch.int64), reduce="amax", include_self=False
+        0, inv, meta.to(torch.int64), reduce="amax", include_self=False
     )
-    return uniq, counts, per_id
+    return uniq, counts, per_id, inv if inverse else None
 
 
 def order_by_count(counts: Tensor) -> Tensor:
