@@ -309,3 +309,64 @@ int64_t sr_mc_match_slots(const int64_t *sorted, int64_t z, const int64_t *uniq,
     free(bound);
     return h;
 }
+
+/* The writes of a round that admitted e > 0 new ids, in one pass (the torch ops it replaces:
+ * gathers of the old ids and rows, the new ids' places, the index put of the new ids, the
+ * freed slots ordered by their new ids, the row of every window id).
+ * Window ids: uniq (u, ascending, distinct) in the order by_count; held[i] marks the held
+ * ones, at slots held_slots (in that order); the others are the candidates, numbered in that
+ * order. Candidate selected[k] takes slot evicted[k]:
+ *   old_ids[k] = sorted[evicted[k]], rows[k] = mapping[evicted[k]],
+ *   new_at[k] = its place in uniq, sorted[evicted[k]] = uniq[new_at[k]];
+ *   by_key = evicted ordered by new_at (ascending: the new ids' order);
+ *   when uniq_rows is not NULL, the row each uniq id reads after the round: a held id its
+ *   slot's row unless its slot went to a new id (then miss), a new id its slot's row, the
+ *   rest miss.
+ * Returns the number of old ids that were real (not INT64_MAX), or -1 when a scratch
+ * allocation failed (nothing changed). */
+int64_t sr_mc_apply_round(int64_t *sorted, const int64_t *mapping, const int64_t *uniq,
+                          int64_t u, const int64_t *by_count, const uint8_t *held,
+                          const int64_t *held_slots, const int64_t *evicted,
+                          const int64_t *selected, int64_t e, int64_t miss, int64_t *old_ids,
+                          int64_t *rows, int64_t *new_at, int64_t *by_key,
+                          int64_t *uniq_rows) {
+    int64_t *cand = (int64_t *)malloc((size_t)(u > 0 ? u : 1) * sizeof(int64_t));
+    int64_t *slot_of = (int64_t *)malloc((size_t)(u > 0 ? u : 1) * sizeof(int64_t));
+    if (!cand || !slot_of) {
+        free(cand);
+        free(slot_of);
+        return -1;
+    }
+    int64_t m = 0;
+    for (int64_t i = 0; i < u; i++)
+        if (!held[i]) cand[m++] = by_count[i];
+    for (int64_t i = 0; i < u; i++) slot_of[i] = -1;
+    int64_t real = 0;
+    for (int64_t k = 0; k < e; k++) {
+        int64_t s = evicted[k];
+        int64_t at = cand[selected[k]];
+        old_ids[k] = sorted[s];
+        real += sorted[s] != INT64_MAX;
+        rows[k] = mapping[s];
+        new_at[k] = at;
+        sorted[s] = uniq[at];
+        slot_of[at] = s;
+    }
+    int64_t w = 0;
+    for (int64_t i = 0; i < u; i++)
+        if (slot_of[i] >= 0) by_key[w++] = slot_of[i];
+    if (uniq_rows) {
+        for (int64_t i = 0; i < u; i++) uniq_rows[i] = miss;
+        int64_t h = 0;
+        for (int64_t i = 0; i < u; i++) {
+            if (!held[i]) continue;
+            int64_t s = held_slots[h++];
+            int64_t at = by_count[i];
+            if (sorted[s] == uniq[at]) uniq_rows[at] = mapping[s];
+        }
+        for (int64_t k = 0; k < e; k++) uniq_rows[new_at[k]] = rows[k];
+    }
+    free(cand);
+    free(slot_of);
+    return real;
+}

@@ -25,6 +25,7 @@ import torch
 from shardrec_embedding.mc.base import ManagedCollisionModule
 from shardrec_embedding.mc.policies import MCHEvictionPolicy
 from shardrec_embedding.mc.round_native import (
+    apply_round,
     coalesce_window,
     coalesce_window_inverse,
     match_slots,
@@ -492,45 +493,52 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
         )
         self.stats.rounds += 1
         self.stats.admissions += int(evicted.numel())
-        old_ids = self._mch_sorted_raw_ids[evicted]
-        self.stats.evictions += int((old_ids != _INT64_MAX).sum())
-        rows = self._mch_remapped_ids_mapping[evicted]
-        uniq_rows = None
-        if index is not None and evicted.numel() == 0:
-            # nothing new: the sorted slots and the index stand as they are
-            if want_rows:
-                uniq_rows = self._rows_of_window(uniq_ids, by_count[held], held_slots, None, rows)
-        elif index is not None:
-            new_at = by_count[~held][selected]  # the new ids' places among the sorted uniq_ids
-            new_ids = uniq_ids[new_at]
-            self._mch_sorted_raw_ids[evicted] = new_ids
-            if want_rows:  # before the re-sort moves the held slots
-                uniq_rows = self._rows_of_window(uniq_ids, by_count[held], held_slots, new_at, rows)
-            # the freed slots in the order of their new ids, by those places (no sort)
-            slot_of = torch.full((uniq_ids.numel(),), -1, dtype=torch.int64)
-            slot_of[new_at] = evicted
-            by_key = slot_of[slot_of >= 0]
-            # held ids stay sorted: merge the new ones in (the same order as a stable argsort)
-            others = [self._mch_remapped_ids_mapping, *self._mch_metadata.values()]
-            # the slots' positions are not kept (the round matches ids by a merge): they go
-            # stale, and the index refreshes them if a search by row needs them
-            if merge_slots_(
-                self._mch_sorted_raw_ids, others, evicted, index.offset, None, by_key=by_key
-            ):
-                index.position_stale = True
-            else:
-                self._sort_mch_buffers(
-                    index.reorder(self._mch_sorted_raw_ids, self._mch_remapped_ids_mapping, evicted)
-                )
-            index.defer_update(
-                self._mch_sorted_raw_ids, self._mch_remapped_ids_mapping, old_ids, new_ids, rows
+        miss = self._output_global_offset + self._zch_size - 1
+        applied = None
+        if index is not None:  # the round's writes in one native pass
+            applied = apply_round(
+                self._mch_sorted_raw_ids,
+                self._mch_remapped_ids_mapping,
+                uniq_ids,
+                by_count,
+                held,
+                held_slots,
+                evicted,
+                selected,
+                miss if want_rows else None,
             )
-            if uniq_rows is not None and uniq_ids.numel() and int(uniq_ids[-1]) == _INT64_MAX:
+        uniq_rows = None
+        if index is not None and applied is not None:
+            rows, uniq_rows = applied.rows, applied.uniq_rows
+            self.stats.evictions += applied.evictions
+            self._resort_indexed(
+                index, evicted, applied.by_key, applied.old_ids, applied.new_ids, rows
+            )
+            if uniq_rows is not None and int(uniq_ids[-1]) == _INT64_MAX:
                 # int64 max reads the row of the first empty slot of the new state
                 uniq_rows[-1] = self._row_of_max()
         else:
-            self._mch_sorted_raw_ids[evicted] = ids[~held][selected]
-            self._sort_mch_buffers()
+            old_ids = self._mch_sorted_raw_ids[evicted]
+            self.stats.evictions += int((old_ids != _INT64_MAX).sum())
+            rows = self._mch_remapped_ids_mapping[evicted]
+            if index is not None and evicted.numel() == 0:
+                # nothing new: the sorted slots and the index stand as they are
+                if want_rows:
+                    held_rows = self._mch_remapped_ids_mapping[held_slots]
+                    uniq_rows = torch.full((uniq_ids.numel(),), miss, dtype=torch.int64)
+                    uniq_rows[by_count[held]] = held_rows
+            elif index is not None:
+                new_at = by_count[~held][selected]  # the new ids' places among uniq_ids
+                new_ids = uniq_ids[new_at]
+                self._mch_sorted_raw_ids[evicted] = new_ids
+                # the freed slots in the order of their new ids, by those places (no sort)
+                slot_of = torch.full((uniq_ids.numel(),), -1, dtype=torch.int64)
+                slot_of[new_at] = evicted
+                by_key = slot_of[slot_of >= 0]
+                self._resort_indexed(index, evicted, by_key, old_ids, new_ids, rows)
+            else:
+                self._mch_sorted_raw_ids[evicted] = ids[~held][selected]
+                self._sort_mch_buffers()
         if self._evicted:  # rows of an earlier round not yet consumed by evict()
             self._pending_rows.append(rows)
             if len(self._pending_rows) >= 8:
@@ -541,27 +549,32 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
         self._evicted = True
         return uniq_rows
 
-    def _rows_of_window(
+    def _resort_indexed(
         self,
-        uniq_ids: torch.Tensor,
-        held_at: torch.Tensor,
-        held_slots: torch.Tensor,
-        new_at: torch.Tensor | None,
+        index: SortedSlotIndex,
+        evicted: torch.Tensor,
+        by_key: torch.Tensor,
+        old_ids: torch.Tensor,
+        new_ids: torch.Tensor,
         rows: torch.Tensor,
-    ) -> torch.Tensor:
-        """The row of each of `uniq_ids` after the round, read before the re-sort: the ids
-        held at `held_slots` (at `held_at` among `uniq_ids`) keep their slot's row unless the
-        round gave the slot to a new id; the new ids at `new_at` take `rows`; the rest miss."""
-        miss = self._output_global_offset + self._zch_size - 1
-        out = torch.full((uniq_ids.numel(),), miss, dtype=torch.int64)
-        slot_rows = self._mch_remapped_ids_mapping[held_slots]
-        if new_at is None:
-            out[held_at] = slot_rows
-            return out
-        kept = self._mch_sorted_raw_ids[held_slots] == uniq_ids[held_at]
-        out[held_at] = torch.where(kept, slot_rows, miss)
-        out[new_at] = rows
-        return out
+    ) -> None:
+        """After new ids went into slots `evicted` (`by_key`: those slots in the order of
+        their new ids), sort the buffers again and move the index along."""
+        # held ids stay sorted: merge the new ones in (the same order as a stable argsort)
+        others = [self._mch_remapped_ids_mapping, *self._mch_metadata.values()]
+        # the slots' positions are not kept (the round matches ids by a merge): they go
+        # stale, and the index refreshes them if a search by row needs them
+        if merge_slots_(
+            self._mch_sorted_raw_ids, others, evicted, index.offset, None, by_key=by_key
+        ):
+            index.position_stale = True
+        else:
+            self._sort_mch_buffers(
+                index.reorder(self._mch_sorted_raw_ids, self._mch_remapped_ids_mapping, evicted)
+            )
+        index.defer_update(
+            self._mch_sorted_raw_ids, self._mch_remapped_ids_mapping, old_ids, new_ids, rows
+        )
 
     def _row_of_max(self) -> int:
         """The row `searchsorted` finds for the raw id int64 max: the first empty slot's (or

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import enum
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -18,7 +19,9 @@ from torch import Tensor
 from shardrec_embedding._native.loader import native_library_of
 
 __all__ = [
+    "AppliedRound",
     "ScoreKind",
+    "apply_round",
     "argsort_subset",
     "coalesce_window",
     "coalesce_window_inverse",
@@ -61,6 +64,9 @@ def _lib() -> ctypes.CDLL | None:
         lib.sr_mc_merge_slots.argtypes = [ptr, ptr, i64, i64, ptr, i64, i64, ptr]
         lib.sr_mc_match_slots.restype = i64
         lib.sr_mc_match_slots.argtypes = [ptr, i64, ptr, i64, ptr, ptr, ptr, ptr]
+        lib.sr_mc_apply_round.restype = i64
+        lib.sr_mc_apply_round.argtypes = [ptr, ptr, ptr, i64, ptr, ptr, ptr, ptr, ptr, i64, i64]
+        lib.sr_mc_apply_round.argtypes += [ptr, ptr, ptr, ptr, ptr]
         _TYPED.add(id(lib))
     return lib
 
@@ -311,3 +317,73 @@ def match_slots(
     if h < 0:
         return None
     return ids, held, slots[:h]
+
+
+class AppliedRound(NamedTuple):
+    """What `apply_round` wrote and found (see there)."""
+
+    old_ids: Tensor
+    rows: Tensor
+    new_ids: Tensor
+    by_key: Tensor
+    uniq_rows: Tensor | None
+    evictions: int
+
+
+def apply_round(
+    sorted_ids: Tensor,
+    mapping: Tensor,
+    uniq_ids: Tensor,
+    by_count: Tensor,
+    held: Tensor,
+    held_slots: Tensor,
+    evicted: Tensor,
+    selected: Tensor,
+    miss_row: int | None,
+) -> AppliedRound | None:
+    """The writes of a round that admitted new ids, natively, as these torch ops:
+
+        old_ids, rows = sorted_ids[evicted], mapping[evicted]
+        new_at = by_count[~held][selected]          # the new ids' places in uniq_ids
+        sorted_ids[evicted] = new_ids = uniq_ids[new_at]
+        by_key = evicted ordered by new_at          # the freed slots in their new ids' order
+        evictions = int((old_ids != int64 max).sum())
+
+    and, with `miss_row`, `uniq_rows`: the row each of `uniq_ids` reads after the round
+    (held ids keep their slot's row unless the slot went to a new id; the rest miss). None
+    (nothing written) when the kernels cannot run on these tensors."""
+    tensors = (sorted_ids, mapping, uniq_ids, by_count, held_slots, evicted, selected)
+    lib = _native_ok(*tensors, held)
+    e, u = evicted.numel(), uniq_ids.numel()
+    if (
+        lib is None
+        or e == 0
+        or held.dtype is not torch.bool
+        or not held.is_contiguous()
+        or not all(t.dtype is torch.int64 and t.is_contiguous() for t in tensors)
+    ):
+        return None
+    old_ids, rows, new_at, by_key = (torch.empty(e, dtype=torch.int64) for _ in range(4))
+    uniq_rows = None if miss_row is None else torch.empty(u, dtype=torch.int64)
+    real = lib.sr_mc_apply_round(
+        sorted_ids.data_ptr(),
+        mapping.data_ptr(),
+        uniq_ids.data_ptr(),
+        u,
+        by_count.data_ptr(),
+        held.data_ptr(),
+        held_slots.data_ptr(),
+        evicted.data_ptr(),
+        selected.data_ptr(),
+        e,
+        0 if miss_row is None else miss_row,
+        old_ids.data_ptr(),
+        rows.data_ptr(),
+        new_at.data_ptr(),
+        by_key.data_ptr(),
+        _ptr(uniq_rows),
+    )
+    if real < 0:
+        return None
+    torch.autograd.graph.increment_version(sorted_ids)  # written through a pointer
+    return AppliedRound(old_ids, rows, uniq_ids[new_at], by_key, uniq_rows, int(real))
