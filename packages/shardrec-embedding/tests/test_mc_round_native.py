@@ -141,3 +141,34 @@ def test_kernels_equal_their_torch_ops(seed: int) -> None:
             for descending in (True, False):
                 want = idx[torch.argsort(values[idx], descending=descending, stable=True)]
                 assert torch.equal(round_native.argsort_subset(values, idx, descending), want)
+
+
+@pytest.mark.parametrize("shape", ["one_bucket", "few_buckets", "hot_ids", "sequential", "wide"])
+def test_window_coalesce_on_skewed_ids(shape: str) -> None:
+    """The window pass buckets ids by their highest differing bits: ids crowding one bucket
+    (sorted by the fallback), a few large buckets, hot repeated ids, small sequential ids and
+    the whole int64 range all give `torch.unique`'s answer."""
+    g = torch.Generator().manual_seed(7)
+    n = 6000
+    if shape == "one_bucket":  # one far outlier: every other id lands in bucket 0
+        window = torch.cat([torch.randint(0, 1000, (n,), generator=g), torch.tensor([I64.max])])
+    elif shape == "few_buckets":
+        window = torch.randint(0, 4, (n,), generator=g) * (1 << 40) + torch.randint(
+            0, 50, (n,), generator=g
+        )
+    elif shape == "hot_ids":
+        window = torch.tensor([-5, 3, 1 << 50])[torch.randint(0, 3, (n,), generator=g)]
+        window[::97] = torch.randint(I64.min, I64.max, (window[::97].numel(),), generator=g)
+    elif shape == "sequential":
+        window = torch.arange(n).flip(0)
+    else:
+        window = torch.randint(I64.min, I64.max, (n,), generator=g)
+    meta = torch.randint(-3, 9, (window.numel(),), generator=g)
+    uniq, inverse, counts = torch.unique(window, return_inverse=True, return_counts=True)
+    top = torch.zeros_like(counts).scatter_reduce_(
+        0, inverse, meta, reduce="amax", include_self=False
+    )
+    got = round_native.coalesce_window_inverse(window, meta)
+    assert torch.equal(got[0], uniq) and torch.equal(got[1], counts)
+    assert got[2] is not None and torch.equal(got[2], top)
+    assert torch.equal(got[3], inverse)

@@ -2,8 +2,9 @@
  *
  * Every function answers exactly what its torch counterpart answers:
  *   sr_mc_coalesce      torch.unique(window, return_inverse, return_counts) + the max of
- *                       each id's window metadata (scatter_reduce amax), by a stable LSD
- *                       radix sort;
+ *                       each id's window metadata (scatter_reduce amax), by one MSD radix
+ *                       pass into small buckets (insertion-sorted; large ones by the LSD
+ *                       radix sort);
  *   sr_mc_order_by_count  torch.argsort(counts, descending=True, stable=True), by a counting
  *                       sort (counts are window counts: 0 <= count <= window size);
  *   sr_mc_argsort_i64 / sr_mc_argsort_f32
@@ -84,6 +85,69 @@ static int radix_sort(uint64_t *keys, int64_t *payload, int64_t n) {
     return 0;
 }
 
+/* Sort keys ascending with their payload (not stable; callers group equal keys only): one
+ * most-significant-digit pass over the highest differing bits into about n / 4 buckets, then
+ * each bucket by insertion (small) or by the LSD radix sort (large). */
+static int msd_sort(uint64_t *keys, int64_t *payload, int64_t n) {
+    if (n <= 1) return 0;
+    uint64_t differ = 0;
+    for (int64_t i = 1; i < n; i++) differ |= keys[i] ^ keys[0];
+    if (differ == 0) return 0;
+    int hi = 63 - __builtin_clzll(differ);
+    int bits = 8;
+    while (bits < 16 && ((int64_t)1 << (bits + 2)) < n) bits++;
+    if (bits > hi + 1) bits = hi + 1;
+    int shift = hi + 1 - bits;
+    int64_t nb = (int64_t)1 << bits;
+    uint64_t bmask = (uint64_t)(nb - 1);
+    int64_t *start = (int64_t *)calloc((size_t)nb + 1, sizeof(int64_t));
+    uint64_t *k2 = (uint64_t *)malloc((size_t)n * sizeof(uint64_t));
+    int64_t *p2 = (int64_t *)malloc((size_t)n * sizeof(int64_t));
+    if (!start || !k2 || !p2) {
+        free(start);
+        free(k2);
+        free(p2);
+        return -1;
+    }
+    for (int64_t i = 0; i < n; i++) start[((keys[i] >> shift) & bmask) + 1]++;
+    for (int64_t b = 0; b < nb; b++) start[b + 1] += start[b];
+    for (int64_t i = 0; i < n; i++) {
+        int64_t at = start[(keys[i] >> shift) & bmask]++;
+        k2[at] = keys[i];
+        p2[at] = payload[i];
+    }
+    /* start[b] is now the end of bucket b (the start of b + 1) */
+    int rc = 0;
+    int64_t lo = 0;
+    for (int64_t b = 0; b < nb && rc == 0; b++) {
+        int64_t end = start[b], m = end - lo;
+        if (m > 32) {
+            rc = radix_sort(k2 + lo, p2 + lo, m);
+        } else {
+            for (int64_t i = lo + 1; i < end; i++) {
+                uint64_t k = k2[i];
+                int64_t p = p2[i], j = i - 1;
+                while (j >= lo && k2[j] > k) {
+                    k2[j + 1] = k2[j];
+                    p2[j + 1] = p2[j];
+                    j--;
+                }
+                k2[j + 1] = k;
+                p2[j + 1] = p;
+            }
+        }
+        lo = end;
+    }
+    if (rc == 0) {
+        memcpy(keys, k2, (size_t)n * sizeof(uint64_t));
+        memcpy(payload, p2, (size_t)n * sizeof(int64_t));
+    }
+    free(start);
+    free(k2);
+    free(p2);
+    return rc;
+}
+
 static inline uint64_t key_i64(int64_t v) { return (uint64_t)v ^ 0x8000000000000000ULL; }
 
 static inline uint64_t key_f32(float f) {
@@ -114,7 +178,7 @@ int sr_mc_coalesce(const int64_t *window, const int64_t *meta, int64_t n, int64_
         keys[i] = key_i64(window[i]);
         payload[i] = i;
     }
-    if (radix_sort(keys, payload, n) != 0) {
+    if (msd_sort(keys, payload, n) != 0) {
         free(keys);
         free(payload);
         return -1;
