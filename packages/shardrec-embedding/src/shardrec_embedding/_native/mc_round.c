@@ -434,3 +434,9 @@ int64_t sr_mc_apply_round(int64_t *sorted, const int64_t *mapping, const int64_t
     free(slot_of);
     return real;
 }
+
+/* out[i] = src[idx[i]] (every idx in range; the caller's torch gather, without its
+ * TensorIterator: several times faster for int64 vectors of ~40k). */
+void sr_mc_gather(const int64_t *src, const int64_t *idx, int64_t n, int64_t *out) {
+    for (int64_t i = 0; i < n; i++) out[i] = src[idx[i]];
+}

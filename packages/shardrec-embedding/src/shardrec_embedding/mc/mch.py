@@ -28,6 +28,7 @@ from shardrec_embedding.mc.round_native import (
     apply_round,
     coalesce_window,
     coalesce_window_inverse,
+    gather,
     match_slots,
     merge_slots_,
     order_by_count,
@@ -423,7 +424,7 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
             uniq_rows = self._update_and_evict(uniq_ids, counts, metadata, inverse is not None)
             if uniq_rows is not None and inverse is not None and spans:
                 self._round_rows = {
-                    name: (values, uniq_rows[inverse[start:end]])
+                    name: (values, gather(uniq_rows, inverse[start:end]))
                     for name, (values, start, end) in spans.items()
                 }
             self._current_history_buffer_offset = 0

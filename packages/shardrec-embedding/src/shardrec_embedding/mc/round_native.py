@@ -25,6 +25,7 @@ __all__ = [
     "argsort_subset",
     "coalesce_window",
     "coalesce_window_inverse",
+    "gather",
     "match_slots",
     "merge_slots_",
     "order_by_count",
@@ -64,6 +65,8 @@ def _lib() -> ctypes.CDLL | None:
         lib.sr_mc_merge_slots.argtypes = [ptr, ptr, i64, i64, ptr, i64, i64, ptr]
         lib.sr_mc_match_slots.restype = i64
         lib.sr_mc_match_slots.argtypes = [ptr, i64, ptr, i64, ptr, ptr, ptr, ptr]
+        lib.sr_mc_gather.restype = None
+        lib.sr_mc_gather.argtypes = [ptr, ptr, i64, ptr]
         lib.sr_mc_apply_round.restype = i64
         lib.sr_mc_apply_round.argtypes = [ptr, ptr, ptr, i64, ptr, ptr, ptr, ptr, ptr, i64, i64]
         lib.sr_mc_apply_round.argtypes += [ptr, ptr, ptr, ptr, ptr]
@@ -387,3 +390,20 @@ def apply_round(
         return None
     torch.autograd.graph.increment_version(sorted_ids)  # written through a pointer
     return AppliedRound(old_ids, rows, uniq_ids[new_at], by_key, uniq_rows, int(real))
+
+
+def gather(src: Tensor, idx: Tensor) -> Tensor:
+    """`src[idx]` for an int64 vector `src` and int64 indices into it (in range: the caller's
+    own; `idx` of a window's `inverse`)."""
+    lib = _native_ok(src, idx)
+    if (
+        lib is None
+        or src.dtype is not torch.int64
+        or idx.dtype is not torch.int64
+        or not src.is_contiguous()
+        or not idx.is_contiguous()
+    ):
+        return src[idx]
+    out = torch.empty(idx.numel(), dtype=torch.int64)
+    lib.sr_mc_gather(src.data_ptr(), idx.data_ptr(), idx.numel(), out.data_ptr())
+    return out
