@@ -172,3 +172,44 @@ def test_window_coalesce_on_skewed_ids(shape: str) -> None:
     assert torch.equal(got[0], uniq) and torch.equal(got[1], counts)
     assert got[2] is not None and torch.equal(got[2], top)
     assert torch.equal(got[3], inverse)
+
+
+def test_nan_scores_take_the_torch_selection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DistanceLFU's 0 / 0 (an empty slot whose loaded `last_access_iter` is one past the
+    round's iteration) is a NaN score: the native round says so and selects as the torch
+    round does."""
+    modules = [
+        MCHManagedCollisionModule(
+            zch_size=16,
+            device=torch.device("cpu"),
+            eviction_policy=DistanceLFU_EvictionPolicy(),
+            eviction_interval=1,
+        )
+        for _ in range(2)
+    ]
+    _torch_only(monkeypatch, modules[1])
+    seen = []
+    fused = round_native.update_and_score
+
+    def spy(*args: object, **kwargs: object) -> object:
+        out = fused(*args, **kwargs)  # type: ignore[arg-type]
+        seen.append(out is not None and out[2])
+        return out
+
+    monkeypatch.setattr(policies_mod, "update_and_score", spy)
+    ids = torch.tensor([5, 6, 7, 5, 9, -3])
+    outs = []
+    for module, torch_path in ((modules[0], False), (modules[1], True)):
+        module.train()
+        # the first round runs at the saved iteration + 1: distance 0 for every empty slot
+        module._mch_last_access_iter.fill_(int(module._current_iter_tensor) + 2)
+        with monkeypatch.context() as m:
+            if torch_path:
+                m.setattr(round_native, "_lib", lambda: None)
+                m.setattr(policies_mod, "_library", lambda: None)
+            outs.append(module({"f": JaggedTensor(values=ids, lengths=torch.ones_like(ids))}))
+    assert seen and seen[0] is True
+    assert torch.equal(outs[0]["f"].values(), outs[1]["f"].values())
+    ours, theirs = modules[0].state_dict(), modules[1].state_dict()
+    for key in ours:
+        assert torch.equal(ours[key], theirs[key]), key

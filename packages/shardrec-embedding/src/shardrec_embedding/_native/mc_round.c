@@ -253,12 +253,13 @@ int sr_mc_argsort_f32(const float *values, const int64_t *idx, int64_t n, int de
  *   scores over [slots 0..Z-1 | new ids]: kind 0 LFU counts (int64, scores_i), kind 1 LRU
  *   -(float)(cur - last + 1), kind 2 DistanceLFU (float)counts / (float)(cur - last + 1)
  *   (float32, scores_f). counts / last / win_last are NULL when the policy lacks them.
+ *   *nan_seen (when not NULL and new ids exist) says whether a score is NaN.
  * Returns the number of new ids. */
 int64_t sr_mc_update_scores(int64_t z, int64_t *counts, int64_t *last, const int64_t *win_counts,
                             const uint8_t *held, const int64_t *slots, const int64_t *win_last,
                             const int64_t *order, int64_t u, int64_t cur, int kind,
                             float *scores_f, int64_t *scores_i, int64_t *new_counts,
-                            int64_t *new_last) {
+                            int64_t *new_last, int64_t *nan_seen) {
     int64_t h = 0, m = 0;
     for (int64_t i = 0; i < u; i++) {
         int64_t lv = win_last ? win_last[order[i]] : 0;
@@ -275,6 +276,7 @@ int64_t sr_mc_update_scores(int64_t z, int64_t *counts, int64_t *last, const int
     if (counts) counts[z - 1] = INT64_MAX;
     if (last) last[z - 1] = cur;
     if (m == 0) return 0; /* no new id: nothing competes, no score is read */
+    int64_t nan = 0;
     for (int64_t j = 0; j < z + m; j++) {
         int64_t c = 0, l = 0;
         if (j < z) {
@@ -289,9 +291,12 @@ int64_t sr_mc_update_scores(int64_t z, int64_t *counts, int64_t *last, const int
             scores_i[j] = c;
         else if (kind == 1)
             scores_f[j] = -(float)d;
-        else
+        else {
             scores_f[j] = (float)c / (float)d;
+            nan |= (c == 0) & (d == 0); /* 0 / 0: the only NaN these scores can hold */
+        }
     }
+    if (nan_seen) *nan_seen = nan;
     return m;
 }
 
@@ -439,4 +444,10 @@ int64_t sr_mc_apply_round(int64_t *sorted, const int64_t *mapping, const int64_t
  * TensorIterator: several times faster for int64 vectors of ~40k). */
 void sr_mc_gather(const int64_t *src, const int64_t *idx, int64_t n, int64_t *out) {
     for (int64_t i = 0; i < n; i++) out[i] = src[idx[i]];
+}
+
+/* dst[dst_at[k]] = src[src_at[k]] for k < n (int64 vectors; indices in range). */
+void sr_mc_copy_at(int64_t *dst, const int64_t *dst_at, const int64_t *src, const int64_t *src_at,
+                   int64_t n) {
+    for (int64_t k = 0; k < n; k++) dst[dst_at[k]] = src[src_at[k]];
 }

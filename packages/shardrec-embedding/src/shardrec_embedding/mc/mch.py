@@ -486,7 +486,7 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
             self._current_iter,
             self._zch_size,
             by_count,
-            uniq_ids_counts[by_count],
+            gather(uniq_ids_counts, by_count),
             held,
             held_slots,
             self._mch_metadata,

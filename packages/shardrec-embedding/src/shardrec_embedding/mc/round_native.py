@@ -25,6 +25,7 @@ __all__ = [
     "argsort_subset",
     "coalesce_window",
     "coalesce_window_inverse",
+    "copy_at_",
     "gather",
     "match_slots",
     "merge_slots_",
@@ -60,7 +61,9 @@ def _lib() -> ctypes.CDLL | None:
             fn.argtypes = [ptr, ptr, i64, ctypes.c_int, ptr]
         lib.sr_mc_update_scores.restype = i64
         lib.sr_mc_update_scores.argtypes = [i64, ptr, ptr, ptr, ptr, ptr, ptr, ptr, i64, i64]
-        lib.sr_mc_update_scores.argtypes += [ctypes.c_int, ptr, ptr, ptr, ptr]
+        lib.sr_mc_update_scores.argtypes += [ctypes.c_int, ptr, ptr, ptr, ptr, ptr]
+        lib.sr_mc_copy_at.restype = None
+        lib.sr_mc_copy_at.argtypes = [ptr, ptr, ptr, ptr, i64]
         lib.sr_mc_merge_slots.restype = i64
         lib.sr_mc_merge_slots.argtypes = [ptr, ptr, i64, i64, ptr, i64, i64, ptr]
         lib.sr_mc_match_slots.restype = i64
@@ -181,10 +184,11 @@ def update_and_score(
     held_slots: Tensor,
     mch_metadata: dict[str, Tensor],
     window_metadata: dict[str, Tensor],
-) -> tuple[Tensor, dict[str, Tensor]] | None:
+) -> tuple[Tensor, dict[str, Tensor], bool] | None:
     """The base policy's metadata update and the built-in scores in one native pass: returns
-    `(scores over [slots | new ids], the new ids' metadata)` after updating `mch_metadata` in
-    place as the torch path does, or None (nothing done) when the kernels cannot run here."""
+    `(scores over [slots | new ids], the new ids' metadata, whether a score may be NaN)`
+    after updating `mch_metadata` in place as the torch path does, or None (nothing done)
+    when the kernels cannot run here."""
     counts, last = mch_metadata.get("counts"), mch_metadata.get("last_access_iter")
     win_last = window_metadata.get("last_access_iter")
     if set(mch_metadata) - {"counts", "last_access_iter"} or (last is None) != (win_last is None):
@@ -211,6 +215,7 @@ def update_and_score(
     new_last = torch.empty(u, dtype=torch.int64) if last is not None else None
     dtype = torch.int64 if kind is ScoreKind.LFU else torch.float32
     scores = torch.empty(mch_size + u, dtype=dtype)
+    nan_seen = torch.zeros(1, dtype=torch.int64)
     m = lib.sr_mc_update_scores(
         mch_size,
         _ptr(counts),
@@ -227,6 +232,7 @@ def update_and_score(
         scores.data_ptr() if dtype is torch.int64 else None,
         _ptr(new_counts),
         _ptr(new_last),
+        nan_seen.data_ptr(),
     )
     for buffer in (counts, last):
         if buffer is not None:
@@ -236,7 +242,25 @@ def update_and_score(
         new["counts"] = new_counts[:m]
     if new_last is not None:
         new["last_access_iter"] = new_last[:m]
-    return scores[: mch_size + m], new
+    return scores[: mch_size + m], new, bool(nan_seen)
+
+
+def copy_at_(dst: Tensor, dst_at: Tensor, src: Tensor, src_at: Tensor) -> None:
+    """`dst[dst_at] = src[src_at]` for int64 vectors and int64 indices (in range, `dst_at`
+    distinct), in place."""
+    tensors = (dst, dst_at, src, src_at)
+    lib = _native_ok(*tensors)
+    if (
+        lib is None
+        or dst_at.numel() != src_at.numel()
+        or not all(t.dtype is torch.int64 and t.is_contiguous() for t in tensors)
+    ):
+        dst[dst_at] = src[src_at]
+        return
+    lib.sr_mc_copy_at(
+        dst.data_ptr(), dst_at.data_ptr(), src.data_ptr(), src_at.data_ptr(), dst_at.numel()
+    )
+    torch.autograd.graph.increment_version(dst)  # written through a pointer
 
 
 def merge_slots_(
