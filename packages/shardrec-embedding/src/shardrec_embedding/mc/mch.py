@@ -118,6 +118,8 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
     _mch_slots: torch.Tensor
     _delimiter: torch.Tensor
     _history_metadata: dict[str, torch.Tensor]
+    # {feature: (its ids, their rows)} found by this forward's round, for remap
+    _round_rows: dict[str, tuple[torch.Tensor, torch.Tensor]]
 
     def __init__(
         self,
@@ -170,8 +172,7 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
         self._last_eviction_iter = -1
         self._evicted = False
         self._evicted_emb_indices = torch.empty((0,), dtype=torch.int64, device=self.device)
-        # {feature: (its ids, their rows)} found by this forward's round, for remap
-        self._round_rows: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._round_rows = {}
         # rows of later rounds not yet consumed by evict(), merged into the above lazily
         self._pending_rows: list[torch.Tensor] = []
         self._input_history_buffer_size = -1
