@@ -193,3 +193,30 @@ def test_rounds_remap_from_the_window_and_the_index_catches_up(zch: int, seed: i
         else:  # read by the lookups: caught up
             assert not index._pending and not index._rebuild_due
         _assert_same(fast, slow)
+
+
+def test_round_rows_are_not_used_after_the_state_changed() -> None:
+    """Rows a round found are this forward's only: a `remap` after the slots were loaded
+    anew, or after another `profile`, reads the current state."""
+    g = torch.Generator().manual_seed(3)
+    fast, slow = _pair("lfu", zch=32, interval=1)
+    other = MCHManagedCollisionModule(
+        zch_size=32,
+        device=torch.device("cpu"),
+        eviction_policy=LFU_EvictionPolicy(),
+        eviction_interval=1,
+    )
+    other.train()
+    other(_jt(torch.randint(0, 1000, (50,), generator=g)))  # a different state
+    ids = torch.randint(0, 1000, (20,), generator=g)
+    feats = _jt(ids)
+    for module in (fast, slow):
+        module.train()
+        module.profile(feats)  # a round; its rows wait for remap
+        module.load_state_dict(other.state_dict())
+    assert torch.equal(fast.remap(feats)["t"].values(), slow.remap(feats)["t"].values())
+    assert torch.equal(fast.remap(feats)["t"].values(), other.remap(feats)["t"].values())
+    fast.profile(feats)
+    fast.eval()
+    fast.profile(feats)  # evaluation: no round, and the last round's rows are dropped
+    assert fast._round_rows == {}

@@ -120,6 +120,7 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
     _history_metadata: dict[str, torch.Tensor]
     # {feature: (its ids, their rows)} found by this forward's round, for remap
     _round_rows: dict[str, tuple[torch.Tensor, torch.Tensor]]
+    _round_stamp: tuple[int, int]
 
     def __init__(
         self,
@@ -173,6 +174,7 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
         self._evicted = False
         self._evicted_emb_indices = torch.empty((0,), dtype=torch.int64, device=self.device)
         self._round_rows = {}
+        self._round_stamp = (-1, -1)
         # rows of later rounds not yet consumed by evict(), merged into the above lazily
         self._pending_rows: list[torch.Tensor] = []
         self._input_history_buffer_size = -1
@@ -234,6 +236,7 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
         }
 
     def profile(self, features: dict[str, JaggedTensor]) -> dict[str, JaggedTensor]:
+        self._round_rows = {}
         if not self.training:
             return features
         self._check_ids(features)
@@ -247,7 +250,6 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
             # sized at the first non-empty batch (TorchRec: the first batch, so an empty first
             # batch would leave a window of 0 ids and admit nothing ever)
             self._init_history_buffers(num_ids)
-        self._round_rows = {}
         spans: dict[str, tuple[torch.Tensor, int, int]] = {}
         if self._input_history_buffer_size > 0:
             for name, jt in features.items():
@@ -268,9 +270,13 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
         write_weights: torch.Tensor | None = None,
     ) -> dict[str, JaggedTensor]:
         round_rows, self._round_rows = self._round_rows, {}
-        if round_rows and all(
-            name in round_rows and round_rows[name][0] is feature.values()
-            for name, feature in features.items()
+        if (
+            round_rows
+            and self._round_stamp == self._state_stamp()
+            and all(
+                name in round_rows and round_rows[name][0] is feature.values()
+                for name, feature in features.items()
+            )
         ):
             # this forward's round already found the row of every id of these features
             return {
@@ -294,6 +300,10 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
         features = self.preprocess(features)
         features = self.profile(features)
         return self.remap(features)
+
+    def _state_stamp(self) -> tuple[int, int]:
+        """Version counters of the slot buffers: round rows are used only while unchanged."""
+        return (self._mch_sorted_raw_ids._version, self._mch_remapped_ids_mapping._version)
 
     def _ready_index(self) -> SortedSlotIndex | None:
         """The hash index of the slots when it can answer for the search (native map, CPU,
@@ -428,6 +438,7 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
                     name: (values, gather(uniq_rows, inverse[start:end]))
                     for name, (values, start, end) in spans.items()
                 }
+                self._round_stamp = self._state_stamp()
             self._current_history_buffer_offset = 0
             return
         uniq_ids, inverse, counts = torch.unique(
