@@ -12,6 +12,9 @@ Run: ``.venv/bin/python benchmarks/dynamic.py`` (``--quick`` for a smoke run of 
    "resident" (ranks over the ids already in the table: the map's cost alone, the same rows
    as the static table) and "stream" (ranks over 2^40: most ids are new, so every step
    admits, evicts and resets thousands of rows). Goal (issue 27): <= 1.3x.
+3. Stream floor: the least memory work per new id of a full raw-id table beyond a static step
+   (`FLOOR_LINES` random lines and the freed row's bytes written, `stream_floor`), measured
+   in the same process, printed with the least ratio it allows beside the measured one.
 
 Prints the machine, shapes, ours, the reference, the floor and the ratio; asserts nothing.
 Numbers from a loaded machine are not comparable: measure on a quiet one.
@@ -20,6 +23,7 @@ Numbers from a loaded machine are not comparable: measure on a quiet one.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import platform
 import statistics
@@ -30,7 +34,7 @@ import numpy as np
 import torch
 
 from shardrec_embedding.configs import EmbeddingBagConfig
-from shardrec_embedding.dynamic import DynamicTable, DynamicTableConfig
+from shardrec_embedding.dynamic import DynamicTable, DynamicTableConfig, EvictionPolicy
 from shardrec_embedding.dynamic.collection import reset_rows_hook
 from shardrec_embedding.dynamic.hashing import mix64
 from shardrec_embedding.dynamic.id_map import IdSlotMap, idmap_native_available
@@ -76,11 +80,13 @@ def map_throughput(log2_buckets: int, queries: int, repeats: int) -> None:
         ids = ids[torch.randperm(ids.numel(), generator=gen)]
         query = ids[torch.randint(0, ids.numel(), (queries,), generator=gen)]
         where = torch.randint(0, floor_array.numel(), (queries,), generator=gen)
-        floor = queries / _best(lambda w=where: floor_array.index_select(0, w), repeats) / 1e6
+        floor = (
+            queries / _best(functools.partial(floor_array.index_select, 0, where), repeats) / 1e6
+        )
         for backend in backends:
             m = IdSlotMap(buckets, backend=backend)  # type: ignore[arg-type]
             m.insert(ids, torch.arange(ids.numel()))
-            rate = queries / _best(lambda m=m, q=query: m.find(q), repeats) / 1e6
+            rate = queries / _best(functools.partial(m.find, query), repeats) / 1e6
             print(f"| {load:.0%} | {backend} | {rate:.1f} | {floor:.1f} | {rate / floor:.2f} |")
     torch.set_num_threads(threads)
 
@@ -157,7 +163,7 @@ def batches(
 
 
 def collection(tables: int, capacity: int, dim: int, dynamic: bool) -> FusedEmbeddingBagCollection:
-    cfg = DynamicTableConfig(eviction="LRU") if dynamic else None
+    cfg = DynamicTableConfig(eviction=EvictionPolicy.LRU) if dynamic else None
     configs = [
         EmbeddingBagConfig(
             name=f"t{i}",
@@ -220,6 +226,8 @@ def training(
         "static ms (wall / cpu) | ratio (wall / cpu) |"
     )
     print("|---|---|---|---|---|---|")
+    floors: list[tuple[float, float, float, float, float, int]] = []
+    resident = 1.0
     for occupancy in occupancies or [0.5, 0.95]:
         filled = int(capacity * occupancy)
         for mode, pool in (("resident", filled), ("stream", 1 << 40)):
@@ -241,6 +249,71 @@ def training(
                 f"{dc / sc:.2f} |",
                 flush=True,
             )
+            if mode == "resident":
+                resident = dc / sc
+            elif new >= 1:
+                buckets = dyn.dynamic_tables.table("t0").map.num_buckets
+                floors.append((occupancy, new, 1e3 * sc, dc / sc, resident, buckets))
+    for occupancy, new, static_ms, ratio, resident, buckets in floors:
+        floor = stream_floor(tables, capacity, dim, buckets, round(new), repeats=5)
+        print(
+            f"\n## stream floor at {occupancy:.0%}: {new:.0f} new ids per table per step; per "
+            f"new id {len(FLOOR_LINES)} random lines ({'; '.join(FLOOR_LINES)}) and {4 * dim} "
+            f"bytes of freed row written: {64 * len(FLOOR_LINES) + 4 * dim} bytes of memory "
+            "traffic a new id (64-byte lines)"
+        )
+        print(
+            "| floor ms / step (cpu) | static ms (cpu) | least ratio: 1 + floor / static | "
+            "with the map's cost: resident ratio + floor / static | measured stream ratio |"
+        )
+        print("|---|---|---|---|---|")
+        print(
+            f"| {floor:.1f} | {static_ms:.1f} | {1 + floor / static_ms:.2f} | "
+            f"{resident + floor / static_ms:.2f} | {ratio:.2f} |",
+            flush=True,
+        )
+
+
+FLOOR_LINES = (
+    "the new id's bucket (probe miss, then its insertion: one line)",
+    "the victim's old id's bucket (its erasure)",
+    "the victim's policy metadata, co-located (its choice and update: one line)",
+    "the freed row's optimizer state (rowwise: one line)",
+)
+"""The random cache lines any raw-id table must touch per new id in a full table, beyond the
+lookup itself, plus `dim` floats of the freed row written (`stream_floor`)."""
+
+
+def stream_floor(
+    tables: int, capacity: int, dim: int, buckets: int, new_ids: int, repeats: int
+) -> float:
+    """Least process-CPU ms of the memory work any implementation of the stream regime does
+    per step for `new_ids` new ids per table, beyond a static step: `FLOOR_LINES` as random
+    8-byte reads (torch gathers from arrays of the real sizes: a map and a co-located
+    metadata array per table) and a scalar fill of the optimizer-state entries, plus the
+    freed rows' bytes written at memset speed (`new_ids x dim` floats zeroed contiguously: no
+    initializer arithmetic, no scatter). Caches flushed before each run."""
+    gen = torch.Generator().manual_seed(0)
+    maps = [torch.zeros(buckets * 2, dtype=torch.int64) for _ in range(tables)]
+    metas = [torch.zeros(capacity * 4, dtype=torch.int64) for _ in range(tables)]
+    states = [torch.zeros(capacity) for _ in range(tables)]
+    rows = [torch.ones(new_ids, dim) for _ in range(tables)]
+    slots = [torch.randperm(capacity, generator=gen)[:new_ids] for _ in range(tables)]
+    probes = [torch.randint(0, buckets * 2, (2 * new_ids,), generator=gen) for _ in range(tables)]
+    flush = torch.zeros(16 << 20)
+
+    def work() -> None:
+        for t in range(tables):
+            maps[t].index_select(0, probes[t])
+            metas[t].index_select(0, slots[t] * 4)
+            states[t].index_fill_(0, slots[t], 0.0)
+            rows[t].zero_()
+
+    times = []
+    for _ in range(repeats):
+        flush.add_(1)
+        times.append(_best(work, 1))
+    return 1e3 * min(times)
 
 
 def main() -> None:

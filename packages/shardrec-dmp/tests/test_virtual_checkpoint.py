@@ -1,10 +1,13 @@
-"""Checkpoints of raw-id tier tables (`ssd_virtual_table` / `dram_virtual_table`, table_wise
-and row_wise) through `shardrec_dmp.save` / `load`: every id the store keeps is saved with its
-row and optimizer state; train N steps, save, load into a fresh model, train M more == N + M
-straight, bit for bit, with a cache that evicts every step (SGD, row-wise Adagrad; RocksDB and
-RAM). A checkpoint of 2 ranks loads into 1 rank holding the same rows; the fused optimizer's
-plain state_dict refuses (it would hold only the cached rows); refused on every rank: a
-checkpoint path inside the RocksDB store directory, one whose rows have another width."""
+"""Checkpoints of raw-id tier tables (`ssd_virtual_table` / `dram_virtual_table`, table_wise,
+row_wise and column_wise: one entry per column block) through `shardrec_dmp.save` / `load`:
+every id the store keeps is saved with its row and optimizer state; train N steps, save, load
+into a fresh model, train M more == N + M straight, bit for bit, with a cache that evicts every
+step (SGD, row-wise Adagrad; RocksDB and RAM). A checkpoint of 2 ranks loads into 1 rank
+holding the same rows; the fused optimizer's plain state_dict refuses (it would hold only the
+cached rows); refused on every rank: a checkpoint path inside the RocksDB store directory, one
+whose rows have another width, a column-split table's row-wise state into ranks holding other
+column blocks. (A checkpoint of the table held in memory loads into a table_wise / row_wise
+tier: test_virtual_interchange.py.)"""
 
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from shardrec_optim import EmbOptimType, FusedOptimSpec
 from shardrec_planner import (
     KeyValueParams,
     ShardingPlan,
+    column_wise,
     construct_module_sharding_plan,
     row_wise,
     table_wise,
@@ -69,16 +73,18 @@ def batch(rank: int, step: int) -> tuple[KeyedJaggedTensor, Tensor]:
 
 
 def wrap(ctx: RankContext, kernel: str, optimizer: str, store: str) -> DistributedModelParallel:
-    """`kernel` names the plan too: `<kernel>` table_wise on the last rank, or
-    `<kernel>:row_wise` (a part of 8 rows per rank)."""
+    """`kernel` names the plan too: `<kernel>` table_wise on the last rank,
+    `<kernel>:row_wise` (a part of 8 rows per rank), or `<kernel>:column_wise` (two column
+    blocks: one per rank on 2 ranks, both on rank 0 on 1 rank)."""
     kernel, _, sharding = kernel.partition(":")
-    model = Model(CAPACITY * (2 if sharding else 1))
+    model = Model(CAPACITY * (2 if sharding == "row_wise" else 1))
     owner = ctx.world_size - 1
-    where = (
-        row_wise(compute_kernel=kernel)
-        if sharding
-        else table_wise(rank=owner, compute_kernel=kernel)
-    )
+    where = {
+        "row_wise": row_wise(compute_kernel=kernel),
+        "column_wise": column_wise(
+            ranks=[r % ctx.world_size for r in range(2)], compute_kernel=kernel
+        ),
+    }.get(sharding, table_wise(rank=owner, compute_kernel=kernel))
     table = construct_module_sharding_plan(model.sparse, {"raw": where}, world_size=ctx.world_size)
     table["raw"] = dataclasses.replace(
         table["raw"], key_value_params=KeyValueParams(ssd_storage_directory=store)
@@ -137,6 +143,8 @@ def resume(ctx: RankContext, root: str, kernel: str, optimizer: str) -> list[obj
         ("ssd_virtual_table", "exact_row_wise_adagrad"),
         ("dram_virtual_table", "exact_sgd"),
         ("ssd_virtual_table:row_wise", "exact_row_wise_adagrad"),
+        ("ssd_virtual_table:column_wise", "exact_sgd"),
+        ("dram_virtual_table:column_wise", "exact_row_wise_adagrad"),
     ],
 )
 def test_resume_is_bit_for_bit_and_loads_into_one_rank(pool_factory, tmp_path, kernel, optimizer):  # type: ignore[no-untyped-def]
@@ -156,10 +164,28 @@ def test_resume_is_bit_for_bit_and_loads_into_one_rank(pool_factory, tmp_path, k
         assert torch.equal(straight[0], again[0])
         assert torch.equal(straight[1], again[1])
         assert "fused_optimizer.state_dict()" in refused and "'raw'" in refused
+    if kernel.endswith("column_wise"):
+        check_columns_on_one_rank(pool_factory, root, kernel, optimizer, got)
+        return
     one = pool_factory(1).run(load_one_rank, root, kernel, optimizer)[0]
     ids, order = torch.sort(torch.cat([got[p][2][0] for p in owners]))
     rows = torch.cat([got[p][2][1] for p in owners])[order]
     assert torch.equal(one[0], ids) and torch.equal(one[1], rows)
+
+
+def check_columns_on_one_rank(pool_factory, root, kernel, optimizer, got) -> None:  # type: ignore[no-untyped-def]
+    """A column_wise checkpoint (one entry per column block, both ranks' stores holding the
+    same ids) loads into 1 rank holding both blocks: its rows are the blocks side by side.
+    With a row-wise state (one per rank's row) that is refused on every rank."""
+    ids = got[0][2][0]
+    assert torch.equal(ids, got[1][2][0]) and ids.numel() > CAPACITY
+    if optimizer == "exact_row_wise_adagrad":
+        with pytest.raises(ValueError, match=r"saved per group of column blocks at columns 0 on"):
+            pool_factory(1).run(load_one_rank, root, kernel, optimizer)
+        return
+    one = pool_factory(1).run(load_one_rank, root, kernel, optimizer)[0]
+    assert torch.equal(one[0], ids)
+    assert torch.equal(one[1], torch.cat([got[0][2][1], got[1][2][1]], dim=1))
 
 
 def load_one_rank(ctx: RankContext, root: str, kernel: str, optimizer: str) -> object:

@@ -11,7 +11,8 @@ Refused on every rank: another embedding_dim, another optimizer, more ids than t
 table holds (unless evict_to_fit: then it keeps that many of them, with their saved rows). A
 tier holding no id loads as an empty table; a model that is the collection itself (plan key
 "") swaps both ways. A column_wise in-memory table with row-wise
-Adagrad (state per column block) is refused both ways; with Adagrad it loads.
+Adagrad (state per column block) is refused both ways; with Adagrad it loads. A column-split
+tier's checkpoint (per column block) into memory is refused.
 The tables are read here without the checkpoint code: the in-memory table's occupied slots,
 weights and fused optimizer state; the tier's store after a flush.
 """
@@ -291,6 +292,25 @@ def column_split(ctx: RankContext, root: str) -> list[object]:
                 out.append(table_of(target)[0].numel())
             except Exception as e:  # PeerError on the ranks that did not fail
                 out.append(str(e))
+    torch.manual_seed(7)  # a column-split tier's checkpoint (per column block) into memory
+    model = Model(CACHE, DIM)
+    where = column_wise(ranks=[0, 1], compute_kernel="dram_virtual_table")
+    plan = construct_module_sharding_plan(model.sparse, {"raw": where}, world_size=2)
+    spec = FusedOptimSpec(optimizer=EmbOptimType.EXACT_SGD, learning_rate=0.1)
+    split = DistributedModelParallel(
+        model,
+        env=ShardingEnv.from_process_group(ctx.pg),
+        plan=ShardingPlan(plan={"sparse": plan}),
+        sharders=[EmbeddingBagCollectionSharder(fused_params=spec.to_fused_params())],
+    )
+    train(split, ctx.rank, 0, 1)
+    save(f"{root}/split", split, {"fused": split.fused_optimizer})
+    memory = wrap(ctx, "fused", f"{root}/m", optimizer="exact_sgd")
+    try:
+        load(f"{root}/split", memory, {"fused": memory.fused_optimizer})
+        out.append("")
+    except ValueError as e:
+        out.append(str(e))
     return out
 
 
@@ -302,6 +322,8 @@ def test_column_wise_with_row_wise_state_is_refused(pool_factory, tmp_path):  # 
             assert "column_wise" in refused and "per column block" in refused, refused
         assert isinstance(rank[3], int) and rank[3] > 0, rank[3]  # each block holds the ids
     assert got[1][2] == got[1][3]  # the tier's owner holds as many ids as were saved
+    for rank in got:
+        assert "'raw'" in rank[4] and "column-split raw-id tier" in rank[4], rank[4]
 
 
 def test_refusals_on_every_rank_and_evict_to_fit(pool_factory, tmp_path):  # type: ignore[no-untyped-def]

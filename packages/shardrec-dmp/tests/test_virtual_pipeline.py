@@ -1,9 +1,11 @@
-"""A raw-id tier table (`ssd_virtual_table` / `dram_virtual_table`, table_wise, LFU) under the
-train pipelines, with a cache of two batches' distinct ids (three for the prefetching
-pipeline; rows evicted on every step; the pipeline maps batch i+1 before batch i's backward,
-and LFU would evict batch i's new rows first): the mapped batch's rows are pinned in the cache
-until its backward, so the pipelines give exactly the store rows (weights and row-wise
-Adagrad state) of the plain loop, on 1 and 2 gloo ranks."""
+"""A raw-id tier table (`ssd_virtual_table` / `dram_virtual_table`, table_wise, LFU; also
+row_wise and column_wise: one tier per rank) under the train pipelines, with a cache of two
+batches' distinct ids (three for the prefetching pipeline; rows evicted on every step; the
+pipeline maps batch i+1 before batch i's backward, and LFU would evict batch i's new rows
+first): the mapped batch's rows are pinned in the cache until its backward, so the pipelines
+give exactly the store rows (weights and row-wise Adagrad state) of the plain loop, on 1 and 2
+gloo ranks (column_wise: both ranks' caches deciding alike, their stores holding the same
+ids)."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from shardrec_planner import (
     CacheParams,
     KeyValueParams,
     ShardingPlan,
+    column_wise,
     construct_module_sharding_plan,
     row_wise,
     table_wise,
@@ -83,16 +86,16 @@ def make_batch(rank: int, step: int) -> Batch:
 
 def train(ctx: RankContext, kernel: str, how: str, store: str) -> tuple[Tensor, Tensor, int] | None:
     # The prefetching pipeline holds three batches (prefetched, mapped, awaiting backward).
-    # `<kernel>:row_wise`: a part of that many rows on each rank.
+    # `<kernel>:row_wise`: a part of that many rows on each rank; `<kernel>:column_wise`: a
+    # column block on each rank, every rank's cache deciding every slot (virtual_columns.py).
     kernel, _, sharding = kernel.partition(":")
-    parts = ctx.world_size if sharding else 1
+    parts = ctx.world_size if sharding == "row_wise" else 1
     model = Model((3 if how == "prefetch" else 2) * WINDOW * parts)
     owner = ctx.world_size - 1
-    where = (
-        row_wise(compute_kernel=kernel)
-        if sharding
-        else table_wise(rank=owner, compute_kernel=kernel)
-    )
+    where = {
+        "row_wise": row_wise(compute_kernel=kernel),
+        "column_wise": column_wise(ranks=list(range(ctx.world_size)), compute_kernel=kernel),
+    }.get(sharding, table_wise(rank=owner, compute_kernel=kernel))
     plan = construct_module_sharding_plan(model.sparse, {"raw": where}, world_size=ctx.world_size)
     plan["raw"] = dataclasses.replace(
         plan["raw"],
@@ -130,7 +133,12 @@ def train(ctx: RankContext, kernel: str, how: str, store: str) -> tuple[Tensor, 
 def run_cases(ctx: RankContext, store: str) -> list[object]:
     return [
         [train(ctx, kernel, how, f"{store}/{kernel}") for how in ("plain", "pipeline", "prefetch")]
-        for kernel in ("ssd_virtual_table", "dram_virtual_table", "dram_virtual_table:row_wise")
+        for kernel in (
+            "ssd_virtual_table",
+            "dram_virtual_table",
+            "dram_virtual_table:row_wise",
+            "ssd_virtual_table:column_wise",
+        )
     ]
 
 
@@ -143,8 +151,12 @@ def test_pipelines_match_the_plain_loop(pool_factory, tmp_path, world):  # type:
         assert ids.numel() > 2 * WINDOW and misses >= ids.numel()  # the cache evicted
         for run in pipelined:
             assert torch.equal(run[0], ids) and torch.equal(run[1], rows)
-    for rank in range(world):  # row_wise: each rank's part
-        plain, *pipelined = per_rank[rank][2]
-        assert plain[0].numel() > 0
-        for run in pipelined:
-            assert torch.equal(run[0], plain[0]) and torch.equal(run[1], plain[1])
+    for rank in range(world):  # row_wise: each rank's part; column_wise: its column block
+        for case in (2, 3):
+            plain, *pipelined = per_rank[rank][case]
+            assert plain[0].numel() > 0
+            for run in pipelined:
+                assert torch.equal(run[0], plain[0]) and torch.equal(run[1], plain[1])
+        assert per_rank[rank][3][0][2] >= per_rank[rank][3][0][0].numel() > 2 * WINDOW  # evicted
+    if world == 2:  # the ranks' caches made the same decisions: the same ids in each store
+        assert torch.equal(per_rank[0][3][0][0], per_rank[1][3][0][0])

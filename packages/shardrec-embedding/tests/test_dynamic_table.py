@@ -144,6 +144,40 @@ def test_native_equals_torch_backend() -> None:
     assert all(torch.equal(x, y) for x, y in zip(a.items(), b.items(), strict=True))
 
 
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"eviction": "LRU", "scan_per_step": 8},
+        {"eviction": "LRU", "admission": "PROBABILITY", "admission_probability": 0.5},
+        {"eviction": "TTL", "ttl_steps": 1, "scan_per_step": 64},
+    ],
+    ids=lambda f: "-".join(map(str, f.values())),
+)
+def test_full_table_replacement_keeps_the_state_of_free_then_admit(
+    fields: dict[str, object],
+) -> None:
+    """A full table's evictions and admissions in one native pass (`replace_slots`) leave the
+    same slots, counters, freed slots and every buffer (the free stack's included) as the
+    torch backend's separate free and admit."""
+    if not idmap_native_available():
+        pytest.skip("no C compiler")
+    cfg = _config(32, **fields)
+    a = DynamicTable("t", cfg, 32, 4, backend="native")
+    b = DynamicTable("t", cfg, 32, 4, backend="torch")
+    freed: tuple[list[list[int]], list[list[int]]] = ([], [])
+    a.add_reset_hook(lambda s: freed[0].append(s.tolist()))
+    b.add_reset_hook(lambda s: freed[1].append(s.tolist()))
+    for batch in _stream(5, 100, 1000, 30):
+        ids = torch.tensor(batch, dtype=torch.int64)
+        assert torch.equal(a.map_ids(ids, training=True), b.map_ids(ids, training=True))
+    assert a.stats() == b.stats() and a.stats()["evictions"] > 20
+    assert freed[0] == freed[1]
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    for key in sa:
+        assert sa[key] == sb[key] if key.endswith("_extra_state") else torch.equal(sa[key], sb[key])
+
+
 def test_collision_free_while_slots_remain() -> None:
     cfg = _config(1000, eviction="NONE")
     table = DynamicTable("t", cfg, 1000, 4)

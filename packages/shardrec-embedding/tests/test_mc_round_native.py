@@ -127,6 +127,11 @@ def test_kernels_equal_their_torch_ops(seed: int) -> None:
         got = round_native.coalesce_window(window, meta)
         assert torch.equal(got[0], uniq) and torch.equal(got[1], counts)
         assert got[2] is not None and torch.equal(got[2], top)
+        for with_meta in (meta, None):
+            full = round_native.coalesce_window_inverse(window, with_meta)
+            assert torch.equal(full[0], uniq) and torch.equal(full[1], counts)
+            assert torch.equal(full[3], inverse)
+            assert (full[2] is None) == (with_meta is None)
         assert torch.equal(
             round_native.order_by_count(counts), torch.argsort(counts, descending=True, stable=True)
         )
@@ -136,3 +141,75 @@ def test_kernels_equal_their_torch_ops(seed: int) -> None:
             for descending in (True, False):
                 want = idx[torch.argsort(values[idx], descending=descending, stable=True)]
                 assert torch.equal(round_native.argsort_subset(values, idx, descending), want)
+
+
+@pytest.mark.parametrize("shape", ["one_bucket", "few_buckets", "hot_ids", "sequential", "wide"])
+def test_window_coalesce_on_skewed_ids(shape: str) -> None:
+    """The window pass buckets ids by their highest differing bits: ids crowding one bucket
+    (sorted by the fallback), a few large buckets, hot repeated ids, small sequential ids and
+    the whole int64 range all give `torch.unique`'s answer."""
+    g = torch.Generator().manual_seed(7)
+    n = 6000
+    if shape == "one_bucket":  # one far outlier: every other id lands in bucket 0
+        window = torch.cat([torch.randint(0, 1000, (n,), generator=g), torch.tensor([I64.max])])
+    elif shape == "few_buckets":
+        window = torch.randint(0, 4, (n,), generator=g) * (1 << 40) + torch.randint(
+            0, 50, (n,), generator=g
+        )
+    elif shape == "hot_ids":
+        window = torch.tensor([-5, 3, 1 << 50])[torch.randint(0, 3, (n,), generator=g)]
+        window[::97] = torch.randint(I64.min, I64.max, (window[::97].numel(),), generator=g)
+    elif shape == "sequential":
+        window = torch.arange(n).flip(0)
+    else:
+        window = torch.randint(I64.min, I64.max, (n,), generator=g)
+    meta = torch.randint(-3, 9, (window.numel(),), generator=g)
+    uniq, inverse, counts = torch.unique(window, return_inverse=True, return_counts=True)
+    top = torch.zeros_like(counts).scatter_reduce_(
+        0, inverse, meta, reduce="amax", include_self=False
+    )
+    got = round_native.coalesce_window_inverse(window, meta)
+    assert torch.equal(got[0], uniq) and torch.equal(got[1], counts)
+    assert got[2] is not None and torch.equal(got[2], top)
+    assert torch.equal(got[3], inverse)
+
+
+def test_nan_scores_take_the_torch_selection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DistanceLFU's 0 / 0 (an empty slot whose loaded `last_access_iter` is one past the
+    round's iteration) is a NaN score: the native round says so and selects as the torch
+    round does."""
+    modules = [
+        MCHManagedCollisionModule(
+            zch_size=16,
+            device=torch.device("cpu"),
+            eviction_policy=DistanceLFU_EvictionPolicy(),
+            eviction_interval=1,
+        )
+        for _ in range(2)
+    ]
+    _torch_only(monkeypatch, modules[1])
+    seen = []
+    fused = round_native.update_and_score
+
+    def spy(*args: object, **kwargs: object) -> object:
+        out = fused(*args, **kwargs)  # type: ignore[arg-type]
+        seen.append(out is not None and out[2])
+        return out
+
+    monkeypatch.setattr(policies_mod, "update_and_score", spy)
+    ids = torch.tensor([5, 6, 7, 5, 9, -3])
+    outs = []
+    for module, torch_path in ((modules[0], False), (modules[1], True)):
+        module.train()
+        # the first round runs at the saved iteration + 1: distance 0 for every empty slot
+        module._mch_last_access_iter.fill_(int(module._current_iter_tensor) + 2)
+        with monkeypatch.context() as m:
+            if torch_path:
+                m.setattr(round_native, "_lib", lambda: None)
+                m.setattr(policies_mod, "_library", lambda: None)
+            outs.append(module({"f": JaggedTensor(values=ids, lengths=torch.ones_like(ids))}))
+    assert seen and seen[0] is True
+    assert torch.equal(outs[0]["f"].values(), outs[1]["f"].values())
+    ours, theirs = modules[0].state_dict(), modules[1].state_dict()
+    for key in ours:
+        assert torch.equal(ours[key], theirs[key]), key

@@ -155,3 +155,68 @@ def test_rows_of_unconsumed_rounds_accumulate_as_the_reference(seed: int) -> Non
     assert got is not None
     assert got.tolist() == model.take_evicted()
     assert m.evict() is None
+
+
+@pytest.mark.parametrize("zch", [64, 4096])  # pending rounds past zch: a rebuild; else applied
+@pytest.mark.parametrize("seed", range(2))
+def test_rounds_remap_from_the_window_and_the_index_catches_up(zch: int, seed: int) -> None:
+    """Training forwards that run a round take their rows from the round (two features in
+    one call, an int32 feature, int64 max and repeats among them) and leave the index behind;
+    the first evaluation after several rounds reads it caught up. Every answer is the
+    searched path's."""
+    g = torch.Generator().manual_seed(seed)
+    fast, slow = _pair("distance_lfu", zch=zch, interval=1)
+    pool = torch.cat([torch.randint(-(1 << 40), 1 << 40, (3 * zch,), generator=g)])
+    pool = torch.cat([pool, torch.tensor([INT64_MAX])])
+    for step in range(12):
+        train = step % 4 != 3
+        fast.train(train)
+        slow.train(train)
+        picks = [pool[torch.randint(0, pool.numel(), (n,), generator=g)] for n in (zch // 2, 7)]
+        feats = {
+            "a": JaggedTensor(values=picks[0], lengths=torch.ones_like(picks[0])),
+            "b": JaggedTensor(values=picks[1] % (1 << 30), lengths=torch.ones_like(picks[1])),
+        }
+        feats["b"] = JaggedTensor(
+            values=feats["b"].values().to(torch.int32), lengths=feats["b"].lengths()
+        )
+        used_round = fast.training
+        out_fast, out_slow = fast(feats), slow(feats)
+        for name in feats:
+            assert out_fast[name].values().dtype == feats[name].values().dtype
+            assert torch.equal(out_fast[name].values(), out_slow[name].values()), (step, name)
+        index = fast._index
+        assert index is not None
+        if used_round:  # remapped from the round: the index was not read, it lags
+            assert fast._round_rows == {}  # consumed by this forward's remap
+            assert index._pending or index._rebuild_due
+        else:  # read by the lookups: caught up
+            assert not index._pending and not index._rebuild_due
+        _assert_same(fast, slow)
+
+
+def test_round_rows_are_not_used_after_the_state_changed() -> None:
+    """Rows a round found are this forward's only: a `remap` after the slots were loaded
+    anew, or after another `profile`, reads the current state."""
+    g = torch.Generator().manual_seed(3)
+    fast, slow = _pair("lfu", zch=32, interval=1)
+    other = MCHManagedCollisionModule(
+        zch_size=32,
+        device=torch.device("cpu"),
+        eviction_policy=LFU_EvictionPolicy(),
+        eviction_interval=1,
+    )
+    other.train()
+    other(_jt(torch.randint(0, 1000, (50,), generator=g)))  # a different state
+    ids = torch.randint(0, 1000, (20,), generator=g)
+    feats = _jt(ids)
+    for module in (fast, slow):
+        module.train()
+        module.profile(feats)  # a round; its rows wait for remap
+        module.load_state_dict(other.state_dict())
+    assert torch.equal(fast.remap(feats)["t"].values(), slow.remap(feats)["t"].values())
+    assert torch.equal(fast.remap(feats)["t"].values(), other.remap(feats)["t"].values())
+    fast.profile(feats)
+    fast.eval()
+    fast.profile(feats)  # evaluation: no round, and the last round's rows are dropped
+    assert fast._round_rows == {}

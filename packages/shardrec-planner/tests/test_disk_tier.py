@@ -195,9 +195,10 @@ def test_too_big_even_for_the_disk_is_a_clear_error() -> None:
 def test_two_tiered_tables_share_the_disk_of_their_ranks() -> None:
     ebc = make_ebc([("a", 10_000_000, DIM), ("b", 10_000_000, DIM)])
     topo = Topology(world_size=2, compute_device="cpu", ddr_cap=2 * GiB, ssd_cap=3 * GiB)
-    plan = EmbeddingShardingPlanner(topo, batch_size=512, stats=[], auto_tier=True).plan(
-        ebc, SHARDERS
-    )
+    tw = {n: ParameterConstraints(sharding_types=["table_wise"]) for n in ("a", "b")}
+    plan = EmbeddingShardingPlanner(
+        topo, batch_size=512, stats=[], auto_tier=True, constraints=tw
+    ).plan(ebc, SHARDERS)
     ranks = {name: ps.ranks[0] for name, ps in plan.plan[""].items()}
     assert all(ps.compute_kernel.value == "key_value" for ps in plan.plan[""].values())
     assert ranks["a"] != ranks["b"]  # 2 x 2.4 GiB stores do not fit one rank's 3 GiB

@@ -22,11 +22,16 @@ from shardrec_planner import (
     ParameterSharding,
     ShardingPlan,
     Topology,
+    column_wise,
+    construct_module_sharding_plan,
     executed_kernel,
     kernel_notes,
     sharded_kernels,
+    table_column_wise,
+    table_row_wise,
 )
 from shardrec_planner.cache_params import BoundsCheckMode, MultiPassPrefetchConfig
+from shardrec_planner.enums import VIRTUAL_TIER_SHARDING_TYPES
 from shardrec_planner.estimator import Workload, estimate_shards, kernel_bandwidth
 from shardrec_planner.geometry import shard_arrays
 
@@ -79,7 +84,13 @@ def test_cpu_plans_the_asked_kernel_with_the_fused_estimates(kernel: str) -> Non
     assert asked.stats is not None and fused.stats is not None
     got = {t.table: (t.memory_bytes, t.cost_s) for t in asked.stats.tables}
     want = {t.table: (t.memory_bytes, t.cost_s) for t in fused.stats.tables}
-    assert got == want  # a row_wise table: estimated as the fused kernel
+    tier = next(t.tier for t in asked.stats.tables if t.table == "t")
+    if kernel == "key_value":  # a row_wise key_value table is priced on the disk tier
+        assert tier is not None and tier.load_factor == 0.25 and len(tier.shards) == 2
+        assert got["u"] == want["u"] and got["t"] != want["t"]
+    else:
+        assert tier is None
+        assert got == want  # a row_wise table: estimated as the fused kernel
     report = asked.report()
     if kernel == "key_value":  # a row_wise key_value table runs tiered on every rank
         assert "key_value (tiered)" in report and "key_value->fused" not in report
@@ -215,3 +226,27 @@ def test_cache_params_json_keeps_all_but_the_statistics() -> None:
     )
     back = ParameterSharding.from_dict(ps.to_dict())
     assert back.cache_params == dataclasses.replace(full, stats=None)
+
+
+@pytest.mark.parametrize("kernel", ["ssd_virtual_table", "dram_virtual_table"])
+def test_virtual_kernels_by_sharding_type(kernel: str) -> None:
+    """The raw-id tier kernels run table_wise, row_wise, column_wise and table_column_wise
+    (one tier per rank's column blocks, shardrec_sharding/virtual_columns.py); a hand-written
+    plan of another type is refused naming the four."""
+    assert {t.value for t in VIRTUAL_TIER_SHARDING_TYPES} == {
+        "table_wise",
+        "row_wise",
+        "column_wise",
+        "table_column_wise",
+    }
+    ebc = make_ebc([("t", 64, 8)])
+    for split in (column_wise, table_column_wise):
+        plan = construct_module_sharding_plan(
+            ebc, {"t": split(ranks=[0, 1], compute_kernel=kernel)}, world_size=2
+        )
+        assert plan["t"].compute_kernel.value == kernel
+        assert "runs the raw-id tier" in kernel_notes(plan["t"])[0]
+    with pytest.raises(ValueError, match=r"placed table_wise, row_wise, column_wise or table_col"):
+        construct_module_sharding_plan(
+            ebc, {"t": table_row_wise(0, compute_kernel=kernel)}, world_size=2
+        )

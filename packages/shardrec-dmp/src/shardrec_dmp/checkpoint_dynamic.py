@@ -29,8 +29,10 @@ from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 
 from shardrec_collectives import ShardingEnv, agree_on_error
 from shardrec_dmp.checkpoint_io import SafePlanner, SafeReader
+from shardrec_dmp.checkpoint_virtual_columns import check_column_tier
 from shardrec_dmp.model_parallel import DistributedModelParallel
 from shardrec_sharding.dynamic import ShardedDynamicTable, owner_part
+from shardrec_sharding.virtual_tier import TieredShardedDynamicTable
 
 __all__ = ["DynamicMove", "apply_moves", "plan_moves", "restore", "strip_moved"]
 
@@ -93,6 +95,12 @@ def plan_moves(
         for name in tables.tables:
             part = tables.table(name)
             assert isinstance(part, ShardedDynamicTable)
+            if isinstance(part, TieredShardedDynamicTable) and part.column_blocks:
+                # a column-split raw-id tier: its store is loaded per column block
+                # (checkpoint_virtual_columns), the cached rows dropped; refusals come first
+                prefix = f"{_at(path)}dynamic_tables.tables.{name}.tier."
+                check_column_tier(prefix, part, shapes, checkpoint, model.env)
+                continue
             key = f"model.{_at(path)}{container}.{name}.weight"
             shape = shapes.get(key)
             if key[len("model.") :] in skip:

@@ -23,7 +23,8 @@ their initial row, as the in-memory table's unseen ids do. Any world size, table
 row_wise on either side. Refused on every rank before anything is read: another
 embedding_dim, another optimizer (state columns), more saved ids than the whole in-memory table
 holds (unless `evict_to_fit`), a column_wise in-memory table with a row-wise optimizer (its
-state is per column block).
+state is per column block). A column-split tier (checkpoint_virtual_columns) does not swap:
+its checkpoint into memory is refused here, an in-memory one into it there.
 """
 
 from __future__ import annotations
@@ -96,13 +97,21 @@ def plan_swaps(
             weight = shapes.get("model." + move.weight_key)
             dim = int(part.default_row.numel())
             if isinstance(part, TieredShardedDynamicTable):
-                if tier or weight is None:
-                    continue  # a tier's checkpoint (checkpoint_virtual), or none of it
+                if tier or weight is None or part.column_blocks:
+                    continue  # a tier's checkpoint (checkpoint_virtual), none of it, or a
+                    # column-split tier (checkpoint_virtual_columns refuses other kinds)
                 swap = Swap(move, True, (move.weight_key,))
                 saved_dim = weight[1]
             else:
                 if not tier:
                     continue
+                if any(k[len(move.map_prefix + TIER) :].startswith("col") for k in tier):
+                    raise ValueError(
+                        f"checkpoint {checkpoint!r}: table {name!r} was saved as a "
+                        "column-split raw-id tier (entries per column block); it loads into "
+                        "the column_wise / table_column_wise tier plan it was saved with, not "
+                        "into an in-memory table"
+                    )
                 ps = model.plan.plan[path][name]
                 split = ps.sharding_type in _COLUMN_SPLIT and len(ps.ranks or ()) > 1
                 swap = Swap(move, False, tuple(tier), column_split=split)

@@ -14,7 +14,8 @@ saved tier.<r>.ids of every saved rank --read--> the owner empties its cache and
 
 A table_wise table has one owner, so a load into another world size (the table on another
 rank) reads every saved part into the new owner; a row_wise part keeps the ids its routing
-hash now gives it (`owns`), so a row_wise table reshards to another world size too. The
+hash now gives it (`owns`), so a row_wise table reshards to another world size too (a
+column-split table's entries are per column block: checkpoint_virtual_columns.py). The
 cached rows the ordinary read put into the table's fused rows are dropped with the cache: the
 store is the truth.
 """
@@ -29,6 +30,7 @@ from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from shardrec_collectives import agree_on_error
 from shardrec_dmp.checkpoint_io import SafeReader
 from shardrec_dmp.checkpoint_tiered import TieredLoadPlanner
+from shardrec_dmp.checkpoint_virtual_columns import restore_column_tier
 from shardrec_dmp.model_parallel import DistributedModelParallel
 from shardrec_sharding.virtual_tier import TieredShardedDynamicTable, owns
 from shardrec_tiered import RowCache
@@ -80,6 +82,9 @@ def restore_virtual_tiers(
     """Replace each tier table's store by the saved ids and rows (module docstring)."""
     env = model.env
     for prefix, part in virtual_tiers(model):
+        if part.column_blocks:  # a column-split table: its entries are per column block
+            restore_column_tier(prefix, part, shapes, reader, checkpoint, env)
+            continue
         saved = sorted(
             k[len("model.") :]
             for k in shapes

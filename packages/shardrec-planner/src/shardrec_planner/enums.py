@@ -85,23 +85,43 @@ TORCHREC_ONLY_KERNELS: frozenset[EmbeddingComputeKernel] = frozenset(
 VIRTUAL_TABLE_KERNELS: frozenset[EmbeddingComputeKernel] = frozenset(
     {EmbeddingComputeKernel.SSD_VIRTUAL_TABLE, EmbeddingComputeKernel.DRAM_VIRTUAL_TABLE}
 )
-"""Among them, the raw-id tier kernels a hand-written plan may name for a table placed
-table_wise or row_wise (a dynamic table's rows behind a cache:
-`kernel_choice.runs_virtual_tiered`); the
-planner's search still never picks them."""
+"""Among them, the raw-id tier kernels a hand-written plan may name for a table placed as
+`VIRTUAL_TABLE_SHARDING_TYPES` allows (a dynamic table's rows behind a cache:
+`kernel_choice.runs_virtual_tiered`); the planner's search still never picks them."""
+
+VIRTUAL_TIER_SHARDING_TYPES: tuple[ShardingType, ...] = (
+    ShardingType.TABLE_WISE,
+    ShardingType.ROW_WISE,
+    ShardingType.COLUMN_WISE,
+    ShardingType.TABLE_COLUMN_WISE,
+)
+"""The sharding types the raw-id tier kernels run on (column-split: one tier per column block,
+shardrec_sharding/virtual_tier.py, virtual_columns.py)."""
+
+VIRTUAL_TABLE_SHARDING_TYPES: dict[EmbeddingComputeKernel, frozenset[ShardingType]] = {
+    EmbeddingComputeKernel.SSD_VIRTUAL_TABLE: frozenset(VIRTUAL_TIER_SHARDING_TYPES),
+    EmbeddingComputeKernel.DRAM_VIRTUAL_TABLE: frozenset(VIRTUAL_TIER_SHARDING_TYPES),
+}
+"""The one place that says which sharding types run each virtual-table kernel: `ParameterSharding`
+refuses the kernel on any other type. Widen it when the sharded modules run another type."""
 
 
-def executable_kernel(value: str, what: str, *, table_wise: bool = False) -> EmbeddingComputeKernel:
+def executable_kernel(
+    value: str, what: str, *, sharding_type: ShardingType | None = None
+) -> EmbeddingComputeKernel:
     """`value` as a kernel shardrec runs; a TorchRec-only kernel is refused with the fix.
-    `table_wise`: the entry places its table table_wise or row_wise (a virtual-table kernel
-    may run)."""
+    `sharding_type`: the entry's (a virtual-table kernel runs on the types
+    `VIRTUAL_TABLE_SHARDING_TYPES` lists for it)."""
     kernel = EmbeddingComputeKernel(value)
-    if kernel in TORCHREC_ONLY_KERNELS and not (table_wise and kernel in VIRTUAL_TABLE_KERNELS):
+    runs_virtual = sharding_type in VIRTUAL_TABLE_SHARDING_TYPES.get(kernel, frozenset())
+    if kernel in TORCHREC_ONLY_KERNELS and not runs_virtual:
+        runs = VIRTUAL_TABLE_SHARDING_TYPES[EmbeddingComputeKernel.SSD_VIRTUAL_TABLE]
+        types = [t.value for t in VIRTUAL_TIER_SHARDING_TYPES if t in runs]
         raise ValueError(
             f"{what}: compute kernel {kernel.value!r} is a TorchRec kernel shardrec does not "
             "execute (no SSD / parameter-server store, quantized kernels are planned as "
             "'dense'); use 'fused' ('fused_uvm', 'fused_uvm_caching' and 'key_value' also run "
             "as 'fused'; 'ssd_virtual_table' and 'dram_virtual_table' run a dynamic table "
-            "placed table_wise or row_wise)"
+            f"placed {', '.join(types[:-1])} or {types[-1]})"
         )
     return kernel

@@ -19,7 +19,15 @@ import numpy as np
 import numpy.typing as npt
 
 from shardrec_planner.constraints import ParameterConstraints
-from shardrec_planner.disk_tier import TierEstimate, auto_load_factors, tier_estimate
+from shardrec_planner.disk_tier import (
+    TierEstimate,
+    id_shares,
+    table_lookups,
+    tier_estimate,
+    tier_load_factors,
+    undominated,
+    virtual_tier_estimate,
+)
 from shardrec_planner.enums import TORCHREC_ONLY_KERNELS, EmbeddingComputeKernel, ShardingType
 from shardrec_planner.errors import PlannerError
 from shardrec_planner.estimator import UVM_KERNELS, Workload, estimate_shards
@@ -30,7 +38,12 @@ from shardrec_planner.geometry import (
     row_block_sizes,
     shard_arrays,
 )
-from shardrec_planner.kernel_choice import RUNS_AS_FUSED, estimated_kernel, tiered_layout
+from shardrec_planner.kernel_choice import (
+    RUNS_AS_FUSED,
+    estimated_kernel,
+    tiered_layout,
+    virtual_tier_layout,
+)
 from shardrec_planner.sharder import TableInfo
 from shardrec_planner.topology import Topology
 
@@ -116,7 +129,9 @@ def estimated_option(
     estimates (`estimator.estimate_shards`, the kernel as estimated on the topology's device);
     `block` is the option's placement block (`Option.block`). A `key_value` option that runs
     tiered (`kernel_choice.tiered_layout`) is costed with a cache of `tier_load_factor` (default
-    0.2, the lookup's) of its rows and `cache_stats` (`CacheParams.stats`): disk_tier.py."""
+    0.2, the lookup's) of its rows and `cache_stats` (`CacheParams.stats`): disk_tier.py; a
+    virtual-table option on a layout it runs (`kernel_choice.virtual_tier_layout`) on the raw-id
+    tier, its capacity as the cache (`disk_tier.virtual_tier_estimate`)."""
     est = estimate_shards(
         table,
         workload,
@@ -131,11 +146,12 @@ def estimated_option(
     disk: npt.NDArray[np.float64] | None = None
     tier: TierEstimate | None = None
     if tiered_layout(sharding_type, kernel, topology.compute_device):
-        assert est.ids_in is not None and est.state_bytes is not None  # set by estimate_shards
+        assert est.state_bytes is not None  # set by estimate_shards
         tier = tier_estimate(
             rows=shards.rows,
             cols=shards.cols,
-            ids_in=est.ids_in,
+            shares=id_shares(shards.rows, table.rows, sharding_type in _ROW_SPLIT),
+            table_ids=workload.ids_local * topology.world_size,
             optimizer=optimizer,
             load_factor=0.2 if tier_load_factor is None else tier_load_factor,
             cache_stats=cache_stats,
@@ -144,6 +160,24 @@ def estimated_option(
         memory = np.ceil(memory - est.state_bytes + tier.memory_bytes)
         compute = compute + tier.seconds
         disk = tier.disk_bytes
+    elif virtual_tier_layout(sharding_type, kernel, topology.compute_device):
+        assert est.state_bytes is not None  # set by estimate_shards
+        on_disk = kernel is EmbeddingComputeKernel.SSD_VIRTUAL_TABLE
+        tier = virtual_tier_estimate(
+            rows=shards.rows,
+            cols=shards.cols,
+            shares=id_shares(shards.rows, table.rows, sharding_type in _ROW_SPLIT),
+            table_ids=workload.ids_local * topology.world_size,
+            optimizer=optimizer,
+            cache_bytes=est.state_bytes,
+            cache_stats=cache_stats,
+            bandwidth=topology.disk_bandwidth if on_disk else topology.ddr_mem_bw * 1000.0,
+        )
+        compute = compute + tier.seconds
+        if on_disk:
+            disk = tier.disk_bytes
+        else:
+            memory = memory + tier.disk_bytes  # the store in RAM
     return Option(
         sharding_type=sharding_type,
         kernel=kernel,
@@ -202,26 +236,6 @@ def _offered(sharder_kernels: Sequence[str], compute_device: str) -> list[Embedd
     return kernels
 
 
-def _lookups(cache: object | None, ids: float) -> float:
-    """Distinct rows a table's cache sees per step: its statistics' expected lookups, else
-    every id of the global batch."""
-    stats = getattr(cache, "stats", None)
-    expected = getattr(stats, "expected_lookups", None)
-    return float(expected) if isinstance(expected, int | float) else ids
-
-
-def _undominated(sized: list[Option]) -> list[Option]:
-    """Of one layout's cache sizes (largest first), those that each buy time with their
-    memory: a larger cache is kept only if it is estimated faster than every smaller one (with
-    a hit rate that is flat over cache sizes, e.g. a sample whose misses are all first
-    accesses, only the smallest cache is left, rather than an arbitrary one of equal cost)."""
-    kept: list[Option] = []
-    for opt in reversed(sized):  # smallest cache first
-        if not kept or opt.total_cost < kept[-1].total_cost * (1.0 - 1e-9):
-            kept.append(opt)
-    return kept[::-1]
-
-
 _ROW_SPLIT = {
     ShardingType.ROW_WISE: "world",
     ShardingType.TABLE_ROW_WISE: "local",
@@ -267,7 +281,7 @@ def table_options(
     Tiered options (`key_value` where it runs tiered: disk_tier.py) join the fused one where the
     constraints list both kernels, or where `auto_tier` is on and the constraints leave the
     kernel open; one option per cache size: the table's `CacheParams.load_factor` when set,
-    else `disk_tier.auto_load_factors`. Raises PlannerError naming the table and the
+    else `disk_tier.tier_load_factors`. Raises PlannerError naming the table and the
     constraint when nothing is left.
     """
     offered = [ShardingType(t) for t in sharder_types]
@@ -341,8 +355,9 @@ def table_options(
         block = local if st in (ShardingType.TABLE_ROW_WISE, ShardingType.GRID_SHARD) else 1
         factors: list[float | None] = [load_factor]
         if load_factor is None and tiered_layout(st, kernel, topology.compute_device):
-            ids = workload.ids_local * world
-            factors = list(auto_load_factors(table.rows, _lookups(cache, ids)))
+            shares = id_shares(shards.rows, table.rows, st in _ROW_SPLIT)
+            lookups = table_lookups(cache, workload.ids_local * world)
+            factors = list(tier_load_factors(shards.rows, shares, lookups))
         sized = [
             estimated_option(
                 table,
@@ -359,7 +374,7 @@ def table_options(
             )
             for factor in factors
         ]
-        out += _undominated(sized) if len(sized) > 1 else sized
+        out += undominated(sized) if len(sized) > 1 else sized
     if not out:
         raise PlannerError(
             f"{where}: constraint compute_kernels={[str(k) for k in kernel_wanted or []]} leaves "

@@ -14,7 +14,11 @@ from shardrec_planner.cache_params import (
     KeyValueParams,
     MultiPassPrefetchConfig,
 )
-from shardrec_planner.enums import EmbeddingComputeKernel, ShardingType, executable_kernel
+from shardrec_planner.enums import (
+    EmbeddingComputeKernel,
+    ShardingType,
+    executable_kernel,
+)
 from shardrec_planner.shard_metadata import EnumerableShardingSpec, ShardMetadata
 
 
@@ -51,9 +55,7 @@ class ParameterSharding:
                 raise TypeError(f"{field} must be a {kind.__name__} or None, got {value!r}")
         object.__setattr__(self, "sharding_type", ShardingType(self.sharding_type))
         kernel = executable_kernel(
-            self.compute_kernel,
-            "ParameterSharding",
-            table_wise=self.sharding_type in (ShardingType.TABLE_WISE, ShardingType.ROW_WISE),
+            self.compute_kernel, "ParameterSharding", sharding_type=self.sharding_type
         )
         object.__setattr__(self, "compute_kernel", kernel)
         given: object = self.ranks

@@ -17,27 +17,22 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
 import torch.distributed as dist
 from torch import nn
 
-from shardrec_planner.cache_params import KeyValueParams
 from shardrec_planner.constraints import ParameterConstraints
 from shardrec_planner.default_sharders import default_sharders
 from shardrec_planner.distributed import broadcast_plan_text
-from shardrec_planner.embedding_stats import EmbeddingStats
 from shardrec_planner.enumerators import EmbeddingEnumerator
-from shardrec_planner.enums import ShardingType
 from shardrec_planner.environment_topology import topology_from_environment
 from shardrec_planner.errors import PlannerError
-from shardrec_planner.estimator import Workload, optimizer_state
-from shardrec_planner.geometry import ShardArrays
-from shardrec_planner.kernel_choice import cache_ratio_of, kernel_options
-from shardrec_planner.options import Option, estimated_option, table_options
-from shardrec_planner.parameter_sharding import ParameterSharding
+from shardrec_planner.estimator import optimizer_state
+from shardrec_planner.given_plan import given_result
+from shardrec_planner.options import Option, table_options
 from shardrec_planner.partitioners import GreedyPerfPartitioner
 from shardrec_planner.perf_models import NoopPerfModel
+from shardrec_planner.plan_build import build_plan
+from shardrec_planner.planner_args import planner_args
 from shardrec_planner.planner_types import ShardingOption
 from shardrec_planner.pluggable import (
     LazyPlan,
@@ -51,21 +46,17 @@ from shardrec_planner.pluggable import (
 )
 from shardrec_planner.proposers import default_proposers
 from shardrec_planner.search import SearchResult, lower_bound, search
-from shardrec_planner.shard_metadata import EnumerableShardingSpec, ShardMetadata, placement
 from shardrec_planner.sharder import PlannerSharder, TableInfo, table_infos
 from shardrec_planner.sharding_plan import ShardingPlan
-from shardrec_planner.stats import PlanStats, RankStats, TableDecision
 from shardrec_planner.storage_reservations import (
     HeuristicalStorageReservation,
     StorageReservation,
     describe_reservation,
     reserved_caps,
 )
-from shardrec_planner.tier_plan import tier_cache_params, tier_decision
 from shardrec_planner.topology import Topology
 from shardrec_planner.unplaceable import unplaceable_error
 
-DEFAULT_BATCH_SIZE = 512
 _ERROR_PREFIX = "PlannerError:"
 
 
@@ -152,49 +143,26 @@ class EmbeddingShardingPlanner:
     ) -> None:
         if topology is None:
             topology = topology_from_environment()
-        if batch_size is None:
-            batch_size = DEFAULT_BATCH_SIZE
-        if timeout_seconds is not None:
-            time_budget_s = timeout_seconds
+        args = planner_args(
+            batch_size=batch_size,
+            constraints=constraints,
+            memory_reserve_fraction=memory_reserve_fraction,
+            time_budget_s=time_budget_s,
+            timeout_seconds=timeout_seconds,
+            storage_reservation=storage_reservation,
+            heuristical_storage_reservation_percentage=heuristical_storage_reservation_percentage,
+            tier_store_dir=tier_store_dir,
+            stats=stats,
+        )
         self._timeout_seconds = timeout_seconds
-        if storage_reservation is None and heuristical_storage_reservation_percentage is not None:
-            storage_reservation = HeuristicalStorageReservation(
-                percentage=heuristical_storage_reservation_percentage
-            )
-        if storage_reservation is not None and not callable(
-            getattr(storage_reservation, "reserve", None)
-        ):
-            raise TypeError(
-                "storage_reservation must have a reserve(topology, batch_size, module, "
-                f"sharders, constraints) method, got {type(storage_reservation).__name__}"
-            )
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if not 0.0 <= memory_reserve_fraction < 1.0:
-            raise ValueError(
-                f"memory_reserve_fraction must be in [0, 1), got {memory_reserve_fraction}"
-            )
-        if time_budget_s <= 0:
-            raise ValueError(f"time_budget_s must be > 0, got {time_budget_s}")
-        for name, c in (constraints or {}).items():
-            if not isinstance(c, ParameterConstraints):
-                raise TypeError(
-                    f"constraints[{name!r}] must be a ParameterConstraints, got {type(c).__name__}"
-                )
         self.topology = topology
-        self.batch_size = batch_size
-        self.constraints = dict(constraints or {})
+        self.batch_size = args.batch_size
+        self.constraints = args.constraints
         self.memory_reserve_fraction = memory_reserve_fraction
-        self.time_budget_s = time_budget_s
+        self.time_budget_s = args.time_budget_s
         self.auto_tier = bool(auto_tier)
-        if tier_store_dir is not None and (
-            not isinstance(tier_store_dir, str) or not tier_store_dir
-        ):
-            raise ValueError(
-                f"tier_store_dir must be a non-empty path string or None, got {tier_store_dir!r}"
-            )
-        self.tier_store_dir = tier_store_dir
-        self.storage_reservation = storage_reservation
+        self.tier_store_dir = args.tier_store_dir
+        self.storage_reservation = args.storage_reservation
         self._reserved_caps: tuple[float, float] | None = None
         self._optimizers: dict[str, tuple[float, float]] = {}
         self._parts = TorchRecParts.of(
@@ -205,12 +173,7 @@ class EmbeddingShardingPlanner:
             callbacks=callbacks,
             plan_loader=plan_loader,
         )
-        if stats is None:
-            stats = [EmbeddingStats()]
-        self._stats: list[Any] = list(stats) if isinstance(stats, (list, tuple)) else [stats]
-        for s in self._stats:
-            if not callable(getattr(s, "log", None)):
-                raise TypeError(f"stats must have a log(...) method, got {type(s).__name__}")
+        self._stats: list[Any] = args.stats
         self._debug = debug
         self._num_proposals = 0
         self._num_plans = 0
@@ -418,82 +381,24 @@ class EmbeddingShardingPlanner:
         """
         start = time.perf_counter()
         tables, options = self._options(module, sharders)
-        topo = self.topology
-        loads = np.zeros(topo.world_size)
-        memory = np.zeros(topo.world_size)
-        host_memory = np.zeros(topo.world_size)
-        disk = np.zeros(topo.world_size)
-        choice: list[int] = []
-        ranks: list[npt.NDArray[np.int64]] = []
-        given: list[list[Option]] = []
-        for table, opts in zip(tables, options, strict=True):
-            module_plan = plan.get_plan_for_module(table.module_path) or {}
-            ps = module_plan.get(table.name)
-            if ps is None:
-                raise ValueError(
-                    f"plan has no entry for table {table.name!r} of module {table.module_path!r}"
-                )
-            opt = self._option_for(table, ps, opts)
-            r = np.array(ps.ranks, dtype=np.int64)
-            if len(r) != len(opt.cost) or (len(r) and r.max() >= topo.world_size):
-                raise ValueError(
-                    f"table {table.name!r}: plan ranks {list(ps.ranks)} do not fit "
-                    f"{len(opt.cost)} shard(s) on world size {topo.world_size}"
-                )
-            np.add.at(loads, r, opt.cost)
-            np.add.at(memory, r, opt.memory)
-            np.add.at(host_memory, r, opt.host_memory)
-            np.add.at(disk, r, opt.disk_bytes)
-            given.append([opt])
-            choice.append(0)
-            ranks.append(r)
-        result = SearchResult(
-            choice=choice,
-            ranks=ranks,
-            reasons=["given plan"] * len(tables),
-            loads=loads,
-            memory=memory,
-            host_memory=host_memory,
-            lower_bound=lower_bound(
-                options, topo.world_size, self.memory_cap, self.host_memory_cap, None, topo.disk_cap
+        given, result = given_result(
+            tables,
+            plan,
+            topology=self.topology,
+            constraints=self.constraints,
+            batch_size=self.batch_size,
+            optimizers=self._optimizers,
+            lower_bound_s=lower_bound(
+                options,
+                self.topology.world_size,
+                self.memory_cap,
+                self.host_memory_cap,
+                None,
+                self.topology.disk_cap,
             ),
-            disk=disk,
-            failed=[],
         )
         built = self._build(tables, given, result, time.perf_counter() - start)
         return ShardingPlan(plan=plan.plan, stats=built.stats)
-
-    def _option_for(self, table: TableInfo, ps: ParameterSharding, opts: list[Option]) -> Option:
-        if ps.sharding_type is ShardingType.DATA_PARALLEL:
-            n = len(ps.ranks)
-            zeros = np.zeros(n, dtype=np.int64)
-            shards = ShardArrays(
-                np.full(n, table.rows, dtype=np.int64),
-                np.full(n, table.dim, dtype=np.int64),
-                zeros,
-                zeros,
-            )
-        else:
-            shards = ShardArrays(
-                *(np.array([s.shard_sizes[i] for s in ps.shards], dtype=np.int64) for i in (0, 1)),
-                *(
-                    np.array([s.shard_offsets[i] for s in ps.shards], dtype=np.int64)
-                    for i in (0, 1)
-                ),
-            )
-        return estimated_option(
-            table,
-            Workload.of(table, self.constraints.get(table.name), self.batch_size),
-            self.topology,
-            self._optimizers.get(table.module_path, (0.0, 0.0)),
-            cache_ratio_of(ps),
-            sharding_type=ps.sharding_type,
-            kernel=ps.compute_kernel,
-            shards=shards,
-            block=1,
-            tier_load_factor=cache_ratio_of(ps),
-            cache_stats=None if ps.cache_params is None else ps.cache_params.stats,
-        )
 
     # -- steps ---------------------------------------------------------------------------------
     def _options(
@@ -560,85 +465,17 @@ class EmbeddingShardingPlanner:
         result: SearchResult,
         seconds: float,
     ) -> ShardingPlan:
-        topo = self.topology
-        plan: dict[str, dict[str, ParameterSharding]] = {}
-        decisions: list[TableDecision] = []
-        for t, table in enumerate(tables):
-            opt = options[t][result.choice[t]]
-            ranks = [int(r) for r in result.ranks[t]]
-            extra = kernel_options(self.constraints.get(table.name))
-            if opt.tier is not None:
-                extra["cache_params"] = tier_cache_params(extra.get("cache_params"), opt.tier)
-                if self.tier_store_dir is not None and "key_value_params" not in extra:
-                    extra["key_value_params"] = KeyValueParams(
-                        ssd_storage_directory=self.tier_store_dir
-                    )
-            if opt.sharding_type is ShardingType.DATA_PARALLEL:
-                ps = ParameterSharding(
-                    sharding_type=opt.sharding_type, compute_kernel=opt.kernel, ranks=ranks, **extra
-                )
-            else:
-                metas = tuple(
-                    ShardMetadata(
-                        shard_offsets=offsets,
-                        shard_sizes=sizes,
-                        placement=placement(topo.compute_device, r, topo.local_size),
-                    )
-                    for (sizes, offsets), r in zip(opt.shards.to_list(), ranks, strict=True)
-                )
-                ps = ParameterSharding(
-                    sharding_type=opt.sharding_type,
-                    compute_kernel=opt.kernel,
-                    ranks=ranks,
-                    sharding_spec=EnumerableShardingSpec(shards=metas),
-                    **extra,
-                )
-            plan.setdefault(table.module_path, {})[table.name] = ps
-            decisions.append(
-                TableDecision(
-                    module_path=table.module_path,
-                    table=table.name,
-                    sharding_type=opt.sharding_type.value,
-                    compute_kernel=opt.kernel.value,
-                    ranks=tuple(ranks),
-                    memory_bytes=int(opt.memory.sum()),
-                    cost_s=opt.total_cost,
-                    max_shard_cost_s=opt.max_cost,
-                    tier=None if opt.tier is None else tier_decision(opt),
-                    reason=result.reasons[t]
-                    + (
-                        f"; dynamic (raw-id): +{table.dynamic_bytes_per_row:.0f} B/slot id map "
-                        "and metadata in host memory, one map probe per id"
-                        if table.dynamic_bytes_per_row
-                        else ""
-                    ),
-                )
-            )
-        loads = result.loads if len(tables) else np.zeros(topo.world_size)
-        mean = float(loads.mean())
-        top = float(loads.max())
-        stats = PlanStats(
-            ranks=tuple(
-                RankStats(
-                    rank=r,
-                    memory_bytes=int(max(result.memory[r], 0.0)) if len(tables) else 0,
-                    memory_cap_bytes=int(self.memory_cap),
-                    host_memory_bytes=int(max(result.host_memory[r], 0.0)) if len(tables) else 0,
-                    disk_bytes=int(max(result.disk[r], 0.0)) if len(tables) else 0,
-                    cost_s=float(loads[r]),
-                )
-                for r in range(topo.world_size)
-            ),
-            tables=tuple(decisions),
-            max_cost_s=top,
-            lower_bound_s=result.lower_bound,
-            imbalance=top / mean if mean > 0 else 1.0,
+        return build_plan(
+            tables,
+            options,
+            result,
+            seconds,
+            topology=self.topology,
+            constraints=self.constraints,
+            tier_store_dir=self.tier_store_dir,
+            memory_cap=self.memory_cap,
             batch_size=self.batch_size,
-            compute_device=topo.compute_device,
-            search_seconds=seconds,
-            memory_source=topo.memory_text(),
         )
-        return ShardingPlan(plan=plan, stats=stats)
 
 
 # TorchRec's public names for the context hash, where shardrec_planner has the hashing.

@@ -10,7 +10,7 @@ from shardrec_planner.kernel_choice import executed_kernel, kernel_notes, runs_t
 
 if TYPE_CHECKING:
     from shardrec_planner.sharding_plan import ShardingPlan
-    from shardrec_planner.stats import PlanStats, TableDecision
+    from shardrec_planner.stats import PlanStats, TableDecision, TierShard
 
 
 def format_bytes(n: float) -> str:
@@ -115,7 +115,8 @@ def format_tiers(stats: PlanStats) -> str:
             continue
         name = (t.module_path + "." if t.module_path else "") + t.table
         lines.append(
-            f"  {name}: tier disk ({t.compute_kernel}), store {format_bytes(tier.disk_bytes)}; "
+            f"  {name}: tier {_tier_where(t.compute_kernel)} ({t.compute_kernel}), store "
+            f"{format_bytes(tier.disk_bytes)}; "
             f"cache {tier.cache_rows:,} rows (load_factor {tier.load_factor:g}, "
             f"{format_bytes(tier.cache_bytes)} in memory); expected hit rate "
             f"{tier.hit_rate:.3f} ({tier.hit_rate_source}); disk per step "
@@ -123,10 +124,28 @@ def format_tiers(stats: PlanStats) -> str:
             f"{format_bytes(tier.write_bytes_per_step)} written "
             f"({format_seconds(tier.disk_seconds_per_step)})"
         )
+        if len(tier.shards) > 1:
+            lines += [_tier_shard_line(i, s) for i, s in enumerate(tier.shards)]
     if not lines:
         return ""
     used = max(r.disk_bytes for r in stats.ranks)
     return f"disk tier (largest per-rank store total {format_bytes(used)})\n" + "\n".join(lines)
+
+
+def _tier_where(kernel: str) -> str:
+    """Where a tiered table's store lives: RAM for `dram_virtual_table`, else disk."""
+    return "RAM" if kernel == EmbeddingComputeKernel.DRAM_VIRTUAL_TABLE.value else "disk"
+
+
+def _tier_shard_line(i: int, s: TierShard) -> str:
+    """One shard of a tiered table: its block, its store, its cache and its disk traffic."""
+    return (
+        f"    shard {i} on rank {s.rank}: rows {s.row_offset:,}-{s.row_offset + s.rows - 1:,} x "
+        f"cols {s.col_offset}-{s.col_offset + s.cols - 1}; store {format_bytes(s.disk_bytes)}; "
+        f"cache {s.cache_rows:,} rows ({format_bytes(s.cache_bytes)}); disk per step "
+        f"{format_bytes(s.read_bytes_per_step)} read + as many written "
+        f"({format_seconds(s.disk_seconds_per_step)})"
+    )
 
 
 def format_report(plan: ShardingPlan) -> str:

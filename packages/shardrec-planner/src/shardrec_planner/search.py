@@ -17,13 +17,16 @@ a plateau, or at the time budget.
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import time
 
 import numpy as np
 import numpy.typing as npt
 
 from shardrec_planner.options import Option
+from shardrec_planner.search_bound import cheapest_under_budget, fits_alone, lower_bound
+from shardrec_planner.search_start import greedy, initial_choices
+
+__all__ = ["SearchResult", "lower_bound", "search"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -50,86 +53,7 @@ class SearchResult:
     failed: list[int]  # tables that could not be placed (empty on success)
 
 
-def _fits_alone(o: Option, cap: float, host_cap: float, disk_cap: float = np.inf) -> bool:
-    return o.max_memory <= cap and o.max_host_memory <= host_cap and o.max_disk <= disk_cap
-
-
-def _budgeted(
-    options: list[list[Option]],
-    cap: float,
-    host_cap: float,
-    budget: float,
-    disk_cap: float = np.inf,
-) -> tuple[list[int], float, list[tuple[int, int, int]]]:
-    """Cheapest option per table under a total device-memory budget, by the ratio greedy.
-
-    Starts from each table's cheapest option that fits an empty rank; while the total exceeds
-    `budget`, takes the switch (over all tables) that costs the least time per byte saved. Walking
-    each table's lower convex hull this way solves the LP relaxation of this multiple-choice
-    knapsack, so the returned `bound` (the total cost with the last switch taken fractionally) is
-    a lower bound on the total cost of any plan that fits. Returns (picks, bound, switches).
-    """
-    picks: list[int] = []
-    for opts in options:
-        fitting = [i for i, o in enumerate(opts) if _fits_alone(o, cap, host_cap, disk_cap)]
-        picks.append(min(fitting or range(len(opts)), key=lambda i: opts[i].total_cost))
-    cost = sum(options[t][p].total_cost for t, p in enumerate(picks))
-    used = sum(options[t][p].total_memory for t, p in enumerate(picks))
-
-    def best_switch(t: int) -> tuple[float, int, int] | None:
-        cur = options[t][picks[t]]
-        found: tuple[float, int, int] | None = None
-        for i, o in enumerate(options[t]):
-            saved = cur.total_memory - o.total_memory
-            if saved > 0 and _fits_alone(o, cap, host_cap, disk_cap):
-                key = (max(o.total_cost - cur.total_cost, 0.0) / saved, t, i)
-                found = key if found is None or key < found else found
-        return found
-
-    heap = [k for k in (best_switch(t) for t in range(len(picks))) if k is not None]
-    heapq.heapify(heap)
-    bound = cost
-    switches: list[tuple[int, int, int]] = []
-    while used > budget and heap:
-        ratio, t, i = heapq.heappop(heap)
-        cur, new = options[t][picks[t]], options[t][i]
-        saved = cur.total_memory - new.total_memory
-        if used - saved <= budget:  # LP: only the fraction of this switch that is needed
-            bound = cost + ratio * (used - budget)
-        cost += max(new.total_cost - cur.total_cost, 0.0)
-        used -= saved
-        switches.append((t, picks[t], i))
-        picks[t] = i
-        nxt = best_switch(t)
-        if nxt is not None:
-            heapq.heappush(heap, nxt)
-        if used <= budget:
-            break
-    else:
-        bound = cost
-    return picks, bound, switches
-
-
-def lower_bound(
-    options: list[list[Option]],
-    world_size: int,
-    cap: float,
-    host_cap: float,
-    budgeted: tuple[list[int], float, list[tuple[int, int, int]]] | None = None,
-    disk_cap: float = np.inf,
-) -> float:
-    """No plan beats the larger of: the least total cost that fits the ranks' memory together
-    (LP relaxation, see `_budgeted`; pass its result for a full budget to reuse it) spread
-    evenly, and the heaviest unavoidable shard."""
-    biggest = 0.0
-    for opts in options:
-        fitting = [o for o in opts if _fits_alone(o, cap, host_cap, disk_cap)] or opts
-        biggest = max(biggest, min(o.max_cost for o in fitting))
-    _, total, _ = budgeted or _budgeted(options, cap, host_cap, cap * world_size, disk_cap)
-    return max(total / world_size, biggest)
-
-
-class _State:
+class SearchState:
     def __init__(
         self,
         options: list[list[Option]],
@@ -381,7 +305,7 @@ class _State:
             for oi, o in enumerate(opts):
                 if o.kind != "free" or len(o.cost) != 1 or o.total_cost >= cur.total_cost:
                     continue
-                if not _fits_alone(o, self.cap, self.host_cap, self.disk_cap):
+                if not fits_alone(o, self.cap, self.host_cap, self.disk_cap):
                     continue
                 for r in light:
                     if r == b or self.loads[r] + float(o.cost[0]) >= top:
@@ -484,89 +408,6 @@ class _State:
         return False
 
 
-def _bytes(n: float) -> str:
-    return f"{n / 1024**3:.2f} GiB"
-
-
-def _initial_choices(
-    state: _State,
-    fill: float,
-    reasons: list[str],
-    budgeted: tuple[list[int], float, list[tuple[int, int, int]]] | None = None,
-) -> list[int]:
-    """Each table's cheapest option that fits an empty rank, switched to smaller options (UVM
-    kernels usually) where the model would otherwise need more than `fill` of all ranks' device
-    memory together (see `_budgeted`)."""
-    cap = state.cap
-    picks, _, switches = budgeted or _budgeted(
-        state.options, cap, state.host_cap, fill * cap * state.world, state.disk_cap
-    )
-    picks = list(picks)
-    for t, opts in enumerate(state.options):
-        cheapest = min(range(len(opts)), key=lambda i: opts[i].total_cost)
-        o = opts[picks[t]]
-        if len(opts) == 1:
-            reasons[t] = f"{o.label}: the only choice the sharder and constraints allow"
-        elif opts[cheapest].max_memory > cap:
-            c = opts[cheapest]
-            rows, cols = int(c.shards.rows[0]), int(c.shards.cols[0])
-            reasons[t] = (
-                f"{o.label}: {rows:,} rows x {cols} as {c.label} need "
-                f"{_bytes(c.max_memory)} on one rank, more than its {_bytes(cap)}"
-            )
-        else:
-            reasons[t] = (
-                f"{o.label}: lowest total cost ({o.total_cost * 1e3:.4g} ms) of {len(opts)} options"
-            )
-    for t, old, new in switches:
-        reasons[t] = (
-            f"{state.options[t][new].label}: the cheaper {state.options[t][old].label} would push "
-            f"the model past {fill:.0%} of the ranks' memory; this switch costs the least time "
-            "per byte saved"
-        )
-    return picks
-
-
-def _greedy(
-    state: _State, lb: float, initial: list[int], by_memory: bool, reasons: list[str]
-) -> list[int]:
-    """Place every table once, starting from `initial`; returns the tables that found no room.
-
-    Tables are placed heaviest first: by max(cost / lower bound, memory / cap), or by memory
-    alone (`by_memory`, first-fit-decreasing). A table that finds no room tries its other
-    options, cheapest first.
-    """
-    cap = state.cap
-
-    def weight(t: int) -> tuple[int, float]:
-        o = state.options[t][initial[t]]
-        fixed = 0 if o.kind == "fixed" else 1
-        mem = o.max_memory / cap
-        key = mem if by_memory else max(o.max_cost / max(lb, 1e-30), mem)
-        return fixed, -key
-
-    failed: list[int] = []
-    for t in sorted(range(len(state.options)), key=weight):
-        opts = state.options[t]
-        others = sorted(
-            (i for i in range(len(opts)) if i != initial[t]), key=lambda i: opts[i].total_cost
-        )
-        for n, oi in enumerate([initial[t], *others]):
-            ranks = state.place(t, oi)
-            if ranks is not None:
-                state.add(t, oi, ranks)
-                if n > 0:
-                    first = opts[initial[t]]
-                    reasons[t] = (
-                        f"{opts[oi].label}: no rank had {_bytes(first.max_memory)} free for "
-                        f"{first.label} once larger tables were placed"
-                    )
-                break
-        else:
-            failed.append(t)
-    return failed
-
-
 def search(
     options: list[list[Option]],
     *,
@@ -580,20 +421,24 @@ def search(
     """Place every table; `failed` lists tables that fit nowhere (the caller raises).
     `disk_cap`: each rank's disk for tiered tables' stores."""
     deadline = time.perf_counter() + time_budget_s
-    full = _budgeted(options, memory_cap, host_memory_cap, memory_cap * world_size, disk_cap)
+    full = cheapest_under_budget(
+        options, memory_cap, host_memory_cap, memory_cap * world_size, disk_cap
+    )
     lb = lower_bound(options, world_size, memory_cap, host_memory_cap, full, disk_cap)
     reasons = [""] * len(options)
 
-    def fresh() -> _State:
-        return _State(options, world_size, local_world_size, memory_cap, host_memory_cap, disk_cap)
+    def fresh() -> SearchState:
+        return SearchState(
+            options, world_size, local_world_size, memory_cap, host_memory_cap, disk_cap
+        )
 
     # Cost-first placement, then memory-first, each with less of the total memory planned in:
     # the first attempt that places every table wins.
     for fill in (1.0, 0.9, 0.75, 0.5):
-        initial = _initial_choices(fresh(), fill, reasons, full if fill == 1.0 else None)
+        initial = initial_choices(fresh(), fill, reasons, full if fill == 1.0 else None)
         for by_memory in (False, True):
             state = fresh()
-            failed = _greedy(state, lb, initial, by_memory, reasons)
+            failed = greedy(state, lb, initial, by_memory, reasons)
             if not failed:
                 break
         if not failed:

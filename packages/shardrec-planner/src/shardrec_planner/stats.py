@@ -52,6 +52,39 @@ class RankStats:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class TierShard:
+    """One tiered shard's figures (disk_tier.py): its rank, its block of the table (offsets and
+    sizes of rows and columns), its cache (rows, bytes in memory), its store on disk and its disk
+    bytes read per step (as many are written back) and the seconds they add."""
+
+    rank: int
+    row_offset: int
+    rows: int
+    col_offset: int
+    cols: int
+    cache_rows: int
+    cache_bytes: int
+    disk_bytes: int
+    read_bytes_per_step: float
+    disk_seconds_per_step: float
+
+    @staticmethod
+    def from_dict(data: Mapping[str, object]) -> TierShard:
+        return TierShard(
+            rank=_int(data, "rank"),
+            row_offset=_int(data, "row_offset"),
+            rows=_int(data, "rows"),
+            col_offset=_int(data, "col_offset"),
+            cols=_int(data, "cols"),
+            cache_rows=_int(data, "cache_rows"),
+            cache_bytes=_int(data, "cache_bytes"),
+            disk_bytes=_int(data, "disk_bytes"),
+            read_bytes_per_step=_float(data, "read_bytes_per_step"),
+            disk_seconds_per_step=_float(data, "disk_seconds_per_step"),
+        )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class TierDecision:
     """A tiered table's cache and disk figures (disk_tier.py), over all its shards: cached
     share and rows, memory of the cache (rows, state, metadata, id map), store bytes on disk,
@@ -67,9 +100,14 @@ class TierDecision:
     read_bytes_per_step: float
     write_bytes_per_step: float
     disk_seconds_per_step: float
+    shards: tuple[TierShard, ...] = ()
+    """Per shard, in shard order (the figures above are their sums; the hit rate is every
+    shard's)."""
 
     def to_dict(self) -> dict[str, object]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        out["shards"] = [dataclasses.asdict(s) for s in self.shards]
+        return out
 
     @staticmethod
     def from_dict(data: Mapping[str, object]) -> TierDecision:
@@ -83,7 +121,16 @@ class TierDecision:
             read_bytes_per_step=_float(data, "read_bytes_per_step"),
             write_bytes_per_step=_float(data, "write_bytes_per_step"),
             disk_seconds_per_step=_float(data, "disk_seconds_per_step"),
+            shards=_tier_shards(data),
         )
+
+
+def _tier_shards(data: Mapping[str, object]) -> tuple[TierShard, ...]:
+    """A tier's per-shard figures as read back from JSON (absent in older files: none)."""
+    value = data.get("shards", [])
+    if not isinstance(value, list) or not all(isinstance(s, Mapping) for s in value):
+        raise ValueError(f"plan stats field 'shards' must be a list of objects, got {value!r}")
+    return tuple(TierShard.from_dict(s) for s in value)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

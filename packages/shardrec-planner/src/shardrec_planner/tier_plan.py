@@ -4,11 +4,12 @@ report (`TierDecision`)."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 
 from shardrec_planner.cache_params import CacheParams
 from shardrec_planner.disk_tier import TierEstimate
 from shardrec_planner.options import Option
-from shardrec_planner.stats import TierDecision
+from shardrec_planner.stats import TierDecision, TierShard
 
 
 def tier_cache_params(given: object | None, tier: TierEstimate) -> CacheParams:
@@ -20,10 +21,26 @@ def tier_cache_params(given: object | None, tier: TierEstimate) -> CacheParams:
     return CacheParams(load_factor=tier.load_factor)
 
 
-def tier_decision(opt: Option) -> TierDecision:
-    """The report's figures of a tiered option, summed over its shards."""
+def tier_decision(opt: Option, ranks: Sequence[int]) -> TierDecision:
+    """The report's figures of a tiered option placed on `ranks` (one per shard): summed over
+    its shards, and per shard."""
     tier = opt.tier
     assert tier is not None  # only called for tiered options
+    shards = tuple(
+        TierShard(
+            rank=int(rank),
+            row_offset=int(opt.shards.row_offsets[s]),
+            rows=int(opt.shards.rows[s]),
+            col_offset=int(opt.shards.col_offsets[s]),
+            cols=int(opt.shards.cols[s]),
+            cache_rows=int(tier.cache_rows[s]),
+            cache_bytes=int(tier.memory_bytes[s]),
+            disk_bytes=int(tier.disk_bytes[s]),
+            read_bytes_per_step=float(tier.read_bytes[s]),
+            disk_seconds_per_step=float(tier.seconds[s]),
+        )
+        for s, rank in enumerate(ranks)
+    )
     return TierDecision(
         load_factor=tier.load_factor,
         cache_rows=int(tier.cache_rows.sum()),
@@ -34,4 +51,5 @@ def tier_decision(opt: Option) -> TierDecision:
         read_bytes_per_step=float(tier.read_bytes.sum()),
         write_bytes_per_step=float(tier.write_bytes.sum()),
         disk_seconds_per_step=float(tier.seconds.sum()),
+        shards=shards,
     )

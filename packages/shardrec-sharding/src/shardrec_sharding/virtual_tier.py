@@ -33,6 +33,14 @@ from shardrec_planner.cache_params import CacheAlgorithm
 from shardrec_planner.kernel_choice import runs_virtual_tiered
 from shardrec_sharding.dynamic import ShardedDynamicTable, owner_part
 from shardrec_sharding.layout import TableSharding
+from shardrec_sharding.virtual_columns import (
+    COLUMN_SPLIT,
+    ColumnRows,
+    block_entries,
+    check_blocks,
+    load_column_state,
+    local_columns,
+)
 from shardrec_tiered import (
     CachePolicy,
     KeyValueRows,
@@ -62,6 +70,8 @@ class _CacheMap(DynamicTable):
     backward (or when their graph is freed; at once when nothing requires grad)."""
 
     cache: RowCache | None = None
+    column_blocks: tuple[tuple[int, int], ...] = ()
+    """A column-split table: `(col_offset, cols)` of this rank's blocks (virtual_columns.py)."""
 
     def map_ids(self, ids: Tensor, *, training: bool) -> Tensor:
         if self.cache is None:
@@ -139,7 +149,11 @@ def attach_virtual_tiers(
                 "already holds ids in memory; shard it before training (a raw-id tier starts "
                 "from its store)"
             )
-        _checkpoint_hooks(part, rank)
+        columns = t.sharding_type in COLUMN_SPLIT
+        if columns:
+            check_blocks(t, part.env.world_size)
+        part.column_blocks = local_columns(t, rank) if columns else ()
+        _checkpoint_hooks(part, rank, part.column_blocks)
         found = lookups_of(t.name)
         if not found:
             continue  # another rank owns the table
@@ -153,39 +167,61 @@ def _cache(
     """The cache of this rank's part of `t`: its `rows` local slots (a row_wise table: this
     rank's row block) over the part's rows in `module` from `row`."""
     config: BaseEmbeddingConfig = t.config
-    dim = config.embedding_dim
     index = [s.name for s in module.table_specs].index(t.name)
     weight = module.split_embedding_weights()[index].detach()
+    width = weight.shape[1]  # a column-split table: this rank's blocks
     state = {k: v[row : row + rows] for k, v in module.optimizer_state().items()}
     widths = tuple(
-        (name, dim if len(shape) == 2 else 1)
-        for name, shape in state_shapes(module.spec.optimizer, 1, dim).items()
+        (name, width if len(shape) == 2 else 1)
+        for name, shape in state_shapes(module.spec.optimizer, 1, width).items()
     )
-    layout = StoreLayout(table=t.name, num_rows=rows, dim=dim, state=widths)
+    layout = StoreLayout(table=t.name, num_rows=rows, dim=width, state=widths)
     policy, open_store = virtual_store(t.sharding, rank)
     dynamic = config.dynamic
     assert dynamic is not None
-    store = RawIdRows(
-        open_store(layout),
-        layout,
-        seed=table_seed(dynamic.init_seed, t.name),
-        low=config.get_weight_init_min(),
-        high=config.get_weight_init_max(),
+    seed, low, high = (
+        table_seed(dynamic.init_seed, t.name),
+        config.get_weight_init_min(),
+        config.get_weight_init_max(),
+    )
+    store = (
+        ColumnRows(
+            open_store(layout),
+            layout,
+            seed=seed,
+            low=low,
+            high=high,
+            blocks=local_columns(t, rank),
+        )
+        if t.sharding_type in COLUMN_SPLIT
+        else RawIdRows(open_store(layout), layout, seed=seed, low=low, high=high)
     )
     buckets = 1 << max(1, (2 * rows - 1).bit_length())
     return RowCache(store, weight, state, policy, IdSlotMap(buckets))
 
 
-def _checkpoint_hooks(part: TieredShardedDynamicTable, rank: int) -> None:
+def _checkpoint_hooks(
+    part: TieredShardedDynamicTable, rank: int, blocks: Sequence[tuple[int, int]]
+) -> None:
     """`part`'s state_dict holds every id its store keeps, with rows and optimizer state
-    (`shardrec_tiered.raw_checkpoint`); a plain `load_state_dict` of such entries replaces
-    the store's content (`shardrec_dmp.load` streams them instead: checkpoint_virtual)."""
+    (`shardrec_tiered.raw_checkpoint`; a column-split table: per column block `blocks`,
+    virtual_columns.py); a plain `load_state_dict` of such entries replaces the store's
+    content (`shardrec_dmp.load` streams them instead: checkpoint_virtual)."""
 
     def save(module: nn.Module, state: dict[str, object], prefix: str, *_: object) -> None:
         if part.cache is not None:
-            state.update(tier_entries(part.cache, prefix, rank))
+            entries = (
+                block_entries(part.cache, prefix, blocks)
+                if blocks
+                else tier_entries(part.cache, prefix, rank)
+            )
+            state.update(entries)
 
     def load(state: dict[str, object], prefix: str, *_: object) -> None:
+        if blocks:
+            if part.cache is not None:
+                load_column_state(part.name, part.cache, blocks, state, prefix)
+            return
         parts = [(ids[mine], rows[mine]) for ids, rows in tier_parts(state, prefix, part.name)
                  for mine in [owns(part, ids)]]  # fmt: skip
         if parts and part.cache is not None:

@@ -496,6 +496,42 @@ int64_t sr_idmap_admit_slots(int64_t *buckets, int64_t num_buckets, const int64_
     return k;
 }
 
+/* A full table's eviction and admission: each victim slot slots[i] (occupied) loses its id from
+ * the map (as sr_idmap_erase) and takes ids[i] (absent, distinct; as sr_idmap_put), its
+ * slot_ids, occupied, last_seen and counts becoming ids[i], 1, step and occurrences[i]: the
+ * state of sr_idmap_free_slots followed by sr_idmap_admit_slots on the same slots, without
+ * zeroing the metadata first or fetching its lines twice. Two loops (all erasures, then all
+ * insertions), each with one bucket fetched ahead per slot: interleaving an erasure and an
+ * insertion per slot measured ~50% slower (docs/bench/dynamic.md, s9-dynstream). Returns k,
+ * or -(i + 1) when ids[i] could not be inserted (present already, or no bucket free). */
+int64_t sr_idmap_replace_slots(int64_t *buckets, int64_t num_buckets, const int64_t *slots,
+                               const int64_t *ids, const int64_t *occurrences, int64_t k,
+                               int64_t step, int64_t *slot_ids, uint8_t *occupied,
+                               int64_t *last_seen, int64_t *counts) {
+    const uint64_t mask = (uint64_t)num_buckets - 1;
+    for (int64_t i = 0; i < k; i++) {
+        if (i + SR_IDMAP_PREFETCH < k) {
+            const uint64_t old = (uint64_t)slot_ids[slots[i + SR_IDMAP_PREFETCH]];
+            __builtin_prefetch(buckets + 2 * (sr_idmap_mix(old) & mask), 1, 0);
+        }
+        const int64_t old = slot_ids[slots[i]];
+        sr_idmap_erase(buckets, num_buckets, &old, 1);
+    }
+    for (int64_t i = 0; i < k; i++) {
+        if (i + SR_IDMAP_PREFETCH < k) {
+            const uint64_t fresh = (uint64_t)ids[i + SR_IDMAP_PREFETCH];
+            __builtin_prefetch(buckets + 2 * (sr_idmap_mix(fresh) & mask), 1, 0);
+        }
+        const int64_t s = slots[i];
+        if (!sr_idmap_put(buckets, mask, ids[i], s)) return -(i + 1);
+        slot_ids[s] = ids[i];
+        occupied[s] = 1;
+        last_seen[s] = step;
+        counts[s] = occurrences[i];
+    }
+    return k;
+}
+
 /* Of the n scores (no NaN), the n - pivot dropped are those below `threshold` (the
  * (n - pivot)-th smallest) and, of those equal to it, the last ones by index. Writes the
  * dropped indices below pivot to losers and the kept indices from pivot on, minus pivot, to

@@ -1,8 +1,10 @@
 /* Native passes of an MCH eviction round (mc/round_native.py wraps them).
  *
  * Every function answers exactly what its torch counterpart answers:
- *   sr_mc_coalesce      torch.unique(window, return_counts) + the max of each id's window
- *                       metadata (scatter_reduce amax), by a stable LSD radix sort;
+ *   sr_mc_coalesce      torch.unique(window, return_inverse, return_counts) + the max of
+ *                       each id's window metadata (scatter_reduce amax), by one MSD radix
+ *                       pass into small buckets (insertion-sorted; large ones by the LSD
+ *                       radix sort);
  *   sr_mc_order_by_count  torch.argsort(counts, descending=True, stable=True), by a counting
  *                       sort (counts are window counts: 0 <= count <= window size);
  *   sr_mc_argsort_i64 / sr_mc_argsort_f32
@@ -83,6 +85,69 @@ static int radix_sort(uint64_t *keys, int64_t *payload, int64_t n) {
     return 0;
 }
 
+/* Sort keys ascending with their payload (not stable; callers group equal keys only): one
+ * most-significant-digit pass over the highest differing bits into about n / 4 buckets, then
+ * each bucket by insertion (small) or by the LSD radix sort (large). */
+static int msd_sort(uint64_t *keys, int64_t *payload, int64_t n) {
+    if (n <= 1) return 0;
+    uint64_t differ = 0;
+    for (int64_t i = 1; i < n; i++) differ |= keys[i] ^ keys[0];
+    if (differ == 0) return 0;
+    int hi = 63 - __builtin_clzll(differ);
+    int bits = 8;
+    while (bits < 16 && ((int64_t)1 << (bits + 2)) < n) bits++;
+    if (bits > hi + 1) bits = hi + 1;
+    int shift = hi + 1 - bits;
+    int64_t nb = (int64_t)1 << bits;
+    uint64_t bmask = (uint64_t)(nb - 1);
+    int64_t *start = (int64_t *)calloc((size_t)nb + 1, sizeof(int64_t));
+    uint64_t *k2 = (uint64_t *)malloc((size_t)n * sizeof(uint64_t));
+    int64_t *p2 = (int64_t *)malloc((size_t)n * sizeof(int64_t));
+    if (!start || !k2 || !p2) {
+        free(start);
+        free(k2);
+        free(p2);
+        return -1;
+    }
+    for (int64_t i = 0; i < n; i++) start[((keys[i] >> shift) & bmask) + 1]++;
+    for (int64_t b = 0; b < nb; b++) start[b + 1] += start[b];
+    for (int64_t i = 0; i < n; i++) {
+        int64_t at = start[(keys[i] >> shift) & bmask]++;
+        k2[at] = keys[i];
+        p2[at] = payload[i];
+    }
+    /* start[b] is now the end of bucket b (the start of b + 1) */
+    int rc = 0;
+    int64_t lo = 0;
+    for (int64_t b = 0; b < nb && rc == 0; b++) {
+        int64_t end = start[b], m = end - lo;
+        if (m > 32) {
+            rc = radix_sort(k2 + lo, p2 + lo, m);
+        } else {
+            for (int64_t i = lo + 1; i < end; i++) {
+                uint64_t k = k2[i];
+                int64_t p = p2[i], j = i - 1;
+                while (j >= lo && k2[j] > k) {
+                    k2[j + 1] = k2[j];
+                    p2[j + 1] = p2[j];
+                    j--;
+                }
+                k2[j + 1] = k;
+                p2[j + 1] = p;
+            }
+        }
+        lo = end;
+    }
+    if (rc == 0) {
+        memcpy(keys, k2, (size_t)n * sizeof(uint64_t));
+        memcpy(payload, p2, (size_t)n * sizeof(int64_t));
+    }
+    free(start);
+    free(k2);
+    free(p2);
+    return rc;
+}
+
 static inline uint64_t key_i64(int64_t v) { return (uint64_t)v ^ 0x8000000000000000ULL; }
 
 static inline uint64_t key_f32(float f) {
@@ -94,9 +159,11 @@ static inline uint64_t key_f32(float f) {
 }
 
 /* window (n ids) -> distinct ids ascending (uniq), their counts, and (when meta is not NULL)
- * the max of meta over each id's entries (meta_max). *n_uniq receives the number of ids. */
+ * the max of meta over each id's entries (meta_max); when inverse is not NULL, inverse[i] is
+ * the index in uniq of window[i] (torch.unique's return_inverse). *n_uniq receives the number
+ * of ids. */
 int sr_mc_coalesce(const int64_t *window, const int64_t *meta, int64_t n, int64_t *uniq,
-                   int64_t *counts, int64_t *meta_max, int64_t *n_uniq) {
+                   int64_t *counts, int64_t *meta_max, int64_t *inverse, int64_t *n_uniq) {
     *n_uniq = 0;
     if (n == 0) return 0;
     uint64_t *keys = (uint64_t *)malloc((size_t)n * sizeof(uint64_t));
@@ -106,26 +173,29 @@ int sr_mc_coalesce(const int64_t *window, const int64_t *meta, int64_t n, int64_
         free(payload);
         return -1;
     }
+    /* the payload is each entry's place in the window (meta is read through it) */
     for (int64_t i = 0; i < n; i++) {
         keys[i] = key_i64(window[i]);
-        payload[i] = meta ? meta[i] : 0;
+        payload[i] = i;
     }
-    if (radix_sort(keys, payload, n) != 0) {
+    if (msd_sort(keys, payload, n) != 0) {
         free(keys);
         free(payload);
         return -1;
     }
     int64_t u = -1;
     for (int64_t i = 0; i < n; i++) {
+        int64_t at = payload[i];
         if (i == 0 || keys[i] != keys[i - 1]) {
             u++;
             uniq[u] = (int64_t)(keys[i] ^ 0x8000000000000000ULL);
             counts[u] = 1;
-            if (meta) meta_max[u] = payload[i];
+            if (meta) meta_max[u] = meta[at];
         } else {
             counts[u]++;
-            if (meta && payload[i] > meta_max[u]) meta_max[u] = payload[i];
+            if (meta && meta[at] > meta_max[u]) meta_max[u] = meta[at];
         }
+        if (inverse) inverse[at] = u;
     }
     *n_uniq = u + 1;
     free(keys);
@@ -183,12 +253,13 @@ int sr_mc_argsort_f32(const float *values, const int64_t *idx, int64_t n, int de
  *   scores over [slots 0..Z-1 | new ids]: kind 0 LFU counts (int64, scores_i), kind 1 LRU
  *   -(float)(cur - last + 1), kind 2 DistanceLFU (float)counts / (float)(cur - last + 1)
  *   (float32, scores_f). counts / last / win_last are NULL when the policy lacks them.
+ *   *nan_seen (when not NULL and new ids exist) says whether a score is NaN.
  * Returns the number of new ids. */
 int64_t sr_mc_update_scores(int64_t z, int64_t *counts, int64_t *last, const int64_t *win_counts,
                             const uint8_t *held, const int64_t *slots, const int64_t *win_last,
                             const int64_t *order, int64_t u, int64_t cur, int kind,
                             float *scores_f, int64_t *scores_i, int64_t *new_counts,
-                            int64_t *new_last) {
+                            int64_t *new_last, int64_t *nan_seen) {
     int64_t h = 0, m = 0;
     for (int64_t i = 0; i < u; i++) {
         int64_t lv = win_last ? win_last[order[i]] : 0;
@@ -205,6 +276,7 @@ int64_t sr_mc_update_scores(int64_t z, int64_t *counts, int64_t *last, const int
     if (counts) counts[z - 1] = INT64_MAX;
     if (last) last[z - 1] = cur;
     if (m == 0) return 0; /* no new id: nothing competes, no score is read */
+    int64_t nan = 0;
     for (int64_t j = 0; j < z + m; j++) {
         int64_t c = 0, l = 0;
         if (j < z) {
@@ -219,9 +291,12 @@ int64_t sr_mc_update_scores(int64_t z, int64_t *counts, int64_t *last, const int
             scores_i[j] = c;
         else if (kind == 1)
             scores_f[j] = -(float)d;
-        else
+        else {
             scores_f[j] = (float)c / (float)d;
+            nan |= (c == 0) & (d == 0); /* 0 / 0: the only NaN these scores can hold */
+        }
     }
+    if (nan_seen) *nan_seen = nan;
     return m;
 }
 
@@ -302,4 +377,77 @@ int64_t sr_mc_match_slots(const int64_t *sorted, int64_t z, const int64_t *uniq,
     }
     free(bound);
     return h;
+}
+
+/* The writes of a round that admitted e > 0 new ids, in one pass (the torch ops it replaces:
+ * gathers of the old ids and rows, the new ids' places, the index put of the new ids, the
+ * freed slots ordered by their new ids, the row of every window id).
+ * Window ids: uniq (u, ascending, distinct) in the order by_count; held[i] marks the held
+ * ones, at slots held_slots (in that order); the others are the candidates, numbered in that
+ * order. Candidate selected[k] takes slot evicted[k]:
+ *   old_ids[k] = sorted[evicted[k]], rows[k] = mapping[evicted[k]],
+ *   new_at[k] = its place in uniq, sorted[evicted[k]] = uniq[new_at[k]];
+ *   by_key = evicted ordered by new_at (ascending: the new ids' order);
+ *   when uniq_rows is not NULL, the row each uniq id reads after the round: a held id its
+ *   slot's row unless its slot went to a new id (then miss), a new id its slot's row, the
+ *   rest miss.
+ * Returns the number of old ids that were real (not INT64_MAX), or -1 when a scratch
+ * allocation failed (nothing changed). */
+int64_t sr_mc_apply_round(int64_t *sorted, const int64_t *mapping, const int64_t *uniq,
+                          int64_t u, const int64_t *by_count, const uint8_t *held,
+                          const int64_t *held_slots, const int64_t *evicted,
+                          const int64_t *selected, int64_t e, int64_t miss, int64_t *old_ids,
+                          int64_t *rows, int64_t *new_at, int64_t *by_key,
+                          int64_t *uniq_rows) {
+    int64_t *cand = (int64_t *)malloc((size_t)(u > 0 ? u : 1) * sizeof(int64_t));
+    int64_t *slot_of = (int64_t *)malloc((size_t)(u > 0 ? u : 1) * sizeof(int64_t));
+    if (!cand || !slot_of) {
+        free(cand);
+        free(slot_of);
+        return -1;
+    }
+    int64_t m = 0;
+    for (int64_t i = 0; i < u; i++)
+        if (!held[i]) cand[m++] = by_count[i];
+    for (int64_t i = 0; i < u; i++) slot_of[i] = -1;
+    int64_t real = 0;
+    for (int64_t k = 0; k < e; k++) {
+        int64_t s = evicted[k];
+        int64_t at = cand[selected[k]];
+        old_ids[k] = sorted[s];
+        real += sorted[s] != INT64_MAX;
+        rows[k] = mapping[s];
+        new_at[k] = at;
+        sorted[s] = uniq[at];
+        slot_of[at] = s;
+    }
+    int64_t w = 0;
+    for (int64_t i = 0; i < u; i++)
+        if (slot_of[i] >= 0) by_key[w++] = slot_of[i];
+    if (uniq_rows) {
+        for (int64_t i = 0; i < u; i++) uniq_rows[i] = miss;
+        int64_t h = 0;
+        for (int64_t i = 0; i < u; i++) {
+            if (!held[i]) continue;
+            int64_t s = held_slots[h++];
+            int64_t at = by_count[i];
+            if (sorted[s] == uniq[at]) uniq_rows[at] = mapping[s];
+        }
+        for (int64_t k = 0; k < e; k++) uniq_rows[new_at[k]] = rows[k];
+    }
+    free(cand);
+    free(slot_of);
+    return real;
+}
+
+/* out[i] = src[idx[i]] (every idx in range; the caller's torch gather, without its
+ * TensorIterator: several times faster for int64 vectors of ~40k). */
+void sr_mc_gather(const int64_t *src, const int64_t *idx, int64_t n, int64_t *out) {
+    for (int64_t i = 0; i < n; i++) out[i] = src[idx[i]];
+}
+
+/* dst[dst_at[k]] = src[src_at[k]] for k < n (int64 vectors; indices in range). */
+void sr_mc_copy_at(int64_t *dst, const int64_t *dst_at, const int64_t *src, const int64_t *src_at,
+                   int64_t n) {
+    for (int64_t k = 0; k < n; k++) dst[dst_at[k]] = src[src_at[k]];
 }

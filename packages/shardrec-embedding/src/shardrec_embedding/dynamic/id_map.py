@@ -55,6 +55,10 @@ def _library() -> ctypes.CDLL | None:
                 "sr_idmap_admit_slots",
                 (_PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _PTR, _PTR, _PTR, _PTR),
             ),
+            (
+                "sr_idmap_replace_slots",
+                (_PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _PTR, _PTR, _PTR, _PTR),
+            ),
             ("sr_idmap_find_touch", (_PTR, _I64, _PTR, _I64, _PTR, _PTR, _PTR, _I64)),
             ("sr_idmap_lru_pick", (_PTR, _PTR, _I64, _I64, _I64, _I64, _PTR)),
             (
@@ -307,6 +311,36 @@ class IdSlotMap:
         if done != ids.numel():
             raise ValueError(f"IdSlotMap.admit_slots: id {int(ids[-done - 1])} is already present")
         self._size += done
+
+    def replace_slots(
+        self,
+        slots: Tensor,
+        ids: Tensor,
+        occurrences: Tensor,
+        step: int,
+        meta: tuple[Tensor, Tensor, Tensor, Tensor],
+    ) -> None:
+        """Native only: `free_slots(slots)` then `admit_slots(ids, slots, ...)` in one call (each
+        of the occupied `slots` loses its id and takes `ids[i]`; the map size is unchanged)."""
+        assert self._lib is not None
+        slots, ids = slots.contiguous(), ids.contiguous()
+        occurrences = occurrences.contiguous()
+        done = int(
+            self._lib.sr_idmap_replace_slots(
+                self._buckets.data_ptr(),
+                self.num_buckets,
+                slots.data_ptr(),
+                ids.data_ptr(),
+                occurrences.data_ptr(),
+                ids.numel(),
+                step,
+                *(t.data_ptr() for t in meta),
+            )
+        )
+        if done != ids.numel():
+            raise ValueError(
+                f"IdSlotMap.replace_slots: id {int(ids[-done - 1])} is already present"
+            )
 
     def erase(self, ids: Tensor) -> int:
         """Remove `ids` (absent ones are skipped); returns how many were removed."""

@@ -298,7 +298,11 @@ class DynamicTable(nn.Module):
         need = uniq.numel() if picked is None else picked.numel()
         c["rejections"] += uniq.numel() - need
         if need > self._available() and self.config.eviction is not EvictionPolicy.NONE:
-            self._evict_for(need - self._available(), step)
+            full = self._available() == 0
+            victims = self._evict_for(need - self._available(), step)
+            if full and victims.numel() and self.map.backend == "native":
+                return self._replace(uniq, occurrences, picked, need, victims, step)
+            self._free(victims)
         take = min(need, self._available())
         c["rejections"] += need - take
         slot_of = torch.full_like(uniq, -1)
@@ -317,6 +321,32 @@ class DynamicTable(nn.Module):
                 self.counts[new_slots] = new_counts
             c["admissions"] += take
             slot_of[chosen] = new_slots
+        return slot_of
+
+    def _replace(
+        self,
+        uniq: Tensor,
+        occurrences: Tensor,
+        picked: Tensor | None,
+        need: int,
+        victims: Tensor,
+        step: int,
+    ) -> Tensor:
+        """A full table: the admitted ids take the `victims`' slots in their order, in one
+        native call (`replace_slots`). The same state as `_free(victims)` and then the
+        allocation (which pops exactly the victims, in order, off an empty free stack),
+        including the free stack's buffer."""
+        c = self._counters
+        take = victims.numel()
+        c["rejections"] += need - take
+        chosen: Tensor | slice = slice(0, take) if picked is None else picked[:take]
+        self.map.replace_slots(victims, uniq[chosen], occurrences[chosen], step, self._slot_meta())
+        self.free_slots[:take] = victims
+        c["evictions"] += take
+        c["admissions"] += take
+        self.in_flight.freed(victims)
+        slot_of = torch.full_like(uniq, -1)
+        slot_of[chosen] = victims
         return slot_of
 
     def _admit(self, uniq: Tensor, occurrences: Tensor, step: int) -> Tensor:
@@ -410,7 +440,8 @@ class DynamicTable(nn.Module):
         expired = occupied & (step - seen > ttl) & (seen < self.in_flight.protect_below(step))
         self._free(self._slots_where(expired, where))
 
-    def _evict_for(self, k: int, step: int) -> None:
+    def _evict_for(self, k: int, step: int) -> Tensor:
+        """Up to `k` victims by the eviction policy, in eviction order (not freed yet)."""
         policy = self.config.eviction
         width = min(self.capacity, max(EVICTION_SAMPLE * k, self.config.scan_per_step))
         victims: list[Tensor] = []
@@ -448,8 +479,7 @@ class DynamicTable(nn.Module):
                     pick = cand[torch.argsort(key)[:k]]
             victims.append(pick)
             k -= pick.numel()
-        if victims:
-            self._free(torch.cat(victims))
+        return torch.cat(victims) if victims else torch.empty(0, dtype=torch.int64)
 
     def _native_pick(
         self,

@@ -25,7 +25,10 @@ import torch
 from shardrec_embedding.mc.base import ManagedCollisionModule
 from shardrec_embedding.mc.policies import MCHEvictionPolicy
 from shardrec_embedding.mc.round_native import (
+    apply_round,
     coalesce_window,
+    coalesce_window_inverse,
+    gather,
     match_slots,
     merge_slots_,
     order_by_count,
@@ -115,6 +118,9 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
     _mch_slots: torch.Tensor
     _delimiter: torch.Tensor
     _history_metadata: dict[str, torch.Tensor]
+    # {feature: (its ids, their rows)} found by this forward's round, for remap
+    _round_rows: dict[str, tuple[torch.Tensor, torch.Tensor]]
+    _round_stamp: tuple[int, int]
 
     def __init__(
         self,
@@ -167,6 +173,8 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
         self._last_eviction_iter = -1
         self._evicted = False
         self._evicted_emb_indices = torch.empty((0,), dtype=torch.int64, device=self.device)
+        self._round_rows = {}
+        self._round_stamp = (-1, -1)
         # rows of later rounds not yet consumed by evict(), merged into the above lazily
         self._pending_rows: list[torch.Tensor] = []
         self._input_history_buffer_size = -1
@@ -228,6 +236,7 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
         }
 
     def profile(self, features: dict[str, JaggedTensor]) -> dict[str, JaggedTensor]:
+        self._round_rows = {}
         if not self.training:
             return features
         self._check_ids(features)
@@ -241,12 +250,16 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
             # sized at the first non-empty batch (TorchRec: the first batch, so an empty first
             # batch would leave a window of 0 ids and admit nothing ever)
             self._init_history_buffers(num_ids)
+        spans: dict[str, tuple[torch.Tensor, int, int]] = {}
         if self._input_history_buffer_size > 0:
-            for jt in features.values():
+            for name, jt in features.items():
+                start = self._current_history_buffer_offset
                 self._record(jt.values())
+                if self._current_history_buffer_offset - start == jt.values().numel():
+                    spans[name] = (jt.values(), start, self._current_history_buffer_offset)
         if self._current_iter - self._last_eviction_iter == self._eviction_interval:
             if self._input_history_buffer_size > 0:
-                self._coalesce_history()
+                self._coalesce_history(spans)
             self._last_eviction_iter = self._current_iter
         return features
 
@@ -256,6 +269,19 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
         mutate_miss_lengths: bool = True,
         write_weights: torch.Tensor | None = None,
     ) -> dict[str, JaggedTensor]:
+        round_rows, self._round_rows = self._round_rows, {}
+        if (
+            round_rows
+            and self._round_stamp == self._state_stamp()
+            and all(
+                name in round_rows and round_rows[name][0] is feature.values()
+                for name, feature in features.items()
+            )
+        ):
+            # this forward's round already found the row of every id of these features
+            return {
+                name: _with_rows(feature, round_rows[name][1]) for name, feature in features.items()
+            }
         index = self._ready_index()
         if index is not None:
             return self._indexed_remap(features, index)
@@ -274,6 +300,10 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
         features = self.preprocess(features)
         features = self.profile(features)
         return self.remap(features)
+
+    def _state_stamp(self) -> tuple[int, int]:
+        """Version counters of the slot buffers: round rows are used only while unchanged."""
+        return (self._mch_sorted_raw_ids._version, self._mch_remapped_ids_mapping._version)
 
     def _ready_index(self) -> SortedSlotIndex | None:
         """The hash index of the slots when it can answer for the search (native map, CPU,
@@ -378,24 +408,37 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
         self._current_history_buffer_offset = end
 
     @torch.no_grad()
-    def _coalesce_history(self) -> None:
+    def _coalesce_history(
+        self, spans: dict[str, tuple[torch.Tensor, int, int]] | None = None
+    ) -> None:
         used = self._current_history_buffer_offset
         threshold_filter = self._eviction_policy._threshold_filtering_func
         if self._base_coalesce():
             # the base policy's window metadata is the max of `last_access_iter` per id: one
             # native pass (sort, counts, max) instead of `unique` + `scatter_reduce`
             last_window = self._history_metadata.get("last_access_iter")
-            uniq_ids, counts, last = coalesce_window(
-                self._history_accumulator[:used],
-                None if last_window is None else last_window[:used],
-            )
+            window = self._history_accumulator[:used]
+            meta = None if last_window is None else last_window[:used]
+            inverse = None
+            if spans and self._index is not None and threshold_filter is None:
+                # with each window entry's distinct id, the round also finds this forward's
+                # rows (remap then reads no index)
+                uniq_ids, counts, last, inverse = coalesce_window_inverse(window, meta)
+            else:
+                uniq_ids, counts, last = coalesce_window(window, meta)
             mask = threshold_filter(counts)[0] if threshold_filter is not None else None
             metadata = {}
             if last is not None:
                 metadata["last_access_iter"] = last if mask is None else last[mask]
             if mask is not None:
                 uniq_ids, counts = uniq_ids[mask], counts[mask]
-            self._update_and_evict(uniq_ids, counts, metadata)
+            uniq_rows = self._update_and_evict(uniq_ids, counts, metadata, inverse is not None)
+            if uniq_rows is not None and inverse is not None and spans:
+                self._round_rows = {
+                    name: (values, gather(uniq_rows, inverse[start:end]))
+                    for name, (values, start, end) in spans.items()
+                }
+                self._round_stamp = self._state_stamp()
             self._current_history_buffer_offset = 0
             return
         uniq_ids, inverse, counts = torch.unique(
@@ -428,7 +471,10 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
         uniq_ids: torch.Tensor,
         uniq_ids_counts: torch.Tensor,
         uniq_ids_metadata: dict[str, torch.Tensor],
-    ) -> None:
+        want_rows: bool = False,
+    ) -> torch.Tensor | None:
+        """The round. With `want_rows` (and the index), returns the row each of `uniq_ids`
+        reads after it (the miss row for ids without a slot), else None."""
         by_count = order_by_count(uniq_ids_counts)
         index = self._ready_index()
         # the index certifies the slots sorted and distinct: then one merge of the sorted
@@ -452,7 +498,7 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
             self._current_iter,
             self._zch_size,
             by_count,
-            uniq_ids_counts[by_count],
+            gather(uniq_ids_counts, by_count),
             held,
             held_slots,
             self._mch_metadata,
@@ -460,37 +506,52 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
         )
         self.stats.rounds += 1
         self.stats.admissions += int(evicted.numel())
-        old_ids = self._mch_sorted_raw_ids[evicted]
-        self.stats.evictions += int((old_ids != _INT64_MAX).sum())
-        rows = self._mch_remapped_ids_mapping[evicted]
-        if index is not None and evicted.numel() == 0:
-            pass  # nothing new: the sorted slots and the index stand as they are
-        elif index is not None:
-            new_at = by_count[~held][selected]  # the new ids' places among the sorted uniq_ids
-            new_ids = uniq_ids[new_at]
-            self._mch_sorted_raw_ids[evicted] = new_ids
-            # the freed slots in the order of their new ids, by those places (no sort)
-            slot_of = torch.full((uniq_ids.numel(),), -1, dtype=torch.int64)
-            slot_of[new_at] = evicted
-            by_key = slot_of[slot_of >= 0]
-            # held ids stay sorted: merge the new ones in (the same order as a stable argsort)
-            others = [self._mch_remapped_ids_mapping, *self._mch_metadata.values()]
-            # the slots' positions are not kept (the round matches ids by a merge): they go
-            # stale, and the index refreshes them if a search by row needs them
-            if merge_slots_(
-                self._mch_sorted_raw_ids, others, evicted, index.offset, None, by_key=by_key
-            ):
-                index.position_stale = True
-            else:
-                self._sort_mch_buffers(
-                    index.reorder(self._mch_sorted_raw_ids, self._mch_remapped_ids_mapping, evicted)
-                )
-            index.update(
-                self._mch_sorted_raw_ids, self._mch_remapped_ids_mapping, old_ids, new_ids, rows
+        miss = self._output_global_offset + self._zch_size - 1
+        applied = None
+        if index is not None:  # the round's writes in one native pass
+            applied = apply_round(
+                self._mch_sorted_raw_ids,
+                self._mch_remapped_ids_mapping,
+                uniq_ids,
+                by_count,
+                held,
+                held_slots,
+                evicted,
+                selected,
+                miss if want_rows else None,
             )
+        uniq_rows = None
+        if index is not None and applied is not None:
+            rows, uniq_rows = applied.rows, applied.uniq_rows
+            self.stats.evictions += applied.evictions
+            self._resort_indexed(
+                index, evicted, applied.by_key, applied.old_ids, applied.new_ids, rows
+            )
+            if uniq_rows is not None and int(uniq_ids[-1]) == _INT64_MAX:
+                # int64 max reads the row of the first empty slot of the new state
+                uniq_rows[-1] = self._row_of_max()
         else:
-            self._mch_sorted_raw_ids[evicted] = ids[~held][selected]
-            self._sort_mch_buffers()
+            old_ids = self._mch_sorted_raw_ids[evicted]
+            self.stats.evictions += int((old_ids != _INT64_MAX).sum())
+            rows = self._mch_remapped_ids_mapping[evicted]
+            if index is not None and evicted.numel() == 0:
+                # nothing new: the sorted slots and the index stand as they are
+                if want_rows:
+                    held_rows = self._mch_remapped_ids_mapping[held_slots]
+                    uniq_rows = torch.full((uniq_ids.numel(),), miss, dtype=torch.int64)
+                    uniq_rows[by_count[held]] = held_rows
+            elif index is not None:
+                new_at = by_count[~held][selected]  # the new ids' places among uniq_ids
+                new_ids = uniq_ids[new_at]
+                self._mch_sorted_raw_ids[evicted] = new_ids
+                # the freed slots in the order of their new ids, by those places (no sort)
+                slot_of = torch.full((uniq_ids.numel(),), -1, dtype=torch.int64)
+                slot_of[new_at] = evicted
+                by_key = slot_of[slot_of >= 0]
+                self._resort_indexed(index, evicted, by_key, old_ids, new_ids, rows)
+            else:
+                self._mch_sorted_raw_ids[evicted] = ids[~held][selected]
+                self._sort_mch_buffers()
         if self._evicted:  # rows of an earlier round not yet consumed by evict()
             self._pending_rows.append(rows)
             if len(self._pending_rows) >= 8:
@@ -499,6 +560,40 @@ class MCHManagedCollisionModule(ManagedCollisionModule):
             self._evicted_emb_indices = rows
             self._pending_rows = []
         self._evicted = True
+        return uniq_rows
+
+    def _resort_indexed(
+        self,
+        index: SortedSlotIndex,
+        evicted: torch.Tensor,
+        by_key: torch.Tensor,
+        old_ids: torch.Tensor,
+        new_ids: torch.Tensor,
+        rows: torch.Tensor,
+    ) -> None:
+        """After new ids went into slots `evicted` (`by_key`: those slots in the order of
+        their new ids), sort the buffers again and move the index along."""
+        # held ids stay sorted: merge the new ones in (the same order as a stable argsort)
+        others = [self._mch_remapped_ids_mapping, *self._mch_metadata.values()]
+        # the slots' positions are not kept (the round matches ids by a merge): they go
+        # stale, and the index refreshes them if a search by row needs them
+        if merge_slots_(
+            self._mch_sorted_raw_ids, others, evicted, index.offset, None, by_key=by_key
+        ):
+            index.position_stale = True
+        else:
+            self._sort_mch_buffers(
+                index.reorder(self._mch_sorted_raw_ids, self._mch_remapped_ids_mapping, evicted)
+            )
+        index.defer_update(
+            self._mch_sorted_raw_ids, self._mch_remapped_ids_mapping, old_ids, new_ids, rows
+        )
+
+    def _row_of_max(self) -> int:
+        """The row `searchsorted` finds for the raw id int64 max: the first empty slot's (or
+        the last slot's)."""
+        at = torch.searchsorted(self._mch_sorted_raw_ids[:-1], self._delimiter)
+        return int(self._mch_remapped_ids_mapping[at])
 
     def _merge_pending_rows(self) -> None:
         """`_evicted_emb_indices` becomes `torch.unique` of it and the pending rows (by a mask

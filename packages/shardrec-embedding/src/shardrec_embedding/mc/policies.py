@@ -27,7 +27,12 @@ from typing import NamedTuple
 import torch
 
 from shardrec_embedding.dynamic.id_map import _library
-from shardrec_embedding.mc.round_native import ScoreKind, argsort_subset, update_and_score
+from shardrec_embedding.mc.round_native import (
+    ScoreKind,
+    argsort_subset,
+    copy_at_,
+    update_and_score,
+)
 
 __all__ = [
     "DistanceLFU_EvictionPolicy",
@@ -154,10 +159,10 @@ class MCHEvictionPolicy(abc.ABC):
                 coalesced_history_metadata,
             )
             if fused is not None:
-                scores, fresh = fused
-                evicted, selected = _select(mch_size, scores)
+                scores, fresh, may_be_nan = fused
+                evicted, selected = _select(mch_size, scores, may_be_nan=may_be_nan)
                 for name, values in fresh.items():
-                    mch_metadata[name][evicted] = values[selected]
+                    copy_at_(mch_metadata[name], evicted, values, selected)
                 return evicted, selected
         new: dict[str, torch.Tensor] = {}
         if "counts" in mch_metadata:
@@ -182,15 +187,19 @@ class MCHEvictionPolicy(abc.ABC):
         return None
 
 
-def _select(pivot: int, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _select(
+    pivot: int, scores: torch.Tensor, *, may_be_nan: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The `pivot` best of `scores: (pivot + U',)`: (held slots that lose, new ids that win),
     each in the order of a stable descending sort of the scores (losers and winners pair up
-    in that order)."""
+    in that order). `may_be_nan=False`: the caller knows no score is NaN (not checked)."""
     n = scores.numel()
     if n == pivot:
         empty = torch.empty(0, dtype=torch.int64, device=scores.device)
         return empty, empty
-    if scores.device.type != "cpu" or (scores.is_floating_point() and bool(scores.isnan().any())):
+    if scores.device.type != "cpu" or (
+        may_be_nan and scores.is_floating_point() and bool(scores.isnan().any())
+    ):
         order = torch.argsort(scores, descending=True, stable=True)
         kept, dropped = order[:pivot], order[pivot:]
         return dropped[dropped < pivot], kept[kept >= pivot] - pivot

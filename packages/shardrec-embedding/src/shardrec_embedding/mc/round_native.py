@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import enum
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -18,9 +19,14 @@ from torch import Tensor
 from shardrec_embedding._native.loader import native_library_of
 
 __all__ = [
+    "AppliedRound",
     "ScoreKind",
+    "apply_round",
     "argsort_subset",
     "coalesce_window",
+    "coalesce_window_inverse",
+    "copy_at_",
+    "gather",
     "match_slots",
     "merge_slots_",
     "order_by_count",
@@ -47,7 +53,7 @@ def _lib() -> ctypes.CDLL | None:
         for name in ("sr_mc_coalesce", "sr_mc_order_by_count"):
             getattr(lib, name).restype = ctypes.c_int
         i64, ptr = ctypes.c_int64, ctypes.c_void_p
-        lib.sr_mc_coalesce.argtypes = [ptr, ptr, i64, ptr, ptr, ptr, ptr]
+        lib.sr_mc_coalesce.argtypes = [ptr, ptr, i64, ptr, ptr, ptr, ptr, ptr]
         lib.sr_mc_order_by_count.argtypes = [ptr, i64, i64, ptr]
         for name in ("sr_mc_argsort_i64", "sr_mc_argsort_f32"):
             fn = getattr(lib, name)
@@ -55,11 +61,18 @@ def _lib() -> ctypes.CDLL | None:
             fn.argtypes = [ptr, ptr, i64, ctypes.c_int, ptr]
         lib.sr_mc_update_scores.restype = i64
         lib.sr_mc_update_scores.argtypes = [i64, ptr, ptr, ptr, ptr, ptr, ptr, ptr, i64, i64]
-        lib.sr_mc_update_scores.argtypes += [ctypes.c_int, ptr, ptr, ptr, ptr]
+        lib.sr_mc_update_scores.argtypes += [ctypes.c_int, ptr, ptr, ptr, ptr, ptr]
+        lib.sr_mc_copy_at.restype = None
+        lib.sr_mc_copy_at.argtypes = [ptr, ptr, ptr, ptr, i64]
         lib.sr_mc_merge_slots.restype = i64
         lib.sr_mc_merge_slots.argtypes = [ptr, ptr, i64, i64, ptr, i64, i64, ptr]
         lib.sr_mc_match_slots.restype = i64
         lib.sr_mc_match_slots.argtypes = [ptr, i64, ptr, i64, ptr, ptr, ptr, ptr]
+        lib.sr_mc_gather.restype = None
+        lib.sr_mc_gather.argtypes = [ptr, ptr, i64, ptr]
+        lib.sr_mc_apply_round.restype = i64
+        lib.sr_mc_apply_round.argtypes = [ptr, ptr, ptr, i64, ptr, ptr, ptr, ptr, ptr, i64, i64]
+        lib.sr_mc_apply_round.argtypes += [ptr, ptr, ptr, ptr, ptr]
         _TYPED.add(id(lib))
     return lib
 
@@ -73,6 +86,23 @@ def _native_ok(*tensors: Tensor) -> ctypes.CDLL | None:
 def coalesce_window(window: Tensor, meta: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None]:
     """`(torch.unique(window, return_counts=True)` ids and counts, the max of `meta` over each
     id's entries or None)` for int64 `window` and `meta` of the same length."""
+    uniq, counts, meta_max, _ = _coalesce(window, meta, inverse=False)
+    return uniq, counts, meta_max
+
+
+def coalesce_window_inverse(
+    window: Tensor, meta: Tensor | None
+) -> tuple[Tensor, Tensor, Tensor | None, Tensor]:
+    """`coalesce_window` and the index of each window entry's id among the distinct ids
+    (`torch.unique`'s `return_inverse`), `(N,)` int64."""
+    uniq, counts, meta_max, inverse = _coalesce(window, meta, inverse=True)
+    assert inverse is not None
+    return uniq, counts, meta_max, inverse
+
+
+def _coalesce(
+    window: Tensor, meta: Tensor | None, *, inverse: bool
+) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
     lib = _native_ok(window) if meta is None else _native_ok(window, meta)
     if lib is not None and window.dtype is torch.int64:
         window = window.contiguous()
@@ -83,26 +113,28 @@ def coalesce_window(window: Tensor, meta: Tensor | None) -> tuple[Tensor, Tensor
         if meta is not None:
             meta = meta.to(torch.int64).contiguous()
             meta_max = torch.empty(n, dtype=torch.int64)
+        inv = torch.empty(n, dtype=torch.int64) if inverse else None
         n_uniq = torch.zeros(1, dtype=torch.int64)
         rc = lib.sr_mc_coalesce(
             window.data_ptr(),
-            meta.data_ptr() if meta is not None else None,
+            _ptr(meta),
             n,
             uniq.data_ptr(),
             counts.data_ptr(),
-            meta_max.data_ptr() if meta_max is not None else None,
+            _ptr(meta_max),
+            _ptr(inv),
             n_uniq.data_ptr(),
         )
         if rc == 0:
             u = int(n_uniq)
-            return uniq[:u], counts[:u], meta_max[:u] if meta_max is not None else None
-    uniq, inverse, counts = torch.unique(window, return_inverse=True, return_counts=True)
+            return uniq[:u], counts[:u], None if meta_max is None else meta_max[:u], inv
+    uniq, inv, counts = torch.unique(window, return_inverse=True, return_counts=True)
     if meta is None:
-        return uniq, counts, None
+        return uniq, counts, None, inv if inverse else None
     per_id = torch.zeros_like(counts).scatter_reduce_(
-        0, inverse, meta.to(torch.int64), reduce="amax", include_self=False
+        0, inv, meta.to(torch.int64), reduce="amax", include_self=False
     )
-    return uniq, counts, per_id
+    return uniq, counts, per_id, inv if inverse else None
 
 
 def order_by_count(counts: Tensor) -> Tensor:
@@ -152,10 +184,11 @@ def update_and_score(
     held_slots: Tensor,
     mch_metadata: dict[str, Tensor],
     window_metadata: dict[str, Tensor],
-) -> tuple[Tensor, dict[str, Tensor]] | None:
+) -> tuple[Tensor, dict[str, Tensor], bool] | None:
     """The base policy's metadata update and the built-in scores in one native pass: returns
-    `(scores over [slots | new ids], the new ids' metadata)` after updating `mch_metadata` in
-    place as the torch path does, or None (nothing done) when the kernels cannot run here."""
+    `(scores over [slots | new ids], the new ids' metadata, whether a score may be NaN)`
+    after updating `mch_metadata` in place as the torch path does, or None (nothing done)
+    when the kernels cannot run here."""
     counts, last = mch_metadata.get("counts"), mch_metadata.get("last_access_iter")
     win_last = window_metadata.get("last_access_iter")
     if set(mch_metadata) - {"counts", "last_access_iter"} or (last is None) != (win_last is None):
@@ -182,6 +215,7 @@ def update_and_score(
     new_last = torch.empty(u, dtype=torch.int64) if last is not None else None
     dtype = torch.int64 if kind is ScoreKind.LFU else torch.float32
     scores = torch.empty(mch_size + u, dtype=dtype)
+    nan_seen = torch.zeros(1, dtype=torch.int64)
     m = lib.sr_mc_update_scores(
         mch_size,
         _ptr(counts),
@@ -198,6 +232,7 @@ def update_and_score(
         scores.data_ptr() if dtype is torch.int64 else None,
         _ptr(new_counts),
         _ptr(new_last),
+        nan_seen.data_ptr(),
     )
     for buffer in (counts, last):
         if buffer is not None:
@@ -207,7 +242,25 @@ def update_and_score(
         new["counts"] = new_counts[:m]
     if new_last is not None:
         new["last_access_iter"] = new_last[:m]
-    return scores[: mch_size + m], new
+    return scores[: mch_size + m], new, bool(nan_seen)
+
+
+def copy_at_(dst: Tensor, dst_at: Tensor, src: Tensor, src_at: Tensor) -> None:
+    """`dst[dst_at] = src[src_at]` for int64 vectors and int64 indices (in range, `dst_at`
+    distinct), in place."""
+    tensors = (dst, dst_at, src, src_at)
+    lib = _native_ok(*tensors)
+    if (
+        lib is None
+        or dst_at.numel() != src_at.numel()
+        or not all(t.dtype is torch.int64 and t.is_contiguous() for t in tensors)
+    ):
+        dst[dst_at] = src[src_at]
+        return
+    lib.sr_mc_copy_at(
+        dst.data_ptr(), dst_at.data_ptr(), src.data_ptr(), src_at.data_ptr(), dst_at.numel()
+    )
+    torch.autograd.graph.increment_version(dst)  # written through a pointer
 
 
 def merge_slots_(
@@ -291,3 +344,90 @@ def match_slots(
     if h < 0:
         return None
     return ids, held, slots[:h]
+
+
+class AppliedRound(NamedTuple):
+    """What `apply_round` wrote and found (see there)."""
+
+    old_ids: Tensor
+    rows: Tensor
+    new_ids: Tensor
+    by_key: Tensor
+    uniq_rows: Tensor | None
+    evictions: int
+
+
+def apply_round(
+    sorted_ids: Tensor,
+    mapping: Tensor,
+    uniq_ids: Tensor,
+    by_count: Tensor,
+    held: Tensor,
+    held_slots: Tensor,
+    evicted: Tensor,
+    selected: Tensor,
+    miss_row: int | None,
+) -> AppliedRound | None:
+    """The writes of a round that admitted new ids, natively, as these torch ops:
+
+        old_ids, rows = sorted_ids[evicted], mapping[evicted]
+        new_at = by_count[~held][selected]          # the new ids' places in uniq_ids
+        sorted_ids[evicted] = new_ids = uniq_ids[new_at]
+        by_key = evicted ordered by new_at          # the freed slots in their new ids' order
+        evictions = int((old_ids != int64 max).sum())
+
+    and, with `miss_row`, `uniq_rows`: the row each of `uniq_ids` reads after the round
+    (held ids keep their slot's row unless the slot went to a new id; the rest miss). None
+    (nothing written) when the kernels cannot run on these tensors."""
+    tensors = (sorted_ids, mapping, uniq_ids, by_count, held_slots, evicted, selected)
+    lib = _native_ok(*tensors, held)
+    e, u = evicted.numel(), uniq_ids.numel()
+    if (
+        lib is None
+        or e == 0
+        or held.dtype is not torch.bool
+        or not held.is_contiguous()
+        or not all(t.dtype is torch.int64 and t.is_contiguous() for t in tensors)
+    ):
+        return None
+    old_ids, rows, new_at, by_key = (torch.empty(e, dtype=torch.int64) for _ in range(4))
+    uniq_rows = None if miss_row is None else torch.empty(u, dtype=torch.int64)
+    real = lib.sr_mc_apply_round(
+        sorted_ids.data_ptr(),
+        mapping.data_ptr(),
+        uniq_ids.data_ptr(),
+        u,
+        by_count.data_ptr(),
+        held.data_ptr(),
+        held_slots.data_ptr(),
+        evicted.data_ptr(),
+        selected.data_ptr(),
+        e,
+        0 if miss_row is None else miss_row,
+        old_ids.data_ptr(),
+        rows.data_ptr(),
+        new_at.data_ptr(),
+        by_key.data_ptr(),
+        _ptr(uniq_rows),
+    )
+    if real < 0:
+        return None
+    torch.autograd.graph.increment_version(sorted_ids)  # written through a pointer
+    return AppliedRound(old_ids, rows, uniq_ids[new_at], by_key, uniq_rows, int(real))
+
+
+def gather(src: Tensor, idx: Tensor) -> Tensor:
+    """`src[idx]` for an int64 vector `src` and int64 indices into it (in range: the caller's
+    own; `idx` of a window's `inverse`)."""
+    lib = _native_ok(src, idx)
+    if (
+        lib is None
+        or src.dtype is not torch.int64
+        or idx.dtype is not torch.int64
+        or not src.is_contiguous()
+        or not idx.is_contiguous()
+    ):
+        return src[idx]
+    out = torch.empty(idx.numel(), dtype=torch.int64)
+    lib.sr_mc_gather(src.data_ptr(), idx.data_ptr(), idx.numel(), out.data_ptr())
+    return out

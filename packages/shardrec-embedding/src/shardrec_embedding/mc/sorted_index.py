@@ -40,6 +40,10 @@ class SortedSlotIndex:
         self.position_stale = False  # `position` no longer follows the buffers (see slots)
         self._stamp: tuple[Tensor, int, Tensor, int] | None = None
         self._usable = False
+        # rounds not yet applied to `map` (see defer_update); past zch_size ids: rebuild
+        self._pending: list[tuple[Tensor, Tensor, Tensor]] = []
+        self._pending_ids = 0
+        self._rebuild_due = False
 
     def __getstate__(self) -> dict[str, int]:
         # Derived state: a copy (deepcopy, pickle) starts empty and rebuilds on first use.
@@ -72,6 +76,7 @@ class SortedSlotIndex:
 
     def rows(self, ids: Tensor) -> Tensor:
         """`(N,)` int64 row of each raw id, -1 where no slot holds it."""
+        self._apply_pending()
         return self.map.find(ids)
 
     def slots(self, rows: Tensor, mapping: Tensor) -> Tensor:
@@ -114,11 +119,41 @@ class SortedSlotIndex:
     ) -> None:
         """The round replaced `old_ids` (int64 max for empty slots) by `new_ids` at `rows`,
         and the buffers were re-sorted in the `reorder` order: follow."""
+        self._apply_pending()
         self.map.erase(old_ids)
         self.map.erase(torch.tensor([_INT64_MAX]))
         self.map.insert(new_ids, rows)
         self._index_max(sorted_ids, mapping)
         self._mark(sorted_ids, mapping)
+
+    def defer_update(
+        self, sorted_ids: Tensor, mapping: Tensor, old_ids: Tensor, new_ids: Tensor, rows: Tensor
+    ) -> None:
+        """`update`, applied only when the map is next read (`rows`): a module whose every
+        training forward runs a round remaps from the round itself and never reads the map,
+        so its rounds cost no map upkeep. Rounds past `zch_size` new ids in all are dropped
+        for one rebuild from the buffers instead."""
+        if not self._rebuild_due:
+            self._pending.append((old_ids, new_ids, rows))
+            self._pending_ids += int(new_ids.numel())
+            if self._pending_ids > self.zch_size:
+                self._pending, self._pending_ids, self._rebuild_due = [], 0, True
+        self._mark(sorted_ids, mapping)
+
+    def _apply_pending(self) -> None:
+        stamp = self._stamp
+        if stamp is None or not (self._pending or self._rebuild_due):
+            return
+        sorted_ids, mapping = stamp[0], stamp[2]
+        if self._rebuild_due:
+            self._usable = self._rebuild(sorted_ids, mapping)
+            return
+        pending, self._pending, self._pending_ids = self._pending, [], 0
+        for old_ids, new_ids, rows in pending:  # in order: a later round may free an id
+            self.map.erase(old_ids)
+            self.map.insert(new_ids, rows)
+        self.map.erase(torch.tensor([_INT64_MAX]))  # (new ids are never int64 max)
+        self._index_max(sorted_ids, mapping)
 
     def _mark(self, sorted_ids: Tensor, mapping: Tensor) -> None:
         self._stamp = (sorted_ids, sorted_ids._version, mapping, mapping._version)
@@ -130,6 +165,7 @@ class SortedSlotIndex:
         self.map.insert(torch.tensor([_INT64_MAX]), mapping[first])
 
     def _rebuild(self, sorted_ids: Tensor, mapping: Tensor) -> bool:
+        self._pending, self._pending_ids, self._rebuild_due = [], 0, False
         self.map.clear()
         z = self.zch_size
         if (
