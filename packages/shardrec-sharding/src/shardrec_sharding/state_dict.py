@@ -188,10 +188,11 @@ class ShardedStateDict:
         if lt is None:
             raise ValueError(f"table {table!r} has no rows on rank {self._env.rank}")
         t = next(x for x in self._tables if x.name == table)
-        if len(value.size()) == 2 and value.size()[1] != t.config.embedding_dim:
+        size = value.metadata().size  # not value.size(): that warns of ShardedTensor's deprecation
+        if len(size) == 2 and size[1] != t.config.embedding_dim:
             # per-holder row-wise state (see _per_holder): this rank's column
             return value.local_shards()[0].tensor.reshape(-1)
-        if len(value.size()) == 1:
+        if len(size) == 1:
             for s in value.local_shards():
                 if s.metadata.shard_offsets[0] == lt.row_offset and s.tensor.numel() == lt.rows:
                     return s.tensor
