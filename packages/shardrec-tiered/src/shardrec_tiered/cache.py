@@ -11,17 +11,23 @@ score (S,)        LRU: the admission tick of its last use; LFU: its use count
 
 `admit(ids)` maps a batch's distinct ids to slots: hits are found through the `SlotMap`,
 misses take the slots of lowest score that are neither pinned nor hit by this batch (one
-`topk`), whose dirty rows are written back first. No Python loop over ids or slots.
+`topk`), whose dirty rows are written back first. No Python loop over ids or slots. A cache of
+dense ids on the CPU (a `DenseSlotMap`, float32 rows) does the same bookkeeping in native code
+(native_cache.py: three C calls around the store's write-back and read instead of some thirty
+tensor operations); ties among victims of equal score may then fall on other slots, which
+changes no value.
 """
 
 from __future__ import annotations
 
+import ctypes
 import threading
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from shardrec_tiered.native_cache import native_cache
 from shardrec_tiered.options import CachePolicy
 from shardrec_tiered.row_store import RowStore
 from shardrec_tiered.slot_map import DenseSlotMap, SlotMap
@@ -87,6 +93,8 @@ class RowCache:
                 f"{ids.numel()})"
             )
         self._tick += 1
+        if self._native_ready():
+            return self._admit_native(ids, counts, pin=pin, count=count)
         slots = self.map.find(ids)
         hit = slots >= 0
         missing = ids[~hit]
@@ -113,6 +121,93 @@ class RowCache:
                 self.pins[slots] += 1
         return slots
 
+    def _native_ready(self) -> bool:
+        """Whether `admit` can run in native code (module docstring)."""
+        if not isinstance(self.map, DenseSlotMap) or native_cache() is None:
+            return False
+        blocks = [self.weight, *self.state.values()]
+        return all(
+            t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous()
+            for t in blocks
+        ) and sum(1 if t.dim() == 1 else t.shape[1] for t in blocks) == self.store.layout.stride
+
+    def _columns(self) -> tuple[ctypes.Array[ctypes.c_void_p], ctypes.Array[ctypes.c_int64]]:
+        blocks = [self.weight.detach(), *self.state.values()]
+        key = tuple(t.data_ptr() for t in blocks)
+        if getattr(self, "_columns_key", None) != key:
+            self._columns_key = key
+            self._column_ptrs = (ctypes.c_void_p * len(blocks))(*key)
+            widths = [1 if t.dim() == 1 else t.shape[1] for t in blocks]
+            self._column_widths = (ctypes.c_int64 * len(blocks))(*widths)
+        return self._column_ptrs, self._column_widths
+
+    def _admit_native(self, ids: Tensor, counts: Tensor | None, *, pin: bool, count: bool) -> Tensor:
+        lib = native_cache()
+        assert lib is not None and isinstance(self.map, DenseSlotMap)
+        ids = ids.to(torch.int64).contiguous()
+        n = ids.numel()
+        table = self.map._slot
+        slots = torch.empty(n, dtype=torch.int64)
+        victims = torch.empty(n, dtype=torch.int64)
+        evictable = ctypes.c_int64(0)
+        k = int(
+            lib.sr_cache_plan(
+                ids.data_ptr(), n, table.data_ptr(), self.score.data_ptr(),
+                self.pins.data_ptr(), self.held.data_ptr(), self.slots, slots.data_ptr(),
+                victims.data_ptr(), ctypes.byref(evictable),
+            )
+        )  # fmt: skip
+        if k == -2:
+            raise MemoryError(f"table {self.table!r}: no memory for the cache's victim choice")
+        if k < 0:
+            self._refuse_full(self._misses(slots), int(evictable.value))
+        if count:
+            self.hits += n - k
+            self.misses += k
+        cols, widths = self._columns()
+        stride = self.store.layout.stride
+        rows = np.empty((0, stride), dtype=np.float32)
+        if k:
+            out_ids = np.empty(k, dtype=np.int64)
+            out_rows = np.empty((k, stride), dtype=np.float32)
+            m = int(
+                lib.sr_cache_pack(
+                    victims.data_ptr(), k, self.held.data_ptr(), self.dirty.data_ptr(),
+                    self.id_of_slot.data_ptr(), cols, widths, len(cols), stride,
+                    out_ids.ctypes.data, out_rows.ctypes.data,
+                )
+            )  # fmt: skip
+            if m < 0:
+                raise MemoryError(f"table {self.table!r}: no memory for the write-back")
+            if m:
+                self.store.write(out_ids[:m], out_rows[:m])
+            rows = np.ascontiguousarray(self.store.read(ids[slots < 0].numpy()), np.float32)
+        lfu = self.policy is CachePolicy.LFU
+        if counts is not None:
+            counts = counts.to(torch.int64).contiguous()
+        lib.sr_cache_install(
+            ids.data_ptr(), n, slots.data_ptr(), victims.data_ptr(), k, rows.ctypes.data,
+            stride, cols, widths, len(cols), table.data_ptr(), self.id_of_slot.data_ptr(),
+            self.held.data_ptr(), self.dirty.data_ptr(), self.score.data_ptr(), int(lfu),
+            self._tick, counts.data_ptr() if lfu and counts is not None else None,
+        )  # fmt: skip
+        if pin:
+            with self._pin_lock:
+                self.pins[slots] += 1
+        return slots
+
+    @staticmethod
+    def _misses(slots: Tensor) -> int:
+        return int((slots < 0).sum())
+
+    def _refuse_full(self, k: int, free: int) -> None:
+        pinned = int((self.pins > 0).sum())
+        raise CacheFullError(
+            f"table {self.table!r}: {k} rows to load but only {free} of {self.slots} cache "
+            f"slots are evictable ({pinned} pinned by in-flight batches: prefetched, or "
+            "awaiting backward); prefetch fewer batches ahead or raise the cache size"
+        )
+
     def _victims(self, hit_slots: Tensor, k: int) -> Tensor:
         """The `k` evictable slots of lowest score (empty slots first)."""
         score = self.score.clone()
@@ -120,12 +215,7 @@ class RowCache:
         score[hit_slots] = _PROTECTED
         free = int((score != _PROTECTED).sum())
         if free < k:
-            pinned = int((self.pins > 0).sum())
-            raise CacheFullError(
-                f"table {self.table!r}: {k} rows to load but only {free} of {self.slots} cache "
-                f"slots are evictable ({pinned} pinned by in-flight batches: prefetched, or "
-                "awaiting backward); prefetch fewer batches ahead or raise the cache size"
-            )
+            self._refuse_full(k, free)
         return torch.topk(score, k, largest=False, sorted=False).indices
 
     def _evict(self, victims: Tensor) -> None:
