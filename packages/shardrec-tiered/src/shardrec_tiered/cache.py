@@ -126,10 +126,13 @@ class RowCache:
         if not isinstance(self.map, DenseSlotMap) or native_cache() is None:
             return False
         blocks = [self.weight, *self.state.values()]
-        return all(
-            t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous()
-            for t in blocks
-        ) and sum(1 if t.dim() == 1 else t.shape[1] for t in blocks) == self.store.layout.stride
+        return (
+            all(
+                t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous()
+                for t in blocks
+            )
+            and sum(1 if t.dim() == 1 else t.shape[1] for t in blocks) == self.store.layout.stride
+        )
 
     def _columns(self) -> tuple[ctypes.Array[ctypes.c_void_p], ctypes.Array[ctypes.c_int64]]:
         blocks = [self.weight.detach(), *self.state.values()]
@@ -141,7 +144,9 @@ class RowCache:
             self._column_widths = (ctypes.c_int64 * len(blocks))(*widths)
         return self._column_ptrs, self._column_widths
 
-    def _admit_native(self, ids: Tensor, counts: Tensor | None, *, pin: bool, count: bool) -> Tensor:
+    def _admit_native(
+        self, ids: Tensor, counts: Tensor | None, *, pin: bool, count: bool
+    ) -> Tensor:
         lib = native_cache()
         assert lib is not None and isinstance(self.map, DenseSlotMap)
         ids = ids.to(torch.int64).contiguous()

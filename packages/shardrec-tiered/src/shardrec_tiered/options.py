@@ -61,7 +61,9 @@ class TieredOptions:
             )
 
         if self.mapped is not None and not isinstance(self.mapped, bool):
-            raise ValueError(f"TieredOptions.mapped must be True, False or None, got {self.mapped!r}")
+            raise ValueError(
+                f"TieredOptions.mapped must be True, False or None, got {self.mapped!r}"
+            )
 
     def slots_for(self, num_rows: int) -> int:
         """Cache rows of a table of `num_rows` rows (default load factor 0.2, TorchRec's)."""
