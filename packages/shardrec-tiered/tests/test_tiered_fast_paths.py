@@ -198,5 +198,5 @@ def test_stores_beyond_the_map_budget_use_positioned_io(
 
 
 def test_mapped_option_is_checked() -> None:
-    with pytest.raises(ValueError, match="TieredOptions.mapped must be True, False or None"):
+    with pytest.raises(ValueError, match=r"TieredOptions\.mapped must be True, False or None"):
         TieredOptions(mapped="yes")  # type: ignore[arg-type]  # the refusal under test

@@ -72,6 +72,9 @@ class RowCache:
         self.score = torch.full((self.slots,), -1, dtype=torch.int64)
         self._tick = 0
         self._pin_lock = threading.Lock()
+        self._columns_key: tuple[int, ...] | None = None
+        self._column_ptrs = (ctypes.c_void_p * 0)()
+        self._column_widths = (ctypes.c_int64 * 0)()
         self.hits = 0
         self.misses = 0
 
@@ -135,9 +138,10 @@ class RowCache:
         )
 
     def _columns(self) -> tuple[ctypes.Array[ctypes.c_void_p], ctypes.Array[ctypes.c_int64]]:
+        """The row blocks' addresses and widths for the C calls (rebuilt when they move)."""
         blocks = [self.weight.detach(), *self.state.values()]
         key = tuple(t.data_ptr() for t in blocks)
-        if getattr(self, "_columns_key", None) != key:
+        if self._columns_key != key:
             self._columns_key = key
             self._column_ptrs = (ctypes.c_void_p * len(blocks))(*key)
             widths = [1 if t.dim() == 1 else t.shape[1] for t in blocks]
@@ -147,6 +151,9 @@ class RowCache:
     def _admit_native(
         self, ids: Tensor, counts: Tensor | None, *, pin: bool, count: bool
     ) -> Tensor:
+        """`admit` in native code (module docstring): plan (hits, victims), pack the dirty
+        victims, write them back, read the misses, install; nothing changes before the store's
+        write-back and read succeed."""
         lib = native_cache()
         assert lib is not None and isinstance(self.map, DenseSlotMap)
         ids = ids.to(torch.int64).contiguous()
@@ -165,7 +172,7 @@ class RowCache:
         if k == -2:
             raise MemoryError(f"table {self.table!r}: no memory for the cache's victim choice")
         if k < 0:
-            self._refuse_full(self._misses(slots), int(evictable.value))
+            self._refuse_full(int((slots < 0).sum()), int(evictable.value))
         if count:
             self.hits += n - k
             self.misses += k
@@ -200,10 +207,6 @@ class RowCache:
             with self._pin_lock:
                 self.pins[slots] += 1
         return slots
-
-    @staticmethod
-    def _misses(slots: Tensor) -> int:
-        return int((slots < 0).sum())
 
     def _refuse_full(self, k: int, free: int) -> None:
         pinned = int((self.pins > 0).sum())
