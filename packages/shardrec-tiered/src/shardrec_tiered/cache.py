@@ -73,6 +73,8 @@ class RowCache:
         self._tick = 0
         self._pin_lock = threading.Lock()
         self._columns_key: tuple[int, ...] | None = None
+        self._ready_key: tuple[object, ...] | None = None
+        self._ready = False
         self._column_ptrs = (ctypes.c_void_p * 0)()
         self._column_widths = (ctypes.c_int64 * 0)()
         self.hits = 0
@@ -125,7 +127,18 @@ class RowCache:
         return slots
 
     def _native_ready(self) -> bool:
-        """Whether `admit` can run in native code (module docstring)."""
+        """Whether `admit` can run in native code (module docstring); decided again when the
+        map or the row blocks are replaced (a raw-id map, `_apply`)."""
+        key = (self.map, self.weight, *self.state.values())
+        if (
+            self._ready_key is None
+            or len(key) != len(self._ready_key)
+            or any(a is not b for a, b in zip(key, self._ready_key, strict=True))
+        ):
+            self._ready_key, self._ready = key, self._check_native()
+        return self._ready
+
+    def _check_native(self) -> bool:
         if not isinstance(self.map, DenseSlotMap) or native_cache() is None:
             return False
         blocks = [self.weight, *self.state.values()]
@@ -194,19 +207,37 @@ class RowCache:
             if m:
                 self.store.write(out_ids[:m], out_rows[:m])
             rows = np.ascontiguousarray(self.store.read(ids[slots < 0].numpy()), np.float32)
-        lfu = self.policy is CachePolicy.LFU
         if counts is not None:
             counts = counts.to(torch.int64).contiguous()
+        with self._pin_lock:  # install also pins the batch's slots (`unpin` runs anywhere)
+            self._install(lib, ids, slots, victims, k, rows, counts, pin=pin)
+        return slots
+
+    def _install(
+        self,
+        lib: ctypes.CDLL,
+        ids: Tensor,
+        slots: Tensor,
+        victims: Tensor,
+        k: int,
+        rows: np.ndarray,
+        counts: Tensor | None,
+        *,
+        pin: bool,
+    ) -> None:
+        cols, widths = self._columns()
+        stride = self.store.layout.stride
+        lfu = self.policy is CachePolicy.LFU
+        assert isinstance(self.map, DenseSlotMap)
+        table = self.map._slot
+        n = ids.numel()
         lib.sr_cache_install(
             ids.data_ptr(), n, slots.data_ptr(), victims.data_ptr(), k, rows.ctypes.data,
             stride, cols, widths, len(cols), table.data_ptr(), self.id_of_slot.data_ptr(),
             self.held.data_ptr(), self.dirty.data_ptr(), self.score.data_ptr(), int(lfu),
             self._tick, counts.data_ptr() if lfu and counts is not None else None,
+            self.pins.data_ptr() if pin else None,
         )  # fmt: skip
-        if pin:
-            with self._pin_lock:
-                self.pins[slots] += 1
-        return slots
 
     def _refuse_full(self, k: int, free: int) -> None:
         pinned = int((self.pins > 0).sum())

@@ -36,7 +36,7 @@ def native_cache() -> ctypes.CDLL | None:
     lib.sr_cache_pack.restype = _I64
     lib.sr_cache_install.argtypes = (
         *(_PTR, _I64, _PTR, _PTR, _I64, _PTR, _I64, _PTR, _PTR, _I64),
-        *(_PTR, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _PTR),
+        *(_PTR, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _PTR, _PTR),
     )
     lib.sr_cache_install.restype = None
     return lib

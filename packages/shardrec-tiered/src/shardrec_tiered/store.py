@@ -280,9 +280,12 @@ class FlatFileStore:
                         f"{self.path} at byte {offset} ({done} of {len(view)} bytes)",
                     )
 
+        if mapped is not None and native_rows_io(
+            fd, ids, buf, row_bytes, HEADER_BYTES, write=write, mapped=mapped
+        ):
+            return  # a mapped store copies: one call, no runs to find, no thread hand-off
         # Writes land in the page cache (the kernel writes them out): one thread does them
         # fastest; reads may wait for the disk, so they keep several in flight.
-        # A mapped store copies: one call, no thread hand-off.
         parts = self._split(ids) if not write and mapped is None else [_runs(ids)]
         if len(parts) == 1:
             one(*parts[0])

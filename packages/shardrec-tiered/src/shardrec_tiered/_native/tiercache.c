@@ -12,7 +12,8 @@
  * sr_cache_pack: the held, dirty victims' table rows sorted ascending and their rows packed
  *   (`stride` floats each) for the write-back. Changes nothing. Returns their count.
  * sr_cache_install: after the write-back: forgets the victims' rows, puts the read `rows` of
- *   the misses into them, and scores every slot of the batch (LRU: `tick`; LFU: + its count). */
+ *   the misses into them, scores every slot of the batch (LRU: `tick`; LFU: + its count) and,
+ *   given `pins`, pins each (the caller holds the cache's pin lock). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,7 +123,7 @@ void sr_cache_install(const int64_t *ids, int64_t n, int64_t *slots, const int64
                       int64_t k, const float *rows, int64_t stride, float *const *cols,
                       const int64_t *widths, int64_t ncols, int32_t *map, int64_t *id_of_slot,
                       uint8_t *held, uint8_t *dirty, int64_t *score, int64_t lfu, int64_t tick,
-                      const int64_t *counts) {
+                      const int64_t *counts, int32_t *pins) {
     for (int64_t j = 0; j < k; j++) {
         const int64_t v = victims[j];
         if (held[v]) map[id_of_slot[v]] = -1;
@@ -147,5 +148,6 @@ void sr_cache_install(const int64_t *ids, int64_t n, int64_t *slots, const int64
     for (int64_t i = 0; i < n; i++) {
         if (lfu) score[slots[i]] += counts != NULL ? counts[i] : 1;
         else score[slots[i]] = tick;
+        if (pins != NULL) pins[slots[i]] += 1;
     }
 }
