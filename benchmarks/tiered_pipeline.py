@@ -128,28 +128,33 @@ def tier_stats(dmp: DistributedModelParallel) -> dict[str, float]:
     return out
 
 
-def run(dmp: DistributedModelParallel, batches: list[Batch], how: str, warmup: int) -> float:
-    """Median ms per step over the timed steps (each step: forward, backward, step)."""
+def run(
+    dmp: DistributedModelParallel, batches: list[Batch], how: str, warmup: int
+) -> tuple[float, float]:
+    """Median ms per step over the timed steps (each step: forward, backward, step), wall
+    time and the process's CPU time (all its threads: the prefetch worker's too)."""
     times: list[float] = []
+    cpu: list[float] = []
     opt = dmp.fused_optimizer
-    if how == "plain":
-        for i, b in enumerate(batches):
-            start = time.perf_counter()
-            loss, _ = dmp(b)
-            loss.backward()
-            opt.step()
-            if i >= warmup:
-                times.append(time.perf_counter() - start)
-        return 1e3 * float(np.median(times))
-    cls = TrainPipelineSparseDist if how == "sparse_dist" else PrefetchTrainPipelineSparseDist
-    pipe = cls(dmp, opt, torch.device("cpu"))
-    it: Iterator[Batch] = iter(batches)
+
+    def plain(i: int) -> None:
+        loss, _ = dmp(batches[i])
+        loss.backward()
+        opt.step()
+
+    step = plain
+    if how != "plain":
+        cls = TrainPipelineSparseDist if how == "sparse_dist" else PrefetchTrainPipelineSparseDist
+        pipe = cls(dmp, opt, torch.device("cpu"))
+        it: Iterator[Batch] = iter(batches)
+        step = lambda i: pipe.progress(it)  # noqa: E731  # one step of the pipeline
     for i in range(len(batches)):
-        start = time.perf_counter()
-        pipe.progress(it)
+        start, start_cpu = time.perf_counter(), time.process_time()
+        step(i)
         if i >= warmup:
             times.append(time.perf_counter() - start)
-    return 1e3 * float(np.median(times))
+            cpu.append(time.process_time() - start_cpu)
+    return 1e3 * float(np.median(times)), 1e3 * float(np.median(cpu))
 
 
 def main() -> None:
@@ -179,11 +184,14 @@ def main() -> None:
             batches = to_batches(args, dist)
             least = distinct_per_table(make_batches(args, dist), args)
             rows = max(round(args.cache * args.rows), 2 * least)
-            ram = run(wrap(args, None, rows), batches, "sparse_dist", args.warmup)
+            ram, ram_cpu = run(wrap(args, None, rows), batches, "sparse_dist", args.warmup)
             print(
                 f"\n{dist} ids (a batch touches up to {least} rows of a table; cache {rows} rows)"
             )
-            print(f"  in RAM, TrainPipelineSparseDist            {ram:8.2f} ms/step")
+            print(
+                f"  in RAM, TrainPipelineSparseDist            {ram:8.2f} ms/step  CPU "
+                f"{ram_cpu:7.2f} ms/step"
+            )
             for how, label in (
                 ("plain", "tiered, plain loop"),
                 ("sparse_dist", "tiered, TrainPipelineSparseDist"),
@@ -191,14 +199,15 @@ def main() -> None:
             ):
                 store = os.path.join(root, f"{dist}-{how}")
                 dmp = wrap(args, store, rows)
-                ms = run(dmp, batches, how, args.warmup)
+                ms, cpu = run(dmp, batches, how, args.warmup)
                 s = tier_stats(dmp)
                 del dmp
                 shutil.rmtree(store, ignore_errors=True)
                 rate = s["hits"] / max(1.0, s["hits"] + s["misses"])
                 per_step = 1e3 / len(batches)
                 print(
-                    f"  {label:42s} {ms:8.2f} ms/step  {ms / ram:5.2f}x  hit rate {rate:6.1%}  "
+                    f"  {label:42s} {ms:8.2f} ms/step  {ms / ram:5.2f}x  CPU {cpu:7.2f} ms/step "
+                    f"{cpu / ram_cpu:5.2f}x  hit rate {rate:6.1%}  "
                     f"prefetch {s['prefetch'] * per_step:7.2f} ms/step, exposed "
                     f"{s['exposed'] * per_step:7.2f}, hidden "
                     f"{(s['prefetch'] - s['exposed']) * per_step:7.2f}"

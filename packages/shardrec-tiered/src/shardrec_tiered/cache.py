@@ -11,17 +11,23 @@ score (S,)        LRU: the admission tick of its last use; LFU: its use count
 
 `admit(ids)` maps a batch's distinct ids to slots: hits are found through the `SlotMap`,
 misses take the slots of lowest score that are neither pinned nor hit by this batch (one
-`topk`), whose dirty rows are written back first. No Python loop over ids or slots.
+`topk`), whose dirty rows are written back first. No Python loop over ids or slots. A cache of
+dense ids on the CPU (a `DenseSlotMap`, float32 rows) does the same bookkeeping in native code
+(native_cache.py: three C calls around the store's write-back and read instead of some thirty
+tensor operations); ties among victims of equal score may then fall on other slots, which
+changes no value.
 """
 
 from __future__ import annotations
 
+import ctypes
 import threading
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from shardrec_tiered.native_cache import native_cache
 from shardrec_tiered.options import CachePolicy
 from shardrec_tiered.row_store import RowStore
 from shardrec_tiered.slot_map import DenseSlotMap, SlotMap
@@ -66,6 +72,11 @@ class RowCache:
         self.score = torch.full((self.slots,), -1, dtype=torch.int64)
         self._tick = 0
         self._pin_lock = threading.Lock()
+        self._columns_key: tuple[int, ...] | None = None
+        self._ready_key: tuple[object, ...] | None = None
+        self._ready = False
+        self._column_ptrs = (ctypes.c_void_p * 0)()
+        self._column_widths = (ctypes.c_int64 * 0)()
         self.hits = 0
         self.misses = 0
 
@@ -87,6 +98,8 @@ class RowCache:
                 f"{ids.numel()})"
             )
         self._tick += 1
+        if self._native_ready():
+            return self._admit_native(ids, counts, pin=pin, count=count)
         slots = self.map.find(ids)
         hit = slots >= 0
         missing = ids[~hit]
@@ -113,6 +126,127 @@ class RowCache:
                 self.pins[slots] += 1
         return slots
 
+    def _native_ready(self) -> bool:
+        """Whether `admit` can run in native code (module docstring); decided again when the
+        map or the row blocks are replaced (a raw-id map, `_apply`)."""
+        key = (self.map, self.weight, *self.state.values())
+        if (
+            self._ready_key is None
+            or len(key) != len(self._ready_key)
+            or any(a is not b for a, b in zip(key, self._ready_key, strict=True))
+        ):
+            self._ready_key, self._ready = key, self._check_native()
+        return self._ready
+
+    def _check_native(self) -> bool:
+        if not isinstance(self.map, DenseSlotMap) or native_cache() is None:
+            return False
+        blocks = [self.weight, *self.state.values()]
+        return (
+            all(
+                t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous()
+                for t in blocks
+            )
+            and sum(1 if t.dim() == 1 else t.shape[1] for t in blocks) == self.store.layout.stride
+        )
+
+    def _columns(self) -> tuple[ctypes.Array[ctypes.c_void_p], ctypes.Array[ctypes.c_int64]]:
+        """The row blocks' addresses and widths for the C calls (rebuilt when they move)."""
+        blocks = [self.weight.detach(), *self.state.values()]
+        key = tuple(t.data_ptr() for t in blocks)
+        if self._columns_key != key:
+            self._columns_key = key
+            self._column_ptrs = (ctypes.c_void_p * len(blocks))(*key)
+            widths = [1 if t.dim() == 1 else t.shape[1] for t in blocks]
+            self._column_widths = (ctypes.c_int64 * len(blocks))(*widths)
+        return self._column_ptrs, self._column_widths
+
+    def _admit_native(
+        self, ids: Tensor, counts: Tensor | None, *, pin: bool, count: bool
+    ) -> Tensor:
+        """`admit` in native code (module docstring): plan (hits, victims), pack the dirty
+        victims, write them back, read the misses, install; nothing changes before the store's
+        write-back and read succeed."""
+        lib = native_cache()
+        assert lib is not None and isinstance(self.map, DenseSlotMap)
+        ids = ids.to(torch.int64).contiguous()
+        n = ids.numel()
+        table = self.map._slot
+        slots = torch.empty(n, dtype=torch.int64)
+        victims = torch.empty(n, dtype=torch.int64)
+        evictable = ctypes.c_int64(0)
+        k = int(
+            lib.sr_cache_plan(
+                ids.data_ptr(), n, table.data_ptr(), self.score.data_ptr(),
+                self.pins.data_ptr(), self.held.data_ptr(), self.slots, slots.data_ptr(),
+                victims.data_ptr(), ctypes.byref(evictable),
+            )
+        )  # fmt: skip
+        if k == -2:
+            raise MemoryError(f"table {self.table!r}: no memory for the cache's victim choice")
+        if k < 0:
+            self._refuse_full(int((slots < 0).sum()), int(evictable.value))
+        if count:
+            self.hits += n - k
+            self.misses += k
+        cols, widths = self._columns()
+        stride = self.store.layout.stride
+        rows = np.empty((0, stride), dtype=np.float32)
+        if k:
+            out_ids = np.empty(k, dtype=np.int64)
+            out_rows = np.empty((k, stride), dtype=np.float32)
+            m = int(
+                lib.sr_cache_pack(
+                    victims.data_ptr(), k, self.held.data_ptr(), self.dirty.data_ptr(),
+                    self.id_of_slot.data_ptr(), cols, widths, len(cols), stride,
+                    out_ids.ctypes.data, out_rows.ctypes.data,
+                )
+            )  # fmt: skip
+            if m < 0:
+                raise MemoryError(f"table {self.table!r}: no memory for the write-back")
+            if m:
+                self.store.write(out_ids[:m], out_rows[:m])
+            rows = np.ascontiguousarray(self.store.read(ids[slots < 0].numpy()), np.float32)
+        if counts is not None:
+            counts = counts.to(torch.int64).contiguous()
+        with self._pin_lock:  # install also pins the batch's slots (`unpin` runs anywhere)
+            self._install(lib, ids, slots, victims, k, rows, counts, pin=pin)
+        return slots
+
+    def _install(
+        self,
+        lib: ctypes.CDLL,
+        ids: Tensor,
+        slots: Tensor,
+        victims: Tensor,
+        k: int,
+        rows: np.ndarray,
+        counts: Tensor | None,
+        *,
+        pin: bool,
+    ) -> None:
+        cols, widths = self._columns()
+        stride = self.store.layout.stride
+        lfu = self.policy is CachePolicy.LFU
+        assert isinstance(self.map, DenseSlotMap)
+        table = self.map._slot
+        n = ids.numel()
+        lib.sr_cache_install(
+            ids.data_ptr(), n, slots.data_ptr(), victims.data_ptr(), k, rows.ctypes.data,
+            stride, cols, widths, len(cols), table.data_ptr(), self.id_of_slot.data_ptr(),
+            self.held.data_ptr(), self.dirty.data_ptr(), self.score.data_ptr(), int(lfu),
+            self._tick, counts.data_ptr() if lfu and counts is not None else None,
+            self.pins.data_ptr() if pin else None,
+        )  # fmt: skip
+
+    def _refuse_full(self, k: int, free: int) -> None:
+        pinned = int((self.pins > 0).sum())
+        raise CacheFullError(
+            f"table {self.table!r}: {k} rows to load but only {free} of {self.slots} cache "
+            f"slots are evictable ({pinned} pinned by in-flight batches: prefetched, or "
+            "awaiting backward); prefetch fewer batches ahead or raise the cache size"
+        )
+
     def _victims(self, hit_slots: Tensor, k: int) -> Tensor:
         """The `k` evictable slots of lowest score (empty slots first)."""
         score = self.score.clone()
@@ -120,12 +254,7 @@ class RowCache:
         score[hit_slots] = _PROTECTED
         free = int((score != _PROTECTED).sum())
         if free < k:
-            pinned = int((self.pins > 0).sum())
-            raise CacheFullError(
-                f"table {self.table!r}: {k} rows to load but only {free} of {self.slots} cache "
-                f"slots are evictable ({pinned} pinned by in-flight batches: prefetched, or "
-                "awaiting backward); prefetch fewer batches ahead or raise the cache size"
-            )
+            self._refuse_full(k, free)
         return torch.topk(score, k, largest=False, sorted=False).indices
 
     def _evict(self, victims: Tensor) -> None:

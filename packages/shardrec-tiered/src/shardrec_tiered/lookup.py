@@ -50,6 +50,19 @@ chunk is initialized whole, exactly as an in-memory table with the same seed."""
 _Pins = list[tuple[RowCache, Tensor]]
 
 
+class _Prefetched:
+    """A prefetched batch: its group rows `ids`, their slots, and the pins holding them."""
+
+    __slots__ = ("ids", "pins", "slots")
+
+    def __init__(self, ids: Tensor, slots: Tensor, pins: _Pins) -> None:
+        self.ids, self.slots, self.pins = ids, slots, pins
+
+    def serves(self, ids: Tensor) -> bool:
+        """Whether a forward of `ids` can use these slots as they are (the same ids)."""
+        return ids.shape == self.ids.shape and torch.equal(ids, self.ids)
+
+
 class TieredTable(nn.Module):
     """Stands for one tiered table among a module's tables. It holds no Parameter: the rows are
     in the store and the cache. Its state_dict entry `weight` is read from the store (the whole
@@ -179,7 +192,7 @@ class TieredFusedEmbeddingBag(nn.Module):
         self.tables = nn.ModuleDict({t.name: TieredTable(self, i) for i, t in enumerate(specs)})
         self._optimizer = TieredFusedOptimizer(self, self.spec)
         self.step = 0
-        self._prefetched: deque[Future[_Pins]] = deque()
+        self._prefetched: deque[Future[_Prefetched]] = deque()
         self._lock = threading.Lock()  # admissions: a background prefetch vs a forward
         self._worker: ThreadPoolExecutor | None = None
         self.prefetch_seconds = 0.0
@@ -259,7 +272,9 @@ class TieredFusedEmbeddingBag(nn.Module):
         self, table: FusedTableSpec, layout: StoreLayout, options: TieredOptions
     ) -> RowStore:
         """The backing store of `table`, holding its initial rows (a subclass's hook)."""
-        store = FlatFileStore(options.directory(), layout, threads=options.io_threads)
+        store = FlatFileStore(
+            options.directory(), layout, threads=options.io_threads, mapped=options.mapped
+        )
         _initialize(store, table)
         return store
 
@@ -292,7 +307,7 @@ class TieredFusedEmbeddingBag(nn.Module):
         current batch's backward; the next forward waits for it (its errors surface there).
         """
         self._check(ids)
-        ids = ids.long()
+        ids = ids.long().clone()  # the forward compares its ids with these (`serves`)
         if background:
             if self._worker is None:
                 self._worker = ThreadPoolExecutor(
@@ -300,20 +315,20 @@ class TieredFusedEmbeddingBag(nn.Module):
                 )
             self._prefetched.append(self._worker.submit(self._timed_admit, ids))
             return
-        done: Future[_Pins] = Future()
+        done: Future[_Prefetched] = Future()
         start = time.perf_counter()
         done.set_result(self._timed_admit(ids))
         self.exposed_seconds += time.perf_counter() - start
         self._prefetched.append(done)
 
-    def _timed_admit(self, ids: Tensor) -> _Pins:
+    def _timed_admit(self, ids: Tensor) -> _Prefetched:
         start = time.perf_counter()
         with self._lock:
-            _, pins = self._admit(ids, pin=True)
+            slots, pins = self._admit(ids, pin=True)
         self.prefetch_seconds += time.perf_counter() - start
-        return pins
+        return _Prefetched(ids, slots, pins)
 
-    def _next_prefetch(self) -> _Pins | None:
+    def _next_prefetch(self) -> _Prefetched | None:
         """The pins of the oldest prefetch, waiting for it if it is still loading."""
         if not self._prefetched:
             return None
@@ -347,14 +362,26 @@ class TieredFusedEmbeddingBag(nn.Module):
         self._check(ids)
         train = torch.is_grad_enabled() and self.cache_weight.requires_grad
         prefetched = self._next_prefetch()
-        start = time.perf_counter()
-        with self._lock:
-            slots, pins = self._admit(ids, pin=train, count=prefetched is None)
-            for cache, s in pins:
-                cache.mark_dirty(s)
-        self.load_seconds += time.perf_counter() - start
-        if prefetched is not None:
-            _release(prefetched)
+        if prefetched is not None and prefetched.serves(ids):
+            # Its rows are loaded and pinned, so their slots stand: no admission, and no wait
+            # for the lock a background prefetch of the next batch holds. The prefetch's pins
+            # become this forward's (released by its backward).
+            slots, pins = prefetched.slots, prefetched.pins
+            if train:
+                for cache, s in pins:
+                    cache.mark_dirty(s)
+            else:
+                _release(pins)
+                pins = []
+        else:
+            start = time.perf_counter()
+            with self._lock:
+                slots, pins = self._admit(ids, pin=train, count=prefetched is None)
+                for cache, s in pins:
+                    cache.mark_dirty(s)
+            self.load_seconds += time.perf_counter() - start
+            if prefetched is not None:
+                _release(prefetched.pins)
         if not train:
             return batched_embedding_bag(
                 [self.cache_weight],
@@ -403,7 +430,7 @@ class TieredFusedEmbeddingBag(nn.Module):
         while self._prefetched:
             pending = self._prefetched.popleft()
             if pending.exception() is None:
-                _release(pending.result())
+                _release(pending.result().pins)
 
     @property
     def pending_prefetches(self) -> int:

@@ -32,6 +32,9 @@ class TieredOptions:
     cache_rows: the cached row count (wins over load_factor). At least one batch's distinct
         rows must fit, else the lookup raises naming both sizes.
     policy: LRU or LFU. io_threads: threads of the store's positioned I/O.
+    mapped: map the store file into memory and copy rows instead of a system call per row
+        (True), never (False), or while the process's mapped stores fit a quarter of the
+        machine's memory (None, the default; `FlatFileStore`).
     """
 
     store_dir: str | None = None
@@ -39,6 +42,7 @@ class TieredOptions:
     cache_rows: int | None = None
     policy: CachePolicy = CachePolicy.LRU
     io_threads: int = 4
+    mapped: bool | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "policy", CachePolicy(self.policy))
@@ -54,6 +58,11 @@ class TieredOptions:
         ):
             raise ValueError(
                 f"TieredOptions.io_threads must be an int >= 1, got {self.io_threads!r}"
+            )
+
+        if self.mapped is not None and not isinstance(self.mapped, bool):
+            raise ValueError(
+                f"TieredOptions.mapped must be True, False or None, got {self.mapped!r}"
             )
 
     def slots_for(self, num_rows: int) -> int:

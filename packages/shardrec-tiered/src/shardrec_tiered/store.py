@@ -1,13 +1,23 @@
 """`FlatFileStore`: one dense-id table's rows and optimizer state in a flat file on disk.
 
-Row `i` sits at `HEADER_BYTES + i * row_bytes` (layout.py). Reads and writes are positioned
-(`os.preadv` / `os.pwritev`, which release the GIL) from a small thread pool: the ids of a call
-are sorted, runs of consecutive ids become one call each, and the runs are split across the
-threads, so several reads are in flight at once (the disk's queue depth); writes, which land in
-the page cache, run on one thread. Each thread's calls run in native code when it builds
-(`native_io.py`: no interpreter work per run). The rows never pass
-through a memory map, so the process's resident memory holds only the cache, whatever the
-table's size (the page cache is the kernel's to reclaim).
+Row `i` sits at `HEADER_BYTES + i * row_bytes` (layout.py). A store whose file fits the
+process's map budget (`MAP_BUDGET_FRACTION` of the machine's memory, over all its mapped
+stores) is mapped shared into memory and its rows are copied in and out in native code with no
+system call (`native_io.py`): the per-row `pread` / `pwrite` of a row from the page cache costs
+more than the rest of a tiered step (docs/tiered.md, "Speed"). Larger stores (tables beyond
+RAM, whose rows mostly wait for the disk anyway) are read and written positioned (`os.preadv` /
+`os.pwritev`, which release the GIL) from a small thread pool: the ids of a call are sorted,
+runs of consecutive ids become one call each, and the runs are split across the threads, so
+several reads are in flight at once (the disk's queue depth); writes, which land in the page
+cache, run on one thread; each thread's calls run in native code when it builds. Those rows
+never pass through a memory map, so the process's resident memory holds only the cache,
+whatever the table's size; a mapped store's touched pages count in the resident set (as file
+pages the kernel may reclaim), at most its file's size.
+
+A mapped store is written only where `posix_fallocate` reserved its blocks, so a write-back
+never needs space (a full disk surfaces at `flush`, as fdatasync's error); a disk that fails
+to read a page of a mapped store no longer in the page cache raises SIGBUS instead of
+StoreIOError.
 """
 
 from __future__ import annotations
@@ -16,6 +26,7 @@ import contextlib
 import errno
 import os
 import shutil
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -27,11 +38,41 @@ from shardrec_tiered.layout import (
     decode_header,
     encode_header,
 )
-from shardrec_tiered.native_io import native_rows_io
+from shardrec_tiered.native_io import native_map, native_rows_io, native_unmap
 
-__all__ = ["FlatFileStore", "StoreIOError", "StoreSpaceError", "store_file"]
+__all__ = ["MAP_BUDGET_FRACTION", "FlatFileStore", "StoreIOError", "StoreSpaceError", "store_file"]
 
 _MIN_RUNS_PER_THREAD = 64
+
+MAP_BUDGET_FRACTION = 0.25
+"""Stores are mapped while all of a process's mapped store files total at most this share of
+the machine's physical memory (`mapped=None`)."""
+
+_mapped_lock = threading.Lock()
+_mapped_bytes = 0
+
+
+def _physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return 0
+
+
+def _reserve_map(nbytes: int, force: bool) -> bool:
+    """Count `nbytes` against the process's map budget if they fit (or `force`)."""
+    global _mapped_bytes
+    with _mapped_lock:
+        if not force and _mapped_bytes + nbytes > MAP_BUDGET_FRACTION * _physical_memory():
+            return False
+        _mapped_bytes += nbytes
+        return True
+
+
+def _release_map(nbytes: int) -> None:
+    global _mapped_bytes
+    with _mapped_lock:
+        _mapped_bytes -= nbytes
 
 
 class StoreSpaceError(OSError):
@@ -109,13 +150,23 @@ class FlatFileStore:
         layout: the table's layout. An existing store file for the same table must have the
             same layout (else StoreLayoutError naming each mismatch); it is overwritten: a
             store is scratch, a new run starts from the table's initial values.
-        threads: I/O threads (queue depth of a large read).
+        threads: I/O threads (queue depth of a large read) of an unmapped store.
+        mapped: map the file into memory (True), never (False), or when it fits the map budget
+            (None, the default); a store maps only where the native code builds and
+            `posix_fallocate` reserved its blocks, whatever `mapped` says.
 
     Before anything is written the directory is checked: not writable or too little free
     space raises StoreSpaceError with the bytes the table needs.
     """
 
-    def __init__(self, directory: str, layout: StoreLayout, *, threads: int = 4) -> None:
+    def __init__(
+        self,
+        directory: str,
+        layout: StoreLayout,
+        *,
+        threads: int = 4,
+        mapped: bool | None = None,
+    ) -> None:
         self.layout = layout
         self.path = store_file(directory, layout.table)
         need = layout.file_bytes
@@ -151,6 +202,7 @@ class FlatFileStore:
                 f"{layout.row_bytes} bytes + header)"
             )
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        reserved = True
         try:
             os.posix_fallocate(self._fd, 0, need)
         except OSError as e:
@@ -161,6 +213,15 @@ class FlatFileStore:
                     f"{directory!r} ({e})"
                 ) from e
             os.ftruncate(self._fd, need)
+            reserved = False
+        self._map: tuple[int, int] | None = None
+        self._map_bytes = 0
+        if mapped is not False and reserved and _reserve_map(need, force=mapped is True):
+            address = native_map(self._fd, need)
+            if address is None:
+                _release_map(need)
+            else:
+                self._map, self._map_bytes = (address, layout.num_rows), need
         os.pwrite(self._fd, encode_header(layout), 0)
         if hasattr(os, "posix_fadvise"):  # rows are read at random: no readahead around them
             os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_RANDOM)
@@ -195,9 +256,13 @@ class FlatFileStore:
         fd = self._fd
         table = self.layout.table
 
+        mapped = self._map
+
         def one(starts: np.ndarray, lengths: np.ndarray) -> None:
             a, b = int(starts[0]), int(starts[-1] + lengths[-1])
-            if native_rows_io(fd, ids[a:b], buf[a:b], row_bytes, HEADER_BYTES, write=write):
+            if native_rows_io(
+                fd, ids[a:b], buf[a:b], row_bytes, HEADER_BYTES, write=write, mapped=mapped
+            ):
                 return  # else the loop below repeats the rows and reports what failed
             for s, n in zip(starts.tolist(), lengths.tolist(), strict=True):
                 view = flat[s * row_bytes : (s + n) * row_bytes]
@@ -215,22 +280,35 @@ class FlatFileStore:
                         f"{self.path} at byte {offset} ({done} of {len(view)} bytes)",
                     )
 
+        if mapped is not None and native_rows_io(
+            fd, ids, buf, row_bytes, HEADER_BYTES, write=write, mapped=mapped
+        ):
+            return  # a mapped store copies: one call, no runs to find, no thread hand-off
         # Writes land in the page cache (the kernel writes them out): one thread does them
         # fastest; reads may wait for the disk, so they keep several in flight.
-        parts = self._split(ids) if not write else [_runs(ids)]
+        parts = self._split(ids) if not write and mapped is None else [_runs(ids)]
         if len(parts) == 1:
             one(*parts[0])
             return
         for f in [self._pool.submit(one, s, n) for s, n in parts]:
             f.result()
 
+    @property
+    def mapped(self) -> bool:
+        """Whether the store's file is mapped into memory (rows copied, no system calls)."""
+        return self._map is not None
+
     def flush(self) -> None:
-        """Make every written row durable (fdatasync)."""
+        """Make every written row durable (fdatasync: also the rows written through the map)."""
         os.fdatasync(self._fd)
 
     def close(self) -> None:
         if self._fd >= 0:
             self._pool.shutdown()
+            if self._map is not None:
+                native_unmap(self._map[0], self._map_bytes)
+                _release_map(self._map_bytes)
+                self._map = None
             os.close(self._fd)
             self._fd = -1
 

@@ -1,0 +1,202 @@
+"""The tiered lookup's fast paths give the values of its reference paths: the native admission
+of a dense-id cache (native_cache.py) against the torch one, a mapped store against positioned
+I/O, and a forward that reuses its prefetch's slots against one that admits its rows itself;
+each trains exactly as the same tables in memory, with a cache of two batches that evicts on
+every step."""
+
+from __future__ import annotations
+
+import pathlib
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+import shardrec_tiered.cache as cache_module
+import shardrec_tiered.store as store_module
+from shardrec_embedding.fused import BatchedFusedEmbeddingBag, FusedTableSpec
+from shardrec_optim import EmbOptimType, FusedOptimSpec
+from shardrec_testing import seeded_generator
+from shardrec_tiered import CacheFullError, CachePolicy, TieredFusedEmbeddingBag, TieredOptions
+from shardrec_tiered.cache import RowCache
+from shardrec_tiered.layout import StoreLayout
+from shardrec_tiered.store import FlatFileStore
+
+ROWS = {"a": 300, "b": 120}
+DIM = 8
+STEPS = 8
+SPEC = FusedOptimSpec(optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=0.1)
+
+
+def specs() -> list[FusedTableSpec]:
+    g = seeded_generator("tiered-fast-init")
+    return [
+        FusedTableSpec(name=n, num_rows=r, dim=DIM, weight=torch.randn(r, DIM, generator=g))
+        for n, r in ROWS.items()
+    ]
+
+
+def batches() -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Bags of 1-3 ids from a window moving by 37 rows a step (few rows shared by neighbours),
+    duplicates included."""
+    total = sum(ROWS.values())
+    out = []
+    for step in range(STEPS):
+        g = seeded_generator("tiered-fast-batch", step)
+        lengths = torch.randint(1, 4, (12,), generator=g)
+        ids = (torch.randint(0, 40, (int(lengths.sum()),), generator=g) + 37 * step) % total
+        out.append((ids, torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])))
+    return out
+
+
+def cache_rows() -> int:
+    """Two batches' distinct rows of the fullest table: a prefetch and a forward in flight."""
+    most = 0
+    for ids, _ in batches():
+        u = ids.unique()
+        most = max(most, int((u < ROWS["a"]).sum()), int((u >= ROWS["a"]).sum()))
+    return 2 * most
+
+
+def train(module: torch.nn.Module, prefetch: bool) -> None:
+    data = batches()
+    for i, (ids, offsets) in enumerate(data):
+        if prefetch and i == 0:
+            module.prefetch(ids, background=True)  # type: ignore[operator]
+        out = module(ids, offsets)
+        if prefetch and i + 1 < len(data):
+            module.prefetch(data[i + 1][0], background=True)  # type: ignore[operator]
+        (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
+
+
+def assert_equals_reference(tiered: TieredFusedEmbeddingBag) -> None:
+    reference = BatchedFusedEmbeddingBag(specs(), SPEC)
+    train(reference, prefetch=False)
+    state = reference.optimizer_state()
+    for name, weight, start in zip(
+        ROWS, reference.split_embedding_weights(), reference.row_offsets, strict=True
+    ):
+        got_weight, got_state = tiered.read_table(name)
+        assert torch.equal(got_weight, weight.detach()), name
+        for k, v in state.items():
+            assert torch.equal(got_state[k], v[start : start + ROWS[name]]), (name, k)
+
+
+def assert_bookkeeping(cache: RowCache) -> None:
+    """Every held slot is its id's slot in the map, and nothing else is mapped."""
+    held = torch.nonzero(cache.held).flatten()
+    assert torch.equal(cache.map.find(cache.id_of_slot[held]), held)
+    assert int((cache.map.find(torch.arange(cache.store.layout.num_rows)) >= 0).sum()) == len(held)
+    assert int(cache.pins.sum()) == 0
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native", "torch"])
+@pytest.mark.parametrize("mapped", [True, False], ids=["mapped", "positioned"])
+@pytest.mark.parametrize("policy", [CachePolicy.LRU, CachePolicy.LFU])
+def test_fast_and_reference_paths_train_as_in_memory(
+    tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+    native: bool,
+    mapped: bool,
+    policy: CachePolicy,
+) -> None:
+    if not native:
+        monkeypatch.setattr(cache_module, "native_cache", lambda: None)
+    options = TieredOptions(
+        store_dir=str(tmp_path), cache_rows=cache_rows(), policy=policy, mapped=mapped
+    )
+    tiered = TieredFusedEmbeddingBag(specs(), SPEC, options)
+    if native:
+        assert all(c._native_ready() for c in tiered.caches)
+    assert [c.store.mapped for c in tiered.caches] == [mapped] * 2  # type: ignore[attr-defined]
+    train(tiered, prefetch=True)
+    stats = tiered.stats()
+    assert all(s["bytes_written"] > 0 for s in stats.values()), "the cache never evicted"
+    assert tiered.load_seconds == 0.0, "a forward admitted rows its prefetch had loaded"
+    for cache in tiered.caches:
+        assert_bookkeeping(cache)
+    assert_equals_reference(tiered)
+
+
+def test_forward_of_other_ids_than_prefetched_admits_its_own(tmp_path: pathlib.Path) -> None:
+    tiered = TieredFusedEmbeddingBag(
+        specs(), SPEC, TieredOptions(store_dir=str(tmp_path), cache_rows=cache_rows())
+    )
+    data = batches()
+    for i, (ids, offsets) in enumerate(data):
+        tiered.prefetch(ids.flip(0) if i % 2 else ids)  # odd steps: other ids (same rows)
+        out = tiered(ids, offsets)
+        (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
+    assert tiered.load_seconds > 0.0
+    for cache in tiered.caches:
+        assert_bookkeeping(cache)
+    assert_equals_reference(tiered)
+
+
+def test_a_prefetched_forward_does_not_wait_for_the_next_prefetch(tmp_path: pathlib.Path) -> None:
+    """While the next batch's prefetch holds the admission lock, the forward of a prefetched
+    batch runs (it needs no admission)."""
+    tiered = TieredFusedEmbeddingBag(
+        specs(), SPEC, TieredOptions(store_dir=str(tmp_path), cache_rows=cache_rows())
+    )
+    ids, offsets = batches()[0]
+    tiered.prefetch(ids)
+    done = threading.Event()
+
+    def forward() -> None:
+        tiered(ids, offsets).sum().backward()
+        done.set()
+
+    with tiered._lock:  # a background prefetch of the next batch, admitting
+        worker = threading.Thread(target=forward)
+        worker.start()
+        assert done.wait(timeout=60), "the forward waited for the admission lock"
+    worker.join()
+    assert int(sum(int(c.pins.sum()) for c in tiered.caches)) == 0
+
+
+def test_native_admission_refuses_a_full_cache(tmp_path: pathlib.Path) -> None:
+    tiered = TieredFusedEmbeddingBag(
+        specs(), SPEC, TieredOptions(store_dir=str(tmp_path), cache_rows=4)
+    )
+    assert tiered.caches[0]._native_ready()
+    tiered.prefetch(torch.tensor([0, 1, 2]))
+    with pytest.raises(CacheFullError, match=r"'a': 2 rows to load but only 1 of 4 .*\(3 pinned"):
+        tiered.prefetch(torch.tensor([5, 6]))
+    assert int(tiered.caches[0].pins.sum()) == 3  # the refused batch holds nothing
+
+
+LAYOUT = StoreLayout(table="t", num_rows=2000, dim=8, state=(("momentum1", 1),))
+
+
+def test_mapped_and_positioned_stores_hold_the_same_bytes(tmp_path: pathlib.Path) -> None:
+    rng = np.random.default_rng(0)
+    stores = [
+        FlatFileStore(str(tmp_path / "m"), LAYOUT, mapped=True),
+        FlatFileStore(str(tmp_path / "p"), LAYOUT, mapped=False),
+    ]
+    assert [s.mapped for s in stores] == [True, False]
+    ids = np.unique(np.concatenate([rng.integers(0, LAYOUT.num_rows, 300), np.arange(40, 90)]))
+    rows = rng.standard_normal((ids.size, LAYOUT.stride)).astype(np.float32)
+    for s in stores:
+        s.write(ids, rows)
+        s.flush()
+        assert np.array_equal(s.read(ids), rows)
+    a, b = (pathlib.Path(s.path).read_bytes() for s in stores)
+    assert a == b
+    for s in stores:
+        s.close()
+
+
+def test_stores_beyond_the_map_budget_use_positioned_io(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_module, "MAP_BUDGET_FRACTION", 0.0)
+    assert not FlatFileStore(str(tmp_path), LAYOUT).mapped
+    assert FlatFileStore(str(tmp_path / "forced"), LAYOUT, mapped=True).mapped
+
+
+def test_mapped_option_is_checked() -> None:
+    with pytest.raises(ValueError, match=r"TieredOptions\.mapped must be True, False or None"):
+        TieredOptions(mapped="yes")  # type: ignore[arg-type]  # the refusal under test
