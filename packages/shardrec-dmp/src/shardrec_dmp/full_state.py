@@ -21,7 +21,8 @@ __all__ = ["full_state_dict", "iter_full_state_dict"]
 
 
 def _assemble(value: object, gathered: list[object]) -> Tensor:
-    size = value.size()  # type: ignore[attr-defined]  # a ShardedTensor: global size
+    # A ShardedTensor's global size, from its metadata: value.size() warns of its deprecation.
+    size = value.metadata().size  # type: ignore[attr-defined]
     out: Tensor | None = None
     for rank_shards in gathered:
         assert isinstance(rank_shards, list)
