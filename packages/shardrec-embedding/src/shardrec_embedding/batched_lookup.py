@@ -35,6 +35,7 @@ __all__ = [
     "allocate_packed",
     "batched_embedding",
     "batched_embedding_bag",
+    "next_stamp",
     "out_of_range_segments",
     "packed_weight",
     "repack_",
@@ -128,31 +129,90 @@ class GradWorkspace:
     The buffer is reused only when nothing else references its storage any more (the
     gradients handed out last time were dropped, e.g. by `zero_grad(set_to_none=True)`);
     otherwise a new one is allocated, so a gradient a caller still holds is never overwritten.
+
+    Stamped reuse (the native CPU backward, `stamped` / `settle`): instead of zeroing all of
+    a reused buffer, the scatter zeroes each row on its first touch and marks it with the
+    pass's stamp (one byte per row), then `native_clear_stale` zeroes the rows the previous
+    pass wrote that this one did not. The buffer then holds exactly zeros + scatter. This is
+    taken only when the buffer provably still holds what the last settled pass left: idle (as
+    above) and its version counter unchanged since `settle` (any in-place op on the handed-out
+    gradients or their views, e.g. `zero_grad(set_to_none=False)`, gradient clipping, a
+    second backward accumulating into them, bumps it). Otherwise: a full zero, as `zeros`.
+    Writes that bypass the version counter (`.grad.data`, `.numpy()`, raw pointers) are not
+    seen (docs/porting.md).
     """
 
     def __init__(self) -> None:
         self._buffer: torch.Tensor | None = None
         self._idle_refs = -1
+        self._marks: torch.Tensor | None = None
+        self._settled: tuple[int, int] | None = None  # (buffer version, stamp) after `settle`
 
-    def zeros(self, rows: int, dim: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    def _idle(self, rows: int, dim: int, dtype: torch.dtype, device: torch.device) -> bool:
         buffer = self._buffer
-        if (
+        return (
             buffer is not None
             and buffer.shape == (rows, dim)
             and buffer.dtype == dtype
             and buffer.device == device
             and _storage_refs(buffer) == self._idle_refs
-        ):
-            return buffer.zero_()
+        )
+
+    def zeros(self, rows: int, dim: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        self._settled = None
+        if self._idle(rows, dim, dtype, device):
+            assert self._buffer is not None
+            return self._buffer.zero_()
         buffer = torch.zeros(rows, dim, dtype=dtype, device=device)
         refs = _storage_refs(buffer)
         if refs >= 0:
             self._buffer, self._idle_refs = buffer, refs
         return buffer
 
+    def stamped(self, rows: int, dim: int, stamp: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """A `(rows, dim)` fp32 CPU buffer and its `(rows,)` uint8 row marks for a stamped
+        scatter with `stamp` (1..255, see `next_stamp`): rows marked 0 are zero, the others
+        hold an earlier pass's sums. The caller scatters with the marks, runs
+        `native_clear_stale(buffer, marks, stamp)`, then calls `settle(buffer, stamp)`."""
+        settled, marks, cpu = self._settled, self._marks, torch.device("cpu")
+        if (
+            settled is not None
+            and marks is not None
+            and self._idle(rows, dim, torch.float32, cpu)
+            and self._buffer is not None
+            and settled[0] == self._buffer._version
+            and settled[1] != stamp
+        ):
+            self._settled = None  # until `settle`: a pass that fails midway is not trusted
+            return self._buffer, marks
+        buffer = self.zeros(rows, dim, torch.float32, cpu)
+        if marks is None or marks.numel() != rows:
+            marks = torch.zeros(rows, dtype=torch.uint8)
+        else:
+            marks.zero_()
+        self._marks = marks
+        return buffer, marks
+
+    def settle(self, buffer: torch.Tensor, stamp: int) -> None:
+        """Record that `buffer` (from `stamped`) now holds exactly zeros + the pass `stamp`."""
+        if buffer is self._buffer:
+            self._settled = (buffer._version, stamp)
+
     def release(self) -> None:
         """Drop the cached buffer (its memory is freed once handed-out gradients die)."""
         self._buffer = None
+        self._marks = None
+        self._settled = None
+
+
+_STAMP = [0]
+
+
+def next_stamp() -> int:
+    """A new pass stamp for `GradWorkspace.stamped`, cycling through 1..255 (a workspace whose
+    last pass carried the same stamp falls back to a full zero)."""
+    _STAMP[0] = _STAMP[0] % 255 + 1
+    return _STAMP[0]
 
 
 def _storage_refs(t: torch.Tensor) -> int:

@@ -7,7 +7,12 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from shardrec_embedding._native import native_applies, native_pooled_lookup
+from shardrec_embedding._native.ops import (
+    GradLease,
+    native_applies,
+    native_clear_stale,
+    native_pooled_lookup,
+)
 from shardrec_embedding._pooled_api import PooledCollectionAPI
 from shardrec_embedding._tables import (
     PackedCollection,
@@ -19,7 +24,12 @@ from shardrec_embedding._tables import (
     traced_input,
     validate_tables,
 )
-from shardrec_embedding.batched_lookup import batched_embedding_bag, split_rows
+from shardrec_embedding.batched_lookup import (
+    GradWorkspace,
+    batched_embedding_bag,
+    next_stamp,
+    split_rows,
+)
 from shardrec_embedding.configs import (
     BaseEmbeddingConfig,
     EmbeddingBagConfig,
@@ -243,18 +253,29 @@ class EmbeddingBagCollection(PooledCollectionAPI, TorchScriptable, PackedCollect
         )
 
     @torch.jit.unused
-    def _grad_buffers(self) -> list[torch.Tensor]:
-        """Zeroed dense gradients per table (table order), views of each group's reused
-        `GradWorkspace` buffer, for the native backward."""
+    def _grad_buffers(self) -> GradLease:
+        """Dense gradients per table (table order), views of each group's reused
+        `GradWorkspace` buffer, for the native backward's stamped scatter (no full zero)."""
+        stamp = next_stamp()
         out: list[torch.Tensor] = [torch.empty(0)] * len(self._configs)
+        marks_out: list[torch.Tensor] = [torch.empty(0)] * len(self._configs)
+        leased: list[tuple[GradWorkspace, torch.Tensor, torch.Tensor]] = []
         for g, group in enumerate(self._plan.groups):
             rows = [self._configs[i].num_embeddings for i in group.tables]
-            buffer = self._workspaces[g].zeros(
-                sum(rows), group.dim, torch.float32, torch.device("cpu")
-            )
-            for i, view in zip(group.tables, split_rows(buffer, rows), strict=True):
-                out[i] = view
-        return out
+            workspace = self._workspaces[g]
+            buffer, marks = workspace.stamped(sum(rows), group.dim, stamp)
+            leased.append((workspace, buffer, marks))
+            for i, view, mark in zip(
+                group.tables, split_rows(buffer, rows), marks.split(rows), strict=True
+            ):
+                out[i], marks_out[i] = view, mark
+
+        def finish() -> None:
+            for workspace, buffer, marks in leased:
+                native_clear_stale(buffer, marks, stamp)
+                workspace.settle(buffer, stamp)
+
+        return GradLease(out, marks_out, stamp, finish)
 
     def reset_parameters(self, device: torch.device | str | None = None) -> None:
         """(Re)initialize every table with its config's init.

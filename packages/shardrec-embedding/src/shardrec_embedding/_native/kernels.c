@@ -124,11 +124,16 @@ SR_DEFINE_FORWARD(sr_pooled_forward_i32, int32_t)
  * per segment: a dense gradient (alpha = 1) or the weight itself (fused SGD, alpha = -lr).
  * Race-free without atomics: thread t owns the rows with id % T == t and skips the others
  * (every thread reads all ids; only owned rows are touched). Ids were range-checked in
- * forward; out-of-range ones are skipped here anyway. */
+ * forward; out-of-range ones are skipped here anyway.
+ * stamps (NULL: the targets were zeroed by the caller): per segment, one byte per target row;
+ * a row whose byte is not `stamp` is zeroed on its first touch here and its byte set to
+ * `stamp`, so a reused gradient buffer needs no full zero beforehand: the arithmetic of every
+ * row is exactly zero-then-accumulate, as with a zeroed buffer (see sr_grad_clear_stale). */
 #define SR_DEFINE_SCATTER(NAME, IDX)                                                           \
     void NAME(const sr_segment *segs, float *const *targets, int64_t num_segments,            \
               int64_t batch, const IDX *values, const int64_t *offsets, const float *psw,      \
-              const float *grad, int64_t grad_stride, float alpha, int num_threads) {          \
+              const float *grad, int64_t grad_stride, float alpha, uint8_t *const *stamps,      \
+              int stamp, int num_threads) {                                                    \
         _Pragma("omp parallel num_threads(num_threads)")                                       \
         {                                                                                      \
             const uint64_t nt = (uint64_t)omp_get_num_threads();                               \
@@ -137,6 +142,7 @@ SR_DEFINE_FORWARD(sr_pooled_forward_i32, int32_t)
                 const sr_segment *sg = &segs[s];                                               \
                 const int64_t dim = sg->dim, rows = sg->rows;                                  \
                 float *target = targets[s];                                                    \
+                uint8_t *marks = stamps ? stamps[s] : NULL;                                    \
                 const int64_t *offs = offsets + sg->key * batch;                               \
                 for (int64_t b = 0; b < batch; b++) {                                          \
                     int64_t start = offs[b], end = offs[b + 1];                                \
@@ -148,6 +154,10 @@ SR_DEFINE_FORWARD(sr_pooled_forward_i32, int32_t)
                         uint64_t id = (uint64_t)(int64_t)values[j];                            \
                         if (id % nt != me || id >= (uint64_t)rows) continue;                   \
                         float *dst = target + id * dim;                                        \
+                        if (marks && marks[id] != (uint8_t)stamp) {                            \
+                            marks[id] = (uint8_t)stamp;                                        \
+                            memset(dst, 0, (size_t)dim * sizeof(float));                       \
+                        }                                                                      \
                         const float sc = psw ? bag_scale * psw[j] : bag_scale;                 \
                         _Pragma("omp simd")                                                    \
                         for (int64_t d = 0; d < dim; d++) dst[d] += sc * g[d];                 \
@@ -159,6 +169,21 @@ SR_DEFINE_FORWARD(sr_pooled_forward_i32, int32_t)
 
 SR_DEFINE_SCATTER(sr_pooled_scatter_i64, int64_t)
 SR_DEFINE_SCATTER(sr_pooled_scatter_i32, int32_t)
+
+/* The other half of a stamped scatter: every row whose byte is neither 0 nor `stamp` (written
+ * by an earlier scatter, not by this one) is zeroed and its byte cleared. Afterwards the buffer
+ * holds exactly what zeros + this scatter would: rows with byte 0 are zero, rows with byte
+ * `stamp` hold this scatter's sums. buffer: (rows, dim) fp32, marks: (rows,). */
+void sr_grad_clear_stale(float *buffer, uint8_t *marks, int64_t rows, int64_t dim, int stamp,
+                         int num_threads) {
+#pragma omp parallel for schedule(static) num_threads(num_threads)
+    for (int64_t r = 0; r < rows; r++) {
+        if (marks[r] != 0 && marks[r] != (uint8_t)stamp) {
+            marks[r] = 0;
+            memset(buffer + r * dim, 0, (size_t)dim * sizeof(float));
+        }
+    }
+}
 
 /* Gradient of each per-sample weight: out[j] += <table row of id j, grad[b, col:col+dim]>
  * over every segment reading id j (a feature read by two tables gets both), SUM pooling.

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -23,8 +24,10 @@ from shardrec_embedding._native.loader import native_library
 
 __all__ = [
     "MAX_DIM",
+    "GradLease",
     "native_applies",
     "native_available",
+    "native_clear_stale",
     "native_pooled_into",
     "native_pooled_lookup",
     "native_scatter",
@@ -220,12 +223,15 @@ def native_scatter(
     *,
     alpha: float = 1.0,
     cols: Sequence[int] | None = None,
+    stamps: Sequence[Tensor] | None = None,
+    stamp: int = 0,
 ) -> None:
     """`targets[t][id] += alpha * scale * grad[b, segment columns]` for every id of every bag.
 
     targets: per table `(R_t, D_t)` contiguous fp32 (dense gradients, or the weights
     themselves for SGD with `alpha = -lr`). grad: `(B, total_dim)` fp32. Other arguments as
-    `pooled_lookup`.
+    `pooled_lookup`. stamps: per table `(R_t,)` uint8 row marks: a row whose mark is not
+    `stamp` (1..255) is zeroed on its first touch and marked (see `GradWorkspace.stamped`).
     """
     batch = grad.shape[0]
     if batch == 0 or not tables:
@@ -234,6 +240,10 @@ def native_scatter(
     assert (grad.shape[1] == width or cols is not None) and grad.stride(1) == 1
     _check_layout(values, offsets, keys, batch)
     ptrs = (_PTR * len(tables))(*(targets[t].data_ptr() for t in tables))
+    marks = None
+    if stamps is not None:
+        assert 0 < stamp < 256 and all(m.dtype is torch.uint8 for m in stamps)
+        marks = (_PTR * len(tables))(*(stamps[t].data_ptr() for t in tables))
     values, kernel = _index_kernel(values, "sr_pooled_scatter")
     kernel(
         segs,
@@ -246,6 +256,22 @@ def native_scatter(
         _PTR(grad.data_ptr()),
         _I64(grad.stride(0)),
         ctypes.c_float(alpha),
+        marks,
+        ctypes.c_int(stamp),
+        ctypes.c_int(torch.get_num_threads()),
+    )
+
+
+def native_clear_stale(buffer: Tensor, marks: Tensor, stamp: int) -> None:
+    """Zero every row of `buffer` `(R, D)` fp32 whose uint8 mark is neither 0 nor `stamp`,
+    and clear its mark: what a stamped `native_scatter` with `stamp` did not write."""
+    assert buffer.is_contiguous() and marks.is_contiguous() and marks.numel() == buffer.shape[0]
+    _lib().sr_grad_clear_stale(
+        _PTR(buffer.data_ptr()),
+        _PTR(marks.data_ptr()),
+        _I64(buffer.shape[0]),
+        _I64(buffer.shape[1]),
+        ctypes.c_int(stamp),
         ctypes.c_int(torch.get_num_threads()),
     )
 
@@ -434,8 +460,22 @@ pooled_lookup.register_autograd(_backward, setup_context=_setup_context)
 
 # ---- eager training path (reuses gradient buffers) ----------------------------------------
 
-GradBuffers = Callable[[], list[Tensor]]
-"""Returns zeroed `(R_t, D_t)` fp32 gradient buffers, one per table (see `GradWorkspace`)."""
+
+class GradLease(NamedTuple):
+    """Dense gradient buffers for one backward (see `GradWorkspace.stamped`).
+
+    grads: per table `(R_t, D_t)` fp32. stamps: None when `grads` are zeroed; else per table
+    `(R_t,)` uint8 row marks for a stamped scatter with `stamp`, after which `finish()` must
+    run (it zeroes the rows an earlier pass left and records the buffers' state)."""
+
+    grads: list[Tensor]
+    stamps: list[Tensor] | None
+    stamp: int
+    finish: Callable[[], None]
+
+
+GradBuffers = Callable[[], GradLease]
+"""Returns the gradient buffers of one backward, one per table (see `GradLease`)."""
 
 
 class _EagerLookup(torch.autograd.Function):
@@ -471,11 +511,25 @@ class _EagerLookup(torch.autograd.Function):
         weight_grads: list[Tensor | None] = [None] * len(shapes)
         if any(needs[4:]):
             if buffers is not None:
-                grads = buffers()
+                lease = buffers()
+                native_scatter(
+                    lease.grads,
+                    values,
+                    offsets,
+                    psw,
+                    grad,
+                    tables,
+                    keys,
+                    means,
+                    stamps=lease.stamps,
+                    stamp=lease.stamp,
+                )
+                lease.finish()
+                weight_grads = list(lease.grads)
             else:
                 grads = [torch.zeros(r, d, dtype=torch.float32) for r, d in shapes]
-            native_scatter(grads, values, offsets, psw, grad, tables, keys, means)
-            weight_grads = list(grads)
+                native_scatter(grads, values, offsets, psw, grad, tables, keys, means)
+                weight_grads = list(grads)
         psw_grad = None
         if psw is not None and needs[3]:
             psw_grad = _psw_grad(weights, values, offsets, grad, tables, keys).to(psw.dtype)
