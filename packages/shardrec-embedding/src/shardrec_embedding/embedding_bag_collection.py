@@ -266,7 +266,7 @@ class EmbeddingBagCollection(PooledCollectionAPI, TorchScriptable, PackedCollect
             buffer, marks = workspace.stamped(sum(rows), group.dim, stamp)
             leased.append((workspace, buffer, marks))
             for i, view, mark in zip(
-                group.tables, split_rows(buffer, rows), marks.split(rows), strict=True
+                group.tables, split_rows(buffer, rows), marks.split_with_sizes(rows), strict=True
             ):
                 out[i], marks_out[i] = view, mark
 
