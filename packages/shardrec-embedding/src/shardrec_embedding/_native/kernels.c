@@ -17,6 +17,9 @@
 #include <stdint.h>
 #include <string.h>
 #include <omp.h>
+#ifdef __AVX__
+#include <immintrin.h>
+#endif
 
 typedef struct {
     const float *table; /* (rows, dim) row-major */
@@ -129,6 +132,19 @@ SR_DEFINE_FORWARD(sr_pooled_forward_i32, int32_t)
  * a row whose byte is not `stamp` is zeroed on its first touch here and its byte set to
  * `stamp`, so a reused gradient buffer needs no full zero beforehand: the arithmetic of every
  * row is exactly zero-then-accumulate, as with a zeroed buffer (see sr_grad_clear_stale). */
+#ifndef SR_SCATTER_AHEAD
+#define SR_SCATTER_AHEAD 16
+#endif
+#ifndef SR_SCATTER_LOCALITY
+#define SR_SCATTER_LOCALITY 3
+#endif
+static inline void sr_prefetch_write(const float *row, int64_t dim) {
+    const char *p = (const char *)row;
+    for (int64_t byte = 0; byte < dim * (int64_t)sizeof(float); byte += 64) {
+        __builtin_prefetch(p + byte, 1, SR_SCATTER_LOCALITY);
+    }
+}
+
 #define SR_DEFINE_SCATTER(NAME, IDX)                                                           \
     void NAME(const sr_segment *segs, float *const *targets, int64_t num_segments,            \
               int64_t batch, const IDX *values, const int64_t *offsets, const float *psw,      \
@@ -144,6 +160,7 @@ SR_DEFINE_FORWARD(sr_pooled_forward_i32, int32_t)
                 float *target = targets[s];                                                    \
                 uint8_t *marks = stamps ? stamps[s] : NULL;                                    \
                 const int64_t *offs = offsets + sg->key * batch;                               \
+                const int64_t lim = offs[batch];                                               \
                 for (int64_t b = 0; b < batch; b++) {                                          \
                     int64_t start = offs[b], end = offs[b + 1];                                \
                     if (end <= start) continue;                                                \
@@ -151,14 +168,22 @@ SR_DEFINE_FORWARD(sr_pooled_forward_i32, int32_t)
                     const float bag_scale =                                                    \
                         sg->mean ? alpha / (float)(end - start) : alpha;                       \
                     for (int64_t j = start; j < end; j++) {                                    \
+                        if (j + SR_SCATTER_AHEAD < lim) {                                      \
+                            uint64_t ahead = (uint64_t)(int64_t)values[j + SR_SCATTER_AHEAD];  \
+                            if (ahead % nt == me && ahead < (uint64_t)rows)                    \
+                                sr_prefetch_write(target + ahead * dim, dim);                  \
+                        }                                                                      \
                         uint64_t id = (uint64_t)(int64_t)values[j];                            \
                         if (id % nt != me || id >= (uint64_t)rows) continue;                   \
                         float *dst = target + id * dim;                                        \
-                        if (marks && marks[id] != (uint8_t)stamp) {                            \
-                            marks[id] = (uint8_t)stamp;                                        \
-                            memset(dst, 0, (size_t)dim * sizeof(float));                       \
-                        }                                                                      \
                         const float sc = psw ? bag_scale * psw[j] : bag_scale;                 \
+                        if (marks && marks[id] != (uint8_t)stamp) {                            \
+                            /* first touch: exactly 0.0f + sc * g, the zeroed row's sum */     \
+                            marks[id] = (uint8_t)stamp;                                        \
+                            _Pragma("omp simd")                                                \
+                            for (int64_t d = 0; d < dim; d++) dst[d] = 0.0f + sc * g[d];       \
+                            continue;                                                          \
+                        }                                                                      \
                         _Pragma("omp simd")                                                    \
                         for (int64_t d = 0; d < dim; d++) dst[d] += sc * g[d];                 \
                     }                                                                          \
@@ -176,12 +201,26 @@ SR_DEFINE_SCATTER(sr_pooled_scatter_i32, int32_t)
  * `stamp` hold this scatter's sums. buffer: (rows, dim) fp32, marks: (rows,). */
 void sr_grad_clear_stale(float *buffer, uint8_t *marks, int64_t rows, int64_t dim, int stamp,
                          int num_threads) {
-#pragma omp parallel for schedule(static) num_threads(num_threads)
-    for (int64_t r = 0; r < rows; r++) {
-        if (marks[r] != 0 && marks[r] != (uint8_t)stamp) {
-            marks[r] = 0;
-            memset(buffer + r * dim, 0, (size_t)dim * sizeof(float));
+#pragma omp parallel num_threads(num_threads)
+    {
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; r++) {
+            if (marks[r] != 0 && marks[r] != (uint8_t)stamp) {
+                marks[r] = 0;
+                float *row = buffer + r * dim;
+#ifdef __AVX__
+                if (dim % 8 == 0 && ((uintptr_t)row & 31) == 0) {
+                    const __m256 zero = _mm256_setzero_ps();
+                    for (int64_t d = 0; d < dim; d += 8) _mm256_stream_ps(row + d, zero);
+                    continue;
+                }
+#endif
+                memset(row, 0, (size_t)dim * sizeof(float));
+            }
         }
+#ifdef __AVX__
+        _mm_sfence();
+#endif
     }
 }
 
