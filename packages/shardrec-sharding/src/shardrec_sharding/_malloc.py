@@ -96,5 +96,6 @@ def huge_pages(tensor: torch.Tensor) -> bool:
         return False
     madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     madvise.restype = ctypes.c_int
-    took = madvise(first, length, _MADV_HUGEPAGE) == 0
-    return took and madvise(first, length, _MADV_COLLAPSE) == 0
+    took: bool = madvise(first, length, _MADV_HUGEPAGE) == 0
+    collapsed: bool = took and madvise(first, length, _MADV_COLLAPSE) == 0
+    return collapsed
