@@ -42,15 +42,27 @@ class RowBucketizer:
         starts: list[int] = []
         dest: list[int] = []
         bases: list[int] = []
+        # per segment (block rows, index of its first shard) when its table's blocks are
+        # `[k * block, (k + 1) * block)` (the last one may be shorter): shard = id // block
+        blocks: list[tuple[int, int]] = []
         base = 0
         for s in segments:
             t = table_of[s.table]
             bases.append(base)
-            for shard in sorted((x for x in t.shards if x.rows > 0), key=lambda x: x.row_offset):
+            held = sorted((x for x in t.shards if x.rows > 0), key=lambda x: x.row_offset)
+            block = held[0].rows if held else 0
+            if held and all(
+                x.row_offset == k * block
+                and (x.rows == block or (k == len(held) - 1 and x.rows < block))
+                for k, x in enumerate(held)
+            ):
+                blocks.append((block, len(starts)))
+            for shard in held:
                 starts.append(base + shard.row_offset)
                 dest.append(shard.rank)
             base += t.config.num_embeddings
         self._bases = bases
+        self._blocks = blocks if len(blocks) == len(segments) else None
         self._starts = torch.tensor(starts, dtype=torch.int64, device=env.device)
         self._dest = torch.tensor(dest, dtype=torch.int64, device=env.device)
 
@@ -69,10 +81,13 @@ class RowBucketizer:
         segs = [values[offset_per_key[k] : offset_per_key[k + 1]] for k in keys]
         lengths = features.lengths().view(len(features.keys()), batch)
         lengths = lengths[self._key_tensors.get(keys, values.device)]
-        ids = shift_ids(segs, self._bases)
-        shard = torch.bucketize(ids, self._starts, right=True) - 1
-        dest = self._dest[shard]
-        local_ids = (ids - self._starts[shard]).to(values.dtype)
+        if self._blocks is not None:
+            shard, local_ids = _divide(segs, self._blocks)
+        else:
+            ids = shift_ids(segs, self._bases)
+            shard = torch.bucketize(ids, self._starts, right=True) - 1
+            local_ids = (ids - self._starts.index_select(0, shard)).to(values.dtype)
+        dest = self._dest.index_select(0, shard)
         bag_lengths = lengths.reshape(-1).long()
         place: Tensor | None = None
         order: Tensor | None = None
@@ -143,6 +158,24 @@ def _partition(dest: Tensor, bag_lengths: Tensor, world: int) -> tuple[Tensor, T
         place.add_(mine * (running[1:] + (before - 1)))
         before = before + running[n]
     return torch.cat(counts), place
+
+
+def _divide(segs: Sequence[Tensor], blocks: Sequence[tuple[int, int]]) -> tuple[Tensor, Tensor]:
+    """`(shard, local id)` of every id of `segs` (concatenated) whose table has uniform blocks
+    (`blocks[j]`: block rows, index of segment j's first shard): a division and a remainder per
+    segment instead of a binary search over every shard start."""
+    total = sum(int(x.numel()) for x in segs)
+    like = segs[0] if segs else torch.empty(0, dtype=torch.int64)
+    shard = torch.empty(total, dtype=torch.int64, device=like.device)
+    local = torch.empty(total, dtype=like.dtype, device=like.device)
+    start = 0
+    for seg, (block, first) in zip(segs, blocks, strict=True):
+        end = start + int(seg.numel())
+        torch.floor_divide(seg, block, out=shard[start:end])
+        shard[start:end] += first
+        torch.remainder(seg, block, out=local[start:end])
+        start = end
+    return shard, local
 
 
 def _sort(dest: Tensor, bag_lengths: Tensor, world: int) -> tuple[Tensor, Tensor]:
