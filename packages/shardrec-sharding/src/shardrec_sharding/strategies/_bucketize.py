@@ -150,12 +150,14 @@ def _partition(dest: Tensor, bag_lengths: Tensor, world: int) -> tuple[Tensor, T
     place = torch.zeros(n, dtype=torch.int64, device=device)
     before = torch.zeros((), dtype=torch.int64, device=device)
     running = torch.zeros(n + 1, dtype=torch.int64, device=device)
+    mine = torch.empty(n, dtype=torch.int64, device=device)  # 0 / 1: int64 arithmetic
+    ends, begins = bounds[1:], bounds[:-1]
     counts = []
     for d in range(world):
-        mine = dest == d
+        torch.eq(dest, d, out=mine)
         torch.cumsum(mine, 0, out=running[1:])  # ids among the first i going to rank d
-        counts.append(running[bounds[1:]] - running[bounds[:-1]])
-        place.add_(mine * (running[1:] + (before - 1)))
+        counts.append(running.index_select(0, ends) - running.index_select(0, begins))
+        place.addcmul_(mine, running[1:] + (before - 1))
         before = before + running[n]
     return torch.cat(counts), place
 
