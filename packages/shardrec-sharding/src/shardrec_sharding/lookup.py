@@ -174,7 +174,9 @@ class LocalLookup:
                 else:
                     module = BatchedFusedEmbeddingBag(specs, optimizer, device=device)
                     # rows are gathered and updated at random: 2 MB pages, fewer TLB misses
-                    _malloc.huge_pages(module.packed_weight())
+                    # (the weight, and optimizer state of the weight's size: Adagrad, Adam)
+                    for big in (module.packed_weight(), *module.optimizer_state().values()):
+                        _malloc.huge_pages(big)
             position = {tables[i].local.name: k for k, i in enumerate(members)}
             segs = [
                 j
