@@ -15,11 +15,8 @@ Applied once, at the import of `shardrec_sharding`, only with glibc; `SHARDREC_M
 in the environment leaves glibc's settings alone (docs/design/sharding-buffer-reuse.md says why
 this rather than buffers kept across steps).
 
-`huge_pages(t)` backs a large, long-lived tensor (a rank's packed fused table) with 2 MB
-transparent huge pages (Linux `madvise`: `MADV_HUGEPAGE`, then `MADV_COLLAPSE` for pages already
-written): a step gathers and updates rows at random over hundreds of MB, and with 4 KB pages
-nearly every row costs a TLB miss. Same switch (`SHARDREC_MALLOC_TUNING=0` leaves memory alone);
-a kernel without THP, or one that refuses, leaves the 4 KB pages (no error).
+`huge_pages(t)` (from `shardrec_embedding.memory`, where packed tables are allocated) backs a
+large, long-lived tensor with 2 MB transparent huge pages; the same switch turns it off.
 """
 
 from __future__ import annotations
@@ -28,11 +25,10 @@ import ctypes
 import os
 import platform
 
-import torch
+from shardrec_embedding.memory import ENV_VAR, huge_pages
 
 __all__ = ["ENV_VAR", "huge_pages", "tune"]
 
-ENV_VAR = "SHARDREC_MALLOC_TUNING"
 
 # mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD = -1
@@ -46,14 +42,6 @@ _SETTINGS = (
 )
 
 _applied: bool | None = None
-
-# madvise advice (linux/mman.h)
-_MADV_HUGEPAGE = 14
-_MADV_COLLAPSE = 25
-_HUGE = 2 << 20
-# Only tensors at least this large: below glibc's mmap threshold (32 MB, set above) a block
-# lives in the heap, whose mapping other allocations share.
-HUGE_PAGES_MIN_BYTES = 32 << 20
 
 
 def tune() -> bool:
@@ -74,28 +62,3 @@ def tune() -> bool:
     mallopt.restype = ctypes.c_int
     _applied = all(mallopt(param, value) == 1 for param, value in _SETTINGS)
     return _applied
-
-
-def huge_pages(tensor: torch.Tensor) -> bool:
-    """Advise 2 MB pages for the whole 2 MB-aligned part of `tensor`'s memory (CPU, contiguous,
-    at least `HUGE_PAGES_MIN_BYTES`), collapsing pages already written; whether the kernel took
-    both pieces of advice. Values are untouched (only the page size changes)."""
-    if os.environ.get(ENV_VAR, "1").strip() == "0" or platform.system() != "Linux":
-        return False
-    nbytes = tensor.numel() * tensor.element_size()
-    if tensor.device.type != "cpu" or not tensor.is_contiguous() or nbytes < HUGE_PAGES_MIN_BYTES:
-        return False
-    start = tensor.data_ptr()
-    first = (start + _HUGE - 1) & ~(_HUGE - 1)
-    length = (start + nbytes - first) & ~(_HUGE - 1)
-    if length <= 0:
-        return False
-    try:
-        madvise = ctypes.CDLL(None, use_errno=True).madvise
-    except (OSError, AttributeError):
-        return False
-    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    madvise.restype = ctypes.c_int
-    took: bool = madvise(first, length, _MADV_HUGEPAGE) == 0
-    collapsed: bool = took and madvise(first, length, _MADV_COLLAPSE) == 0
-    return collapsed

@@ -39,7 +39,6 @@ from shardrec_embedding.fused import (
     segment_lookup_unsupported,
 )
 from shardrec_optim import FusedOptimSpec
-from shardrec_sharding import _malloc
 from shardrec_sharding._index_cache import IndexCache
 from shardrec_sharding.layout import LocalTable
 from shardrec_tiered import TieredFusedEmbeddingBag, TieredOptions
@@ -172,11 +171,8 @@ class LocalLookup:
                     tiers = {t.local.name: t.tier for t in chosen if t.tier is not None}
                     module = TieredFusedEmbeddingBag(specs, optimizer, tiers)
                 else:
+                    # weight and optimizer state on 2 MB pages (shardrec_embedding.memory)
                     module = BatchedFusedEmbeddingBag(specs, optimizer, device=device)
-                    # rows are gathered and updated at random: 2 MB pages, fewer TLB misses
-                    # (the weight, and optimizer state of the weight's size: Adagrad, Adam)
-                    for big in (module.packed_weight(), *module.optimizer_state().values()):
-                        _malloc.huge_pages(big)
             position = {tables[i].local.name: k for k, i in enumerate(members)}
             segs = [
                 j
