@@ -28,6 +28,7 @@ from collections.abc import Sequence
 import torch
 
 from shardrec_embedding.configs import PoolingType
+from shardrec_embedding.memory import huge_pages
 from shardrec_embedding.triton import ops as triton_ops
 
 __all__ = [
@@ -61,6 +62,7 @@ def allocate_packed(
     Wrap each view in `nn.Parameter` (which shares storage) to get packed table weights.
     """
     buffer = torch.empty(sum(row_counts), dim, dtype=dtype, device=device)
+    huge_pages(buffer)  # rows are read and updated at random: 2 MB pages (memory.py)
     return split_rows(buffer, row_counts)
 
 

@@ -14,6 +14,9 @@ The cost: a process keeps up to about 1 GB of freed heap it could have returned 
 Applied once, at the import of `shardrec_sharding`, only with glibc; `SHARDREC_MALLOC_TUNING=0`
 in the environment leaves glibc's settings alone (docs/design/sharding-buffer-reuse.md says why
 this rather than buffers kept across steps).
+
+`huge_pages(t)` (from `shardrec_embedding.memory`, where packed tables are allocated) backs a
+large, long-lived tensor with 2 MB transparent huge pages; the same switch turns it off.
 """
 
 from __future__ import annotations
@@ -22,9 +25,10 @@ import ctypes
 import os
 import platform
 
-__all__ = ["ENV_VAR", "tune"]
+from shardrec_embedding.memory import ENV_VAR, huge_pages
 
-ENV_VAR = "SHARDREC_MALLOC_TUNING"
+__all__ = ["ENV_VAR", "huge_pages", "tune"]
+
 
 # mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD = -1

@@ -171,6 +171,7 @@ class LocalLookup:
                     tiers = {t.local.name: t.tier for t in chosen if t.tier is not None}
                     module = TieredFusedEmbeddingBag(specs, optimizer, tiers)
                 else:
+                    # weight and optimizer state on 2 MB pages (shardrec_embedding.memory)
                     module = BatchedFusedEmbeddingBag(specs, optimizer, device=device)
             position = {tables[i].local.name: k for k, i in enumerate(members)}
             segs = [

@@ -28,6 +28,7 @@ from shardrec_embedding.batched_lookup import (
 from shardrec_embedding.configs import EmbeddingBagConfig, PoolingType
 from shardrec_embedding.fused.lookup import FusedLookupFunction
 from shardrec_embedding.fused.tables import FusedTableSpec
+from shardrec_embedding.memory import huge_pages
 from shardrec_optim import FusedEmbeddingOptimizer, FusedOptimSpec, init_state
 
 OptimizerArg = FusedOptimSpec | Mapping[str, object]
@@ -103,6 +104,7 @@ class BatchedFusedEmbeddingBag(nn.Module):
         state = init_state(self.spec.optimizer, self.num_rows, self.dim, device=device)
         self._state_names = list(state)
         for name, tensor in state.items():
+            huge_pages(tensor)  # updated at the rows of the weight's (memory.py)
             self.register_buffer(f"_{name}", tensor, persistent=False)
         self.register_buffer(
             "_step", torch.zeros(1, dtype=torch.int64, device=device), persistent=False

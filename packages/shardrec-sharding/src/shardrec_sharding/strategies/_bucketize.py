@@ -42,23 +42,36 @@ class RowBucketizer:
         starts: list[int] = []
         dest: list[int] = []
         bases: list[int] = []
+        # per segment (block rows, index of its first shard) when its table's blocks are
+        # `[k * block, (k + 1) * block)` (the last one may be shorter): shard = id // block
+        blocks: list[tuple[int, int]] = []
         base = 0
         for s in segments:
             t = table_of[s.table]
             bases.append(base)
-            for shard in sorted((x for x in t.shards if x.rows > 0), key=lambda x: x.row_offset):
+            held = sorted((x for x in t.shards if x.rows > 0), key=lambda x: x.row_offset)
+            block = held[0].rows if held else 0
+            if held and all(
+                x.row_offset == k * block
+                and (x.rows == block or (k == len(held) - 1 and x.rows < block))
+                for k, x in enumerate(held)
+            ):
+                blocks.append((block, len(starts)))
+            for shard in held:
                 starts.append(base + shard.row_offset)
                 dest.append(shard.rank)
             base += t.config.num_embeddings
         self._bases = bases
+        self._blocks = blocks if len(blocks) == len(segments) else None
         self._starts = torch.tensor(starts, dtype=torch.int64, device=env.device)
         self._dest = torch.tensor(dest, dtype=torch.int64, device=env.device)
 
     def __call__(
-        self, features: KeyedJaggedTensor, feature_pos: Mapping[str, int]
-    ) -> tuple[list[KeyedJaggedTensor], Tensor]:
+        self, features: KeyedJaggedTensor, feature_pos: Mapping[str, int], with_order: bool = True
+    ) -> tuple[list[KeyedJaggedTensor], Tensor | None]:
         """Per destination rank, the KJT of its ids (shifted to its block); and `order`, the
-        permutation of the segment-major ids (`cat` of each segment's ids) into sent order."""
+        permutation of the segment-major ids (`cat` of each segment's ids) into sent order
+        (None unless `with_order`)."""
         world = self.world
         batch = features.stride()
         num_segments = len(self.segments)
@@ -68,34 +81,40 @@ class RowBucketizer:
         segs = [values[offset_per_key[k] : offset_per_key[k + 1]] for k in keys]
         lengths = features.lengths().view(len(features.keys()), batch)
         lengths = lengths[self._key_tensors.get(keys, values.device)]
-        ids = shift_ids(segs, self._bases)
-        shard = torch.bucketize(ids, self._starts, right=True) - 1
-        dest = self._dest[shard]
-        local_ids = (ids - self._starts[shard]).to(values.dtype)
-        bag = torch.repeat_interleave(
-            torch.arange(num_segments * batch, device=ids.device),
-            lengths.reshape(-1).long(),
-            output_size=ids.numel(),
-        )
-        # Sorting by destination only keeps each destination's ids in (segment, bag) order.
-        # index_add_ into a buffer of known size, not bincount: CUDA's bincount reads the
-        # largest key on the host to size its output (a hidden sync).
-        counts = torch.zeros(world * num_segments * batch, dtype=torch.int64, device=ids.device)
-        counts.index_add_(0, dest * (num_segments * batch) + bag, torch.ones_like(dest))
+        if self._blocks is not None:
+            shard, local_ids = _divide(segs, self._blocks)
+        else:
+            ids = shift_ids(segs, self._bases)
+            shard = torch.bucketize(ids, self._starts, right=True) - 1
+            local_ids = (ids - self._starts.index_select(0, shard)).to(values.dtype)
+        dest = self._dest.index_select(0, shard)
+        bag_lengths = lengths.reshape(-1).long()
+        place: Tensor | None = None
+        order: Tensor | None = None
+        if world <= _PARTITION_MAX_WORLD:
+            counts, place = _partition(dest, bag_lengths, world)
+        else:
+            counts, order = _sort(dest, bag_lengths, world)
+
+        def sent_order(x: Tensor) -> Tensor:
+            if place is not None:
+                return _scatter(x, place)
+            assert order is not None
+            return x.index_select(0, order)
+
         counts = counts.view(world, num_segments * batch)
-        order = torch.sort(dest, stable=True).indices
         # One host read gives every destination's ids per key (the KJTs' `length_per_key`, which
         # the all-to-all header needs) and their totals: one sync instead of one per rank.
         per_key: list[list[int]] = counts.view(world, num_segments, batch).sum(2).tolist()
         sizes = [sum(row) for row in per_key]
-        sent_values = torch.split(local_ids[order], sizes)
+        sent_values = torch.split(sent_order(local_ids), sizes)
         weights = features.weights_or_none()
         sent_weights: Sequence[Tensor | None] = [None] * world
         if weights is not None:
             seg_weights = torch.cat(
                 [weights[offset_per_key[k] : offset_per_key[k + 1]] for k in keys]
             )
-            sent_weights = torch.split(seg_weights[order], sizes)
+            sent_weights = torch.split(sent_order(seg_weights), sizes)
         lengths_dtype = features.lengths().dtype
         per_rank = [
             KeyedJaggedTensor(
@@ -108,4 +127,73 @@ class RowBucketizer:
             )
             for d in range(world)
         ]
-        return per_rank, order
+        if with_order and order is None:
+            assert place is not None
+            order = _scatter(torch.arange(place.numel(), device=place.device), place)
+        return per_rank, order if with_order else None
+
+
+# Up to this many ranks the ids are partitioned by destination with per-rank running counts
+# (`_partition`); above, by a stable sort (`_sort`), whose cost does not grow with the world.
+_PARTITION_MAX_WORLD = 4
+
+
+def _partition(dest: Tensor, bag_lengths: Tensor, world: int) -> tuple[Tensor, Tensor]:
+    """`(counts, place)`: `counts` as `_sort` returns it, and `place[i]`, where the i-th
+    segment-major id goes in the sent order, without a sort: the ids of the destinations before
+    its own plus the ids of its destination before it (a running count per destination).
+    """
+    n = dest.numel()
+    device = dest.device
+    bounds = torch.zeros(bag_lengths.numel() + 1, dtype=torch.int64, device=device)
+    torch.cumsum(bag_lengths, 0, out=bounds[1:])
+    place = torch.zeros(n, dtype=torch.int64, device=device)
+    before = torch.zeros((), dtype=torch.int64, device=device)
+    running = torch.zeros(n + 1, dtype=torch.int64, device=device)
+    mine = torch.empty(n, dtype=torch.int64, device=device)  # 0 / 1: int64 arithmetic
+    ends, begins = bounds[1:], bounds[:-1]
+    counts = []
+    for d in range(world):
+        torch.eq(dest, d, out=mine)
+        torch.cumsum(mine, 0, out=running[1:])  # ids among the first i going to rank d
+        counts.append(running.index_select(0, ends) - running.index_select(0, begins))
+        place.addcmul_(mine, running[1:] + (before - 1))
+        before = before + running[n]
+    return torch.cat(counts), place
+
+
+def _divide(segs: Sequence[Tensor], blocks: Sequence[tuple[int, int]]) -> tuple[Tensor, Tensor]:
+    """`(shard, local id)` of every id of `segs` (concatenated) whose table has uniform blocks
+    (`blocks[j]`: block rows, index of segment j's first shard): a division and a remainder per
+    segment instead of a binary search over every shard start."""
+    total = sum(int(x.numel()) for x in segs)
+    like = segs[0] if segs else torch.empty(0, dtype=torch.int64)
+    shard = torch.empty(total, dtype=torch.int64, device=like.device)
+    local = torch.empty(total, dtype=like.dtype, device=like.device)
+    start = 0
+    for seg, (block, first) in zip(segs, blocks, strict=True):
+        end = start + int(seg.numel())
+        torch.floor_divide(seg, block, out=shard[start:end])
+        shard[start:end] += first
+        torch.remainder(seg, block, out=local[start:end])
+        start = end
+    return shard, local
+
+
+def _sort(dest: Tensor, bag_lengths: Tensor, world: int) -> tuple[Tensor, Tensor]:
+    """`(counts, order)`: per (destination, bag) id counts, destination-major, and the stable
+    sort of the ids by destination (each destination's ids stay in (segment, bag) order)."""
+    bags = bag_lengths.numel()
+    bag = torch.repeat_interleave(
+        torch.arange(bags, device=dest.device), bag_lengths, output_size=dest.numel()
+    )
+    # index_add_ into a buffer of known size, not bincount: CUDA's bincount reads the
+    # largest key on the host to size its output (a hidden sync).
+    counts = torch.zeros(world * bags, dtype=torch.int64, device=dest.device)
+    counts.index_add_(0, dest * bags + bag, torch.ones_like(dest))
+    return counts, torch.sort(dest, stable=True).indices
+
+
+def _scatter(values: Tensor, place: Tensor) -> Tensor:
+    """`out[place[i]] = values[i]` (`place` a permutation)."""
+    return torch.empty_like(values).index_copy_(0, place, values)

@@ -55,7 +55,7 @@ class RowBlockSharding:
     def input_dist(self, batch: LocalBatch) -> Awaitable[DistInput]:
         features, error, feature_pos = batch.features, batch.error, batch.feature_pos
         if error is None:
-            per_rank, _ = self._bucketize(features, feature_pos)
+            per_rank, _ = self._bucketize(features, feature_pos, with_order=False)
         else:
             # Ids may be out of range: send nothing; the header carries the error to every rank.
             per_rank = [empty_kjt(self._keys, features)] * self.env.world_size
