@@ -55,6 +55,7 @@ class RowCache:
         state: dict[str, Tensor],
         policy: CachePolicy,
         slot_map: SlotMap | None = None,
+        pin_lock: threading.Lock | None = None,
     ) -> None:
         self.store = store
         self.table = store.layout.table
@@ -71,7 +72,7 @@ class RowCache:
         self.dirty = torch.zeros(self.slots, dtype=torch.bool)
         self.score = torch.full((self.slots,), -1, dtype=torch.int64)
         self._tick = 0
-        self._pin_lock = threading.Lock()
+        self._pin_lock = pin_lock if pin_lock is not None else threading.Lock()
         self._columns_key: tuple[int, ...] | None = None
         self._ready_key: tuple[object, ...] | None = None
         self._ready = False

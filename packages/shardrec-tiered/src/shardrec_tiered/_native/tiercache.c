@@ -151,3 +151,171 @@ void sr_cache_install(const int64_t *ids, int64_t n, int64_t *slots, const int64
         if (pins != NULL) pins[slots[i]] += 1;
     }
 }
+
+/* One call for a batch over all of a lookup's tables (shardrec_tiered/table_batch.py).
+ *
+ * `tab` holds TAB_FIELDS + ncols int64 per table: its first group row, its rows, its first
+ * slot in the group, its slots, the addresses of its map / score / pins / held / dirty /
+ * id_of_slot, of its store file mapped into memory (row r at `header + r * stride * 4`), its
+ * policy (1: LFU), then its column blocks' addresses (`widths` shared by the tables).
+ *
+ * sr_cache_admit_tables: `ids` the batch's sorted distinct group rows. First every table's
+ *   plan (as sr_cache_plan; nothing changes), so a refused batch changes nothing: returns
+ *   1 + the first table whose rows outnumber its slots or whose evictable slots are too few
+ *   (the caller then raises that table's error), -2 without memory, -3 for an id
+ *   past the last table. Then per table:
+ *   ticks[t] += 1, the held dirty victims' rows copied into the mapped store, the misses'
+ *   rows copied from it into the victims' slots, the batch's scores (as sr_cache_install,
+ *   no pins). Out: `slots` (each id's slot in its table), `group` (its slot in the group),
+ *   `bounds` (ntab + 1: table t's ids are [bounds[t], bounds[t+1])), `counts_out` (2 per
+ *   table: misses, rows written back). Returns 0. Runs without the GIL (ctypes).
+ * sr_cache_pin_tables: pins[slot] += delta for each id's slot (the caller holds the pin lock).
+ * sr_cache_dirty_tables: dirty[slot] = 1 for each id's slot. */
+enum { T_ROW0, T_ROWS, T_SLOT0, T_SLOTS, T_MAP, T_SCORE, T_PINS, T_HELD, T_DIRTY, T_IDS, T_BASE,
+       T_LFU, TAB_FIELDS };
+
+#define FIELD(t, f) (tab[(t) * nfields + (f)])
+#define PTR(type, t, f) ((type)(intptr_t)FIELD(t, f))
+
+static int64_t plan_one(const int64_t *ids, int64_t n, const int32_t *map, const int64_t *score,
+                        const int32_t *pins, const uint8_t *held, int64_t nslots, int64_t *slots,
+                        int64_t *victims, uint8_t *taken, cand_t *cand) {
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++) {
+        slots[i] = map[ids[i]];
+        k += slots[i] < 0;
+    }
+    if (k == 0) return 0;
+    memset(taken, 0, (size_t)nslots);
+    for (int64_t i = 0; i < n; i++)
+        if (slots[i] >= 0) taken[slots[i]] = 1;
+    int64_t m = 0;
+    for (int64_t s = 0; s < nslots; s++) {
+        if (taken[s] || pins[s] > 0) continue;
+        cand[m].key = held[s] ? score[s] : INT64_MIN;
+        cand[m].slot = s;
+        m++;
+    }
+    if (m < k) return -1;
+    select_k(cand, m, k);
+    for (int64_t j = 0; j < k; j++) victims[j] = cand[j].slot;
+    return k;
+}
+
+int64_t sr_cache_admit_tables(const int64_t *ids, int64_t n, const int64_t *counts,
+                              const int64_t *tab, int64_t ntab, int64_t nfields,
+                              const int64_t *widths, int64_t ncols, int64_t stride,
+                              int64_t header, int64_t *ticks, int64_t *slots, int64_t *group,
+                              int64_t *bounds, int64_t *counts_out) {
+    int64_t most = 0, i = 0;
+    for (int64_t t = 0; t < ntab; t++) {
+        bounds[t] = i;
+        const int64_t end = FIELD(t, T_ROW0) + FIELD(t, T_ROWS);
+        while (i < n && ids[i] < end) i++;
+        if (FIELD(t, T_SLOTS) > most) most = FIELD(t, T_SLOTS);
+    }
+    bounds[ntab] = i;
+    if (i != n) return -3; /* an id past the last table (the caller checked them) */
+    int64_t *victims = malloc(sizeof(int64_t) * (size_t)(n > 0 ? n : 1));
+    int64_t *local = malloc(sizeof(int64_t) * (size_t)(n > 0 ? n : 1));
+    uint8_t *taken = malloc((size_t)(most > 0 ? most : 1));
+    cand_t *cand = malloc(sizeof(cand_t) * (size_t)(most > 0 ? most : 1));
+    int64_t status = 0;
+    if (victims == NULL || local == NULL || taken == NULL || cand == NULL) {
+        status = -2;
+        goto done;
+    }
+    for (int64_t t = 0; t < ntab; t++) {
+        const int64_t a = bounds[t], b = bounds[t + 1];
+        counts_out[2 * t] = counts_out[2 * t + 1] = 0;
+        if (a == b) continue;
+        const int64_t nslots = FIELD(t, T_SLOTS);
+        if (b - a > nslots || ids[a] < FIELD(t, T_ROW0)) {
+            status = 1 + t;
+            goto done;
+        }
+        for (int64_t j = a; j < b; j++) local[j] = ids[j] - FIELD(t, T_ROW0);
+        const int64_t k = plan_one(local + a, b - a, PTR(const int32_t *, t, T_MAP),
+                                   PTR(const int64_t *, t, T_SCORE), PTR(const int32_t *, t, T_PINS),
+                                   PTR(const uint8_t *, t, T_HELD), nslots, slots + a,
+                                   victims + a, taken, cand);
+        if (k < 0) {
+            status = 1 + t;
+            goto done;
+        }
+        counts_out[2 * t] = k;
+    }
+    const size_t row_bytes = sizeof(float) * (size_t)stride;
+    for (int64_t t = 0; t < ntab; t++) {
+        const int64_t a = bounds[t], b = bounds[t + 1];
+        if (a == b) continue;
+        ticks[t] += 1;
+        const int64_t k = counts_out[2 * t];
+        int32_t *map = PTR(int32_t *, t, T_MAP);
+        int64_t *score = PTR(int64_t *, t, T_SCORE);
+        uint8_t *held = PTR(uint8_t *, t, T_HELD), *dirty = PTR(uint8_t *, t, T_DIRTY);
+        int64_t *id_of_slot = PTR(int64_t *, t, T_IDS);
+        char *base = PTR(char *, t, T_BASE) + header;
+        float *const *cols = (float *const *)&tab[t * nfields + TAB_FIELDS];
+        int64_t written = 0;
+        for (int64_t j = a; j < a + k; j++) {  /* write back, then forget, the victims */
+            const int64_t v = victims[j];
+            if (!held[v]) continue;
+            if (dirty[v]) {
+                float *dst = (float *)(base + (size_t)id_of_slot[v] * row_bytes);
+                for (int64_t c = 0; c < ncols; c++) {
+                    memcpy(dst, cols[c] + v * widths[c], sizeof(float) * (size_t)widths[c]);
+                    dst += widths[c];
+                }
+                written++;
+            }
+            map[id_of_slot[v]] = -1;
+            dirty[v] = 0;
+        }
+        counts_out[2 * t + 1] = written;
+        int64_t j = a;
+        for (int64_t r = a; r < b && j < a + k; r++) {  /* the misses' rows into the victims */
+            if (slots[r] >= 0) continue;
+            const int64_t v = victims[j++];
+            dirty[v] = 0;
+            const float *src = (const float *)(base + (size_t)local[r] * row_bytes);
+            for (int64_t c = 0; c < ncols; c++) {
+                memcpy(cols[c] + v * widths[c], src, sizeof(float) * (size_t)widths[c]);
+                src += widths[c];
+            }
+            id_of_slot[v] = local[r];
+            held[v] = 1;
+            map[local[r]] = (int32_t)v;
+            score[v] = 0;
+            slots[r] = v;
+        }
+        const int64_t lfu = FIELD(t, T_LFU), slot0 = FIELD(t, T_SLOT0);
+        for (int64_t r = a; r < b; r++) {
+            if (lfu) score[slots[r]] += counts != NULL ? counts[r] : 1;
+            else score[slots[r]] = ticks[t];
+            group[r] = slots[r] + slot0;
+        }
+    }
+done:
+    free(victims);
+    free(local);
+    free(taken);
+    free(cand);
+    return status;
+}
+
+void sr_cache_pin_tables(const int64_t *slots, const int64_t *bounds, const int64_t *tab,
+                         int64_t ntab, int64_t nfields, int64_t delta) {
+    for (int64_t t = 0; t < ntab; t++) {
+        int32_t *pins = PTR(int32_t *, t, T_PINS);
+        for (int64_t r = bounds[t]; r < bounds[t + 1]; r++) pins[slots[r]] += (int32_t)delta;
+    }
+}
+
+void sr_cache_dirty_tables(const int64_t *slots, const int64_t *bounds, const int64_t *tab,
+                           int64_t ntab, int64_t nfields) {
+    for (int64_t t = 0; t < ntab; t++) {
+        uint8_t *dirty = PTR(uint8_t *, t, T_DIRTY);
+        for (int64_t r = bounds[t]; r < bounds[t + 1]; r++) dirty[slots[r]] = 1;
+    }
+}
