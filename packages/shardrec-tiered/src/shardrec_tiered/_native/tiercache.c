@@ -174,6 +174,20 @@ void sr_cache_install(const int64_t *ids, int64_t n, int64_t *slots, const int64
 enum { T_ROW0, T_ROWS, T_SLOT0, T_SLOTS, T_MAP, T_SCORE, T_PINS, T_HELD, T_DIRTY, T_IDS, T_BASE,
        T_LFU, TAB_FIELDS };
 
+#define AHEAD 8 /* rows fetched ahead of the copies (random rows: memory latency bound) */
+
+static inline void touch(const void *p, size_t bytes, int write) {
+    const char *c = (const char *)p;
+    for (size_t o = 0; o < bytes; o += 64) {
+        if (write) __builtin_prefetch(c + o, 1);
+        else __builtin_prefetch(c + o, 0);
+    }
+    if (bytes > 0 && ((uintptr_t)(c + bytes - 1) >> 6) != ((uintptr_t)(c + ((bytes - 1) & ~(size_t)63)) >> 6)) {
+        if (write) __builtin_prefetch(c + bytes - 1, 1);
+        else __builtin_prefetch(c + bytes - 1, 0);
+    }
+}
+
 #define FIELD(t, f) (tab[(t) * nfields + (f)])
 #define PTR(type, t, f) ((type)(intptr_t)FIELD(t, f))
 
@@ -218,10 +232,11 @@ int64_t sr_cache_admit_tables(const int64_t *ids, int64_t n, const int64_t *coun
     if (i != n) return -3; /* an id past the last table (the caller checked them) */
     int64_t *victims = malloc(sizeof(int64_t) * (size_t)(n > 0 ? n : 1));
     int64_t *local = malloc(sizeof(int64_t) * (size_t)(n > 0 ? n : 1));
+    int64_t *miss = malloc(sizeof(int64_t) * (size_t)(n > 0 ? n : 1));
     uint8_t *taken = malloc((size_t)(most > 0 ? most : 1));
     cand_t *cand = malloc(sizeof(cand_t) * (size_t)(most > 0 ? most : 1));
     int64_t status = 0;
-    if (victims == NULL || local == NULL || taken == NULL || cand == NULL) {
+    if (victims == NULL || local == NULL || miss == NULL || taken == NULL || cand == NULL) {
         status = -2;
         goto done;
     }
@@ -259,6 +274,14 @@ int64_t sr_cache_admit_tables(const int64_t *ids, int64_t n, const int64_t *coun
         float *const *cols = (float *const *)&tab[t * nfields + TAB_FIELDS];
         int64_t written = 0;
         for (int64_t j = a; j < a + k; j++) {  /* write back, then forget, the victims */
+            if (j + AHEAD < a + k) {  /* rows at random places: fetch a few ahead */
+                const int64_t w = victims[j + AHEAD];
+                if (held[w] && dirty[w]) {
+                    touch(base + (size_t)id_of_slot[w] * row_bytes, row_bytes, 1);
+                    for (int64_t c = 0; c < ncols; c++)
+                        touch(cols[c] + w * widths[c], sizeof(float) * (size_t)widths[c], 0);
+                }
+            }
             const int64_t v = victims[j];
             if (!held[v]) continue;
             if (dirty[v]) {
@@ -274,9 +297,16 @@ int64_t sr_cache_admit_tables(const int64_t *ids, int64_t n, const int64_t *coun
         }
         counts_out[2 * t + 1] = written;
         int64_t j = a;
-        for (int64_t r = a; r < b && j < a + k; r++) {  /* the misses' rows into the victims */
-            if (slots[r] >= 0) continue;
-            const int64_t v = victims[j++];
+        for (int64_t r = a; r < b && j < a + k; r++)  /* the misses, in order */
+            if (slots[r] < 0) miss[j++] = r;
+        for (j = a; j < a + k; j++) {  /* the misses' rows into the victims */
+            if (j + AHEAD < a + k) {
+                const int64_t w = victims[j + AHEAD];
+                touch(base + (size_t)local[miss[j + AHEAD]] * row_bytes, row_bytes, 0);
+                for (int64_t c = 0; c < ncols; c++)
+                    touch(cols[c] + w * widths[c], sizeof(float) * (size_t)widths[c], 1);
+            }
+            const int64_t r = miss[j], v = victims[j];
             dirty[v] = 0;
             const float *src = (const float *)(base + (size_t)local[r] * row_bytes);
             for (int64_t c = 0; c < ncols; c++) {
@@ -299,6 +329,7 @@ int64_t sr_cache_admit_tables(const int64_t *ids, int64_t n, const int64_t *coun
 done:
     free(victims);
     free(local);
+    free(miss);
     free(taken);
     free(cand);
     return status;
