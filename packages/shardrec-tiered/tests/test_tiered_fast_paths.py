@@ -7,6 +7,7 @@ every step."""
 
 from __future__ import annotations
 
+import ctypes
 import pathlib
 import threading
 
@@ -15,6 +16,7 @@ import pytest
 import torch
 
 import shardrec_tiered.cache as cache_module
+import shardrec_tiered.native_cache as native_cache_module
 import shardrec_tiered.store as store_module
 import shardrec_tiered.table_batch as table_batch_module
 from shardrec_embedding.fused import BatchedFusedEmbeddingBag, FusedTableSpec
@@ -292,3 +294,38 @@ def test_stores_beyond_the_map_budget_use_positioned_io(
 def test_mapped_option_is_checked() -> None:
     with pytest.raises(ValueError, match=r"TieredOptions\.mapped must be True, False or None"):
         TieredOptions(mapped="yes")  # type: ignore[arg-type]  # the refusal under test
+
+
+@pytest.mark.parametrize("spread", [3, 5000, 2**62], ids=["narrow", "bucketed", "wide"])
+def test_native_victims_are_the_lowest_scores(spread: int) -> None:
+    """The native victim choice (key buckets, then a selection in one bucket) takes the k
+    evictable slots of lowest (score, slot), empty slots first, as a full sort would."""
+    lib = native_cache_module.native_cache()
+    if lib is None:
+        pytest.skip("native code unavailable")
+    g = seeded_generator("tiered-victims", spread)
+    nslots, n = 3000, 700
+    score = torch.randint(0, spread, (nslots,), generator=g, dtype=torch.int64)
+    held = (torch.rand(nslots, generator=g) > 0.02).to(torch.uint8)
+    pins = (torch.rand(nslots, generator=g) > 0.9).to(torch.int32)
+    slot_map = torch.full((5000,), -1, dtype=torch.int32)
+    hit_ids = torch.randperm(5000, generator=g)[:200]
+    hit_slots = torch.randperm(nslots, generator=g)[:200].to(torch.int32)
+    slot_map[hit_ids] = hit_slots
+    held[hit_slots.long()] = 1
+    ids = torch.cat([hit_ids, torch.randperm(5000, generator=g)[: n - 200]]).unique()
+    slots = torch.empty(ids.numel(), dtype=torch.int64)
+    victims = torch.empty(ids.numel(), dtype=torch.int64)
+    evictable = ctypes.c_int64(0)
+    k = lib.sr_cache_plan(
+        ids.data_ptr(), ids.numel(), slot_map.data_ptr(), score.data_ptr(), pins.data_ptr(),
+        held.data_ptr(), nslots, slots.data_ptr(), victims.data_ptr(), ctypes.byref(evictable),
+    )  # fmt: skip
+    assert k == int((slot_map[ids] < 0).sum()) > 0
+    free = (pins == 0).clone()
+    free[slot_map[ids][slot_map[ids] >= 0].long()] = False
+    candidates = torch.nonzero(free).flatten()
+    key = torch.where(held[candidates].bool(), score[candidates], torch.iinfo(torch.int64).min)
+    order = sorted(zip(key.tolist(), candidates.tolist(), strict=True))
+    assert sorted(victims[:k].tolist()) == sorted(s for _, s in order[:k])
+    assert evictable.value == candidates.numel()

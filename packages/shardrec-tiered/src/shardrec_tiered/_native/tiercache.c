@@ -23,6 +23,8 @@ typedef struct {
     int64_t slot;
 } cand_t;
 
+#define BUCKETS 1024 /* victim choice: key buckets (smallest_k) */
+
 static void select_k(cand_t *a, int64_t n, int64_t k) {
     /* Quickselect: the k smallest keys (ties by slot) in a[0, k). */
     int64_t lo = 0, hi = n - 1;
@@ -46,42 +48,24 @@ static void select_k(cand_t *a, int64_t n, int64_t k) {
     }
 }
 
+static int64_t plan_one(const int64_t *ids, int64_t n, const int32_t *map, const int64_t *score,
+                        const int32_t *pins, const uint8_t *held, int64_t nslots, int64_t *slots,
+                        int64_t *victims, uint8_t *taken, cand_t *cand, int32_t *hist,
+                        int64_t *evictable);
+
 int64_t sr_cache_plan(const int64_t *ids, int64_t n, const int32_t *map, const int64_t *score,
                       const int32_t *pins, const uint8_t *held, int64_t nslots, int64_t *slots,
                       int64_t *victims, int64_t *evictable) {
-    int64_t k = 0;
-    for (int64_t i = 0; i < n; i++) {
-        slots[i] = map[ids[i]];
-        k += slots[i] < 0;
-    }
-    *evictable = 0;
-    if (k == 0) return 0;
-    uint8_t *taken = calloc((size_t)nslots, 1);
-    cand_t *cand = malloc(sizeof(cand_t) * (size_t)nslots);
-    if (taken == NULL || cand == NULL) {
-        free(taken);
-        free(cand);
-        return -2;
-    }
-    for (int64_t i = 0; i < n; i++)
-        if (slots[i] >= 0) taken[slots[i]] = 1;
-    int64_t m = 0;
-    for (int64_t s = 0; s < nslots; s++) {
-        if (taken[s] || pins[s] > 0) continue;
-        cand[m].key = held[s] ? score[s] : INT64_MIN;
-        cand[m].slot = s;
-        m++;
-    }
-    *evictable = m;
-    if (m < k) {
-        free(taken);
-        free(cand);
-        return -1;
-    }
-    select_k(cand, m, k);
-    for (int64_t j = 0; j < k; j++) victims[j] = cand[j].slot;
+    uint8_t *taken = malloc((size_t)(nslots > 0 ? nslots : 1));
+    cand_t *cand = malloc(sizeof(cand_t) * (size_t)(nslots > 0 ? nslots : 1));
+    int32_t *hist = malloc(sizeof(int32_t) * BUCKETS);
+    int64_t k = -2;
+    if (taken != NULL && cand != NULL && hist != NULL)
+        k = plan_one(ids, n, map, score, pins, held, nslots, slots, victims, taken, cand, hist,
+                     evictable);
     free(taken);
     free(cand);
+    free(hist);
     return k;
 }
 
@@ -191,14 +175,45 @@ static inline void touch(const void *p, size_t bytes, int write) {
 #define FIELD(t, f) (tab[(t) * nfields + (f)])
 #define PTR(type, t, f) ((type)(intptr_t)FIELD(t, f))
 
+static void smallest_k(cand_t *cand, int64_t m, int64_t k, int64_t *victims, int32_t *hist) {
+    /* The k smallest (key, slot) of cand[0, m) (in slot order) into victims, as select_k
+     * would choose them: keys bucketed (empty slots, INT64_MIN, in a bucket of their own),
+     * every bucket below the k-th candidate's taken whole, the rest chosen in its bucket. */
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
+    for (int64_t i = 0; i < m; i++) {
+        if (cand[i].key == INT64_MIN) continue;
+        if (cand[i].key < lo) lo = cand[i].key;
+        if (cand[i].key > hi) hi = cand[i].key;
+    }
+    int shift = 0;
+    if (hi >= lo)
+        while ((((uint64_t)hi - (uint64_t)lo) >> shift) >= BUCKETS - 1) shift++;
+    memset(hist, 0, sizeof(int32_t) * BUCKETS);
+#define BUCKET(key) ((key) == INT64_MIN ? 0 : 1 + (int64_t)(((uint64_t)(key) - (uint64_t)lo) >> shift))
+    for (int64_t i = 0; i < m; i++) hist[BUCKET(cand[i].key)]++;
+    int64_t below = 0, t = 0;
+    while (below + hist[t] < k) below += hist[t++];
+    int64_t out = 0, rest = 0;
+    for (int64_t i = 0; i < m; i++) {
+        const int64_t b = BUCKET(cand[i].key);
+        if (b < t) victims[out++] = cand[i].slot;
+        else if (b == t) cand[rest++] = cand[i]; /* rest <= i: compacts in place */
+    }
+#undef BUCKET
+    select_k(cand, rest, k - below);
+    for (int64_t j = 0; j < k - below; j++) victims[out++] = cand[j].slot;
+}
+
 static int64_t plan_one(const int64_t *ids, int64_t n, const int32_t *map, const int64_t *score,
                         const int32_t *pins, const uint8_t *held, int64_t nslots, int64_t *slots,
-                        int64_t *victims, uint8_t *taken, cand_t *cand) {
+                        int64_t *victims, uint8_t *taken, cand_t *cand, int32_t *hist,
+                        int64_t *evictable) {
     int64_t k = 0;
     for (int64_t i = 0; i < n; i++) {
         slots[i] = map[ids[i]];
         k += slots[i] < 0;
     }
+    *evictable = 0;
     if (k == 0) return 0;
     memset(taken, 0, (size_t)nslots);
     for (int64_t i = 0; i < n; i++)
@@ -210,9 +225,9 @@ static int64_t plan_one(const int64_t *ids, int64_t n, const int32_t *map, const
         cand[m].slot = s;
         m++;
     }
+    *evictable = m;
     if (m < k) return -1;
-    select_k(cand, m, k);
-    for (int64_t j = 0; j < k; j++) victims[j] = cand[j].slot;
+    smallest_k(cand, m, k, victims, hist);
     return k;
 }
 
@@ -221,7 +236,7 @@ int64_t sr_cache_admit_tables(const int64_t *ids, int64_t n, const int64_t *coun
                               const int64_t *widths, int64_t ncols, int64_t stride,
                               int64_t header, int64_t *ticks, int64_t *slots, int64_t *group,
                               int64_t *bounds, int64_t *counts_out) {
-    int64_t most = 0, i = 0;
+    int64_t most = 0, i = 0, evictable = 0;
     for (int64_t t = 0; t < ntab; t++) {
         bounds[t] = i;
         const int64_t end = FIELD(t, T_ROW0) + FIELD(t, T_ROWS);
@@ -235,8 +250,10 @@ int64_t sr_cache_admit_tables(const int64_t *ids, int64_t n, const int64_t *coun
     int64_t *miss = malloc(sizeof(int64_t) * (size_t)(n > 0 ? n : 1));
     uint8_t *taken = malloc((size_t)(most > 0 ? most : 1));
     cand_t *cand = malloc(sizeof(cand_t) * (size_t)(most > 0 ? most : 1));
+    int32_t *hist = malloc(sizeof(int32_t) * BUCKETS);
     int64_t status = 0;
-    if (victims == NULL || local == NULL || miss == NULL || taken == NULL || cand == NULL) {
+    if (victims == NULL || local == NULL || miss == NULL || taken == NULL || cand == NULL ||
+        hist == NULL) {
         status = -2;
         goto done;
     }
@@ -253,7 +270,7 @@ int64_t sr_cache_admit_tables(const int64_t *ids, int64_t n, const int64_t *coun
         const int64_t k = plan_one(local + a, b - a, PTR(const int32_t *, t, T_MAP),
                                    PTR(const int64_t *, t, T_SCORE), PTR(const int32_t *, t, T_PINS),
                                    PTR(const uint8_t *, t, T_HELD), nslots, slots + a,
-                                   victims + a, taken, cand);
+                                   victims + a, taken, cand, hist, &evictable);
         if (k < 0) {
             status = 1 + t;
             goto done;
@@ -332,6 +349,7 @@ done:
     free(miss);
     free(taken);
     free(cand);
+    free(hist);
     return status;
 }
 
