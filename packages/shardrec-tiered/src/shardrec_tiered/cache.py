@@ -15,7 +15,8 @@ misses take the slots of lowest score that are neither pinned nor hit by this ba
 dense ids on the CPU (a `DenseSlotMap`, float32 rows) does the same bookkeeping in native code
 (native_cache.py: three C calls around the store's write-back and read instead of some thirty
 tensor operations); ties among victims of equal score may then fall on other slots, which
-changes no value.
+changes no value. A lookup whose caches all run natively over mapped stores admits a batch for
+all its tables in one C call instead (table_batch.py), with the same victims.
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ forward: the batch's distinct ids are admitted (missing rows read from the store
 ids become slots, and `FusedLookupFunction` looks up and, in backward, updates the cache rows
 with the same fused kernels (`pooled_update`) an in-memory table uses; a hook on the output's
 backward node releases the pins. `prefetch(ids)` admits and pins a batch ahead of its forward.
+Where every table qualifies (native caches, mapped stores) a batch is admitted for all tables
+in one native call (`TableBatch`, table_batch.py), else table by table.
 """
 
 from __future__ import annotations
