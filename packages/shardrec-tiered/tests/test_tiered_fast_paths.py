@@ -1,11 +1,13 @@
 """The tiered lookup's fast paths give the values of its reference paths: the native admission
-of a dense-id cache (native_cache.py) against the torch one, a mapped store against positioned
+of all tables in one call (table_batch.py) against the per-table native one, that against the
+torch one, a mapped store against positioned
 I/O, and a forward that reuses its prefetch's slots against one that admits its rows itself;
 each trains exactly as the same tables in memory, with a cache of two batches that evicts on
 every step."""
 
 from __future__ import annotations
 
+import ctypes
 import pathlib
 import threading
 
@@ -14,7 +16,9 @@ import pytest
 import torch
 
 import shardrec_tiered.cache as cache_module
+import shardrec_tiered.native_cache as native_cache_module
 import shardrec_tiered.store as store_module
+import shardrec_tiered.table_batch as table_batch_module
 from shardrec_embedding.fused import BatchedFusedEmbeddingBag, FusedTableSpec
 from shardrec_optim import EmbOptimType, FusedOptimSpec
 from shardrec_testing import seeded_generator
@@ -109,6 +113,7 @@ def test_fast_and_reference_paths_train_as_in_memory(
     tiered = TieredFusedEmbeddingBag(specs(), SPEC, options)
     if native:
         assert all(c._native_ready() for c in tiered.caches)
+    assert (tiered._batch._table() is not None) == (native and mapped), "all tables in one call"
     assert [c.store.mapped for c in tiered.caches] == [mapped] * 2  # type: ignore[attr-defined]
     train(tiered, prefetch=True)
     stats = tiered.stats()
@@ -116,6 +121,95 @@ def test_fast_and_reference_paths_train_as_in_memory(
     assert tiered.load_seconds == 0.0, "a forward admitted rows its prefetch had loaded"
     for cache in tiered.caches:
         assert_bookkeeping(cache)
+    assert_equals_reference(tiered)
+
+
+@pytest.mark.parametrize("policy", [CachePolicy.LRU, CachePolicy.LFU])
+def test_per_table_native_admission_trains_as_in_memory(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, policy: CachePolicy
+) -> None:
+    """The per-table native path (three calls a table), which the one-call path replaces
+    where every table qualifies, still trains exactly (a lookup with an unmapped store)."""
+    monkeypatch.setattr(table_batch_module.TableBatch, "admit", lambda *a, **k: None)
+    options = TieredOptions(store_dir=str(tmp_path), cache_rows=cache_rows(), policy=policy)
+    tiered = TieredFusedEmbeddingBag(specs(), SPEC, options)
+    train(tiered, prefetch=True)
+    assert all(s["bytes_written"] > 0 for s in tiered.stats().values()), "never evicted"
+    for cache in tiered.caches:
+        assert_bookkeeping(cache)
+    assert_equals_reference(tiered)
+
+
+def test_one_call_admission_counts_as_per_table(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hits, misses, bytes read and written, and every cache's bookkeeping tensors (scores,
+    pins, dirty marks, slots) match the per-table native path's after the same training (no
+    background prefetch: its pins, released by a concurrent backward, may steer victims)."""
+    options = TieredOptions(store_dir=str(tmp_path / "one"), cache_rows=cache_rows())
+    one = TieredFusedEmbeddingBag(specs(), SPEC, options)
+    train(one, prefetch=False)
+    with monkeypatch.context() as m:
+        m.setattr(table_batch_module.TableBatch, "admit", lambda *a, **k: None)
+        options = TieredOptions(store_dir=str(tmp_path / "per"), cache_rows=cache_rows())
+        per = TieredFusedEmbeddingBag(specs(), SPEC, options)
+        train(per, prefetch=False)
+    assert one.stats().keys() == per.stats().keys()
+    for a, b in zip(one.caches, per.caches, strict=True):
+        assert (a.hits, a.misses, a._tick) == (b.hits, b.misses, b._tick)
+        assert (a.store.bytes_read, a.store.bytes_written) == (
+            b.store.bytes_read,
+            b.store.bytes_written,
+        )
+        held = torch.nonzero(a.held).flatten()
+        assert torch.equal(
+            torch.sort(a.id_of_slot[held]).values, torch.sort(b.id_of_slot[b.held]).values
+        )
+        assert int(a.pins.sum()) == int(b.pins.sum()) == 0
+        assert int(a.dirty.sum()) == int(b.dirty.sum())
+
+
+def test_one_call_refusal_changes_no_table(tmp_path: pathlib.Path) -> None:
+    """A batch that a later table refuses loads nothing into an earlier one (every plan stands
+    before anything changes) and raises that table's error."""
+    tiered = TieredFusedEmbeddingBag(
+        specs(), SPEC, TieredOptions(store_dir=str(tmp_path), cache_rows=4)
+    )
+    assert tiered._batch._table() is not None
+    b0 = ROWS["a"]
+    tiered.prefetch(torch.tensor([b0, b0 + 1, b0 + 2]))
+    a = tiered.caches[0]
+    before = (a.held.clone(), a.score.clone(), a.hits, a.misses, a.store.bytes_read)
+    with pytest.raises(CacheFullError, match=r"'b': 2 rows to load but only 1 of 4 .*\(3 pinned"):
+        tiered.prefetch(torch.tensor([5, b0 + 5, b0 + 6]))
+    assert torch.equal(a.held, before[0]) and torch.equal(a.score, before[1])
+    assert (a.hits, a.misses, a.store.bytes_read) == before[2:]
+    assert int(a.pins.sum()) == 0 and int(tiered.caches[1].pins.sum()) == 3
+    with pytest.raises(ValueError, match=r"'a': a batch touches 5 distinct rows but the cache"):
+        tiered.prefetch(torch.arange(5))
+    assert int(a.held.sum()) == 0
+
+
+def test_a_replaced_native_copy_sends_rows_through_the_store(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store whose native copy is replaced (a test injecting a disk failure on the Python
+    path) is read and written through `read` / `write`: the one-call path steps aside."""
+    calls: list[bool] = []
+    real = store_module.native_rows_io
+
+    def recording(*args: object, **kwargs: object) -> bool:
+        calls.append(bool(kwargs["write"]))
+        return real(*args, **kwargs)  # type: ignore[arg-type]  # passed through as given
+
+    tiered = TieredFusedEmbeddingBag(
+        specs(), SPEC, TieredOptions(store_dir=str(tmp_path), cache_rows=cache_rows())
+    )
+    assert tiered._batch._table() is not None
+    monkeypatch.setattr(store_module, "native_rows_io", recording)
+    assert tiered._batch._table() is None
+    train(tiered, prefetch=True)
+    assert True in calls and False in calls, "write-backs and reads went through the store"
     assert_equals_reference(tiered)
 
 
@@ -200,3 +294,38 @@ def test_stores_beyond_the_map_budget_use_positioned_io(
 def test_mapped_option_is_checked() -> None:
     with pytest.raises(ValueError, match=r"TieredOptions\.mapped must be True, False or None"):
         TieredOptions(mapped="yes")  # type: ignore[arg-type]  # the refusal under test
+
+
+@pytest.mark.parametrize("spread", [3, 5000, 2**62], ids=["narrow", "bucketed", "wide"])
+def test_native_victims_are_the_lowest_scores(spread: int) -> None:
+    """The native victim choice (key buckets, then a selection in one bucket) takes the k
+    evictable slots of lowest (score, slot), empty slots first, as a full sort would."""
+    lib = native_cache_module.native_cache()
+    if lib is None:
+        pytest.skip("native code unavailable")
+    g = seeded_generator("tiered-victims", spread)
+    nslots, n = 3000, 700
+    score = torch.randint(0, spread, (nslots,), generator=g, dtype=torch.int64)
+    held = (torch.rand(nslots, generator=g) > 0.02).to(torch.uint8)
+    pins = (torch.rand(nslots, generator=g) > 0.9).to(torch.int32)
+    slot_map = torch.full((5000,), -1, dtype=torch.int32)
+    hit_ids = torch.randperm(5000, generator=g)[:200]
+    hit_slots = torch.randperm(nslots, generator=g)[:200].to(torch.int32)
+    slot_map[hit_ids] = hit_slots
+    held[hit_slots.long()] = 1
+    ids = torch.cat([hit_ids, torch.randperm(5000, generator=g)[: n - 200]]).unique()
+    slots = torch.empty(ids.numel(), dtype=torch.int64)
+    victims = torch.empty(ids.numel(), dtype=torch.int64)
+    evictable = ctypes.c_int64(0)
+    k = lib.sr_cache_plan(
+        ids.data_ptr(), ids.numel(), slot_map.data_ptr(), score.data_ptr(), pins.data_ptr(),
+        held.data_ptr(), nslots, slots.data_ptr(), victims.data_ptr(), ctypes.byref(evictable),
+    )  # fmt: skip
+    assert k == int((slot_map[ids] < 0).sum()) > 0
+    free = (pins == 0).clone()
+    free[slot_map[ids][slot_map[ids] >= 0].long()] = False
+    candidates = torch.nonzero(free).flatten()
+    key = torch.where(held[candidates].bool(), score[candidates], torch.iinfo(torch.int64).min)
+    order = sorted(zip(key.tolist(), candidates.tolist(), strict=True))
+    assert sorted(victims[:k].tolist()) == sorted(s for _, s in order[:k])
+    assert evictable.value == candidates.numel()

@@ -15,7 +15,8 @@ misses take the slots of lowest score that are neither pinned nor hit by this ba
 dense ids on the CPU (a `DenseSlotMap`, float32 rows) does the same bookkeeping in native code
 (native_cache.py: three C calls around the store's write-back and read instead of some thirty
 tensor operations); ties among victims of equal score may then fall on other slots, which
-changes no value.
+changes no value. A lookup whose caches all run natively over mapped stores admits a batch for
+all its tables in one C call instead (table_batch.py), with the same victims.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class RowCache:
         state: dict[str, Tensor],
         policy: CachePolicy,
         slot_map: SlotMap | None = None,
+        pin_lock: threading.Lock | None = None,
     ) -> None:
         self.store = store
         self.table = store.layout.table
@@ -71,7 +73,7 @@ class RowCache:
         self.dirty = torch.zeros(self.slots, dtype=torch.bool)
         self.score = torch.full((self.slots,), -1, dtype=torch.int64)
         self._tick = 0
-        self._pin_lock = threading.Lock()
+        self._pin_lock = pin_lock if pin_lock is not None else threading.Lock()
         self._columns_key: tuple[int, ...] | None = None
         self._ready_key: tuple[object, ...] | None = None
         self._ready = False

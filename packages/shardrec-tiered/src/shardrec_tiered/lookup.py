@@ -13,6 +13,8 @@ forward: the batch's distinct ids are admitted (missing rows read from the store
 ids become slots, and `FusedLookupFunction` looks up and, in backward, updates the cache rows
 with the same fused kernels (`pooled_update`) an in-memory table uses; a hook on the output's
 backward node releases the pins. `prefetch(ids)` admits and pins a batch ahead of its forward.
+Where every table qualifies (native caches, mapped stores) a batch is admitted for all tables
+in one native call (`TableBatch`, table_batch.py), else table by table.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from shardrec_tiered.layout import StoreLayout
 from shardrec_tiered.options import TieredOptions
 from shardrec_tiered.row_store import RowStore
 from shardrec_tiered.store import FlatFileStore
+from shardrec_tiered.table_batch import BatchPins, TableBatch
 
 __all__ = ["TieredFusedEmbeddingBag", "TieredTable"]
 
@@ -47,7 +50,8 @@ INIT_CHUNK_BYTES = 64 << 20
 """Rows are initialized and written to the store in chunks of this size. A table of at most one
 chunk is initialized whole, exactly as an in-memory table with the same seed."""
 
-_Pins = list[tuple[RowCache, Tensor]]
+_Pins = list[tuple[RowCache, Tensor]] | BatchPins
+"""The pins a batch holds: per table (cache, slots), or all tables' at once (`TableBatch`)."""
 
 
 class _Prefetched:
@@ -181,14 +185,22 @@ class TieredFusedEmbeddingBag(nn.Module):
             for name, shape in state_shapes(self.spec.optimizer, 1, self.dim).items()
         )
         self.caches: list[RowCache] = []
+        pin_lock = threading.Lock()  # one for all the caches: a batch pins all in one call
         for t, lo, n in zip(specs, self.slot_offsets, slots, strict=True):
             opts = per_table[t.name]
             layout = StoreLayout(table=t.name, num_rows=t.num_rows, dim=self.dim, state=widths)
             store = self._open_store(t, layout, opts)
             cache_state = {k: v[lo : lo + n] for k, v in self.cache_state().items()}
             self.caches.append(
-                RowCache(store, self.cache_weight.detach()[lo : lo + n], cache_state, opts.policy)
+                RowCache(
+                    store,
+                    self.cache_weight.detach()[lo : lo + n],
+                    cache_state,
+                    opts.policy,
+                    pin_lock=pin_lock,
+                )
             )
+        self._batch = TableBatch(self.caches, self.row_offsets, self.slot_offsets, pin_lock)
         self.tables = nn.ModuleDict({t.name: TieredTable(self, i) for i, t in enumerate(specs)})
         self._optimizer = TieredFusedOptimizer(self, self.spec)
         self.step = 0
@@ -281,9 +293,13 @@ class TieredFusedEmbeddingBag(nn.Module):
     def _admit(self, ids: Tensor, *, pin: bool, count: bool = True) -> tuple[Tensor, _Pins]:
         """Slot of each group row in `ids` (loading misses), and the pins taken."""
         unique, inverse, counts = torch.unique(ids, return_inverse=True, return_counts=True)
+        batched = self._batch.admit(unique, counts, pin=pin, count=count)
+        if batched is not None:
+            group, batch_pins = batched
+            return group[inverse], batch_pins if batch_pins is not None else []
         bounds = torch.searchsorted(unique, self._row_bounds).tolist()
         slot_of_unique = torch.empty_like(unique)
-        pins: _Pins = []
+        pins: list[tuple[RowCache, Tensor]] = []
         try:
             for i, cache in enumerate(self.caches):
                 a, b = bounds[i], bounds[i + 1]
@@ -368,8 +384,7 @@ class TieredFusedEmbeddingBag(nn.Module):
             # become this forward's (released by its backward).
             slots, pins = prefetched.slots, prefetched.pins
             if train:
-                for cache, s in pins:
-                    cache.mark_dirty(s)
+                _mark_dirty(pins)
             else:
                 _release(pins)
                 pins = []
@@ -377,8 +392,7 @@ class TieredFusedEmbeddingBag(nn.Module):
             start = time.perf_counter()
             with self._lock:
                 slots, pins = self._admit(ids, pin=train, count=prefetched is None)
-                for cache, s in pins:
-                    cache.mark_dirty(s)
+                _mark_dirty(pins)
             self.load_seconds += time.perf_counter() - start
             if prefetched is not None:
                 _release(prefetched.pins)
@@ -414,6 +428,7 @@ class TieredFusedEmbeddingBag(nn.Module):
             hi = lo + cache.slots
             cache.weight = self.cache_weight.detach()[lo:hi]
             cache.state = {k: v[lo:hi] for k, v in state.items()}
+        self._batch.invalidate()
         return result
 
     def release_pins(self) -> None:
@@ -497,8 +512,19 @@ def _single_threaded() -> None:
 
 
 def _release(pins: _Pins) -> None:
+    if isinstance(pins, BatchPins):
+        pins.release()
+        return
     for cache, slots in pins:
         cache.unpin(slots)
+
+
+def _mark_dirty(pins: _Pins) -> None:
+    if isinstance(pins, BatchPins):
+        pins.mark_dirty()
+        return
+    for cache, slots in pins:
+        cache.mark_dirty(slots)
 
 
 def _initialize(store: FlatFileStore, spec: FusedTableSpec) -> None:

@@ -7,7 +7,9 @@ in-memory step. Here the same bookkeeping runs in three C calls over the cache's
 (plan: slots and victims; pack: the dirty victims' rows for the write-back; install: the read
 rows into the victims' slots, scores); the store's I/O stays in Python between them, so its
 errors are reported as before and a failed write-back or read leaves the cache unchanged.
-Built on first use like the store's I/O (`SHARDREC_NATIVE=0` turns it off).
+A lookup whose tables all qualify and whose stores are mapped admits a batch for all its
+tables in one call instead (`sr_cache_admit_tables`, table_batch.py). Built on first use like
+the store's I/O (`SHARDREC_NATIVE=0` turns it off).
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ _PTR = ctypes.c_void_p
 
 @functools.cache
 def native_cache() -> ctypes.CDLL | None:
-    """The C functions (`sr_cache_plan`, `sr_cache_pack`, `sr_cache_install`), or None."""
+    """The C functions (`sr_cache_plan`, `sr_cache_pack`, `sr_cache_install`, and the
+    all-tables `sr_cache_admit_tables`, `sr_cache_pin_tables`, `sr_cache_dirty_tables`), or
+    None."""
     lib = native_library_at(Path(__file__).with_name("_native") / "tiercache.c")
     if lib is None:
         return None
@@ -39,4 +43,13 @@ def native_cache() -> ctypes.CDLL | None:
         *(_PTR, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _PTR, _PTR),
     )
     lib.sr_cache_install.restype = None
+    lib.sr_cache_admit_tables.argtypes = (
+        *(_PTR, _I64, _PTR, _PTR, _I64, _I64, _PTR, _I64, _I64, _I64),
+        *(_PTR, _PTR, _PTR, _PTR, _PTR),
+    )
+    lib.sr_cache_admit_tables.restype = _I64
+    lib.sr_cache_pin_tables.argtypes = (_PTR, _PTR, _PTR, _I64, _I64, _I64)
+    lib.sr_cache_pin_tables.restype = None
+    lib.sr_cache_dirty_tables.argtypes = (_PTR, _PTR, _PTR, _I64, _I64)
+    lib.sr_cache_dirty_tables.restype = None
     return lib

@@ -40,6 +40,8 @@ from shardrec_tiered.layout import (
 )
 from shardrec_tiered.native_io import native_map, native_rows_io, native_unmap
 
+_native_rows_io = native_rows_io
+
 __all__ = ["MAP_BUDGET_FRACTION", "FlatFileStore", "StoreIOError", "StoreSpaceError", "store_file"]
 
 _MIN_RUNS_PER_THREAD = 64
@@ -292,6 +294,16 @@ class FlatFileStore:
             return
         for f in [self._pool.submit(one, s, n) for s, n in parts]:
             f.result()
+
+    def native_map(self) -> int | None:
+        """The address of the store file mapped into memory when its rows are copied in native
+        code (row `i` at `HEADER_BYTES + i * row_bytes` from it), else None: not mapped, or the
+        native copy replaced (a test injecting a failure on the Python path), so that every
+        row goes through `read` / `write`. A caller copying rows there itself bypasses the
+        byte counters (it adds to `bytes_read` / `bytes_written`)."""
+        if self._map is None or native_rows_io is not _native_rows_io:
+            return None
+        return self._map[0]
 
     @property
     def mapped(self) -> bool:
