@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -71,6 +71,22 @@ class DynamicMove:
         return str(key).endswith(f"{self.container}.{self.table.name}.weight")
 
 
+def dynamic_parts(
+    model: DistributedModelParallel,
+) -> Iterator[tuple[str, str, torch.nn.Module, str, ShardedDynamicTable]]:
+    """Every dynamic table part of `model`: (module path, its table container's name, the
+    sharded module, the table's name, this rank's part)."""
+    for path, module in model.sharded_modules.items():
+        tables = getattr(module, "dynamic_tables", None)
+        if tables is None:
+            continue
+        container = getattr(module, "_prefix", "embedding_bags")
+        for name in tables.tables:
+            part = tables.table(name)
+            assert isinstance(part, ShardedDynamicTable)
+            yield path, container, module, name, part
+
+
 def plan_moves(
     model: DistributedModelParallel,
     meta: Mapping[str, object],
@@ -87,47 +103,40 @@ def plan_moves(
     saved = saved_plan.get("plan", {}) if isinstance(saved_plan, Mapping) else {}
     current = json.loads(model.plan.to_json())["plan"]
     moves: list[DynamicMove] = []
-    for path, module in model.sharded_modules.items():
-        tables = getattr(module, "dynamic_tables", None)
-        if tables is None:
+    for path, container, module, name, part in dynamic_parts(model):
+        if isinstance(part, TieredShardedDynamicTable) and part.column_blocks:
+            # a column-split raw-id tier: its store is loaded per column block
+            # (checkpoint_virtual_columns), the cached rows dropped; refusals come first
+            prefix = f"{_at(path)}dynamic_tables.tables.{name}.tier."
+            check_column_tier(prefix, part, shapes, checkpoint, model.env)
             continue
-        container = getattr(module, "_prefix", "embedding_bags")
-        for name in tables.tables:
-            part = tables.table(name)
-            assert isinstance(part, ShardedDynamicTable)
-            if isinstance(part, TieredShardedDynamicTable) and part.column_blocks:
-                # a column-split raw-id tier: its store is loaded per column block
-                # (checkpoint_virtual_columns), the cached rows dropped; refusals come first
-                prefix = f"{_at(path)}dynamic_tables.tables.{name}.tier."
-                check_column_tier(prefix, part, shapes, checkpoint, model.env)
-                continue
-            key = f"model.{_at(path)}{container}.{name}.weight"
-            shape = shapes.get(key)
-            if key[len("model.") :] in skip:
-                continue
-            if shape is None:
-                continue  # not in the checkpoint: DCP names the missing key
-            capacity, dim = part.table_capacity, int(part.default_row.numel())
-            if shape[1] != dim:
-                raise ValueError(
-                    f"checkpoint {checkpoint!r}: dynamic table {name!r} was saved with "
-                    f"embedding_dim {shape[1]}, the module's is {dim}; build the table with "
-                    f"embedding_dim={shape[1]} to load it"
-                )
-            if shape[0] > capacity and not evict_to_fit:
-                raise ValueError(
-                    f"checkpoint {checkpoint!r}: dynamic table {name!r} was saved with "
-                    f"capacity {shape[0]}, the module has {capacity}; a smaller table cannot "
-                    f"hold every saved id: give it num_embeddings >= {shape[0]}, or load with "
-                    "evict_to_fit=True to keep the ids its eviction policy ranks highest"
-                )
-            same = (
-                shape[0] == capacity
-                and saved.get(path, {}).get(name) == current.get(path, {}).get(name)
-                and meta.get("world_size") == model.env.world_size
+        key = f"model.{_at(path)}{container}.{name}.weight"
+        shape = shapes.get(key)
+        if key[len("model.") :] in skip:
+            continue
+        if shape is None:
+            continue  # not in the checkpoint: DCP names the missing key
+        capacity, dim = part.table_capacity, int(part.default_row.numel())
+        if shape[1] != dim:
+            raise ValueError(
+                f"checkpoint {checkpoint!r}: dynamic table {name!r} was saved with "
+                f"embedding_dim {shape[1]}, the module's is {dim}; build the table with "
+                f"embedding_dim={shape[1]} to load it"
             )
-            if not same:
-                moves.append(DynamicMove(path, container, module, part, shape[0]))
+        if shape[0] > capacity and not evict_to_fit:
+            raise ValueError(
+                f"checkpoint {checkpoint!r}: dynamic table {name!r} was saved with "
+                f"capacity {shape[0]}, the module has {capacity}; a smaller table cannot "
+                f"hold every saved id: give it num_embeddings >= {shape[0]}, or load with "
+                "evict_to_fit=True to keep the ids its eviction policy ranks highest"
+            )
+        same = (
+            shape[0] == capacity
+            and saved.get(path, {}).get(name) == current.get(path, {}).get(name)
+            and meta.get("world_size") == model.env.world_size
+        )
+        if not same:
+            moves.append(DynamicMove(path, container, module, part, shape[0]))
     return moves
 
 

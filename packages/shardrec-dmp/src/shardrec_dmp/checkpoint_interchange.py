@@ -37,12 +37,11 @@ from torch import Tensor
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 
 from shardrec_collectives import ShardingEnv, agree_on_error
-from shardrec_dmp.checkpoint_dynamic import DynamicMove, restore
+from shardrec_dmp.checkpoint_dynamic import DynamicMove, dynamic_parts, restore
 from shardrec_dmp.checkpoint_io import SafeReader
 from shardrec_dmp.checkpoint_tiered import TieredLoadPlanner
 from shardrec_dmp.model_parallel import DistributedModelParallel
 from shardrec_optim import state_shapes
-from shardrec_sharding.dynamic import ShardedDynamicTable
 from shardrec_sharding.virtual_tier import TieredShardedDynamicTable, owns
 from shardrec_tiered.raw_checkpoint import TIER, empty, join_rows, split_rows
 from shardrec_tiered.raw_ids import RawIdRows
@@ -84,55 +83,48 @@ def plan_swaps(
     every rank (a collective), another optimizer or a tier's rows pinned by batches in
     flight."""
     swaps: list[Swap] = []
-    for path, module in model.sharded_modules.items():
-        tables = getattr(module, "dynamic_tables", None)
-        if tables is None:
-            continue
-        container = getattr(module, "_prefix", "embedding_bags")
-        for name in tables.tables:
-            part = tables.table(name)
-            assert isinstance(part, ShardedDynamicTable)
-            move = DynamicMove(path, container, module, part, 0)
-            tier = _tier_keys(shapes, move)
-            weight = shapes.get("model." + move.weight_key)
-            dim = int(part.default_row.numel())
-            if isinstance(part, TieredShardedDynamicTable):
-                if tier or weight is None or part.column_blocks:
-                    continue  # a tier's checkpoint (checkpoint_virtual), none of it, or a
-                    # column-split tier (checkpoint_virtual_columns refuses other kinds)
-                swap = Swap(move, True, (move.weight_key,))
-                saved_dim = weight[1]
-            else:
-                if not tier:
-                    continue
-                if any(k[len(move.map_prefix + TIER) :].startswith("col") for k in tier):
-                    raise ValueError(
-                        f"checkpoint {checkpoint!r}: table {name!r} was saved as a "
-                        "column-split raw-id tier (entries per column block); it loads into "
-                        "the column_wise / table_column_wise tier plan it was saved with, not "
-                        "into an in-memory table"
-                    )
-                ps = model.plan.plan[path][name]
-                split = ps.sharding_type in _COLUMN_SPLIT and len(ps.ranks or ()) > 1
-                swap = Swap(move, False, tuple(tier), column_split=split)
-                row = shapes.get(f"model.{move.map_prefix}default_row")  # (dim,): both kinds
-                saved_dim = dim if row is None else row[0]
-                n = sum(shapes["model." + k][0] for k in tier)
-                if n > part.table_capacity and not evict_to_fit:
-                    raise ValueError(
-                        f"checkpoint {checkpoint!r}: table {name!r} was saved as a raw-id tier "
-                        f"holding {n} ids, the in-memory dynamic table has capacity "
-                        f"{part.table_capacity}; give it num_embeddings >= {n}, or load with "
-                        "evict_to_fit=True to keep as many as fit (the tier saves no policy "
-                        "metadata: every id ties and the largest ids are kept; docs/dynamic.md)"
-                    )
-            if saved_dim != dim:
+    for path, container, module, name, part in dynamic_parts(model):
+        move = DynamicMove(path, container, module, part, 0)
+        tier = _tier_keys(shapes, move)
+        weight = shapes.get("model." + move.weight_key)
+        dim = int(part.default_row.numel())
+        if isinstance(part, TieredShardedDynamicTable):
+            if tier or weight is None or part.column_blocks:
+                continue  # a tier's checkpoint (checkpoint_virtual), none of it, or a
+                # column-split tier (checkpoint_virtual_columns refuses other kinds)
+            swap = Swap(move, True, (move.weight_key,))
+            saved_dim = weight[1]
+        else:
+            if not tier:
+                continue
+            if any(k[len(move.map_prefix + TIER) :].startswith("col") for k in tier):
                 raise ValueError(
-                    f"checkpoint {checkpoint!r}: dynamic table {name!r} was saved with "
-                    f"embedding_dim {saved_dim}, the module's is {dim}; build the table with "
-                    f"embedding_dim={saved_dim} to load it"
+                    f"checkpoint {checkpoint!r}: table {name!r} was saved as a "
+                    "column-split raw-id tier (entries per column block); it loads into "
+                    "the column_wise / table_column_wise tier plan it was saved with, not "
+                    "into an in-memory table"
                 )
-            swaps.append(swap)
+            ps = model.plan.plan[path][name]
+            split = ps.sharding_type in _COLUMN_SPLIT and len(ps.ranks or ()) > 1
+            swap = Swap(move, False, tuple(tier), column_split=split)
+            row = shapes.get(f"model.{move.map_prefix}default_row")  # (dim,): both kinds
+            saved_dim = dim if row is None else row[0]
+            n = sum(shapes["model." + k][0] for k in tier)
+            if n > part.table_capacity and not evict_to_fit:
+                raise ValueError(
+                    f"checkpoint {checkpoint!r}: table {name!r} was saved as a raw-id tier "
+                    f"holding {n} ids, the in-memory dynamic table has capacity "
+                    f"{part.table_capacity}; give it num_embeddings >= {n}, or load with "
+                    "evict_to_fit=True to keep as many as fit (the tier saves no policy "
+                    "metadata: every id ties and the largest ids are kept; docs/dynamic.md)"
+                )
+        if saved_dim != dim:
+            raise ValueError(
+                f"checkpoint {checkpoint!r}: dynamic table {name!r} was saved with "
+                f"embedding_dim {saved_dim}, the module's is {dim}; build the table with "
+                f"embedding_dim={saved_dim} to load it"
+            )
+        swaps.append(swap)
     if swaps:  # the same list on every rank: each agrees, before anything is read
         errors = [e for e in (_refusal(sw, shapes) for sw in swaps) if e is not None]
         agree_on_error(model.env, errors[0] if errors else None)
