@@ -15,11 +15,11 @@ import dataclasses
 
 import pytest
 import torch
-from torch import Tensor, nn
+from _raw_model import RawModel
+from torch import Tensor
 
 from shardrec_collectives import ShardingEnv
 from shardrec_dmp import DistributedModelParallel, load, save
-from shardrec_embedding import DynamicTableConfig, EmbeddingBagCollection, EmbeddingBagConfig
 from shardrec_jagged import KeyedJaggedTensor
 from shardrec_optim import EmbOptimType, FusedOptimSpec
 from shardrec_planner import (
@@ -40,28 +40,6 @@ STEPS = 6
 BAGS = 3
 
 
-class Model(nn.Module):
-    def __init__(self, capacity: int) -> None:
-        super().__init__()
-        self.sparse = EmbeddingBagCollection(
-            [
-                EmbeddingBagConfig(
-                    name="raw",
-                    num_embeddings=capacity,
-                    weight_init_min=-0.25,  # not from num_embeddings (it differs by plan)
-                    weight_init_max=0.25,
-                    embedding_dim=DIM,
-                    feature_names=["f"],
-                    dynamic=DynamicTableConfig(init_seed=5),
-                )
-            ]
-        )
-
-    def forward(self, batch: tuple[KeyedJaggedTensor, Tensor]) -> Tensor:
-        kjt, coefficients = batch
-        return (self.sparse(kjt).values() * coefficients).sum()
-
-
 def batch(rank: int, step: int) -> tuple[KeyedJaggedTensor, Tensor]:
     """Every rank draws from one window of 8 raw ids (the cache: the owner maps all ranks'
     ids at once), moving by 5 a step: rows evicted every step, ids coming back."""
@@ -77,7 +55,7 @@ def wrap(ctx: RankContext, kernel: str, optimizer: str, store: str) -> Distribut
     `<kernel>:row_wise` (a part of 8 rows per rank), or `<kernel>:column_wise` (two column
     blocks: one per rank on 2 ranks, both on rank 0 on 1 rank)."""
     kernel, _, sharding = kernel.partition(":")
-    model = Model(CAPACITY * (2 if sharding == "row_wise" else 1))
+    model = RawModel(CAPACITY * (2 if sharding == "row_wise" else 1), DIM)
     owner = ctx.world_size - 1
     where = {
         "row_wise": row_wise(compute_kernel=kernel),

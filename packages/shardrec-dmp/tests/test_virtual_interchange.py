@@ -23,11 +23,11 @@ import dataclasses
 
 import pytest
 import torch
-from torch import Tensor, nn
+from _raw_model import RawModel
+from torch import Tensor
 
 from shardrec_collectives import ShardingEnv
 from shardrec_dmp import DistributedModelParallel, load, save
-from shardrec_embedding import DynamicTableConfig, EmbeddingBagCollection, EmbeddingBagConfig
 from shardrec_jagged import KeyedJaggedTensor
 from shardrec_optim import EmbOptimType, FusedOptimSpec
 from shardrec_planner import (
@@ -48,28 +48,6 @@ SAVED_AT = 3
 BAGS = 3
 MEMORY = 64  # slots of the in-memory table: never evicts the 24 ids (32 per row_wise part)
 CACHE = 8  # rows of the tier's cache: evicts every step
-
-
-class Model(nn.Module):
-    def __init__(self, capacity: int, dim: int) -> None:
-        super().__init__()
-        self.sparse = EmbeddingBagCollection(
-            [
-                EmbeddingBagConfig(
-                    name="raw",
-                    num_embeddings=capacity,
-                    weight_init_min=-0.25,  # not from num_embeddings (it differs by kind)
-                    weight_init_max=0.25,
-                    embedding_dim=dim,
-                    feature_names=["f"],
-                    dynamic=DynamicTableConfig(init_seed=5),
-                )
-            ]
-        )
-
-    def forward(self, batch: tuple[KeyedJaggedTensor, Tensor]) -> Tensor:
-        kjt, coefficients = batch
-        return (self.sparse(kjt).values() * coefficients).sum()
 
 
 def batch(rank: int, step: int, dim: int = DIM) -> tuple[KeyedJaggedTensor, Tensor]:
@@ -106,7 +84,7 @@ def wrap(
     if capacity is None:
         capacity = CACHE * (2 if sharding else 1) if tier else MEMORY
     torch.manual_seed(7)  # an in-memory table's slots start from torch's RNG
-    model = Model(capacity, dim)
+    model = RawModel(capacity, dim)
     where = (
         row_wise(compute_kernel=kernel)
         if sharding
@@ -270,7 +248,7 @@ def column_split(ctx: RankContext, root: str) -> list[object]:
     out: list[object] = []
     for optimizer in ("exact_row_wise_adagrad", "exact_adagrad"):
         torch.manual_seed(7)
-        model = Model(MEMORY, DIM)
+        model = RawModel(MEMORY, DIM)
         plan = construct_module_sharding_plan(
             model.sparse, {"raw": column_wise(ranks=[0, 1])}, world_size=2
         )
@@ -293,7 +271,7 @@ def column_split(ctx: RankContext, root: str) -> list[object]:
             except Exception as e:  # PeerError on the ranks that did not fail
                 out.append(str(e))
     torch.manual_seed(7)  # a column-split tier's checkpoint (per column block) into memory
-    model = Model(CACHE, DIM)
+    model = RawModel(CACHE, DIM)
     where = column_wise(ranks=[0, 1], compute_kernel="dram_virtual_table")
     plan = construct_module_sharding_plan(model.sparse, {"raw": where}, world_size=2)
     spec = FusedOptimSpec(optimizer=EmbOptimType.EXACT_SGD, learning_rate=0.1)
@@ -347,7 +325,7 @@ def root_swap(ctx: RankContext, root: str) -> list[tuple[Tensor, Tensor]]:
     out: list[tuple[Tensor, Tensor]] = []
     for k, kernel in enumerate(("fused", "ssd_virtual_table", "fused")):
         torch.manual_seed(7)
-        ebc = Model(MEMORY if kernel == "fused" else CACHE, DIM).sparse
+        ebc = RawModel(MEMORY if kernel == "fused" else CACHE, DIM).sparse
         plan = construct_module_sharding_plan(
             ebc, {"raw": table_wise(rank=0, compute_kernel=kernel)}, world_size=1
         )
