@@ -18,13 +18,14 @@ Reports only; asserts nothing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import resource
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -41,7 +42,7 @@ from shardrec_planner import (
     table_row_wise,
     table_wise,
 )
-from shardrec_sharding import EmbeddingBagCollectionSharder
+from shardrec_sharding import EmbeddingBagCollectionSharder, ShardedEmbeddingBagCollection
 from shardrec_testing import RankContext, RankPool
 
 MEAN_IDS, DIM = 10, 64
@@ -93,6 +94,7 @@ def _ours(ctx: RankContext, kind: str, tables: int, rows: int, batch: int) -> Ca
                 p.grad = None
         return out
 
+    _PHASES[:] = [(sharded, kjt)]  # for --profile (profile_rank)
     return step
 
 
@@ -212,6 +214,102 @@ def drop_rank(ctx: RankContext) -> None:
     _STEPS.clear()
 
 
+# --- --profile: where rank 0's step goes, phase by phase (ours only) ---
+
+_PHASES: list[tuple[ShardedEmbeddingBagCollection, KeyedJaggedTensor]] = []  # per rank: ours' last
+_BACKWARD_NODES = {  # autograd node -> phase of the backward
+    "_PlaceBackward": "bwd: assembly (output gradient into the all-to-all send blocks)",
+    "_LinkBackward": "bwd: pooled gradient all-to-all (incl. wait)",
+    "_SegmentLookupBackward": "bwd: fused update (native one-pass, all groups)",
+}
+
+
+def profile_rank(
+    ctx: RankContext, kind: str, tables: int, rows: int, batch: int, steps: int
+) -> list[tuple[str, float, float]]:
+    """`steps` steps of ours' `kind`, phase by phase: (phase, thread CPU ms, wall ms) per step,
+    means. Forward phases are timed around the module's own phases (`input_dist` + wait,
+    `compute`, `output_dist` + wait with the assembly); backward phases by hooks on their
+    autograd nodes (the main thread runs them)."""
+    setup_rank(ctx, "ours", kind, tables, rows, batch)
+    sharded, kjt = _PHASES[0]
+    acc: dict[str, list[float]] = {}
+
+    def add(name: str, cpu: float, wall: float) -> None:
+        cell = acc.setdefault(name, [0.0, 0.0])
+        cell[0] += cpu * 1e3
+        cell[1] += wall * 1e3
+
+    @contextlib.contextmanager
+    def timed(name: str) -> Iterator[None]:
+        t0, w0 = time.thread_time(), time.perf_counter()
+        yield
+        add(name, time.thread_time() - t0, time.perf_counter() - w0)
+
+    def hook(node: torch.autograd.graph.Node, name: str) -> None:
+        began: list[float] = []
+
+        def pre(grads: object) -> None:
+            began[:] = [time.thread_time(), time.perf_counter()]
+
+        def post(grads_in: object, grads_out: object) -> None:
+            add(name, time.thread_time() - began[0], time.perf_counter() - began[1])
+
+        node.register_prehook(pre)
+        node.register_hook(post)
+
+    def hook_graph(root: torch.autograd.graph.Node | None) -> None:
+        seen: set[int] = set()
+        todo = [root]
+        while todo:
+            node = todo.pop()
+            if node is None or id(node) in seen:
+                continue
+            seen.add(id(node))
+            label = _BACKWARD_NODES.get(node.name())
+            if label is not None:
+                hook(node, label)
+            todo.extend(n for n, _ in node.next_functions)
+
+    cpu0 = time.process_time()
+    for _ in range(steps):
+        dist.barrier(group=ctx.pg)
+        with timed("fwd: input dist (send ids, wait)"):
+            got = sharded.input_dist(kjt).wait()
+        with timed("fwd: lookup (native pooled forward)"):
+            local = sharded.compute(got)
+        with timed("fwd: output dist + assembly (incl. wait)"):
+            out = sharded.output_dist(got, local).wait()
+        loss = out.values().sum()
+        hook_graph(loss.grad_fn)
+        with timed("bwd: all"):
+            loss.backward()  # type: ignore[no-untyped-call]  # torch stubs
+    process = (time.process_time() - cpu0) * 1e3 / steps
+    rows_out = [(name, cpu / steps, wall / steps) for name, (cpu, wall) in acc.items()]
+    rows_out.append(("step, process CPU (all threads: gloo's too)", process, float("nan")))
+    return rows_out
+
+
+def profile_types(types: list[str], tables: int, rows: int, batch: int, steps: int) -> None:
+    """Print rank 0's phase table of each type side by side (`--profile`)."""
+    pool = RankPool(2, timeout_s=1800)
+    pool.start()
+    try:
+        got = {kind: pool.run(profile_rank, kind, tables, rows, batch, steps)[0] for kind in types}
+    finally:
+        pool.close()
+    names = [name for name, _, _ in got[types[0]]]
+    print(f"rank 0, ms per step (mean of {steps}), thread CPU / wall; load {_loadavg()}")
+    print("| phase | " + " | ".join(types) + " |")
+    print("|---|" + "---|" * len(types))
+    for name in names:
+        cells = []
+        for kind in types:
+            cpu, wall = next((c, w) for n, c, w in got[kind] if n == name)
+            cells.append(f"{cpu:.1f}" if wall != wall else f"{cpu:.1f} / {wall:.1f}")
+        print(f"| {name} | " + " | ".join(cells) + " |")
+
+
 def bench(
     pools: dict[str, RankPool], tables: int, rows: int, batch: int, repeats: int, types: list[str]
 ) -> list[Row]:
@@ -263,9 +361,16 @@ def main() -> None:
     parser.add_argument(
         "--assembly", action="store_true", help="time the output assembly alone (one process)"
     )
+    parser.add_argument(
+        "--profile", action="store_true", help="ours only: rank 0's step phase by phase per type"
+    )
     args = parser.parse_args()
     if args.assembly:
         assembly(26, 1024, 31)
+        return
+    if args.profile:
+        kinds = [t for t in args.types.split(",") if t]
+        profile_types(kinds, 26, 100_000, 1024, args.repeats or 10)
         return
     types = [t for t in args.types.split(",") if t]
     unknown = sorted(set(types) - set(TYPES))
