@@ -12,6 +12,7 @@ table_row_wise are reported on their own. Also reports rank 0's minor page fault
 (`getrusage` ru_minflt, median): fresh memory touched by a step. `--types` picks sharding types,
 `--no-torchrec` times ours alone (A/B runs of two checkouts: `SHARDREC_WT=<checkout>`),
 `--assembly` times the output assembly alone (old column gather vs block copies).
+`--profile` prints rank 0's step phase by phase per type, ours only (thread CPU / wall ms).
 Reports only; asserts nothing.
 """
 
@@ -219,7 +220,7 @@ def drop_rank(ctx: RankContext) -> None:
 _PHASES: list[tuple[ShardedEmbeddingBagCollection, KeyedJaggedTensor]] = []  # per rank: ours' last
 _BACKWARD_NODES = {  # autograd node -> phase of the backward
     "_PlaceBackward": "bwd: assembly (output gradient into the all-to-all send blocks)",
-    "_LinkBackward": "bwd: pooled gradient all-to-all (incl. wait)",
+    "_LinkBackward": "bwd: pooled gradient exchange (incl. wait)",
     "_SegmentLookupBackward": "bwd: fused update (native one-pass, all groups)",
 }
 
@@ -276,7 +277,7 @@ def profile_rank(
         dist.barrier(group=ctx.pg)
         with timed("fwd: input dist (send ids, wait)"):
             got = sharded.input_dist(kjt).wait()
-        with timed("fwd: lookup (native pooled forward)"):
+        with timed("fwd: lookup (compute)"):
             local = sharded.compute(got)
         with timed("fwd: output dist + assembly (incl. wait)"):
             out = sharded.output_dist(got, local).wait()
@@ -284,6 +285,9 @@ def profile_rank(
         hook_graph(loss.grad_fn)
         with timed("bwd: all"):
             loss.backward()  # type: ignore[no-untyped-call]  # torch stubs
+        if kind == "data_parallel":  # as the timed step does
+            for p in sharded.parameters():
+                p.grad = None
     process = (time.process_time() - cpu0) * 1e3 / steps
     rows_out = [(name, cpu / steps, wall / steps) for name, (cpu, wall) in acc.items()]
     rows_out.append(("step, process CPU (all threads: gloo's too)", process, float("nan")))
@@ -298,14 +302,20 @@ def profile_types(types: list[str], tables: int, rows: int, batch: int, steps: i
         got = {kind: pool.run(profile_rank, kind, tables, rows, batch, steps)[0] for kind in types}
     finally:
         pool.close()
-    names = [name for name, _, _ in got[types[0]]]
+    names: list[str] = []
+    for kind in types:
+        names.extend(n for n, _, _ in got[kind] if n not in names)
     print(f"rank 0, ms per step (mean of {steps}), thread CPU / wall; load {_loadavg()}")
     print("| phase | " + " | ".join(types) + " |")
     print("|---|" + "---|" * len(types))
     for name in names:
         cells = []
         for kind in types:
-            cpu, wall = next((c, w) for n, c, w in got[kind] if n == name)
+            found = [(c, w) for n, c, w in got[kind] if n == name]
+            if not found:
+                cells.append("-")
+                continue
+            cpu, wall = found[0]
             cells.append(f"{cpu:.1f}" if wall != wall else f"{cpu:.1f} / {wall:.1f}")
         print(f"| {name} | " + " | ".join(cells) + " |")
 
@@ -370,7 +380,10 @@ def main() -> None:
         return
     if args.profile:
         kinds = [t for t in args.types.split(",") if t]
-        profile_types(kinds, 26, 100_000, 1024, args.repeats or 10)
+        if not kinds or set(kinds) - set(TYPES):
+            parser.error(f"--profile takes sharding types from {TYPES}, got {args.types!r}")
+        shape = (4, 10_000, 128) if args.quick else (26, 100_000, 1024)
+        profile_types(kinds, *shape, args.repeats or (3 if args.quick else 10))
         return
     types = [t for t in args.types.split(",") if t]
     unknown = sorted(set(types) - set(TYPES))
