@@ -13,6 +13,7 @@ table_row_wise are reported on their own. Also reports rank 0's minor page fault
 `--no-torchrec` times ours alone (A/B runs of two checkouts: `SHARDREC_WT=<checkout>`),
 `--assembly` times the output assembly alone (old column gather vs block copies).
 `--profile` prints rank 0's step phase by phase per type, ours only (thread CPU / wall ms).
+TorchRec is timed only on the same shards as ours (ranks, offsets and sizes compared per table).
 Reports only; asserts nothing.
 """
 
@@ -154,6 +155,9 @@ def _torchrec(
         kernels = {ps.compute_kernel for ps in plan.values()}
         if kernels != {"fused"}:
             return f"TorchRec plan picked compute kernels {sorted(kernels)}, expected fused"
+    differs = _plan_differs(kind, tables, rows, plan)
+    if differs:
+        return differs
     env = TrcEnv.from_process_group(ctx.pg)
     sharded = sharder.shard(ebc, plan, env, torch.device("cpu"))
     keys, values, lengths = _batch(ctx.rank, tables, batch)
@@ -168,6 +172,38 @@ def _torchrec(
         return out
 
     return step
+
+
+def _geometry(entry: object) -> tuple[object, ...]:
+    """A plan entry's placement: its ranks and each shard's (offsets, sizes), as plain lists
+    (the same attribute names in ours and TorchRec's `ParameterSharding`)."""
+    spec = getattr(entry, "sharding_spec", None)
+    shards = getattr(spec, "shards", None) or []
+    return (
+        list(getattr(entry, "ranks", None) or []),
+        [(list(s.shard_offsets), list(s.shard_sizes)) for s in shards],
+    )
+
+
+def _plan_differs(kind: str, tables: int, rows: int, theirs: object) -> str:
+    """Why TorchRec's plan places the tables differently from ours for `kind` ("" when
+    alike): both libraries must run the same shards (column_wise: two 32-wide blocks of
+    every table on ranks 0 and 1) for the ratio to compare kernels and exchanges."""
+    configs = [
+        EmbeddingBagConfig(
+            name=f"t{t}", num_embeddings=rows, embedding_dim=DIM, feature_names=[f"f{t}"]
+        )
+        for t in range(tables)
+    ]
+    ebc = EmbeddingBagCollection(configs, device="meta")
+    ours = construct_module_sharding_plan(
+        ebc, {f"t{t}": _ours_plan(kind, t) for t in range(tables)}, world_size=2
+    )
+    for name, entry in ours.items():
+        mine, other = _geometry(entry), _geometry(theirs[name])  # type: ignore[index]  # a plan
+        if mine != other:
+            return f"TorchRec's plan places {name} as {other}, ours as {mine}: not comparable"
+    return ""
 
 
 # kind, ours ms, TorchRec ms, CPU ms ours, CPU ms TorchRec, note, faults ours, faults TorchRec
