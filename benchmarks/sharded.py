@@ -12,19 +12,22 @@ table_row_wise are reported on their own. Also reports rank 0's minor page fault
 (`getrusage` ru_minflt, median): fresh memory touched by a step. `--types` picks sharding types,
 `--no-torchrec` times ours alone (A/B runs of two checkouts: `SHARDREC_WT=<checkout>`),
 `--assembly` times the output assembly alone (old column gather vs block copies).
+`--profile` prints rank 0's step phase by phase per type, ours only (thread CPU / wall ms).
+TorchRec is timed only on the same shards as ours (ranks, offsets and sizes compared per table).
 Reports only; asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import resource
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -41,7 +44,7 @@ from shardrec_planner import (
     table_row_wise,
     table_wise,
 )
-from shardrec_sharding import EmbeddingBagCollectionSharder
+from shardrec_sharding import EmbeddingBagCollectionSharder, ShardedEmbeddingBagCollection
 from shardrec_testing import RankContext, RankPool
 
 MEAN_IDS, DIM = 10, 64
@@ -93,6 +96,7 @@ def _ours(ctx: RankContext, kind: str, tables: int, rows: int, batch: int) -> Ca
                 p.grad = None
         return out
 
+    _PHASES[:] = [(sharded, kjt)]  # for --profile (profile_rank)
     return step
 
 
@@ -151,6 +155,9 @@ def _torchrec(
         kernels = {ps.compute_kernel for ps in plan.values()}
         if kernels != {"fused"}:
             return f"TorchRec plan picked compute kernels {sorted(kernels)}, expected fused"
+    differs = _plan_differs(kind, tables, rows, plan)
+    if differs:
+        return differs
     env = TrcEnv.from_process_group(ctx.pg)
     sharded = sharder.shard(ebc, plan, env, torch.device("cpu"))
     keys, values, lengths = _batch(ctx.rank, tables, batch)
@@ -165,6 +172,38 @@ def _torchrec(
         return out
 
     return step
+
+
+def _geometry(entry: object) -> tuple[object, ...]:
+    """A plan entry's placement: its ranks and each shard's (offsets, sizes), as plain lists
+    (the same attribute names in ours and TorchRec's `ParameterSharding`)."""
+    spec = getattr(entry, "sharding_spec", None)
+    shards = getattr(spec, "shards", None) or []
+    return (
+        list(getattr(entry, "ranks", None) or []),
+        [(list(s.shard_offsets), list(s.shard_sizes)) for s in shards],
+    )
+
+
+def _plan_differs(kind: str, tables: int, rows: int, theirs: object) -> str:
+    """Why TorchRec's plan places the tables differently from ours for `kind` ("" when
+    alike): both libraries must run the same shards (column_wise: two 32-wide blocks of
+    every table on ranks 0 and 1) for the ratio to compare kernels and exchanges."""
+    configs = [
+        EmbeddingBagConfig(
+            name=f"t{t}", num_embeddings=rows, embedding_dim=DIM, feature_names=[f"f{t}"]
+        )
+        for t in range(tables)
+    ]
+    ebc = EmbeddingBagCollection(configs, device="meta")
+    ours = construct_module_sharding_plan(
+        ebc, {f"t{t}": _ours_plan(kind, t) for t in range(tables)}, world_size=2
+    )
+    for name, entry in ours.items():
+        mine, other = _geometry(entry), _geometry(theirs[name])  # type: ignore[index]  # a plan
+        if mine != other:
+            return f"TorchRec's plan places {name} as {other}, ours as {mine}: not comparable"
+    return ""
 
 
 # kind, ours ms, TorchRec ms, CPU ms ours, CPU ms TorchRec, note, faults ours, faults TorchRec
@@ -210,6 +249,111 @@ def timed_step(ctx: RankContext, side: str) -> tuple[float, float, float]:
 
 def drop_rank(ctx: RankContext) -> None:
     _STEPS.clear()
+
+
+# --- --profile: where rank 0's step goes, phase by phase (ours only) ---
+
+_PHASES: list[tuple[ShardedEmbeddingBagCollection, KeyedJaggedTensor]] = []  # per rank: ours' last
+_BACKWARD_NODES = {  # autograd node -> phase of the backward
+    "_PlaceBackward": "bwd: assembly (output gradient into the all-to-all send blocks)",
+    "_LinkBackward": "bwd: pooled gradient exchange (incl. wait)",
+    "_SegmentLookupBackward": "bwd: fused update (native one-pass, all groups)",
+}
+
+
+def profile_rank(
+    ctx: RankContext, kind: str, tables: int, rows: int, batch: int, steps: int
+) -> list[tuple[str, float, float]]:
+    """`steps` steps of ours' `kind`, phase by phase: (phase, thread CPU ms, wall ms) per step,
+    means. Forward phases are timed around the module's own phases (`input_dist` + wait,
+    `compute`, `output_dist` + wait with the assembly); backward phases by hooks on their
+    autograd nodes (the main thread runs them)."""
+    setup_rank(ctx, "ours", kind, tables, rows, batch)
+    sharded, kjt = _PHASES[0]
+    acc: dict[str, list[float]] = {}
+
+    def add(name: str, cpu: float, wall: float) -> None:
+        cell = acc.setdefault(name, [0.0, 0.0])
+        cell[0] += cpu * 1e3
+        cell[1] += wall * 1e3
+
+    @contextlib.contextmanager
+    def timed(name: str) -> Iterator[None]:
+        t0, w0 = time.thread_time(), time.perf_counter()
+        yield
+        add(name, time.thread_time() - t0, time.perf_counter() - w0)
+
+    def hook(node: torch.autograd.graph.Node, name: str) -> None:
+        began: list[float] = []
+
+        def pre(grads: object) -> None:
+            began[:] = [time.thread_time(), time.perf_counter()]
+
+        def post(grads_in: object, grads_out: object) -> None:
+            add(name, time.thread_time() - began[0], time.perf_counter() - began[1])
+
+        node.register_prehook(pre)
+        node.register_hook(post)
+
+    def hook_graph(root: torch.autograd.graph.Node | None) -> None:
+        seen: set[int] = set()
+        todo = [root]
+        while todo:
+            node = todo.pop()
+            if node is None or id(node) in seen:
+                continue
+            seen.add(id(node))
+            label = _BACKWARD_NODES.get(node.name())
+            if label is not None:
+                hook(node, label)
+            todo.extend(n for n, _ in node.next_functions)
+
+    cpu0 = time.process_time()
+    for _ in range(steps):
+        dist.barrier(group=ctx.pg)
+        with timed("fwd: input dist (send ids, wait)"):
+            got = sharded.input_dist(kjt).wait()
+        with timed("fwd: lookup (compute)"):
+            local = sharded.compute(got)
+        with timed("fwd: output dist + assembly (incl. wait)"):
+            out = sharded.output_dist(got, local).wait()
+        loss = out.values().sum()
+        hook_graph(loss.grad_fn)
+        with timed("bwd: all"):
+            loss.backward()  # type: ignore[no-untyped-call]  # torch stubs
+        if kind == "data_parallel":  # as the timed step does
+            for p in sharded.parameters():
+                p.grad = None
+    process = (time.process_time() - cpu0) * 1e3 / steps
+    rows_out = [(name, cpu / steps, wall / steps) for name, (cpu, wall) in acc.items()]
+    rows_out.append(("step, process CPU (all threads: gloo's too)", process, float("nan")))
+    return rows_out
+
+
+def profile_types(types: list[str], tables: int, rows: int, batch: int, steps: int) -> None:
+    """Print rank 0's phase table of each type side by side (`--profile`)."""
+    pool = RankPool(2, timeout_s=1800)
+    pool.start()
+    try:
+        got = {kind: pool.run(profile_rank, kind, tables, rows, batch, steps)[0] for kind in types}
+    finally:
+        pool.close()
+    names: list[str] = []
+    for kind in types:
+        names.extend(n for n, _, _ in got[kind] if n not in names)
+    print(f"rank 0, ms per step (mean of {steps}), thread CPU / wall; load {_loadavg()}")
+    print("| phase | " + " | ".join(types) + " |")
+    print("|---|" + "---|" * len(types))
+    for name in names:
+        cells = []
+        for kind in types:
+            found = [(c, w) for n, c, w in got[kind] if n == name]
+            if not found:
+                cells.append("-")
+                continue
+            cpu, wall = found[0]
+            cells.append(f"{cpu:.1f}" if wall != wall else f"{cpu:.1f} / {wall:.1f}")
+        print(f"| {name} | " + " | ".join(cells) + " |")
 
 
 def bench(
@@ -263,9 +407,19 @@ def main() -> None:
     parser.add_argument(
         "--assembly", action="store_true", help="time the output assembly alone (one process)"
     )
+    parser.add_argument(
+        "--profile", action="store_true", help="ours only: rank 0's step phase by phase per type"
+    )
     args = parser.parse_args()
     if args.assembly:
         assembly(26, 1024, 31)
+        return
+    if args.profile:
+        kinds = [t for t in args.types.split(",") if t]
+        if not kinds or set(kinds) - set(TYPES):
+            parser.error(f"--profile takes sharding types from {TYPES}, got {args.types!r}")
+        shape = (4, 10_000, 128) if args.quick else (26, 100_000, 1024)
+        profile_types(kinds, *shape, args.repeats or (3 if args.quick else 10))
         return
     types = [t for t in args.types.split(",") if t]
     unknown = sorted(set(types) - set(TYPES))
