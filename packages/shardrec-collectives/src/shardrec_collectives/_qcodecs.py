@@ -48,8 +48,10 @@ def _comm_type(name: str, value: object) -> CommType:
     try:
         found = CommType(value) if not isinstance(value, CommType) else value
     except ValueError:
-        choices = ", ".join(t.name for t in CommType)
-        raise ValueError(f"QCommsConfig: {name}={value!r} is not a CommType ({choices})") from None
+        choices = ", ".join(f"CommType.{t.name} or {t.value!r}" for t in CommType)
+        raise ValueError(
+            f"QCommsConfig: {name}={value!r} is not a CommType; pass one of {choices}"
+        ) from None
     return found
 
 
