@@ -429,10 +429,12 @@ def traffic(kind: str, rank: int, tables: int, rows: int, batch: int) -> list[Ex
     ]
 
 
-def gloo_ms(ctx: RankContext, exchanges: list[list[Exchange]], repeats: int) -> list[float]:
-    """Median ms of an `all_to_all_single` moving exactly each exchange's bytes (uint8, nothing
-    to itself) in this rank's process group, per exchange; `exchanges[r]` is rank r's view.
-    Same processes, same gloo group as the timed steps."""
+def gloo_ms(
+    ctx: RankContext, exchanges: list[list[Exchange]], repeats: int
+) -> list[tuple[float, float]]:
+    """Per exchange, the median (wall ms, process CPU ms) of an `all_to_all_single` moving
+    exactly its bytes (uint8, nothing to itself) in this rank's process group; `exchanges[r]`
+    is rank r's view. Same processes, same gloo group as the timed steps."""
     rank, out = ctx.rank, []
     for i in range(len(exchanges[0])):
         send, recv = exchanges[rank][i][1], exchanges[rank][i][2]
@@ -440,64 +442,80 @@ def gloo_ms(ctx: RankContext, exchanges: list[list[Exchange]], repeats: int) -> 
         dst = torch.empty(recv, dtype=torch.uint8)
         splits_in = [0, send] if rank == 0 else [send, 0]
         splits_out = [0, recv] if rank == 0 else [recv, 0]
-        times = []
+        wall, cpu = [], []
         for _ in range(repeats + 2):
             dist.barrier(group=ctx.pg)
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             dist.all_to_all_single(dst, src, splits_out, splits_in, group=ctx.pg)
-            times.append((time.perf_counter() - start) * 1e3)
-        out.append(statistics.median(times[2:]))
+            wall.append((time.perf_counter() - start) * 1e3)
+            cpu.append((time.process_time() - cpu_start) * 1e3)
+        out.append((statistics.median(wall[2:]), statistics.median(cpu[2:])))
     return out
+
+
+# exchange, bytes sent, bytes received, gloo wall ms, gloo CPU ms (rank 0)
+Traffic = list[tuple[str, int, int, float, float]]
 
 
 def measure_traffic(
     pool: RankPool, kinds: list[str], tables: int, rows: int, batch: int, repeats: int
-) -> dict[str, list[tuple[str, int, int, float]]]:
-    """Per sharding type with a traffic model: rank 0's (exchange, bytes sent, bytes received,
-    gloo ms for that exchange measured in `pool`'s ranks)."""
-    got: dict[str, list[tuple[str, int, int, float]]] = {}
+) -> dict[str, Traffic]:
+    """Per sharding type with a traffic model: rank 0's exchanges with gloo's time for each,
+    measured in `pool`'s ranks."""
+    got: dict[str, Traffic] = {}
     for kind in kinds:
         if kind not in TRAFFIC_TYPES:
             continue
         views = [traffic(kind, r, tables, rows, batch) for r in (0, 1)]
         ms = pool.run(gloo_ms, views, repeats)[0]
-        got[kind] = [(n, s, r, t) for (n, s, r), t in zip(views[0], ms, strict=True)]
+        got[kind] = [(n, s, r, w, c) for (n, s, r), (w, c) in zip(views[0], ms, strict=True)]
     return got
 
 
-def print_traffic(results: list[Row], comm: dict[str, list[tuple[str, int, int, float]]]) -> None:
-    """Rank 0's bytes per step and gloo's ms for them, per type; then each type's step minus
-    table_wise's beside the extra gloo ms its extra traffic accounts for (the allowance)."""
+def print_traffic(results: list[Row], comm: dict[str, Traffic]) -> None:
+    """Rank 0's bytes per step and gloo's time for them, per type; then each type's step minus
+    table_wise's beside the extra gloo time its extra traffic accounts for (the allowance),
+    in wall time and in rank 0's process CPU time (the steadier one on a loaded machine)."""
     if not comm:
         return
-    ours = {r[0]: r[1] for r in results}
-    cpu = {r[0]: r[3] for r in results}
+    ours = {r[0]: (r[1], r[3]) for r in results}
     print("traffic per step, rank 0 (sent to / received from the other rank), gloo measured:")
-    print("| sharding type | exchange | sends (MB) | receives (MB) | gloo all_to_all (ms) |")
+    print("| sharding type | exchange | sends (MB) | receives (MB) | gloo ms (wall / CPU) |")
     print("|---|---|---|---|---|")
-    total: dict[str, float] = {}
+    total: dict[str, tuple[float, float]] = {}
     for kind, rows_ in comm.items():
-        for name, send, recv, t in rows_:
-            print(f"| {kind} | {name} | {send / 1e6:.2f} | {recv / 1e6:.2f} | {t:.2f} |")
-        total[kind] = sum(x[3] for x in rows_)
+        for name, send, recv, wall, cpu in rows_:
+            print(
+                f"| {kind} | {name} | {send / 1e6:.2f} | {recv / 1e6:.2f} "
+                f"| {wall:.2f} / {cpu:.2f} |"
+            )
+        total[kind] = (sum(x[3] for x in rows_), sum(x[4] for x in rows_))
         sent, recd = sum(x[1] for x in rows_) / 1e6, sum(x[2] for x in rows_) / 1e6
-        print(f"| {kind} | total | {sent:.2f} | {recd:.2f} | {total[kind]:.2f} |")
+        print(
+            f"| {kind} | total | {sent:.2f} | {recd:.2f} "
+            f"| {total[kind][0]:.2f} / {total[kind][1]:.2f} |"
+        )
     if "table_wise" not in total:
         return
-    print("extra over table_wise: the step difference vs the gloo time of the extra traffic")
+    print("extra over table_wise: the step's difference vs gloo's time for the extra traffic")
     print(
-        "| sharding type | ours (ms) | ours - table_wise (ms) | allowed extra (ms) | verdict "
-        "| CPU ms - table_wise's (rank 0) |"
+        "| sharding type | ours wall / CPU (ms) | extra over table_wise, wall / CPU (ms) "
+        "| allowed extra, wall / CPU (ms) | verdict wall | verdict CPU |"
     )
     print("|---|---|---|---|---|---|")
     for kind in total:
         if kind == "table_wise":
             continue
-        extra, allowed = ours[kind] - ours["table_wise"], total[kind] - total["table_wise"]
-        verdict = "within" if extra <= allowed else f"over by {extra - allowed:.1f} ms"
+        cells = []
+        for k in (0, 1):
+            extra = ours[kind][k] - ours["table_wise"][k]
+            allowed = total[kind][k] - total["table_wise"][k]
+            verdict = "within" if extra <= allowed else f"over by {extra - allowed:.1f} ms"
+            cells.append((extra, allowed, verdict))
+        (ew, aw, vw), (ec, ac, vc) = cells
         print(
-            f"| {kind} | {ours[kind]:.1f} | {extra:+.1f} | {allowed:+.1f} | {verdict} "
-            f"| {cpu[kind] - cpu['table_wise']:+.1f} |"
+            f"| {kind} | {ours[kind][0]:.1f} / {ours[kind][1]:.1f} | {ew:+.1f} / {ec:+.1f} "
+            f"| {aw:+.1f} / {ac:+.1f} | {vw} | {vc} |"
         )
 
 
