@@ -20,6 +20,7 @@ from shardrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
 from shardrec.distributed.fbgemm_qcomm_codec import (
     CommType,
     QCommsConfig,
+    QuantizedCommCodec,
     get_qcomm_codecs,
     get_qcomm_codecs_registry,
 )
@@ -187,3 +188,13 @@ def test_misspelt_or_positional_arguments_fail_at_the_call() -> None:
     with pytest.raises(TypeError, match="expected a QCommsConfig"):
         get_qcomm_codecs_registry(qcomms_config={"forward_precision": "fp16"})  # type: ignore[arg-type]
     assert isinstance(get_qcomm_codecs(None).forward, NoOpQuantizedCommCodec)
+
+
+def test_a_codec_takes_fbgemms_sparse_type_as_torchrecs_does() -> None:
+    configs = pytest.importorskip("fbgemm_gpu.split_embedding_configs")
+    sparse = configs.SparseType
+    for name in ("FP32", "FP16", "BF16", "FP8", "INT8", "MX4"):
+        assert QuantizedCommCodec(getattr(sparse, name)).comm_precision is CommType[name]
+    assert QuantizedCommCodec("bf16").comm_precision is CommType.BF16
+    with pytest.raises(ValueError, match=r"QuantizedCommCodec: comm_precision=<SparseType.INT4"):
+        QuantizedCommCodec(sparse.INT4)
