@@ -12,7 +12,10 @@ table_row_wise are reported on their own. Also reports rank 0's minor page fault
 (`getrusage` ru_minflt, median): fresh memory touched by a step. `--types` picks sharding types,
 `--no-torchrec` times ours alone (A/B runs of two checkouts: `SHARDREC_WT=<checkout>`),
 `--assembly` times the output assembly alone (old column gather vs block copies).
-Reports only; asserts nothing.
+Then, per sharding type with a traffic model (`traffic`), the bytes rank 0 sends and receives
+per step, gloo's wall and CPU time for exactly those bytes (`gloo_ms`, in the same ranks), and
+row_wise / table_row_wise's extra over table_wise against that allowance (issue 28: "no slower
+than table_wise by more than their extra traffic"). Reports only; asserts nothing.
 """
 
 from __future__ import annotations
