@@ -14,7 +14,10 @@ table_row_wise are reported on their own. Also reports rank 0's minor page fault
 `--assembly` times the output assembly alone (old column gather vs block copies).
 `--profile` prints rank 0's step phase by phase per type, ours only (thread CPU / wall ms).
 TorchRec is timed only on the same shards as ours (ranks, offsets and sizes compared per table).
-Reports only; asserts nothing.
+Then, per sharding type with a traffic model (`traffic`), the bytes rank 0 sends and receives
+per step, gloo's wall and CPU time for exactly those bytes (`gloo_ms`, in the same ranks), and
+row_wise / table_row_wise's extra over table_wise against that allowance (issue 28: "no slower
+than table_wise by more than their extra traffic"). Reports only; asserts nothing.
 """
 
 from __future__ import annotations
@@ -453,6 +456,7 @@ def main() -> None:
                 else:
                     os.environ["SHARDREC_MALLOC_TUNING"] = saved
         results = bench(pools, tables, rows, batch, repeats, types)
+        comm = measure_traffic(pools["ours"], types, tables, rows, batch, max(repeats, 9))
     finally:
         for pool in pools.values():
             pool.close()
@@ -473,6 +477,7 @@ def main() -> None:
                 f"| {kind} | {ours:.1f} | {ref:.1f} | {ref / ours:.2f}x "
                 f"| {cpu_ours:.1f} / {cpu_ref:.1f} | {flt_ours:.0f} / {flt_ref:.0f} |"
             )
+    print_traffic(results, comm)
 
 
 def assembly(tables: int, batch: int, repeats: int) -> None:
@@ -511,6 +516,164 @@ def assembly(tables: int, batch: int, repeats: int) -> None:
     print(f"output assembly, {tables} tables x dim {DIM}, batch {batch}, fwd + bwd (ms):")
     for name, got in samples.items():
         print(f"  {name}: min {min(got):.2f}, median {statistics.median(got):.2f}")
+
+
+# --- traffic accounting: what each sharding type moves per step, and what gloo needs for it ---
+
+# phase name, bytes rank `rank` sends to the other rank, bytes it receives from the other rank
+Exchange = tuple[str, int, int]
+TRAFFIC_TYPES = {"table_wise", "column_wise", "row_wise", "table_row_wise"}
+
+
+def _ids_per_table(rank: int, tables: int, rows: int, batch: int) -> list[torch.Tensor]:
+    """Rank `rank`'s ids of each table, as `_ours` feeds them (one feature per table)."""
+    _, values, lengths = _batch(rank, tables, batch)
+    counts = lengths.view(tables, batch).sum(1).tolist()
+    return list(torch.split(values % rows, counts))
+
+
+def traffic(kind: str, rank: int, tables: int, rows: int, batch: int) -> list[Exchange]:
+    """Bytes `rank` sends to / receives from the other rank in one step of `kind`, per exchange,
+    from the shapes and the benchmark's (seeded) batches; data moved to itself is not counted.
+    Ids and lengths travel as the int64 the KJT holds; pooled rows and their gradients as fp32.
+    table_wise: ids and lengths of the other rank's tables out, that rank's pooled rows (its
+    batch x its tables' columns) back, the same bytes again as gradients. column_wise: every
+    table's ids to both ranks, half the columns of every table back. row_wise (and
+    table_row_wise, which on one host of 2 ranks is row_wise): each id to the rank owning its
+    row block, every feature's lengths to every rank; forward a reduce-scatter of every
+    table's partial sums (the other rank's batch x all columns), backward an all-gather of the
+    same size. The small header exchange (the same for every type) is left out."""
+    if kind not in TRAFFIC_TYPES:
+        raise ValueError(f"no traffic model for {kind!r}; have {sorted(TRAFFIC_TYPES)}")
+    other = 1 - rank
+    mine, theirs = (_ids_per_table(r, tables, rows, batch) for r in (rank, other))
+    if kind == "table_wise":
+        owned = [t for t in range(tables) if t % 2 == rank]
+        foreign = [t for t in range(tables) if t % 2 == other]
+        ids = (
+            sum(8 * mine[t].numel() for t in foreign),
+            sum(8 * theirs[t].numel() for t in owned),
+        )
+        lens = (8 * batch * len(foreign), 8 * batch * len(owned))
+        pooled = (4 * batch * DIM * len(owned), 4 * batch * DIM * len(foreign))
+        return [
+            ("lengths", *lens),
+            ("ids", *ids),
+            ("pooled out", *pooled),
+            ("pooled grad", pooled[1], pooled[0]),
+        ]
+    if kind == "column_wise":
+        ids = (sum(8 * m.numel() for m in mine), sum(8 * t.numel() for t in theirs))
+        half = 4 * batch * tables * DIM // 2
+        return [
+            ("lengths", 8 * batch * tables, 8 * batch * tables),
+            ("ids", *ids),
+            ("pooled out", half, half),
+            ("pooled grad", half, half),
+        ]
+    block = -(-rows // 2)  # ceil(rows / 2): rank 0 owns [0, block), rank 1 the rest
+
+    def foreign_ids(per_table: list[torch.Tensor], owner: int) -> int:
+        in_block = [(v >= block) if owner == 1 else (v < block) for v in per_table]
+        return sum(8 * int(m.sum()) for m in in_block)
+
+    full = 4 * batch * tables * DIM
+    return [
+        ("lengths", 8 * batch * tables, 8 * batch * tables),
+        ("ids", foreign_ids(mine, other), foreign_ids(theirs, rank)),
+        ("pooled out (reduce-scatter)", full, full),
+        ("pooled grad (all-gather)", full, full),
+    ]
+
+
+def gloo_ms(
+    ctx: RankContext, exchanges: list[list[Exchange]], repeats: int
+) -> list[tuple[float, float]]:
+    """Per exchange, the median (wall ms, process CPU ms) of an `all_to_all_single` moving
+    exactly its bytes (uint8, nothing to itself) in this rank's process group; `exchanges[r]`
+    is rank r's view. Same processes, same gloo group as the timed steps."""
+    rank, out = ctx.rank, []
+    for i in range(len(exchanges[0])):
+        send, recv = exchanges[rank][i][1], exchanges[rank][i][2]
+        src = torch.zeros(send, dtype=torch.uint8)
+        dst = torch.empty(recv, dtype=torch.uint8)
+        splits_in = [0, send] if rank == 0 else [send, 0]
+        splits_out = [0, recv] if rank == 0 else [recv, 0]
+        wall, cpu = [], []
+        for _ in range(repeats + 2):
+            dist.barrier(group=ctx.pg)
+            start, cpu_start = time.perf_counter(), time.process_time()
+            dist.all_to_all_single(dst, src, splits_out, splits_in, group=ctx.pg)
+            wall.append((time.perf_counter() - start) * 1e3)
+            cpu.append((time.process_time() - cpu_start) * 1e3)
+        out.append((statistics.median(wall[2:]), statistics.median(cpu[2:])))
+    return out
+
+
+# exchange, bytes sent, bytes received, gloo wall ms, gloo CPU ms (rank 0)
+Traffic = list[tuple[str, int, int, float, float]]
+
+
+def measure_traffic(
+    pool: RankPool, kinds: list[str], tables: int, rows: int, batch: int, repeats: int
+) -> dict[str, Traffic]:
+    """Per sharding type with a traffic model: rank 0's exchanges with gloo's time for each,
+    measured in `pool`'s ranks."""
+    got: dict[str, Traffic] = {}
+    for kind in kinds:
+        if kind not in TRAFFIC_TYPES:
+            continue
+        views = [traffic(kind, r, tables, rows, batch) for r in (0, 1)]
+        ms = pool.run(gloo_ms, views, repeats)[0]
+        got[kind] = [(n, s, r, w, c) for (n, s, r), (w, c) in zip(views[0], ms, strict=True)]
+    return got
+
+
+def print_traffic(results: list[Row], comm: dict[str, Traffic]) -> None:
+    """Rank 0's bytes per step and gloo's time for them, per type; then each type's step minus
+    table_wise's beside the extra gloo time its extra traffic accounts for (the allowance),
+    in wall time and in rank 0's process CPU time (the steadier one on a loaded machine)."""
+    if not comm:
+        return
+    ours = {r[0]: (r[1], r[3]) for r in results}
+    print("traffic per step, rank 0 (sent to / received from the other rank), gloo measured:")
+    print("| sharding type | exchange | sends (MB) | receives (MB) | gloo ms (wall / CPU) |")
+    print("|---|---|---|---|---|")
+    total: dict[str, tuple[float, float]] = {}
+    for kind, rows_ in comm.items():
+        for name, send, recv, wall, cpu in rows_:
+            print(
+                f"| {kind} | {name} | {send / 1e6:.2f} | {recv / 1e6:.2f} "
+                f"| {wall:.2f} / {cpu:.2f} |"
+            )
+        total[kind] = (sum(x[3] for x in rows_), sum(x[4] for x in rows_))
+        sent, recd = sum(x[1] for x in rows_) / 1e6, sum(x[2] for x in rows_) / 1e6
+        print(
+            f"| {kind} | total | {sent:.2f} | {recd:.2f} "
+            f"| {total[kind][0]:.2f} / {total[kind][1]:.2f} |"
+        )
+    if "table_wise" not in total:
+        return
+    print("extra over table_wise: the step's difference vs gloo's time for the extra traffic")
+    print(
+        "| sharding type | ours wall / CPU (ms) | extra over table_wise, wall / CPU (ms) "
+        "| allowed extra, wall / CPU (ms) | verdict wall | verdict CPU |"
+    )
+    print("|---|---|---|---|---|---|")
+    for kind in total:
+        if kind == "table_wise":
+            continue
+        cells = []
+        for k in (0, 1):
+            extra = ours[kind][k] - ours["table_wise"][k]
+            allowed = total[kind][k] - total["table_wise"][k]
+            verdict = "within" if extra <= allowed else f"over by {extra - allowed:.1f} ms"
+            cells.append((extra, allowed, verdict))
+        (ew, aw, vw), (ec, ac, vc) = cells
+        print(
+            f"| {kind} | {ours[kind][0]:.1f} / {ours[kind][1]:.1f} | {ew:+.1f} / {ec:+.1f} "
+            f"| {aw:+.1f} / {ac:+.1f} | {vw} | {vc} |"
+        )
 
 
 def _loadavg() -> str:
