@@ -22,7 +22,8 @@ load bursts hit them alike; rank 0's median wall and process-CPU ms.
 
 TorchRec 1.8 has no CPU sharding for its MC modules: the script asks TorchRec's MC-EBC sharder
 for its sharding types (``--torchrec-python``: a Python with TorchRec; default this one) and
-prints what it says (1.8: none on "cpu", row_wise on "cuda"). Reports only; asserts nothing. Results: docs/bench/dynamic.md.
+prints what it says (1.8: none on "cpu", row_wise on "cuda"). Reports only; asserts nothing.
+Results: docs/bench/dynamic.md ("Sharded").
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -91,8 +91,9 @@ class Sparse(nn.Module):
 
     def forward(self, kjt: KeyedJaggedTensor) -> torch.Tensor:
         out = self.ebc(kjt)
-        pooled = out[0] if isinstance(out, tuple) else out
-        return pooled.values().sum()
+        pooled = out[0] if isinstance(out, tuple) else out  # MC-EBC: (pooled, remapped)
+        total: torch.Tensor = pooled.values().sum()
+        return total
 
 
 def _configs(
@@ -115,7 +116,9 @@ def _generator(kind: str, i: int) -> ParameterShardingGenerator:
     return row_wise() if kind == "row_wise" else table_wise(rank=i % 2)
 
 
-def _wrap(ctx: RankContext, module: nn.Module, ebc: nn.Module, kind: str, mc: bool) -> nn.Module:
+def _wrap(
+    ctx: RankContext, module: nn.Module, ebc: EmbeddingBagCollection, kind: str, mc: bool
+) -> nn.Module:
     names = [c.name for c in ebc.embedding_bag_configs()]
     plan = construct_module_sharding_plan(
         ebc, {n: _generator(kind, i) for i, n in enumerate(names)}, world_size=ctx.world_size
@@ -129,7 +132,7 @@ def _wrap(ctx: RankContext, module: nn.Module, ebc: nn.Module, kind: str, mc: bo
         module,
         env=ShardingEnv.from_process_group(ctx.pg),
         plan=ShardingPlan(plan={"ebc": plan}),
-        sharders=[sharder],  # type: ignore[list-item]  # the MC sharder is a planner sharder
+        sharders=[sharder],
     )
 
 
@@ -210,9 +213,11 @@ def setup_rank(
     tables, capacity, dim, batch, bag = shape
     mc = model_kind == "mc-ebc"
     filled = int(capacity * OCCUPANCY)
+    ebc: nn.Module
     if mc:
-        ebc: nn.Module = _mc_ebc(tables, capacity, dim)
-        inner = ebc._embedding_module  # type: ignore[union-attr]  # the MC-EBC's EBC
+        mc_ebc = _mc_ebc(tables, capacity, dim)
+        ebc, inner = mc_ebc, mc_ebc._embedding_module
+        assert isinstance(inner, EmbeddingBagCollection)
     else:
         ebc = inner = EmbeddingBagCollection(_configs(tables, capacity, dim, dynamic=True))
     ours = _wrap(ctx, Sparse(ebc), inner, kind, mc)
@@ -277,7 +282,7 @@ def drop_rank(ctx: RankContext) -> None:
 
 
 def bench(pool: RankPool, shape: tuple[int, int, int, int, int], repeats: int) -> None:
-    tables, capacity, dim, batch, bag = shape
+    capacity = shape[1]
     print(
         "| model | sharding | ids | occupancy t0 (start -> end) | new ids / table / step "
         "| ours ms (wall / cpu) | static ms (wall / cpu) | ratio (wall / cpu) |"
@@ -321,7 +326,10 @@ def torchrec_check(python: str) -> None:
         print(f"TorchRec check not run ({python}): {exc}")
         return
     lines = (done.stdout or done.stderr).strip().splitlines()
-    print("\n".join(lines if done.returncode == 0 else [f"TorchRec unavailable: {lines[-1:]}"]))
+    if done.returncode:
+        print(f"TorchRec unavailable in {python}: {lines[-1] if lines else done.returncode}")
+    else:
+        print("\n".join(lines))
 
 
 def _loadavg() -> str:

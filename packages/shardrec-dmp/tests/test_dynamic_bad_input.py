@@ -70,12 +70,13 @@ class Model(nn.Module):
 
     def forward(self, kjt: KeyedJaggedTensor) -> Tensor:
         out = self.sparse(kjt).values()
-        return (out * torch.arange(1.0, out.shape[1] + 1)).sum()
+        loss: Tensor = (out * torch.arange(1.0, out.shape[1] + 1)).sum()
+        return loss
 
 
 def wrap(
     ctx: RankContext, kinds: tuple[str, str], user: dict[str, object] | None = None
-) -> nn.Module:
+) -> DistributedModelParallel:
     model = Model(user)
     gens = {"row_wise": lambda: row_wise(), "table_wise": lambda: table_wise(rank=1)}
     plan = construct_module_sharding_plan(
@@ -167,7 +168,7 @@ def test_float_ids_raise_on_every_rank(pool_factory, bad_ranks, kinds):  # type:
 
 def train_extremes(ctx: RankContext) -> dict[str, tuple[Tensor, Tensor]]:
     dmp = wrap(ctx, ("row_wise", "row_wise"))
-    opt = dmp.fused_optimizer  # type: ignore[attr-defined]
+    opt = dmp.fused_optimizer
     for step in range(3):
         dmp(batch(ctx.rank, step)).backward()
         opt.step()
@@ -175,7 +176,9 @@ def train_extremes(ctx: RankContext) -> dict[str, tuple[Tensor, Tensor]]:
     out = {}
     for name in ("user", "item"):
         ids, slots = sharded.dynamic_tables.table(name).items()
-        out[name] = (ids.clone(), sharded.embedding_bags[name].weight.detach()[slots].clone())
+        weight = sharded.embedding_bags[name].weight
+        assert isinstance(weight, Tensor)
+        out[name] = (ids.clone(), weight.detach()[slots].clone())
     return out
 
 
@@ -198,14 +201,15 @@ def test_extreme_int64_ids_train_row_wise_like_unsharded(pool_factory):  # type:
         (ref(concat([batch(r, step) for r in range(2)])).values() * weights).sum().backward()
     for name in ("user", "item"):
         table = ref.dynamic_tables.table(name)
-        weight = ref.embedding_bags[name].weight.detach()
+        weight = ref.embedding_bags[name].weight
+        assert isinstance(weight, Tensor)
         seen: set[int] = set()
         for rank_rows in per_rank:
             ids, rows = rank_rows[name]
             seen.update(ids.tolist())
             slots = table.find(ids)
             assert bool((slots >= 0).all()), name
-            assert_close(rows, weight[slots], msg=name)
+            assert_close(rows, weight.detach()[slots], msg=name)
         # every extreme id the batches held has a row, split over the two ranks' parts
         assert seen == set(table.items()[0].tolist()), name
         assert {INT64_MIN, INT64_MAX, -1} <= seen, (name, seen)
