@@ -4,17 +4,21 @@ hang); and the raw ids that are *not* an error (INT64_MIN, INT64_MAX, -1, 0) tra
 the vectors the unsharded table gives them.
 
 The checkpoint refusals (capacity or dim differs) are in test_dynamic_dmp.py
-(`test_mismatched_checkpoint_is_refused_on_every_rank`).
+(`test_mismatched_checkpoint_is_refused_on_every_rank`); here, a dynamic-table checkpoint with
+one damaged data file fails verification on every rank before anything (rows, id maps,
+optimizer state) loads.
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 import torch
 from torch import Tensor, nn
 
-from shardrec_collectives import PeerError, ShardingEnv
-from shardrec_dmp import DistributedModelParallel
+from shardrec_collectives import PeerError, ShardingEnv, barrier
+from shardrec_dmp import CheckpointError, DistributedModelParallel, load, save
 from shardrec_embedding import DynamicTableConfig, EmbeddingBagCollection, EmbeddingBagConfig
 from shardrec_embedding.fused import FusedEmbeddingBagCollection
 from shardrec_jagged import KeyedJaggedTensor
@@ -213,3 +217,55 @@ def test_extreme_int64_ids_train_row_wise_like_unsharded(pool_factory):  # type:
         # every extreme id the batches held has a row, split over the two ranks' parts
         assert seen == set(table.items()[0].tolist()), name
         assert {INT64_MIN, INT64_MAX, -1} <= seen, (name, seen)
+
+
+# -- a damaged dynamic-table checkpoint: refused on every rank, nothing loaded --------------
+
+
+def snapshot(dmp: DistributedModelParallel) -> dict[str, Tensor]:
+    """This rank's rows, id-map buffers and optimizer state."""
+    state = {k: p.detach().clone() for k, p in dmp.named_parameters()}
+    state.update({k: b.clone() for k, b in dmp.named_buffers()})
+    sharded = next(m for m in dmp.modules() if isinstance(m, DynamicShardedEmbeddingBagCollection))
+    for name in ("user", "item"):
+        for i, (module, _) in enumerate(sharded._lookup_modules_of(name)):
+            for key, t in module.optimizer_state().items():
+                state[f"opt.{name}.{i}.{key}"] = t.clone()
+    return state
+
+
+def damaged_on_every_rank(ctx: RankContext, path: str) -> str:
+    dmp = wrap(ctx, ("row_wise", "table_wise"))
+    for step in range(2):
+        dmp(batch(ctx.rank, step)).backward()
+        dmp.fused_optimizer.step()
+    save(path, dmp, {"fused": dmp.fused_optimizer})
+    if ctx.rank == 0:  # one byte of rank 1's data file (its part of the id maps among it)
+        name = sorted(n for n in os.listdir(path) if n.endswith(".distcp"))[-1]
+        with open(f"{path}/{name}", "r+b") as f:
+            f.seek(11)
+            byte = f.read(1)[0]
+            f.seek(11)
+            f.write(bytes([byte ^ 0x04]))
+    barrier(ShardingEnv.from_process_group(ctx.pg))
+    other = wrap(ctx, ("row_wise", "table_wise"))
+    other(batch(ctx.rank, 5)).backward()  # a state of its own, which the load must not touch
+    other.fused_optimizer.step()
+    before = snapshot(other)
+    try:
+        load(path, other, {"fused": other.fused_optimizer})
+    except CheckpointError as exc:
+        message = str(exc)
+    else:
+        message = "no error"
+    after = snapshot(other)
+    assert before.keys() == after.keys()
+    assert all(torch.equal(before[k], after[k]) for k in before), "the load changed the model"
+    return message
+
+
+def test_damaged_dynamic_checkpoint_is_refused_on_every_rank(pool_factory, tmp_path):  # type: ignore[no-untyped-def]
+    path = str(tmp_path / "ckpt")
+    messages = pool_factory(2).run(damaged_on_every_rank, path)
+    for message in messages:
+        assert "is damaged" in message and ".distcp" in message, message
