@@ -96,9 +96,8 @@ class Sparse(nn.Module):
         return total
 
 
-def _configs(
-    tables: int, capacity: int, dim: int, dynamic: bool, device: str = "cpu"
-) -> list[EmbeddingBagConfig]:
+def _configs(tables: int, capacity: int, dim: int, dynamic: bool) -> list[EmbeddingBagConfig]:
+    """`tables` tables t<i> <- feature f<i> (the shapes of benchmarks/dynamic.py's)."""
     cfg = DynamicTableConfig(eviction=EvictionPolicy.LRU) if dynamic else None
     return [
         EmbeddingBagConfig(
