@@ -1,7 +1,7 @@
-"""Issue 27's bad inputs for raw-id (dynamic) tables, through DistributedModelParallel on 2 gloo
-ranks: each is a clear error naming the table, the value and the fix, raised on every rank (no
-hang); and the raw ids that are *not* an error (INT64_MIN, INT64_MAX, -1, 0) train row_wise to
-the vectors the unsharded table gives them.
+"""Issue 27's audit gaps for raw-id (dynamic) tables, through DistributedModelParallel on 2 gloo
+ranks: the bad inputs, each a clear error naming the table, the value and the fix, raised on
+every rank (no hang); and the raw ids that are *not* an error (INT64_MIN, INT64_MAX, -1, 0)
+train row_wise to the vectors the unsharded table gives them, with every fused optimizer.
 
 The checkpoint refusals (capacity or dim differs) are in test_dynamic_dmp.py
 (`test_mismatched_checkpoint_is_refused_on_every_rank`); here, a dynamic-table checkpoint with
@@ -22,7 +22,7 @@ from shardrec_dmp import CheckpointError, DistributedModelParallel, load, save
 from shardrec_embedding import DynamicTableConfig, EmbeddingBagCollection, EmbeddingBagConfig
 from shardrec_embedding.fused import FusedEmbeddingBagCollection
 from shardrec_jagged import KeyedJaggedTensor
-from shardrec_optim import EmbOptimType, FusedOptimSpec
+from shardrec_optim import SUPPORTED_OPTIONS, EmbOptimType, FusedOptimSpec
 from shardrec_planner import ShardingPlan, construct_module_sharding_plan, row_wise, table_wise
 from shardrec_sharding import EmbeddingBagCollectionSharder
 from shardrec_sharding.dynamic import DynamicShardedEmbeddingBagCollection
@@ -79,7 +79,10 @@ class Model(nn.Module):
 
 
 def wrap(
-    ctx: RankContext, kinds: tuple[str, str], user: dict[str, object] | None = None
+    ctx: RankContext,
+    kinds: tuple[str, str],
+    user: dict[str, object] | None = None,
+    spec: FusedOptimSpec = SPEC,
 ) -> DistributedModelParallel:
     model = Model(user)
     gens = {"row_wise": lambda: row_wise(), "table_wise": lambda: table_wise(rank=1)}
@@ -92,7 +95,7 @@ def wrap(
         model,
         env=ShardingEnv.from_process_group(ctx.pg),
         plan=ShardingPlan(plan={"sparse": plan}),
-        sharders=[EmbeddingBagCollectionSharder(fused_params=SPEC.to_fused_params())],
+        sharders=[EmbeddingBagCollectionSharder(fused_params=spec.to_fused_params())],
     )
 
 
@@ -170,20 +173,27 @@ def test_float_ids_raise_on_every_rank(pool_factory, bad_ranks, kinds):  # type:
 # -- extreme int64 ids: not an error; row_wise training equals the unsharded table ----------
 
 
-def train_extremes(ctx: RankContext) -> dict[str, tuple[Tensor, Tensor]]:
-    dmp = wrap(ctx, ("row_wise", "row_wise"))
-    opt = dmp.fused_optimizer
-    for step in range(3):
-        dmp(batch(ctx.rank, step)).backward()
-        opt.step()
-    sharded = next(m for m in dmp.modules() if isinstance(m, DynamicShardedEmbeddingBagCollection))
-    out = {}
-    for name in ("user", "item"):
-        ids, slots = sharded.dynamic_tables.table(name).items()
-        weight = sharded.embedding_bags[name].weight
-        assert isinstance(weight, Tensor)
-        out[name] = (ids.clone(), weight.detach()[slots].clone())
-    return out
+def train_extremes(
+    ctx: RankContext, specs: list[FusedOptimSpec]
+) -> list[dict[str, tuple[Tensor, Tensor]]]:
+    """Per spec: 3 steps of user and item row_wise; this rank's (ids, rows) per table."""
+    results = []
+    for spec in specs:
+        dmp = wrap(ctx, ("row_wise", "row_wise"), spec=spec)
+        for step in range(3):
+            dmp(batch(ctx.rank, step)).backward()
+            dmp.fused_optimizer.step()
+        sharded = next(
+            m for m in dmp.modules() if isinstance(m, DynamicShardedEmbeddingBagCollection)
+        )
+        out = {}
+        for name in ("user", "item"):
+            ids, slots = sharded.dynamic_tables.table(name).items()
+            weight = sharded.embedding_bags[name].weight
+            assert isinstance(weight, Tensor)
+            out[name] = (ids.clone(), weight.detach()[slots].clone())
+        results.append(out)
+    return results
 
 
 def concat(kjts: list[KeyedJaggedTensor]) -> KeyedJaggedTensor:
@@ -197,26 +207,43 @@ def concat(kjts: list[KeyedJaggedTensor]) -> KeyedJaggedTensor:
     )
 
 
-def test_extreme_int64_ids_train_row_wise_like_unsharded(pool_factory):  # type: ignore[no-untyped-def]
-    per_rank = pool_factory(2).run(train_extremes)
-    ref = FusedEmbeddingBagCollection(configs(), SPEC)
+# Issue 27: every fused optimizer the static tables support, sharded too (one spec each).
+SPECS = [
+    FusedOptimSpec(optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=0.1),
+    FusedOptimSpec(optimizer=EmbOptimType.EXACT_SGD, learning_rate=0.1),
+    FusedOptimSpec(optimizer=EmbOptimType.SGD, learning_rate=0.1),
+    FusedOptimSpec(optimizer=EmbOptimType.EXACT_ADAGRAD, learning_rate=0.1),
+    FusedOptimSpec(optimizer=EmbOptimType.ROWWISE_ADAGRAD, learning_rate=0.1),
+    FusedOptimSpec(optimizer=EmbOptimType.ADAM, learning_rate=0.02),
+    FusedOptimSpec(optimizer=EmbOptimType.PARTIAL_ROWWISE_ADAM, learning_rate=0.02),
+    FusedOptimSpec(optimizer=EmbOptimType.LAMB, learning_rate=0.02),
+    FusedOptimSpec(optimizer=EmbOptimType.PARTIAL_ROWWISE_LAMB, learning_rate=0.02),
+    FusedOptimSpec(optimizer=EmbOptimType.LARS_SGD, learning_rate=0.1, momentum=0.9),
+]
+
+
+def test_extreme_int64_ids_train_row_wise_like_unsharded_with_every_optimizer(pool_factory):  # type: ignore[no-untyped-def]
+    assert {s.optimizer for s in SPECS} == set(SUPPORTED_OPTIONS)
+    per_rank = pool_factory(2).run(train_extremes, SPECS)
     weights = torch.arange(1.0, 7.0)
-    for step in range(3):
-        (ref(concat([batch(r, step) for r in range(2)])).values() * weights).sum().backward()
-    for name in ("user", "item"):
-        table = ref.dynamic_tables.table(name)
-        weight = ref.embedding_bags[name].weight
-        assert isinstance(weight, Tensor)
-        seen: set[int] = set()
-        for rank_rows in per_rank:
-            ids, rows = rank_rows[name]
-            seen.update(ids.tolist())
-            slots = table.find(ids)
-            assert bool((slots >= 0).all()), name
-            assert_close(rows, weight.detach()[slots], msg=name)
-        # every extreme id the batches held has a row, split over the two ranks' parts
-        assert seen == set(table.items()[0].tolist()), name
-        assert {INT64_MIN, INT64_MAX, -1} <= seen, (name, seen)
+    for k, spec in enumerate(SPECS):
+        ref = FusedEmbeddingBagCollection(configs(), spec)
+        for step in range(3):
+            (ref(concat([batch(r, step) for r in range(2)])).values() * weights).sum().backward()
+        for name in ("user", "item"):
+            table = ref.dynamic_tables.table(name)
+            weight = ref.embedding_bags[name].weight
+            assert isinstance(weight, Tensor)
+            seen: set[int] = set()
+            for rank_rows in per_rank:
+                ids, rows = rank_rows[k][name]
+                seen.update(ids.tolist())
+                slots = table.find(ids)
+                assert bool((slots >= 0).all()), (spec.optimizer, name)
+                assert_close(rows, weight.detach()[slots], msg=f"{spec.optimizer} {name}")
+            # every extreme id the batches held has a row, split over the two ranks' parts
+            assert seen == set(table.items()[0].tolist()), (spec.optimizer, name)
+            assert {INT64_MIN, INT64_MAX, -1} <= seen, (spec.optimizer, name, seen)
 
 
 # -- a damaged dynamic-table checkpoint: refused on every rank, nothing loaded --------------
