@@ -15,10 +15,11 @@ DistributedModelParallel and a fused EXACT_ROWWISE_ADAGRAD sharder and time one 
     forward, `input_hash_size` 2^40) sharded row_wise by its sharder
     (`shardrec.distributed.mc_embeddingbag`), same shapes, raw ids over 2^40.
 
-Beside each: the reference, a static table of the same size on pre-mapped ids (the Zipf
-ranks themselves, or the hash modulo the capacity in the stream regime) with the same sharding
-type, and the ratio. Both models live in the same rank processes and their steps alternate, so
-load bursts hit them alike; rank 0's median wall and process-CPU ms.
+Beside each: the reference, a static table of the same size on pre-mapped ids (the Zipf ranks
+through a fixed permutation of the rows, so that row_wise blocks share the popular rows as the
+hashed dynamic ids do; the hash modulo the capacity in the stream regime) with the same
+sharding type, and the ratio. Both models live in the same rank processes and their steps
+alternate, so load bursts hit them alike; rank 0's median wall and process-CPU ms.
 
 TorchRec 1.8 has no CPU sharding for its MC modules: the script asks TorchRec's MC-EBC sharder
 for its sharding types (``--torchrec-python``: a Python with TorchRec; default this one) and
@@ -163,8 +164,12 @@ def _raw(ranks: torch.Tensor, mc: bool) -> torch.Tensor:
 def _batches(
     rank: int, count: int, tables: int, batch: int, bag: int, capacity: int, pool: int, mc: bool
 ) -> list[tuple[KeyedJaggedTensor, KeyedJaggedTensor]]:
-    """(raw-id KJT, pre-mapped KJT) pairs of Zipf(1.05) ranks below `pool` for `rank`."""
+    """(raw-id KJT, pre-mapped KJT) pairs of Zipf(1.05) ranks below `pool` for `rank`. The
+    pre-mapped id of popularity rank r is `spread[r]` (resident: a fixed permutation of the
+    rows, so a row_wise static table's popular rows fall on both ranks' blocks, as a dynamic
+    table's hashed ids do) or the raw id's hash modulo the capacity (stream)."""
     rng = np.random.default_rng(1000 + rank)
+    spread = torch.randperm(capacity, generator=torch.Generator().manual_seed(0))
     keys = [f"f{i}" for i in range(tables)]
     lengths = torch.full((tables * batch,), bag, dtype=torch.int64)
     out = []
@@ -173,7 +178,7 @@ def _batches(
             ((rng.zipf(1.05, tables * batch * bag) - 1) % pool).astype(np.int64)
         )
         raw = _raw(ranks, mc)
-        mapped = ranks if pool <= capacity else (raw & ((1 << 62) - 1)) % capacity
+        mapped = spread[ranks] if pool <= capacity else (raw & ((1 << 62) - 1)) % capacity
         out.append(
             (
                 KeyedJaggedTensor(keys, raw, lengths=lengths, stride=batch),
