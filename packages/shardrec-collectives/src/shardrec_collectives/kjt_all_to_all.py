@@ -180,12 +180,14 @@ class _Finish:
             at += wire.align(n_bags * wire_lengths.itemsize)
             values = wire.typed(chunk, at, n_ids, values_dtype)
             at += wire.align(n_ids * values_dtype.itemsize)
-            b = i = 0
-            for f in range(n_keys):
-                lengths_parts[f].append(lengths[b : b + bags[f][s]])
-                values_parts[f].append(values[i : i + ids[f][s]])
-                b += bags[f][s]
-                i += ids[f][s]
+            per_key = zip(
+                torch.split(lengths, [bags[f][s] for f in range(n_keys)]),
+                torch.split(values, [ids[f][s] for f in range(n_keys)]),
+                strict=True,
+            )
+            for f, (lengths_f, values_f) in enumerate(per_key):
+                lengths_parts[f].append(lengths_f)
+                values_parts[f].append(values_f)
             if w_dtype is not None:
                 if table[s][0] & _WEIGHTED:
                     received_w.append(wire.typed(chunk, at, n_ids, w_dtype))
