@@ -425,3 +425,29 @@ def test_new_capacity_grows_and_shrinks() -> None:
     assert new_capacity(176, 44) == 176  # a quarter: kept
     assert new_capacity(176, 43) == 112  # under a quarter: 43 + 5 + 64 = 112
     assert new_capacity(176, 177) == 264  # 177 + 22 + 64 = 263, 8-aligned
+
+
+def error_after_learning(ctx: RankContext) -> list[str]:
+    """With a learned capacity (one exchange), an error on rank 1 still raises on every rank,
+    and the site keeps working afterwards (both ends of each pair still agree)."""
+    env = ShardingEnv.from_process_group(ctx.pg)
+    capacity = ExchangeCapacity()
+    kjt = KeyedJaggedTensor(["a"], torch.arange(6), lengths=torch.tensor([2, 4]))
+    outcomes: list[str] = []
+    for step in range(4):
+        error = ValueError("id 99 is out of range") if step == 2 and ctx.rank == 1 else None
+        try:
+            got = kjt_all_to_all(env, [kjt] * ctx.world_size, error=error, capacity=capacity)
+            outcomes.append(str(got.wait().values().tolist()))
+        except (ValueError, PeerError) as exc:
+            outcomes.append(type(exc).__name__)
+    return outcomes
+
+
+@pytest.mark.parametrize("rank_pool", [2, 3], indirect=True)
+def test_error_with_a_learned_capacity_raises_on_every_rank(rank_pool: RankPool) -> None:
+    world = rank_pool.world_size
+    ok = str(list(range(6)) * world)
+    for rank, got in enumerate(rank_pool.run(error_after_learning)):
+        raised = "ValueError" if rank == 1 else "PeerError"
+        assert got == [ok, ok, raised, ok], (rank, got)
