@@ -89,9 +89,9 @@ def _dtype_name(code: int) -> str:
 class KJTAllToAllLayout:
     """What moved where in one KJT all-to-all, from this rank's point of view.
 
-    Known as soon as `kjt_all_to_all` returns (the header exchange is synchronous), so the
-    output distribution of the same batch (e.g. `sequence_all_to_all`) can be planned before the
-    ids arrive.
+    Known as soon as `kjt_all_to_all` returns (it waits for the exchange carrying the headers),
+    so the output distribution of the same batch (e.g. `sequence_all_to_all`) can be planned
+    before the received KJT is built.
 
     keys: the received KJT's keys (this rank's own `per_rank[rank].keys()`).
     recv_stride_per_key_per_rank: `[F][S]` bags of key f received from rank s.
