@@ -30,7 +30,12 @@ from shardrec_collectives import qcomm
 from shardrec_collectives.awaitable import Awaitable
 from shardrec_collectives.env import ShardingEnv
 from shardrec_collectives.gather import all_gather_pooled
-from shardrec_collectives.kjt_all_to_all import KeySelection, KJTAllToAllAwaitable, kjt_all_to_all
+from shardrec_collectives.kjt_all_to_all import (
+    ExchangeCapacity,
+    KeySelection,
+    KJTAllToAllAwaitable,
+    kjt_all_to_all,
+)
 from shardrec_collectives.pooled import pooled_all_to_all
 from shardrec_collectives.reduce_scatter import reduce_scatter_pooled
 from shardrec_collectives.sequence import sequence_all_to_all_by_counts
@@ -174,6 +179,9 @@ class KJTAllToAll(nn.Module):
         self._splits = list(splits)
         self._splits_cumsum = [0, *itertools.accumulate(self._splits)]
         self._stagger = stagger
+        # Learns the ids' bytes per pair of ranks: from the second call of a similar size on,
+        # the ids travel with their header in one exchange.
+        self._capacity = ExchangeCapacity()
 
     def forward(self, input: KeyedJaggedTensor) -> KJTAllToAllSplitsAwaitable:
         if len(input.keys()) != self._splits_cumsum[-1]:
@@ -185,7 +193,9 @@ class KJTAllToAll(nn.Module):
         c = self._splits_cumsum
         picked = [list(range(c[d], c[d + 1])) for d in range(len(self._splits))]
         # Unlike TorchRec (which runs this under no_grad), weights stay differentiable.
-        sent = kjt_all_to_all(env, KeySelection(features=input, keys_per_rank=picked))
+        sent = kjt_all_to_all(
+            env, KeySelection(features=input, keys_per_rank=picked), capacity=self._capacity
+        )
         return KJTAllToAllSplitsAwaitable(sent)
 
 

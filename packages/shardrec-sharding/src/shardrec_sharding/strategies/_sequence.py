@@ -21,6 +21,7 @@ from torch import Tensor
 
 from shardrec_collectives import (
     Awaitable,
+    ExchangeCapacity,
     kjt_all_to_all,
     sequence_all_to_all,
 )
@@ -61,6 +62,7 @@ class _SequenceEngine:
     def __init__(self, args: StrategyArgs) -> None:
         self.sharding_type: ShardingType = args.sharding_type
         self.env = args.env
+        self._capacity = ExchangeCapacity()  # the ids' bytes per pair of ranks
         self.segments: list[Segment] = [s for t in args.tables for s in t.segments]
 
     def _send(
@@ -70,7 +72,7 @@ class _SequenceEngine:
         key_index: tuple[int, ...],
         order: Tensor | None = None,
     ) -> Awaitable[SequenceInput]:
-        pending = kjt_all_to_all(self.env, per_rank, error=batch.error)
+        pending = kjt_all_to_all(self.env, per_rank, error=batch.error, capacity=self._capacity)
         lengths = batch.features.length_per_key()
         counts = tuple(lengths[batch.feature_pos[s.feature]] for s in self.segments)
         layout = pending.layout
