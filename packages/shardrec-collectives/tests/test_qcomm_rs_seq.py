@@ -13,6 +13,7 @@ and the TorchRec module forms; a no-op registry entry is bitwise the exact excha
 from __future__ import annotations
 
 import torch
+from _qcomm_cases import PRECISIONS, through
 
 from shardrec_collectives import (
     ShardingEnv,
@@ -26,33 +27,10 @@ from shardrec_collectives.dist_data import (
 )
 from shardrec_collectives.dist_data_vb import VariableBatchPooledEmbeddingsReduceScatter
 from shardrec_collectives.qcomm import (
-    CommType,
-    NoOpQuantizedCommCodec,
     QCommsConfig,
     get_qcomm_codecs,
 )
 from shardrec_testing import RankContext, RankPool, seeded_generator
-
-PRECISIONS = [
-    QCommsConfig(forward_precision=CommType.BF16, backward_precision=CommType.FP16),
-    QCommsConfig(forward_precision=CommType.FP16, backward_precision=CommType.BF16,
-                 forward_loss_scale=4.0, backward_loss_scale=128.0),
-    QCommsConfig(forward_precision=CommType.INT8, backward_precision=CommType.FP8,
-                 fp8_quantize_dim=4),
-    QCommsConfig(forward_precision=CommType.FP8, fp8_quantize_dim=8, backward_precision="fp32"),
-    QCommsConfig(forward_precision=CommType.MX4, backward_precision=CommType.INT8),
-]  # fmt: skip
-
-
-def through(codec: object, x: torch.Tensor) -> torch.Tensor:
-    """What a chunk `x` becomes after the codec (the reference of one sent chunk)."""
-    if isinstance(codec, NoOpQuantizedCommCodec) or codec.comm_precision is CommType.FP32:  # type: ignore[attr-defined]
-        return x
-    ctx = codec.create_context()  # type: ignore[attr-defined]
-    flat = x.reshape(-1)
-    if not flat.numel():
-        return x
-    return codec.decode(codec.encode(flat, ctx), ctx)[: flat.numel()].view(x.shape).to(x.dtype)  # type: ignore[attr-defined]
 
 
 def rank_sum(parts: list[torch.Tensor]) -> torch.Tensor:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _qcomm_common import CONFIGS, REL, fill
+from _qcomm_common import abs_gradients as abs_gradients_of
 from _sharding_placements import generator_for
 
 from shardrec_collectives import ShardingEnv
@@ -33,11 +35,6 @@ TABLES = [
 FEATURES = ["f0", "f1", "f2"]
 LR = 0.1
 STEPS = 3
-CONFIGS = {
-    "bf16/fp16": QCommsConfig(forward_precision=CommType.BF16, backward_precision=CommType.FP16),
-    "int8/bf16": QCommsConfig(forward_precision=CommType.INT8, backward_precision=CommType.BF16),
-}
-REL = {CommType.BF16: 2.0**-8, CommType.FP16: 2.0**-11}
 
 
 def build() -> EmbeddingBagCollection:
@@ -47,10 +44,7 @@ def build() -> EmbeddingBagCollection:
             for n, r, d, f, _ in TABLES
         ]
     )
-    g = seeded_generator("qcomm-sharded-weights")
-    with torch.no_grad():
-        for n, r, d, *_ in TABLES:
-            ebc.embedding_bags[n].weight.copy_(torch.randn(r, d, generator=g))
+    fill(ebc.embedding_bags, [(n, r, d) for n, r, d, *_ in TABLES], "qcomm-sharded-weights")
     return ebc
 
 
@@ -169,11 +163,6 @@ def test_quantized_sharded_ebc(pool_factory, name: str) -> None:  # type: ignore
 def abs_gradients() -> dict[str, torch.Tensor]:
     """Per table, the gradient of sum(|coefficients| * output) over every rank and step."""
     plain = build()
-    for step in range(STEPS):
-        for rank in range(2):
-            kjt, coefficients = batch(rank, step)
-            (plain(kjt).values() * coefficients.abs()).sum().backward()
-    return {
-        f"embedding_bags.{n}.weight": plain.embedding_bags[n].weight.grad.clone()  # type: ignore[union-attr]
-        for n, *_ in TABLES
-    }
+    batches = [batch(rank, step) for step in range(STEPS) for rank in range(2)]
+    grads = abs_gradients_of(plain, plain.embedding_bags, batches, lambda out: out.values())  # type: ignore[attr-defined]
+    return {f"embedding_bags.{n}.weight": g for n, g in grads.items()}

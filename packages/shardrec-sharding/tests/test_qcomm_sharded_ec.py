@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _qcomm_common import CONFIGS, REL, abs_gradients, fill
 from _sharding_placements import generator_for
 
 from shardrec_collectives import ShardingEnv
@@ -33,11 +34,6 @@ TABLES = [
 FEATURES = [f for *_, f, _ in TABLES]
 LR = 0.1
 STEPS = 2
-CONFIGS = {
-    "bf16/fp16": QCommsConfig(forward_precision=CommType.BF16, backward_precision=CommType.FP16),
-    "int8/bf16": QCommsConfig(forward_precision=CommType.INT8, backward_precision=CommType.BF16),
-}
-REL = {CommType.BF16: 2.0**-8, CommType.FP16: 2.0**-11}
 
 
 def build() -> EmbeddingCollection:
@@ -47,10 +43,7 @@ def build() -> EmbeddingCollection:
             for n, r, d, f, _ in TABLES
         ]
     )
-    g = seeded_generator("qcomm-ec-weights")
-    with torch.no_grad():
-        for n, r, d, *_ in TABLES:
-            ec.embeddings[n].weight.copy_(torch.randn(r, d, generator=g))
+    fill(ec.embeddings, [(n, r, d) for n, r, d, *_ in TABLES], "qcomm-ec-weights")
     return ec
 
 
@@ -101,16 +94,6 @@ def run(ctx: RankContext, name: str | None) -> dict[str, object]:
     return {"first": first, "tables": tables}
 
 
-def abs_gradients() -> dict[str, torch.Tensor]:
-    """Per table, the gradient of sum(|coefficients| * rows) over every rank and step."""
-    plain = build()
-    for step in range(STEPS):
-        for rank in range(2):
-            kjt, coefficients = batch(rank, step)
-            (rows_of(plain(kjt)) * coefficients.abs()).sum().backward()
-    return {n: plain.embeddings[n].weight.grad.clone() for n, *_ in TABLES}  # type: ignore[union-attr]
-
-
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_quantized_sharded_ec(pool_factory, name: str) -> None:  # type: ignore[no-untyped-def]
     pool = pool_factory(2)
@@ -118,7 +101,9 @@ def test_quantized_sharded_ec(pool_factory, name: str) -> None:  # type: ignore[
     quantized = pool.run(run, name)
     exact = pool.run(run, None)
     biggest = max(build().embeddings[n].weight.abs().max() for n, *_ in TABLES)
-    grads = abs_gradients()
+    plain = build()
+    batches = [batch(rank, step) for step in range(STEPS) for rank in range(2)]
+    grads = abs_gradients(plain, plain.embeddings, batches, rows_of)  # type: ignore[arg-type]
     changed = False
     for rank in range(2):
         got, ref = quantized[rank]["first"]
