@@ -7,11 +7,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import torch
+from _sharding_placements import generator_for
 from torch import nn
 
-from shardrec_collectives.qcomm import CommType, QCommsConfig
+from shardrec_collectives import ShardingEnv
+from shardrec_collectives.qcomm import CommType, QCommsConfig, get_qcomm_codecs_registry
 from shardrec_jagged import KeyedJaggedTensor
-from shardrec_testing import seeded_generator
+from shardrec_planner import construct_module_sharding_plan
+from shardrec_testing import RankContext, seeded_generator
 
 CONFIGS = {
     "bf16/fp16": QCommsConfig(forward_precision=CommType.BF16, backward_precision=CommType.FP16),
@@ -39,3 +42,29 @@ def abs_gradients(
     for kjt, coefficients in batches:
         (values(module(kjt)) * coefficients.abs()).sum().backward()
     return {name: t.weight.grad.clone() for name, t in tables.items()}  # type: ignore[union-attr]
+
+
+def shard(
+    ctx: RankContext,
+    sharder_type: Callable[..., object],
+    module: nn.Module,
+    kinds: Sequence[tuple[str, str]],
+    name: str | None,
+    lr: float,
+) -> nn.Module:
+    """`module` sharded on `ctx`'s ranks (table `(name, sharding type)` of `kinds`) by
+    `sharder_type` with fused exact SGD at `lr` and the registry of CONFIGS[name] (None:
+    exact)."""
+    registry = None if name is None else get_qcomm_codecs_registry(CONFIGS[name])
+    sharder = sharder_type(
+        fused_params={"optimizer": "exact_sgd", "learning_rate": lr},
+        qcomm_codecs_registry=registry,
+    )
+    assert sharder.qcomm_codecs_registry == registry  # type: ignore[attr-defined]
+    plan = construct_module_sharding_plan(
+        module,
+        {n: generator_for(kind, i, ctx.world_size) for i, (n, kind) in enumerate(kinds)},
+        world_size=ctx.world_size,
+    )
+    sharded: nn.Module = sharder.shard(module, plan, ShardingEnv.from_process_group(ctx.pg))  # type: ignore[attr-defined]
+    return sharded

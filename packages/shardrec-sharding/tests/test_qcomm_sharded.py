@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _qcomm_common import CONFIGS, REL, fill
+from _qcomm_common import CONFIGS, REL, fill, shard
 from _qcomm_common import abs_gradients as abs_gradients_of
-from _sharding_placements import generator_for
 
-from shardrec_collectives import ShardingEnv
 from shardrec_collectives.qcomm import CommType, QCommsConfig, get_qcomm_codecs_registry
 from shardrec_embedding import EmbeddingBagCollection, EmbeddingBagConfig
 from shardrec_jagged import KeyedJaggedTensor
-from shardrec_planner import construct_module_sharding_plan
 from shardrec_sharding import EmbeddingBagCollectionSharder
 from shardrec_testing import RankContext, seeded_generator
 from shardrec_testing.random_ids import random_ids
@@ -59,21 +56,10 @@ def batch(rank: int, step: int) -> tuple[KeyedJaggedTensor, torch.Tensor]:
 def run(ctx: RankContext, name: str | None) -> dict[str, object]:
     """This rank's first forward output, its unsharded reference, and the tables (gathered
     through state_dict) after training with the registry of CONFIGS[name] (None: exact)."""
-    env = ShardingEnv.from_process_group(ctx.pg)
     ebc = build()
     plain = build()
-    registry = None if name is None else get_qcomm_codecs_registry(CONFIGS[name])
-    sharder = EmbeddingBagCollectionSharder(
-        fused_params={"optimizer": "exact_sgd", "learning_rate": LR},
-        qcomm_codecs_registry=registry,
-    )
-    assert sharder.qcomm_codecs_registry == registry
-    plan = construct_module_sharding_plan(
-        ebc,
-        {n: generator_for(kind, i, ctx.world_size) for i, (n, *_, kind) in enumerate(TABLES)},
-        world_size=ctx.world_size,
-    )
-    sharded = sharder.shard(ebc, plan, env)
+    kinds = [(n, kind) for n, *_, kind in TABLES]
+    sharded = shard(ctx, EmbeddingBagCollectionSharder, ebc, kinds, name, LR)
     first = None
     for step in range(STEPS):
         kjt, coefficients = batch(ctx.rank, step)

@@ -13,14 +13,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _qcomm_common import CONFIGS, REL, abs_gradients, fill
-from _sharding_placements import generator_for
+from _qcomm_common import CONFIGS, REL, abs_gradients, fill, shard
 
-from shardrec_collectives import ShardingEnv
 from shardrec_collectives.qcomm import CommType, QCommsConfig, get_qcomm_codecs_registry
 from shardrec_embedding import EmbeddingCollection, EmbeddingConfig
 from shardrec_jagged import KeyedJaggedTensor
-from shardrec_planner import construct_module_sharding_plan
 from shardrec_sharding import EmbeddingCollectionSharder
 from shardrec_testing import RankContext, seeded_generator
 from shardrec_testing.random_ids import random_ids
@@ -63,19 +60,9 @@ def run(ctx: RankContext, name: str | None) -> dict[str, object]:
     """This rank's first forward rows, the unsharded ones, and the tables (full, from the
     state_dict's local shards; NaN where another rank holds them) after training with the
     registry of CONFIGS[name] (None: exact)."""
-    env = ShardingEnv.from_process_group(ctx.pg)
     ec, plain = build(), build()
-    registry = None if name is None else get_qcomm_codecs_registry(CONFIGS[name])
-    sharder = EmbeddingCollectionSharder(
-        fused_params={"optimizer": "exact_sgd", "learning_rate": LR},
-        qcomm_codecs_registry=registry,
-    )
-    plan = construct_module_sharding_plan(
-        ec,
-        {n: generator_for(kind, i, ctx.world_size) for i, (n, *_, kind) in enumerate(TABLES)},
-        world_size=ctx.world_size,
-    )
-    sharded = sharder.shard(ec, plan, env)
+    kinds = [(n, kind) for n, *_, kind in TABLES]
+    sharded = shard(ctx, EmbeddingCollectionSharder, ec, kinds, name, LR)
     first = None
     for step in range(STEPS):
         kjt, coefficients = batch(ctx.rank, step)
