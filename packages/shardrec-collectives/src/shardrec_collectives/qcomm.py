@@ -365,8 +365,8 @@ def linked_reduce_scatter(
         got = pending.wait()
         chunks = _decode(fwd, got, [wire_mine] * world, [mine] * world, torch.float32)
         rows = chunks.view(world, mine)
-        total = rows[0].clone()
-        for row in rows[1:]:
+        total = rows[0].clone() if world == 1 else torch.add(rows[0], rows[1])
+        for row in rows[2:]:
             total.add_(row)
         return prim.link(send, total.to(send.dtype), reverse, grad)
 
