@@ -6,7 +6,8 @@ row_wise tables send their rows (partial sums) in the forward precision and thei
 the backward precision. Checked against the unsharded collection (forward, within the codec's
 documented bound: per value for the all-to-all, per partial sum for the reduce-scatter) and
 against the same sharded training without codecs (tables after 3 fused SGD steps, within the
-bound the backward codec gives them), and FP32 configs change nothing.
+bound the backward codec gives them), unweighted and weighted, uneven batches, and FP32
+configs change nothing.
 """
 
 from __future__ import annotations
@@ -34,35 +35,39 @@ LR = 0.1
 STEPS = 3
 
 
-def build() -> EmbeddingBagCollection:
+def build(weighted: bool = False) -> EmbeddingBagCollection:
     ebc = EmbeddingBagCollection(
         [
             EmbeddingBagConfig(name=n, num_embeddings=r, embedding_dim=d, feature_names=f)
             for n, r, d, f, _ in TABLES
-        ]
+        ],
+        is_weighted=weighted,
     )
     fill(ebc.embedding_bags, [(n, r, d) for n, r, d, *_ in TABLES], "qcomm-sharded-weights")
     return ebc
 
 
-def batch(rank: int, step: int) -> tuple[KeyedJaggedTensor, torch.Tensor]:
+def batch(rank: int, step: int, weighted: bool = False) -> tuple[KeyedJaggedTensor, torch.Tensor]:
+    """Uneven batches; weighted: per-id weights in [0.5, 1.5) (positive, so the pooled |W|
+    still bounds every partial sum)."""
     g = seeded_generator("qcomm-sharded-batch", rank, step)
     size = 3 + rank
     lengths, values = random_ids({"f0": 20, "f1": 16, "f2": 24}, size, 3, g)
     coefficients = torch.randn(size, 8 + 12 + 4, generator=g)
-    return KeyedJaggedTensor(FEATURES, values, None, lengths, stride=size), coefficients
+    weights = torch.rand(values.numel(), generator=g) + 0.5 if weighted else None
+    return KeyedJaggedTensor(FEATURES, values, weights, lengths, stride=size), coefficients
 
 
-def run(ctx: RankContext, name: str | None) -> dict[str, object]:
+def run(ctx: RankContext, name: str | None, weighted: bool = False) -> dict[str, object]:
     """This rank's first forward output, its unsharded reference, and the tables (gathered
     through state_dict) after training with the registry of CONFIGS[name] (None: exact)."""
-    ebc = build()
-    plain = build()
+    ebc = build(weighted)
+    plain = build(weighted)
     kinds = [(n, kind) for n, *_, kind in TABLES]
     sharded = shard(ctx, EmbeddingBagCollectionSharder, ebc, kinds, name, LR)
     first = None
     for step in range(STEPS):
-        kjt, coefficients = batch(ctx.rank, step)
+        kjt, coefficients = batch(ctx.rank, step, weighted)
         out = sharded(kjt).wait()
         if step == 0:
             first = (
@@ -81,7 +86,7 @@ def run(ctx: RankContext, name: str | None) -> dict[str, object]:
 def absolute(ebc: EmbeddingBagCollection) -> EmbeddingBagCollection:
     """`ebc` with every weight replaced by its absolute value (a copy): its pooled output
     bounds every partial sum of the reduce-scatter."""
-    out = build()
+    out = build(ebc.is_weighted())
     with torch.no_grad():
         for n, *_ in TABLES:
             out.embedding_bags[n].weight.copy_(ebc.embedding_bags[n].weight.abs())
@@ -97,15 +102,17 @@ def columns_of(kind: str) -> slice:
     raise AssertionError(kind)
 
 
-@pytest.mark.parametrize("name", [*CONFIGS, "fp32"])
+@pytest.mark.parametrize("name", [*CONFIGS, "fp32", "bf16/fp16 weighted"])
 def test_quantized_sharded_ebc(pool_factory, name: str) -> None:  # type: ignore[no-untyped-def]
     pool = pool_factory(2)
+    weighted = name.endswith(" weighted")
+    name = name.removesuffix(" weighted")
     if name == "fp32":  # a registry of FP32 both ways is None: the exact run
         assert get_qcomm_codecs_registry(QCommsConfig()) is None
         return
     config = CONFIGS[name]
-    quantized = pool.run(run, name)
-    exact = pool.run(run, None)
+    quantized = pool.run(run, name, weighted)
+    exact = pool.run(run, None, weighted)
     for rank in range(2):
         got, ref, abs_ref = quantized[rank]["first"]
         exact_out, *_ = exact[rank]["first"]
@@ -135,7 +142,7 @@ def test_quantized_sharded_ebc(pool_factory, name: str) -> None:  # type: ignore
         # reach it; each coefficient is off by at most rel * |coefficient|: the bound is
         # rel * LR * (the gradient of the same loss with |coefficients|).
         rel = REL[config.backward_precision]
-        limit = {k: rel * LR * g + 1e-6 for k, g in abs_gradients().items()}
+        limit = {k: rel * LR * g + 1e-6 for k, g in abs_gradients(weighted).items()}
         for key, shards in quantized[rank]["tables"].items():
             for (offsets, tensor), (offsets_e, tensor_e) in zip(
                 shards, exact[rank]["tables"][key], strict=True
@@ -146,9 +153,9 @@ def test_quantized_sharded_ebc(pool_factory, name: str) -> None:  # type: ignore
                 assert bool((err <= limit[key][r0 : r0 + r, c0 : c0 + c]).all()), key
 
 
-def abs_gradients() -> dict[str, torch.Tensor]:
+def abs_gradients(weighted: bool) -> dict[str, torch.Tensor]:
     """Per table, the gradient of sum(|coefficients| * output) over every rank and step."""
-    plain = build()
-    batches = [batch(rank, step) for step in range(STEPS) for rank in range(2)]
+    plain = build(weighted)
+    batches = [batch(rank, step, weighted) for step in range(STEPS) for rank in range(2)]
     grads = abs_gradients_of(plain, plain.embedding_bags, batches, lambda out: out.values())  # type: ignore[attr-defined]
     return {f"embedding_bags.{n}.weight": g for n, g in grads.items()}
