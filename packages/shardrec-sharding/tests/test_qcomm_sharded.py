@@ -17,10 +17,12 @@ import torch
 from _qcomm_common import CONFIGS, REL, fill, shard
 from _qcomm_common import abs_gradients as abs_gradients_of
 
-from shardrec_collectives.qcomm import CommType, QCommsConfig, get_qcomm_codecs_registry
+from shardrec_collectives.qcomm import CommOp, CommType, QCommsConfig, get_qcomm_codecs_registry
 from shardrec_embedding import EmbeddingBagCollection, EmbeddingBagConfig
 from shardrec_jagged import KeyedJaggedTensor
+from shardrec_planner import ShardingType
 from shardrec_sharding import EmbeddingBagCollectionSharder
+from shardrec_sharding.registry import POOLED_COMM_OPS, SEQUENCE_COMM_OPS
 from shardrec_testing import RankContext, seeded_generator
 from shardrec_testing.random_ids import random_ids
 
@@ -159,3 +161,21 @@ def abs_gradients(weighted: bool) -> dict[str, torch.Tensor]:
     batches = [batch(rank, step, weighted) for step in range(STEPS) for rank in range(2)]
     grads = abs_gradients_of(plain, plain.embedding_bags, batches, lambda out: out.values())  # type: ignore[attr-defined]
     return {f"embedding_bags.{n}.weight": g for n, g in grads.items()}
+
+
+def test_each_output_dist_takes_its_registry_entry() -> None:
+    """Which `CommOp` entry each sharding type's output dist applies (TorchRec's mapping)."""
+    a2a, rs = CommOp.POOLED_EMBEDDINGS_ALL_TO_ALL, CommOp.POOLED_EMBEDDINGS_REDUCE_SCATTER
+    t = ShardingType
+    assert dict(POOLED_COMM_OPS) == {
+        t.DATA_PARALLEL: None,
+        t.TABLE_WISE: a2a,
+        t.COLUMN_WISE: a2a,
+        t.TABLE_COLUMN_WISE: a2a,
+        t.ROW_WISE: rs,
+        t.TABLE_ROW_WISE: rs,
+    }
+    seq = CommOp.SEQUENCE_EMBEDDINGS_ALL_TO_ALL
+    assert dict(SEQUENCE_COMM_OPS) == {
+        k: None if v is None else seq for k, v in POOLED_COMM_OPS.items()
+    }
