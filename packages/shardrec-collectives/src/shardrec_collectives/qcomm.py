@@ -5,10 +5,12 @@ the pooled embeddings, `backward_precision` for their gradients); `get_qcomm_cod
 turns it into `{CommOp name: QuantizedCommCodecs}`, which the embedding sharders take as
 `qcomm_codecs_registry=` (as TorchRec's do). A codec `encode`s a float tensor into what goes on
 the wire and `decode`s it back to float32; `linked_all_to_all` is the all-to-all that does both
-around the exchange, forward and backward. No fbgemm-gpu: every codec is a few torch ops.
+around the exchange, forward and backward (the pooled and the sequence all-to-all use it), and
+`linked_reduce_scatter` the reduce-scatter (encoded chunks exchanged, decoded, summed in
+float32). No fbgemm-gpu: every codec is a few torch ops.
 
 Modules: `_qformats` (the wire formats), `_qcodecs` (`CommType` and the codecs), this one (the
-config, the registry, the quantized all-to-all, and every public name).
+config, the registry, the quantized all-to-all and reduce-scatter, and every public name).
 
 Precisions (the wire dtype; the error of one decoded element, round to nearest):
 
