@@ -346,8 +346,8 @@ def linked_reduce_scatter(
     codec and sent to r (an all-to-all of the encoded chunks, on every backend: a sum on the
     wire in the codec's format would round every partial sum again and cannot add group-wise
     bytes); each received chunk is decoded to float32 and the chunks are summed in float32, in
-    rank order, then cast to `send`'s dtype. So the rounding is one codec round trip per
-    partial sum, none in the sum. Backward: this rank's gradient chunk is encoded once by the
+    rank order, then cast to `send`'s dtype (an FP32 forward codec sends and sums the chunks as
+    they are). So the rounding is one codec round trip per partial sum, none in the sum. Backward: this rank's gradient chunk is encoded once by the
     backward codec, the encoded chunks are all-gathered, each rank's part decoded. Every rank
     must pass the same codecs."""
     fwd, bwd = codecs.forward, codecs.backward
