@@ -14,7 +14,8 @@ differentiable collective of this package named in each docstring. Shapes follow
     EmbeddingsAllToOne / ...Reduce          list of tensors -> one tensor (no communication)
 
 Quantized communication codecs (`codecs=`, `qcomm.QuantizedCommCodecs`) are applied by
-`PooledEmbeddingsAllToAll`; the other modules refuse them with a `ValueError`.
+`PooledEmbeddingsAllToAll`, `PooledEmbeddingsReduceScatter` (and its variable-batch form) and
+`SequenceEmbeddingsAllToAll`; the other modules refuse them with a `ValueError`.
 """
 
 from __future__ import annotations
@@ -284,7 +285,9 @@ class PooledEmbeddingsReduceScatter(_EmbeddingsComm):
     """
 
     def __init__(self, pg: dist.ProcessGroup, codecs: object | None = None) -> None:
-        super().__init__(pg, codecs=codecs)
+        super().__init__(pg)
+        # Quantized chunks and gradient (qcomm.QuantizedCommCodecs); None: exact.
+        self._codecs = qcomm.checked_codecs(codecs, type(self).__name__)
 
     def forward(
         self, local_embs: torch.Tensor, input_splits: list[int] | None = None
@@ -292,7 +295,9 @@ class PooledEmbeddingsReduceScatter(_EmbeddingsComm):
         env = _env(self._pg, local_embs.device)
         if not input_splits:
             input_splits = _even_split("local_embs", local_embs.shape[0], env.world_size)
-        return PooledEmbeddingsAwaitable(reduce_scatter_pooled(env, local_embs, input_splits))
+        return PooledEmbeddingsAwaitable(
+            reduce_scatter_pooled(env, local_embs, input_splits, self._codecs)
+        )
 
 
 class PooledEmbeddingsAllGather(_EmbeddingsComm):
@@ -335,7 +340,9 @@ class SequenceEmbeddingsAllToAll(_EmbeddingsComm):
         device: torch.device | None = None,
         codecs: object | None = None,
     ) -> None:
-        super().__init__(pg, device, codecs)
+        super().__init__(pg, device)
+        # Quantized rows and gradient (qcomm.QuantizedCommCodecs); None: exact.
+        self._codecs = qcomm.checked_codecs(codecs, type(self).__name__)
         _one_per_rank("features_per_rank", features_per_rank, pg)
         self._local_split = features_per_rank[dist.get_rank(pg)]
 
@@ -369,7 +376,7 @@ class SequenceEmbeddingsAllToAll(_EmbeddingsComm):
                 f"output_splits {list(output_splits)} disagrees with the ids per rank in lengths "
                 f"{received}; pass the splits of the same KJTAllToAll"
             )
-        moved = sequence_all_to_all_by_counts(env, local_embs, counts, input_splits)
+        moved = sequence_all_to_all_by_counts(env, local_embs, counts, input_splits, self._codecs)
         return SequenceEmbeddingsAwaitable(moved, unbucketize_permute_tensor, local_embs.shape[1])
 
 

@@ -45,6 +45,7 @@ class RowBlockSharding:
         self.sharding_type: ShardingType = args.sharding_type
         tables, env, self.env = args.tables, args.env, args.env
         self._capacity = ExchangeCapacity()  # the id buckets' bytes per pair of ranks
+        self.qcomm_codecs = args.qcomm_codecs  # of the reduce-scatter (None: exact)
         self._segments = [s for t in tables for s in t.segments]
         self._keys = [s.name for s in self._segments]
         self._bucketize = RowBucketizer(self._segments, tables, env)
@@ -86,7 +87,9 @@ class RowBlockSharding:
         return pooled_lookup(self.lookup, dist_input)
 
     def output_dist(self, local: Tensor, dist_input: DistInput) -> Awaitable[Tensor]:
-        pending = reduce_scatter_pooled(self.env, local, dist_input.batch_size_per_rank)
+        pending = reduce_scatter_pooled(
+            self.env, local, dist_input.batch_size_per_rank, codecs=self.qcomm_codecs
+        )
         lengths = dist_input.lengths
         if lengths is None:
             return pending

@@ -63,6 +63,7 @@ class _SequenceEngine:
         self.sharding_type: ShardingType = args.sharding_type
         self.env = args.env
         self._capacity = ExchangeCapacity()  # the ids' bytes per pair of ranks
+        self.qcomm_codecs = args.qcomm_codecs  # of the sequence all-to-all (None: exact)
         self.segments: list[Segment] = [s for t in args.tables for s in t.segments]
 
     def _send(
@@ -150,7 +151,7 @@ class PlacedSequence(_SequenceEngine):
 
     def output_dist(self, local: Tensor, dist_input: SequenceInput) -> Awaitable[dict[int, Tensor]]:
         assert dist_input.layout is not None
-        pending = sequence_all_to_all(self.env, local, dist_input.layout)
+        pending = sequence_all_to_all(self.env, local, dist_input.layout, codecs=self.qcomm_codecs)
         counts = dist_input.counts
 
         def assemble(received: Tensor) -> dict[int, Tensor]:
@@ -194,7 +195,7 @@ class RowSequence(_SequenceEngine):
 
     def output_dist(self, local: Tensor, dist_input: SequenceInput) -> Awaitable[dict[int, Tensor]]:
         assert dist_input.layout is not None and dist_input.order is not None
-        pending = sequence_all_to_all(self.env, local, dist_input.layout)
+        pending = sequence_all_to_all(self.env, local, dist_input.layout, codecs=self.qcomm_codecs)
         order = dist_input.order
         counts = dist_input.counts
 
