@@ -1,0 +1,242 @@
+"""The floor of benchmarks/sharded.py's step, measured in its own rank processes (issue 28).
+
+For one sharding type, from the counts of the run just timed (rank by rank, after its input
+dist: the ids each rank receives, the rows it looks up, the unique rows it updates, the pooled
+bytes it sends and receives), the least time this machine needs for each piece of the step:
+
+- ids in: a gloo all-to-all of the received ids + lengths bytes (this rank's own part included,
+  as the step's exchange does), in these processes;
+- lookup: a random gather (`index_select`) of the looked-up rows, each `shard columns x 4` bytes,
+  from a table of the local shards' size (pooled sum excluded: the issue's 7.9 ms is the gather);
+- pooled rows out, gradients back: gloo all-to-alls of the pooled bytes each way;
+- update: the unique rows touched (and their row-wise momentum) read and written once, in sorted
+  order (a gather, then a numpy row assignment back: the fastest scatter measured here), gradient
+  reads and the arithmetic excluded;
+- data_parallel: no exchanges of ids or rows; the dense gradients' all-reduce instead, and no
+  update (the timed step drops the gradients);
+- 1 ms for the rest of the step (loss, autograd, bookkeeping): an assumption, the issue's.
+
+Each piece is the least wall time of a few repeats (both ranks run the exchanges together).
+All of it is a lower bound of what any implementation of the same step does on this machine.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from shardrec_testing import RankContext
+
+REST_MS = 1.0  # assumed: loss, autograd, bookkeeping (issue 28's figure)
+GOAL = 1.6  # issue 28: the step at most 1.6x this machine's floor
+REPEATS = 5
+
+Floor = dict[str, float]  # component -> ms, plus counts (bytes, rows) under "n:" keys
+
+
+def _least(fn: Callable[[], object], pg: dist.ProcessGroup, repeats: int) -> float:
+    """Least wall ms of `repeats` calls of `fn`, the ranks started together."""
+    best = float("inf")
+    for _ in range(repeats):
+        dist.barrier(group=pg)
+        start = time.perf_counter()
+        fn()
+        best = min(best, (time.perf_counter() - start) * 1e3)
+    return best
+
+
+def _all_to_all_ms(pg: dist.ProcessGroup, send: list[int], repeats: int) -> float:
+    """Least ms of a gloo all-to-all sending `send[d]` bytes to rank d (every rank's `send`
+    gathered first, so each knows what it receives)."""
+    world = dist.get_world_size(pg)
+    table = [torch.zeros(world, dtype=torch.int64) for _ in range(world)]
+    dist.all_gather(table, torch.tensor(send, dtype=torch.int64), group=pg)
+    me = dist.get_rank(pg)
+    recv = [int(row[me]) for row in table]
+    if sum(sum(int(x) for x in row) for row in table) == 0:
+        return 0.0
+    inp = torch.ones(sum(send), dtype=torch.uint8)
+    out = torch.empty(sum(recv), dtype=torch.uint8)
+
+    def run() -> None:
+        dist.all_to_all_single(out, inp, recv, send, group=pg)
+
+    return _least(run, pg, repeats)
+
+
+def _by_width(
+    tables: list[tuple[int, int]], index: list[torch.Tensor]
+) -> list[tuple[int, int, torch.Tensor]]:
+    """Tables of one column width stacked in one buffer: (columns, rows, `index` offset into
+    it) per width."""
+    out = []
+    for cols in sorted({c for _, c in tables}):
+        base, parts = 0, []
+        for (rows, c), got in zip(tables, index, strict=True):
+            if c == cols:
+                parts.append(got + base)
+                base += rows
+        out.append((cols, base, torch.cat(parts)))
+    return out
+
+
+def _gather_ms(
+    tables: list[tuple[int, int]], ids: list[torch.Tensor], pg: dist.ProcessGroup, repeats: int
+) -> float:
+    """Least ms of gathering `ids[i]` (rows of table i, `(rows, cols)` in `tables`) from
+    one local buffer per column width, like the step's lookup (pooled sum excluded). Every
+    rank times one call (the same number of barriers, whatever it holds)."""
+    work = [
+        (torch.empty(rows, cols).uniform_(), flat, torch.empty(flat.numel(), cols))
+        for cols, rows, flat in _by_width(tables, ids)
+    ]  # the buffers touched before timing: no page faults in it
+
+    def run() -> None:
+        for weight, flat, out in work:
+            torch.index_select(weight, 0, flat, out=out)
+
+    return _least(run, pg, repeats)
+
+
+def _update_ms(
+    tables: list[tuple[int, int]], uniq: list[torch.Tensor], pg: dist.ProcessGroup, repeats: int
+) -> float:
+    """Least ms of reading and writing back the unique rows `uniq[i]` of each table (sorted
+    order, as a dedup leaves them) and their one-float row-wise momentum: a gather into a
+    buffer, then numpy's row assignment back (faster here than `index_copy_`)."""
+    work = []
+    for cols, rows, flat in _by_width(tables, uniq):
+        weight, momentum = torch.empty(rows, cols).uniform_(), torch.empty(rows).uniform_()
+        bufs = (torch.empty(flat.numel(), cols), torch.empty(flat.numel()))
+        work.append((weight, momentum, flat, bufs))
+
+    def run() -> None:
+        for weight, momentum, flat, (rows_buf, mom_buf) in work:
+            torch.index_select(weight, 0, flat, out=rows_buf)
+            torch.index_select(momentum, 0, flat, out=mom_buf)
+            weight.numpy()[flat.numpy()] = rows_buf.numpy()
+            momentum.numpy()[flat.numpy()] = mom_buf.numpy()
+
+    return _least(run, pg, repeats)
+
+
+def floor_rank(ctx: RankContext, module_name: str, kind: str) -> Floor:
+    """This rank's floor of `kind`'s step, from the sharded module benchmarks/sharded.py built
+    last in this process (its `_PHASES`): one input dist and lookup give the counts."""
+    start = time.perf_counter()
+    sharded, kjt = sys.modules[module_name]._PHASES[0]
+    pg = ctx.pg
+    world = dist.get_world_size(pg)
+    with torch.no_grad():
+        got = sharded.input_dist(kjt).wait()
+        local = sharded.compute(got)
+    ids_to = [0] * world  # bytes of ids + lengths received from each rank
+    pooled_to = [0] * world  # pooled bytes sent to each rank
+    tables: list[tuple[int, int]] = []  # (shard rows, shard columns) per looked-up segment
+    ids: list[torch.Tensor] = []
+    uniq: list[torch.Tensor] = []
+    for d, pooled in zip(got.per_strategy, local, strict=True):
+        f = d.features
+        values, lengths = f.values(), f.lengths()
+        nseg = len(d.key_index)
+        cols = pooled.shape[1] // nseg if nseg else 0
+        offsets = [0, *np.cumsum(f.length_per_key()).tolist()]
+        for k in d.key_index:
+            seg = values[offsets[k] : offsets[k + 1]]
+            if seg.numel() == 0:
+                continue
+            low, high = int(seg.min()), int(seg.max())  # shard rows: the span of the ids seen
+            tables.append((high - low + 1, cols))
+            ids.append(seg - low)
+            uniq.append(torch.unique(seg) - low)  # sorted
+        batches = list(d.batch_size_per_rank)
+        if len(batches) == world and world > 1:  # exchanged: ids in, pooled rows out
+            nkeys = len(f.keys())
+            per_key = lengths.view(nkeys, -1) if nkeys else lengths.view(0, 0)
+            start_row = 0
+            for src, b in enumerate(batches):
+                n = int(per_key[:, start_row : start_row + b].sum())
+                ids_to[src] += n * values.element_size() + nkeys * b * lengths.element_size()
+                start_row += b
+                pooled_to[src] += b * pooled.shape[1] * pooled.element_size()
+    # What each rank receives = what the others send it: the ids' all-to-all sends `ids_to`'s
+    # transpose; `_all_to_all_ms` gathers every rank's row, so hand it this rank's sends.
+    rows_of = [torch.zeros(world, dtype=torch.int64) for _ in range(world)]
+    dist.all_gather(rows_of, torch.tensor(ids_to, dtype=torch.int64), group=pg)
+    me = dist.get_rank(pg)
+    ids_send = [int(rows_of[dst][me]) for dst in range(world)]
+    out: Floor = {
+        "ids in": _all_to_all_ms(pg, ids_send, REPEATS),
+        "lookup": _gather_ms(tables, ids, pg, REPEATS),
+        "pooled rows out": _all_to_all_ms(pg, pooled_to, REPEATS),
+    }
+    dense = 0
+    if kind == "data_parallel":
+        dense = sum(p.numel() * p.element_size() for p in sharded.parameters())
+        grad = torch.ones(dense // 4)
+
+        def reduce() -> None:
+            dist.all_reduce(grad, group=pg)
+
+        out["gradients back"] = _least(reduce, pg, 2)
+        out["update"] = 0.0
+        del grad
+    else:
+        # The gradients go back the way the rows came: this rank receives what it sent.
+        out["gradients back"] = _all_to_all_ms(pg, _transpose(pg, pooled_to), REPEATS)
+        out["update"] = _update_ms(tables, uniq, pg, REPEATS)
+    out["rest (assumed)"] = REST_MS
+    out["n:ids in bytes"] = float(sum(ids_to))
+    out["n:rows looked up"] = float(sum(int(i.numel()) for i in ids))
+    out["n:row bytes"] = float(tables[0][1] * 4 if tables else 0)
+    out["n:table MB"] = sum(r * c * 4 for r, c in tables) / 1e6
+    out["n:unique rows"] = float(sum(int(u.numel()) for u in uniq))
+    out["n:pooled bytes sent"] = float(sum(pooled_to))
+    out["n:dense gradient bytes"] = float(dense)
+    out["n:measure s"] = time.perf_counter() - start
+    return out
+
+
+def _transpose(pg: dist.ProcessGroup, send: list[int]) -> list[int]:
+    """What this rank receives in the all-to-all where every rank sends `send` (its row)."""
+    world = dist.get_world_size(pg)
+    rows = [torch.zeros(world, dtype=torch.int64) for _ in range(world)]
+    dist.all_gather(rows, torch.tensor(send, dtype=torch.int64), group=pg)
+    me = dist.get_rank(pg)
+    return [int(rows[src][me]) for src in range(world)]
+
+
+PIECES = ("ids in", "lookup", "pooled rows out", "gradients back", "update", "rest (assumed)")
+
+
+def print_floor(kind: str, floors: list[Floor], ours_ms: list[float]) -> None:
+    """Rank 0's floor table of `kind` beside ours' median step (rank 1's sum on the side)."""
+    f = floors[0]
+    total = sum(f[p] for p in PIECES)
+    ours = statistics.median(ours_ms)
+    ratio = ours / total if total > 0 else float("inf")
+    others = ", ".join(f"rank {r}: {sum(x[p] for p in PIECES):.1f}" for r, x in enumerate(floors))
+    print(
+        f"floor of {kind} (rank 0; ids in {f['n:ids in bytes'] / 1e6:.2f} MB, "
+        f"{f['n:rows looked up']:.0f} rows x {f['n:row bytes']:.0f} B gathered from "
+        f"{f['n:table MB']:.0f} MB, {f['n:unique rows']:.0f} unique rows updated, pooled "
+        f"{f['n:pooled bytes sent'] / 1e6:.2f} MB each way"
+        + (
+            f", dense gradients {f['n:dense gradient bytes'] / 1e6:.0f} MB all-reduced"
+            if f["n:dense gradient bytes"]
+            else ""
+        )
+        + f"; least of {REPEATS}, measured in {f['n:measure s']:.1f} s)"
+    )
+    print("| piece | " + " | ".join(PIECES) + " | floor | ours (median) | ours / floor | goal |")
+    print("|---" * (len(PIECES) + 5) + "|")
+    verdict = f"<= {GOAL}x: {'met' if ratio <= GOAL else 'not met'}"
+    cells = " | ".join(f"{f[p]:.1f}" for p in PIECES)
+    print(f"| ms | {cells} | {total:.1f} | {ours:.1f} | {ratio:.2f}x | {verdict} |")
+    print(f"floor sum per rank (ms): {others}")
