@@ -196,7 +196,7 @@ def floor_rank(ctx: RankContext, module_name: str, kind: str) -> Floor:
     out["n:rows looked up"] = float(sum(int(i.numel()) for i in ids))
     out["n:row bytes"] = float(tables[0][1] * 4 if tables else 0)
     out["n:table MB"] = sum(r * c * 4 for r, c in tables) / 1e6
-    out["n:unique rows"] = float(sum(int(u.numel()) for u in uniq))
+    out["n:unique rows"] = float(sum(int(u.numel()) for u in uniq) if not dense else 0)
     out["n:pooled bytes sent"] = float(sum(pooled_to))
     out["n:dense gradient bytes"] = float(dense)
     out["n:measure s"] = time.perf_counter() - start
@@ -213,6 +213,16 @@ def _transpose(pg: dist.ProcessGroup, send: list[int]) -> list[int]:
 
 
 PIECES = ("ids in", "lookup", "pooled rows out", "gradients back", "update", "rest (assumed)")
+COUNTS = (  # what the pieces moved, rank by rank (`floor_rank`'s "n:" entries)
+    "n:ids in bytes",
+    "n:rows looked up",
+    "n:row bytes",
+    "n:table MB",
+    "n:unique rows",
+    "n:pooled bytes sent",
+    "n:dense gradient bytes",
+    "n:measure s",
+)
 
 
 def print_floor(kind: str, floors: list[Floor], ours_ms: list[float]) -> None:
