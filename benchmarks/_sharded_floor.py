@@ -36,31 +36,49 @@ from shardrec_testing import RankContext
 REST_MS = 1.0  # assumed: loss, autograd, bookkeeping (issue 28's figure)
 GOAL = 1.6  # issue 28: the step at most 1.6x this machine's floor
 REPEATS = 5
+PIECES = ("ids in", "lookup", "pooled rows out", "gradients back", "update", "rest (assumed)")
+COUNTS = (  # what the pieces moved, rank by rank (`floor_rank`'s "n:" entries)
+    "n:ids in bytes",
+    "n:rows looked up",
+    "n:row bytes",
+    "n:table MB",
+    "n:unique rows",
+    "n:pooled bytes sent",
+    "n:dense gradient bytes",
+    "n:measure s",
+)
 
-Floor = dict[str, float]  # component -> ms, plus counts (bytes, rows) under "n:" keys
+# piece -> least wall ms, "<piece> cpu" -> least process CPU ms (all threads: gloo's too),
+# plus the counts under "n:" keys
+Floor = dict[str, float]
 
 
-def _least(fn: Callable[[], object], pg: dist.ProcessGroup, repeats: int) -> float:
-    """Least wall ms of `repeats` calls of `fn`, the ranks started together."""
-    best = float("inf")
+def _least(fn: Callable[[], object], pg: dist.ProcessGroup, repeats: int) -> tuple[float, float]:
+    """Least wall ms and least process CPU ms of `repeats` calls of `fn`, the ranks started
+    together. The CPU time holds up on a loaded machine, where wall time counts the waits."""
+    wall, cpu = float("inf"), float("inf")
     for _ in range(repeats):
         dist.barrier(group=pg)
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         fn()
-        best = min(best, (time.perf_counter() - start) * 1e3)
-    return best
+        cpu = min(cpu, (time.process_time() - cpu_start) * 1e3)
+        wall = min(wall, (time.perf_counter() - start) * 1e3)
+    return wall, cpu
 
 
-def _all_to_all_ms(pg: dist.ProcessGroup, send: list[int], repeats: int) -> float:
-    """Least ms of a gloo all-to-all sending `send[d]` bytes to rank d (every rank's `send`
-    gathered first, so each knows what it receives)."""
+def _transpose(pg: dist.ProcessGroup, row: list[int]) -> list[int]:
+    """Entry `me` of every rank's `row`: what this rank receives in an all-to-all where each
+    rank sends `row[d]` to rank d (and what it sends, where `row` counts what it receives)."""
     world = dist.get_world_size(pg)
-    table = [torch.zeros(world, dtype=torch.int64) for _ in range(world)]
-    dist.all_gather(table, torch.tensor(send, dtype=torch.int64), group=pg)
+    rows = [torch.zeros(world, dtype=torch.int64) for _ in range(world)]
+    dist.all_gather(rows, torch.tensor(row, dtype=torch.int64), group=pg)
     me = dist.get_rank(pg)
-    recv = [int(row[me]) for row in table]
-    if sum(sum(int(x) for x in row) for row in table) == 0:
-        return 0.0
+    return [int(rows[src][me]) for src in range(world)]
+
+
+def _all_to_all(pg: dist.ProcessGroup, send: list[int], repeats: int) -> tuple[float, float]:
+    """Least (wall, CPU) ms of a gloo all-to-all sending `send[d]` bytes to rank d."""
+    recv = _transpose(pg, send)
     inp = torch.ones(sum(send), dtype=torch.uint8)
     out = torch.empty(sum(recv), dtype=torch.uint8)
 
@@ -86,44 +104,43 @@ def _by_width(
     return out
 
 
-def _gather_ms(
-    tables: list[tuple[int, int]], ids: list[torch.Tensor], pg: dist.ProcessGroup, repeats: int
-) -> float:
-    """Least ms of gathering `ids[i]` (rows of table i, `(rows, cols)` in `tables`) from
-    one local buffer per column width, like the step's lookup (pooled sum excluded). Every
-    rank times one call (the same number of barriers, whatever it holds)."""
-    work = [
-        (torch.empty(rows, cols).uniform_(), flat, torch.empty(flat.numel(), cols))
-        for cols, rows, flat in _by_width(tables, ids)
-    ]  # the buffers touched before timing: no page faults in it
+def _local_pieces(
+    tables: list[tuple[int, int]],
+    ids: list[torch.Tensor],
+    uniq: list[torch.Tensor],
+    pg: dist.ProcessGroup,
+    repeats: int,
+) -> tuple[tuple[float, float], tuple[float, float]]:
+    """The lookup and the update, least (wall, CPU) ms each, on one buffer per column width
+    holding this rank's shards (`(rows, cols)` per table in `tables`):
 
-    def run() -> None:
-        for weight, flat, out in work:
-            torch.index_select(weight, 0, flat, out=out)
+    - lookup: gather `ids[i]`'s rows of table i (`index_select`; pooled sum excluded);
+    - update: read the unique rows `uniq[i]` (sorted, as a dedup leaves them) and their
+      one-float momentum, write them back (numpy's row assignment: faster here than
+      `index_copy_`); gradient reads and arithmetic excluded.
 
-    return _least(run, pg, repeats)
+    Every rank times one call of each (the same barriers, whatever it holds)."""
+    buffers = []
+    for (cols, rows, flat), (_, _, once) in zip(
+        _by_width(tables, ids), _by_width(tables, uniq), strict=True
+    ):
+        weight, momentum = torch.empty(rows, cols).fill_(0.5), torch.empty(rows).fill_(0.5)
+        pooled = torch.empty(flat.numel(), cols).fill_(0.0)  # touched: no page faults timed
+        touched = torch.empty(once.numel(), cols).fill_(0.0), torch.empty(once.numel())
+        buffers.append((weight, momentum, flat, pooled, once, touched))
 
+    def lookup() -> None:
+        for weight, _, flat, pooled, _, _ in buffers:
+            torch.index_select(weight, 0, flat, out=pooled)
 
-def _update_ms(
-    tables: list[tuple[int, int]], uniq: list[torch.Tensor], pg: dist.ProcessGroup, repeats: int
-) -> float:
-    """Least ms of reading and writing back the unique rows `uniq[i]` of each table (sorted
-    order, as a dedup leaves them) and their one-float row-wise momentum: a gather into a
-    buffer, then numpy's row assignment back (faster here than `index_copy_`)."""
-    work = []
-    for cols, rows, flat in _by_width(tables, uniq):
-        weight, momentum = torch.empty(rows, cols).uniform_(), torch.empty(rows).uniform_()
-        bufs = (torch.empty(flat.numel(), cols), torch.empty(flat.numel()))
-        work.append((weight, momentum, flat, bufs))
+    def update() -> None:
+        for weight, momentum, _, _, once, (rows_buf, mom_buf) in buffers:
+            torch.index_select(weight, 0, once, out=rows_buf)
+            torch.index_select(momentum, 0, once, out=mom_buf)
+            weight.numpy()[once.numpy()] = rows_buf.numpy()
+            momentum.numpy()[once.numpy()] = mom_buf.numpy()
 
-    def run() -> None:
-        for weight, momentum, flat, (rows_buf, mom_buf) in work:
-            torch.index_select(weight, 0, flat, out=rows_buf)
-            torch.index_select(momentum, 0, flat, out=mom_buf)
-            weight.numpy()[flat.numpy()] = rows_buf.numpy()
-            momentum.numpy()[flat.numpy()] = mom_buf.numpy()
-
-    return _least(run, pg, repeats)
+    return _least(lookup, pg, repeats), _least(update, pg, repeats)
 
 
 def floor_rank(ctx: RankContext, module_name: str, kind: str) -> Floor:
@@ -165,33 +182,23 @@ def floor_rank(ctx: RankContext, module_name: str, kind: str) -> Floor:
                 ids_to[src] += n * values.element_size() + nkeys * b * lengths.element_size()
                 start_row += b
                 pooled_to[src] += b * pooled.shape[1] * pooled.element_size()
-    # What each rank receives = what the others send it: the ids' all-to-all sends `ids_to`'s
-    # transpose; `_all_to_all_ms` gathers every rank's row, so hand it this rank's sends.
-    rows_of = [torch.zeros(world, dtype=torch.int64) for _ in range(world)]
-    dist.all_gather(rows_of, torch.tensor(ids_to, dtype=torch.int64), group=pg)
-    me = dist.get_rank(pg)
-    ids_send = [int(rows_of[dst][me]) for dst in range(world)]
-    out: Floor = {
-        "ids in": _all_to_all_ms(pg, ids_send, REPEATS),
-        "lookup": _gather_ms(tables, ids, pg, REPEATS),
-        "pooled rows out": _all_to_all_ms(pg, pooled_to, REPEATS),
+    got_ms = {
+        "ids in": _all_to_all(pg, _transpose(pg, ids_to), REPEATS),  # sends: others' receipts
+        "pooled rows out": _all_to_all(pg, pooled_to, REPEATS),
     }
+    got_ms["lookup"], got_ms["update"] = _local_pieces(tables, ids, uniq, pg, REPEATS)
     dense = 0
-    if kind == "data_parallel":
+    if kind == "data_parallel":  # dense gradients all-reduced; the step updates nothing
         dense = sum(p.numel() * p.element_size() for p in sharded.parameters())
         grad = torch.ones(dense // 4)
-
-        def reduce() -> None:
-            dist.all_reduce(grad, group=pg)
-
-        out["gradients back"] = _least(reduce, pg, 2)
-        out["update"] = 0.0
-        del grad
-    else:
-        # The gradients go back the way the rows came: this rank receives what it sent.
-        out["gradients back"] = _all_to_all_ms(pg, _transpose(pg, pooled_to), REPEATS)
-        out["update"] = _update_ms(tables, uniq, pg, REPEATS)
-    out["rest (assumed)"] = REST_MS
+        got_ms["gradients back"] = _least(lambda: dist.all_reduce(grad, group=pg), pg, 2)
+        got_ms["update"] = (0.0, 0.0)
+    else:  # back the way the rows came: this rank sends what it received
+        got_ms["gradients back"] = _all_to_all(pg, _transpose(pg, pooled_to), REPEATS)
+    got_ms["rest (assumed)"] = (REST_MS, REST_MS)
+    out: Floor = {}
+    for piece, (wall, cpu) in got_ms.items():
+        out[piece], out[f"{piece} cpu"] = wall, cpu
     out["n:ids in bytes"] = float(sum(ids_to))
     out["n:rows looked up"] = float(sum(int(i.numel()) for i in ids))
     out["n:row bytes"] = float(tables[0][1] * 4 if tables else 0)
@@ -203,50 +210,32 @@ def floor_rank(ctx: RankContext, module_name: str, kind: str) -> Floor:
     return out
 
 
-def _transpose(pg: dist.ProcessGroup, send: list[int]) -> list[int]:
-    """What this rank receives in the all-to-all where every rank sends `send` (its row)."""
-    world = dist.get_world_size(pg)
-    rows = [torch.zeros(world, dtype=torch.int64) for _ in range(world)]
-    dist.all_gather(rows, torch.tensor(send, dtype=torch.int64), group=pg)
-    me = dist.get_rank(pg)
-    return [int(rows[src][me]) for src in range(world)]
-
-
-PIECES = ("ids in", "lookup", "pooled rows out", "gradients back", "update", "rest (assumed)")
-COUNTS = (  # what the pieces moved, rank by rank (`floor_rank`'s "n:" entries)
-    "n:ids in bytes",
-    "n:rows looked up",
-    "n:row bytes",
-    "n:table MB",
-    "n:unique rows",
-    "n:pooled bytes sent",
-    "n:dense gradient bytes",
-    "n:measure s",
-)
-
-
-def print_floor(kind: str, floors: list[Floor], ours_ms: list[float]) -> None:
-    """Rank 0's floor table of `kind` beside ours' median step (rank 1's sum on the side)."""
+def print_floor(kind: str, floors: list[Floor], ours: list[tuple[float, float, float]]) -> None:
+    """Rank 0's floor table of `kind` beside ours' median step (`ours`: sharded.py's
+    `timed_step` samples, (wall ms, process CPU ms, page faults)), in wall and in CPU time;
+    every rank's floor sum on the side."""
     f = floors[0]
-    total = sum(f[p] for p in PIECES)
-    ours = statistics.median(ours_ms)
-    ratio = ours / total if total > 0 else float("inf")
-    others = ", ".join(f"rank {r}: {sum(x[p] for p in PIECES):.1f}" for r, x in enumerate(floors))
+    dense = f["n:dense gradient bytes"]
     print(
         f"floor of {kind} (rank 0; ids in {f['n:ids in bytes'] / 1e6:.2f} MB, "
         f"{f['n:rows looked up']:.0f} rows x {f['n:row bytes']:.0f} B gathered from "
         f"{f['n:table MB']:.0f} MB, {f['n:unique rows']:.0f} unique rows updated, pooled "
         f"{f['n:pooled bytes sent'] / 1e6:.2f} MB each way"
-        + (
-            f", dense gradients {f['n:dense gradient bytes'] / 1e6:.0f} MB all-reduced"
-            if f["n:dense gradient bytes"]
-            else ""
-        )
-        + f"; least of {REPEATS}, measured in {f['n:measure s']:.1f} s)"
+        + (f", dense gradients {dense / 1e6:.0f} MB all-reduced" if dense else "")
+        + f"; least of {REPEATS}, measured in {f['n:measure s']:.1f} s; "
+        f"rest {REST_MS} ms assumed)"
     )
-    print("| piece | " + " | ".join(PIECES) + " | floor | ours (median) | ours / floor | goal |")
+    print("| ms | " + " | ".join(PIECES) + " | floor | ours (median) | ours / floor | goal |")
     print("|---" * (len(PIECES) + 5) + "|")
-    verdict = f"<= {GOAL}x: {'met' if ratio <= GOAL else 'not met'}"
-    cells = " | ".join(f"{f[p]:.1f}" for p in PIECES)
-    print(f"| ms | {cells} | {total:.1f} | {ours:.1f} | {ratio:.2f}x | {verdict} |")
-    print(f"floor sum per rank (ms): {others}")
+    for label, suffix, col in (("wall", "", 0), ("CPU", " cpu", 1)):
+        total = sum(f[p + suffix] for p in PIECES)
+        mine = statistics.median(x[col] for x in ours)
+        ratio = mine / total if total > 0 else float("inf")
+        verdict = f"<= {GOAL}x: {'met' if ratio <= GOAL else 'not met'}"
+        cells = " | ".join(f"{f[p + suffix]:.2f}" for p in PIECES)
+        print(f"| {label} | {cells} | {total:.2f} | {mine:.1f} | {ratio:.2f}x | {verdict} |")
+    sums = [
+        f"rank {r}: {sum(x[p] for p in PIECES):.1f} / {sum(x[p + ' cpu'] for p in PIECES):.1f}"
+        for r, x in enumerate(floors)
+    ]
+    print("floor per rank, wall / CPU ms: " + ", ".join(sums))

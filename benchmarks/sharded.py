@@ -379,9 +379,7 @@ def bench(
         # The step's floor from this run's own counts, printed beside ours (issue 28).
         from _sharded_floor import floor_rank, print_floor  # benchmarks/_sharded_floor.py
 
-        print_floor(
-            kind, pools["ours"].run(floor_rank, __name__, kind), [x[0] for x in got["ours"]]
-        )
+        print_floor(kind, pools["ours"].run(floor_rank, __name__, kind), got["ours"])
         for pool in pools.values():
             pool.run(drop_rank)
         med = {
