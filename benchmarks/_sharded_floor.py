@@ -22,10 +22,14 @@ All of it is a lower bound of what any implementation of the same step does on t
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import statistics
 import sys
 import time
+import warnings
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -79,6 +83,10 @@ def _transpose(pg: dist.ProcessGroup, row: list[int]) -> list[int]:
 def _all_to_all(pg: dist.ProcessGroup, send: list[int], repeats: int) -> tuple[float, float]:
     """Least (wall, CPU) ms of a gloo all-to-all sending `send[d]` bytes to rank d."""
     recv = _transpose(pg, send)
+    moved = torch.tensor([sum(send)], dtype=torch.int64)
+    dist.all_reduce(moved, group=pg)
+    if int(moved) == 0:  # nothing exchanged (data_parallel): no piece
+        return 0.0, 0.0
     inp = torch.ones(sum(send), dtype=torch.uint8)
     out = torch.empty(sum(recv), dtype=torch.uint8)
 
@@ -100,13 +108,33 @@ def _by_width(
             if c == cols:
                 parts.append(got + base)
                 base += rows
-        out.append((cols, base, torch.cat(parts)))
+        out.append((cols, base, torch.cat(parts).to(torch.int64).contiguous()))
     return out
+
+
+@functools.cache
+def _kernels() -> ctypes.CDLL | None:
+    """_sharded_floor.c built by shardrec_embedding's native loader (None: no compiler)."""
+    from shardrec_embedding._native.loader import native_library_at
+
+    with warnings.catch_warnings():  # none: the torch fallbacks are named in the report
+        warnings.simplefilter("ignore")
+        lib = native_library_at(Path(__file__).with_name("_sharded_floor.c"))
+    if lib is not None:
+        ptr, i64, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
+        lib.floor_pool.argtypes = [ptr, ptr, ptr, i64, i64, ptr]
+        lib.floor_update.argtypes = [ptr, ptr, ptr, ptr, i64, i64, f32, f32]
+    return lib
+
+
+def _p(t: torch.Tensor) -> ctypes.c_void_p:
+    return ctypes.c_void_p(t.data_ptr())
 
 
 def _local_pieces(
     tables: list[tuple[int, int]],
     ids: list[torch.Tensor],
+    bags: list[torch.Tensor],
     uniq: list[torch.Tensor],
     pg: dist.ProcessGroup,
     repeats: int,
@@ -114,33 +142,55 @@ def _local_pieces(
     """The lookup and the update, least (wall, CPU) ms each, on one buffer per column width
     holding this rank's shards (`(rows, cols)` per table in `tables`):
 
-    - lookup: gather `ids[i]`'s rows of table i (`index_select`; pooled sum excluded);
-    - update: read the unique rows `uniq[i]` (sorted, as a dedup leaves them) and their
-      one-float momentum, write them back (numpy's row assignment: faster here than
-      `index_copy_`); gradient reads and arithmetic excluded.
+    - lookup: pool `ids[i]`'s rows of table i into bags of sizes `bags[i]`, the least of
+      _sharded_floor.c's loop and torch's `embedding_bag` (sum);
+    - update: row-wise Adagrad on the unique rows `uniq[i]` (sorted, as a dedup leaves them)
+      from their summed gradients: each row and its momentum read and written once
+      (_sharded_floor.c; without a compiler, an `index_select` + numpy row assignment back).
+      The dedup and the gradient sums are left out.
 
-    Every rank times one call of each (the same barriers, whatever it holds)."""
+    Every rank times the same calls (the same barriers, whatever it holds)."""
+    lib = _kernels()
     buffers = []
     for (cols, rows, flat), (_, _, once) in zip(
         _by_width(tables, ids), _by_width(tables, uniq), strict=True
     ):
+        widths = zip(bags, tables, strict=True)
+        lengths = torch.cat([b for b, (_, c) in widths if c == cols]).to(torch.int64)
+        offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64)
+        torch.cumsum(lengths, 0, out=offsets[1:])
         weight, momentum = torch.empty(rows, cols).fill_(0.5), torch.empty(rows).fill_(0.5)
-        pooled = torch.empty(flat.numel(), cols).fill_(0.0)  # touched: no page faults timed
-        touched = torch.empty(once.numel(), cols).fill_(0.0), torch.empty(once.numel())
-        buffers.append((weight, momentum, flat, pooled, once, touched))
+        pooled = torch.empty(lengths.numel(), cols).fill_(0.0)  # touched: no faults timed
+        grads = torch.empty(once.numel(), cols).fill_(1e-3)
+        buffers.append((weight, momentum, flat, offsets, pooled, once, grads))
 
-    def lookup() -> None:
-        for weight, _, flat, pooled, _, _ in buffers:
-            torch.index_select(weight, 0, flat, out=pooled)
+    def pool_c() -> None:
+        assert lib is not None
+        for weight, _, flat, offsets, pooled, _, _ in buffers:
+            n, cols = pooled.shape
+            lib.floor_pool(_p(weight), _p(flat), _p(offsets), n, cols, _p(pooled))
 
-    def update() -> None:
-        for weight, momentum, _, _, once, (rows_buf, mom_buf) in buffers:
-            torch.index_select(weight, 0, once, out=rows_buf)
-            torch.index_select(momentum, 0, once, out=mom_buf)
-            weight.numpy()[once.numpy()] = rows_buf.numpy()
-            momentum.numpy()[once.numpy()] = mom_buf.numpy()
+    def pool_torch() -> None:
+        for weight, _, flat, offsets, _, _, _ in buffers:
+            torch.nn.functional.embedding_bag(flat, weight, offsets[:-1], mode="sum")
 
-    return _least(lookup, pg, repeats), _least(update, pg, repeats)
+    def update_c() -> None:
+        assert lib is not None
+        for weight, momentum, _, _, _, once, grads in buffers:
+            n, cols = grads.shape
+            lib.floor_update(_p(weight), _p(momentum), _p(once), _p(grads), n, cols, 0.01, 1e-8)
+
+    def update_torch() -> None:
+        for weight, momentum, _, _, _, once, grads in buffers:
+            torch.index_select(weight, 0, once, out=grads)
+            weight.numpy()[once.numpy()] = grads.numpy()
+            momentum.numpy()[once.numpy()] = momentum.numpy()[once.numpy()]
+
+    timings = [_least(pool_torch, pg, repeats)]
+    if lib is not None:
+        timings.append(_least(pool_c, pg, repeats))
+    lookup = (min(t[0] for t in timings), min(t[1] for t in timings))
+    return lookup, _least(update_c if lib is not None else update_torch, pg, repeats)
 
 
 def floor_rank(ctx: RankContext, module_name: str, kind: str) -> Floor:
@@ -157,6 +207,7 @@ def floor_rank(ctx: RankContext, module_name: str, kind: str) -> Floor:
     pooled_to = [0] * world  # pooled bytes sent to each rank
     tables: list[tuple[int, int]] = []  # (shard rows, shard columns) per looked-up segment
     ids: list[torch.Tensor] = []
+    bags: list[torch.Tensor] = []  # bag sizes per segment, all ranks' samples
     uniq: list[torch.Tensor] = []
     for d, pooled in zip(got.per_strategy, local, strict=True):
         f = d.features
@@ -164,6 +215,8 @@ def floor_rank(ctx: RankContext, module_name: str, kind: str) -> Floor:
         nseg = len(d.key_index)
         cols = pooled.shape[1] // nseg if nseg else 0
         offsets = [0, *np.cumsum(f.length_per_key()).tolist()]
+        nkeys = len(f.keys())
+        per_key = lengths.view(nkeys, -1) if nkeys else lengths.view(0, 0)
         for k in d.key_index:
             seg = values[offsets[k] : offsets[k + 1]]
             if seg.numel() == 0:
@@ -171,11 +224,10 @@ def floor_rank(ctx: RankContext, module_name: str, kind: str) -> Floor:
             low, high = int(seg.min()), int(seg.max())  # shard rows: the span of the ids seen
             tables.append((high - low + 1, cols))
             ids.append(seg - low)
+            bags.append(per_key[k])
             uniq.append(torch.unique(seg) - low)  # sorted
         batches = list(d.batch_size_per_rank)
         if len(batches) == world and world > 1:  # exchanged: ids in, pooled rows out
-            nkeys = len(f.keys())
-            per_key = lengths.view(nkeys, -1) if nkeys else lengths.view(0, 0)
             start_row = 0
             for src, b in enumerate(batches):
                 n = int(per_key[:, start_row : start_row + b].sum())
@@ -186,7 +238,7 @@ def floor_rank(ctx: RankContext, module_name: str, kind: str) -> Floor:
         "ids in": _all_to_all(pg, _transpose(pg, ids_to), REPEATS),  # sends: others' receipts
         "pooled rows out": _all_to_all(pg, pooled_to, REPEATS),
     }
-    got_ms["lookup"], got_ms["update"] = _local_pieces(tables, ids, uniq, pg, REPEATS)
+    got_ms["lookup"], got_ms["update"] = _local_pieces(tables, ids, bags, uniq, pg, REPEATS)
     dense = 0
     if kind == "data_parallel":  # dense gradients all-reduced; the step updates nothing
         dense = sum(p.numel() * p.element_size() for p in sharded.parameters())
@@ -218,7 +270,7 @@ def print_floor(kind: str, floors: list[Floor], ours: list[tuple[float, float, f
     dense = f["n:dense gradient bytes"]
     print(
         f"floor of {kind} (rank 0; ids in {f['n:ids in bytes'] / 1e6:.2f} MB, "
-        f"{f['n:rows looked up']:.0f} rows x {f['n:row bytes']:.0f} B gathered from "
+        f"{f['n:rows looked up']:.0f} rows x {f['n:row bytes']:.0f} B pooled from "
         f"{f['n:table MB']:.0f} MB, {f['n:unique rows']:.0f} unique rows updated, pooled "
         f"{f['n:pooled bytes sent'] / 1e6:.2f} MB each way"
         + (f", dense gradients {dense / 1e6:.0f} MB all-reduced" if dense else "")
