@@ -83,3 +83,33 @@ def test_the_table_reports_ours_over_the_floor(capsys: pytest.CaptureFixture[str
     assert cpu[len(floor.PIECES) :] == ["4.50", "8.0", "1.78x", f"<= {floor.GOAL}x: not met"]
     floor.print_floor("table_wise", [one, one], [(10.0, 5.0, 0.0)])
     assert [r[-1] for r in _rows(capsys.readouterr().out)] == [f"<= {floor.GOAL}x: met"] * 2
+
+
+def test_the_floor_kernels_compute_the_lookup_and_the_update() -> None:
+    """The C loops the floor times do the step's work: a sum-pooled lookup equal to torch's
+    `embedding_bag`, a row-wise Adagrad step equal to its formula on the touched rows only."""
+    torch = pytest.importorskip("torch")
+    lib = floor._kernels()
+    if lib is None:
+        pytest.skip("no C compiler: the floor times its torch fallbacks")
+    g = torch.Generator().manual_seed(0)
+    weight = torch.randn(50, 16, generator=g)
+    ids = torch.randint(0, 50, (40,), generator=g)
+    lengths = torch.tensor([0, 3, 10, 1, 0, 26])
+    offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
+    out = torch.full((6, 16), float("nan"))
+    lib.floor_pool(floor._p(weight), floor._p(ids), floor._p(offsets), 6, 16, floor._p(out))
+    want = torch.nn.functional.embedding_bag(ids, weight, offsets[:-1], mode="sum")
+    torch.testing.assert_close(out, want)
+
+    once = torch.tensor([2, 7, 8, 49])
+    grads = torch.randn(4, 16, generator=g)
+    momentum = torch.rand(50, generator=g)
+    w2, m2 = weight.clone(), momentum.clone()
+    m2[once] += (grads * grads).mean(1)
+    w2[once] -= 0.01 / (m2[once].sqrt() + 1e-8)[:, None] * grads
+    lib.floor_update(
+        floor._p(weight), floor._p(momentum), floor._p(once), floor._p(grads), 4, 16, 0.01, 1e-8
+    )
+    torch.testing.assert_close(momentum, m2)
+    torch.testing.assert_close(weight, w2)
