@@ -35,6 +35,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from shardrec_embedding.memory import huge_pages
 from shardrec_testing import RankContext
 
 REST_MS = 1.0  # assumed: loss, autograd, bookkeeping (issue 28's figure)
@@ -160,6 +161,8 @@ def _local_pieces(
         offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64)
         torch.cumsum(lengths, 0, out=offsets[1:])
         weight, momentum = torch.empty(rows, cols).fill_(0.5), torch.empty(rows).fill_(0.5)
+        huge_pages(weight)  # as the sharded module's packed tables (2 MB pages: fewer TLB misses)
+        huge_pages(momentum)
         pooled = torch.empty(lengths.numel(), cols).fill_(0.0)  # touched: no faults timed
         grads = torch.empty(once.numel(), cols).fill_(1e-3)
         buffers.append((weight, momentum, flat, offsets, pooled, once, grads))
