@@ -1,23 +1,26 @@
 """The floor of benchmarks/sharded.py's step, measured in its own rank processes (issue 28).
 
-For one sharding type, from the counts of the run just timed (rank by rank, after its input
-dist: the ids each rank receives, the rows it looks up, the unique rows it updates, the pooled
-bytes it sends and receives), the least time this machine needs for each piece of the step:
+For one sharding type, from the counts of the run just timed (rank by rank, after one input
+dist + lookup of the module sharded.py built: the ids + lengths bytes each rank receives, as
+the input dist delivers them; the ids it pools, `shard columns x 4` bytes each, from its shards,
+whose rows are the span of the ids seen; the unique rows it updates; the pooled bytes it sends
+and receives), the least time this machine needs for each piece of the step:
 
 - ids in: a gloo all-to-all of the received ids + lengths bytes (this rank's own part included,
   as the step's exchange does), in these processes;
-- lookup: a random gather (`index_select`) of the looked-up rows, each `shard columns x 4` bytes,
-  from a table of the local shards' size (pooled sum excluded: the issue's 7.9 ms is the gather);
+- lookup: a sum-pooled lookup of those ids into those bags, the least of a C loop
+  (_sharded_floor.c, prefetching) and torch's `embedding_bag`;
 - pooled rows out, gradients back: gloo all-to-alls of the pooled bytes each way;
-- update: the unique rows touched (and their row-wise momentum) read and written once, in sorted
-  order (a gather, then a numpy row assignment back: the fastest scatter measured here), gradient
-  reads and the arithmetic excluded;
+- update: one pass of row-wise Adagrad over the sorted unique rows (C loop): each row and its
+  momentum read and written once, its summed gradient read; the dedup and the gradient sums
+  left out. Without a C compiler: an `index_select` + numpy row assignment back (no floor);
 - data_parallel: no exchanges of ids or rows; the dense gradients' all-reduce instead, and no
   update (the timed step drops the gradients);
 - 1 ms for the rest of the step (loss, autograd, bookkeeping): an assumption, the issue's.
 
-Each piece is the least wall time of a few repeats (both ranks run the exchanges together).
-All of it is a lower bound of what any implementation of the same step does on this machine.
+The floor's tables are plain tensors of the local shards' size, on 2 MB pages as the module's
+packed tables are. Each piece is the least wall time and the least process CPU time of a few
+repeats (both ranks run each piece together, after a barrier).
 """
 
 from __future__ import annotations
