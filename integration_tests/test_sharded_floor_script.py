@@ -103,13 +103,13 @@ def test_the_floor_kernels_compute_the_lookup_and_the_update() -> None:
     torch.testing.assert_close(out, want)
 
     once = torch.tensor([2, 7, 8, 49])
-    grads = torch.randn(4, 16, generator=g)
+    block = torch.randn(3, 16, generator=g)  # row i takes block[i % 3]
+    grads = block[torch.tensor([0, 1, 2, 0])]
     momentum = torch.rand(50, generator=g)
     w2, m2 = weight.clone(), momentum.clone()
     m2[once] += (grads * grads).mean(1)
     w2[once] -= 0.01 / (m2[once].sqrt() + 1e-8)[:, None] * grads
-    lib.floor_update(
-        floor._p(weight), floor._p(momentum), floor._p(once), floor._p(grads), 4, 16, 0.01, 1e-8
-    )
+    args = (floor._p(weight), floor._p(momentum), floor._p(once), floor._p(block))
+    lib.floor_update(*args, 4, 3, 16, 0.01, 1e-8)
     torch.testing.assert_close(momentum, m2)
     torch.testing.assert_close(weight, w2)
