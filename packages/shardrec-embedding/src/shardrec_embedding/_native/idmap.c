@@ -565,3 +565,19 @@ int64_t sr_idmap_split_f32(const float *scores, int64_t n, int64_t pivot, float 
     out_counts[1] = nw;
     return nl;
 }
+
+/* ---- s10-dynstream: a freed slot's optimizer state, zeroed in one prefetched pass --------- */
+
+/* Rows rows[r] + row_offset of s (row stride `stride` floats, the first `width` floats of
+ * each) become value: the optimizer-state reset of freed slots (rowwise state: width 1, one
+ * float a row). Prefetched ahead: the rows are random lines of an array of MiBs. Returns k. */
+int64_t sr_idmap_fill_rows(float *s, int64_t stride, int64_t width, const int64_t *rows,
+                           int64_t k, int64_t row_offset, float value) {
+    for (int64_t r = 0; r < k; r++) {
+        if (r + SR_IDMAP_PREFETCH < k)
+            __builtin_prefetch(s + (rows[r + SR_IDMAP_PREFETCH] + row_offset) * stride, 1, 0);
+        float *row = s + (rows[r] + row_offset) * stride;
+        for (int64_t j = 0; j < width; j++) row[j] = value;
+    }
+    return k;
+}

@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from shardrec_embedding._native.loader import native_library_of
+from shardrec_embedding.dynamic.memory import huge_empty
 
 __all__ = ["IdMapBackend", "IdSlotMap", "idmap_native_available"]
 
@@ -61,6 +62,7 @@ def _library() -> ctypes.CDLL | None:
             ),
             ("sr_idmap_find_touch", (_PTR, _I64, _PTR, _I64, _PTR, _PTR, _PTR, _I64)),
             ("sr_idmap_lru_pick", (_PTR, _PTR, _I64, _I64, _I64, _I64, _PTR)),
+            ("sr_idmap_fill_rows", (_PTR, _I64, _I64, _PTR, _I64, _I64, _F32)),
             (
                 "sr_idmap_init_rows",
                 (_PTR, _I64, _I64, _PTR, _I64, _I64, _I64, _I64, _F32, _F32, _I64),
@@ -129,7 +131,9 @@ class IdSlotMap:
         """Forget every id."""
         self._size = 0
         if self.backend == "native":
-            self._buckets = torch.zeros(self.num_buckets, 2, dtype=torch.int64)
+            # On huge pages: every probe is a random touch of a map of MiBs (memory.py).
+            self._buckets = huge_empty(2 * self.num_buckets, torch.int64).view(-1, 2)
+            self._buckets[:, 0] = 0
             self._buckets[:, 1] = -1
         else:
             self._keys = torch.empty(0, dtype=torch.int64)
