@@ -183,3 +183,33 @@ def test_huge_empty_is_an_aligned_tensor_of_the_size_asked() -> None:
         assert int(t.sum()) == -numel
         if numel * 8 >= HUGE_PAGE and sys.platform.startswith("linux"):
             assert t.data_ptr() % HUGE_PAGE == 0
+
+
+@native
+@pytest.mark.parametrize("spread", [1, 5, 63, 64, 200])  # ages all below 64 / some above
+@pytest.mark.parametrize("eviction", ["LRU", "TTL"])
+def test_native_recent_age_victims_equal_torch_victims(spread: int, eviction: str) -> None:
+    """The native selection's two-pass form (every candidate seen in the last 64 steps: a
+    fixed age histogram) and its fallback pick the torch selection's slots in its order, with
+    ties of age broken by position, for evictions of a few slots up to all of them."""
+    from shardrec_embedding.dynamic.table import DynamicTable
+
+    fields: dict[str, object] = {"eviction": eviction, "scan_per_step": 16}
+    if eviction == "TTL":
+        fields["ttl_steps"] = 2
+    cfg = DynamicTableConfig(**fields)  # type: ignore[arg-type]
+    cfg.validate("t", 256)
+    gen = torch.Generator().manual_seed(spread)
+    seen = 1000 - torch.randint(0, spread, (256,), generator=gen)
+    tables = [DynamicTable("t", cfg, 256, 2, backend=b) for b in ("native", "torch")]
+    for t in tables:
+        t.load_items(torch.arange(256) + 10**6, torch.arange(256), last_seen=seen)
+        t._counters["steps"] = 1000
+    for step, new in enumerate([3, 40, 1, 120, 256, 7]):
+        old = torch.randint(0, 256, (10,), generator=gen) + 10**6
+        ids = torch.cat([old, torch.arange(new) + 10**7 * (step + 1)])
+        a, b = (t.map_ids(ids, training=True) for t in tables)
+        assert torch.equal(a, b)
+        assert torch.equal(tables[0].slot_ids, tables[1].slot_ids)
+    assert tables[0].stats() == tables[1].stats()
+    assert tables[0].stats()["evictions"] > 0

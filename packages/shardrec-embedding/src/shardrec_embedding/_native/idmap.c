@@ -228,13 +228,10 @@ int64_t sr_idmap_fill_missing(int64_t *out, int64_t n, const int64_t *slot_of) {
 
 /* ---- eviction: the k least recently seen candidates of a window ------------------------- */
 
-/* Candidates: window positions i with occupied[i] && seen[i] < step (and, when ttl >= 0,
- * step - seen[i] > ttl). Writes the positions of the min(k, candidates) candidates smallest
- * in (seen, position) order to out, in that order (a counting sort on `seen`: the same list
- * as sorting the key seen * n + position). Returns their number, or -1 when the candidates'
- * seen values span more than 2^24 steps (the caller then sorts). */
-int64_t sr_idmap_lru_pick(const uint8_t *occupied, const int64_t *seen, int64_t n, int64_t step,
-                          int64_t ttl, int64_t k, int64_t *out) {
+/* sr_idmap_lru_pick for any spread of ages: a pass for the range of `seen`, a counting pass
+ * over it, and the output pass. */
+static int64_t sr_idmap_lru_pick_spread(const uint8_t *occupied, const int64_t *seen, int64_t n,
+                                        int64_t step, int64_t ttl, int64_t k, int64_t *out) {
     int64_t lo = INT64_MAX, hi = INT64_MIN, cand = 0;
     for (int64_t i = 0; i < n; i++) {
         const int64_t s = seen[i];
@@ -275,6 +272,60 @@ int64_t sr_idmap_lru_pick(const uint8_t *occupied, const int64_t *seen, int64_t 
         }
     }
     free(offset);
+    return take;
+}
+
+/* Ages step - seen[i] below this are counted in the first pass (s10-dynstream). */
+#define SR_IDMAP_LRU_AGES 64
+
+/* Candidates: window positions i with occupied[i] && seen[i] < step (and, when ttl >= 0,
+ * step - seen[i] > ttl). Writes the positions of the min(k, candidates) candidates smallest
+ * in (seen, position) order to out, in that order (a counting sort on `seen`: the same list
+ * as sorting the key seen * n + position). Returns their number, or -1 when the candidates'
+ * seen values span more than 2^24 steps (the caller then sorts).
+ * Two passes when every candidate was seen in the last SR_IDMAP_LRU_AGES steps (a table whose
+ * ids churn, as in the stream regime): the first pass counts the candidates per age into a
+ * fixed histogram (four copies, so consecutive equal ages do not wait on one counter), the
+ * second writes them out; else the three passes of sr_idmap_lru_pick_spread. */
+int64_t sr_idmap_lru_pick(const uint8_t *occupied, const int64_t *seen, int64_t n, int64_t step,
+                          int64_t ttl, int64_t k, int64_t *out) {
+    enum { AGES = SR_IDMAP_LRU_AGES };
+    int64_t hist[4][AGES] = {{0}};
+    int64_t cand = 0, far = 0;
+    const uint64_t min_age = ttl < 0 ? 1 : (uint64_t)ttl + 1;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t s = seen[i];
+        const uint64_t age = (uint64_t)step - (uint64_t)s; /* > 0 whenever s < step */
+        const int ok = occupied[i] && s < step && age >= min_age;
+        const int near = age < AGES;
+        cand += ok;
+        far += ok & !near;
+        hist[i & 3][ok & near ? age : 0]++; /* age 0 collects the non-candidates */
+    }
+    if (cand == 0 || k <= 0) return 0;
+    if (far) return sr_idmap_lru_pick_spread(occupied, seen, n, step, ttl, k, out);
+    const int64_t take = k < cand ? k : cand;
+    /* oldest first: ages above the threshold age t are all taken; t gives its first quota */
+    int64_t offset[AGES];
+    int64_t below = 0, t = AGES - 1;
+    for (; t >= 1; t--) {
+        const int64_t c = hist[0][t] + hist[1][t] + hist[2][t] + hist[3][t];
+        offset[t] = below;
+        if (below + c >= take) break;
+        below += c;
+    }
+    int64_t quota = take - below;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t s = seen[i];
+        const uint64_t age = (uint64_t)step - (uint64_t)s;
+        if (!(occupied[i] && s < step && age >= min_age)) continue;
+        if ((int64_t)age > t) {
+            out[offset[age]++] = i;
+        } else if ((int64_t)age == t && quota > 0) {
+            out[offset[age]++] = i;
+            quota--;
+        }
+    }
     return take;
 }
 
