@@ -88,6 +88,31 @@ int64_t sr_idmap_insert(int64_t *buckets, int64_t num_buckets, const int64_t *id
     return n;
 }
 
+/* Removes key (when present) by backward-shift deletion; returns 1 when it was present. Static
+ * and inline: a call through the exported sr_idmap_erase cannot be inlined in a -fPIC
+ * library (the symbol could be interposed), and the per-id callers loop over thousands. */
+static inline int64_t sr_idmap_erase_one(int64_t *buckets, uint64_t mask, int64_t key) {
+    int64_t found = sr_idmap_probe(buckets, mask, key);
+    if (found < 0) return 0;
+    uint64_t hole = (uint64_t)found;
+    uint64_t j = hole;
+    for (;;) {
+        j = (j + 1) & mask;
+        if (buckets[2 * j + 1] < 0) break;
+        uint64_t home = sr_idmap_mix((uint64_t)buckets[2 * j]) & mask;
+        /* The entry at j may fill the hole unless its home lies cyclically in (hole, j]. */
+        uint64_t dist_home = (j - home) & mask, dist_hole = (j - hole) & mask;
+        if (dist_home >= dist_hole) {
+            buckets[2 * hole] = buckets[2 * j];
+            buckets[2 * hole + 1] = buckets[2 * j + 1];
+            hole = j;
+        }
+    }
+    buckets[2 * hole] = 0;
+    buckets[2 * hole + 1] = -1;
+    return 1;
+}
+
 /* Removes ids (absent ones are skipped) by backward-shift deletion. Returns the number removed. */
 int64_t sr_idmap_erase(int64_t *buckets, int64_t num_buckets, const int64_t *ids, int64_t n) {
     const uint64_t mask = (uint64_t)num_buckets - 1;
@@ -97,25 +122,7 @@ int64_t sr_idmap_erase(int64_t *buckets, int64_t num_buckets, const int64_t *ids
             uint64_t ahead = sr_idmap_mix((uint64_t)ids[i + SR_IDMAP_PREFETCH]) & mask;
             __builtin_prefetch(buckets + 2 * ahead, 1, 0);
         }
-        int64_t found = sr_idmap_probe(buckets, mask, ids[i]);
-        if (found < 0) continue;
-        removed++;
-        uint64_t hole = (uint64_t)found;
-        uint64_t j = hole;
-        for (;;) {
-            j = (j + 1) & mask;
-            if (buckets[2 * j + 1] < 0) break;
-            uint64_t home = sr_idmap_mix((uint64_t)buckets[2 * j]) & mask;
-            /* The entry at j may fill the hole unless its home lies cyclically in (hole, j]. */
-            uint64_t dist_home = (j - home) & mask, dist_hole = (j - hole) & mask;
-            if (dist_home >= dist_hole) {
-                buckets[2 * hole] = buckets[2 * j];
-                buckets[2 * hole + 1] = buckets[2 * j + 1];
-                hole = j;
-            }
-        }
-        buckets[2 * hole] = 0;
-        buckets[2 * hole + 1] = -1;
+        removed += sr_idmap_erase_one(buckets, mask, ids[i]);
     }
     return removed;
 }
@@ -194,19 +201,42 @@ int64_t sr_idmap_find_touch_missing(const int64_t *buckets, int64_t num_buckets,
                                     const int64_t *ids, int64_t n, int64_t *out,
                                     int64_t *last_seen, int64_t *counts, int64_t step,
                                     int64_t *uniq, int64_t *ucounts) {
-    const int64_t found = sr_idmap_find_touch(buckets, num_buckets, ids, n, out, last_seen,
-                                              counts, step);
-    const int64_t missing = n - found;
+    /* sr_idmap_find_touch's loop, listing the missing positions on the way (in ucounts, room
+     * for n, until the dedup needs it), so the dedup below visits only them, without a
+     * data-dependent branch over all n positions */
+    const uint64_t bmask = (uint64_t)num_buckets - 1;
+    int64_t *missing_at = ucounts; /* positions of the missing ids, then overwritten */
+    int64_t missing = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (i + SR_IDMAP_PREFETCH < n) {
+            uint64_t ahead = sr_idmap_mix((uint64_t)ids[i + SR_IDMAP_PREFETCH]) & bmask;
+            __builtin_prefetch(buckets + 2 * ahead, 0, 0);
+        }
+        const int64_t h = sr_idmap_probe(buckets, bmask, ids[i]);
+        if (h < 0) {
+            missing_at[missing++] = i;
+            continue;
+        }
+        const int64_t slot = buckets[2 * h + 1];
+        out[i] = slot;
+        if (last_seen) last_seen[slot] = step;
+        if (counts) counts[slot] += 1;
+    }
     if (missing == 0) return 0;
     int64_t cap = 2;
     while (cap <= 2 * missing) cap <<= 1;
-    int64_t *scratch = malloc((size_t)cap * 2 * sizeof(int64_t));
+    /* the scratch set, and the missing positions moved out of ucounts (which dedup fills) */
+    int64_t *scratch = malloc((size_t)(cap * 2 + missing) * sizeof(int64_t));
     if (!scratch) return -1;
+    int64_t *at = scratch + cap * 2;
+    for (int64_t r = 0; r < missing; r++) at[r] = missing_at[r];
     const uint64_t mask = (uint64_t)cap - 1;
     for (int64_t b = 0; b < cap; b++) scratch[2 * b + 1] = -1;
     int64_t u = 0;
-    for (int64_t i = 0; i < n; i++)
-        if (out[i] < 0) out[i] = -2 - sr_idmap_dedup(scratch, mask, ids[i], &u, uniq, ucounts);
+    for (int64_t r = 0; r < missing; r++) {
+        const int64_t i = at[r];
+        out[i] = -2 - sr_idmap_dedup(scratch, mask, ids[i], &u, uniq, ucounts);
+    }
     free(scratch);
     return u;
 }
@@ -517,7 +547,7 @@ int64_t sr_idmap_free_slots(int64_t *buckets, int64_t num_buckets, const int64_t
         occupied[s] = 0;
         last_seen[s] = 0;
         counts[s] = 0;
-        removed += sr_idmap_erase(buckets, num_buckets, &id, 1);
+        removed += sr_idmap_erase_one(buckets, mask, id);
     }
     return removed;
 }
@@ -561,12 +591,14 @@ int64_t sr_idmap_replace_slots(int64_t *buckets, int64_t num_buckets, const int6
                                int64_t *last_seen, int64_t *counts) {
     const uint64_t mask = (uint64_t)num_buckets - 1;
     for (int64_t i = 0; i < k; i++) {
+        /* the victim's slot_ids entry two distances ahead, then its old id's bucket */
+        if (i + 2 * SR_IDMAP_PREFETCH < k)
+            __builtin_prefetch(slot_ids + slots[i + 2 * SR_IDMAP_PREFETCH], 0, 3);
         if (i + SR_IDMAP_PREFETCH < k) {
             const uint64_t old = (uint64_t)slot_ids[slots[i + SR_IDMAP_PREFETCH]];
             __builtin_prefetch(buckets + 2 * (sr_idmap_mix(old) & mask), 1, 0);
         }
-        const int64_t old = slot_ids[slots[i]];
-        sr_idmap_erase(buckets, num_buckets, &old, 1);
+        sr_idmap_erase_one(buckets, mask, slot_ids[slots[i]]);
     }
     for (int64_t i = 0; i < k; i++) {
         if (i + SR_IDMAP_PREFETCH < k) {
