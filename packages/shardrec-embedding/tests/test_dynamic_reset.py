@@ -213,3 +213,24 @@ def test_native_recent_age_victims_equal_torch_victims(spread: int, eviction: st
         assert torch.equal(tables[0].slot_ids, tables[1].slot_ids)
     assert tables[0].stats() == tables[1].stats()
     assert tables[0].stats()["evictions"] > 0
+
+
+@native
+@pytest.mark.parametrize(("dim", "stride"), [(16, 16), (48, 48), (64, 64), (128, 128), (16, 20)])
+@pytest.mark.parametrize(("low", "high"), [(-0.05, 0.05), (-3e-4, 2.0)])
+def test_native_vector_rows_equal_torch_twin(
+    dim: int, stride: int, low: float, high: float
+) -> None:
+    """Rows 64-byte aligned with a width of whole lines take the vector (AVX-512) writer where
+    the CPU has it; stride 20 mixes aligned and unaligned rows. The same floats as the twin."""
+    gen = torch.Generator().manual_seed(dim + stride)
+    slots = torch.randperm(900, generator=gen)[:600]
+    seed = table_seed(5, "wide")
+    weight = torch.full((1000, stride), 9.0)[:, :dim]
+    twin = torch.full((1000, dim), 9.0, dtype=torch.float64)
+    for w in (weight, twin):
+        init_rows_(w, slots, row_offset=7, seed=seed, generation=2**35 + 3, low=low, high=high)
+    assert torch.equal(weight[slots + 7], twin[slots + 7].float())
+    untouched = torch.ones(1000, dtype=torch.bool)
+    untouched[slots + 7] = False
+    assert bool((weight[untouched] == 9.0).all())

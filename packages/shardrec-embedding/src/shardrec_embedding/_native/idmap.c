@@ -19,6 +19,10 @@
 #include <emmintrin.h>
 #define SR_IDMAP_STREAM 1
 #endif
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+#include <immintrin.h>
+#define SR_IDMAP_AVX512 1
+#endif
 
 #define SR_IDMAP_PREFETCH 16
 
@@ -361,6 +365,47 @@ int64_t sr_idmap_lru_pick(const uint8_t *occupied, const int64_t *seen, int64_t 
 
 /* ---- lazy-free reset rows: the counter-based initializer -------------------------------- */
 
+#ifdef SR_IDMAP_AVX512
+static inline __m512i sr_idmap_mix8(__m512i x) {
+    x = _mm512_xor_si512(x, _mm512_srli_epi64(x, 33));
+    x = _mm512_mullo_epi64(x, _mm512_set1_epi64((long long)0xff51afd7ed558ccdULL));
+    x = _mm512_xor_si512(x, _mm512_srli_epi64(x, 33));
+    x = _mm512_mullo_epi64(x, _mm512_set1_epi64((long long)0xc4ceb9fe1a85ec53ULL));
+    return _mm512_xor_si512(x, _mm512_srli_epi64(x, 33));
+}
+
+/* One reset row of sr_idmap_init_rows (dim a multiple of 16, the row 64-byte aligned) in
+ * AVX-512 (s10-dynstream): eight column pairs' hashes a vector, their two 24-bit halves
+ * converted (exactly: below 2^24) and interleaved into one line of 16 floats, scaled by 2^-24
+ * (exact), then span * u and lo + that as two rounded operations (no FMA), as the scalar
+ * loop; each line streamed to memory whole. The same floats as the scalar loop. */
+static inline void sr_idmap_init_row_avx512(float *row, int64_t dim, uint64_t key, float lo,
+                                            float span) {
+    const uint64_t g2 = 0xD1B54A32D192ED03ULL;
+    const __m512i lanes = _mm512_set_epi64(8, 7, 6, 5, 4, 3, 2, 1);
+    const __m512i step = _mm512_set1_epi64((long long)(8 * g2));
+    const __m512i mask24 = _mm512_set1_epi64(0xFFFFFF);
+    const __m512i interleave =
+        _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512 scale = _mm512_set1_ps(0x1p-24f), vspan = _mm512_set1_ps(span),
+                 vlo = _mm512_set1_ps(lo);
+    /* key + (p + 1) * g2 for the pairs p of the first line */
+    __m512i arg = _mm512_add_epi64(_mm512_set1_epi64((long long)key),
+                                   _mm512_mullo_epi64(lanes, _mm512_set1_epi64((long long)g2)));
+    for (int64_t c = 0; c < dim; c += 16) {
+        const __m512i h = sr_idmap_mix8(arg);
+        arg = _mm512_add_epi64(arg, step);
+        const __m256 high = _mm512_cvtepu64_ps(_mm512_srli_epi64(h, 40));
+        const __m256 low = _mm512_cvtepu64_ps(_mm512_and_si512(_mm512_srli_epi64(h, 8), mask24));
+        const __m512 u = _mm512_permutex2var_ps(_mm512_castps256_ps512(high), interleave,
+                                                _mm512_castps256_ps512(low));
+        const __m512 v = _mm512_add_ps(vlo, _mm512_mul_ps(vspan, _mm512_mul_ps(u, scale)));
+        _mm512_stream_ps(row + c, v);
+    }
+}
+#endif
+
+
 /* Row slots[r] + row_offset of w (row stride `stride` floats) becomes the table's uniform
  * initializer drawn by a counter-based generator (docs/dynamic.md, "Reset rows"):
  *   key_r = mix(seed ^ mix(slot + generation * G1))
@@ -384,6 +429,12 @@ int64_t sr_idmap_init_rows(float *w, int64_t stride, int64_t dim, const int64_t 
             sr_idmap_mix((uint64_t)seed ^ sr_idmap_mix(slot + (uint64_t)generation * g1));
         float *row = w + (slot + (uint64_t)row_offset) * (uint64_t)stride;
         const int64_t full = dim / 2; /* whole pairs */
+#ifdef SR_IDMAP_AVX512
+        if ((dim & 15) == 0 && ((uintptr_t)row & 63) == 0) {
+            sr_idmap_init_row_avx512(row, dim, key, lo, span);
+            continue;
+        }
+#endif
 #ifdef SR_IDMAP_STREAM
         /* Whole rows of 16-byte-aligned floats: drawn into a buffer (a branch-free loop the
          * compiler vectorizes) and streamed to memory, skipping the read of lines about to be
