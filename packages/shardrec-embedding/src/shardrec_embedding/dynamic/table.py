@@ -345,6 +345,8 @@ class DynamicTable(nn.Module):
         c["evictions"] += take
         c["admissions"] += take
         self.in_flight.freed(victims)
+        if take == uniq.numel() and picked is None:
+            return victims  # every id admitted, in order (read only from here on)
         slot_of = torch.full_like(uniq, -1)
         slot_of[chosen] = victims
         return slot_of
@@ -479,6 +481,8 @@ class DynamicTable(nn.Module):
                     pick = cand[torch.argsort(key)[:k]]
             victims.append(pick)
             k -= pick.numel()
+        if len(victims) == 1:
+            return victims[0]
         return torch.cat(victims) if victims else torch.empty(0, dtype=torch.int64)
 
     def _native_pick(
