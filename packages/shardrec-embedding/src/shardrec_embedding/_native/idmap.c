@@ -65,11 +65,23 @@ int64_t sr_idmap_find(const int64_t *buckets, int64_t num_buckets, const int64_t
 
 /* key -> slot into the first empty bucket of key's probe run; 0 (nothing written) when key is
  * already present or no bucket is free. */
+/* Slots from here on mark a *pending* entry: an id a training step's find pass met missing and
+ * entered on the spot (sr_idmap_find_touch_pending), its slot still to be decided. Pending
+ * entries live only inside one DynamicTable training step: the step's insertion gives each
+ * its slot (sr_idmap_put overwrites a pending entry of its key) or drops it
+ * (sr_idmap_drop_pending). Real slots are below it (a table's capacity). */
+#define SR_IDMAP_PENDING ((int64_t)1 << 62)
+
 static inline int sr_idmap_put(int64_t *buckets, uint64_t mask, int64_t key, int64_t slot) {
     uint64_t h = sr_idmap_mix((uint64_t)key) & mask;
     uint64_t steps = 0;
     while (buckets[2 * h + 1] >= 0) {
-        if (buckets[2 * h] == key || ++steps > mask) return 0;
+        if (buckets[2 * h] == key) {
+            if (buckets[2 * h + 1] < SR_IDMAP_PENDING) return 0; /* present already */
+            buckets[2 * h + 1] = slot; /* the step's pending entry of key gets its slot */
+            return 1;
+        }
+        if (++steps > mask) return 0;
         h = (h + 1) & mask;
     }
     buckets[2 * h] = key;
@@ -714,4 +726,68 @@ int64_t sr_idmap_fill_rows(float *s, int64_t stride, int64_t width, const int64_
         for (int64_t j = 0; j < width; j++) row[j] = value;
     }
     return k;
+}
+
+/* ---- s10-dynstream: a step's missing ids entered as pending in its find pass ------------- */
+
+/* sr_idmap_find_touch_missing without the scratch set: a missing id is entered into the map
+ * itself at the empty bucket that ended its probe (the line is in cache), as a pending entry
+ * of slot SR_IDMAP_PENDING + j for uniq[j]; a later occurrence in the batch finds it and
+ * counts once more. So the distinct missing ids and their occurrences come out of the one
+ * pass, the same uniq / ucounts / marks as sr_idmap_find_touch_missing. The caller
+ * guarantees room (ids held + n < num_buckets) and resolves every pending entry before the
+ * map is used otherwise. Returns u. */
+int64_t sr_idmap_find_touch_pending(int64_t *buckets, int64_t num_buckets, const int64_t *ids,
+                                    int64_t n, int64_t *out, int64_t *last_seen,
+                                    int64_t *counts, int64_t step, int64_t *uniq,
+                                    int64_t *ucounts) {
+    const uint64_t mask = (uint64_t)num_buckets - 1;
+    int64_t u = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (i + SR_IDMAP_PREFETCH < n) {
+            uint64_t ahead = sr_idmap_mix((uint64_t)ids[i + SR_IDMAP_PREFETCH]) & mask;
+            __builtin_prefetch(buckets + 2 * ahead, 1, 0);
+        }
+        const int64_t key = ids[i];
+        uint64_t h = sr_idmap_mix((uint64_t)key) & mask;
+        int64_t *b = buckets + 2 * h;
+        while (b[1] >= 0 && b[0] != key) {
+            h = (h + 1) & mask;
+            b = buckets + 2 * h;
+        }
+        if (b[1] < 0) { /* missing: enter it, pending */
+            b[0] = key;
+            b[1] = SR_IDMAP_PENDING + u;
+            uniq[u] = key;
+            ucounts[u] = 1;
+            out[i] = -2 - u;
+            u++;
+            continue;
+        }
+        const int64_t slot = b[1];
+        if (slot >= SR_IDMAP_PENDING) { /* missing, met before in this batch */
+            ucounts[slot - SR_IDMAP_PENDING]++;
+            out[i] = -2 - (slot - SR_IDMAP_PENDING);
+            continue;
+        }
+        out[i] = slot;
+        if (last_seen) last_seen[slot] = step;
+        if (counts) counts[slot] += 1;
+    }
+    return u;
+}
+
+/* Removes the pending entries of ids (an id whose entry has a real slot, or none, is left
+ * alone): the ids a step did not admit, or every one after a failed step. Returns the number
+ * removed. */
+int64_t sr_idmap_drop_pending(int64_t *buckets, int64_t num_buckets, const int64_t *ids,
+                              int64_t n) {
+    const uint64_t mask = (uint64_t)num_buckets - 1;
+    int64_t removed = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t h = sr_idmap_probe(buckets, mask, ids[i]);
+        if (h >= 0 && buckets[2 * h + 1] >= SR_IDMAP_PENDING)
+            removed += sr_idmap_erase_one(buckets, mask, ids[i]);
+    }
+    return removed;
 }
