@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import sys
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -31,7 +32,8 @@ _MADV_HUGEPAGE = 14
 
 
 @functools.cache
-def _madvise() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]  # ctypes' private type
+def _madvise() -> Callable[[int, int, int], int] | None:
+    """libc's `madvise(addr, length, advice)`, or None off Linux."""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -40,7 +42,8 @@ def _madvise() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]  # ctyp
         return None
     fn.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
     fn.restype = ctypes.c_int
-    return fn
+    madvise: Callable[[int, int, int], int] = fn
+    return madvise
 
 
 def huge_empty(numel: int, dtype: torch.dtype) -> Tensor:
