@@ -291,7 +291,8 @@ static inline void sr_prefetch_rw(const float *row, int64_t dim) {
  *    grad_out row, a repeated row's gradients are summed in input order into scratch (the
  *    first two as sc0 * g0 + sc1 * g1, then += sc * g: the previous kernel's order).
  * 3. One tight loop reads and writes each touched row and its state once, vectorised over
- *    dim, in address order (prefetched SR_ROW_AHEAD rows ahead), not in id order.
+ *    dim, in address order (prefetched SR_ROW_FAR and SR_ROW_AHEAD rows ahead), not in id
+ *    order.
  *
  * Steps 2 and 3 alternate by chunks of consecutive buckets (at most `cap` touched rows, so
  * the sums stay in the L2 cache). SGD does not come here: it needs no sum per row and the
@@ -464,19 +465,38 @@ static void sr_bucket_gather(const sr_update_args *a, int64_t k, int64_t lo, int
     }
 }
 
-/* Rows ahead whose row and state are prefetched in a chunk's update loop (measured on the
- * bare loop over 269k of 800k rows, ascending: none 17.7 ms, 16 ahead 13.1, 32 ahead 14.7;
- * the same rows in random order 20.3 ms with 16 ahead). */
+/* Rows ahead whose row and state are prefetched in a chunk's update loop, in two stages: a read
+ * prefetch into the L2 (locality 1) SR_ROW_FAR rows ahead for the row, its state and its
+ * gradient, then a write prefetch (into the L1, exclusive) SR_ROW_AHEAD rows ahead for the row
+ * and its state. Measured (session 4) on the bare loop over 269k of 800k rows, ascending: none
+ * 17.7 ms, write prefetch 16 ahead 13.1, 32 ahead 14.7. Session 10 (bare loop, 2 MB pages, the
+ * gradient rows in random order as here, min of 9, load 6-7): write prefetch 16 ahead alone
+ * 13.9-17.6 ms; L2 read prefetch alone 16 / 32 / 48 ahead 9.5-11.8 / 9.3-9.7 / 9.6-10.9; L2 64
+ * ahead + write 16 ahead 9.2-9.4, + write 8 ahead 9.4-11.1, L2 96 / 128 ahead + write 16
+ * 9.3-9.8 / 9.7-9.9. The write prefetch alone kept too few lines in flight (the L1's miss
+ * buffers); the L2's hold more (sr_prefetch_row: locality 1). */
 #define SR_ROW_AHEAD 16
+#define SR_ROW_FAR 64
 
 static void sr_chunk_update(const sr_update_args *a, sr_chunk *c) {
     const int64_t dim = a->dim, n = c->nitems;
     const sr_item *items = c->items;
+    const int rowwise = a->kind == SR_KIND_ROWWISE_ADAGRAD;
     for (int64_t i = 0; i < n; i++) {
+        if (i + SR_ROW_FAR < n) {
+            const int64_t r = items[i + SR_ROW_FAR].row;
+            sr_prefetch_row(a->weight + r * dim, dim);
+            if (rowwise) {
+                __builtin_prefetch(&a->state[r], 0, 1);
+            } else {
+                sr_prefetch_row(a->state + r * dim, dim);
+            }
+            sr_prefetch_row(items[i + SR_ROW_FAR].g, dim);
+        }
         if (i + SR_ROW_AHEAD < n) {
             const int64_t r = items[i + SR_ROW_AHEAD].row;
             sr_prefetch_rw(a->weight + r * dim, dim);
-            if (a->kind == SR_KIND_ROWWISE_ADAGRAD) {
+            if (rowwise) {
                 __builtin_prefetch(&a->state[r], 1, 0);
             } else {
                 sr_prefetch_rw(a->state + r * dim, dim);
