@@ -135,6 +135,11 @@ SR_DEFINE_FORWARD(sr_pooled_forward_i32, int32_t)
 #ifndef SR_SCATTER_AHEAD
 #define SR_SCATTER_AHEAD 16
 #endif
+/* A read prefetch into the L2 this many ids ahead as well (as the one-pass update's row loop,
+ * SR_ROW_FAR below): more lines in flight than the write prefetch alone. */
+#ifndef SR_SCATTER_FAR
+#define SR_SCATTER_FAR 64
+#endif
 #ifndef SR_SCATTER_LOCALITY
 #define SR_SCATTER_LOCALITY 3
 #endif
@@ -168,6 +173,11 @@ static inline void sr_prefetch_write(const float *row, int64_t dim) {
                     const float bag_scale =                                                    \
                         sg->mean ? alpha / (float)(end - start) : alpha;                       \
                     for (int64_t j = start; j < end; j++) {                                    \
+                        if (j + SR_SCATTER_FAR < lim) {                                        \
+                            uint64_t far = (uint64_t)(int64_t)values[j + SR_SCATTER_FAR];      \
+                            if (far % nt == me && far < (uint64_t)rows)                        \
+                                sr_prefetch_row(target + far * dim, dim);                      \
+                        }                                                                      \
                         if (j + SR_SCATTER_AHEAD < lim) {                                      \
                             uint64_t ahead = (uint64_t)(int64_t)values[j + SR_SCATTER_AHEAD];  \
                             if (ahead % nt == me && ahead < (uint64_t)rows)                    \
