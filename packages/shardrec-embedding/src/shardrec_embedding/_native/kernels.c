@@ -403,6 +403,7 @@ typedef struct {
     float *weight, *state;
     const float *grad;
     const sr_entry *entries;
+    int64_t num_entries;
     float lr, eps;
 } sr_update_args;
 
@@ -420,6 +421,9 @@ typedef struct {
  * bucket's rows, read with count-trailing-zeros: measured faster than sorting them): a row seen once
  * points at its grad_out row, a repeated row at its gradient sum, accumulated here in input
  * order (sc0 * g0 + sc1 * g1, then += sc * g). */
+/* Entries ahead whose gradient rows sr_bucket_gather prefetches into the L2. */
+#define SR_GRAD_AHEAD 16
+
 static void sr_bucket_gather(const sr_update_args *a, int64_t k, int64_t lo, int64_t hi,
                              sr_chunk *c) {
     const int64_t dim = a->dim, row0 = k << a->shift;
@@ -427,6 +431,10 @@ static void sr_bucket_gather(const sr_update_args *a, int64_t k, int64_t lo, int
     int32_t *count = c->count, *first = c->first;
     uint64_t *seen = c->seen; /* bit l: row l of the bucket was touched */
     for (int64_t e = lo; e < hi; e++) {
+        /* the gradient rows of the ids ahead (possibly in the next bucket): a repeated row
+         * reads its gradients here, a once-seen row in the chunk's update loop soon after */
+        if (e + SR_GRAD_AHEAD < a->num_entries)
+            sr_prefetch_row(a->grad + entries[e + SR_GRAD_AHEAD].goff, dim);
         const sr_entry en = entries[e];
         const int32_t l = en.local;
         const int32_t n = count[l]++;
@@ -566,7 +574,8 @@ void sr_fused_update(int64_t kind, float *weight, float *state, int64_t rows, in
     const sr_update_segment seg = {0, 0, rows, 0, mean};
     sr_bucket_sort_i64(&seg, 1, num_bags, ids, offsets, psw, grad_stride, shift, buckets, starts,
                        entries);
-    const sr_update_args args = {kind, dim, shift, weight, state, grad, entries, lr, eps};
+    const int64_t total = starts[buckets - 1]; /* the sorted entries */
+    const sr_update_args args = {kind, dim, shift, weight, state, grad, entries, total, lr, eps};
     sr_fused_apply(&args, buckets, starts, local_ws, items_ws, acc_ws, cap, num_threads);
 }
 
@@ -583,7 +592,9 @@ void sr_fused_update(int64_t kind, float *weight, float *state, int64_t rows, in
         const int64_t buckets = ((rows - 1) >> shift) + 1;                                     \
         SORT(segs, num_segments, batch, values, offsets, psw, grad_stride, shift, buckets,     \
              starts, entries);                                                                 \
-        const sr_update_args args = {kind, dim, shift, weight, state, grad, entries, lr, eps}; \
+        const int64_t total = starts[buckets - 1];                                             \
+        const sr_update_args args = {kind,  dim,     shift, weight, state,                     \
+                                     grad,  entries, total, lr,     eps};                      \
         sr_fused_apply(&args, buckets, starts, local_ws, items_ws, acc_ws, cap, num_threads);  \
     }
 
