@@ -421,6 +421,19 @@ typedef struct {
  * bucket's rows, read with count-trailing-zeros: measured faster than sorting them): a row seen once
  * points at its grad_out row, a repeated row at its gradient sum, accumulated here in input
  * order (sc0 * g0 + sc1 * g1, then += sc * g). */
+/* Rows ahead whose row and state are prefetched in a chunk's update loop, in two stages: a read
+ * prefetch into the L2 (locality 1) SR_ROW_FAR rows ahead for the row, its state and its
+ * gradient, then a write prefetch (into the L1, exclusive) SR_ROW_AHEAD rows ahead for the row
+ * and its state. Measured (session 4) on the bare loop over 269k of 800k rows, ascending: none
+ * 17.7 ms, write prefetch 16 ahead 13.1, 32 ahead 14.7. Session 10 (bare loop, 2 MB pages, the
+ * gradient rows in random order as here, min of 9, load 6-7): write prefetch 16 ahead alone
+ * 13.9-17.6 ms; L2 read prefetch alone 16 / 32 / 48 ahead 9.5-11.8 / 9.3-9.7 / 9.6-10.9; L2 64
+ * ahead + write 16 ahead 9.2-9.4, + write 8 ahead 9.4-11.1, L2 96 / 128 ahead + write 16
+ * 9.3-9.8 / 9.7-9.9. The write prefetch alone kept too few lines in flight (the L1's miss
+ * buffers); the L2's hold more (sr_prefetch_row: locality 1). */
+#define SR_ROW_AHEAD 16
+#define SR_ROW_FAR 64
+
 /* Entries ahead whose gradient rows sr_bucket_gather prefetches into the L2. */
 #define SR_GRAD_AHEAD 16
 
@@ -468,6 +481,14 @@ static void sr_bucket_gather(const sr_update_args *a, int64_t k, int64_t lo, int
         while (bits) { /* touched rows in ascending order */
             const int32_t l = (int32_t)(wd * 64 + __builtin_ctzll(bits));
             bits &= bits - 1;
+            if (c->nitems < SR_ROW_FAR) { /* rows the update loop's far prefetch misses */
+                sr_prefetch_row(a->weight + (row0 + l) * dim, dim);
+                if (a->kind == SR_KIND_ROWWISE_ADAGRAD) {
+                    __builtin_prefetch(&a->state[row0 + l], 0, 1);
+                } else {
+                    sr_prefetch_row(a->state + (row0 + l) * dim, dim);
+                }
+            }
             sr_item *it = &c->items[c->nitems++];
             it->row = row0 + l;
             if (count[l] == 1) {
@@ -483,18 +504,6 @@ static void sr_bucket_gather(const sr_update_args *a, int64_t k, int64_t lo, int
     }
 }
 
-/* Rows ahead whose row and state are prefetched in a chunk's update loop, in two stages: a read
- * prefetch into the L2 (locality 1) SR_ROW_FAR rows ahead for the row, its state and its
- * gradient, then a write prefetch (into the L1, exclusive) SR_ROW_AHEAD rows ahead for the row
- * and its state. Measured (session 4) on the bare loop over 269k of 800k rows, ascending: none
- * 17.7 ms, write prefetch 16 ahead 13.1, 32 ahead 14.7. Session 10 (bare loop, 2 MB pages, the
- * gradient rows in random order as here, min of 9, load 6-7): write prefetch 16 ahead alone
- * 13.9-17.6 ms; L2 read prefetch alone 16 / 32 / 48 ahead 9.5-11.8 / 9.3-9.7 / 9.6-10.9; L2 64
- * ahead + write 16 ahead 9.2-9.4, + write 8 ahead 9.4-11.1, L2 96 / 128 ahead + write 16
- * 9.3-9.8 / 9.7-9.9. The write prefetch alone kept too few lines in flight (the L1's miss
- * buffers); the L2's hold more (sr_prefetch_row: locality 1). */
-#define SR_ROW_AHEAD 16
-#define SR_ROW_FAR 64
 
 static void sr_chunk_update(const sr_update_args *a, sr_chunk *c) {
     const int64_t dim = a->dim, n = c->nitems;
