@@ -296,20 +296,21 @@ static inline void sr_prefetch_rw(const float *row, int64_t dim) {
  *    bucket order, input order kept within a bucket. `scale` is the id's factor on its bag's
  *    gradient: 1 / bag length for MEAN, times its per-sample weight. Out-of-range ids are
  *    skipped (the forward already refused them).
- * 2. Per bucket (contiguous bucket ranges per thread, so no two threads share a row): a bitmap
- *    lists the touched rows in ascending order; a row seen once keeps a pointer to its
- *    grad_out row, a repeated row's gradients are summed in input order into scratch (the
- *    first two as sc0 * g0 + sc1 * g1, then += sc * g: the previous kernel's order).
+ * 2. Per bucket (contiguous bucket ranges per thread, so no two threads share a row): the
+ *    touched rows are listed in the order of their first entry; a row seen once keeps a
+ *    pointer to its grad_out row, a repeated row's gradients are summed in input order into
+ *    scratch (the first two as sc0 * g0 + sc1 * g1, then += sc * g: the previous kernel's
+ *    order).
  * 3. One tight loop reads and writes each touched row and its state once, vectorised over
- *    dim, in address order (prefetched SR_ROW_FAR and SR_ROW_AHEAD rows ahead), not in id
- *    order.
+ *    dim, bucket after bucket (rows of one bucket lie within W rows), not in id order,
+ *    prefetched SR_ROW_FAR and SR_ROW_AHEAD rows ahead.
  *
  * Steps 2 and 3 alternate by chunks of consecutive buckets (at most `cap` touched rows, so
  * the sums stay in the L2 cache). SGD does not come here: it needs no sum per row and the
  * scatter kernel above measured faster (docs/design/native-kernels.md).
  *
- * Workspace: starts (buckets + 1) int32, entries (N) sr_entry, and per thread: 3W int32
- * (counts, first entry, seen-bitmap; zeroed once by the caller, returned zeroed), `cap`
+ * Workspace: starts (buckets + 1) int32, entries (N) sr_entry, and per thread: 2W int32
+ * (counts and first items; zeroed once by the caller, counts returned zeroed), `cap`
  * sr_items and cap x dim floats (cap >= 2W). N must be below 2^31 (the caller checks). */
 typedef struct {
     int32_t goff; /* the id's gradient row: grad + goff (floats); the caller keeps it < 2^31 */
@@ -407,20 +408,15 @@ typedef struct {
     float lr, eps;
 } sr_update_args;
 
-/* Per-thread scratch: count and first are (W,) int32, seen W / 64 words (both zero between
- * buckets), items and acc hold one chunk (`cap` rows). */
+/* Per-thread scratch: count and first are (W,) int32 (count zero between buckets), items and
+ * acc hold one chunk (`cap` rows). */
 typedef struct {
     int32_t *count, *first;
-    uint64_t *seen;
     sr_item *items;
     float *acc;
     int64_t nitems, nacc;
 } sr_chunk;
 
-/* Appends bucket k's touched rows (entries [lo, hi)) to the chunk, ascending (a bitmap of the
- * bucket's rows, read with count-trailing-zeros: measured faster than sorting them): a row seen once
- * points at its grad_out row, a repeated row at its gradient sum, accumulated here in input
- * order (sc0 * g0 + sc1 * g1, then += sc * g). */
 /* Rows ahead whose row and state are prefetched in a chunk's update loop, in two stages: a read
  * prefetch into the L2 (locality 1) SR_ROW_FAR rows ahead for the row, its state and its
  * gradient, then a write prefetch (into the L1, exclusive) SR_ROW_AHEAD rows ahead for the row
@@ -437,12 +433,17 @@ typedef struct {
 /* Entries ahead whose gradient rows sr_bucket_gather prefetches into the L2. */
 #define SR_GRAD_AHEAD 16
 
+/* Appends bucket k's touched rows (entries [lo, hi)) to the chunk in the order of their first
+ * entry: a row seen once points at its grad_out row, a repeated row at its gradient sum,
+ * accumulated here in input order (sc0 * g0 + sc1 * g1, then += sc * g). first[l] is row l's
+ * item while the bucket is listed. (Until session 10 a bitmap listed the rows in ascending
+ * order after the entries: the same sums, an extra pass; the rows of one bucket lie within
+ * 16 KB, so their order does not matter to the update loop.) */
 static void sr_bucket_gather(const sr_update_args *a, int64_t k, int64_t lo, int64_t hi,
                              sr_chunk *c) {
-    const int64_t dim = a->dim, row0 = k << a->shift;
+    const int64_t dim = a->dim, row0 = k << a->shift, n0 = c->nitems;
     const sr_entry *entries = a->entries;
     int32_t *count = c->count, *first = c->first;
-    uint64_t *seen = c->seen; /* bit l: row l of the bucket was touched */
     for (int64_t e = lo; e < hi; e++) {
         /* the gradient rows of the ids ahead (possibly in the next bucket): a repeated row
          * reads its gradients here, a once-seen row in the chunk's update loop soon after */
@@ -451,57 +452,43 @@ static void sr_bucket_gather(const sr_update_args *a, int64_t k, int64_t lo, int
         const sr_entry en = entries[e];
         const int32_t l = en.local;
         const int32_t n = count[l]++;
+        const float *g = a->grad + en.goff;
         if (n == 0) {
-            first[l] = (int32_t)e;
-            seen[l >> 6] |= (uint64_t)1 << (l & 63);
+            const int64_t r = row0 + l;
+            if (c->nitems < SR_ROW_FAR) { /* rows the update loop's far prefetch misses */
+                sr_prefetch_row(a->weight + r * dim, dim);
+                if (a->kind == SR_KIND_ROWWISE_ADAGRAD) {
+                    __builtin_prefetch(&a->state[r], 0, 1);
+                } else {
+                    sr_prefetch_row(a->state + r * dim, dim);
+                }
+            }
+            first[l] = (int32_t)c->nitems;
+            sr_item *it = &c->items[c->nitems++];
+            it->row = r;
+            it->g = g;
+            it->scale = en.scale;
             continue;
         }
-        /* repeated: sum into a scratch row, which then replaces first[l] */
-        const float *g = a->grad + en.goff;
+        /* repeated: sum into a scratch row, which then replaces the item's gradient */
+        sr_item *it = &c->items[first[l]];
         const float sc = en.scale;
         float *acc;
         if (n == 1) {
-            const sr_entry e0 = entries[first[l]];
-            const float *g0 = a->grad + e0.goff;
-            const float sc0 = e0.scale;
-            first[l] = (int32_t)c->nacc;
+            const float *g0 = it->g;
+            const float sc0 = it->scale;
             acc = c->acc + c->nacc++ * dim;
 #pragma omp simd
             for (int64_t d = 0; d < dim; d++) acc[d] = sc0 * g0[d];
+            it->g = acc;
+            it->scale = 1.0f;
         } else {
-            acc = c->acc + (int64_t)first[l] * dim;
+            acc = (float *)it->g; /* this chunk's scratch */
         }
 #pragma omp simd
         for (int64_t d = 0; d < dim; d++) acc[d] += sc * g[d];
     }
-    const int64_t words = ((int64_t)1 << a->shift) >> 6;
-    for (int64_t wd = 0; wd < words; wd++) {
-        uint64_t bits = seen[wd];
-        seen[wd] = 0;
-        while (bits) { /* touched rows in ascending order */
-            const int32_t l = (int32_t)(wd * 64 + __builtin_ctzll(bits));
-            bits &= bits - 1;
-            if (c->nitems < SR_ROW_FAR) { /* rows the update loop's far prefetch misses */
-                sr_prefetch_row(a->weight + (row0 + l) * dim, dim);
-                if (a->kind == SR_KIND_ROWWISE_ADAGRAD) {
-                    __builtin_prefetch(&a->state[row0 + l], 0, 1);
-                } else {
-                    sr_prefetch_row(a->state + (row0 + l) * dim, dim);
-                }
-            }
-            sr_item *it = &c->items[c->nitems++];
-            it->row = row0 + l;
-            if (count[l] == 1) {
-                const sr_entry e0 = entries[first[l]];
-                it->g = a->grad + e0.goff;
-                it->scale = e0.scale;
-            } else {
-                it->g = c->acc + (int64_t)first[l] * dim;
-                it->scale = 1.0f;
-            }
-            count[l] = 0;
-        }
-    }
+    for (int64_t i = n0; i < c->nitems; i++) count[c->items[i].row - row0] = 0;
 }
 
 
@@ -552,10 +539,9 @@ static void sr_fused_apply(const sr_update_args *args, int64_t buckets, const in
     {
         const int64_t nt = omp_get_num_threads(), me = omp_get_thread_num();
         const int64_t k0 = buckets * me / nt, k1 = buckets * (me + 1) / nt;
-        int32_t *base = local_ws + me * 3 * width;
+        int32_t *base = local_ws + me * 2 * width;
         sr_chunk chunk = {base,
                           base + width,
-                          (uint64_t *)(base + 2 * width),
                           items_ws + me * cap,
                           acc_ws + me * cap * dim,
                           0,
