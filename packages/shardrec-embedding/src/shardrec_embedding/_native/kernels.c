@@ -291,8 +291,8 @@ static inline void sr_prefetch_rw(const float *row, int64_t dim) {
  * (rows, dim) from a pooled lookup's output gradient, in place, in three steps:
  *
  * 1. Sort (stable counting sort, no comparisons): the batch's ids are bucketed by
- *    `row >> shift` (a bucket is W = 2^shift consecutive rows, 64 unless the weight has more
- *    than 2^28 rows); each id becomes one 12-byte entry {bag, row - bucket base, scale} in
+ *    `row >> shift` (a bucket is W = 2^shift consecutive rows, 128 unless the weight has more
+ *    than 2^29 rows); each id becomes one 12-byte entry {bag, row - bucket base, scale} in
  *    bucket order, input order kept within a bucket. `scale` is the id's factor on its bag's
  *    gradient: 1 / bag length for MEAN, times its per-sample weight. Out-of-range ids are
  *    skipped (the forward already refused them).
@@ -438,7 +438,7 @@ typedef struct {
  * accumulated here in input order (sc0 * g0 + sc1 * g1, then += sc * g). first[l] is row l's
  * item while the bucket is listed. (Until session 10 a bitmap listed the rows in ascending
  * order after the entries: the same sums, an extra pass; the rows of one bucket lie within
- * 16 KB, so their order does not matter to the update loop.) */
+ * W rows (32 KB at dim 64), so their order does not matter to the update loop.) */
 static void sr_bucket_gather(const sr_update_args *a, int64_t k, int64_t lo, int64_t hi,
                              sr_chunk *c) {
     const int64_t dim = a->dim, row0 = k << a->shift, n0 = c->nitems;
