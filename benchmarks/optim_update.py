@@ -16,7 +16,10 @@ scatter kernel (no sum per row needed; it measured faster than the one-pass kern
 median wall ms / minimum process-CPU ms. **floor** = bytes the update must
 move / copy bandwidth (best of 7 copies of 256 MB): read the ids and the output gradient, read
 and write each touched row and its state once. The floor ratios use the minimum CPU time (on a
-loaded machine the wall medians mostly measure the load). Reports only; asserts nothing.
+loaded machine the wall medians mostly measure the load). The weight and an ``(R, D)`` state
+are on 2 MB pages where the kernel grants them (``shardrec_embedding.memory.huge_pages``), as
+the fused collections' packed tables are (since session 10; earlier runs used 4 KB pages).
+Reports only; asserts nothing.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import torch
 
 from shardrec_embedding._native.ops import native_available
 from shardrec_embedding.fused.kernels import native_update
+from shardrec_embedding.memory import huge_pages
 from shardrec_optim import EmbOptimType, FusedOptimSpec, PooledGrad, fbgemm_kernels, init_state
 from shardrec_optim.pooled import torch_update
 
@@ -135,6 +139,9 @@ def contenders(
     rows = shape.tables * shape.rows
     weight = torch.randn(rows, shape.dim) * 0.01
     state = init_state(spec.optimizer, rows, shape.dim)
+    # as the fused collections' packed tables and their (R, D) state: 2 MB pages (session 10)
+    for t in (weight, *state.values()):
+        huge_pages(t)
     kernels: dict[str, Callable[[PooledGrad], None]] = {"native": native_update}
     if fbgemm_kernels.fbgemm_tbe_available():
         kernels["fbgemm"] = fbgemm_kernels.fbgemm_update

@@ -399,8 +399,8 @@ def test_native_update_over_many_buckets_chunks_and_threads(
 
 
 def test_bucket_shift_widens_buckets_only_for_huge_tables() -> None:
-    assert [bucket_shift(r) for r in (0, 1, 64, 100_000, 2**28)] == [6] * 5
-    assert bucket_shift(2**28 + 1) == 7
+    assert [bucket_shift(r) for r in (0, 1, 128, 100_000, 2**29)] == [7] * 5
+    assert bucket_shift(2**29 + 1) == 8
     assert bucket_shift(2**31) == 9
 
 

@@ -135,6 +135,11 @@ SR_DEFINE_FORWARD(sr_pooled_forward_i32, int32_t)
 #ifndef SR_SCATTER_AHEAD
 #define SR_SCATTER_AHEAD 16
 #endif
+/* A read prefetch into the L2 this many ids ahead as well (as the one-pass update's row loop,
+ * SR_ROW_FAR below): more lines in flight than the write prefetch alone. */
+#ifndef SR_SCATTER_FAR
+#define SR_SCATTER_FAR 64
+#endif
 #ifndef SR_SCATTER_LOCALITY
 #define SR_SCATTER_LOCALITY 3
 #endif
@@ -168,6 +173,11 @@ static inline void sr_prefetch_write(const float *row, int64_t dim) {
                     const float bag_scale =                                                    \
                         sg->mean ? alpha / (float)(end - start) : alpha;                       \
                     for (int64_t j = start; j < end; j++) {                                    \
+                        if (j + SR_SCATTER_FAR < lim) {                                        \
+                            uint64_t far = (uint64_t)(int64_t)values[j + SR_SCATTER_FAR];      \
+                            if (far % nt == me && far < (uint64_t)rows)                        \
+                                sr_prefetch_row(target + far * dim, dim);                      \
+                        }                                                                      \
                         if (j + SR_SCATTER_AHEAD < lim) {                                      \
                             uint64_t ahead = (uint64_t)(int64_t)values[j + SR_SCATTER_AHEAD];  \
                             if (ahead % nt == me && ahead < (uint64_t)rows)                    \
@@ -281,24 +291,26 @@ static inline void sr_prefetch_rw(const float *row, int64_t dim) {
  * (rows, dim) from a pooled lookup's output gradient, in place, in three steps:
  *
  * 1. Sort (stable counting sort, no comparisons): the batch's ids are bucketed by
- *    `row >> shift` (a bucket is W = 2^shift consecutive rows, 64 unless the weight has more
- *    than 2^28 rows); each id becomes one 12-byte entry {bag, row - bucket base, scale} in
+ *    `row >> shift` (a bucket is W = 2^shift consecutive rows, 128 unless the weight has more
+ *    than 2^29 rows); each id becomes one 12-byte entry {bag, row - bucket base, scale} in
  *    bucket order, input order kept within a bucket. `scale` is the id's factor on its bag's
  *    gradient: 1 / bag length for MEAN, times its per-sample weight. Out-of-range ids are
  *    skipped (the forward already refused them).
- * 2. Per bucket (contiguous bucket ranges per thread, so no two threads share a row): a bitmap
- *    lists the touched rows in ascending order; a row seen once keeps a pointer to its
- *    grad_out row, a repeated row's gradients are summed in input order into scratch (the
- *    first two as sc0 * g0 + sc1 * g1, then += sc * g: the previous kernel's order).
+ * 2. Per bucket (contiguous bucket ranges per thread, so no two threads share a row): the
+ *    touched rows are listed in the order of their first entry; a row seen once keeps a
+ *    pointer to its grad_out row, a repeated row's gradients are summed in input order into
+ *    scratch (the first two as sc0 * g0 + sc1 * g1, then += sc * g: the previous kernel's
+ *    order).
  * 3. One tight loop reads and writes each touched row and its state once, vectorised over
- *    dim, in address order (prefetched SR_ROW_AHEAD rows ahead), not in id order.
+ *    dim, bucket after bucket (rows of one bucket lie within W rows), not in id order,
+ *    prefetched SR_ROW_FAR and SR_ROW_AHEAD rows ahead.
  *
  * Steps 2 and 3 alternate by chunks of consecutive buckets (at most `cap` touched rows, so
  * the sums stay in the L2 cache). SGD does not come here: it needs no sum per row and the
  * scatter kernel above measured faster (docs/design/native-kernels.md).
  *
- * Workspace: starts (buckets + 1) int32, entries (N) sr_entry, and per thread: 3W int32
- * (counts, first entry, seen-bitmap; zeroed once by the caller, returned zeroed), `cap`
+ * Workspace: starts (buckets + 1) int32, entries (N) sr_entry, and per thread: 2W int32
+ * (counts and first items; zeroed once by the caller, counts returned zeroed), `cap`
  * sr_items and cap x dim floats (cap >= 2W). N must be below 2^31 (the caller checks). */
 typedef struct {
     int32_t goff; /* the id's gradient row: grad + goff (floats); the caller keeps it < 2^31 */
@@ -392,96 +404,118 @@ typedef struct {
     float *weight, *state;
     const float *grad;
     const sr_entry *entries;
+    int64_t num_entries;
     float lr, eps;
 } sr_update_args;
 
-/* Per-thread scratch: count and first are (W,) int32, seen W / 64 words (both zero between
- * buckets), items and acc hold one chunk (`cap` rows). */
+/* Per-thread scratch: count and first are (W,) int32 (count zero between buckets), items and
+ * acc hold one chunk (`cap` rows). */
 typedef struct {
     int32_t *count, *first;
-    uint64_t *seen;
     sr_item *items;
     float *acc;
     int64_t nitems, nacc;
 } sr_chunk;
 
-/* Appends bucket k's touched rows (entries [lo, hi)) to the chunk, ascending (a bitmap of the
- * bucket's rows, read with count-trailing-zeros: measured faster than sorting them): a row seen once
- * points at its grad_out row, a repeated row at its gradient sum, accumulated here in input
- * order (sc0 * g0 + sc1 * g1, then += sc * g). */
+/* Rows ahead whose row and state are prefetched in a chunk's update loop, in two stages: a read
+ * prefetch into the L2 (locality 1) SR_ROW_FAR rows ahead for the row, its state and its
+ * gradient, then a write prefetch (into the L1, exclusive) SR_ROW_AHEAD rows ahead for the row
+ * and its state. Measured (session 4) on the bare loop over 269k of 800k rows, ascending: none
+ * 17.7 ms, write prefetch 16 ahead 13.1, 32 ahead 14.7. Session 10 (bare loop, 2 MB pages, the
+ * gradient rows in random order as here, min of 9, load 6-7): write prefetch 16 ahead alone
+ * 13.9-17.6 ms; L2 read prefetch alone 16 / 32 / 48 ahead 9.5-11.8 / 9.3-9.7 / 9.6-10.9; L2 64
+ * ahead + write 16 ahead 9.2-9.4, + write 8 ahead 9.4-11.1, L2 96 / 128 ahead + write 16
+ * 9.3-9.8 / 9.7-9.9. The write prefetch alone kept too few lines in flight (the L1's miss
+ * buffers); the L2's hold more (sr_prefetch_row: locality 1). The gradient row is prefetched
+ * at the far stage only: a second prefetch 16 ahead cost 3-6% (12.19 -> 11.43 ms without it). */
+#define SR_ROW_AHEAD 16
+#define SR_ROW_FAR 64
+
+/* Entries ahead whose gradient rows sr_bucket_gather prefetches into the L2. */
+#define SR_GRAD_AHEAD 16
+
+/* Appends bucket k's touched rows (entries [lo, hi)) to the chunk in the order of their first
+ * entry: a row seen once points at its grad_out row, a repeated row at its gradient sum,
+ * accumulated here in input order (sc0 * g0 + sc1 * g1, then += sc * g). first[l] is row l's
+ * item while the bucket is listed. (Until session 10 a bitmap listed the rows in ascending
+ * order after the entries: the same sums, an extra pass; the rows of one bucket lie within
+ * W rows (32 KB at dim 64), so their order does not matter to the update loop.) */
 static void sr_bucket_gather(const sr_update_args *a, int64_t k, int64_t lo, int64_t hi,
                              sr_chunk *c) {
-    const int64_t dim = a->dim, row0 = k << a->shift;
+    const int64_t dim = a->dim, row0 = k << a->shift, n0 = c->nitems;
     const sr_entry *entries = a->entries;
     int32_t *count = c->count, *first = c->first;
-    uint64_t *seen = c->seen; /* bit l: row l of the bucket was touched */
     for (int64_t e = lo; e < hi; e++) {
+        /* the gradient rows of the ids ahead (possibly in the next bucket): a repeated row
+         * reads its gradients here, a once-seen row in the chunk's update loop soon after */
+        if (e + SR_GRAD_AHEAD < a->num_entries)
+            sr_prefetch_row(a->grad + entries[e + SR_GRAD_AHEAD].goff, dim);
         const sr_entry en = entries[e];
         const int32_t l = en.local;
         const int32_t n = count[l]++;
+        const float *g = a->grad + en.goff;
         if (n == 0) {
-            first[l] = (int32_t)e;
-            seen[l >> 6] |= (uint64_t)1 << (l & 63);
+            const int64_t r = row0 + l;
+            if (c->nitems < SR_ROW_FAR) { /* rows the update loop's far prefetch misses */
+                sr_prefetch_row(a->weight + r * dim, dim);
+                if (a->kind == SR_KIND_ROWWISE_ADAGRAD) {
+                    __builtin_prefetch(&a->state[r], 0, 1);
+                } else {
+                    sr_prefetch_row(a->state + r * dim, dim);
+                }
+            }
+            first[l] = (int32_t)c->nitems;
+            sr_item *it = &c->items[c->nitems++];
+            it->row = r;
+            it->g = g;
+            it->scale = en.scale;
             continue;
         }
-        /* repeated: sum into a scratch row, which then replaces first[l] */
-        const float *g = a->grad + en.goff;
+        /* repeated: sum into a scratch row, which then replaces the item's gradient */
+        sr_item *it = &c->items[first[l]];
         const float sc = en.scale;
         float *acc;
         if (n == 1) {
-            const sr_entry e0 = entries[first[l]];
-            const float *g0 = a->grad + e0.goff;
-            const float sc0 = e0.scale;
-            first[l] = (int32_t)c->nacc;
+            const float *g0 = it->g;
+            const float sc0 = it->scale;
             acc = c->acc + c->nacc++ * dim;
 #pragma omp simd
             for (int64_t d = 0; d < dim; d++) acc[d] = sc0 * g0[d];
+            it->g = acc;
+            it->scale = 1.0f;
         } else {
-            acc = c->acc + (int64_t)first[l] * dim;
+            acc = (float *)it->g; /* this chunk's scratch */
         }
 #pragma omp simd
         for (int64_t d = 0; d < dim; d++) acc[d] += sc * g[d];
     }
-    const int64_t words = ((int64_t)1 << a->shift) >> 6;
-    for (int64_t wd = 0; wd < words; wd++) {
-        uint64_t bits = seen[wd];
-        seen[wd] = 0;
-        while (bits) { /* touched rows in ascending order */
-            const int32_t l = (int32_t)(wd * 64 + __builtin_ctzll(bits));
-            bits &= bits - 1;
-            sr_item *it = &c->items[c->nitems++];
-            it->row = row0 + l;
-            if (count[l] == 1) {
-                const sr_entry e0 = entries[first[l]];
-                it->g = a->grad + e0.goff;
-                it->scale = e0.scale;
-            } else {
-                it->g = c->acc + (int64_t)first[l] * dim;
-                it->scale = 1.0f;
-            }
-            count[l] = 0;
-        }
-    }
+    for (int64_t i = n0; i < c->nitems; i++) count[c->items[i].row - row0] = 0;
 }
 
-/* Rows ahead whose row and state are prefetched in a chunk's update loop (measured on the
- * bare loop over 269k of 800k rows, ascending: none 17.7 ms, 16 ahead 13.1, 32 ahead 14.7;
- * the same rows in random order 20.3 ms with 16 ahead). */
-#define SR_ROW_AHEAD 16
 
 static void sr_chunk_update(const sr_update_args *a, sr_chunk *c) {
     const int64_t dim = a->dim, n = c->nitems;
     const sr_item *items = c->items;
+    const int rowwise = a->kind == SR_KIND_ROWWISE_ADAGRAD;
     for (int64_t i = 0; i < n; i++) {
+        if (i + SR_ROW_FAR < n) {
+            const int64_t r = items[i + SR_ROW_FAR].row;
+            sr_prefetch_row(a->weight + r * dim, dim);
+            if (rowwise) {
+                __builtin_prefetch(&a->state[r], 0, 1);
+            } else {
+                sr_prefetch_row(a->state + r * dim, dim);
+            }
+            sr_prefetch_row(items[i + SR_ROW_FAR].g, dim);
+        }
         if (i + SR_ROW_AHEAD < n) {
             const int64_t r = items[i + SR_ROW_AHEAD].row;
             sr_prefetch_rw(a->weight + r * dim, dim);
-            if (a->kind == SR_KIND_ROWWISE_ADAGRAD) {
+            if (rowwise) {
                 __builtin_prefetch(&a->state[r], 1, 0);
             } else {
                 sr_prefetch_rw(a->state + r * dim, dim);
             }
-            sr_prefetch_row(items[i + SR_ROW_AHEAD].g, dim);
         }
         const int64_t r = items[i].row;
         if (a->kind == SR_KIND_ROWWISE_ADAGRAD) {
@@ -505,10 +539,9 @@ static void sr_fused_apply(const sr_update_args *args, int64_t buckets, const in
     {
         const int64_t nt = omp_get_num_threads(), me = omp_get_thread_num();
         const int64_t k0 = buckets * me / nt, k1 = buckets * (me + 1) / nt;
-        int32_t *base = local_ws + me * 3 * width;
+        int32_t *base = local_ws + me * 2 * width;
         sr_chunk chunk = {base,
                           base + width,
-                          (uint64_t *)(base + 2 * width),
                           items_ws + me * cap,
                           acc_ws + me * cap * dim,
                           0,
@@ -536,7 +569,8 @@ void sr_fused_update(int64_t kind, float *weight, float *state, int64_t rows, in
     const sr_update_segment seg = {0, 0, rows, 0, mean};
     sr_bucket_sort_i64(&seg, 1, num_bags, ids, offsets, psw, grad_stride, shift, buckets, starts,
                        entries);
-    const sr_update_args args = {kind, dim, shift, weight, state, grad, entries, lr, eps};
+    const int64_t total = starts[buckets - 1]; /* the sorted entries */
+    const sr_update_args args = {kind, dim, shift, weight, state, grad, entries, total, lr, eps};
     sr_fused_apply(&args, buckets, starts, local_ws, items_ws, acc_ws, cap, num_threads);
 }
 
@@ -553,7 +587,9 @@ void sr_fused_update(int64_t kind, float *weight, float *state, int64_t rows, in
         const int64_t buckets = ((rows - 1) >> shift) + 1;                                     \
         SORT(segs, num_segments, batch, values, offsets, psw, grad_stride, shift, buckets,     \
              starts, entries);                                                                 \
-        const sr_update_args args = {kind, dim, shift, weight, state, grad, entries, lr, eps}; \
+        const int64_t total = starts[buckets - 1];                                             \
+        const sr_update_args args = {kind,  dim,     shift, weight, state,                     \
+                                     grad,  entries, total, lr,     eps};                      \
         sr_fused_apply(&args, buckets, starts, local_ws, items_ws, acc_ws, cap, num_threads);  \
     }
 
