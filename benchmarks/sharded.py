@@ -12,19 +12,25 @@ table_row_wise are reported on their own. Also reports rank 0's minor page fault
 (`getrusage` ru_minflt, median): fresh memory touched by a step. `--types` picks sharding types,
 `--no-torchrec` times ours alone (A/B runs of two checkouts: `SHARDREC_WT=<checkout>`),
 `--assembly` times the output assembly alone (old column gather vs block copies).
-Reports only; asserts nothing.
+`--profile` prints rank 0's step phase by phase per type, ours only (thread CPU / wall ms).
+TorchRec is timed only on the same shards as ours (ranks, offsets and sizes compared per table).
+Then, per sharding type with a traffic model (`traffic`), the bytes rank 0 sends and receives
+per step, gloo's wall and CPU time for exactly those bytes (`gloo_ms`, in the same ranks), and
+row_wise / table_row_wise's extra over table_wise against that allowance (issue 28: "no slower
+than table_wise by more than their extra traffic"). Reports only; asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import resource
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -41,7 +47,7 @@ from shardrec_planner import (
     table_row_wise,
     table_wise,
 )
-from shardrec_sharding import EmbeddingBagCollectionSharder
+from shardrec_sharding import EmbeddingBagCollectionSharder, ShardedEmbeddingBagCollection
 from shardrec_testing import RankContext, RankPool
 
 MEAN_IDS, DIM = 10, 64
@@ -93,6 +99,7 @@ def _ours(ctx: RankContext, kind: str, tables: int, rows: int, batch: int) -> Ca
                 p.grad = None
         return out
 
+    _PHASES[:] = [(sharded, kjt)]  # for --profile (profile_rank)
     return step
 
 
@@ -151,6 +158,9 @@ def _torchrec(
         kernels = {ps.compute_kernel for ps in plan.values()}
         if kernels != {"fused"}:
             return f"TorchRec plan picked compute kernels {sorted(kernels)}, expected fused"
+    differs = _plan_differs(kind, tables, rows, plan)
+    if differs:
+        return differs
     env = TrcEnv.from_process_group(ctx.pg)
     sharded = sharder.shard(ebc, plan, env, torch.device("cpu"))
     keys, values, lengths = _batch(ctx.rank, tables, batch)
@@ -165,6 +175,38 @@ def _torchrec(
         return out
 
     return step
+
+
+def _geometry(entry: object) -> tuple[object, ...]:
+    """A plan entry's placement: its ranks and each shard's (offsets, sizes), as plain lists
+    (the same attribute names in ours and TorchRec's `ParameterSharding`)."""
+    spec = getattr(entry, "sharding_spec", None)
+    shards = getattr(spec, "shards", None) or []
+    return (
+        list(getattr(entry, "ranks", None) or []),
+        [(list(s.shard_offsets), list(s.shard_sizes)) for s in shards],
+    )
+
+
+def _plan_differs(kind: str, tables: int, rows: int, theirs: object) -> str:
+    """Why TorchRec's plan places the tables differently from ours for `kind` ("" when
+    alike): both libraries must run the same shards (column_wise: two 32-wide blocks of
+    every table on ranks 0 and 1) for the ratio to compare kernels and exchanges."""
+    configs = [
+        EmbeddingBagConfig(
+            name=f"t{t}", num_embeddings=rows, embedding_dim=DIM, feature_names=[f"f{t}"]
+        )
+        for t in range(tables)
+    ]
+    ebc = EmbeddingBagCollection(configs, device="meta")
+    ours = construct_module_sharding_plan(
+        ebc, {f"t{t}": _ours_plan(kind, t) for t in range(tables)}, world_size=2
+    )
+    for name, entry in ours.items():
+        mine, other = _geometry(entry), _geometry(theirs[name])  # type: ignore[index]  # a plan
+        if mine != other:
+            return f"TorchRec's plan places {name} as {other}, ours as {mine}: not comparable"
+    return ""
 
 
 # kind, ours ms, TorchRec ms, CPU ms ours, CPU ms TorchRec, note, faults ours, faults TorchRec
@@ -210,6 +252,111 @@ def timed_step(ctx: RankContext, side: str) -> tuple[float, float, float]:
 
 def drop_rank(ctx: RankContext) -> None:
     _STEPS.clear()
+
+
+# --- --profile: where rank 0's step goes, phase by phase (ours only) ---
+
+_PHASES: list[tuple[ShardedEmbeddingBagCollection, KeyedJaggedTensor]] = []  # per rank: ours' last
+_BACKWARD_NODES = {  # autograd node -> phase of the backward
+    "_PlaceBackward": "bwd: assembly (output gradient into the all-to-all send blocks)",
+    "_LinkBackward": "bwd: pooled gradient exchange (incl. wait)",
+    "_SegmentLookupBackward": "bwd: fused update (native one-pass, all groups)",
+}
+
+
+def profile_rank(
+    ctx: RankContext, kind: str, tables: int, rows: int, batch: int, steps: int
+) -> list[tuple[str, float, float]]:
+    """`steps` steps of ours' `kind`, phase by phase: (phase, thread CPU ms, wall ms) per step,
+    means. Forward phases are timed around the module's own phases (`input_dist` + wait,
+    `compute`, `output_dist` + wait with the assembly); backward phases by hooks on their
+    autograd nodes (the main thread runs them)."""
+    setup_rank(ctx, "ours", kind, tables, rows, batch)
+    sharded, kjt = _PHASES[0]
+    acc: dict[str, list[float]] = {}
+
+    def add(name: str, cpu: float, wall: float) -> None:
+        cell = acc.setdefault(name, [0.0, 0.0])
+        cell[0] += cpu * 1e3
+        cell[1] += wall * 1e3
+
+    @contextlib.contextmanager
+    def timed(name: str) -> Iterator[None]:
+        t0, w0 = time.thread_time(), time.perf_counter()
+        yield
+        add(name, time.thread_time() - t0, time.perf_counter() - w0)
+
+    def hook(node: torch.autograd.graph.Node, name: str) -> None:
+        began: list[float] = []
+
+        def pre(grads: object) -> None:
+            began[:] = [time.thread_time(), time.perf_counter()]
+
+        def post(grads_in: object, grads_out: object) -> None:
+            add(name, time.thread_time() - began[0], time.perf_counter() - began[1])
+
+        node.register_prehook(pre)
+        node.register_hook(post)
+
+    def hook_graph(root: torch.autograd.graph.Node | None) -> None:
+        seen: set[int] = set()
+        todo = [root]
+        while todo:
+            node = todo.pop()
+            if node is None or id(node) in seen:
+                continue
+            seen.add(id(node))
+            label = _BACKWARD_NODES.get(node.name())
+            if label is not None:
+                hook(node, label)
+            todo.extend(n for n, _ in node.next_functions)
+
+    cpu0 = time.process_time()
+    for _ in range(steps):
+        dist.barrier(group=ctx.pg)
+        with timed("fwd: input dist (send ids, wait)"):
+            got = sharded.input_dist(kjt).wait()
+        with timed("fwd: lookup (compute)"):
+            local = sharded.compute(got)
+        with timed("fwd: output dist + assembly (incl. wait)"):
+            out = sharded.output_dist(got, local).wait()
+        loss = out.values().sum()
+        hook_graph(loss.grad_fn)
+        with timed("bwd: all"):
+            loss.backward()  # type: ignore[no-untyped-call]  # torch stubs
+        if kind == "data_parallel":  # as the timed step does
+            for p in sharded.parameters():
+                p.grad = None
+    process = (time.process_time() - cpu0) * 1e3 / steps
+    rows_out = [(name, cpu / steps, wall / steps) for name, (cpu, wall) in acc.items()]
+    rows_out.append(("step, process CPU (all threads: gloo's too)", process, float("nan")))
+    return rows_out
+
+
+def profile_types(types: list[str], tables: int, rows: int, batch: int, steps: int) -> None:
+    """Print rank 0's phase table of each type side by side (`--profile`)."""
+    pool = RankPool(2, timeout_s=1800)
+    pool.start()
+    try:
+        got = {kind: pool.run(profile_rank, kind, tables, rows, batch, steps)[0] for kind in types}
+    finally:
+        pool.close()
+    names: list[str] = []
+    for kind in types:
+        names.extend(n for n, _, _ in got[kind] if n not in names)
+    print(f"rank 0, ms per step (mean of {steps}), thread CPU / wall; load {_loadavg()}")
+    print("| phase | " + " | ".join(types) + " |")
+    print("|---|" + "---|" * len(types))
+    for name in names:
+        cells = []
+        for kind in types:
+            found = [(c, w) for n, c, w in got[kind] if n == name]
+            if not found:
+                cells.append("-")
+                continue
+            cpu, wall = found[0]
+            cells.append(f"{cpu:.1f}" if wall != wall else f"{cpu:.1f} / {wall:.1f}")
+        print(f"| {name} | " + " | ".join(cells) + " |")
 
 
 def bench(
@@ -263,9 +410,19 @@ def main() -> None:
     parser.add_argument(
         "--assembly", action="store_true", help="time the output assembly alone (one process)"
     )
+    parser.add_argument(
+        "--profile", action="store_true", help="ours only: rank 0's step phase by phase per type"
+    )
     args = parser.parse_args()
     if args.assembly:
         assembly(26, 1024, 31)
+        return
+    if args.profile:
+        kinds = [t for t in args.types.split(",") if t]
+        if not kinds or set(kinds) - set(TYPES):
+            parser.error(f"--profile takes sharding types from {TYPES}, got {args.types!r}")
+        shape = (4, 10_000, 128) if args.quick else (26, 100_000, 1024)
+        profile_types(kinds, *shape, args.repeats or (3 if args.quick else 10))
         return
     types = [t for t in args.types.split(",") if t]
     unknown = sorted(set(types) - set(TYPES))
@@ -299,6 +456,7 @@ def main() -> None:
                 else:
                     os.environ["SHARDREC_MALLOC_TUNING"] = saved
         results = bench(pools, tables, rows, batch, repeats, types)
+        comm = measure_traffic(pools["ours"], types, tables, rows, batch, max(repeats, 9))
     finally:
         for pool in pools.values():
             pool.close()
@@ -319,6 +477,7 @@ def main() -> None:
                 f"| {kind} | {ours:.1f} | {ref:.1f} | {ref / ours:.2f}x "
                 f"| {cpu_ours:.1f} / {cpu_ref:.1f} | {flt_ours:.0f} / {flt_ref:.0f} |"
             )
+    print_traffic(results, comm)
 
 
 def assembly(tables: int, batch: int, repeats: int) -> None:
@@ -357,6 +516,164 @@ def assembly(tables: int, batch: int, repeats: int) -> None:
     print(f"output assembly, {tables} tables x dim {DIM}, batch {batch}, fwd + bwd (ms):")
     for name, got in samples.items():
         print(f"  {name}: min {min(got):.2f}, median {statistics.median(got):.2f}")
+
+
+# --- traffic accounting: what each sharding type moves per step, and what gloo needs for it ---
+
+# phase name, bytes rank `rank` sends to the other rank, bytes it receives from the other rank
+Exchange = tuple[str, int, int]
+TRAFFIC_TYPES = {"table_wise", "column_wise", "row_wise", "table_row_wise"}
+
+
+def _ids_per_table(rank: int, tables: int, rows: int, batch: int) -> list[torch.Tensor]:
+    """Rank `rank`'s ids of each table, as `_ours` feeds them (one feature per table)."""
+    _, values, lengths = _batch(rank, tables, batch)
+    counts = lengths.view(tables, batch).sum(1).tolist()
+    return list(torch.split(values % rows, counts))
+
+
+def traffic(kind: str, rank: int, tables: int, rows: int, batch: int) -> list[Exchange]:
+    """Bytes `rank` sends to / receives from the other rank in one step of `kind`, per exchange,
+    from the shapes and the benchmark's (seeded) batches; data moved to itself is not counted.
+    Ids and lengths travel as the int64 the KJT holds; pooled rows and their gradients as fp32.
+    table_wise: ids and lengths of the other rank's tables out, that rank's pooled rows (its
+    batch x its tables' columns) back, the same bytes again as gradients. column_wise: every
+    table's ids to both ranks, half the columns of every table back. row_wise (and
+    table_row_wise, which on one host of 2 ranks is row_wise): each id to the rank owning its
+    row block, every feature's lengths to every rank; forward a reduce-scatter of every
+    table's partial sums (the other rank's batch x all columns), backward an all-gather of the
+    same size. The small header exchange (the same for every type) is left out."""
+    if kind not in TRAFFIC_TYPES:
+        raise ValueError(f"no traffic model for {kind!r}; have {sorted(TRAFFIC_TYPES)}")
+    other = 1 - rank
+    mine, theirs = (_ids_per_table(r, tables, rows, batch) for r in (rank, other))
+    if kind == "table_wise":
+        owned = [t for t in range(tables) if t % 2 == rank]
+        foreign = [t for t in range(tables) if t % 2 == other]
+        ids = (
+            sum(8 * mine[t].numel() for t in foreign),
+            sum(8 * theirs[t].numel() for t in owned),
+        )
+        lens = (8 * batch * len(foreign), 8 * batch * len(owned))
+        pooled = (4 * batch * DIM * len(owned), 4 * batch * DIM * len(foreign))
+        return [
+            ("lengths", *lens),
+            ("ids", *ids),
+            ("pooled out", *pooled),
+            ("pooled grad", pooled[1], pooled[0]),
+        ]
+    if kind == "column_wise":
+        ids = (sum(8 * m.numel() for m in mine), sum(8 * t.numel() for t in theirs))
+        half = 4 * batch * tables * DIM // 2
+        return [
+            ("lengths", 8 * batch * tables, 8 * batch * tables),
+            ("ids", *ids),
+            ("pooled out", half, half),
+            ("pooled grad", half, half),
+        ]
+    block = -(-rows // 2)  # ceil(rows / 2): rank 0 owns [0, block), rank 1 the rest
+
+    def foreign_ids(per_table: list[torch.Tensor], owner: int) -> int:
+        in_block = [(v >= block) if owner == 1 else (v < block) for v in per_table]
+        return sum(8 * int(m.sum()) for m in in_block)
+
+    full = 4 * batch * tables * DIM
+    return [
+        ("lengths", 8 * batch * tables, 8 * batch * tables),
+        ("ids", foreign_ids(mine, other), foreign_ids(theirs, rank)),
+        ("pooled out (reduce-scatter)", full, full),
+        ("pooled grad (all-gather)", full, full),
+    ]
+
+
+def gloo_ms(
+    ctx: RankContext, exchanges: list[list[Exchange]], repeats: int
+) -> list[tuple[float, float]]:
+    """Per exchange, the median (wall ms, process CPU ms) of an `all_to_all_single` moving
+    exactly its bytes (uint8, nothing to itself) in this rank's process group; `exchanges[r]`
+    is rank r's view. Same processes, same gloo group as the timed steps."""
+    rank, out = ctx.rank, []
+    for i in range(len(exchanges[0])):
+        send, recv = exchanges[rank][i][1], exchanges[rank][i][2]
+        src = torch.zeros(send, dtype=torch.uint8)
+        dst = torch.empty(recv, dtype=torch.uint8)
+        splits_in = [0, send] if rank == 0 else [send, 0]
+        splits_out = [0, recv] if rank == 0 else [recv, 0]
+        wall, cpu = [], []
+        for _ in range(repeats + 2):
+            dist.barrier(group=ctx.pg)
+            start, cpu_start = time.perf_counter(), time.process_time()
+            dist.all_to_all_single(dst, src, splits_out, splits_in, group=ctx.pg)
+            wall.append((time.perf_counter() - start) * 1e3)
+            cpu.append((time.process_time() - cpu_start) * 1e3)
+        out.append((statistics.median(wall[2:]), statistics.median(cpu[2:])))
+    return out
+
+
+# exchange, bytes sent, bytes received, gloo wall ms, gloo CPU ms (rank 0)
+Traffic = list[tuple[str, int, int, float, float]]
+
+
+def measure_traffic(
+    pool: RankPool, kinds: list[str], tables: int, rows: int, batch: int, repeats: int
+) -> dict[str, Traffic]:
+    """Per sharding type with a traffic model: rank 0's exchanges with gloo's time for each,
+    measured in `pool`'s ranks."""
+    got: dict[str, Traffic] = {}
+    for kind in kinds:
+        if kind not in TRAFFIC_TYPES:
+            continue
+        views = [traffic(kind, r, tables, rows, batch) for r in (0, 1)]
+        ms = pool.run(gloo_ms, views, repeats)[0]
+        got[kind] = [(n, s, r, w, c) for (n, s, r), (w, c) in zip(views[0], ms, strict=True)]
+    return got
+
+
+def print_traffic(results: list[Row], comm: dict[str, Traffic]) -> None:
+    """Rank 0's bytes per step and gloo's time for them, per type; then each type's step minus
+    table_wise's beside the extra gloo time its extra traffic accounts for (the allowance),
+    in wall time and in rank 0's process CPU time (the steadier one on a loaded machine)."""
+    if not comm:
+        return
+    ours = {r[0]: (r[1], r[3]) for r in results}
+    print("traffic per step, rank 0 (sent to / received from the other rank), gloo measured:")
+    print("| sharding type | exchange | sends (MB) | receives (MB) | gloo ms (wall / CPU) |")
+    print("|---|---|---|---|---|")
+    total: dict[str, tuple[float, float]] = {}
+    for kind, rows_ in comm.items():
+        for name, send, recv, wall, cpu in rows_:
+            print(
+                f"| {kind} | {name} | {send / 1e6:.2f} | {recv / 1e6:.2f} "
+                f"| {wall:.2f} / {cpu:.2f} |"
+            )
+        total[kind] = (sum(x[3] for x in rows_), sum(x[4] for x in rows_))
+        sent, recd = sum(x[1] for x in rows_) / 1e6, sum(x[2] for x in rows_) / 1e6
+        print(
+            f"| {kind} | total | {sent:.2f} | {recd:.2f} "
+            f"| {total[kind][0]:.2f} / {total[kind][1]:.2f} |"
+        )
+    if "table_wise" not in total:
+        return
+    print("extra over table_wise: the step's difference vs gloo's time for the extra traffic")
+    print(
+        "| sharding type | ours wall / CPU (ms) | extra over table_wise, wall / CPU (ms) "
+        "| allowed extra, wall / CPU (ms) | verdict wall | verdict CPU |"
+    )
+    print("|---|---|---|---|---|---|")
+    for kind in total:
+        if kind == "table_wise":
+            continue
+        cells = []
+        for k in (0, 1):
+            extra = ours[kind][k] - ours["table_wise"][k]
+            allowed = total[kind][k] - total["table_wise"][k]
+            verdict = "within" if extra <= allowed else f"over by {extra - allowed:.1f} ms"
+            cells.append((extra, allowed, verdict))
+        (ew, aw, vw), (ec, ac, vc) = cells
+        print(
+            f"| {kind} | {ours[kind][0]:.1f} / {ours[kind][1]:.1f} | {ew:+.1f} / {ec:+.1f} "
+            f"| {aw:+.1f} / {ac:+.1f} | {vw} | {vc} |"
+        )
 
 
 def _loadavg() -> str:

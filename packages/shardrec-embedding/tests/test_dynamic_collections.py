@@ -21,7 +21,7 @@ from shardrec_embedding import (
 from shardrec_embedding.dynamic import DynamicTableConfig
 from shardrec_embedding.fused import FusedEmbeddingBagCollection, fuse_embedding_optimizer
 from shardrec_jagged import KeyedJaggedTensor
-from shardrec_optim import EmbOptimType, FusedOptimSpec
+from shardrec_optim import SUPPORTED_OPTIONS, EmbOptimType, FusedOptimSpec
 
 CAP = 64
 FEATURES = {"f0": "t0", "f1": "t0", "g": "t1"}
@@ -111,7 +111,18 @@ SPECS = [
     FusedOptimSpec(optimizer=EmbOptimType.EXACT_ADAGRAD, learning_rate=0.1),
     FusedOptimSpec(optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=0.1, eps=1e-3),
     FusedOptimSpec(optimizer=EmbOptimType.ADAM, learning_rate=0.02),
+    # issue 27: every fused optimizer the static tables support (SUPPORTED_OPTIONS)
+    FusedOptimSpec(optimizer=EmbOptimType.SGD, learning_rate=0.1),
+    FusedOptimSpec(optimizer=EmbOptimType.ROWWISE_ADAGRAD, learning_rate=0.1),
+    FusedOptimSpec(optimizer=EmbOptimType.PARTIAL_ROWWISE_ADAM, learning_rate=0.02),
+    FusedOptimSpec(optimizer=EmbOptimType.LAMB, learning_rate=0.02),
+    FusedOptimSpec(optimizer=EmbOptimType.PARTIAL_ROWWISE_LAMB, learning_rate=0.02),
+    FusedOptimSpec(optimizer=EmbOptimType.LARS_SGD, learning_rate=0.1, momentum=0.9),
 ]
+
+
+def test_specs_cover_every_fused_optimizer() -> None:
+    assert {s.optimizer for s in SPECS} == set(SUPPORTED_OPTIONS)
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.optimizer.name)

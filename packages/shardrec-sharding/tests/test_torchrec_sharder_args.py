@@ -70,13 +70,15 @@ def test_virtual_tables_are_refused_by_the_sharded_modules(extra: dict[str, obje
     configs = [EmbeddingBagConfig(name="t", num_embeddings=10, embedding_dim=4, **extra)]  # type: ignore[arg-type]
     ebc = EmbeddingBagCollection(configs)  # the unsharded module is a plain table
     plan = construct_module_sharding_plan(ebc, {"t": row_wise()}, world_size=2)
-    with pytest.raises(ValueError, match=r"table 't': use_virtual_table=.* raw-id"):
+    with pytest.raises(
+        ValueError, match=r"table 't': use_virtual_table=.* dynamic=DynamicTableConfig"
+    ):
         ShardedEmbeddingBagCollection(ebc, plan, LOCAL)
     ec = EmbeddingCollection(
         [EmbeddingConfig(name="t", num_embeddings=10, embedding_dim=4, **extra)]
     )  # type: ignore[arg-type]
     ec_plan = construct_module_sharding_plan(ec, {"t": table_wise(rank=0)}, world_size=2)
-    with pytest.raises(ValueError, match="raw-id"):
+    with pytest.raises(ValueError, match="dynamic=DynamicTableConfig"):
         EmbeddingCollectionSharder().shard(ec, ec_plan, LOCAL)
 
 

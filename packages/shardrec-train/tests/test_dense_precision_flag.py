@@ -31,3 +31,21 @@ def test_unknown_precision_is_a_usage_error(capsys: pytest.CaptureFixture[str]) 
         build_parser().parse_args(["train", *SYNTHETIC, "--dense-precision", "fp16"])
     assert exit_info.value.code == 2
     assert "--dense-precision: invalid choice: 'fp16'" in capsys.readouterr().err
+
+
+def test_bf16_without_native_bfloat16_is_said_not_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from shardrec_train import build as build_module
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    monkeypatch.setattr(build_module, "cpu_has_native_bf16", lambda: False)
+    note = build_module.dense_precision_note("bf16", cpu)
+    assert note is not None and "without native bfloat16" in note and "emulated" in note
+    assert build_module.dense_precision_note("fp32", cpu) is None
+    assert build_module.dense_precision_note("bf16", cuda) is None
+    monkeypatch.setattr(build_module, "cpu_has_native_bf16", lambda: True)
+    assert build_module.dense_precision_note("bf16", cpu) is None
+    # It runs anyway (emulated where the CPU lacks bfloat16): same model, a line for the user.
+    monkeypatch.undo()
+    assert isinstance(build_module.cpu_has_native_bf16(), bool)

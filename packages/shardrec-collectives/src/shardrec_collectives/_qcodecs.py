@@ -44,13 +44,19 @@ class CommType(enum.Enum):
         return self.value
 
 
-def _comm_type(name: str, value: object) -> CommType:
+def _comm_type(name: str, value: object, owner: str = "QCommsConfig") -> CommType:
+    """`value` as a CommType: a member, its value ("fp16"), or another enum with such a value
+    (fbgemm's `SparseType.FP16`, what TorchRec's codec takes)."""
+    if isinstance(value, CommType):
+        return value
+    raw = value.value if isinstance(value, enum.Enum) else value
     try:
-        found = CommType(value) if not isinstance(value, CommType) else value
+        return CommType(raw)
     except ValueError:
-        choices = ", ".join(t.name for t in CommType)
-        raise ValueError(f"QCommsConfig: {name}={value!r} is not a CommType ({choices})") from None
-    return found
+        choices = ", ".join(f"CommType.{t.name} or {t.value!r}" for t in CommType)
+        raise ValueError(
+            f"{owner}: {name}={value!r} is not a CommType; pass one of {choices}"
+        ) from None
 
 
 _WIRE_DTYPE = {
@@ -89,7 +95,7 @@ class QuantizedCommCodec:
         row_dim: int | None = None,
         is_fwd: bool = True,
     ) -> None:
-        precision = _comm_type("comm_precision", comm_precision)
+        precision = _comm_type("comm_precision", comm_precision, "QuantizedCommCodec")
         if loss_scale is not None and precision not in (CommType.FP16, CommType.BF16):
             logger.info(
                 "loss_scale %s applies to FP16 and BF16 only; %s ignores it", loss_scale, precision

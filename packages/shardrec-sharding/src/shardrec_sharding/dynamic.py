@@ -229,15 +229,19 @@ def _state_reset(module: BatchedFusedEmbeddingBag, name: str) -> Callable[[Tenso
     return reset
 
 
-def _precheck(features: object, dynamic_features: Sequence[str], owner: str) -> Exception | None:
-    """What `DynamicTables.remap` would refuse before its exchanges (checked on every rank)."""
+def _precheck(
+    features: object, dynamic_features: Sequence[str], owner: str, tables: Sequence[str] = ()
+) -> Exception | None:
+    """What `DynamicTables.remap` would refuse before its exchanges (checked on every rank);
+    `tables`: the dynamic tables' names, which the messages give."""
     if not isinstance(features, KeyedJaggedTensor):
         return TypeError(f"{owner}: expected a KeyedJaggedTensor, got {type(features).__name__}")
     values = features.values()
     if values.is_floating_point() or values.is_complex() or values.dtype == torch.bool:
         return TypeError(
-            f"{owner}: ids must be an integer tensor, got values of dtype {values.dtype}; cast "
-            "them with .long() if they are whole numbers (dynamic tables take any int64 value)"
+            f"{owner}: ids must be an integer tensor, got values of dtype {values.dtype} "
+            f"(dynamic table(s) {list(tables)} map raw ids); cast them with .long() if they are "
+            "whole numbers (dynamic tables take any int64 value)"
         )
     keys = set(features.keys())
     missing = [f for f in dynamic_features if f not in keys]
@@ -322,7 +326,10 @@ class _DynamicMixin:
                 )
 
     def _remap(self, features: KeyedJaggedTensor | object) -> Remapped:
-        agree_on_error(self.env, _precheck(features, self._dynamic_features, self._owner))
+        tables = self.dynamic_tables.tables
+        agree_on_error(
+            self.env, _precheck(features, self._dynamic_features, self._owner, list(tables))
+        )
         assert isinstance(features, KeyedJaggedTensor)
         return self.dynamic_tables.remap(features, training=self.training, owner=self._owner)
 

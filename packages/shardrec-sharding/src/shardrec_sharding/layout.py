@@ -201,8 +201,10 @@ def _check_table(
     if config.use_virtual_table or config.total_num_buckets is not None:
         raise ValueError(
             f"table {name!r}: use_virtual_table={config.use_virtual_table} / total_num_buckets="
-            f"{config.total_num_buckets} describe a raw-id (virtual) table, which the sharded "
-            "modules do not run yet; shard it as a plain table (leave both unset)"
+            f"{config.total_num_buckets} describe TorchRec's virtual (key-value ZCH) table, "
+            "which the sharded modules do not run; for raw ids leave both unset and give the "
+            "table dynamic=DynamicTableConfig(...) (docs/dynamic.md), or shard it as a plain "
+            "table"
         )
     if runs_virtual_tiered(ps) and config.dynamic is None:
         raise ValueError(

@@ -122,6 +122,27 @@ def build_model(
     return DLRMTrain(dlrm)
 
 
+def cpu_has_native_bf16() -> bool:
+    """Whether oneDNN runs bfloat16 natively on this CPU (avx512_bf16 / amx_bf16); False when
+    torch cannot tell."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def dense_precision_note(precision: str, device: torch.device) -> str | None:
+    """A line for the user when `--dense-precision bf16` will run emulated (a CPU without
+    native bfloat16: correct, but slower than fp32), else None."""
+    if precision != "bf16" or device.type != "cpu" or cpu_has_native_bf16():
+        return None
+    return (
+        "shardrec train: --dense-precision bf16 on a CPU without native bfloat16 (no "
+        "avx512_bf16 / amx_bf16): the dense part runs emulated, with the same numerics but "
+        "slower than fp32; --dense-precision fp32 is the faster choice here"
+    )
+
+
 def build_raw_id_model(
     opts: TrainOptions, dataset: RecDataset, device: torch.device
 ) -> tuple[DLRMTrain, HashTrick | None]:

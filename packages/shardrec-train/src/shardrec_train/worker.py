@@ -34,7 +34,7 @@ from shardrec_dmp import CheckpointError, load, save
 from shardrec_planner import save_plan_chart
 from shardrec_planner.report import format_report
 from shardrec_tiered import CacheTooSmallError
-from shardrec_train.build import build
+from shardrec_train.build import build, dense_precision_note
 from shardrec_train.checkpoints import History, latest_checkpoint, resume_latest, step_path
 from shardrec_train.data import build_dataset
 from shardrec_train.dynamic import DynamicStats, progress_text
@@ -156,6 +156,9 @@ def _train(
             f"shardrec train: {opts.dataset}, {opts.model}, {world} rank(s) on {device.type}, "
             f"{kernels} kernels"
         )
+        note = dense_precision_note(opts.dense_precision, device)
+        if note is not None:
+            print(note, flush=True)
         print(format_report(built.plan), flush=True)
         (out / "plan.json").write_text(built.plan.to_json())
         save_plan_chart(built.plan, out / "plan_load.png")

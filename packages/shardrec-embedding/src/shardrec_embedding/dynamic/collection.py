@@ -224,9 +224,9 @@ class DynamicTables(nn.Module):
         values = features.values()
         if values.is_floating_point() or values.is_complex() or values.dtype == torch.bool:
             raise TypeError(
-                f"{owner}: ids must be an integer tensor, got values of dtype {values.dtype}; "
-                "cast them with .long() if they are whole numbers (dynamic tables take any int64 "
-                "value)"
+                f"{owner}: ids must be an integer tensor, got values of dtype {values.dtype} "
+                f"(dynamic table(s) {list(self.tables)} map raw ids); cast them with .long() if "
+                "they are whole numbers (dynamic tables take any int64 value)"
             )
         keys = features.keys()
         position = {k: i for i, k in enumerate(keys)}
