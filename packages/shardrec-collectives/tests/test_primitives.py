@@ -105,6 +105,7 @@ def test_linked_all_to_all_overlaps_the_reverse_with_what_ran_in_between(
     finish = prim.linked_all_to_all(env, x * 2, [6], [6])
     middle = _Record.apply(other * 3, events)  # type: ignore[no-untyped-call]  # Function.apply is untyped
     out = finish()
+    assert finish() is out  # one result per launch
     out.mul_(0.5)  # the received tensor may be modified in place
     weights = torch.arange(6.0) + 1
     ((out * weights).sum() + middle.sum()).backward()
