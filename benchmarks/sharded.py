@@ -379,6 +379,10 @@ def bench(
         for _ in range(repeats):
             for side in sides:
                 got[side].append(pools[side].run(timed_step, side)[0])
+        # The step's floor from this run's own counts, printed beside ours (issue 28).
+        from _sharded_floor import floor_rank, print_floor  # benchmarks/_sharded_floor.py
+
+        print_floor(kind, pools["ours"].run(floor_rank, __name__, kind), got["ours"])
         for pool in pools.values():
             pool.run(drop_rank)
         med = {

@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from shardrec_collectives import (
+    ExchangeCapacity,
     KJTAllToAllAwaitable,
     KJTAllToAllLayout,
     PeerError,
@@ -21,6 +22,7 @@ from shardrec_collectives import (
     kjt_all_to_all,
     sequence_all_to_all,
 )
+from shardrec_collectives._kjt_wire import new_capacity
 from shardrec_jagged import KeyedJaggedTensor
 from shardrec_testing import RankContext, RankPool, assert_close, random_lengths, seeded_generator
 
@@ -94,19 +96,19 @@ def expected_received(
 
 
 def exchanges(
-    ctx: RankContext, seed: int
+    ctx: RankContext, seed: int, capacity: ExchangeCapacity | None = None
 ) -> Iterator[tuple[ShardingEnv, Case, list[KeyedJaggedTensor], KJTAllToAllAwaitable]]:
     """Each case of `make_cases`: this rank's KJTs for every rank, and their all-to-all."""
     env = ShardingEnv.from_process_group(ctx.pg)
     for case in make_cases(ctx.world_size, seed):
         per_rank = [sent_kjt(case, ctx.rank, d) for d in range(ctx.world_size)]
-        yield env, case, per_rank, kjt_all_to_all(env, per_rank)
+        yield env, case, per_rank, kjt_all_to_all(env, per_rank, capacity=capacity)
 
 
-def check_kjt_cases(ctx: RankContext, seed: int) -> int:
+def check_kjt_cases(ctx: RankContext, seed: int, capacity: ExchangeCapacity | None = None) -> int:
     world = ctx.world_size
     checked = 0
-    for _, case, per_rank, awaitable in exchanges(ctx, seed):
+    for _, case, per_rank, awaitable in exchanges(ctx, seed, capacity):
         layout = awaitable.layout
         got = awaitable.wait()
         expected = expected_received(case, world, ctx.rank)
@@ -353,3 +355,99 @@ def test_local_check_failure_reaches_every_rank(rank_pool: RankPool) -> None:
     for r, o in enumerate(outcomes):
         if r != 1:
             assert isinstance(o, PeerError) and "per_rank[1] values have dtype" in str(o), o
+
+
+# -- one exchange per call: the capacity learned from earlier calls -------------------------
+
+
+def check_cases_with_capacity(ctx: RankContext) -> list[list[int]]:
+    """The reference cases three times through one capacity: payloads that fit, grow past
+    their capacity (a second exchange) and shrink below a quarter of it. Returns this rank's
+    capacities (sent, received)."""
+    capacity = ExchangeCapacity()
+    for seed in (0, 0, 3):
+        assert check_kjt_cases(ctx, seed, capacity) == 6
+    return [capacity.sent, capacity.received]
+
+
+@pytest.mark.parametrize("rank_pool", WORLD_SIZES, indirect=True)
+def test_capacity_gives_the_same_result_and_agrees_between_ranks(rank_pool: RankPool) -> None:
+    world = rank_pool.world_size
+    caps = rank_pool.run(check_cases_with_capacity)
+    for s in range(world):
+        for d in range(world):
+            assert caps[s][0][d] == caps[d][1][s] > 0  # both ends of a pair learned alike
+
+
+def count_exchanges(ctx: RankContext, with_capacity: bool, weighted: bool) -> list[int]:
+    """Data all-to-alls per call, for 3 calls of one batch size (same site)."""
+    env = ShardingEnv.from_process_group(ctx.pg)
+    capacity = ExchangeCapacity() if with_capacity else None
+    calls: list[int] = []
+    original = dist.all_to_all_single
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls[-1] += 1
+        return original(*args, **kwargs)  # type: ignore[arg-type]  # forwarded as given
+
+    dist.all_to_all_single = counted
+    try:
+        for step in range(3):
+            calls.append(0)
+            g = seeded_generator("count", step, ctx.rank)
+            # the same bag sizes every step (a steady stream), other ids
+            sizes = seeded_generator("sizes", ctx.rank)
+            per_rank = []
+            for d in range(ctx.world_size):
+                lengths = random_lengths(8, 3, sizes)
+                n = int(lengths.sum())
+                w = torch.rand(n, generator=g) if weighted else None
+                values = torch.randint(0, 100, (n,), generator=g)
+                per_rank.append(KeyedJaggedTensor([f"k{d}"], values, w, lengths, stride=8))
+            got = kjt_all_to_all(env, per_rank, capacity=capacity).wait()
+            assert got.stride() == 8 * ctx.world_size
+    finally:
+        dist.all_to_all_single = original
+    return calls
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_capacity_makes_one_exchange_per_call(rank_pool: RankPool, weighted: bool) -> None:
+    # The first call learns the sizes (header exchange, then the data); later calls of a
+    # similar size move header and data in one exchange. Without a capacity: always two.
+    assert rank_pool.run(count_exchanges, False, weighted) == [[2, 2, 2]] * 2
+    assert rank_pool.run(count_exchanges, True, weighted)[0][1:] == [1, 1]
+
+
+def test_new_capacity_grows_and_shrinks() -> None:
+    assert new_capacity(0, 100) == 176  # 100 + 100 // 8 + 64 = 176, 8-aligned
+    assert new_capacity(176, 176) == 176
+    assert new_capacity(176, 44) == 176  # a quarter: kept
+    assert new_capacity(176, 43) == 112  # under a quarter: 43 + 5 + 64 = 112
+    assert new_capacity(176, 177) == 264  # 177 + 22 + 64 = 263, 8-aligned
+
+
+def error_after_learning(ctx: RankContext) -> list[str]:
+    """With a learned capacity (one exchange), an error on rank 1 still raises on every rank,
+    and the site keeps working afterwards (both ends of each pair still agree)."""
+    env = ShardingEnv.from_process_group(ctx.pg)
+    capacity = ExchangeCapacity()
+    kjt = KeyedJaggedTensor(["a"], torch.arange(6), lengths=torch.tensor([2, 4]))
+    outcomes: list[str] = []
+    for step in range(4):
+        error = ValueError("id 99 is out of range") if step == 2 and ctx.rank == 1 else None
+        try:
+            got = kjt_all_to_all(env, [kjt] * ctx.world_size, error=error, capacity=capacity)
+            outcomes.append(str(got.wait().values().tolist()))
+        except (ValueError, PeerError) as exc:
+            outcomes.append(type(exc).__name__)
+    return outcomes
+
+
+@pytest.mark.parametrize("rank_pool", [2, 3], indirect=True)
+def test_error_with_a_learned_capacity_raises_on_every_rank(rank_pool: RankPool) -> None:
+    world = rank_pool.world_size
+    ok = str(list(range(6)) * world)
+    for rank, got in enumerate(rank_pool.run(error_after_learning)):
+        raised = "ValueError" if rank == 1 else "PeerError"
+        assert got == [ok, ok, raised, ok], (rank, got)

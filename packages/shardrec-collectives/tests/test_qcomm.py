@@ -15,6 +15,7 @@ import math
 
 import pytest
 import torch
+from _qcomm_cases import PRECISIONS, through
 
 from shardrec_collectives import ShardingEnv, pooled_all_to_all
 from shardrec_collectives.dist_data import PooledEmbeddingsAllToAll
@@ -247,25 +248,6 @@ def test_bad_registries_and_codecs_are_refused() -> None:
 
 
 # -- the quantized all-to-all on real gloo ranks ----------------------------------------------
-
-PRECISIONS = [
-    QCommsConfig(forward_precision=CommType.BF16, backward_precision=CommType.FP16),
-    QCommsConfig(forward_precision=CommType.FP16, backward_precision=CommType.BF16,
-                 backward_loss_scale=128.0),
-    QCommsConfig(forward_precision=CommType.INT8, backward_precision=CommType.FP8,
-                 fp8_quantize_dim=4),
-    QCommsConfig(forward_precision=CommType.FP8, fp8_quantize_dim=8, backward_precision="fp32"),
-    QCommsConfig(forward_precision=CommType.MX4, backward_precision=CommType.INT8),
-]  # fmt: skip
-
-
-def through(codec: object, x: torch.Tensor) -> torch.Tensor:
-    """What a segment `x` becomes after the codec (the reference of one sent segment)."""
-    if isinstance(codec, NoOpQuantizedCommCodec) or codec.comm_precision is CommType.FP32:  # type: ignore[attr-defined]
-        return x
-    ctx = codec.create_context()  # type: ignore[attr-defined]
-    flat = x.reshape(-1)
-    return codec.decode(codec.encode(flat, ctx), ctx)[: flat.numel()].view(x.shape).to(x.dtype)  # type: ignore[attr-defined]
 
 
 def check_quantized_pooled_all_to_all(ctx: RankContext) -> int:

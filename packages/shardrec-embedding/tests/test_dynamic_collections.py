@@ -490,3 +490,33 @@ def test_id_map_state_stays_on_cpu_and_survives_to_empty() -> None:
     assert table.slot_ids.device.type == "cpu" and table.default_row.dtype is torch.float32
     out = m.half()(_batches(9, 1, 2)[0]).values()
     assert out.dtype is torch.float32 and table.default_row.dtype is torch.float32
+
+
+@pytest.mark.parametrize("static_first", [True, False])
+def test_remap_keeps_static_features_and_maps_dynamic_ones(static_first: bool) -> None:
+    """A collection of a dynamic and a static table: the remap copies the static feature's
+    ids as given and writes every dynamic feature's slots (all-dynamic collections skip the
+    copy and write every span)."""
+    tables = [
+        EmbeddingBagConfig(
+            name="d",
+            num_embeddings=CAP,
+            embedding_dim=4,
+            feature_names=["fd"],
+            dynamic=DynamicTableConfig(),
+        ),
+        EmbeddingBagConfig(name="s", num_embeddings=CAP, embedding_dim=4, feature_names=["fs"]),
+    ]
+    ebc = EmbeddingBagCollection(tables=tables)
+    keys = ["fs", "fd"] if static_first else ["fd", "fs"]
+    raw = {"fd": [2**62 + 5, -7, 2**62 + 5, 11], "fs": [3, 0, 5]}
+    kjt = KeyedJaggedTensor(
+        keys=keys,
+        values=torch.tensor(raw[keys[0]] + raw[keys[1]]),
+        lengths=torch.tensor([len(raw[keys[0]]), 0, 0, len(raw[keys[1]])]),
+    )
+    out = ebc.dynamic_tables.remap(kjt, training=True, owner="test").features.to_dict()
+    assert out["fs"].values().tolist() == raw["fs"]
+    slots = ebc.dynamic_tables.table("d").find(torch.tensor(raw["fd"]))
+    assert out["fd"].values().tolist() == slots.tolist()
+    assert int(slots.min()) >= 0 and slots[0] == slots[2]

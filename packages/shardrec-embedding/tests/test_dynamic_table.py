@@ -249,3 +249,58 @@ def test_load_items_restores_a_table() -> None:
         b.load_items(torch.tensor([1]), torch.tensor([16]))
     with pytest.raises(ValueError, match="distinct"):
         b.load_items(torch.tensor([1, 1]), torch.tensor([0, 1]))
+
+
+native_only = pytest.mark.skipif(not idmap_native_available(), reason="no C compiler")
+
+
+@native_only
+@pytest.mark.parametrize("fields", POLICIES, ids=lambda f: "-".join(map(str, f.values())))
+def test_pending_entries_give_the_scratch_set_state(fields: dict[str, object]) -> None:
+    """A step's missing ids entered as pending in the map's find pass (no dedup set) leave
+    the same slots, counters and buffers as the scratch-set pass, and no pending entry: every
+    id ever seen finds its slot or -1, as in the table without pending entries."""
+    cfg = _config(48, **fields)
+    a = DynamicTable("t", cfg, 48, 4, backend="native")
+    b = DynamicTable("t", cfg, 48, 4, backend="native")
+    b.map.can_pend = lambda n: False  # type: ignore[method-assign]  # the scratch-set pass
+    seen: set[int] = set()
+    for batch in _stream(11, 80, 400, 40):
+        ids = torch.tensor(batch, dtype=torch.int64)
+        assert a.map.can_pend(ids.numel())
+        assert torch.equal(a.map_ids(ids, training=True), b.map_ids(ids, training=True))
+        seen.update(batch)
+        every = torch.tensor(sorted(seen), dtype=torch.int64)
+        found = a.find(every)
+        assert torch.equal(found, b.find(every))
+        assert int(found.max()) < 48
+    assert a.stats() == b.stats() and len(a.map) == len(b.map) == a.stats()["occupancy"]
+    sa, sb = a.state_dict(), b.state_dict()
+    for key in sa:
+        assert sa[key] == sb[key] if key.endswith("_extra_state") else torch.equal(sa[key], sb[key])
+
+
+@native_only
+def test_failed_step_leaves_no_pending_entry() -> None:
+    """A step that raises after its find pass (here: the victim choice) drops the pending
+    entries of its missing ids: they read as absent, the held ids keep their slots, and
+    the next step runs as on a table that never saw the failed batch's new ids."""
+    cfg = _config(8, eviction="LRU")
+    table = DynamicTable("t", cfg, 8, 4, backend="native")
+    table.map_ids(torch.arange(8), training=True)  # full
+    real = table._evict_for
+
+    def fail(k: int, step: int) -> torch.Tensor:
+        raise RuntimeError("victim choice failed")
+
+    table._evict_for = fail  # type: ignore[method-assign]
+    new = torch.tensor([100, 101, 100, 3])
+    with pytest.raises(RuntimeError, match="victim choice failed"):
+        table.map_ids(new, training=True)
+    assert table.find(torch.tensor([100, 101])).tolist() == [-1, -1]
+    assert table.find(torch.arange(8)).tolist() == list(range(8))
+    assert len(table.map) == 8
+    table._evict_for = real  # type: ignore[method-assign]
+    slots = table.map_ids(new, training=True)
+    assert int(slots.min()) >= 0 and int(slots.max()) < 8
+    assert slots[0] == slots[2] and slots[3] == 3

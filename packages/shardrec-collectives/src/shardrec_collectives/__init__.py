@@ -27,6 +27,7 @@ from shardrec_collectives.errors import PeerError, agree_on_error
 from shardrec_collectives.gather import all_gather_pooled
 from shardrec_collectives.ids import all_gather_ids, all_to_all_ids, return_ids
 from shardrec_collectives.kjt_all_to_all import (
+    ExchangeCapacity,
     KeySelection,
     KJTAllToAllAwaitable,
     KJTAllToAllLayout,
@@ -57,6 +58,7 @@ from shardrec_collectives.watchdog import EXIT_STATUS, Watchdog
 __all__ = [
     "EXIT_STATUS",
     "Awaitable",
+    "ExchangeCapacity",
     "GetItemLazyAwaitable",
     "HostGroups",
     "KJTAllToAllAwaitable",

@@ -199,7 +199,7 @@ def from_selection(selection: KeySelection, error: BaseException | None) -> Prep
     if selection.wire_dtype is not None and not values.dtype.is_floating_point:
         wire = selection.wire_dtype
     if not values.dtype.is_floating_point and not lengths.dtype.is_floating_point:
-        # One cast for all keys (`_send_data` casts each piece to the ids' dtype: a no-op then).
+        # One cast for all keys (the send buffer then takes each piece in its own dtype).
         lengths = lengths.to(wire)
     starts = prim.exclusive_cumsum(counts)
     sends: list[Outgoing] = []

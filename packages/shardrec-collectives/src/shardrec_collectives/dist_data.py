@@ -14,7 +14,8 @@ differentiable collective of this package named in each docstring. Shapes follow
     EmbeddingsAllToOne / ...Reduce          list of tensors -> one tensor (no communication)
 
 Quantized communication codecs (`codecs=`, `qcomm.QuantizedCommCodecs`) are applied by
-`PooledEmbeddingsAllToAll`; the other modules refuse them with a `ValueError`.
+`PooledEmbeddingsAllToAll`, `PooledEmbeddingsReduceScatter` (and its variable-batch form) and
+`SequenceEmbeddingsAllToAll`; the other modules refuse them with a `ValueError`.
 """
 
 from __future__ import annotations
@@ -30,7 +31,12 @@ from shardrec_collectives import qcomm
 from shardrec_collectives.awaitable import Awaitable
 from shardrec_collectives.env import ShardingEnv
 from shardrec_collectives.gather import all_gather_pooled
-from shardrec_collectives.kjt_all_to_all import KeySelection, KJTAllToAllAwaitable, kjt_all_to_all
+from shardrec_collectives.kjt_all_to_all import (
+    ExchangeCapacity,
+    KeySelection,
+    KJTAllToAllAwaitable,
+    kjt_all_to_all,
+)
 from shardrec_collectives.pooled import pooled_all_to_all
 from shardrec_collectives.reduce_scatter import reduce_scatter_pooled
 from shardrec_collectives.sequence import sequence_all_to_all_by_counts
@@ -174,6 +180,9 @@ class KJTAllToAll(nn.Module):
         self._splits = list(splits)
         self._splits_cumsum = [0, *itertools.accumulate(self._splits)]
         self._stagger = stagger
+        # Learns the ids' bytes per pair of ranks: from the second call of a similar size on,
+        # the ids travel with their header in one exchange.
+        self._capacity = ExchangeCapacity()
 
     def forward(self, input: KeyedJaggedTensor) -> KJTAllToAllSplitsAwaitable:
         if len(input.keys()) != self._splits_cumsum[-1]:
@@ -185,7 +194,9 @@ class KJTAllToAll(nn.Module):
         c = self._splits_cumsum
         picked = [list(range(c[d], c[d + 1])) for d in range(len(self._splits))]
         # Unlike TorchRec (which runs this under no_grad), weights stay differentiable.
-        sent = kjt_all_to_all(env, KeySelection(features=input, keys_per_rank=picked))
+        sent = kjt_all_to_all(
+            env, KeySelection(features=input, keys_per_rank=picked), capacity=self._capacity
+        )
         return KJTAllToAllSplitsAwaitable(sent)
 
 
@@ -274,7 +285,9 @@ class PooledEmbeddingsReduceScatter(_EmbeddingsComm):
     """
 
     def __init__(self, pg: dist.ProcessGroup, codecs: object | None = None) -> None:
-        super().__init__(pg, codecs=codecs)
+        super().__init__(pg)
+        # Quantized chunks and gradient (qcomm.QuantizedCommCodecs); None: exact.
+        self._codecs = qcomm.checked_codecs(codecs, type(self).__name__)
 
     def forward(
         self, local_embs: torch.Tensor, input_splits: list[int] | None = None
@@ -282,7 +295,9 @@ class PooledEmbeddingsReduceScatter(_EmbeddingsComm):
         env = _env(self._pg, local_embs.device)
         if not input_splits:
             input_splits = _even_split("local_embs", local_embs.shape[0], env.world_size)
-        return PooledEmbeddingsAwaitable(reduce_scatter_pooled(env, local_embs, input_splits))
+        return PooledEmbeddingsAwaitable(
+            reduce_scatter_pooled(env, local_embs, input_splits, self._codecs)
+        )
 
 
 class PooledEmbeddingsAllGather(_EmbeddingsComm):
@@ -325,7 +340,9 @@ class SequenceEmbeddingsAllToAll(_EmbeddingsComm):
         device: torch.device | None = None,
         codecs: object | None = None,
     ) -> None:
-        super().__init__(pg, device, codecs)
+        super().__init__(pg, device)
+        # Quantized rows and gradient (qcomm.QuantizedCommCodecs); None: exact.
+        self._codecs = qcomm.checked_codecs(codecs, type(self).__name__)
         _one_per_rank("features_per_rank", features_per_rank, pg)
         self._local_split = features_per_rank[dist.get_rank(pg)]
 
@@ -359,7 +376,7 @@ class SequenceEmbeddingsAllToAll(_EmbeddingsComm):
                 f"output_splits {list(output_splits)} disagrees with the ids per rank in lengths "
                 f"{received}; pass the splits of the same KJTAllToAll"
             )
-        moved = sequence_all_to_all_by_counts(env, local_embs, counts, input_splits)
+        moved = sequence_all_to_all_by_counts(env, local_embs, counts, input_splits, self._codecs)
         return SequenceEmbeddingsAwaitable(moved, unbucketize_permute_tensor, local_embs.shape[1])
 
 

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 
-from shardrec_collectives import _checks
+from shardrec_collectives import _checks, qcomm
 from shardrec_collectives import _primitives as prim
 from shardrec_collectives.awaitable import Awaitable
 from shardrec_collectives.dist_data import (
@@ -125,7 +125,9 @@ class VariableBatchPooledEmbeddingsReduceScatter(_EmbeddingsComm):
     """
 
     def __init__(self, pg: dist.ProcessGroup, codecs: object | None = None) -> None:
-        super().__init__(pg, codecs=codecs)
+        super().__init__(pg)
+        # Quantized chunks and gradient (qcomm.QuantizedCommCodecs); None: exact.
+        self._codecs = qcomm.checked_codecs(codecs, type(self).__name__)
 
     def forward(
         self,
@@ -141,5 +143,8 @@ class VariableBatchPooledEmbeddingsReduceScatter(_EmbeddingsComm):
             "batch_size_per_rank_per_feature", batch_size_per_rank_per_feature, embedding_dims
         )
         _checks.shape("local_embs", local_embs, (sum(counts),), f"values per rank {counts}")
-        receive = prim.linked_reduce_scatter_v(env, local_embs, counts)
+        if self._codecs is None:
+            receive = prim.linked_reduce_scatter_v(env, local_embs, counts)
+        else:
+            receive = qcomm.linked_reduce_scatter(env, local_embs, counts, self._codecs)
         return PooledEmbeddingsAwaitable(Awaitable(receive))

@@ -10,11 +10,13 @@ them into one KJT, feature-major, with the sources' batches side by side:
     rank d receives        f0: [a] [b c] [d e]      (batch = 2 from rank 0 + 1 from rank 1)
                            f1: [ ] [x]   [y]
 
-Steps, all issued at call time: (1) a small int64 header all-to-all carrying each pair's split
-sizes, per-key batch sizes and value counts, dtypes and an error flag, waited immediately because
-the data sizes depend on it; (2) the lengths, values and (if any rank has them) weights
-all-to-alls, left in flight. `wait()` finishes them and regroups from source-major to
-feature-major order.
+Steps, all issued at call time (`_kjt_wire`): (1) one all-to-all of byte chunks, each pair's
+header (split sizes, per-key batch sizes and id counts, dtypes, an error flag) followed by as
+much of its lengths, ids and weights as the pair's capacity holds, waited immediately because
+the layout depends on the headers; (2) only when some payload did not fit (every rank learns
+that from the headers), the rest, left in flight. With an `ExchangeCapacity` that has seen
+batches of this size, (1) carries everything: one exchange per call. `wait()` finishes (2)
+and regroups from source-major to feature-major order.
 
 A `KeySelection` input is the same exchange for the common case where every destination gets
 some keys of one KJT: the send buffer is built from views of that KJT's per-key segments, so
@@ -31,14 +33,23 @@ from collections.abc import Sequence
 
 import torch
 
+from shardrec_collectives import _kjt_wire as wire
 from shardrec_collectives import _primitives as prim
-from shardrec_collectives._kjt_send import KeySelection, Prepared, from_kjts, from_selection
+from shardrec_collectives._kjt_send import (
+    KeySelection,
+    Outgoing,
+    Prepared,
+    from_kjts,
+    from_selection,
+)
+from shardrec_collectives._kjt_wire import ExchangeCapacity
 from shardrec_collectives.awaitable import Awaitable
 from shardrec_collectives.env import ShardingEnv
 from shardrec_collectives.errors import raise_agreed
 from shardrec_jagged import KeyedJaggedTensor
 
 __all__ = [
+    "ExchangeCapacity",
     "KJTAllToAllAwaitable",
     "KJTAllToAllLayout",
     "KeySelection",
@@ -57,10 +68,11 @@ _DTYPES = [
     torch.bfloat16,
 ]
 _CODE = {dt: i for i, dt in enumerate(_DTYPES)}
-_ERROR, _WEIGHTED, _VARIABLE, _WEIGHT_GRAD = 1, 2, 4, 8
-# header per (source, destination) pair: flags, keys hash, values / lengths / weights dtype codes,
-# source batch size, value count, then per key: batch size, value count.
-_FIXED = 7
+_ERROR, _WEIGHTED, _VARIABLE, _WEIGHT_GRAD, _OVERFLOW = 1, 2, 4, 8, 16
+# header per (source, destination) pair (`_kjt_wire`): flags, keys hash, values / lengths /
+# weights dtype codes, source batch size, value count, key count, payload bytes, then per key:
+# batch size, value count.
+_FIXED = wire.HEADER_FIXED
 
 
 @functools.lru_cache(maxsize=1024)
@@ -77,9 +89,9 @@ def _dtype_name(code: int) -> str:
 class KJTAllToAllLayout:
     """What moved where in one KJT all-to-all, from this rank's point of view.
 
-    Known as soon as `kjt_all_to_all` returns (the header exchange is synchronous), so the
-    output distribution of the same batch (e.g. `sequence_all_to_all`) can be planned before the
-    ids arrive.
+    Known as soon as `kjt_all_to_all` returns (it waits for the exchange carrying the headers),
+    so the output distribution of the same batch (e.g. `sequence_all_to_all`) can be planned
+    before the received KJT is built.
 
     keys: the received KJT's keys (this rank's own `per_rank[rank].keys()`).
     recv_stride_per_key_per_rank: `[F][S]` bags of key f received from rank s.
@@ -114,87 +126,127 @@ class KJTAllToAllAwaitable(Awaitable[KeyedJaggedTensor]):
 
 @dataclasses.dataclass(frozen=True)
 class _Finish:
-    """Waits for the data all-to-alls and regroups them into the received KJT.
+    """Waits for the rest of the payloads (if any were too large) and regroups the received
+    chunks into the received KJT.
 
-    ids: the values (and, when `bags` is None, the lengths) in flight. weights: (in flight,
-    the sent weights, whether they need a gradient), or None.
+    first: the first exchange's bytes; chunk s holds `capacities[s]` bytes from rank s.
+    rest: the second exchange (the payloads' parts beyond their capacity), or None.
+    weights: (this rank's sent weights, whether they need a gradient), or None when no rank
+    sent weights.
     """
 
     env: ShardingEnv
     layout: KJTAllToAllLayout
-    ids: prim.Pending
-    bags: prim.Pending | None
-    lengths_dtype: torch.dtype
-    weights: tuple[prim.Pending, torch.Tensor, bool] | None
+    table: list[list[int]]
+    first: torch.Tensor
+    capacities: list[int]
+    rest: prim.Pending | None
+    dtypes: tuple[torch.dtype, torch.dtype]  # the ids' (as sent) and the lengths'
+    weights: tuple[torch.Tensor, bool] | None
     stride: int
 
+    def _payloads(self) -> list[torch.Tensor]:
+        """Each source's whole payload (a view of the first exchange's chunk when it fit)."""
+        rest = self.rest.wait() if self.rest is not None else None
+        out: list[torch.Tensor] = []
+        at = rest_at = 0
+        for row, capacity in zip(self.table, self.capacities, strict=True):
+            total = row[wire.PAYLOAD_BYTES]
+            chunk = self.first[at : at + min(total, capacity)]
+            at += capacity
+            if total > capacity:
+                assert rest is not None  # every rank saw the overflow flag
+                chunk = torch.cat([chunk, rest[rest_at : rest_at + total - capacity]])
+                rest_at += total - capacity
+            out.append(chunk)
+        return out
+
     def __call__(self) -> KeyedJaggedTensor:
-        layout, env = self.layout, self.env
-        world = env.world_size
+        layout, env, table = self.layout, self.env, self.table
         n_keys = len(layout.keys)
-        bags = [list(c) for c in zip(*layout.recv_stride_per_key_per_rank, strict=True)]
-        ids = [list(c) for c in zip(*layout.recv_values_per_key_per_rank, strict=True)]
-        if n_keys == 0:
-            bags = ids = [[] for _ in range(world)]
-        # Received buffers are source-major ([from rank 0: f0, f1, ...][from rank 1: ...]);
-        # the KJT layout is key-major, with each key's bags in source-rank order.
-        received = self.ids.wait()
-        if self.bags is None:
-            # lengths and values came in one buffer: [from s: lengths per key, values per key]
-            pieces = torch.split(received, [x for s in range(world) for x in bags[s] + ids[s]])
-            lengths = _gather(received, pieces, world, n_keys, 0, 2 * n_keys)
-            values = _gather(received, pieces, world, n_keys, n_keys, 2 * n_keys)
-            if lengths.dtype != self.lengths_dtype:
-                lengths = lengths.to(self.lengths_dtype)
-        else:
-            lengths = prim.transpose_segments(self.bags.wait(), bags)
-            values = prim.transpose_segments(received, ids)
+        values_dtype, lengths_dtype = self.dtypes
+        wire_lengths = _wire_lengths_dtype(values_dtype, lengths_dtype)
+        lengths_parts: list[list[torch.Tensor]] = [[] for _ in range(n_keys)]
+        values_parts: list[list[torch.Tensor]] = [[] for _ in range(n_keys)]
+        received_w: list[torch.Tensor] = []
+        w_dtype = self.weights[0].dtype if self.weights is not None else None
+        for s, chunk in enumerate(self._payloads()):
+            bags = layout.recv_stride_per_key_per_rank
+            ids = layout.recv_values_per_key_per_rank
+            n_bags = sum(bags[f][s] for f in range(n_keys))
+            n_ids = table[s][6]
+            at = wire.header_bytes(n_keys)
+            lengths = wire.typed(chunk, at, n_bags, wire_lengths)
+            at += wire.align(n_bags * wire_lengths.itemsize)
+            values = wire.typed(chunk, at, n_ids, values_dtype)
+            at += wire.align(n_ids * values_dtype.itemsize)
+            per_key = zip(
+                torch.split(lengths, [bags[f][s] for f in range(n_keys)]),
+                torch.split(values, [ids[f][s] for f in range(n_keys)]),
+                strict=True,
+            )
+            for f, (lengths_f, values_f) in enumerate(per_key):
+                lengths_parts[f].append(lengths_f)
+                values_parts[f].append(values_f)
+            if w_dtype is not None:
+                if table[s][0] & _WEIGHTED:
+                    received_w.append(wire.typed(chunk, at, n_ids, w_dtype))
+                else:
+                    received_w.append(_ones(n_ids, w_dtype, chunk.device))
+        device = self.first.device
+        lengths_out = _cat_all(lengths_parts, wire_lengths, device)
+        if lengths_out.dtype != lengths_dtype:
+            lengths_out = lengths_out.to(lengths_dtype)
+        values_out = _cat_all(values_parts, values_dtype, device)
         weights: torch.Tensor | None = None
-        if self.weights is not None:
-            pending, sent, grad = self.weights
+        if self.weights is not None and w_dtype is not None:
+            sent, grad = self.weights
             in_splits = list(layout.sent_values_per_rank)
             out_splits = layout.recv_values_per_rank
             weights = prim.link(
                 sent,
-                pending.wait(),
+                _cat(received_w, _ones(0, w_dtype, device)),
                 lambda g: prim.all_to_all_sync(env, g, out_splits, in_splits),
                 grad,
             )
-            weights = prim.transpose_segments(weights, ids)
+            per_source = [list(c) for c in zip(*layout.recv_values_per_key_per_rank, strict=True)]
+            weights = prim.transpose_segments(weights, per_source)
         length_per_key = [sum(row) for row in layout.recv_values_per_key_per_rank]
         keys = list(layout.keys)
         if layout.variable_batch:
             return KeyedJaggedTensor(
                 keys,
-                values,
+                values_out,
                 weights=weights,
-                lengths=lengths,
+                lengths=lengths_out,
                 stride_per_key_per_rank=[list(r) for r in layout.recv_stride_per_key_per_rank],
                 length_per_key=length_per_key,
             )
         return KeyedJaggedTensor(
             keys,
-            values,
+            values_out,
             weights=weights,
-            lengths=lengths,
+            lengths=lengths_out,
             stride=self.stride,
             length_per_key=length_per_key,
         )
 
 
-def _gather(
-    received: torch.Tensor,
-    pieces: Sequence[torch.Tensor],
-    world: int,
-    n_keys: int,
-    first: int,
-    per_source: int,
+def _cat_all(
+    parts: list[list[torch.Tensor]], dtype: torch.dtype, device: torch.device
 ) -> torch.Tensor:
-    """Key-major concatenation of `pieces[s * per_source + first + f]` (one copy)."""
-    parts = [pieces[s * per_source + first + f] for f in range(n_keys) for s in range(world)]
-    if not parts:
-        return received.new_zeros((0,))
-    return parts[0] if len(parts) == 1 else torch.cat(parts)
+    """Key-major concatenation of per-key, per-source pieces (one copy; none for one piece)."""
+    flat = [p for per_key in parts for p in per_key]
+    if not flat:
+        return torch.empty(0, dtype=dtype, device=device)
+    return flat[0] if len(flat) == 1 else torch.cat(flat)
+
+
+def _wire_lengths_dtype(values: torch.dtype, lengths: torch.dtype) -> torch.dtype:
+    """Integer ids: lengths travel as the ids' dtype (the wire's), else as their own."""
+    if not values.is_floating_point and not lengths.is_floating_point:
+        return values
+    return lengths
 
 
 def kjt_all_to_all(
@@ -202,6 +254,7 @@ def kjt_all_to_all(
     per_rank: Sequence[KeyedJaggedTensor] | KeySelection,
     *,
     error: BaseException | None = None,
+    capacity: ExchangeCapacity | None = None,
 ) -> KJTAllToAllAwaitable:
     """Send `per_rank[d]` to rank d; receive one KJT stitched from what every rank sent here.
 
@@ -217,8 +270,13 @@ def kjt_all_to_all(
     all-to-all).
 
     `error`: this rank's input error, if any. It travels in the header: when any rank passes
-    one (or fails the local checks: mixed dtypes or devices), every rank raises before the data
-    moves (the failing rank its own error, the others `PeerError`).
+    one (or fails the local checks: mixed dtypes or devices), every rank raises before the
+    result is built (the failing rank its own error, the others `PeerError`).
+
+    `capacity`: the call site's `ExchangeCapacity` (the same object on every call of that site;
+    every rank passes one or none). With one, the data travels with the header in one exchange
+    once the site has seen a batch of the size; without, the header goes first and the data in
+    a second exchange. The result is the same either way.
 
     Raises immediately (without communicating, so the others wait for the process group
     timeout) only on programming errors: `len(per_rank) != world_size` (or as many key lists)
@@ -238,43 +296,165 @@ def kjt_all_to_all(
     else:
         prepared = from_kjts(env, per_rank, error)
     error = prepared.error
-
-    # -- 1. header -------------------------------------------------------------------------
-    device = prepared.values.device
-    headers = _headers(prepared)
+    world = env.world_size
     own_keys = prepared.sends[env.rank].keys
     n_own = len(own_keys)
-    # Pinned and non-blocking on a GPU: the header's `.tolist()` after the exchange is this
-    # all-to-all's one host sync.
-    sent = prim.host_to_device(
-        torch.tensor([x for h in headers for x in h], dtype=torch.int64), device
+    sent_caps, recv_caps = (
+        capacity.current(world) if capacity is not None else ([0] * world, [0] * world)
     )
-    in_splits = [len(h) for h in headers]
-    received = prim.all_to_all_sync(env, sent, in_splits, [_FIXED + 2 * n_own] * env.world_size)
-    table = received.view(env.world_size, _FIXED + 2 * n_own).tolist()
-    failed = [s for s in range(env.world_size) if table[s][0] & _ERROR]
+    # -- 1. headers and as much data as each pair's capacity holds, in one exchange ----------
+    packing = _Packing(prepared)
+    caps_out = [
+        max(wire.header_bytes(len(o.keys)), c)
+        for o, c in zip(prepared.sends, sent_caps, strict=True)
+    ]
+    caps_in = [max(wire.header_bytes(n_own), c) for c in recv_caps]
+    overflow = any(t > c for t, c in zip(packing.totals, caps_out, strict=True))
+    if overflow:
+        for h in packing.headers:
+            h[0] |= _OVERFLOW
+    first, rest = packing.pack(caps_out, overflow)
+    received = prim.all_to_all_sync(env, first, caps_out, caps_in)
+    at = prim.exclusive_cumsum(caps_in)
+    head = _FIXED + 2 * n_own
+    # One host read for every header (the exchange's one host sync on a GPU).
+    table = (
+        torch.cat([wire.typed(received, a, head, torch.int64) for a in at])
+        .view(world, head)
+        .tolist()
+    )
+    if capacity is not None:
+        capacity.update(packing.totals, [row[wire.PAYLOAD_BYTES] for row in table])
+    failed = [s for s in range(world) if table[s][0] & _ERROR]
     if failed:
         raise_agreed(env, error, failed)
     _check_headers(env, table, own_keys)
     any_variable = any(row[0] & _VARIABLE for row in table)
-    recv_strides = [[table[s][_FIXED + f] for s in range(env.world_size)] for f in range(n_own)]
-    recv_counts = [
-        [table[s][_FIXED + n_own + f] for s in range(env.world_size)] for f in range(n_own)
-    ]
+    recv_strides = [[table[s][_FIXED + f] for s in range(world)] for f in range(n_own)]
+    recv_counts = [[table[s][_FIXED + n_own + f] for s in range(world)] for f in range(n_own)]
     layout = KJTAllToAllLayout(
         keys=own_keys,
         recv_stride_per_key_per_rank=tuple(tuple(r) for r in recv_strides),
         recv_values_per_key_per_rank=tuple(tuple(r) for r in recv_counts),
-        sent_values_per_rank=tuple(h[6] for h in headers),
-        sent_stride_per_rank=tuple(h[5] for h in headers),
+        sent_values_per_rank=tuple(h[6] for h in packing.headers),
+        sent_stride_per_rank=tuple(h[5] for h in packing.headers),
         variable_batch=any_variable,
     )
-    # -- 2. data ---------------------------------------------------------------------------
-    finish = _send_data(env, prepared, layout, table)
+    # -- 2. the payloads' rest, only when some pair's did not fit (every rank sees the flag) --
+    pending_rest: prim.Pending | None = None
+    if any(row[0] & _OVERFLOW for row in table):
+        in_rest = [max(0, t - c) for t, c in zip(packing.totals, caps_out, strict=True)]
+        out_rest = [
+            max(0, row[wire.PAYLOAD_BYTES] - c) for row, c in zip(table, caps_in, strict=True)
+        ]
+        pending_rest = prim.all_to_all(env, rest, in_rest, out_rest)
+    weights: tuple[torch.Tensor, bool] | None = None
+    if any(row[0] & _WEIGHTED for row in table):
+        w_dtype = prepared.weight_dtype or _DTYPES[next(r[4] for r in table if r[4] >= 0)]
+        sent_w = packing.sent_weights
+        if sent_w is None:
+            sent_w = _ones(sum(layout.sent_values_per_rank), w_dtype, first.device)
+        weights = (sent_w, any(row[0] & _WEIGHT_GRAD for row in table))
+    stride = sum(table[s][5] for s in range(world))
+    finish = _Finish(
+        env,
+        layout,
+        table,
+        received,
+        caps_in,
+        pending_rest,
+        (prepared.values.dtype, prepared.lengths_dtype),
+        weights,
+        stride,
+    )
     return KJTAllToAllAwaitable(layout, finish)
 
 
-def _headers(prepared: Prepared) -> list[list[int]]:
+class _Packing:
+    """This rank's payloads (module docstring of `_kjt_wire`): headers, sizes, and the bytes."""
+
+    def __init__(self, prepared: Prepared) -> None:
+        self.prepared = prepared
+        values = prepared.values
+        self.values_dtype = values.dtype
+        self.lengths_wire = _wire_lengths_dtype(values.dtype, prepared.lengths_dtype)
+        self.weight_dtype = prepared.weight_dtype
+        weights = [o.weights for o in prepared.sends]
+        # This rank's sent weights, one tensor (the source of their gradient), or None.
+        self.sent_weights: torch.Tensor | None = None
+        if self.weight_dtype is not None:
+            like = torch.empty(0, dtype=self.weight_dtype, device=values.device)
+            self.sent_weights = _cat(
+                [
+                    x
+                    for o, w in zip(prepared.sends, weights, strict=True)
+                    for x in (
+                        w if w is not None else [_ones(sum(o.counts), like.dtype, like.device)]
+                    )
+                ],
+                like,
+            )
+        self.sizes = [self._sizes(o) for o in prepared.sends]
+        self.totals = [sum(s) for s in self.sizes]
+        self.headers = _headers(prepared, self.totals)
+
+    def _sizes(self, o: Outgoing) -> tuple[int, int, int, int]:
+        """Bytes of (header, lengths, values, weights) in the payload to one destination."""
+        n = sum(o.counts)
+        w = self.weight_dtype.itemsize * n if self.weight_dtype is not None else 0
+        return (
+            wire.header_bytes(len(o.keys)),
+            wire.align(sum(o.strides) * self.lengths_wire.itemsize),
+            wire.align(n * self.values_dtype.itemsize),
+            wire.align(w),
+        )
+
+    def pack(self, capacities: list[int], overflow: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first exchange's bytes (`capacities[d]` for rank d: the payload's first bytes)
+        and, when some payload is larger than its capacity, the rest (else empty)."""
+        device = self.prepared.values.device
+        # Pinned and non-blocking on a GPU: the headers' read after the exchange is this
+        # all-to-all's one host sync.
+        headers = prim.host_to_device(
+            torch.tensor([x for h in self.headers for x in h], dtype=torch.int64), device
+        )
+        if not overflow:
+            first = torch.empty(sum(capacities), dtype=torch.uint8, device=device)
+            for d, at in enumerate(prim.exclusive_cumsum(capacities)):
+                self._write(d, first[at : at + self.totals[d]], headers)
+            return first, first[:0]
+        whole = torch.empty(sum(self.totals), dtype=torch.uint8, device=device)
+        starts = prim.exclusive_cumsum(self.totals)
+        for d, at in enumerate(starts):
+            self._write(d, whole[at : at + self.totals[d]], headers)
+        first = torch.zeros(sum(capacities), dtype=torch.uint8, device=device)
+        rest: list[torch.Tensor] = []
+        for at, cap, total, into in zip(
+            starts, capacities, self.totals, prim.exclusive_cumsum(capacities), strict=True
+        ):
+            first[into : into + min(cap, total)].copy_(whole[at : at + min(cap, total)])
+            rest.append(whole[at + min(cap, total) : at + total])
+        return first, torch.cat(rest)
+
+    def _write(self, d: int, chunk: torch.Tensor, headers: torch.Tensor) -> None:
+        o = self.prepared.sends[d]
+        h, lengths, values, _ = self.sizes[d]
+        first_header = sum(len(x) for x in self.headers[:d])
+        n_header = len(self.headers[d])
+        wire.typed(chunk, 0, n_header, torch.int64).copy_(
+            headers[first_header : first_header + n_header]
+        )
+        n_bags, n_ids = sum(o.strides), sum(o.counts)
+        wire.write(wire.typed(chunk, h, n_bags, self.lengths_wire), o.lengths)
+        wire.write(wire.typed(chunk, h + lengths, n_ids, self.values_dtype), o.values)
+        if self.sent_weights is not None:
+            first = sum(sum(x.counts) for x in self.prepared.sends[:d])
+            wire.typed(chunk, h + lengths + values, n_ids, self.sent_weights.dtype).copy_(
+                self.sent_weights[first : first + n_ids].detach()
+            )
+
+
+def _headers(prepared: Prepared, totals: Sequence[int]) -> list[list[int]]:
     """One header per destination (layout above `_FIXED`)."""
     # Flags and dtype codes are the same in every header this rank sends (decided after all
     # local checks), so every rank learns every rank's values and decides alike.
@@ -295,10 +475,12 @@ def _headers(prepared: Prepared) -> list[list[int]]:
             weight_code,
             o.stride,
             sum(o.counts),
+            len(o.keys),
+            total,
             *o.strides,
             *o.counts,
         ]
-        for o in prepared.sends
+        for o, total in zip(prepared.sends, totals, strict=True)
     ]
 
 
@@ -324,55 +506,6 @@ def _check_headers(env: ShardingEnv, table: list[list[int]], own_keys: tuple[str
                 f"rank {s} sent rank {env.rank} a KJT whose keys differ from this rank's own "
                 f"keys {list(own_keys)}; every rank must send rank {env.rank} the same keys"
             )
-
-
-def _send_data(
-    env: ShardingEnv, prepared: Prepared, layout: KJTAllToAllLayout, table: list[list[int]]
-) -> _Finish:
-    """Launch the lengths / ids (and weights) all-to-alls; the `_Finish` that waits for them."""
-    world = env.world_size
-    n_own = len(layout.keys)
-    sends = prepared.sends
-    values = prepared.values
-    device = values.device
-    ids_in = [sum(o.counts) for o in sends]
-    ids_out = [table[s][6] for s in range(world)]
-    bags_in = [sum(o.strides) for o in sends]
-    bags_out = [sum(table[s][_FIXED : _FIXED + n_own]) for s in range(world)]
-    values_dtype = values.dtype
-    lengths_dtype = prepared.lengths_dtype
-    bags_pending: prim.Pending | None = None
-    if not values_dtype.is_floating_point and not lengths_dtype.is_floating_point:
-        # Integer ids: lengths travel in the same buffer as the ids (one all-to-all fewer),
-        # as [to d: lengths, ids] per destination, cast to the ids' dtype for the trip.
-        parts = [t for o in sends for t in (*(x.to(values_dtype) for x in o.lengths), *o.values)]
-        in_splits = [b + n for b, n in zip(bags_in, ids_in, strict=True)]
-        out_splits = [b + n for b, n in zip(bags_out, ids_out, strict=True)]
-        ids_pending = prim.all_to_all(env, _cat(parts, values), in_splits, out_splits)
-    else:
-        lengths_like = torch.empty(0, dtype=lengths_dtype, device=device)
-        bags_pending = prim.all_to_all(
-            env, _cat([x for o in sends for x in o.lengths], lengths_like), bags_in, bags_out
-        )
-        ids_pending = prim.all_to_all(
-            env, _cat([x for o in sends for x in o.values], values), ids_in, ids_out
-        )
-    weights: tuple[prim.Pending, torch.Tensor, bool] | None = None
-    weight_codes = {row[4] for row in table if row[4] >= 0}
-    if any(row[0] & _WEIGHTED for row in table):
-        w_dtype = _DTYPES[weight_codes.pop()]
-        send_w = _cat(
-            [
-                x
-                for o, n in zip(sends, ids_in, strict=True)
-                for x in (o.weights if o.weights is not None else [_ones(n, w_dtype, device)])
-            ],
-            _ones(0, w_dtype, device),
-        )
-        pending_w = prim.all_to_all(env, send_w.detach(), ids_in, ids_out)
-        weights = (pending_w, send_w, any(row[0] & _WEIGHT_GRAD for row in table))
-    stride = sum(table[s][5] for s in range(world))
-    return _Finish(env, layout, ids_pending, bags_pending, lengths_dtype, weights, stride)
 
 
 def _ones(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:

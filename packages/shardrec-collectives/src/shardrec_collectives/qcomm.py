@@ -5,10 +5,12 @@ the pooled embeddings, `backward_precision` for their gradients); `get_qcomm_cod
 turns it into `{CommOp name: QuantizedCommCodecs}`, which the embedding sharders take as
 `qcomm_codecs_registry=` (as TorchRec's do). A codec `encode`s a float tensor into what goes on
 the wire and `decode`s it back to float32; `linked_all_to_all` is the all-to-all that does both
-around the exchange, forward and backward. No fbgemm-gpu: every codec is a few torch ops.
+around the exchange, forward and backward (the pooled and the sequence all-to-all use it), and
+`linked_reduce_scatter` the reduce-scatter (encoded chunks exchanged, decoded, summed in
+float32). No fbgemm-gpu: every codec is a few torch ops.
 
 Modules: `_qformats` (the wire formats), `_qcodecs` (`CommType` and the codecs), this one (the
-config, the registry, the quantized all-to-all, and every public name).
+config, the registry, the quantized all-to-all and reduce-scatter, and every public name).
 
 Precisions (the wire dtype; the error of one decoded element, round to nearest):
 
@@ -77,6 +79,7 @@ __all__ = [
     "get_qcomm_codecs",
     "get_qcomm_codecs_registry",
     "linked_all_to_all",
+    "linked_reduce_scatter",
 ]
 
 
@@ -183,8 +186,8 @@ def get_qcomm_codecs_registry(
     """`{CommOp name: QuantizedCommCodecs}` for `comm_ops` (default: the pooled all-to-all,
     the pooled reduce-scatter and the sequence all-to-all), or None when both precisions are
     FP32. As TorchRec: the reduce-scatter falls back from FP8 and MX4 to FP16 (forward) / BF16
-    (backward). shardrec applies the pooled all-to-all's codecs (docs/collectives.md); `device`
-    is accepted for TorchRec's signature (shardrec keeps BF16 on CPU)."""
+    (backward). The sharded collections apply each entry to its collective (docs/qcomm.md);
+    `device` is accepted for TorchRec's signature (shardrec keeps BF16 on CPU)."""
     if not isinstance(qcomms_config, QCommsConfig):
         raise TypeError(
             f"get_qcomm_codecs_registry: expected a QCommsConfig, got {qcomms_config!r}"
@@ -326,5 +329,47 @@ def linked_all_to_all(
     def finish() -> torch.Tensor:
         received = _decode(fwd, pending.wait(), wire_out, out_splits, send.dtype)
         return prim.link(send, received, reverse, grad)
+
+    return finish
+
+
+def _wire_size(codec: Codec, n: int) -> int:
+    return n if _is_noop(codec) else codec.calc_quantized_size(n, codec.create_context())
+
+
+def linked_reduce_scatter(
+    env: ShardingEnv, send: torch.Tensor, counts: Sequence[int], codecs: QuantizedCommCodecs
+) -> Callable[[], torch.Tensor]:
+    """`_primitives.linked_reduce_scatter_v` of a flat float tensor with `codecs`.
+
+    Forward: the chunk of `counts[r]` values for rank r is encoded on its own by the forward
+    codec and sent to r (an all-to-all of the encoded chunks, on every backend: a sum on the
+    wire in the codec's format would round every partial sum again and cannot add group-wise
+    bytes); each received chunk is decoded to float32 and the chunks are summed in float32, in
+    rank order, then cast to `send`'s dtype (an FP32 forward codec sends and sums the chunks as
+    they are). So the rounding is one codec round trip per partial sum, none in the sum. Backward: this rank's gradient chunk is encoded once by the
+    backward codec, the encoded chunks are all-gathered, each rank's part decoded. Every rank
+    must pass the same codecs."""
+    fwd, bwd = codecs.forward, codecs.backward
+    world, mine = env.world_size, counts[env.rank]
+    wire, wire_in = _encode(fwd, send.detach(), counts)
+    wire_mine = _wire_size(fwd, mine)
+    pending = prim.all_to_all(env, wire, wire_in, [wire_mine] * world)
+    grad = prim.needs_grad(env, send)
+
+    def reverse(g: torch.Tensor) -> torch.Tensor:
+        g_wire, _ = _encode(bwd, g.contiguous(), [mine])
+        g_counts = [_wire_size(bwd, c) for c in counts]
+        got = prim.all_gather_v(env, g_wire, g_counts).wait()
+        return _decode(bwd, got, g_counts, counts, g.dtype)
+
+    def finish() -> torch.Tensor:
+        got = pending.wait()
+        chunks = _decode(fwd, got, [wire_mine] * world, [mine] * world, torch.float32)
+        rows = chunks.view(world, mine)
+        total = rows[0].clone() if world == 1 else torch.add(rows[0], rows[1])
+        for row in rows[2:]:
+            total.add_(row)
+        return prim.link(send, total.to(send.dtype), reverse, grad)
 
     return finish

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import torch
 
-from shardrec_collectives import _checks
+from shardrec_collectives import _checks, qcomm
 from shardrec_collectives import _primitives as prim
 from shardrec_collectives.awaitable import Awaitable
 from shardrec_collectives.env import ShardingEnv
@@ -20,7 +20,10 @@ __all__ = ["reduce_scatter_pooled", "variable_batch_reduce_scatter_pooled"]
 
 
 def reduce_scatter_pooled(
-    env: ShardingEnv, partial: torch.Tensor, batch_size_per_rank: Sequence[int]
+    env: ShardingEnv,
+    partial: torch.Tensor,
+    batch_size_per_rank: Sequence[int],
+    codecs: qcomm.QuantizedCommCodecs | None = None,
 ) -> Awaitable[torch.Tensor]:
     """Sum `partial` over ranks; each rank keeps the rows of its own samples.
 
@@ -29,7 +32,11 @@ def reduce_scatter_pooled(
     Receives: `(B_rank, D)`, the sum over ranks of `partial[rows of this rank]`.
     Backward: all-gather of the gradient (every rank's partial sum got the same gradient).
     Uneven batches are padded to the largest.
+    codecs: quantize each rank's chunk before it is sent (forward) and the gradient before it
+        is gathered (backward), summing the decoded chunks in float32 (`qcomm.
+        linked_reduce_scatter`; every rank passes the same); None: exact.
     """
+    codecs = qcomm.checked_codecs(codecs, "reduce_scatter_pooled")
     _checks.per_rank(env, "batch_size_per_rank", batch_size_per_rank)
     _checks.non_negative("batch_size_per_rank", batch_size_per_rank)
     _checks.floating("partial", partial)
@@ -42,7 +49,10 @@ def reduce_scatter_pooled(
     counts = [b * dim for b in batch_size_per_rank]
     batch = batch_size_per_rank[env.rank]
     flat = partial.reshape(-1)
-    receive = prim.linked_reduce_scatter_v(env, flat, counts)
+    if codecs is None:
+        receive = prim.linked_reduce_scatter_v(env, flat, counts)
+    else:
+        receive = qcomm.linked_reduce_scatter(env, flat, counts, codecs)
 
     def finish() -> torch.Tensor:
         return receive().view(batch, dim)
@@ -55,6 +65,7 @@ def variable_batch_reduce_scatter_pooled(
     partial: torch.Tensor,
     batch_size_per_feature_per_rank: Sequence[Sequence[int]],
     embedding_dims: Sequence[int],
+    codecs: qcomm.QuantizedCommCodecs | None = None,
 ) -> Awaitable[torch.Tensor]:
     """Reduce-scatter of pooled partial sums when every feature has its own batch per rank.
 
@@ -63,8 +74,9 @@ def variable_batch_reduce_scatter_pooled(
         from `kjt_all_to_all`).
     batch_size_per_feature_per_rank: `B[f][s]` (same on every rank). embedding_dims: `[D_f]`.
     Receives: 1-D, feature-major: for each f, `B[f][rank] x D_f` summed values.
-    Backward: all-gather of the gradient.
+    Backward: all-gather of the gradient. codecs: as `reduce_scatter_pooled`'s.
     """
+    codecs = qcomm.checked_codecs(codecs, "variable_batch_reduce_scatter_pooled")
     _checks.non_negative("embedding_dims", embedding_dims)
     _checks.floating("partial", partial)
     if len(batch_size_per_feature_per_rank) != len(embedding_dims):
@@ -82,12 +94,6 @@ def variable_batch_reduce_scatter_pooled(
     _checks.shape("partial", partial, (sum(map(sum, sizes)),), f"sum of batch sizes x dims {sizes}")
     counts = [sum(row[s] for row in sizes) for s in range(env.world_size)]
     send = prim.transpose_segments(partial, sizes)
-    pending = prim.reduce_scatter_v(env, send.detach(), counts)
-    grad = prim.needs_grad(env, send)
-
-    def finish() -> torch.Tensor:
-        return prim.link(
-            send, pending.wait(), lambda g: prim.all_gather_v(env, g, counts).wait(), grad
-        )
-
-    return Awaitable(finish)
+    if codecs is None:
+        return Awaitable(prim.linked_reduce_scatter_v(env, send, counts))
+    return Awaitable(qcomm.linked_reduce_scatter(env, send, counts, codecs))

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import torch
 
 from shardrec_collectives import _primitives as prim
+from shardrec_collectives import qcomm
 from shardrec_collectives.awaitable import Awaitable
 from shardrec_collectives.env import ShardingEnv
 from shardrec_collectives.kjt_all_to_all import KJTAllToAllLayout
@@ -16,7 +17,10 @@ __all__ = ["sequence_all_to_all", "sequence_all_to_all_by_counts"]
 
 
 def sequence_all_to_all(
-    env: ShardingEnv, embeddings: torch.Tensor, layout: KJTAllToAllLayout
+    env: ShardingEnv,
+    embeddings: torch.Tensor,
+    layout: KJTAllToAllLayout,
+    codecs: qcomm.QuantizedCommCodecs | None = None,
 ) -> Awaitable[torch.Tensor]:
     """Send each id's embedding back to the rank the id came from, in that rank's order.
 
@@ -26,6 +30,9 @@ def sequence_all_to_all(
     Receives: `(N_sent, D)`: one row per id of this rank's `per_rank[0]`, `per_rank[1]`, ...
         values, in that order. Works unchanged for variable batch per feature.
     Backward: the reverse all-to-all (and reordering) of the gradient.
+    codecs: quantize the rows each rank is sent (forward, one encode per destination's rows)
+        and their gradient (backward), as the pooled all-to-all (`qcomm.linked_all_to_all`;
+        every rank passes the same); None: exact.
     """
     if len(layout.sent_values_per_rank) != env.world_size:
         raise ValueError(
@@ -36,6 +43,7 @@ def sequence_all_to_all(
         embeddings,
         [list(r) for r in layout.recv_values_per_key_per_rank],
         list(layout.sent_values_per_rank),
+        codecs,
     )
 
 
@@ -44,12 +52,15 @@ def sequence_all_to_all_by_counts(
     embeddings: torch.Tensor,
     recv_values_per_key_per_rank: Sequence[Sequence[int]],
     sent_values_per_rank: Sequence[int],
+    codecs: qcomm.QuantizedCommCodecs | None = None,
 ) -> Awaitable[torch.Tensor]:
     """`sequence_all_to_all` with the layout given as counts.
 
     recv_values_per_key_per_rank: `[F][S]` ids of local key f received from rank s (the rows
         of `embeddings`, feature-major). sent_values_per_rank: `[S]` ids this rank sent rank s.
+    codecs: as `sequence_all_to_all`'s.
     """
+    codecs = qcomm.checked_codecs(codecs, "sequence_all_to_all")
     if embeddings.dim() != 2:
         raise ValueError(f"embeddings must be (N, D), got shape {tuple(embeddings.shape)}")
     recv_per_rank = [sum(col) for col in zip(*recv_values_per_key_per_rank, strict=True)]
@@ -64,4 +75,11 @@ def sequence_all_to_all_by_counts(
     send = prim.transpose_segments(embeddings, [list(r) for r in recv_values_per_key_per_rank])
     in_splits = recv_per_rank
     out_splits = list(sent_values_per_rank)
-    return Awaitable(prim.linked_all_to_all(env, send, in_splits, out_splits))
+    if codecs is None:
+        return Awaitable(prim.linked_all_to_all(env, send, in_splits, out_splits))
+    # flat rows: each destination's rows are one segment of the codec
+    dim, rows = embeddings.shape[1], sum(out_splits)
+    receive = qcomm.linked_all_to_all(
+        env, send.reshape(-1), [n * dim for n in in_splits], [n * dim for n in out_splits], codecs
+    )
+    return Awaitable(lambda: receive().view(rows, dim))

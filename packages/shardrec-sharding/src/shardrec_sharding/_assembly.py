@@ -137,6 +137,7 @@ class ShardedCollectionBase(nn.Module, Generic[S, M]):
     _owner: str  # the class name that error messages give
     _module_types: tuple[type[nn.Module], ...]  # the module types it shards, the first names them
     _registry: Mapping[ShardingType, Builder[S]]  # sharding type -> its strategy
+    _comm_ops: Mapping[ShardingType, qcomm.CommOp | None]  # -> its output dist's registry key
 
     def __init__(
         self,
@@ -147,7 +148,7 @@ class ShardedCollectionBase(nn.Module, Generic[S, M]):
         fused_params: Mapping[str, object] | None = None,
         qcomm_codecs_registry: Mapping[str, object] | None = None,
     ) -> None:
-        codecs = qcomm.codecs_for(qcomm_codecs_registry)  # the pooled all-to-all's (None: exact)
+        qcomm.codecs_for(qcomm_codecs_registry)  # a bad registry is refused before any work
         if not isinstance(module, self._module_types):
             kind = self._module_types[0].__name__
             raise TypeError(f"{self._owner} shards an {kind}, got {type(module).__name__}")
@@ -184,6 +185,9 @@ class ShardedCollectionBase(nn.Module, Generic[S, M]):
         for sharding_type, build in registry.items():
             chosen = [t for t in tables if t.sharding_type is sharding_type]
             if chosen:
+                # the codecs of this type's output dist (None: exact)
+                op = self._comm_ops.get(sharding_type)
+                codecs = None if op is None else qcomm.codecs_for(qcomm_codecs_registry, op)
                 strategies.append(build(chosen, env, make_table, codecs))
         by_name: dict[str, nn.Module] = {}
         for s in strategies:
@@ -375,10 +379,12 @@ class TableSharder(Generic[M, C]):
             `apply_optimizer_in_backward`.
 
         qcomm_codecs_registry: TorchRec's quantized-communication codecs,
-            `{CommOp name: QuantizedCommCodecs}` (`get_qcomm_codecs_registry`): the pooled
-            all-to-all of table_wise, column_wise and table_column_wise tables quantizes its
-            payload (forward) and gradient (backward) with them; the other collectives stay
-            exact (docs/collectives.md). None: exact.
+            `{CommOp name: QuantizedCommCodecs}` (`get_qcomm_codecs_registry`): each output
+            dist quantizes its payload (forward) and gradient (backward) with its entry: the
+            pooled all-to-all (table_wise, column_wise, table_column_wise), the pooled
+            reduce-scatter (row_wise, table_row_wise), the sequence all-to-all (an
+            EmbeddingCollection's, all but data_parallel); ids stay exact (docs/qcomm.md).
+            None: exact.
 
     Every sharding type runs on every device type (CPU with gloo included). The compute kernels
     offered are TorchRec's (`sharded_kernels`): `dense` for data_parallel; `fused`, and on cuda

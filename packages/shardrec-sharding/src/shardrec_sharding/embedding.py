@@ -19,7 +19,7 @@ from shardrec_embedding import EmbeddingCollection, EmbeddingConfig
 from shardrec_jagged import JaggedTensor, KeyedJaggedTensor
 from shardrec_planner import ParameterSharding
 from shardrec_sharding._assembly import ShardedCollectionBase, TableSharder
-from shardrec_sharding.registry import SEQUENCE_STRATEGIES
+from shardrec_sharding.registry import SEQUENCE_COMM_OPS, SEQUENCE_STRATEGIES
 from shardrec_sharding.sharding_infos import EmbeddingShardingInfo, create_grouped_sharding_infos
 from shardrec_sharding.types import SequenceInput, SequenceStrategy
 
@@ -49,6 +49,7 @@ class ShardedEmbeddingCollection(ShardedCollectionBase[SequenceStrategy, Embeddi
     _owner = _OWNER
     _module_types = (EmbeddingCollection,)
     _registry = SEQUENCE_STRATEGIES
+    _comm_ops = SEQUENCE_COMM_OPS
     embeddings: nn.ModuleDict
 
     def _read_module(self, module: EmbeddingCollection) -> list[EmbeddingConfig]:

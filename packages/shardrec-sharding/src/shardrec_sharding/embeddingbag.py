@@ -32,7 +32,7 @@ from shardrec_sharding._assembly import (
     table_optimizer,
 )
 from shardrec_sharding._columns import ColumnPlacement
-from shardrec_sharding.registry import POOLED_STRATEGIES
+from shardrec_sharding.registry import POOLED_COMM_OPS, POOLED_STRATEGIES
 from shardrec_sharding.sharding_infos import EmbeddingShardingInfo, create_grouped_sharding_infos
 from shardrec_sharding.types import DistInput, PooledStrategy
 
@@ -80,6 +80,7 @@ class ShardedEmbeddingBagCollection(ShardedCollectionBase[PooledStrategy, Pooled
     _owner = _OWNER
     _module_types = (EmbeddingBagCollection, FusedEmbeddingBagCollection)
     _registry = POOLED_STRATEGIES
+    _comm_ops = POOLED_COMM_OPS
     embedding_bags: nn.ModuleDict
 
     def _read_module(self, module: PooledModule) -> list[EmbeddingBagConfig]:

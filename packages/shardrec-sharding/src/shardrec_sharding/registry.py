@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 
 from shardrec_collectives import ShardingEnv
-from shardrec_collectives.qcomm import QuantizedCommCodecs
+from shardrec_collectives.qcomm import CommOp, QuantizedCommCodecs
 from shardrec_planner import ShardingType
 from shardrec_sharding.layout import TableSharding
 from shardrec_sharding.strategies._placed import PlacedSharding
@@ -30,7 +30,9 @@ from shardrec_sharding.types import (
 )
 
 __all__ = [
+    "POOLED_COMM_OPS",
     "POOLED_STRATEGIES",
+    "SEQUENCE_COMM_OPS",
     "SEQUENCE_STRATEGIES",
     "STRATEGIES",
     "StrategyDescription",
@@ -43,12 +45,16 @@ class StrategyDescription:
     """One sharding type's strategy: how it communicates (`summary`) and its engines.
 
     pooled / sequence: the engine classes; each is built as `engine(StrategyArgs(...))`.
+    pooled_comm: the collective of the pooled output dist whose `qcomm_codecs_registry` entry
+    it applies (None: none communicates embeddings); the sequence output dist is always the
+    sequence all-to-all (`SEQUENCE_EMBEDDINGS_ALL_TO_ALL`) where `pooled_comm` is not None.
     """
 
     sharding_type: ShardingType
     summary: str
     pooled: Callable[[StrategyArgs], PooledStrategy]
     sequence: Callable[[StrategyArgs], SequenceStrategy]
+    pooled_comm: CommOp | None = CommOp.POOLED_EMBEDDINGS_ALL_TO_ALL
 
     def build(
         self,
@@ -69,7 +75,7 @@ class StrategyDescription:
         qcomm_codecs: QuantizedCommCodecs | None = None,
     ) -> SequenceStrategy:
         """The strategy for the `tables` of an EmbeddingCollection on this rank of `env`
-        (its sequence all-to-all is not quantized: `qcomm_codecs` is not used)."""
+        (`qcomm_codecs`: of its sequence all-to-all, where it has one)."""
         return self.sequence(self._args(tables, env, make_table, qcomm_codecs))
 
     def _args(
@@ -95,6 +101,7 @@ STRATEGIES: tuple[StrategyDescription, ...] = (
         "all-reduced",
         pooled=DataParallelSharding,
         sequence=DataParallelSequence,
+        pooled_comm=None,
     ),
     StrategyDescription(
         sharding_type=ShardingType.TABLE_WISE,
@@ -123,6 +130,7 @@ STRATEGIES: tuple[StrategyDescription, ...] = (
         "partial sums reduce-scattered",
         pooled=RowBlockSharding,
         sequence=RowSequence,
+        pooled_comm=CommOp.POOLED_EMBEDDINGS_REDUCE_SCATTER,
     ),
     StrategyDescription(
         sharding_type=ShardingType.TABLE_ROW_WISE,
@@ -130,6 +138,7 @@ STRATEGIES: tuple[StrategyDescription, ...] = (
         "sums reduce-scattered (ranks of other hosts contribute zeros)",
         pooled=RowBlockSharding,
         sequence=RowSequence,
+        pooled_comm=CommOp.POOLED_EMBEDDINGS_REDUCE_SCATTER,
     ),
 )
 """Every strategy, in the order a collection runs them (the same on every rank)."""
@@ -143,6 +152,17 @@ SEQUENCE_STRATEGIES: Mapping[ShardingType, SequenceFactory] = {
     s.sharding_type: s.build_sequence for s in STRATEGIES
 }
 """Sharding type -> factory of its strategy for sequence (EmbeddingCollection) tables."""
+
+POOLED_COMM_OPS: Mapping[ShardingType, CommOp | None] = {
+    s.sharding_type: s.pooled_comm for s in STRATEGIES
+}
+"""Sharding type -> the collective of its pooled output dist (the registry entry it applies)."""
+
+SEQUENCE_COMM_OPS: Mapping[ShardingType, CommOp | None] = {
+    s.sharding_type: None if s.pooled_comm is None else CommOp.SEQUENCE_EMBEDDINGS_ALL_TO_ALL
+    for s in STRATEGIES
+}
+"""Sharding type -> the collective of its sequence output dist (the registry entry it applies)."""
 
 
 def strategy_for(sharding_type: ShardingType) -> StrategyFactory:

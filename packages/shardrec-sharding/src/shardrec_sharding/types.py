@@ -106,7 +106,8 @@ class StrategyArgs:
     env: ShardingEnv
     make_table: TableMaker
     qcomm_codecs: QuantizedCommCodecs | None = None
-    """The pooled all-to-all's codecs (`shardrec_collectives.qcomm`); None: exact."""
+    """The codecs of the strategy's output dist (`shardrec_collectives.qcomm`: the registry's
+    entry for its pooled all-to-all, reduce-scatter or sequence all-to-all); None: exact."""
 
 
 class PooledStrategy(Protocol):

@@ -19,6 +19,10 @@
 #include <emmintrin.h>
 #define SR_IDMAP_STREAM 1
 #endif
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+#include <immintrin.h>
+#define SR_IDMAP_AVX512 1
+#endif
 
 #define SR_IDMAP_PREFETCH 16
 
@@ -61,11 +65,23 @@ int64_t sr_idmap_find(const int64_t *buckets, int64_t num_buckets, const int64_t
 
 /* key -> slot into the first empty bucket of key's probe run; 0 (nothing written) when key is
  * already present or no bucket is free. */
+/* Slots from here on mark a *pending* entry: an id a training step's find pass met missing and
+ * entered on the spot (sr_idmap_find_touch_pending), its slot still to be decided. Pending
+ * entries live only inside one DynamicTable training step: the step's insertion gives each
+ * its slot (sr_idmap_put overwrites a pending entry of its key) or drops it
+ * (sr_idmap_drop_pending). Real slots are below it (a table's capacity). */
+#define SR_IDMAP_PENDING ((int64_t)1 << 62)
+
 static inline int sr_idmap_put(int64_t *buckets, uint64_t mask, int64_t key, int64_t slot) {
     uint64_t h = sr_idmap_mix((uint64_t)key) & mask;
     uint64_t steps = 0;
     while (buckets[2 * h + 1] >= 0) {
-        if (buckets[2 * h] == key || ++steps > mask) return 0;
+        if (buckets[2 * h] == key) {
+            if (buckets[2 * h + 1] < SR_IDMAP_PENDING) return 0; /* present already */
+            buckets[2 * h + 1] = slot; /* the step's pending entry of key gets its slot */
+            return 1;
+        }
+        if (++steps > mask) return 0;
         h = (h + 1) & mask;
     }
     buckets[2 * h] = key;
@@ -88,6 +104,31 @@ int64_t sr_idmap_insert(int64_t *buckets, int64_t num_buckets, const int64_t *id
     return n;
 }
 
+/* Removes key (when present) by backward-shift deletion; returns 1 when it was present. Static
+ * and inline: a call through the exported sr_idmap_erase cannot be inlined in a -fPIC
+ * library (the symbol could be interposed), and the per-id callers loop over thousands. */
+static inline int64_t sr_idmap_erase_one(int64_t *buckets, uint64_t mask, int64_t key) {
+    int64_t found = sr_idmap_probe(buckets, mask, key);
+    if (found < 0) return 0;
+    uint64_t hole = (uint64_t)found;
+    uint64_t j = hole;
+    for (;;) {
+        j = (j + 1) & mask;
+        if (buckets[2 * j + 1] < 0) break;
+        uint64_t home = sr_idmap_mix((uint64_t)buckets[2 * j]) & mask;
+        /* The entry at j may fill the hole unless its home lies cyclically in (hole, j]. */
+        uint64_t dist_home = (j - home) & mask, dist_hole = (j - hole) & mask;
+        if (dist_home >= dist_hole) {
+            buckets[2 * hole] = buckets[2 * j];
+            buckets[2 * hole + 1] = buckets[2 * j + 1];
+            hole = j;
+        }
+    }
+    buckets[2 * hole] = 0;
+    buckets[2 * hole + 1] = -1;
+    return 1;
+}
+
 /* Removes ids (absent ones are skipped) by backward-shift deletion. Returns the number removed. */
 int64_t sr_idmap_erase(int64_t *buckets, int64_t num_buckets, const int64_t *ids, int64_t n) {
     const uint64_t mask = (uint64_t)num_buckets - 1;
@@ -97,25 +138,7 @@ int64_t sr_idmap_erase(int64_t *buckets, int64_t num_buckets, const int64_t *ids
             uint64_t ahead = sr_idmap_mix((uint64_t)ids[i + SR_IDMAP_PREFETCH]) & mask;
             __builtin_prefetch(buckets + 2 * ahead, 1, 0);
         }
-        int64_t found = sr_idmap_probe(buckets, mask, ids[i]);
-        if (found < 0) continue;
-        removed++;
-        uint64_t hole = (uint64_t)found;
-        uint64_t j = hole;
-        for (;;) {
-            j = (j + 1) & mask;
-            if (buckets[2 * j + 1] < 0) break;
-            uint64_t home = sr_idmap_mix((uint64_t)buckets[2 * j]) & mask;
-            /* The entry at j may fill the hole unless its home lies cyclically in (hole, j]. */
-            uint64_t dist_home = (j - home) & mask, dist_hole = (j - hole) & mask;
-            if (dist_home >= dist_hole) {
-                buckets[2 * hole] = buckets[2 * j];
-                buckets[2 * hole + 1] = buckets[2 * j + 1];
-                hole = j;
-            }
-        }
-        buckets[2 * hole] = 0;
-        buckets[2 * hole + 1] = -1;
+        removed += sr_idmap_erase_one(buckets, mask, ids[i]);
     }
     return removed;
 }
@@ -194,19 +217,42 @@ int64_t sr_idmap_find_touch_missing(const int64_t *buckets, int64_t num_buckets,
                                     const int64_t *ids, int64_t n, int64_t *out,
                                     int64_t *last_seen, int64_t *counts, int64_t step,
                                     int64_t *uniq, int64_t *ucounts) {
-    const int64_t found = sr_idmap_find_touch(buckets, num_buckets, ids, n, out, last_seen,
-                                              counts, step);
-    const int64_t missing = n - found;
+    /* sr_idmap_find_touch's loop, listing the missing positions on the way (in ucounts, room
+     * for n, until the dedup needs it), so the dedup below visits only them, without a
+     * data-dependent branch over all n positions */
+    const uint64_t bmask = (uint64_t)num_buckets - 1;
+    int64_t *missing_at = ucounts; /* positions of the missing ids, then overwritten */
+    int64_t missing = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (i + SR_IDMAP_PREFETCH < n) {
+            uint64_t ahead = sr_idmap_mix((uint64_t)ids[i + SR_IDMAP_PREFETCH]) & bmask;
+            __builtin_prefetch(buckets + 2 * ahead, 0, 0);
+        }
+        const int64_t h = sr_idmap_probe(buckets, bmask, ids[i]);
+        if (h < 0) {
+            missing_at[missing++] = i;
+            continue;
+        }
+        const int64_t slot = buckets[2 * h + 1];
+        out[i] = slot;
+        if (last_seen) last_seen[slot] = step;
+        if (counts) counts[slot] += 1;
+    }
     if (missing == 0) return 0;
     int64_t cap = 2;
     while (cap <= 2 * missing) cap <<= 1;
-    int64_t *scratch = malloc((size_t)cap * 2 * sizeof(int64_t));
+    /* the scratch set, and the missing positions moved out of ucounts (which dedup fills) */
+    int64_t *scratch = malloc((size_t)(cap * 2 + missing) * sizeof(int64_t));
     if (!scratch) return -1;
+    int64_t *at = scratch + cap * 2;
+    for (int64_t r = 0; r < missing; r++) at[r] = missing_at[r];
     const uint64_t mask = (uint64_t)cap - 1;
     for (int64_t b = 0; b < cap; b++) scratch[2 * b + 1] = -1;
     int64_t u = 0;
-    for (int64_t i = 0; i < n; i++)
-        if (out[i] < 0) out[i] = -2 - sr_idmap_dedup(scratch, mask, ids[i], &u, uniq, ucounts);
+    for (int64_t r = 0; r < missing; r++) {
+        const int64_t i = at[r];
+        out[i] = -2 - sr_idmap_dedup(scratch, mask, ids[i], &u, uniq, ucounts);
+    }
     free(scratch);
     return u;
 }
@@ -228,13 +274,10 @@ int64_t sr_idmap_fill_missing(int64_t *out, int64_t n, const int64_t *slot_of) {
 
 /* ---- eviction: the k least recently seen candidates of a window ------------------------- */
 
-/* Candidates: window positions i with occupied[i] && seen[i] < step (and, when ttl >= 0,
- * step - seen[i] > ttl). Writes the positions of the min(k, candidates) candidates smallest
- * in (seen, position) order to out, in that order (a counting sort on `seen`: the same list
- * as sorting the key seen * n + position). Returns their number, or -1 when the candidates'
- * seen values span more than 2^24 steps (the caller then sorts). */
-int64_t sr_idmap_lru_pick(const uint8_t *occupied, const int64_t *seen, int64_t n, int64_t step,
-                          int64_t ttl, int64_t k, int64_t *out) {
+/* sr_idmap_lru_pick for any spread of ages: a pass for the range of `seen`, a counting pass
+ * over it, and the output pass. */
+static int64_t sr_idmap_lru_pick_spread(const uint8_t *occupied, const int64_t *seen, int64_t n,
+                                        int64_t step, int64_t ttl, int64_t k, int64_t *out) {
     int64_t lo = INT64_MAX, hi = INT64_MIN, cand = 0;
     for (int64_t i = 0; i < n; i++) {
         const int64_t s = seen[i];
@@ -278,7 +321,102 @@ int64_t sr_idmap_lru_pick(const uint8_t *occupied, const int64_t *seen, int64_t 
     return take;
 }
 
+/* Ages step - seen[i] below this are counted in the first pass (s10-dynstream). */
+#define SR_IDMAP_LRU_AGES 64
+
+/* Candidates: window positions i with occupied[i] && seen[i] < step (and, when ttl >= 0,
+ * step - seen[i] > ttl). Writes the positions of the min(k, candidates) candidates smallest
+ * in (seen, position) order to out, in that order (a counting sort on `seen`: the same list
+ * as sorting the key seen * n + position). Returns their number, or -1 when the candidates'
+ * seen values span more than 2^24 steps (the caller then sorts).
+ * Two passes when every candidate was seen in the last SR_IDMAP_LRU_AGES steps (a table whose
+ * ids churn, as in the stream regime): the first pass counts the candidates per age into a
+ * fixed histogram (four copies, so consecutive equal ages do not wait on one counter), the
+ * second writes them out; else the three passes of sr_idmap_lru_pick_spread. */
+int64_t sr_idmap_lru_pick(const uint8_t *occupied, const int64_t *seen, int64_t n, int64_t step,
+                          int64_t ttl, int64_t k, int64_t *out) {
+    enum { AGES = SR_IDMAP_LRU_AGES };
+    int64_t hist[4][AGES] = {{0}};
+    int64_t cand = 0, far = 0;
+    const uint64_t min_age = ttl < 0 ? 1 : (uint64_t)ttl + 1;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t s = seen[i];
+        const uint64_t age = (uint64_t)step - (uint64_t)s; /* > 0 whenever s < step */
+        const int ok = occupied[i] && s < step && age >= min_age;
+        const int near = age < AGES;
+        cand += ok;
+        far += ok & !near;
+        hist[i & 3][ok & near ? age : 0]++; /* age 0 collects the non-candidates */
+    }
+    if (cand == 0 || k <= 0) return 0;
+    if (far) return sr_idmap_lru_pick_spread(occupied, seen, n, step, ttl, k, out);
+    const int64_t take = k < cand ? k : cand;
+    /* oldest first: ages above the threshold age t are all taken; t gives its first quota */
+    int64_t offset[AGES];
+    int64_t below = 0, t = AGES - 1;
+    for (; t >= 1; t--) {
+        const int64_t c = hist[0][t] + hist[1][t] + hist[2][t] + hist[3][t];
+        offset[t] = below;
+        if (below + c >= take) break;
+        below += c;
+    }
+    int64_t quota = take - below;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t s = seen[i];
+        const uint64_t age = (uint64_t)step - (uint64_t)s;
+        if (!(occupied[i] && s < step && age >= min_age)) continue;
+        if ((int64_t)age > t) {
+            out[offset[age]++] = i;
+        } else if ((int64_t)age == t && quota > 0) {
+            out[offset[age]++] = i;
+            quota--;
+        }
+    }
+    return take;
+}
+
 /* ---- lazy-free reset rows: the counter-based initializer -------------------------------- */
+
+#ifdef SR_IDMAP_AVX512
+static inline __m512i sr_idmap_mix8(__m512i x) {
+    x = _mm512_xor_si512(x, _mm512_srli_epi64(x, 33));
+    x = _mm512_mullo_epi64(x, _mm512_set1_epi64((long long)0xff51afd7ed558ccdULL));
+    x = _mm512_xor_si512(x, _mm512_srli_epi64(x, 33));
+    x = _mm512_mullo_epi64(x, _mm512_set1_epi64((long long)0xc4ceb9fe1a85ec53ULL));
+    return _mm512_xor_si512(x, _mm512_srli_epi64(x, 33));
+}
+
+/* One reset row of sr_idmap_init_rows (dim a multiple of 16, the row 64-byte aligned) in
+ * AVX-512 (s10-dynstream): eight column pairs' hashes a vector, their two 24-bit halves
+ * converted (exactly: below 2^24) and interleaved into one line of 16 floats, scaled by 2^-24
+ * (exact), then span * u and lo + that as two rounded operations (no FMA), as the scalar
+ * loop; each line streamed to memory whole. The same floats as the scalar loop. */
+static inline void sr_idmap_init_row_avx512(float *row, int64_t dim, uint64_t key, float lo,
+                                            float span) {
+    const uint64_t g2 = 0xD1B54A32D192ED03ULL;
+    const __m512i lanes = _mm512_set_epi64(8, 7, 6, 5, 4, 3, 2, 1);
+    const __m512i step = _mm512_set1_epi64((long long)(8 * g2));
+    const __m512i mask24 = _mm512_set1_epi64(0xFFFFFF);
+    const __m512i interleave =
+        _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512 scale = _mm512_set1_ps(0x1p-24f), vspan = _mm512_set1_ps(span),
+                 vlo = _mm512_set1_ps(lo);
+    /* key + (p + 1) * g2 for the pairs p of the first line */
+    __m512i arg = _mm512_add_epi64(_mm512_set1_epi64((long long)key),
+                                   _mm512_mullo_epi64(lanes, _mm512_set1_epi64((long long)g2)));
+    for (int64_t c = 0; c < dim; c += 16) {
+        const __m512i h = sr_idmap_mix8(arg);
+        arg = _mm512_add_epi64(arg, step);
+        const __m256 high = _mm512_cvtepu64_ps(_mm512_srli_epi64(h, 40));
+        const __m256 low = _mm512_cvtepu64_ps(_mm512_and_si512(_mm512_srli_epi64(h, 8), mask24));
+        const __m512 u = _mm512_permutex2var_ps(_mm512_castps256_ps512(high), interleave,
+                                                _mm512_castps256_ps512(low));
+        const __m512 v = _mm512_add_ps(vlo, _mm512_mul_ps(vspan, _mm512_mul_ps(u, scale)));
+        _mm512_stream_ps(row + c, v);
+    }
+}
+#endif
+
 
 /* Row slots[r] + row_offset of w (row stride `stride` floats) becomes the table's uniform
  * initializer drawn by a counter-based generator (docs/dynamic.md, "Reset rows"):
@@ -303,6 +441,12 @@ int64_t sr_idmap_init_rows(float *w, int64_t stride, int64_t dim, const int64_t 
             sr_idmap_mix((uint64_t)seed ^ sr_idmap_mix(slot + (uint64_t)generation * g1));
         float *row = w + (slot + (uint64_t)row_offset) * (uint64_t)stride;
         const int64_t full = dim / 2; /* whole pairs */
+#ifdef SR_IDMAP_AVX512
+        if ((dim & 15) == 0 && ((uintptr_t)row & 63) == 0) {
+            sr_idmap_init_row_avx512(row, dim, key, lo, span);
+            continue;
+        }
+#endif
 #ifdef SR_IDMAP_STREAM
         /* Whole rows of 16-byte-aligned floats: drawn into a buffer (a branch-free loop the
          * compiler vectorizes) and streamed to memory, skipping the read of lines about to be
@@ -466,7 +610,7 @@ int64_t sr_idmap_free_slots(int64_t *buckets, int64_t num_buckets, const int64_t
         occupied[s] = 0;
         last_seen[s] = 0;
         counts[s] = 0;
-        removed += sr_idmap_erase(buckets, num_buckets, &id, 1);
+        removed += sr_idmap_erase_one(buckets, mask, id);
     }
     return removed;
 }
@@ -510,12 +654,14 @@ int64_t sr_idmap_replace_slots(int64_t *buckets, int64_t num_buckets, const int6
                                int64_t *last_seen, int64_t *counts) {
     const uint64_t mask = (uint64_t)num_buckets - 1;
     for (int64_t i = 0; i < k; i++) {
+        /* the victim's slot_ids entry two distances ahead, then its old id's bucket */
+        if (i + 2 * SR_IDMAP_PREFETCH < k)
+            __builtin_prefetch(slot_ids + slots[i + 2 * SR_IDMAP_PREFETCH], 0, 3);
         if (i + SR_IDMAP_PREFETCH < k) {
             const uint64_t old = (uint64_t)slot_ids[slots[i + SR_IDMAP_PREFETCH]];
             __builtin_prefetch(buckets + 2 * (sr_idmap_mix(old) & mask), 1, 0);
         }
-        const int64_t old = slot_ids[slots[i]];
-        sr_idmap_erase(buckets, num_buckets, &old, 1);
+        sr_idmap_erase_one(buckets, mask, slot_ids[slots[i]]);
     }
     for (int64_t i = 0; i < k; i++) {
         if (i + SR_IDMAP_PREFETCH < k) {
@@ -564,4 +710,84 @@ int64_t sr_idmap_split_f32(const float *scores, int64_t n, int64_t pivot, float 
     out_counts[0] = nl;
     out_counts[1] = nw;
     return nl;
+}
+
+/* ---- s10-dynstream: a freed slot's optimizer state, zeroed in one prefetched pass --------- */
+
+/* Rows rows[r] + row_offset of s (row stride `stride` floats, the first `width` floats of
+ * each) become value: the optimizer-state reset of freed slots (rowwise state: width 1, one
+ * float a row). Prefetched ahead: the rows are random lines of an array of MiBs. Returns k. */
+int64_t sr_idmap_fill_rows(float *s, int64_t stride, int64_t width, const int64_t *rows,
+                           int64_t k, int64_t row_offset, float value) {
+    for (int64_t r = 0; r < k; r++) {
+        if (r + SR_IDMAP_PREFETCH < k)
+            __builtin_prefetch(s + (rows[r + SR_IDMAP_PREFETCH] + row_offset) * stride, 1, 0);
+        float *row = s + (rows[r] + row_offset) * stride;
+        for (int64_t j = 0; j < width; j++) row[j] = value;
+    }
+    return k;
+}
+
+/* ---- s10-dynstream: a step's missing ids entered as pending in its find pass ------------- */
+
+/* sr_idmap_find_touch_missing without the scratch set: a missing id is entered into the map
+ * itself at the empty bucket that ended its probe (the line is in cache), as a pending entry
+ * of slot SR_IDMAP_PENDING + j for uniq[j]; a later occurrence in the batch finds it and
+ * counts once more. So the distinct missing ids and their occurrences come out of the one
+ * pass, the same uniq / ucounts / marks as sr_idmap_find_touch_missing. The caller
+ * guarantees room (ids held + n < num_buckets) and resolves every pending entry before the
+ * map is used otherwise. Returns u. */
+int64_t sr_idmap_find_touch_pending(int64_t *buckets, int64_t num_buckets, const int64_t *ids,
+                                    int64_t n, int64_t *out, int64_t *last_seen,
+                                    int64_t *counts, int64_t step, int64_t *uniq,
+                                    int64_t *ucounts) {
+    const uint64_t mask = (uint64_t)num_buckets - 1;
+    int64_t u = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (i + SR_IDMAP_PREFETCH < n) {
+            uint64_t ahead = sr_idmap_mix((uint64_t)ids[i + SR_IDMAP_PREFETCH]) & mask;
+            __builtin_prefetch(buckets + 2 * ahead, 1, 0);
+        }
+        const int64_t key = ids[i];
+        uint64_t h = sr_idmap_mix((uint64_t)key) & mask;
+        int64_t *b = buckets + 2 * h;
+        while (b[1] >= 0 && b[0] != key) {
+            h = (h + 1) & mask;
+            b = buckets + 2 * h;
+        }
+        if (b[1] < 0) { /* missing: enter it, pending */
+            b[0] = key;
+            b[1] = SR_IDMAP_PENDING + u;
+            uniq[u] = key;
+            ucounts[u] = 1;
+            out[i] = -2 - u;
+            u++;
+            continue;
+        }
+        const int64_t slot = b[1];
+        if (slot >= SR_IDMAP_PENDING) { /* missing, met before in this batch */
+            ucounts[slot - SR_IDMAP_PENDING]++;
+            out[i] = -2 - (slot - SR_IDMAP_PENDING);
+            continue;
+        }
+        out[i] = slot;
+        if (last_seen) last_seen[slot] = step;
+        if (counts) counts[slot] += 1;
+    }
+    return u;
+}
+
+/* Removes the pending entries of ids (an id whose entry has a real slot, or none, is left
+ * alone): the ids a step did not admit, or every one after a failed step. Returns the number
+ * removed. */
+int64_t sr_idmap_drop_pending(int64_t *buckets, int64_t num_buckets, const int64_t *ids,
+                              int64_t n) {
+    const uint64_t mask = (uint64_t)num_buckets - 1;
+    int64_t removed = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t h = sr_idmap_probe(buckets, mask, ids[i]);
+        if (h >= 0 && buckets[2 * h + 1] >= SR_IDMAP_PENDING)
+            removed += sr_idmap_erase_one(buckets, mask, ids[i]);
+    }
+    return removed;
 }

@@ -244,7 +244,11 @@ class DynamicTables(nn.Module):
         batch = features.stride()
         lengths = features.lengths()
         weights = features.weights_or_none()
-        out_values = values.clone()
+        # Every span is written below when every feature is a dynamic table's: no copy first.
+        dynamic_features = {f for feats in self._table_features.values() for f in feats}
+        out_values = (
+            torch.empty_like(values) if dynamic_features.issuperset(keys) else values.clone()
+        )
         keep: Tensor | None = None
         dropped_per_key = [0] * len(keys)
         new_lengths = lengths

@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from shardrec_embedding._native.loader import native_library_of
+from shardrec_embedding.dynamic.memory import huge_empty
 
 __all__ = ["IdMapBackend", "IdSlotMap", "idmap_native_available"]
 
@@ -50,6 +51,11 @@ def _library() -> ctypes.CDLL | None:
                 (_PTR, _I64, _PTR, _I64, _PTR, _PTR, _PTR, _I64, _PTR, _PTR),
             ),
             ("sr_idmap_fill_missing", (_PTR, _I64, _PTR)),
+            (
+                "sr_idmap_find_touch_pending",
+                (_PTR, _I64, _PTR, _I64, _PTR, _PTR, _PTR, _I64, _PTR, _PTR),
+            ),
+            ("sr_idmap_drop_pending", (_PTR, _I64, _PTR, _I64)),
             ("sr_idmap_free_slots", (_PTR, _I64, _PTR, _I64, _PTR, _PTR, _PTR, _PTR)),
             (
                 "sr_idmap_admit_slots",
@@ -61,6 +67,7 @@ def _library() -> ctypes.CDLL | None:
             ),
             ("sr_idmap_find_touch", (_PTR, _I64, _PTR, _I64, _PTR, _PTR, _PTR, _I64)),
             ("sr_idmap_lru_pick", (_PTR, _PTR, _I64, _I64, _I64, _I64, _PTR)),
+            ("sr_idmap_fill_rows", (_PTR, _I64, _I64, _PTR, _I64, _I64, _F32)),
             (
                 "sr_idmap_init_rows",
                 (_PTR, _I64, _I64, _PTR, _I64, _I64, _I64, _I64, _F32, _F32, _I64),
@@ -129,7 +136,9 @@ class IdSlotMap:
         """Forget every id."""
         self._size = 0
         if self.backend == "native":
-            self._buckets = torch.zeros(self.num_buckets, 2, dtype=torch.int64)
+            # On huge pages: every probe is a random touch of a map of MiBs (memory.py).
+            self._buckets = huge_empty(2 * self.num_buckets, torch.int64).view(-1, 2)
+            self._buckets[:, 0] = 0
             self._buckets[:, 1] = -1
         else:
             self._keys = torch.empty(0, dtype=torch.int64)
@@ -185,12 +194,42 @@ class IdSlotMap:
         return out
 
     def find_touch_missing(
-        self, ids: Tensor, last_seen: Tensor | None, counts: Tensor | None, step: int
+        self,
+        ids: Tensor,
+        last_seen: Tensor | None,
+        counts: Tensor | None,
+        step: int,
+        *,
+        pending: bool = False,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """`find_touch` and `distinct_missing` in one pass: `(slots (N,), uniq (U,),
         occurrences (U,))`, where `slots[i] = -2 - j` marks an occurrence of the missing id
-        `uniq[j]` (first-appearance order) until `fill_missing` gives it its slot."""
+        `uniq[j]` (first-appearance order) until `fill_missing` gives it its slot.
+
+        pending (native, with room for every id: `can_pend`): the missing ids are also
+        entered into the map as *pending* entries on the way (no separate dedup set); until
+        each is given its slot (`admit_slots` / `replace_slots` / `insert`) or dropped
+        (`drop_pending`), the map must not be read otherwise."""
         ids = _ids(ids, "IdSlotMap.find_touch_missing")
+        if pending and self._lib is not None and ids.numel() and self.can_pend(ids.numel()):
+            out = torch.empty_like(ids)
+            uniq = torch.empty_like(ids)
+            occurrences = torch.empty_like(ids)
+            u = int(
+                self._lib.sr_idmap_find_touch_pending(
+                    self._buckets.data_ptr(),
+                    self.num_buckets,
+                    ids.data_ptr(),
+                    ids.numel(),
+                    out.data_ptr(),
+                    None if last_seen is None else last_seen.data_ptr(),
+                    None if counts is None else counts.data_ptr(),
+                    step,
+                    uniq.data_ptr(),
+                    occurrences.data_ptr(),
+                )
+            )
+            return out, uniq[:u], occurrences[:u]
         if self._lib is None or ids.numel() == 0:
             slots = self.find_touch(ids, last_seen, counts, step)
             uniq, occurrences, inverse = self.distinct_missing(ids, slots)
@@ -220,6 +259,20 @@ class IdSlotMap:
         if u < 0:
             raise MemoryError(f"IdSlotMap.find_touch_missing: no memory for {n} ids' scratch set")
         return out, uniq[:u], occurrences[:u]
+
+    def can_pend(self, n: int) -> bool:
+        """Whether `find_touch_missing(pending=True)` of `n` ids enters them as pending: the
+        native map with room for all of them beside the ids it holds."""
+        return self._lib is not None and self._size + n < self.num_buckets
+
+    def drop_pending(self, ids: Tensor) -> None:
+        """Remove the pending entries of `ids` (`find_touch_missing(pending=True)`) that were
+        not given a slot; ids with a slot, or absent, are left alone."""
+        ids = _ids(ids, "IdSlotMap.drop_pending")
+        if self._lib is not None and ids.numel():
+            self._lib.sr_idmap_drop_pending(
+                self._buckets.data_ptr(), self.num_buckets, ids.data_ptr(), ids.numel()
+            )
 
     def fill_missing(self, slots: Tensor, slot_of: Tensor) -> None:
         """In place: each mark `-2 - j` of `find_touch_missing` in `slots` becomes `slot_of[j]`

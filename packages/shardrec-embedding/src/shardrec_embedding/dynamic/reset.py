@@ -29,7 +29,7 @@ from torch import Tensor
 from shardrec_embedding.dynamic.hashing import mix64
 from shardrec_embedding.dynamic.id_map import _library
 
-__all__ = ["init_rows_", "table_seed"]
+__all__ = ["fill_rows_", "init_rows_", "table_seed"]
 
 _G1 = 0x9E3779B97F4A7C15
 _G2 = 0xD1B54A32D192ED03
@@ -122,3 +122,33 @@ def uniform_rows(
     lo = torch.tensor(low, dtype=torch.float32, device=slots.device)
     sp = torch.tensor(span, dtype=torch.float32, device=slots.device)
     return u * sp + lo
+
+
+def fill_rows_(state: Tensor, slots: Tensor, *, row_offset: int, value: float) -> None:
+    """Rows `row_offset + slots` of the 1-D or 2-D `state` (an optimizer's per-row state) become
+    `value`, in place, no grad: one native prefetched pass for a float32 CPU tensor with unit
+    column stride (`sr_idmap_fill_rows`), else `index_fill_`. The same values either way."""
+    slots = slots.reshape(-1).to(device="cpu", dtype=torch.int64).contiguous()
+    if slots.numel() == 0:
+        return
+    lib = _library()
+    if (
+        lib is not None
+        and state.device.type == "cpu"
+        and state.dtype is torch.float32
+        and state.dim() in (1, 2)
+        and state.stride(-1) == 1
+    ):
+        lib.sr_idmap_fill_rows(
+            state.data_ptr(),
+            state.stride(0) if state.dim() == 2 else 1,
+            state.shape[1] if state.dim() == 2 else 1,
+            slots.data_ptr(),
+            slots.numel(),
+            row_offset,
+            value,
+        )
+        torch.autograd.graph.increment_version(state)
+        return
+    with torch.no_grad():
+        state.index_fill_(0, slots.to(state.device) + row_offset, value)

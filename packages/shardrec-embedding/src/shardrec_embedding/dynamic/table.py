@@ -272,17 +272,30 @@ class DynamicTable(nn.Module):
         # (one random write per id and array saved).
         # One pass finds, touches and collects the distinct missing ids (marked in `slots`).
         policy = self.config.eviction
+        # The native map enters the missing ids as pending on the way (no dedup set): each
+        # gets its slot in the insertion below or is dropped here, also when a step fails.
+        pending = self.map.can_pend(ids.numel())
         slots, uniq, occurrences = self.map.find_touch_missing(
             ids,
             None if policy is EvictionPolicy.NONE else self.last_seen,
             self.counts if policy is EvictionPolicy.LFU else None,
             step,
+            pending=pending,
         )
-        if self.config.eviction is EvictionPolicy.TTL:
-            self._ttl_sweep(step)
-        if uniq.numel() == 0:
-            return slots
-        self.map.fill_missing(slots, self._insert_new(uniq, occurrences, step))
+        admitted = c["admissions"]
+        done = False
+        try:
+            if self.config.eviction is EvictionPolicy.TTL:
+                self._ttl_sweep(step)
+            if uniq.numel() == 0:
+                done = True
+                return slots
+            slot_of = self._insert_new(uniq, occurrences, step)
+            done = True
+        finally:
+            if pending and (not done or c["admissions"] - admitted < uniq.numel()):
+                self.map.drop_pending(uniq)
+        self.map.fill_missing(slots, slot_of)
         return slots
 
     def _insert_new(self, uniq: Tensor, occurrences: Tensor, step: int) -> Tensor:
@@ -345,6 +358,8 @@ class DynamicTable(nn.Module):
         c["evictions"] += take
         c["admissions"] += take
         self.in_flight.freed(victims)
+        if take == uniq.numel() and picked is None:
+            return victims  # every id admitted, in order (read only from here on)
         slot_of = torch.full_like(uniq, -1)
         slot_of[chosen] = victims
         return slot_of
@@ -479,6 +494,8 @@ class DynamicTable(nn.Module):
                     pick = cand[torch.argsort(key)[:k]]
             victims.append(pick)
             k -= pick.numel()
+        if len(victims) == 1:
+            return victims[0]
         return torch.cat(victims) if victims else torch.empty(0, dtype=torch.int64)
 
     def _native_pick(

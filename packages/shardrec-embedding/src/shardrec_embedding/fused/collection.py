@@ -12,6 +12,7 @@ from shardrec_embedding._pooled_api import PooledCollectionAPI
 from shardrec_embedding._tables import WeightsDevice, check_features, validate_tables
 from shardrec_embedding.configs import EmbeddingBagConfig, PoolingType
 from shardrec_embedding.dynamic.collection import DynamicTables, dynamic_configs
+from shardrec_embedding.dynamic.reset import fill_rows_
 from shardrec_embedding.fused.batched import BatchedFusedEmbeddingBag
 from shardrec_embedding.fused.segments import (
     SegmentRead,
@@ -246,9 +247,8 @@ def _state_reset(lookup: BatchedFusedEmbeddingBag, row_offset: int) -> Callable[
     """Zero the optimizer state rows of freed slots (the fused optimizers start from zeros)."""
 
     def reset(slots: Tensor) -> None:
-        rows = slots.to(lookup.packed_weight().device) + row_offset
-        with torch.no_grad():
-            for state in lookup.optimizer_state().values():
-                state.index_fill_(0, rows, 0)  # a scalar fill: cheaper than index_put
+        for state in lookup.optimizer_state().values():
+            # one native prefetched pass (index_fill_ elsewhere): the same zeros
+            fill_rows_(state, slots, row_offset=row_offset, value=0.0)
 
     return reset

@@ -22,6 +22,7 @@ from torch import Tensor
 
 from shardrec_collectives import (
     Awaitable,
+    ExchangeCapacity,
     KeySelection,
     kjt_all_to_all,
     pooled_all_to_all_flat,
@@ -82,6 +83,9 @@ class PlacedSharding:
         small = all(t.config.num_embeddings <= _INT32_ROWS for t in tables)
         self._wire_dtype: torch.dtype | None = torch.int32 if small else None
         self.lookup = LocalLookup(lookup_tables, segments, env.device)
+        # Learns the ids' bytes per pair of ranks: from the second batch on, the ids travel
+        # with their header in one exchange.
+        self._capacity = ExchangeCapacity()
 
     def input_dist(self, batch: LocalBatch) -> Awaitable[DistInput]:
         features, error = batch.features, batch.error
@@ -96,7 +100,7 @@ class PlacedSharding:
         else:
             # The input is unusable: send nothing; the header carries the error to every rank.
             send = [empty_kjt(feats, features) for feats in self._features_per_rank]
-        pending = kjt_all_to_all(self.env, send, error=error)
+        pending = kjt_all_to_all(self.env, send, error=error, capacity=self._capacity)
         layout = pending.layout
         if layout.keys:
             batch_sizes = tuple(layout.recv_stride_per_key_per_rank[0])

@@ -21,7 +21,12 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor
 
-from shardrec_collectives import Awaitable, kjt_all_to_all, reduce_scatter_pooled
+from shardrec_collectives import (
+    Awaitable,
+    ExchangeCapacity,
+    kjt_all_to_all,
+    reduce_scatter_pooled,
+)
 from shardrec_embedding import PoolingType
 from shardrec_planner import ShardingType
 from shardrec_sharding._index_cache import IndexCache
@@ -39,6 +44,8 @@ class RowBlockSharding:
     def __init__(self, args: StrategyArgs) -> None:
         self.sharding_type: ShardingType = args.sharding_type
         tables, env, self.env = args.tables, args.env, args.env
+        self._capacity = ExchangeCapacity()  # the id buckets' bytes per pair of ranks
+        self.qcomm_codecs = args.qcomm_codecs  # of the reduce-scatter (None: exact)
         self._segments = [s for t in tables for s in t.segments]
         self._keys = [s.name for s in self._segments]
         self._bucketize = RowBucketizer(self._segments, tables, env)
@@ -59,7 +66,7 @@ class RowBlockSharding:
         else:
             # Ids may be out of range: send nothing; the header carries the error to every rank.
             per_rank = [empty_kjt(self._keys, features)] * self.env.world_size
-        pending = kjt_all_to_all(self.env, per_rank, error=error)
+        pending = kjt_all_to_all(self.env, per_rank, error=error, capacity=self._capacity)
         batch_sizes = tuple(pending.layout.recv_stride_per_key_per_rank[0])
         own_lengths = None
         if any(self._mean):
@@ -80,7 +87,9 @@ class RowBlockSharding:
         return pooled_lookup(self.lookup, dist_input)
 
     def output_dist(self, local: Tensor, dist_input: DistInput) -> Awaitable[Tensor]:
-        pending = reduce_scatter_pooled(self.env, local, dist_input.batch_size_per_rank)
+        pending = reduce_scatter_pooled(
+            self.env, local, dist_input.batch_size_per_rank, codecs=self.qcomm_codecs
+        )
         lengths = dist_input.lengths
         if lengths is None:
             return pending

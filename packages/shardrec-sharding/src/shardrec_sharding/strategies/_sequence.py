@@ -21,6 +21,7 @@ from torch import Tensor
 
 from shardrec_collectives import (
     Awaitable,
+    ExchangeCapacity,
     kjt_all_to_all,
     sequence_all_to_all,
 )
@@ -61,6 +62,8 @@ class _SequenceEngine:
     def __init__(self, args: StrategyArgs) -> None:
         self.sharding_type: ShardingType = args.sharding_type
         self.env = args.env
+        self._capacity = ExchangeCapacity()  # the ids' bytes per pair of ranks
+        self.qcomm_codecs = args.qcomm_codecs  # of the sequence all-to-all (None: exact)
         self.segments: list[Segment] = [s for t in args.tables for s in t.segments]
 
     def _send(
@@ -70,7 +73,7 @@ class _SequenceEngine:
         key_index: tuple[int, ...],
         order: Tensor | None = None,
     ) -> Awaitable[SequenceInput]:
-        pending = kjt_all_to_all(self.env, per_rank, error=batch.error)
+        pending = kjt_all_to_all(self.env, per_rank, error=batch.error, capacity=self._capacity)
         lengths = batch.features.length_per_key()
         counts = tuple(lengths[batch.feature_pos[s.feature]] for s in self.segments)
         layout = pending.layout
@@ -148,7 +151,7 @@ class PlacedSequence(_SequenceEngine):
 
     def output_dist(self, local: Tensor, dist_input: SequenceInput) -> Awaitable[dict[int, Tensor]]:
         assert dist_input.layout is not None
-        pending = sequence_all_to_all(self.env, local, dist_input.layout)
+        pending = sequence_all_to_all(self.env, local, dist_input.layout, codecs=self.qcomm_codecs)
         counts = dist_input.counts
 
         def assemble(received: Tensor) -> dict[int, Tensor]:
@@ -192,7 +195,7 @@ class RowSequence(_SequenceEngine):
 
     def output_dist(self, local: Tensor, dist_input: SequenceInput) -> Awaitable[dict[int, Tensor]]:
         assert dist_input.layout is not None and dist_input.order is not None
-        pending = sequence_all_to_all(self.env, local, dist_input.layout)
+        pending = sequence_all_to_all(self.env, local, dist_input.layout, codecs=self.qcomm_codecs)
         order = dist_input.order
         counts = dist_input.counts
 
