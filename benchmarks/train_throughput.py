@@ -19,7 +19,8 @@ after a barrier, ours and TorchRec's in alternation, median over repeats; sample
 both ranks' samples. "CPU ms" is rank 0's process CPU time per step (median): the work done,
 less sensitive than wall time to other jobs on a loaded machine. Each step is also split into
 forward / backward / optimizer step, and the dense part alone is timed as a floor.
-``--profile`` prints torch.profiler's top operators of a few steps of each library (rank 0).
+``--profile`` prints torch.profiler's top operators of a few steps of each library (rank 0)
+and, in the plain loop, the last profiled step's wall time per phase (`step_phases`).
 Reports only; asserts nothing.
 """
 
@@ -29,6 +30,7 @@ import argparse
 import dataclasses
 import functools
 import itertools
+import json
 import os
 import platform
 import statistics
@@ -41,6 +43,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from torch.profiler import record_function
 
 from shardrec_collectives import ShardingEnv
 from shardrec_dmp import DistributedModelParallel
@@ -267,13 +270,18 @@ def step_fn(model: torch.nn.Module, opt: Any, batches: list[Batch]) -> StepFn:
     """One training step on batch `i` (cycled), its phases appended to `timing` when given."""
 
     def step(i: int, timing: Timing | None) -> None:
+        # The labels mark the phases in a profile (`--profile`'s phase table).
         t0 = time.perf_counter()
-        opt.zero_grad()
-        loss, _ = model(batches[i % len(batches)])
+        with record_function(PHASE_LABELS[0]):
+            opt.zero_grad()
+        with record_function(PHASE_LABELS[1]):
+            loss, _ = model(batches[i % len(batches)])
         t1 = time.perf_counter()
-        loss.backward()
+        with record_function(PHASE_LABELS[2]):
+            loss.backward()
         t2 = time.perf_counter()
-        opt.step()
+        with record_function(PHASE_LABELS[3]):
+            opt.step()
         t3 = time.perf_counter()
         if timing is not None:
             timing.fwd_ms.append((t1 - t0) * 1e3)
@@ -355,7 +363,11 @@ def run_rank(rank: int, cfg: Config, port: int, queue: Any) -> None:
                 timings[name].cpu_ms.append((time.process_time() - cpu_start) * 1e3)
         profiles = {}
         if cfg.profile:
-            profiles = {name: profile_step(libs[name], rank) for name in libs if name != "dense"}
+            profiles = {
+                name: profile_step(libs[name], rank, phases=not cfg.pipeline)
+                for name in libs
+                if name != "dense"
+            }
         if rank == 0:
             queue.put(("ok", {k: t.medians() for k, t in timings.items()}, notes, profiles))
         dist.barrier()
@@ -396,17 +408,116 @@ def dense_floor_step(cfg: Config, batches: list[Batch]) -> StepFn:
     return step
 
 
-def profile_step(step: StepFn, rank: int) -> str:
-    """torch.profiler's top operators (self CPU time) over 3 steps, on rank 0."""
+def profile_step(step: StepFn, rank: int, phases: bool) -> str:
+    """torch.profiler's top operators (self CPU time) over 3 steps, on rank 0, and (plain
+    loop) the last step's phases (`step_phases`)."""
+    import tempfile
+
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for i in range(3):
+            dist.barrier()
             step(i, None)
     if rank != 0:
         return ""
     table: str = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=18)
+    if phases:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "trace.json")
+            prof.export_chrome_trace(path)
+            with open(path) as f:
+                events = json.load(f)["traceEvents"]
+        rows = "\n".join(f"| {k} | {v:.1f} |" for k, v in step_phases(events).items())
+        table += f"\nphases of the last step (wall ms, rank 0):\n| phase | ms |\n|---|---|\n{rows}"
     return table
+
+
+PHASE_LABELS = ("step: zero_grad", "step: forward", "step: backward", "step: optimizer")
+
+# Backward nodes by phase (substrings of the autograd node names, both libraries).
+_INTERACTION_BWD = ("Bmm", "Transpose", "Index", "SplitWithSizes", "Cat", "Unsqueeze")
+_POOLED_BWD = ("_Place", "_Link", "_Arrived", "_Launched", "All2All")
+_EMBEDDING_BWD = ("SegmentLookup", "SplitLookup")
+
+
+def step_phases(trace: list[dict[str, Any]]) -> dict[str, float]:
+    """Wall ms per phase of the last step in a chrome trace of `step_fn`'s steps (the main
+    thread's top-level operators, sorted by name and order; forward: ops before the lookup are
+    the input dist, linear layers before the pooled output is placed the dense arch, after it
+    the over arch; backward: autograd nodes up to the interaction's are the loss and over
+    arch, those after the pooled all-to-all's the dense arch). A reading aid, not exact."""
+    ops = [e for e in trace if e.get("ph") == "X"]
+    start = max(e["ts"] for e in ops if e["name"] == PHASE_LABELS[0])
+    ops = [e for e in ops if e["ts"] >= start]
+    tid = next(e["tid"] for e in ops if e["name"] == PHASE_LABELS[1])
+    ops = sorted((e for e in ops if e["tid"] == tid), key=lambda e: (e["ts"], -e["dur"]))
+    label = {e["name"]: e for e in ops if e["name"] in PHASE_LABELS}
+    out: dict[str, float] = dict.fromkeys(
+        ["input dist", "lookup", "output dist", "dense arch fwd", "interaction fwd",
+         "over arch + loss fwd", "loss + over arch bwd", "interaction bwd",
+         "pooled gradient all-to-all", "dense arch bwd", "embedding bwd + update",
+         "DDP all-reduce (launch/wait)", "dense optimizer", "zero_grad", "other (Python, waits)"],
+        0.0,
+    )  # fmt: skip
+
+    def add(phase: str, e: dict[str, Any]) -> None:
+        out[phase] += e["dur"] / 1e3
+        out["other (Python, waits)"] -= e["dur"] / 1e3
+
+    def top(parent: dict[str, Any]) -> list[dict[str, Any]]:
+        end, last, kids = parent["ts"] + parent["dur"], parent["ts"], []
+        for e in ops:
+            if e is not parent and e["ts"] >= last and e["ts"] + e["dur"] <= end:
+                kids.append(e)
+                last = e["ts"] + e["dur"]
+        return kids
+
+    forward, backward = label[PHASE_LABELS[1]], label[PHASE_LABELS[2]]
+    out["other (Python, waits)"] = (forward["dur"] + backward["dur"]) / 1e3
+    state = "input"
+    for e in top(top(forward)[0]):  # the children of DDP's forward
+        n = e["name"]
+        if "SegmentLookup" in n or "[lookup]" in n:
+            add("lookup", e)
+            state = "looked up"
+        elif "KJT" in n or "alltoall" in n or (state == "input" and n == "aten::cat"):
+            add("input dist", e)
+        elif "_Place" in n or "output_dist" in n or "EmbeddingBagCollectionAwaitable" in n:
+            add("output dist", e)
+            state = "interaction"
+        elif n in ("aten::linear", "aten::relu"):
+            add("over arch + loss fwd" if state == "interaction" else "dense arch fwd", e)
+        elif n in ("aten::cat", "aten::bmm", "aten::index", "aten::index_select"):
+            add("interaction fwd", e)
+            state = "interaction"
+        else:
+            add("over arch + loss fwd", e)
+    state = "over"
+    for e in top(backward):
+        n = e["name"].replace("autograd::engine::evaluate_function: ", "")
+        if any(k in n for k in _EMBEDDING_BWD):
+            add("embedding bwd + update", e)
+        elif "allreduce" in n or "AccumulateGrad" in n:
+            add("DDP all-reduce (launch/wait)", e)
+        elif state in ("over", "interaction") and any(k in n for k in _INTERACTION_BWD):
+            add("interaction bwd", e)
+            state = "interaction"
+        elif state != "over" and any(k in n for k in _POOLED_BWD):
+            add("pooled gradient all-to-all", e)
+            state = "pooled"
+        elif state == "over":
+            add("loss + over arch bwd", e)
+        elif state == "interaction" and "Addmm" not in n:
+            add("interaction bwd", e)
+        elif state == "pooled" and "Addmm" not in n:
+            add("pooled gradient all-to-all", e)
+        else:
+            add("dense arch bwd", e)
+            state = "dense"
+    out["dense optimizer"] = label[PHASE_LABELS[3]]["dur"] / 1e3
+    out["zero_grad"] = label[PHASE_LABELS[0]]["dur"] / 1e3
+    return out
 
 
 def _loadavg() -> str:

@@ -9,7 +9,10 @@ Every public collective follows one pattern:
 2. At `wait()`, wait for the work and connect the received tensor to the input in the autograd
    graph with `link`, whose backward runs the reverse collective on the gradient (synchronously:
    backward of one collective is one blocking call; the autograd engine visits them in the same
-   order on every rank because every rank builds the same graph).
+   order on every rank because every rank builds the same graph). `linked_all_to_all` splits
+   that backward in two nodes (`_split_linked`): the reverse all-to-all is launched by the
+   received tensor's backward and waited for by a node created at launch time, so the
+   backward of what the forward computed between launch and wait overlaps it.
 
 With one rank nothing is communicated: the input is its own output.
 """
@@ -250,13 +253,126 @@ def _linked(
     return finish
 
 
+class _ReverseSlot:
+    """The reverse collective of one split link, handed from its launching backward node
+    (`_Arrived`) to its waiting one (`_Launched`)."""
+
+    def __init__(self) -> None:
+        self.pending: Pending | None = None
+
+
+class _Launched(torch.autograd.Function):
+    """Created when the forward collective is launched: a zero-size token from `source`.
+    Backward waits for the reverse collective that `_Arrived`'s backward launched and returns
+    its result as `source`'s gradient."""
+
+    @staticmethod
+    def forward(
+        ctx: torch.autograd.function.FunctionCtx,
+        source: torch.Tensor,
+        slot: _ReverseSlot,
+        dummy: bool,
+    ) -> torch.Tensor:
+        ctx.slot = slot  # type: ignore[attr-defined]  # ctx is a free-form namespace
+        ctx.dummy = dummy  # type: ignore[attr-defined]  # same
+        return source.new_empty((0,))
+
+    @staticmethod
+    def backward(
+        ctx: torch.autograd.function.FunctionCtx, token_grad: torch.Tensor
+    ) -> tuple[torch.Tensor, None, None]:
+        slot: _ReverseSlot = ctx.slot  # type: ignore[attr-defined]  # set in forward
+        if slot.pending is None:
+            raise RuntimeError(
+                "linked_all_to_all: the reverse all-to-all was not launched before its wait; "
+                "the received tensor's backward must run first (is it part of the loss?)"
+            )
+        source_grad = slot.pending.wait()
+        slot.pending = None
+        if ctx.dummy:  # type: ignore[attr-defined]  # set in forward
+            source_grad = source_grad.new_zeros((0,))
+        return source_grad, None, None
+
+
+class _Arrived(torch.autograd.Function):
+    """Identity from `received` in forward, created when the collective is waited for.
+    Backward launches `reverse_async(grad)` and leaves it in the slot for `_Launched`."""
+
+    @staticmethod
+    def forward(
+        ctx: torch.autograd.function.FunctionCtx,
+        token: torch.Tensor,
+        received: list[torch.Tensor],
+        reverse_async: Callable[[torch.Tensor], Pending],
+        slot: _ReverseSlot,
+    ) -> torch.Tensor:
+        ctx.reverse_async = reverse_async  # type: ignore[attr-defined]  # ctx is a free-form namespace
+        ctx.slot = slot  # type: ignore[attr-defined]  # same
+        return received[0]  # inside a list: see `_Link.forward`
+
+    @staticmethod
+    def backward(
+        ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor
+    ) -> tuple[torch.Tensor, None, None, None]:
+        reverse_async: Callable[[torch.Tensor], Pending] = ctx.reverse_async  # type: ignore[attr-defined]  # set in forward
+        slot: _ReverseSlot = ctx.slot  # type: ignore[attr-defined]  # set in forward
+        slot.pending = reverse_async(grad.contiguous())
+        return grad.new_empty((0,)), None, None, None
+
+
+def _split_linked(
+    env: ShardingEnv,
+    send: torch.Tensor,
+    pending: Pending,
+    reverse_async: Callable[[torch.Tensor], Pending],
+) -> Callable[[], torch.Tensor]:
+    """Like `_linked`, with the backward in two nodes: the reverse collective is launched by
+    the received tensor's backward node and waited for by a node created at launch time.
+
+    The autograd engine runs ready nodes newest first, so whatever the forward computed
+    between the launch and the wait (a DLRM's dense arch, between the pooled all-to-all's
+    launch and its wait) has its backward run while the reverse collective is in flight,
+    instead of after a blocking one. The gradient is the same tensor either way. Launches stay
+    in the same order on every rank: every rank builds the same graph.
+    """
+    grad = needs_grad(env, send)
+    if not grad:
+        return lambda: link(send, pending.wait(), lambda g: g, False)
+    dummy = not send.requires_grad
+    source = (
+        torch.empty((0,), dtype=send.dtype, device=send.device, requires_grad=True)
+        if dummy
+        else send
+    )
+    slot = _ReverseSlot()
+    with torch.enable_grad():
+        token: torch.Tensor = _Launched.apply(source, slot, dummy)  # type: ignore[no-untyped-call]  # Function.apply is untyped in torch's stubs
+    done: list[torch.Tensor] = []  # one `_Arrived` per launch: a second call returns the first
+
+    def finish() -> torch.Tensor:
+        if done:
+            return done[0]
+        received = pending.wait()
+        if received.numel() and (
+            received.untyped_storage().data_ptr() == send.untyped_storage().data_ptr()
+        ):
+            received = received.clone()  # one rank: the "received" tensor is the input itself
+        with torch.enable_grad():
+            out: torch.Tensor = _Arrived.apply(token, [received], reverse_async, slot)  # type: ignore[no-untyped-call]  # as above
+        done.append(out)
+        return out
+
+    return finish
+
+
 def linked_all_to_all(
     env: ShardingEnv, send: torch.Tensor, in_splits: Sequence[int], out_splits: Sequence[int]
 ) -> Callable[[], torch.Tensor]:
-    """Launch `all_to_all` of `send` now; the returned function waits for it and `link`s the
-    result to `send` (backward: the reverse all-to-all of the gradient)."""
+    """Launch `all_to_all` of `send` now; the returned function waits for it and links the
+    result to `send` (backward: the reverse all-to-all of the gradient, launched by the
+    result's backward and waited for by `send`'s: `_split_linked`)."""
     pending = all_to_all(env, send.detach(), in_splits, out_splits)
-    return _linked(env, send, pending, lambda g: all_to_all_sync(env, g, out_splits, in_splits))
+    return _split_linked(env, send, pending, lambda g: all_to_all(env, g, out_splits, in_splits))
 
 
 def linked_reduce_scatter_v(
