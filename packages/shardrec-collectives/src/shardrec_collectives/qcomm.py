@@ -347,9 +347,9 @@ def linked_reduce_scatter(
     wire in the codec's format would round every partial sum again and cannot add group-wise
     bytes); each received chunk is decoded to float32 and the chunks are summed in float32, in
     rank order, then cast to `send`'s dtype (an FP32 forward codec sends and sums the chunks as
-    they are). So the rounding is one codec round trip per partial sum, none in the sum. Backward: this rank's gradient chunk is encoded once by the
-    backward codec, the encoded chunks are all-gathered, each rank's part decoded. Every rank
-    must pass the same codecs."""
+    they are). So the rounding is one codec round trip per partial sum, none in the sum.
+    Backward: this rank's gradient chunk is encoded once by the backward codec, the encoded
+    chunks are all-gathered, each rank's part decoded. Every rank must pass the same codecs."""
     fwd, bwd = codecs.forward, codecs.backward
     world, mine = env.world_size, counts[env.rank]
     wire, wire_in = _encode(fwd, send.detach(), counts)
