@@ -20,8 +20,10 @@ Where each table's map lives (`IdRouting`):
   map and maps every rank's ids (all-gathered, in rank order) as one step, so every replica
   makes the same decisions and each column block (or replica) resets the same freed slots.
 
-The exchanges are extra collectives before the ordinary input_dist (two all-to-alls per
-partitioned table, one all-gather per replicated table, one error flag per batch).
+The exchanges are extra collectives before the ordinary input_dist, shared by all the
+dynamic tables of a batch (`_ShardedDynamicTables.remap`): one all-to-all of every table's ids
+(with its size exchange) and one all-to-all of the partitioned tables' slots back, plus one error
+flag per batch. A replicated table's ids ride in the same exchange, sent to every rank.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from shardrec_embedding import BaseEmbeddingConfig, EmbeddingBagConfig, PoolingT
 from shardrec_embedding.dynamic import DynamicTable, DynamicTables, mix64
 from shardrec_embedding.dynamic.collection import Remapped, dynamic_configs
 from shardrec_embedding.dynamic.in_flight import hold_until_backward
+from shardrec_embedding.dynamic.reset import fill_rows_
 from shardrec_embedding.fused import BatchedFusedEmbeddingBag
 from shardrec_jagged import JaggedTensor, KeyedJaggedTensor, KeyedTensor
 from shardrec_planner import ShardingType
@@ -149,6 +152,7 @@ class ShardedDynamicTable(DynamicTable):
         self._owners = torch.tensor(routing.owners, dtype=torch.int64)
         self._offset = routing.local_offset(env.rank)
         self._owns = routing.replicated or env.rank in routing.owners
+        self._premapped: Tensor | None = None  # this batch's slots, from the shared exchange
         if not routing.replicated and env.world_size > 1:
             # Each part's state is a piece of one table-wide state (checkpoints): see
             # `PartState`. Replicated maps are the same on every rank and stay plain.
@@ -159,6 +163,10 @@ class ShardedDynamicTable(DynamicTable):
     def map_ids(self, ids: Tensor, *, training: bool) -> Tensor:
         """`(N,)` global slot of each of this rank's raw ids (-1: no slot); see the class."""
         ids = ids.reshape(-1)
+        premapped, self._premapped = self._premapped, None
+        if premapped is not None:  # mapped by the collection's shared exchange (same ids)
+            assert premapped.numel() == ids.numel()
+            return premapped
         if ids.is_floating_point() or ids.is_complex() or ids.dtype is torch.bool:
             raise TypeError(
                 f"dynamic table {self.name!r}: raw ids must be integers, got dtype {ids.dtype}; "
@@ -171,19 +179,28 @@ class ShardedDynamicTable(DynamicTable):
             slots = super().map_ids(every, training=training)
             start = sum(counts[: env.rank])
             return slots[start : start + ids.numel()]
-        dest = self._owners[owner_part(ids, len(self.routing.owners))]
-        order = torch.sort(dest, stable=True).indices
-        send = torch.bincount(dest, minlength=env.world_size).tolist()
+        order, send = self.route(ids)
         received, recv = all_to_all_ids(env, ids[order], send)
-        if self._owns:
-            local = super().map_ids(received, training=training)
-            found = torch.where(local >= 0, local + self._offset, local)
-        else:
-            found = received  # nothing was sent here
+        found = self.map_local(received, training=training)
         back = return_ids(env, found, recv, send)
         out = torch.empty_like(back)
         out[order] = back
         return out
+
+    def route(self, ids: Tensor) -> tuple[Tensor, list[int]]:
+        """A partitioned table's send order of this rank's int64 `ids` (grouped by owner rank,
+        stable) and how many go to each rank."""
+        dest = self._owners[owner_part(ids, len(self.routing.owners))]
+        order = torch.sort(dest, stable=True).indices
+        return order, torch.bincount(dest, minlength=self.env.world_size).tolist()
+
+    def map_local(self, received: Tensor, *, training: bool) -> Tensor:
+        """The owner step: the global slots of the ids this rank `received` (a replicated
+        table: every rank's; empty when this rank owns no part: nothing was sent here)."""
+        if not self._owns:
+            return received
+        local = super().map_ids(received, training=training)
+        return torch.where(local >= 0, local + self._offset, local)
 
 
 class _ShardedDynamicTables(DynamicTables):
@@ -206,6 +223,114 @@ class _ShardedDynamicTables(DynamicTables):
             owner,
             make_table=lambda c: kinds[c.name](c, routing[c.name], env),
         )
+        self._env = env
+
+    def _part(self, name: str) -> ShardedDynamicTable:
+        table = self.table(name)
+        assert isinstance(table, ShardedDynamicTable)
+        return table
+
+    def remap(self, features: KeyedJaggedTensor, *, training: bool, owner: str) -> Remapped:
+        """`DynamicTables.remap`, with every table's ids exchanged in one all-to-all (and the
+        partitioned tables' slots in one back) instead of one exchange per table: each owner
+        maps each table's received ids with that table, in table order, as the per-table
+        path does (the same decisions and slots)."""
+        if self._env.world_size > 1 and _precheck(features, self._features(), owner) is None:
+            for name, slots in self._exchange_map(features, training=training).items():
+                self._part(name)._premapped = slots
+        try:
+            return super().remap(features, training=training, owner=owner)
+        finally:
+            for name in self.tables:
+                self._part(name)._premapped = None
+
+    def _features(self) -> list[str]:
+        return [f for feats in self._table_features.values() for f in feats]
+
+    def _exchange_map(self, features: KeyedJaggedTensor, *, training: bool) -> dict[str, Tensor]:
+        """Each table's `(N,)` global slots of this rank's ids of `features` (see `remap`).
+
+        To each rank d goes one block: the T per-table counts, then table 0's ids for d,
+        table 1's... (a replicated table's ids go to every rank, a partitioned one's to their
+        owners). The owners' slots of the partitioned tables come back in one block per rank.
+        """
+        env = self._env
+        world = env.world_size
+        values = features.values()
+        opk = features.offset_per_key()
+        position = {k: i for i, k in enumerate(features.keys())}
+        names = list(self.tables)
+        parts = [self._part(n) for n in names]
+        mine: list[Tensor] = []  # per table: its ids in send order
+        orders: list[Tensor | None] = []
+        sends: list[list[int]] = []  # per table: ids to each rank
+        for name, part in zip(names, parts, strict=True):
+            spans = [(opk[position[f]], opk[position[f] + 1]) for f in self._table_features[name]]
+            ids = torch.cat([values[a:b] for a, b in spans]).to(device="cpu", dtype=torch.int64)
+            if part.routing.replicated:
+                mine.append(ids)
+                orders.append(None)
+                sends.append([ids.numel()] * world)
+            else:
+                order, send = part.route(ids)
+                mine.append(ids[order])
+                orders.append(order)
+                sends.append(send)
+        blocks: list[Tensor] = []
+        starts = [0] * len(names)  # per partitioned table: where rank d's ids start
+        for d in range(world):
+            blocks.append(torch.tensor([s[d] for s in sends], dtype=torch.int64))
+            for t, ids in enumerate(mine):
+                if orders[t] is None:
+                    blocks.append(ids)
+                else:
+                    blocks.append(ids[starts[t] : starts[t] + sends[t][d]])
+                    starts[t] += sends[t][d]
+        send_total = [len(names) + sum(s[d] for s in sends) for d in range(world)]
+        received, recv_total = all_to_all_ids(env, torch.cat(blocks), send_total)
+        # Per source rank: its counts, then its ids of each table.
+        got: list[list[Tensor]] = [[] for _ in names]
+        at = 0
+        for total in recv_total:
+            block = received[at : at + total]
+            at += total
+            counts = block[: len(names)].tolist()
+            pos = len(names)
+            for t, c in enumerate(counts):
+                got[t].append(block[pos : pos + c])
+                pos += c
+        out: dict[str, Tensor] = {}
+        back: list[list[Tensor]] = [[] for _ in range(world)]  # per source rank: its slots
+        for t, (name, part) in enumerate(zip(names, parts, strict=True)):
+            found = part.map_local(torch.cat(got[t]), training=training)
+            if orders[t] is None:
+                start = sum(g.numel() for g in got[t][: env.rank])
+                out[name] = found[start : start + mine[t].numel()]
+                continue
+            at = 0
+            for s, g in enumerate(got[t]):
+                back[s].append(found[at : at + g.numel()])
+                at += g.numel()
+        partitioned = [t for t in range(len(names)) if orders[t] is not None]
+        if not partitioned:
+            return out
+        recv_back = [sum(int(x.numel()) for x in b) for b in back]
+        send_back = [sum(sends[t][d] for t in partitioned) for d in range(world)]
+        slots = return_ids(env, torch.cat([x for b in back for x in b]), recv_back, send_back)
+        # From each rank d: its slots of table t's ids sent there, table after table.
+        per_table: list[list[Tensor]] = [[] for _ in names]
+        at = 0
+        for d in range(world):
+            for t in partitioned:
+                per_table[t].append(slots[at : at + sends[t][d]])
+                at += sends[t][d]
+        for t in partitioned:
+            perm = orders[t]
+            assert perm is not None
+            result = torch.empty_like(mine[t])
+            result[perm] = torch.cat(per_table[t])
+            out[names[t]] = result
+        return out
 
 
 def _weight_getter(table: nn.Module) -> Callable[[], Tensor]:
@@ -222,9 +347,9 @@ def _state_reset(module: BatchedFusedEmbeddingBag, name: str) -> Callable[[Tenso
     offset = module.row_offsets[[t.name for t in module.table_specs].index(name)]
 
     def reset(slots: Tensor) -> None:
-        with torch.no_grad():
-            for state in module.optimizer_state().values():
-                state[slots.to(state.device) + offset] = 0
+        for state in module.optimizer_state().values():
+            # one native prefetched pass for a CPU float32 state (index_fill_ elsewhere)
+            fill_rows_(state, slots, row_offset=offset, value=0.0)
 
     return reset
 
