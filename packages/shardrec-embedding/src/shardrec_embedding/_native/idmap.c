@@ -743,13 +743,19 @@ int64_t sr_idmap_find_touch_pending(int64_t *buckets, int64_t num_buckets, const
                                     int64_t *ucounts) {
     const uint64_t mask = (uint64_t)num_buckets - 1;
     int64_t u = 0;
+    uint64_t ring[SR_IDMAP_PREFETCH]; /* home buckets of ids[i .. i + PREFETCH), hashed once */
+    for (int64_t j = 0; j < SR_IDMAP_PREFETCH && j < n; j++) {
+        ring[j] = sr_idmap_mix((uint64_t)ids[j]) & mask;
+        __builtin_prefetch(buckets + 2 * ring[j], 1, 0);
+    }
     for (int64_t i = 0; i < n; i++) {
+        uint64_t h = ring[i & (SR_IDMAP_PREFETCH - 1)];
         if (i + SR_IDMAP_PREFETCH < n) {
-            uint64_t ahead = sr_idmap_mix((uint64_t)ids[i + SR_IDMAP_PREFETCH]) & mask;
+            const uint64_t ahead = sr_idmap_mix((uint64_t)ids[i + SR_IDMAP_PREFETCH]) & mask;
+            ring[i & (SR_IDMAP_PREFETCH - 1)] = ahead;
             __builtin_prefetch(buckets + 2 * ahead, 1, 0);
         }
         const int64_t key = ids[i];
-        uint64_t h = sr_idmap_mix((uint64_t)key) & mask;
         int64_t *b = buckets + 2 * h;
         while (b[1] >= 0 && b[0] != key) {
             h = (h + 1) & mask;
