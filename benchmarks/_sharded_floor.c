@@ -1,15 +1,17 @@
 /* Floor kernels of benchmarks/_sharded_floor.py: the least work of a sharded step's lookup and
- * row-wise Adagrad update, one thread, plain vectorisable loops with a software prefetch of the
- * row a few ids ahead. Built (and cached) by shardrec_embedding's native loader. */
+ * row-wise Adagrad update, one thread, plain vectorisable loops with a two-stage software prefetch
+ * (into L2 64 rows ahead, into L1 16 ahead: the scheme of shardrec's own update kernel). Built (and cached) by shardrec_embedding's native loader. */
 #include <math.h>
 #include <stdint.h>
 
-#define AHEAD 16
+#define AHEAD 16    /* rows prefetched into L1 for use (read, or write in the update) */
+#define FAR_AHEAD 64 /* rows read into L2 before that: more reads in flight than L1 allows */
 #define LINE_FLOATS 16 /* 64-byte cache lines */
 
-/* Prefetch every cache line of the row `r` of `cols` floats (rw: 1 when it will be written). */
-#define PREFETCH_ROW(r, cols, rw)                                                              \
-    for (int64_t _c = 0; _c < (cols); _c += LINE_FLOATS) __builtin_prefetch((r) + _c, (rw))
+/* Prefetch every cache line of the row `r` of `cols` floats (rw: 1 when it will be written;
+ * loc: 3 into L1, 2 into L2). */
+#define PREFETCH_ROW(r, cols, rw, loc)                                                         \
+    for (int64_t _c = 0; _c < (cols); _c += LINE_FLOATS) __builtin_prefetch((r) + _c, (rw), (loc))
 
 /* out[b, :] = sum of rows w[idx[j], :] for j in [offsets[b], offsets[b + 1]) */
 void floor_pool(const float *w, const int64_t *idx, const int64_t *offsets, int64_t bags,
@@ -19,7 +21,8 @@ void floor_pool(const float *w, const int64_t *idx, const int64_t *offsets, int6
         float *o = out + b * cols;
         for (int64_t c = 0; c < cols; c++) o[c] = 0.0f;
         for (int64_t j = offsets[b]; j < offsets[b + 1]; j++) {
-            if (j + AHEAD < n) PREFETCH_ROW(w + idx[j + AHEAD] * cols, cols, 0);
+            if (j + FAR_AHEAD < n) PREFETCH_ROW(w + idx[j + FAR_AHEAD] * cols, cols, 0, 2);
+            if (j + AHEAD < n) PREFETCH_ROW(w + idx[j + AHEAD] * cols, cols, 0, 3);
             const float *r = w + idx[j] * cols;
             for (int64_t c = 0; c < cols; c++) o[c] += r[c];
         }
@@ -34,9 +37,13 @@ void floor_pool(const float *w, const int64_t *idx, const int64_t *offsets, int6
 void floor_update(float *w, float *m, const int64_t *uniq, const float *g, int64_t n,
                   int64_t gn, int64_t cols, float lr, float eps) {
     for (int64_t i = 0; i < n; i++) {
+        if (i + FAR_AHEAD < n) {
+            PREFETCH_ROW(w + uniq[i + FAR_AHEAD] * cols, cols, 0, 2);
+            __builtin_prefetch(m + uniq[i + FAR_AHEAD], 0, 2);
+        }
         if (i + AHEAD < n) {
-            PREFETCH_ROW(w + uniq[i + AHEAD] * cols, cols, 1);
-            __builtin_prefetch(m + uniq[i + AHEAD], 1);
+            PREFETCH_ROW(w + uniq[i + AHEAD] * cols, cols, 1, 3);
+            __builtin_prefetch(m + uniq[i + AHEAD], 1, 3);
         }
         const float *gi = g + (i % gn) * cols;
         float s = 0.0f;
