@@ -262,11 +262,15 @@ class DynamicTables(nn.Module):
                 else (values[spans[0][0] : spans[0][1]])
             )
             slots = table.map_ids(ids, training=training).to(values.device)
+            # one reduction, no mask, when every id has a slot (ids already in the table)
+            none_dropped = slots.numel() == 0 or int(slots.min()) >= 0
             start = 0
             for f, (a, b) in zip(feats, spans, strict=True):
                 part = slots[start : start + b - a]
                 start += b - a
                 out_values[a:b] = part.to(values.dtype)
+                if none_dropped:
+                    continue
                 miss = part < 0
                 if not bool(miss.any()):
                     continue
