@@ -1,0 +1,339 @@
+"""Where a sharded collection's dynamic (raw-id) tables keep their id maps, and how a batch's raw
+ids travel to them and their slots come back (part of `shardrec_sharding.dynamic`).
+
+Where each table's map lives (`IdRouting`):
+
+- row_wise / table_row_wise: **partitioned**. Every rank holding a row block owns a part of
+  the id space (the ids with `mix64(id ^ ROUTE_SALT) % parts == part`) and its row block's
+  slots: the owner maps its ids to local slots, global slot = row offset + local slot, so the
+  row-wise bucketizer sends each slot back to the same owner. The salt decorrelates the
+  routing from the map's own probe (which uses the low bits of `mix64(id)`).
+- table_wise: partitioned with one part, the rank holding the table.
+- column_wise / table_column_wise / data_parallel: **replicated**. Every rank keeps the whole
+  map and maps every rank's ids (all-gathered, in rank order) as one step, so every replica
+  makes the same decisions and each column block (or replica) resets the same freed slots.
+
+The exchanges are extra collectives before the ordinary input_dist, shared by all the
+dynamic tables of a batch (`ShardedDynamicTables.remap`): one all-to-all of every table's ids
+(with its size exchange) and one all-to-all of the partitioned tables' slots back, plus one error
+flag per batch. A replicated table's ids ride in the same exchange, sent to every rank.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from shardrec_collectives import ShardingEnv, all_gather_ids, all_to_all_ids, return_ids
+from shardrec_embedding import BaseEmbeddingConfig
+from shardrec_embedding.dynamic import DynamicTable, DynamicTables, mix64
+from shardrec_embedding.dynamic.collection import Remapped
+from shardrec_jagged import KeyedJaggedTensor
+from shardrec_planner import ShardingType
+from shardrec_sharding._dynamic_state import PartState
+from shardrec_sharding.layout import TableSharding
+
+__all__ = [
+    "ROUTE_SALT",
+    "IdRouting",
+    "ShardedDynamicTable",
+    "ShardedDynamicTables",
+    "has_dynamic_tables",
+    "owner_part",
+    "precheck",
+    "routing_of",
+]
+
+ROUTE_SALT = 0x5851F42D4C957F2D
+"""XORed into a raw id before `mix64` to pick its part (decorrelated from the map's probe)."""
+
+_ROW_SPLIT = (ShardingType.ROW_WISE, ShardingType.TABLE_ROW_WISE)
+
+
+def has_dynamic_tables(module: nn.Module) -> bool:
+    """Whether `module` (an embedding collection) has a dynamic table."""
+    return isinstance(getattr(module, "dynamic_tables", None), DynamicTables)
+
+
+def owner_part(ids: Tensor, parts: int) -> Tensor:
+    """`(N,)` int64 part in `[0, parts)` of each raw id: `mix64(id ^ ROUTE_SALT) mod parts`."""
+    return torch.remainder(mix64(ids.to(torch.int64) ^ ROUTE_SALT), parts)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class IdRouting:
+    """Where one dynamic table's id map lives (module docstring).
+
+    replicated: every rank maps every id. Otherwise part k of the id space belongs to rank
+    `owners[k]`, whose map holds `capacities[k]` slots, global slots `offsets[k] + local`.
+    """
+
+    replicated: bool
+    owners: tuple[int, ...] = ()
+    offsets: tuple[int, ...] = ()
+    capacities: tuple[int, ...] = ()
+
+    def local_capacity(self, rank: int, capacity: int) -> int:
+        """Slots of this rank's map (0 when it owns no part)."""
+        if self.replicated:
+            return capacity
+        return self.capacities[self.owners.index(rank)] if rank in self.owners else 0
+
+    def local_offset(self, rank: int) -> int:
+        if self.replicated or rank not in self.owners:
+            return 0
+        return self.offsets[self.owners.index(rank)]
+
+
+def routing_of(table: TableSharding) -> IdRouting:
+    """The routing of `table`'s ids under its sharding type."""
+    st = table.sharding_type
+    if st in _ROW_SPLIT or st is ShardingType.TABLE_WISE:
+        parts = sorted((s for s in table.shards if s.rows > 0), key=lambda s: s.row_offset)
+        return IdRouting(
+            replicated=False,
+            owners=tuple(s.rank for s in parts),
+            offsets=tuple(s.row_offset for s in parts),
+            capacities=tuple(s.rows for s in parts),
+        )
+    return IdRouting(replicated=True)
+
+
+class ShardedDynamicTable(DynamicTable):
+    """This rank's part of one sharded dynamic table: a `DynamicTable` of its local capacity
+    whose `map_ids` takes this rank's raw ids and returns their *global* slots, exchanging
+    ids with the other ranks (every rank calls it once per batch, in the same table order).
+
+    Counters (`stats()`) are this part's: a partitioned table's sum over ranks is the table's;
+    a replicated table's every replica counts every id.
+    """
+
+    def __init__(
+        self,
+        config: BaseEmbeddingConfig,
+        routing: IdRouting,
+        env: ShardingEnv,
+    ) -> None:
+        assert config.dynamic is not None
+        super().__init__(
+            config.name,
+            config.dynamic,
+            routing.local_capacity(env.rank, config.num_embeddings),
+            config.embedding_dim,
+        )
+        self.routing = routing
+        self.env = env
+        self.table_capacity = config.num_embeddings
+        self._owners = torch.tensor(routing.owners, dtype=torch.int64)
+        self._offset = routing.local_offset(env.rank)
+        self._owns = routing.replicated or env.rank in routing.owners
+        self._premapped: Tensor | None = None  # this batch's slots, from the shared exchange
+        if not routing.replicated and env.world_size > 1:
+            # Each part's state is a piece of one table-wide state (checkpoints): see
+            # `PartState`. Replicated maps are the same on every rank and stay plain.
+            state = PartState(self)
+            self._register_state_dict_hook(state.to_sharded)  # type: ignore[no-untyped-call]  # untyped in torch's stubs
+            self._register_load_state_dict_pre_hook(state.to_local)  # type: ignore[no-untyped-call]  # untyped in torch's stubs
+
+    def map_ids(self, ids: Tensor, *, training: bool) -> Tensor:
+        """`(N,)` global slot of each of this rank's raw ids (-1: no slot); see the class."""
+        ids = ids.reshape(-1)
+        premapped, self._premapped = self._premapped, None
+        if premapped is not None:  # mapped by the collection's shared exchange (same ids)
+            assert premapped.numel() == ids.numel()
+            return premapped
+        if ids.is_floating_point() or ids.is_complex() or ids.dtype is torch.bool:
+            raise TypeError(
+                f"dynamic table {self.name!r}: raw ids must be integers, got dtype {ids.dtype}; "
+                "cast whole numbers with .long()"
+            )
+        ids = ids.to(device="cpu", dtype=torch.int64)
+        env = self.env
+        if self.routing.replicated:
+            every, counts = all_gather_ids(env, ids)
+            slots = super().map_ids(every, training=training)
+            start = sum(counts[: env.rank])
+            return slots[start : start + ids.numel()]
+        order, send = self.route(ids)
+        received, recv = all_to_all_ids(env, ids[order], send)
+        found = self.map_local(received, training=training)
+        back = return_ids(env, found, recv, send)
+        out = torch.empty_like(back)
+        out[order] = back
+        return out
+
+    def route(self, ids: Tensor) -> tuple[Tensor, list[int]]:
+        """A partitioned table's send order of this rank's int64 `ids` (grouped by owner rank,
+        stable) and how many go to each rank."""
+        dest = self._owners[owner_part(ids, len(self.routing.owners))]
+        order = torch.sort(dest, stable=True).indices
+        return order, torch.bincount(dest, minlength=self.env.world_size).tolist()
+
+    def map_local(self, received: Tensor, *, training: bool) -> Tensor:
+        """The owner step: the global slots of the ids this rank `received` (a replicated
+        table: every rank's; empty when this rank owns no part: nothing was sent here)."""
+        if not self._owns:
+            return received
+        local = super().map_ids(received, training=training)
+        return torch.where(local >= 0, local + self._offset, local)
+
+
+class ShardedDynamicTables(DynamicTables):
+    """The `DynamicTables` of a sharded collection: one `ShardedDynamicTable` per dynamic
+    table, freed slots reset in this rank's rows and fused optimizer state."""
+
+    def __init__(
+        self,
+        configs: Sequence[BaseEmbeddingConfig],
+        tables: Sequence[TableSharding],
+        env: ShardingEnv,
+        owner: str,
+    ) -> None:
+        from shardrec_sharding.virtual_tier import part_class  # it subclasses this module's
+
+        routing = {t.name: routing_of(t) for t in tables}
+        kinds = {t.name: part_class(t) for t in tables}
+        super().__init__(
+            configs,
+            owner,
+            make_table=lambda c: kinds[c.name](c, routing[c.name], env),
+        )
+        self._env = env
+
+    def _part(self, name: str) -> ShardedDynamicTable:
+        table = self.table(name)
+        assert isinstance(table, ShardedDynamicTable)
+        return table
+
+    def remap(self, features: KeyedJaggedTensor, *, training: bool, owner: str) -> Remapped:
+        """`DynamicTables.remap`, with every table's ids exchanged in one all-to-all (and the
+        partitioned tables' slots in one back) instead of one exchange per table: each owner
+        maps each table's received ids with that table, in table order, as the per-table
+        path does (the same decisions and slots)."""
+        if self._env.world_size > 1 and precheck(features, self._features(), owner) is None:
+            for name, slots in self._exchange_map(features, training=training).items():
+                self._part(name)._premapped = slots
+        try:
+            return super().remap(features, training=training, owner=owner)
+        finally:
+            for name in self.tables:
+                self._part(name)._premapped = None
+
+    def _features(self) -> list[str]:
+        return [f for feats in self._table_features.values() for f in feats]
+
+    def _exchange_map(self, features: KeyedJaggedTensor, *, training: bool) -> dict[str, Tensor]:
+        """Each table's `(N,)` global slots of this rank's ids of `features` (see `remap`).
+
+        To each rank d goes one block: the T per-table counts, then table 0's ids for d,
+        table 1's... (a replicated table's ids go to every rank, a partitioned one's to their
+        owners). The owners' slots of the partitioned tables come back in one block per rank.
+        """
+        env = self._env
+        world = env.world_size
+        values = features.values()
+        opk = features.offset_per_key()
+        position = {k: i for i, k in enumerate(features.keys())}
+        names = list(self.tables)
+        parts = [self._part(n) for n in names]
+        mine: list[Tensor] = []  # per table: its ids in send order
+        orders: list[Tensor | None] = []
+        sends: list[list[int]] = []  # per table: ids to each rank
+        for name, part in zip(names, parts, strict=True):
+            spans = [(opk[position[f]], opk[position[f] + 1]) for f in self._table_features[name]]
+            ids = torch.cat([values[a:b] for a, b in spans]).to(device="cpu", dtype=torch.int64)
+            if part.routing.replicated:
+                mine.append(ids)
+                orders.append(None)
+                sends.append([ids.numel()] * world)
+            else:
+                order, send = part.route(ids)
+                mine.append(ids[order])
+                orders.append(order)
+                sends.append(send)
+        blocks: list[Tensor] = []
+        starts = [0] * len(names)  # per partitioned table: where rank d's ids start
+        for d in range(world):
+            blocks.append(torch.tensor([s[d] for s in sends], dtype=torch.int64))
+            for t, ids in enumerate(mine):
+                if orders[t] is None:
+                    blocks.append(ids)
+                else:
+                    blocks.append(ids[starts[t] : starts[t] + sends[t][d]])
+                    starts[t] += sends[t][d]
+        send_total = [len(names) + sum(s[d] for s in sends) for d in range(world)]
+        received, recv_total = all_to_all_ids(env, torch.cat(blocks), send_total)
+        # Per source rank: its counts, then its ids of each table.
+        got: list[list[Tensor]] = [[] for _ in names]
+        at = 0
+        for total in recv_total:
+            block = received[at : at + total]
+            at += total
+            counts = block[: len(names)].tolist()
+            pos = len(names)
+            for t, c in enumerate(counts):
+                got[t].append(block[pos : pos + c])
+                pos += c
+        out: dict[str, Tensor] = {}
+        back: list[list[Tensor]] = [[] for _ in range(world)]  # per source rank: its slots
+        for t, (name, part) in enumerate(zip(names, parts, strict=True)):
+            found = part.map_local(torch.cat(got[t]), training=training)
+            if orders[t] is None:
+                start = sum(g.numel() for g in got[t][: env.rank])
+                out[name] = found[start : start + mine[t].numel()]
+                continue
+            at = 0
+            for s, g in enumerate(got[t]):
+                back[s].append(found[at : at + g.numel()])
+                at += g.numel()
+        partitioned = [t for t in range(len(names)) if orders[t] is not None]
+        if not partitioned:
+            return out
+        recv_back = [sum(int(x.numel()) for x in b) for b in back]
+        send_back = [sum(sends[t][d] for t in partitioned) for d in range(world)]
+        slots = return_ids(env, torch.cat([x for b in back for x in b]), recv_back, send_back)
+        # From each rank d: its slots of table t's ids sent there, table after table.
+        per_table: list[list[Tensor]] = [[] for _ in names]
+        at = 0
+        for d in range(world):
+            for t in partitioned:
+                per_table[t].append(slots[at : at + sends[t][d]])
+                at += sends[t][d]
+        for t in partitioned:
+            perm = orders[t]
+            assert perm is not None
+            result = torch.empty_like(mine[t])
+            result[perm] = torch.cat(per_table[t])
+            out[names[t]] = result
+        return out
+
+
+def precheck(
+    features: object, dynamic_features: Sequence[str], owner: str, tables: Sequence[str] = ()
+) -> Exception | None:
+    """What `DynamicTables.remap` would refuse before its exchanges (checked on every rank);
+    `tables`: the dynamic tables' names, which the messages give."""
+    if not isinstance(features, KeyedJaggedTensor):
+        return TypeError(f"{owner}: expected a KeyedJaggedTensor, got {type(features).__name__}")
+    values = features.values()
+    if values.is_floating_point() or values.is_complex() or values.dtype == torch.bool:
+        return TypeError(
+            f"{owner}: ids must be an integer tensor, got values of dtype {values.dtype} "
+            f"(dynamic table(s) {list(tables)} map raw ids); cast them with .long() if they are "
+            "whole numbers (dynamic tables take any int64 value)"
+        )
+    keys = set(features.keys())
+    missing = [f for f in dynamic_features if f not in keys]
+    if missing:
+        return ValueError(
+            f"{owner}: the KeyedJaggedTensor lacks feature(s) {missing} that dynamic tables "
+            f"read; it has keys {list(features.keys())}"
+        )
+    if features.variable_stride_per_key():
+        return ValueError(
+            f"{owner}: variable batch size per feature is not supported with dynamic tables"
+        )
+    return None
