@@ -211,25 +211,6 @@ class IdSlotMap:
         each is given its slot (`admit_slots` / `replace_slots` / `insert`) or dropped
         (`drop_pending`), the map must not be read otherwise."""
         ids = _ids(ids, "IdSlotMap.find_touch_missing")
-        if pending and self._lib is not None and ids.numel() and self.can_pend(ids.numel()):
-            out = torch.empty_like(ids)
-            uniq = torch.empty_like(ids)
-            occurrences = torch.empty_like(ids)
-            u = int(
-                self._lib.sr_idmap_find_touch_pending(
-                    self._buckets.data_ptr(),
-                    self.num_buckets,
-                    ids.data_ptr(),
-                    ids.numel(),
-                    out.data_ptr(),
-                    None if last_seen is None else last_seen.data_ptr(),
-                    None if counts is None else counts.data_ptr(),
-                    step,
-                    uniq.data_ptr(),
-                    occurrences.data_ptr(),
-                )
-            )
-            return out, uniq[:u], occurrences[:u]
         if self._lib is None or ids.numel() == 0:
             slots = self.find_touch(ids, last_seen, counts, step)
             uniq, occurrences, inverse = self.distinct_missing(ids, slots)
@@ -242,8 +223,13 @@ class IdSlotMap:
         out = torch.empty_like(ids)
         uniq = torch.empty_like(ids)
         occurrences = torch.empty_like(ids)
+        native = (
+            self._lib.sr_idmap_find_touch_pending  # missing ids entered as pending on the way
+            if pending and self.can_pend(n)
+            else self._lib.sr_idmap_find_touch_missing  # missing ids deduplicated in a scratch set
+        )
         u = int(
-            self._lib.sr_idmap_find_touch_missing(
+            native(
                 self._buckets.data_ptr(),
                 self.num_buckets,
                 ids.data_ptr(),
