@@ -19,11 +19,13 @@ With one rank nothing is communicated: the input is its own output.
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Callable, Sequence
 
 import torch
 import torch.distributed as dist
 
+from shardrec_collectives._held import track
 from shardrec_collectives.env import ShardingEnv
 
 # torch 2.13 renamed reduce_scatter_tensor / all_gather_into_tensor to *_single (the old names
@@ -61,13 +63,16 @@ def all_to_all(
     if env.world_size == 1:
         return Pending(input, None)
     out = input.new_empty((sum(out_splits), *input.shape[1:]))
-    work = dist.all_to_all_single(
-        out,
-        input.contiguous(),
-        output_split_sizes=list(out_splits),
-        input_split_sizes=list(in_splits),
-        group=env.require_pg(),
-        async_op=True,
+    send = input.contiguous()
+    work = track(
+        dist.all_to_all_single(
+            out,
+            send,
+            output_split_sizes=list(out_splits),
+            input_split_sizes=list(in_splits),
+            group=env.require_pg(),
+            async_op=True,
+        )
     )
     return Pending(out, work)
 
@@ -98,10 +103,10 @@ def reduce_scatter_v(env: ShardingEnv, input: torch.Tensor, counts: Sequence[int
         # bytes of sending each rank its chunk, measured 2x slower (docs/bench/sharded.md,
         # s10-audit28). Exchange the chunks instead and sum them here on wait.
         received = padded.new_empty((env.world_size * biggest,))
-        work = dist.all_to_all_single(received, padded, group=pg, async_op=True)
+        work = track(dist.all_to_all_single(received, padded, group=pg, async_op=True))
         return _Summed(received, work, env.world_size, mine)
     out = input.new_empty((biggest,))
-    work = _REDUCE_SCATTER(out, padded, group=pg, async_op=True)
+    work = track(_REDUCE_SCATTER(out, padded, group=pg, async_op=True))
     return Pending(out if mine == biggest else out[:mine], work)
 
 
@@ -138,7 +143,7 @@ def all_gather_v(env: ShardingEnv, input: torch.Tensor, counts: Sequence[int]) -
         input.contiguous() if even else torch.nn.functional.pad(input, (0, biggest - input.numel()))
     )
     out = input.new_empty((env.world_size * biggest,))
-    work = _ALL_GATHER(out, src, group=pg, async_op=True)
+    work = track(_ALL_GATHER(out, src, group=pg, async_op=True))
     if even:
         return Pending(out, work)
     return _Unpadded(out, work, counts, biggest)
@@ -155,6 +160,18 @@ class _Unpadded(Pending):
     def wait(self) -> torch.Tensor:
         rows = super().wait().view(len(self._counts), self._biggest)
         return torch.cat([row[:count] for row, count in zip(rows, self._counts, strict=True)])
+
+
+def all_gather_objects(env: ShardingEnv, obj: object) -> list[object]:
+    """Every rank's picklable `obj`, in rank order: the pickled bytes through `all_gather_v`
+    (tracked like every work: `_held`), sizes first."""
+    if env.world_size == 1:
+        return [obj]
+    data = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8).to(env.device)
+    size = torch.tensor([data.numel()], dtype=torch.int64, device=env.device)
+    sizes = [int(n) for n in all_gather_v(env, size, [1] * env.world_size).wait().tolist()]
+    gathered = all_gather_v(env, data, sizes).wait().cpu()
+    return [pickle.loads(chunk.numpy().tobytes()) for chunk in torch.split(gathered, sizes)]
 
 
 def all_to_all_sync(

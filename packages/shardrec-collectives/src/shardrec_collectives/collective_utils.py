@@ -21,12 +21,14 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import pickle
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 import torch
 import torch.distributed as dist
 
+from shardrec_collectives._held import blocking
 from shardrec_collectives.errors import PeerError
 
 __all__ = [
@@ -67,6 +69,25 @@ def _check_rank(pg: dist.ProcessGroup | None, rank: int) -> None:
         )
 
 
+def _broadcast_object(pg: dist.ProcessGroup, obj: object, src: int) -> object:
+    """`obj` of global rank `src` on every rank of `pg`: its pickled size, then its bytes, each
+    work tracked (`_held`)."""
+    device = torch.device("cuda", torch.cuda.current_device()) if _uses_nccl(pg) else None
+    mine = dist.get_rank() == src
+    data = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8) if mine else None
+    size = torch.tensor([0 if data is None else data.numel()], dtype=torch.int64, device=device)
+    blocking(dist.broadcast(size, src=src, group=pg, async_op=True))
+    if data is None:
+        data = torch.empty(int(size.item()), dtype=torch.uint8)
+    data = data.to(device) if device is not None else data
+    blocking(dist.broadcast(data, src=src, group=pg, async_op=True))
+    return pickle.loads(data.cpu().numpy().tobytes())
+
+
+def _uses_nccl(pg: dist.ProcessGroup) -> bool:
+    return dist.get_backend(pg) == "nccl"
+
+
 def invoke_on_rank_and_broadcast_result(
     pg: dist.ProcessGroup | None,
     rank: int,
@@ -91,8 +112,9 @@ def invoke_on_rank_and_broadcast_result(
         except Exception as e:  # every rank must learn of it, or the others hang below
             error = e
             payload = [(False, f"{type(e).__name__}: {e}")]
-    dist.broadcast_object_list(payload, src=dist.get_global_rank(pg, rank), group=pg)
-    ok, value = cast(tuple[bool, object], payload[0])
+    ok, value = cast(
+        tuple[bool, object], _broadcast_object(pg, payload[0], dist.get_global_rank(pg, rank))
+    )
     if error is not None:
         raise error
     if not ok:

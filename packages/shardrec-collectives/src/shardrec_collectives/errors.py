@@ -20,6 +20,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from shardrec_collectives import _primitives as prim
+from shardrec_collectives._held import blocking
 from shardrec_collectives.env import ShardingEnv
 
 __all__ = ["PeerError", "agree_on_error"]
@@ -53,8 +55,7 @@ def raise_agreed(env: ShardingEnv, error: BaseException | None, failed: list[int
     that quotes them.
     """
     if env.world_size > 1:
-        messages: list[object] = [None] * env.world_size
-        dist.all_gather_object(messages, _describe(error), group=env.require_pg())
+        messages = prim.all_gather_objects(env, _describe(error))
     else:
         messages = [_describe(error)]
     if error is not None:
@@ -73,7 +74,7 @@ def agree_on_error(env: ShardingEnv, error: BaseException | None) -> None:
     if error is not None:
         flags[env.rank] = 1
     if env.world_size > 1:
-        dist.all_reduce(flags, group=env.require_pg())
+        blocking(dist.all_reduce(flags, group=env.require_pg(), async_op=True))
     failed = [r for r, f in enumerate(flags.tolist()) if f]
     if failed:
         raise_agreed(env, error, failed)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 
+from shardrec_collectives._held import blocking
 from shardrec_collectives.env import ShardingEnv
 
 __all__ = ["all_gather_ids", "all_to_all_ids", "return_ids"]
@@ -23,12 +24,15 @@ def _exchange(
 ) -> torch.Tensor:
     src = values.to(device=env.device, dtype=torch.int64).contiguous()
     out = src.new_empty(sum(recv))
-    dist.all_to_all_single(
-        out,
-        src,
-        output_split_sizes=list(recv),
-        input_split_sizes=list(send),
-        group=env.require_pg(),
+    blocking(
+        dist.all_to_all_single(
+            out,
+            src,
+            output_split_sizes=list(recv),
+            input_split_sizes=list(send),
+            group=env.require_pg(),
+            async_op=True,
+        )
     )
     return out.to(values.device)
 
@@ -50,7 +54,7 @@ def all_to_all_ids(
         return values, [values.numel()]
     counts = torch.tensor(list(send_counts), dtype=torch.int64, device=env.device)
     got = torch.empty_like(counts)
-    dist.all_to_all_single(got, counts, group=env.require_pg())
+    blocking(dist.all_to_all_single(got, counts, group=env.require_pg(), async_op=True))
     recv = [int(c) for c in got.tolist()]
     return _exchange(env, values, send_counts, recv), recv
 
@@ -77,6 +81,6 @@ def all_gather_ids(env: ShardingEnv, values: torch.Tensor) -> tuple[torch.Tensor
     counts = [values.numel()] * world
     mine = torch.tensor(counts, dtype=torch.int64, device=env.device)
     got = torch.empty_like(mine)
-    dist.all_to_all_single(got, mine, group=env.require_pg())
+    blocking(dist.all_to_all_single(got, mine, group=env.require_pg(), async_op=True))
     recv = [int(c) for c in got.tolist()]
     return _exchange(env, values.repeat(world), counts, recv), recv

@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 
 from shardrec_collectives import _primitives as prim
+from shardrec_collectives._held import blocking, track
 from shardrec_collectives.awaitable import Awaitable, NoWait
 from shardrec_collectives.env import ShardingEnv
 
@@ -33,13 +34,13 @@ def all_reduce_sum(env: ShardingEnv, tensor: torch.Tensor) -> Awaitable[torch.Te
     if env.world_size == 1:
         return NoWait(tensor)
     out = tensor.detach().clone()
-    work = dist.all_reduce(out, group=env.require_pg(), async_op=True)
+    work = track(dist.all_reduce(out, group=env.require_pg(), async_op=True))
     pending = prim.Pending(out, work)
     grad = prim.needs_grad(env, tensor)
 
     def reverse(g: torch.Tensor) -> torch.Tensor:
         g = g.clone()
-        dist.all_reduce(g, group=env.require_pg())
+        blocking(dist.all_reduce(g, group=env.require_pg(), async_op=True))
         return g
 
     return Awaitable(lambda: prim.link(tensor, pending.wait(), reverse, grad))
@@ -55,7 +56,11 @@ def broadcast_(env: ShardingEnv, tensor: torch.Tensor, src: int) -> torch.Tensor
         raise ValueError(f"src rank {src} is outside the world of {env.world_size} ranks")
     if env.world_size > 1:
         with torch.no_grad():
-            dist.broadcast(tensor, src=_global_rank(env, src), group=env.require_pg())
+            blocking(
+                dist.broadcast(
+                    tensor, src=_global_rank(env, src), group=env.require_pg(), async_op=True
+                )
+            )
     return tensor
 
 
@@ -79,23 +84,19 @@ def timed_all_to_all(env: ShardingEnv, numel: int, repeats: int) -> list[float]:
     pg = env.require_pg()
     send = torch.ones(numel, device=env.device)
     recv = torch.empty(numel, device=env.device)
-    dist.all_to_all_single(recv, send, group=pg)
     times: list[float] = []
+    blocking(dist.all_to_all_single(recv, send, group=pg, async_op=True))
     for _ in range(repeats):
         dist.barrier(group=pg)
         start = time.perf_counter()
-        dist.all_to_all_single(recv, send, group=pg)
+        blocking(dist.all_to_all_single(recv, send, group=pg, async_op=True))
         times.append(time.perf_counter() - start)
     return times
 
 
 def all_gather_object(env: ShardingEnv, obj: object) -> list[object]:
     """Every rank's picklable `obj`, in rank order (for small metadata such as shard sizes)."""
-    if env.world_size == 1:
-        return [obj]
-    out: list[object] = [None] * env.world_size
-    dist.all_gather_object(out, obj, group=env.require_pg())
-    return out
+    return prim.all_gather_objects(env, obj)
 
 
 def all_gather_ints(env: ShardingEnv, value: int) -> list[int]:
