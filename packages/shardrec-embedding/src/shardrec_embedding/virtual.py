@@ -329,9 +329,14 @@ def as_dynamic_table(config: BaseEmbeddingConfig, *, meta: bool = False) -> Base
             f"the meta device to plan only ({_DOCS})"
         )
     low, high = _init_bounds(config)
-    plain = dict(weight_init_min=low, weight_init_max=high, use_virtual_table=False)
     if given is None:
-        return dataclasses.replace(config, virtual_table_eviction_policy=None, **plain)
+        return dataclasses.replace(
+            config,
+            weight_init_min=low,
+            weight_init_max=high,
+            use_virtual_table=False,
+            virtual_table_eviction_policy=None,
+        )
     slots = capacity if capacity is not None else space
     dynamic = virtual_dynamic_config(config.name, config.virtual_table_eviction_policy, given)
     return dataclasses.replace(
@@ -340,7 +345,9 @@ def as_dynamic_table(config: BaseEmbeddingConfig, *, meta: bool = False) -> Base
         total_num_buckets=_kept_buckets(config.total_num_buckets, slots),
         virtual_table_eviction_policy=None,
         dynamic=dataclasses.replace(dynamic, capacity=slots),
-        **plain,
+        weight_init_min=low,
+        weight_init_max=high,
+        use_virtual_table=False,
     )
 
 
