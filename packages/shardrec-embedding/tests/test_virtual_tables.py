@@ -344,3 +344,26 @@ def test_metaheader_follows_torchrec() -> None:
     p.init_metaheader_config("FP16", 8)  # type: ignore[arg-type]  # TorchRec passes DataType
     assert (p.get_meta_header_len(), p.get_embedding_dim()) == (8, 8)
     assert p.inference_eviction_threshold == p.eviction_threshold == 15
+
+
+def test_quantized_copy_serves_the_trained_raw_ids() -> None:
+    from _quant_cases import qconfig
+
+    from shardrec_embedding.quant import QuantEmbeddingBagCollection
+
+    virtual = _virtual(CountBasedEvictionPolicy())
+    ebc = EmbeddingBagCollection([virtual])
+    opt = torch.optim.SGD(ebc.parameters(), lr=0.5)
+    batches = _batches(5, 6, SPACE)
+    for kjt in batches:
+        opt.zero_grad()
+        _loss(ebc(kjt).values()).backward()
+        opt.step()
+    ebc.eval()
+    ebc.qconfig = qconfig(torch.float16)
+    q = QuantEmbeddingBagCollection.from_float(ebc)
+    for kjt in batches[-2:]:  # trained ids and evicted ones (they read zero in both)
+        torch.testing.assert_close(q(kjt).values(), ebc(kjt).values(), atol=1e-3, rtol=1e-3)
+    # built directly from the virtual config, the quantized module is a raw-id table too
+    direct = QuantEmbeddingBagCollection([_virtual(None)])
+    assert direct.embedding_bag_configs()[0].dynamic is not None
