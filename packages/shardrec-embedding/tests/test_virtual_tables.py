@@ -367,3 +367,15 @@ def test_quantized_copy_serves_the_trained_raw_ids() -> None:
     # built directly from the virtual config, the quantized module is a raw-id table too
     direct = QuantEmbeddingBagCollection([_virtual(None)])
     assert direct.embedding_bag_configs()[0].dynamic is not None
+
+
+def test_a_dynamic_config_without_capacity_over_a_large_space_is_refused_on_meta_too() -> None:
+    cfg = EmbeddingBagConfig(
+        name="t",
+        num_embeddings=SPACE,
+        embedding_dim=4,
+        use_virtual_table=True,
+        dynamic=DynamicTableConfig(eviction="LFU"),
+    )
+    with pytest.raises(ValueError, match=r"table 't': .*needs a capacity"):
+        EmbeddingBagCollection([cfg], device="meta")

@@ -125,9 +125,9 @@ class BaseEmbeddingConfig:
     need_pos: TorchRec's marker for position-weighted tables (kept for compatibility).
     total_num_buckets: TorchRec's bucket count of a raw-id (virtual) table: rows come in
         `total_num_buckets` equal buckets (`num_embeddings` must be a multiple), and row-wise
-        sharding gives each rank whole buckets. The planner's enumerator honours it while the
-        table is planned as declared; a virtual table run as a raw-id table drops it (its ids
-        are routed by hash: shardrec_embedding.virtual).
+        sharding gives each rank whole buckets (the planner's enumerator). A virtual table run
+        as a raw-id table keeps it when it divides the capacity, and routes ids to ranks by
+        hash (shardrec_embedding.virtual).
     use_virtual_table: TorchRec's key-value table: `num_embeddings` is the virtual id space
         (e.g. 2^50); the modules run it as a raw-id table of the capacity given as
         `dynamic=DynamicTableConfig(capacity=N)`, or, with none given and a space of at most

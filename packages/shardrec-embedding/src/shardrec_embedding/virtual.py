@@ -10,8 +10,9 @@ virtual tables (`_init_bounds`). The rules
 
 - capacity: `dynamic=DynamicTableConfig(capacity=N)` given beside the virtual config; else the
   virtual id space itself when it is at most `MAX_IMPLICIT_CAPACITY` slots; else none can be
-  derived: a module on the meta device keeps the config as declared (the planner plans it as
-  TorchRec does; the sharded modules ask for a capacity), any other device raises naming the fix.
+  derived: a module on the meta device keeps a config without `dynamic` as declared (the planner
+  plans it as TorchRec does; the sharded modules ask for a capacity); otherwise it raises
+  naming the fix.
 - eviction: `NoEvictionPolicy` (and no policy) -> NONE; `CountBasedEvictionPolicy` -> LFU
   (`eviction_threshold=0` -> NONE); `TimestampBasedEvictionPolicy` -> TTL with the
   `ttl_steps` given in `dynamic` (TorchRec counts minutes, shardrec counts training steps;
@@ -311,15 +312,15 @@ def as_dynamic_table(config: BaseEmbeddingConfig, *, meta: bool = False) -> Base
     of `dynamic.capacity` slots when a capacity is given; a plain table of the whole id space
     when none is given and the space holds at most `MAX_IMPLICIT_CAPACITY` ids (the same
     training: every id of the space has its row, nothing is ever evicted); else `config`
-    itself on the meta device (plan only) and a ValueError naming the fix elsewhere. A
-    config that is not virtual is returned as is."""
+    itself on the meta device when it has no `dynamic` either (plan only), and a ValueError
+    naming the fix otherwise. A config that is not virtual is returned as is."""
     if not config.use_virtual_table:
         return config
     space = config.num_embeddings
     given = config.dynamic
     capacity = given.capacity if given is not None else None
     if capacity is None and space > MAX_IMPLICIT_CAPACITY:
-        if meta:
+        if meta and given is None:
             return config
         raise ValueError(
             f"table {config.name!r}: use_virtual_table=True with num_embeddings {space} (the "
