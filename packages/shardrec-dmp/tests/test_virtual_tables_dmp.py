@@ -4,7 +4,8 @@ On 2 gloo ranks, a model whose tables are declared TorchRec's way (a 2^50 virtua
 eviction policy, a capacity given as `dynamic=DynamicTableConfig(capacity=N)`) is planned and
 wrapped, and trains exactly as the same model declared with explicit raw-id tables: the same
 plan, the same rows per raw id on every rank, bit for bit, with eviction; a checkpoint of it
-resumes bit for bit. Bad policies are refused on every rank.
+resumes bit for bit. A sequence (EC) model row_wise gives the explicit one's losses. Bad
+policies are refused on every rank.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from shardrec_embedding import (
     DynamicTableConfig,
     EmbeddingBagCollection,
     EmbeddingBagConfig,
+    EmbeddingCollection,
+    EmbeddingConfig,
     dynamic_table_stats,
 )
 from shardrec_embedding.virtual import CountBasedEvictionPolicy, CountTimestampMixedEvictionPolicy
@@ -33,7 +36,7 @@ from shardrec_planner import (
     construct_module_sharding_plan,
     row_wise,
 )
-from shardrec_sharding import EmbeddingBagCollectionSharder
+from shardrec_sharding import EmbeddingBagCollectionSharder, EmbeddingCollectionSharder
 from shardrec_sharding.dynamic import DynamicShardedEmbeddingBagCollection
 from shardrec_testing import RankContext, random_lengths, seeded_generator
 
@@ -206,3 +209,57 @@ def test_refusals_are_raised_on_every_rank(pool_factory):  # type: ignore[no-unt
         assert message.startswith(f"{rank}: table 'user': ")
         assert "CountTimestampMixedEvictionPolicy is not supported" in message
         assert "CountBasedEvictionPolicy (LFU)" in message
+
+
+class SequenceModel(nn.Module):
+    def __init__(self, virtual: bool) -> None:
+        super().__init__()
+        cfg = EmbeddingConfig(
+            name="user",
+            num_embeddings=SPACE if virtual else CAP,
+            embedding_dim=4,
+            feature_names=["u", "i"],
+            use_virtual_table=virtual,
+            virtual_table_eviction_policy=CountBasedEvictionPolicy() if virtual else None,
+            weight_init_min=None if virtual else -INIT,
+            weight_init_max=None if virtual else INIT,
+            dynamic=DynamicTableConfig(capacity=CAP, eviction="LFU", scan_per_step=4),
+        )
+        self.sparse = EmbeddingCollection([cfg], device="meta")
+
+    def forward(self, kjt: KeyedJaggedTensor) -> Tensor:
+        out = torch.cat([jt.values() for jt in self.sparse(kjt).values()])
+        return (out * torch.linspace(-1, 1, out.shape[1])).square().sum()
+
+
+def train_sequences(ctx: RankContext) -> list[list[float]]:
+    losses = []
+    for virtual in (True, False):
+        torch.manual_seed(0)
+        model = SequenceModel(virtual)
+        plan = ShardingPlan(
+            plan={
+                "sparse": construct_module_sharding_plan(
+                    model.sparse, {"user": row_wise()}, world_size=2
+                )
+            }
+        )
+        dmp = DistributedModelParallel(
+            model,
+            env=ShardingEnv.from_process_group(ctx.pg),
+            plan=plan,
+            sharders=[EmbeddingCollectionSharder(fused_params=SPEC.to_fused_params())],
+        )
+        run = []
+        for s in range(STEPS):
+            loss = dmp(make_batch(ctx.rank, s))
+            loss.backward()
+            dmp.fused_optimizer.step()
+            run.append(loss.item())
+        losses.append(run)
+    return losses
+
+
+def test_sequence_collection_row_wise_equals_the_explicit_table(pool_factory):  # type: ignore[no-untyped-def]
+    for virtual, explicit in pool_factory(2).run(train_sequences):
+        assert virtual == explicit and len(virtual) == STEPS
