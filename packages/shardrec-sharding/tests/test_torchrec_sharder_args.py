@@ -1,5 +1,5 @@
-"""TorchRec's sharder constructor and kernel lists, and the clear refusal of raw-id (virtual)
-tables, all before any collective (a local env with no process group)."""
+"""TorchRec's sharder constructor and kernel lists, and the clear refusal of a virtual table
+with no capacity, all before any collective (a local env with no process group)."""
 
 from __future__ import annotations
 
@@ -63,23 +63,51 @@ def test_kernel_lists_are_torchrecs(sharder) -> None:  # type: ignore[no-untyped
     assert sharder.compute_kernels("row_wise", "cpu") == ["fused"]
 
 
-@pytest.mark.parametrize(
-    "extra", [{"use_virtual_table": True}, {"total_num_buckets": 5}], ids=["virtual", "buckets"]
-)
-def test_virtual_tables_are_refused_by_the_sharded_modules(extra: dict[str, object]) -> None:
-    configs = [EmbeddingBagConfig(name="t", num_embeddings=10, embedding_dim=4, **extra)]  # type: ignore[arg-type]
-    ebc = EmbeddingBagCollection(configs)  # the unsharded module is a plain table
+def test_virtual_tables_without_a_capacity_are_refused_by_the_sharded_modules() -> None:
+    # On the meta device a virtual table with no capacity is kept as declared (the planner
+    # plans it); the sharded modules ask for the capacity (shardrec_embedding.virtual).
+    space = 1 << 50
+    ebc = EmbeddingBagCollection(
+        [
+            EmbeddingBagConfig(
+                name="t", num_embeddings=space, embedding_dim=4, use_virtual_table=True
+            )
+        ],
+        device="meta",
+    )
     plan = construct_module_sharding_plan(ebc, {"t": row_wise()}, world_size=2)
+    fix = r"pass dynamic=DynamicTableConfig\(capacity=N\) beside it"
     with pytest.raises(
-        ValueError, match=r"table 't': use_virtual_table=.* dynamic=DynamicTableConfig"
+        ValueError, match=rf"table 't': use_virtual_table=True with num_embeddings {space} .*{fix}"
     ):
         ShardedEmbeddingBagCollection(ebc, plan, LOCAL)
     ec = EmbeddingCollection(
-        [EmbeddingConfig(name="t", num_embeddings=10, embedding_dim=4, **extra)]
-    )  # type: ignore[arg-type]
+        [EmbeddingConfig(name="t", num_embeddings=space, embedding_dim=4, use_virtual_table=True)],
+        device="meta",
+    )
     ec_plan = construct_module_sharding_plan(ec, {"t": table_wise(rank=0)}, world_size=2)
-    with pytest.raises(ValueError, match="dynamic=DynamicTableConfig"):
+    with pytest.raises(ValueError, match=fix):
         EmbeddingCollectionSharder().shard(ec, ec_plan, LOCAL)
+
+
+def test_virtual_tables_with_a_capacity_and_bucketed_plain_tables_pass_the_plan_check() -> None:
+    from shardrec_embedding import DynamicTableConfig
+
+    configs = [
+        EmbeddingBagConfig(name="v", num_embeddings=1 << 50, embedding_dim=4,
+                           use_virtual_table=True, total_num_buckets=4,
+                           dynamic=DynamicTableConfig(capacity=8)),
+        EmbeddingBagConfig(name="b", num_embeddings=12, embedding_dim=4, total_num_buckets=4),
+    ]  # fmt: skip
+    ebc = EmbeddingBagCollection(configs)
+    runs = {c.name: c for c in ebc.embedding_bag_configs()}
+    assert runs["v"].dynamic is not None and runs["v"].num_embeddings == 8
+    plan = construct_module_sharding_plan(ebc, {"v": row_wise(), "b": row_wise()}, world_size=2)
+    tables = check_plan(ebc.embedding_bag_configs(), plan, 2, list(ShardingType))
+    assert [(t.config.name, [s.rows for s in t.shards]) for t in tables] == [
+        ("v", [4, 4]),
+        ("b", [6, 6]),
+    ]
 
 
 def test_lookup_fused_params_are_named_as_not_applied(caplog: pytest.LogCaptureFixture) -> None:

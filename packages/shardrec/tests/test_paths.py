@@ -72,6 +72,10 @@ shardrec.modules.feature_processor  shardrec_embedding  BaseGroupedFeatureProces
     PositionWeightedProcessor
 shardrec.modules.embedding_configs  shardrec_embedding  BaseEmbeddingConfig DataType
     EmbeddingBagConfig EmbeddingConfig PoolingType data_type_to_dtype dtype_to_data_type
+shardrec.modules.embedding_configs  shardrec_embedding.virtual  VirtualTableEvictionPolicy
+    CountBasedEvictionPolicy CountTimestampMixedEvictionPolicy FeatureL2NormBasedEvictionPolicy
+    FeatureScoreBasedEvictionPolicy FeatureScoreMapping NoEvictionPolicy
+    TimestampBasedEvictionPolicy
 shardrec.modules.embedding_modules  shardrec_embedding  EmbeddingBagCollection EmbeddingCollection
 shardrec.modules.fused_embedding_modules  shardrec_embedding  FusedEmbeddingBagCollection
 shardrec.modules.fused_embedding_modules  shardrec_embedding.fused  fuse_embedding_optimizer

@@ -16,6 +16,7 @@ from shardrec_embedding.batched_lookup import (
     repack_,
 )
 from shardrec_embedding.configs import TRAINABLE_DATA_TYPES, BaseEmbeddingConfig, PoolingType
+from shardrec_embedding.virtual import resolve_virtual_tables
 from shardrec_jagged import KeyedJaggedTensor, register_torchscript_types
 
 __all__ = [
@@ -87,9 +88,15 @@ class PackedCollection(WeightsDevice):
 
 
 def validate_tables(
-    tables: Sequence[BaseEmbeddingConfig], config_type: type[BaseEmbeddingConfig], owner: str
+    tables: Sequence[BaseEmbeddingConfig],
+    config_type: type[BaseEmbeddingConfig],
+    owner: str,
+    *,
+    device: torch.device | str | None,
 ) -> list[BaseEmbeddingConfig]:
-    """Type, name and data-type checks shared by the collections; returns `list(tables)`."""
+    """Type, name and data-type checks shared by the collections; returns the tables, each
+    virtual one (`use_virtual_table=True`) as the raw-id table it runs as on `device`
+    (shardrec_embedding.virtual)."""
     if isinstance(tables, BaseEmbeddingConfig) or not isinstance(tables, Sequence):
         raise TypeError(f"{owner} takes a list of {config_type.__name__}, got {tables!r}")
     seen: set[str] = set()
@@ -116,7 +123,7 @@ def validate_tables(
                 f"{owner}: table {t.name!r} has data_type {t.data_type.value}; "
                 f"float tables are {valid}"
             )
-    return list(tables)
+    return resolve_virtual_tables(list(tables), device)
 
 
 def build_packed_modules(

@@ -15,6 +15,11 @@ from enum import StrEnum
 import torch
 
 from shardrec_embedding.dynamic.config import DynamicTableConfig
+from shardrec_embedding.virtual import (
+    VirtualTableEvictionPolicy,
+    check_policy,
+    virtual_dynamic_config,
+)
 
 __all__ = [
     "BaseEmbeddingConfig",
@@ -120,10 +125,16 @@ class BaseEmbeddingConfig:
     need_pos: TorchRec's marker for position-weighted tables (kept for compatibility).
     total_num_buckets: TorchRec's bucket count of a raw-id (virtual) table: rows come in
         `total_num_buckets` equal buckets (`num_embeddings` must be a multiple), and row-wise
-        sharding gives each rank whole buckets. The planner's enumerator honours it; the sharded
-        modules refuse it until raw-id dynamic tables land.
-    use_virtual_table: TorchRec's marker of a raw-id table whose rows are created on first use.
-        Carried for the planner; the sharded modules refuse it until raw-id dynamic tables land.
+        sharding gives each rank whole buckets (the planner's enumerator). A virtual table run
+        as a raw-id table keeps it when it divides the capacity, and routes ids to ranks by
+        hash (shardrec_embedding.virtual).
+    use_virtual_table: TorchRec's key-value table: `num_embeddings` is the virtual id space
+        (e.g. 2^50); the modules run it as a raw-id table of the capacity given as
+        `dynamic=DynamicTableConfig(capacity=N)`, or, with none given and a space of at most
+        2^24 ids, as a plain table of the whole space (shardrec_embedding.virtual,
+        docs/dynamic.md).
+    virtual_table_eviction_policy: TorchRec's eviction policy of a virtual table, mapped to
+        the raw-id table's eviction (count-based: LFU, timestamp-based: TTL, none: NONE).
     dynamic: a `DynamicTableConfig` makes this a raw-id table: any int64 id is mapped to one
         of `num_embeddings` slots (its capacity) by the table's id map (docs/dynamic.md).
     """
@@ -140,6 +151,7 @@ class BaseEmbeddingConfig:
     need_pos: bool = False
     total_num_buckets: int | None = None
     use_virtual_table: bool = False
+    virtual_table_eviction_policy: VirtualTableEvictionPolicy | None = None
     dynamic: DynamicTableConfig | None = None
 
     def __post_init__(self) -> None:
@@ -176,7 +188,15 @@ class BaseEmbeddingConfig:
         if len(set(names)) != len(names):
             raise ValueError(f"table {self.name!r}: feature_names {names} repeat a feature")
         object.__setattr__(self, "feature_names", names)
-        if self.dynamic is not None:
+        if self.use_virtual_table:
+            # Validate what it runs as; a module resolves it (shardrec_embedding.virtual).
+            check_policy(self.name, self.virtual_table_eviction_policy)
+            if self.dynamic is not None:
+                merged = virtual_dynamic_config(
+                    self.name, self.virtual_table_eviction_policy, self.dynamic
+                )
+                merged.validate(self.name, merged.capacity or self.num_embeddings)
+        elif self.dynamic is not None:
             if not isinstance(self.dynamic, DynamicTableConfig):
                 raise TypeError(
                     f"table {self.name!r}: dynamic must be a DynamicTableConfig or None, got "
@@ -194,6 +214,13 @@ class BaseEmbeddingConfig:
             raise TypeError(
                 f"table {self.name!r}: use_virtual_table must be a bool, got "
                 f"{self.use_virtual_table!r}"
+            )
+        if self.virtual_table_eviction_policy is not None and not self.use_virtual_table:
+            raise ValueError(
+                f"table {self.name!r}: virtual_table_eviction_policy "
+                f"{type(self.virtual_table_eviction_policy).__name__} is given but "
+                "use_virtual_table is False; set use_virtual_table=True (a raw-id table) or drop "
+                "the policy"
             )
         buckets = self.total_num_buckets
         if buckets is None:

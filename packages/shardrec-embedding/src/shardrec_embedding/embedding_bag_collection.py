@@ -95,7 +95,7 @@ class EmbeddingBagCollection(PooledCollectionAPI, TorchScriptable, PackedCollect
         check_ids: bool = True,
     ) -> None:
         super().__init__()
-        configs = validate_tables(tables, EmbeddingBagConfig, _OWNER)
+        configs = validate_tables(tables, EmbeddingBagConfig, _OWNER, device=device)
         bag_configs = [t for t in configs if isinstance(t, EmbeddingBagConfig)]
         for t in bag_configs:
             if t.pooling is PoolingType.NONE:

@@ -66,7 +66,7 @@ class EmbeddingCollection(TorchScriptable, PackedCollection):
         check_ids: bool = True,
     ) -> None:
         super().__init__()
-        configs = [t for t in validate_tables(tables, EmbeddingConfig, _OWNER)]
+        configs = [t for t in validate_tables(tables, EmbeddingConfig, _OWNER, device=device)]
         dims = {t.embedding_dim for t in configs}
         if len(dims) > 1:
             by_table = {t.name: t.embedding_dim for t in configs}

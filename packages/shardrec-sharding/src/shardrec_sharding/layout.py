@@ -198,13 +198,14 @@ def _check_table(
     supported: Sequence[ShardingType],
 ) -> tuple[Shard, ...]:
     name, rows, dim = config.name, config.num_embeddings, config.embedding_dim
-    if config.use_virtual_table or config.total_num_buckets is not None:
+    if config.use_virtual_table:
+        # A virtual table reaches here unresolved only from a meta-device module that had no
+        # capacity to run it with (shardrec_embedding.virtual).
         raise ValueError(
-            f"table {name!r}: use_virtual_table={config.use_virtual_table} / total_num_buckets="
-            f"{config.total_num_buckets} describe TorchRec's virtual (key-value ZCH) table, "
-            "which the sharded modules do not run; for raw ids leave both unset and give the "
-            "table dynamic=DynamicTableConfig(...) (docs/dynamic.md), or shard it as a plain "
-            "table"
+            f"table {name!r}: use_virtual_table=True with num_embeddings {rows} (the virtual id "
+            "space) has no capacity to run with: pass dynamic=DynamicTableConfig(capacity=N) "
+            "beside it (N: the ids the table keeps at once) and it runs as a raw-id table "
+            "(docs/dynamic.md, TorchRec's virtual tables)"
         )
     if runs_virtual_tiered(ps) and config.dynamic is None:
         raise ValueError(

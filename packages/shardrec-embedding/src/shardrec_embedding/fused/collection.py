@@ -99,7 +99,7 @@ class FusedEmbeddingBagCollection(PooledCollectionAPI, WeightsDevice):
         super().__init__()
         configs = [
             t
-            for t in validate_tables(tables, EmbeddingBagConfig, _OWNER)
+            for t in validate_tables(tables, EmbeddingBagConfig, _OWNER, device=device)
             if isinstance(t, EmbeddingBagConfig)
         ]
         for t in configs:

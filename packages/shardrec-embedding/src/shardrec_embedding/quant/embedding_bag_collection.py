@@ -20,6 +20,7 @@ from shardrec_embedding.quant.lookup import (
     kjt_lookup_args,
 )
 from shardrec_embedding.quant.traced import _get_kjt_keys
+from shardrec_embedding.virtual import resolve_virtual_tables
 from shardrec_jagged import KeyedJaggedTensor, KeyedTensor
 
 __all__ = ["QuantEmbeddingBagCollection", "ScriptablePooledLookup"]
@@ -65,6 +66,8 @@ class QuantEmbeddingBagCollection(PooledCollectionAPI, QuantCollectionBase[Embed
         quant_state_dict_split_scale_bias: bool = False,
     ) -> None:
         super().__init__()
+        # TorchRec's virtual tables run as raw-id tables (shardrec_embedding.virtual).
+        tables = resolve_virtual_tables(list(tables), device)
         for t in self._checked_tables(tables):
             if t.pooling is PoolingType.NONE:
                 raise ValueError(f"{_OWNER}: table {t.name!r} has pooling NONE; use SUM or MEAN")

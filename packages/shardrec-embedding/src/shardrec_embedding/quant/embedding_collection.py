@@ -26,6 +26,7 @@ from shardrec_embedding.quant.traced import (
     batching_hinted_output,
     unflattened_lengths,
 )
+from shardrec_embedding.virtual import resolve_virtual_tables
 from shardrec_jagged import JaggedTensor, KeyedJaggedTensor
 
 __all__ = ["QuantEmbeddingCollection"]
@@ -66,6 +67,8 @@ class QuantEmbeddingCollection(QuantCollectionBase[EmbeddingConfig]):
         quant_state_dict_split_scale_bias: bool = False,
     ) -> None:
         super().__init__()
+        # TorchRec's virtual tables run as raw-id tables (shardrec_embedding.virtual).
+        tables = resolve_virtual_tables(list(tables), device)
         if len({t.embedding_dim for t in self._checked_tables(tables)}) > 1:
             dims = {t.name: t.embedding_dim for t in tables}
             raise ValueError(f"{_OWNER} needs one embedding_dim for all tables, got {dims}")
