@@ -58,7 +58,6 @@ from shardrec_optim import CombinedOptimizer, KeyedOptimizerWrapper, in_backward
 from shardrec_planner import ShardingPlan, construct_module_sharding_plan, table_wise
 from shardrec_sharding import EmbeddingBagCollectionSharder
 from shardrec_testing import free_port
-from shardrec_train.build import cpu_has_native_bf16
 
 WORLD = 2
 NUM_DENSE = 13
@@ -551,7 +550,13 @@ def _bf16_support() -> str:
     except OSError:
         words = set()
     flags = [f for f in ("avx512_bf16", "amx_bf16") if f in words]
-    if cpu_has_native_bf16():
+    # What shardrec_train.build.cpu_has_native_bf16 asks (not imported: shardrec_train pulls
+    # in a data pipeline whose names clash with TorchRec's in one process).
+    try:
+        native = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        native = False
+    if native:
         return f"native ({', '.join(flags) or 'oneDNN says supported'})"
     return "emulated (no avx512_bf16 / amx_bf16: bf16 is slower than fp32 here)"
 
