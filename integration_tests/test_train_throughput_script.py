@@ -25,13 +25,8 @@ def _rows(out: str) -> dict[str, list[float]]:
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_quick_run_prints_every_row(precision: str) -> None:
-    run = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--no-torchrec", "--dense-precision", precision],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    cmd = [sys.executable, str(SCRIPT), "--quick", "--no-torchrec", "--dense-precision", precision]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     assert run.returncode == 0, run.stderr[-4000:]
     out = run.stdout
     assert out.startswith("machine: ") and "shapes: 4 tables x 1000 rows" in out, out
