@@ -32,9 +32,10 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
+from _dynamic_tables import table_configs  # benchmarks/_dynamic_tables.py
 
 from shardrec_embedding.configs import EmbeddingBagConfig
-from shardrec_embedding.dynamic import DynamicTable, DynamicTableConfig, EvictionPolicy
+from shardrec_embedding.dynamic import DynamicTable, DynamicTableConfig
 from shardrec_embedding.dynamic.collection import reset_rows_hook
 from shardrec_embedding.dynamic.hashing import mix64
 from shardrec_embedding.dynamic.id_map import IdSlotMap, idmap_native_available
@@ -163,17 +164,7 @@ def batches(
 
 
 def collection(tables: int, capacity: int, dim: int, dynamic: bool) -> FusedEmbeddingBagCollection:
-    cfg = DynamicTableConfig(eviction=EvictionPolicy.LRU) if dynamic else None
-    configs = [
-        EmbeddingBagConfig(
-            name=f"t{i}",
-            num_embeddings=capacity,
-            embedding_dim=dim,
-            feature_names=[f"f{i}"],
-            dynamic=cfg,
-        )
-        for i in range(tables)
-    ]
+    configs = table_configs(tables, capacity, dim, dynamic)
     spec = FusedOptimSpec(optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=0.01)
     return FusedEmbeddingBagCollection(configs, spec)
 

@@ -40,17 +40,12 @@ import time
 import numpy as np
 import torch
 import torch.distributed as dist
+from _dynamic_tables import table_configs  # benchmarks/_dynamic_tables.py
 from torch import nn
 
 from shardrec_collectives import ShardingEnv
 from shardrec_dmp import DistributedModelParallel
-from shardrec_embedding import (
-    DynamicTableConfig,
-    EmbeddingBagCollection,
-    EmbeddingBagConfig,
-    dynamic_table_stats,
-)
-from shardrec_embedding.dynamic import EvictionPolicy
+from shardrec_embedding import EmbeddingBagCollection, dynamic_table_stats
 from shardrec_embedding.dynamic.hashing import mix64
 from shardrec_embedding.mc import (
     DistanceLFU_EvictionPolicy,
@@ -97,21 +92,6 @@ class Sparse(nn.Module):
         return total
 
 
-def _configs(tables: int, capacity: int, dim: int, dynamic: bool) -> list[EmbeddingBagConfig]:
-    """`tables` tables t<i> <- feature f<i> (the shapes of benchmarks/dynamic.py's)."""
-    cfg = DynamicTableConfig(eviction=EvictionPolicy.LRU) if dynamic else None
-    return [
-        EmbeddingBagConfig(
-            name=f"t{i}",
-            num_embeddings=capacity,
-            embedding_dim=dim,
-            feature_names=[f"f{i}"],
-            dynamic=cfg,
-        )
-        for i in range(tables)
-    ]
-
-
 def _generator(kind: str, i: int) -> ParameterShardingGenerator:
     return row_wise() if kind == "row_wise" else table_wise(rank=i % 2)
 
@@ -137,7 +117,7 @@ def _wrap(
 
 
 def _mc_ebc(tables: int, capacity: int, dim: int) -> ManagedCollisionEmbeddingBagCollection:
-    configs = _configs(tables, capacity, dim, dynamic=False)
+    configs = table_configs(tables, capacity, dim, dynamic=False)
     modules = {
         c.name: MCHManagedCollisionModule(
             zch_size=capacity,
@@ -223,9 +203,9 @@ def setup_rank(
         ebc, inner = mc_ebc, mc_ebc._embedding_module
         assert isinstance(inner, EmbeddingBagCollection)
     else:
-        ebc = inner = EmbeddingBagCollection(_configs(tables, capacity, dim, dynamic=True))
+        ebc = inner = EmbeddingBagCollection(table_configs(tables, capacity, dim, dynamic=True))
     ours = _wrap(ctx, Sparse(ebc), inner, kind, mc)
-    static_ebc = EmbeddingBagCollection(_configs(tables, capacity, dim, dynamic=False))
+    static_ebc = EmbeddingBagCollection(table_configs(tables, capacity, dim, dynamic=False))
     static = _wrap(ctx, Sparse(static_ebc), static_ebc, kind, mc=False)
     _prefill(ctx, ours, tables, filled, mc)
     pool = filled if regime == "resident" else 1 << HASH_BITS

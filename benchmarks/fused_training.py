@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
+from _bandwidth import copy_bandwidth_gbs  # benchmarks/_bandwidth.py
 
 from shardrec_embedding.configs import EmbeddingBagConfig
 from shardrec_embedding.fused import KERNELS, FusedEmbeddingBagCollection
@@ -99,20 +100,6 @@ def interleaved_ms(
 
 def _cell(times: dict[str, tuple[float, float]], key: str) -> str:
     return f"{times[key][0]:7.1f}/{times[key][1]:7.1f}" if key in times else "-"
-
-
-def copy_bandwidth_gbs() -> float:
-    """Bytes read + written per second by a large tensor copy (best of 7: the hardware's rate,
-    not the share a loaded machine leaves us)."""
-    src = torch.rand(64 << 20)  # 256 MB
-    dst = torch.empty_like(src)
-    dst.copy_(src)
-    samples = []
-    for _ in range(7):
-        start = time.perf_counter()
-        dst.copy_(src)
-        samples.append(time.perf_counter() - start)
-    return 2 * src.numel() * 4 / min(samples) / 1e9
 
 
 def floor_bytes(spec: FusedOptimSpec, n_ids: int, unique: int, dim: int, batch_bags: int) -> int:

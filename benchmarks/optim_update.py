@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
+from _bandwidth import copy_bandwidth_gbs  # benchmarks/_bandwidth.py
 
 from shardrec_embedding._native.ops import native_available
 from shardrec_embedding.fused.kernels import native_update
@@ -82,19 +83,6 @@ def batches(shape: Shape, count: int) -> list[Batch]:
         grad_out = torch.randn(bags, shape.dim, generator=gen) * 1e-3
         out.append(Batch(ids, offsets, grad_out, int(torch.unique(ids).numel())))
     return out
-
-
-def copy_bandwidth_gbs() -> float:
-    """Bytes read + written per second by a large tensor copy (best of 7)."""
-    src = torch.rand(64 << 20)
-    dst = torch.empty_like(src)
-    dst.copy_(src)
-    samples = []
-    for _ in range(7):
-        start = time.perf_counter()
-        dst.copy_(src)
-        samples.append(time.perf_counter() - start)
-    return 2 * src.numel() * 4 / min(samples) / 1e9
 
 
 def floor_bytes(spec: FusedOptimSpec, shape: Shape, batch: Batch) -> int:

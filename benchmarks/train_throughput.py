@@ -21,6 +21,10 @@ less sensitive than wall time to other jobs on a loaded machine. Each step is al
 forward / backward / optimizer step, and the dense part alone is timed as a floor.
 ``--profile`` prints torch.profiler's top operators of a few steps of each library (rank 0)
 and, in the plain loop, the last profiled step's wall time per phase (`step_phases`).
+``--dense-precision bf16`` also times ours with the bf16 dense part (`DLRM.set_dense_precision`:
+autocast, float32 master weights; a second model trained on the same batches) and the dense
+part alone in bf16, beside the fp32 rows and TorchRec's (fp32: it has no such option), and
+prints whether this CPU runs bfloat16 natively (avx512_bf16 / amx_bf16) or emulated.
 Reports only; asserts nothing.
 """
 
@@ -83,6 +87,7 @@ class Config:
     profile: bool
     skip_torchrec: bool
     pipeline: bool = False
+    dense_precision: str = "fp32"
 
 
 @dataclasses.dataclass
@@ -156,7 +161,9 @@ def _check_split(lib: str, fused: Any, dense: Any, cfg: Config) -> None:
 # -- ours --------------------------------------------------------------------------------------
 
 
-def build_ours(cfg: Config, pg: dist.ProcessGroup) -> tuple[torch.nn.Module, Any, list[Batch]]:
+def build_ours(
+    cfg: Config, pg: dist.ProcessGroup, precision: str = "fp32"
+) -> tuple[torch.nn.Module, Any, list[Batch]]:
     fused_name, _, dense_cls = OPTIMIZERS[cfg.optimizer]
     tables = [
         EmbeddingBagConfig(
@@ -165,9 +172,9 @@ def build_ours(cfg: Config, pg: dist.ProcessGroup) -> tuple[torch.nn.Module, Any
         for f in feature_names(cfg)
     ]
     ebc = EmbeddingBagCollection(tables, device="meta")
-    model = DLRMTrain(
-        DLRM(ebc, NUM_DENSE, cfg.dense_arch, cfg.over_arch, dense_device=torch.device("meta"))
-    )
+    dlrm = DLRM(ebc, NUM_DENSE, cfg.dense_arch, cfg.over_arch, dense_device=torch.device("meta"))
+    dlrm.set_dense_precision(precision)
+    model = DLRMTrain(dlrm)
     module_plan = construct_module_sharding_plan(
         ebc, {t.name: table_wise(rank=i % WORLD) for i, t in enumerate(tables)}, world_size=WORLD
     )
@@ -332,6 +339,9 @@ def run_rank(rank: int, cfg: Config, port: int, queue: Any) -> None:
         model, opt, batches = build_ours(cfg, pg)
         make_step = functools.partial(pipelined_step_fn, "ours") if cfg.pipeline else step_fn
         libs["ours"] = make_step(model, opt, batches)
+        if cfg.dense_precision == "bf16":
+            bf16_model, bf16_opt, bf16_batches = build_ours(cfg, pg, "bf16")
+            libs["ours_bf16"] = make_step(bf16_model, bf16_opt, bf16_batches)
         if not cfg.skip_torchrec:
             try:
                 trc_model, trc_opt, trc_batches = build_torchrec(cfg, pg)
@@ -348,6 +358,8 @@ def run_rank(rank: int, cfg: Config, port: int, queue: Any) -> None:
             del libs["torchrec"]
             notes["torchrec"] = "TorchRec failed to build on the other rank"
         libs["dense"] = dense_floor_step(cfg, batches)
+        if cfg.dense_precision == "bf16":
+            libs["dense_bf16"] = dense_floor_step(cfg, batches, "bf16")
         timings = {name: Timing() for name in libs}
         for step in libs.values():
             for i in range(cfg.warmup):
@@ -366,7 +378,7 @@ def run_rank(rank: int, cfg: Config, port: int, queue: Any) -> None:
             profiles = {
                 name: profile_step(libs[name], rank, phases=not cfg.pipeline)
                 for name in libs
-                if name != "dense"
+                if not name.startswith("dense")
             }
         if rank == 0:
             queue.put(("ok", {k: t.medians() for k, t in timings.items()}, notes, profiles))
@@ -377,10 +389,13 @@ def run_rank(rank: int, cfg: Config, port: int, queue: Any) -> None:
         raise
 
 
-def dense_floor_step(cfg: Config, batches: list[Batch]) -> StepFn:
+def dense_floor_step(cfg: Config, batches: list[Batch], precision: str = "fp32") -> StepFn:
     """The dense part of the step alone (dense arch, interaction, over arch, loss; forward and
     backward, no optimizer), on a local unsharded model whose pooled embeddings are a given
-    leaf tensor: the same math in both libraries, so a floor under both steps."""
+    leaf tensor: the same math in both libraries, so a floor under both steps. With `precision`
+    "bf16", under the autocast of `DLRM.set_dense_precision` (the logits cast back to float32
+    before the loss, as there)."""
+    bf16 = precision == "bf16"
     tables = [
         EmbeddingBagConfig(name=f"t_{f}", num_embeddings=1, embedding_dim=cfg.dim)
         for f in feature_names(cfg)
@@ -394,8 +409,10 @@ def dense_floor_step(cfg: Config, batches: list[Batch]) -> StepFn:
         batch = batches[i % len(batches)]
         t0 = time.perf_counter()
         model.zero_grad()
-        dense = model.dense_arch(batch.dense_features)
-        logits = model.over_arch(model.inter_arch(dense, pooled)).squeeze(-1)
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=bf16):
+            dense = model.dense_arch(batch.dense_features)
+            logits = model.over_arch(model.inter_arch(dense, pooled)).squeeze(-1)
+        logits = logits.float()
         loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, batch.labels)
         t1 = time.perf_counter()
         loss.backward()
@@ -525,6 +542,25 @@ def _loadavg() -> str:
         return " ".join(f.read().split()[:3])
 
 
+def _bf16_support() -> str:
+    """How this CPU runs bfloat16 matrix products: natively (its flags named) or emulated."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            words = set(f.read().split())
+    except OSError:
+        words = set()
+    flags = [f for f in ("avx512_bf16", "amx_bf16") if f in words]
+    # What shardrec_train.build.cpu_has_native_bf16 asks (not imported: shardrec_train pulls
+    # in a data pipeline whose names clash with TorchRec's in one process).
+    try:
+        native = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        native = False
+    if native:
+        return f"native ({', '.join(flags) or 'oneDNN says supported'})"
+    return "emulated (no avx512_bf16 / amx_bf16: bf16 is slower than fp32 here)"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small shapes, few repeats")
@@ -545,6 +581,12 @@ def main() -> None:
         "--pipeline",
         action="store_true",
         help="step with each library's TrainPipelineSparseDist instead of the plain loop",
+    )
+    parser.add_argument(
+        "--dense-precision",
+        choices=("fp32", "bf16"),
+        default="fp32",
+        help="bf16: also time ours with the bf16 dense part (and the dense part alone in bf16)",
     )
     args = parser.parse_args()
     dense_arch = [int(x) for x in args.dense_arch.split(",")]
@@ -571,12 +613,15 @@ def main() -> None:
         profile=args.profile,
         skip_torchrec=args.no_torchrec,
         pipeline=args.pipeline,
+        dense_precision=args.dense_precision,
     )
     print(
         f"machine: {platform.platform()}, {os.cpu_count()} cpus, torch {torch.__version__}, "
         f"python {sys.version.split()[0]}, {cfg.threads} intra-op thread(s) per rank, "
         f"loadavg before {_loadavg()}"
     )
+    if cfg.dense_precision == "bf16":
+        print(f"bf16: {_bf16_support()}")
     print(
         f"shapes: {cfg.tables} tables x {cfg.rows} rows x dim {cfg.dim} (one feature each), "
         f"{NUM_DENSE} dense, batch {cfg.batch} per rank, ~{cfg.ids} ids per bag, "
@@ -601,8 +646,10 @@ def main() -> None:
     )
     labels = {
         "ours": "shardrec (ours)",
+        "ours_bf16": "shardrec (ours), bf16 dense part",
         "torchrec": "TorchRec 1.8",
         "dense": "dense part alone (same math in both)",
+        "dense_bf16": "dense part alone, bf16",
     }
     for name, m in medians.items():
         print(
@@ -618,6 +665,14 @@ def main() -> None:
             f"ratio (ours samples/s / TorchRec samples/s): {trc / medians['ours']['step']:.2f}x "
             f"(target >= 2x; the ratio if ours cost only its dense part: {trc / floor:.2f}x)"
         )
+    if "ours_bf16" in medians:
+        bf16 = medians["ours_bf16"]["step"]
+        print(
+            f"bf16 dense part: ours fp32 / ours bf16 step {medians['ours']['step'] / bf16:.2f}x, "
+            f"dense part alone fp32 / bf16 {floor / medians['dense_bf16']['step']:.2f}x"
+        )
+        if "torchrec" in medians:
+            print(f"ratio (TorchRec fp32 / ours bf16): {medians['torchrec']['step'] / bf16:.2f}x")
     print(f"loadavg after: {_loadavg()}")
     for note in notes.values():
         print(f"note: {note}")

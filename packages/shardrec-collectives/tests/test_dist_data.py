@@ -202,8 +202,8 @@ def check_errors(ctx: RankContext) -> int:
         KJTAllToAll(pg, [1] * world, stagger=2)
     with pytest.raises(ValueError, match="counts must agree"):
         KJTAllToAll(pg, [1] * world)(input_kjt(world, 0, ctx.rank))
-    # The pooled all-to-all, the reduce-scatters and the sequence all-to-all apply codecs
-    # (test_qcomm.py, test_qcomm_rs_seq.py); they refuse what is not one.
+    # The pooled all-to-alls, the reduce-scatters and the sequence all-to-all apply codecs
+    # (test_qcomm.py, test_qcomm_rs_seq.py, test_qcomm_vb.py); they refuse what is not one.
     applying_codecs: list[tuple[type, Callable[[], object]]] = [
         (PooledEmbeddingsAllToAll, lambda: PooledEmbeddingsAllToAll(pg, [1] * world, codecs=1)),
         (PooledEmbeddingsReduceScatter, lambda: PooledEmbeddingsReduceScatter(pg, codecs=1)),
@@ -212,16 +212,16 @@ def check_errors(ctx: RankContext) -> int:
             VariableBatchPooledEmbeddingsReduceScatter,
             lambda: VariableBatchPooledEmbeddingsReduceScatter(pg, codecs=1),
         ),
+        (
+            VariableBatchPooledEmbeddingsAllToAll,
+            lambda: VariableBatchPooledEmbeddingsAllToAll(pg, [[1]] * world, codecs=1),
+        ),
     ]
     for cls, make in applying_codecs:
         with pytest.raises(TypeError, match=rf"^{cls.__name__}\(codecs=1\): expected Quan"):
             make()
     refusing_codecs: list[tuple[type, Callable[[], object]]] = [
         (PooledEmbeddingsAllGather, lambda: PooledEmbeddingsAllGather(pg, codecs=1)),
-        (
-            VariableBatchPooledEmbeddingsAllToAll,
-            lambda: VariableBatchPooledEmbeddingsAllToAll(pg, [[1]] * world, codecs=1),
-        ),
     ]
     for cls, make in refusing_codecs:
         with pytest.raises(ValueError, match=rf"^{cls.__name__}\(codecs=1\):.*pass codecs=None"):

@@ -14,8 +14,9 @@ differentiable collective of this package named in each docstring. Shapes follow
     EmbeddingsAllToOne / ...Reduce          list of tensors -> one tensor (no communication)
 
 Quantized communication codecs (`codecs=`, `qcomm.QuantizedCommCodecs`) are applied by
-`PooledEmbeddingsAllToAll`, `PooledEmbeddingsReduceScatter` (and its variable-batch form) and
-`SequenceEmbeddingsAllToAll`; the other modules refuse them with a `ValueError`.
+`PooledEmbeddingsAllToAll`, `PooledEmbeddingsReduceScatter` (both also in their variable-batch
+forms, dist_data_vb.py) and `SequenceEmbeddingsAllToAll`; the other modules refuse them with a
+`ValueError`.
 """
 
 from __future__ import annotations

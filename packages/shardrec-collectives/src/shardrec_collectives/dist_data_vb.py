@@ -60,6 +60,8 @@ class VariableBatchPooledEmbeddingsAllToAll(_EmbeddingsComm):
             rank order (rank 0's features, then rank 1's, ...).
     The awaitable gives the 1-D received values (module docstring) after the `callbacks`.
     Backward: the reverse all-to-all.
+    codecs: `qcomm.QuantizedCommCodecs` (as `PooledEmbeddingsAllToAll`'s): each destination's
+        segment encoded on its own, forward (the rows) and backward (their gradient); None: exact.
     """
 
     def __init__(
@@ -70,7 +72,9 @@ class VariableBatchPooledEmbeddingsAllToAll(_EmbeddingsComm):
         callbacks: list[TensorCallback] | None = None,
         codecs: object | None = None,
     ) -> None:
-        super().__init__(pg, device, codecs)
+        super().__init__(pg, device)
+        # Quantized payload and gradient (qcomm.QuantizedCommCodecs); None: exact.
+        self._codecs = qcomm.checked_codecs(codecs, type(self).__name__)
         _one_per_rank("emb_dim_per_rank_per_feature", emb_dim_per_rank_per_feature, pg)
         self._dims = [list(row) for row in emb_dim_per_rank_per_feature]
         self._callbacks: list[TensorCallback] = [] if callbacks is None else callbacks
@@ -108,7 +112,10 @@ class VariableBatchPooledEmbeddingsAllToAll(_EmbeddingsComm):
         _checks.shape(
             "local_embs", local_embs, (sum(in_splits),), f"values per destination {in_splits}"
         )
-        receive = prim.linked_all_to_all(env, local_embs, in_splits, out_splits)
+        if self._codecs is None:
+            receive = prim.linked_all_to_all(env, local_embs, in_splits, out_splits)
+        else:  # encoded before the send, decoded after the receive (forward and backward)
+            receive = qcomm.linked_all_to_all(env, local_embs, in_splits, out_splits, self._codecs)
         out = PooledEmbeddingsAwaitable(Awaitable(receive))
         out.callbacks.extend(self._callbacks)
         return out

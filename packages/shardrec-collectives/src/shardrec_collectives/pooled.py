@@ -106,6 +106,7 @@ def variable_batch_pooled_all_to_all(
     batch_size_per_feature_per_rank: Sequence[Sequence[int]],
     emb_dim_per_rank_per_feature: Sequence[Sequence[int]],
     local_batch_size_per_rank_per_feature: Sequence[Sequence[int]],
+    codecs: qcomm.QuantizedCommCodecs | None = None,
 ) -> Awaitable[torch.Tensor]:
     """Pooled all-to-all when every feature has its own batch size on every rank.
 
@@ -123,7 +124,10 @@ def variable_batch_pooled_all_to_all(
     Sends: to rank s, for each local feature j, its `B[j][s] x D_j` values.
     Receives: 1-D, source-major: for r = 0.. and its features j, `local_batch[r][j] x D[r][j]`
         values (row-major). Backward: the reverse all-to-all.
+    codecs: as `pooled_all_to_all`'s (each destination's segment, all its features, encoded on
+        its own).
     """
+    codecs = qcomm.checked_codecs(codecs, "variable_batch_pooled_all_to_all")
     _checks.per_rank(env, "emb_dim_per_rank_per_feature", emb_dim_per_rank_per_feature)
     _checks.per_rank(
         env, "local_batch_size_per_rank_per_feature", local_batch_size_per_rank_per_feature
@@ -162,4 +166,6 @@ def variable_batch_pooled_all_to_all(
     ]
     # feature-major -> destination-major: the segment of (feature j, rank s) moves to (s, j).
     send = prim.transpose_segments(local_embs, sizes)
-    return Awaitable(prim.linked_all_to_all(env, send, in_splits, out_splits))
+    if codecs is None:
+        return Awaitable(prim.linked_all_to_all(env, send, in_splits, out_splits))
+    return Awaitable(qcomm.linked_all_to_all(env, send, in_splits, out_splits, codecs))
