@@ -18,6 +18,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from shardrec_embedding._native.loader import native_library_at
+
 __all__ = ["NativeBuckets", "ShardTable", "native_bucketize"]
 
 _I64 = ctypes.c_int64
@@ -28,8 +30,6 @@ _MAX_WORLD = 64  # the C pass keeps one running count per rank on its stack
 
 @functools.cache
 def _lib() -> ctypes.CDLL | None:
-    from shardrec_embedding._native.loader import native_library_at
-
     lib = native_library_at(Path(__file__).parent.parent / "_native" / "bucketize.c")
     if lib is None:
         return None
