@@ -96,6 +96,8 @@ def test_native_pass_equals_the_torch_path(
 
 def test_an_id_outside_its_table_takes_the_torch_path() -> None:
     bucketizer, kjt, pos = _case(2, True, torch.int64, False, 0)
+    table = bucketizer._native
+    assert table is not None
     values = kjt.values().clone()
     values[0] = 10**6  # f0 reads t0 (7 rows)
     bad = KeyedJaggedTensor(kjt.keys(), values, lengths=kjt.lengths(), stride=kjt.stride())
@@ -107,7 +109,7 @@ def test_an_id_outside_its_table_takes_the_torch_path() -> None:
         [offsets[k] for k in keys],
         [offsets[k + 1] - offsets[k] for k in keys],
         lengths.long(),
-        bucketizer._native,
+        table,
         2,
         torch.int64,
         None,
@@ -121,7 +123,7 @@ def test_an_id_outside_its_table_takes_the_torch_path() -> None:
             [offsets[k] for k in keys],
             [offsets[k + 1] - offsets[k] + 1 for k in keys],
             lengths.long(),
-            bucketizer._native,
+            table,
             2,
             torch.int64,
             None,

@@ -80,16 +80,19 @@ class RowBucketizer:
         self._starts = torch.tensor(starts, dtype=torch.int64, device=env.device)
         self._dest = torch.tensor(dest, dtype=torch.int64, device=env.device)
         shard_base = [bases[j] for j, n in enumerate(c_count) for _ in range(n)]
-        self._native = ShardTable(
-            block=torch.tensor(c_block, dtype=torch.int64),
-            first=torch.tensor(c_first, dtype=torch.int64),
-            count=torch.tensor(c_count, dtype=torch.int64),
-            starts=torch.tensor(
-                [a - b for a, b in zip(starts, shard_base, strict=True)], dtype=torch.int64
-            ),
-            ends=torch.tensor(c_ends, dtype=torch.int64),
-            rank=torch.tensor(dest, dtype=torch.int64),
-        )
+        # (the C pass indexes its per-rank rows by these ranks: all must be of this world)
+        self._native: ShardTable | None = None
+        if all(0 <= r < self.world for r in dest):
+            self._native = ShardTable(
+                block=torch.tensor(c_block, dtype=torch.int64),
+                first=torch.tensor(c_first, dtype=torch.int64),
+                count=torch.tensor(c_count, dtype=torch.int64),
+                starts=torch.tensor(
+                    [a - b for a, b in zip(starts, shard_base, strict=True)], dtype=torch.int64
+                ),
+                ends=torch.tensor(c_ends, dtype=torch.int64),
+                rank=torch.tensor(dest, dtype=torch.int64),
+            )
 
     def __call__(
         self,
@@ -110,7 +113,7 @@ class RowBucketizer:
         lengths = lengths[self._key_tensors.get(keys, values.device)]
         weights = features.weights_or_none()
         native = None
-        if values.device.type == "cpu":
+        if values.device.type == "cpu" and self._native is not None:
             offset_per_key = features.offset_per_key()
             native = native_bucketize(
                 values,
