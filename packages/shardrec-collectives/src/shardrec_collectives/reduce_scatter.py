@@ -7,9 +7,10 @@ value, and each rank keeps its own samples.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
+import torch.distributed as dist
 
 from shardrec_collectives import _checks, qcomm
 from shardrec_collectives import _primitives as prim
@@ -49,7 +50,9 @@ def reduce_scatter_pooled(
     counts = [b * dim for b in batch_size_per_rank]
     batch = batch_size_per_rank[env.rank]
     flat = partial.reshape(-1)
-    if codecs is None:
+    if codecs is None and env.world_size == 2 and env.backend == "gloo":
+        receive = _pair_reduce_scatter(env, flat, counts)
+    elif codecs is None:
         receive = prim.linked_reduce_scatter_v(env, flat, counts)
     else:
         receive = qcomm.linked_reduce_scatter(env, flat, counts, codecs)
@@ -58,6 +61,50 @@ def reduce_scatter_pooled(
         return receive().view(batch, dim)
 
     return Awaitable(finish)
+
+
+def _pair_reduce_scatter(
+    env: ShardingEnv, send: torch.Tensor, counts: Sequence[int]
+) -> Callable[[], torch.Tensor]:
+    """`prim.linked_reduce_scatter_v` for two gloo ranks, without moving this rank's own chunk
+    through gloo: each rank sends the other its chunk (a view of `send`: no copy), and on wait
+    sums the chunks in rank order, its own read where it lies. gloo's reduce-scatter
+    all-reduces the whole input; the generic path's all-to-all of every chunk has gloo copy the
+    own one (`memcpy`); gloo's all-gather (the backward) copies the own gradient into a buffer
+    of its own and then that whole buffer into the result. Here the backward receives the
+    other rank's gradient straight into its place in the result and copies the own one beside
+    it: the same values, bit for bit (the same sums in the same order; copies).
+    """
+    rank, other = env.rank, 1 - env.rank
+    at = [0, counts[0]]
+    mine = send.detach()[at[rank] : at[rank] + counts[rank]]
+    to_other = send.detach()[at[other] : at[other] + counts[other]]
+    splits = [0, 0]
+    out_splits, in_splits = list(splits), list(splits)
+    out_splits[other], in_splits[other] = counts[rank], counts[other]
+    pending = prim.all_to_all(env, to_other, in_splits, out_splits)
+    grad = prim.needs_grad(env, send)
+
+    def gather(g: torch.Tensor) -> torch.Tensor:
+        """Backward: every rank's gradient in rank order (`all_gather_v`'s result)."""
+        full = g.new_empty(sum(counts))
+        full[at[rank] : at[rank] + counts[rank]].copy_(g)
+        # Synchronous (as `all_gather_v(...).wait()` is): no work object outlives the call.
+        dist.all_to_all_single(
+            full[at[other] : at[other] + counts[other]],
+            g,
+            output_split_sizes=in_splits,
+            input_split_sizes=out_splits,
+            group=env.require_pg(),
+        )
+        return full
+
+    def finish() -> torch.Tensor:
+        theirs = pending.wait()
+        first, second = (mine, theirs) if rank == 0 else (theirs, mine)
+        return prim.link(send, torch.add(first, second), gather, grad)
+
+    return finish
 
 
 def variable_batch_reduce_scatter_pooled(

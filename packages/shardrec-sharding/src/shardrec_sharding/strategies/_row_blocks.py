@@ -35,6 +35,8 @@ from shardrec_sharding.strategies._kjt import empty_kjt, pooled_lookup
 from shardrec_sharding.strategies._local import consecutive_columns, held_lookup
 from shardrec_sharding.types import DistInput, LocalBatch, StrategyArgs
 
+_INT32_ROWS = 2**31 - 1
+
 
 class RowBlockSharding:
     """Tables split into row blocks over some ranks (see module docstring)."""
@@ -49,6 +51,9 @@ class RowBlockSharding:
         self._segments = [s for t in tables for s in t.segments]
         self._keys = [s.name for s in self._segments]
         self._bucketize = RowBucketizer(self._segments, tables, env)
+        # local rows travel as int32 when every table's rows fit (half the bytes of int64 ids)
+        fits = all(t.config.num_embeddings <= _INT32_ROWS for t in tables)
+        self._wire: torch.dtype | None = torch.int32 if fits else None
         self._key_tensors = IndexCache()
         table_of = {t.name: t for t in tables}
         # partial sums; MEAN divides later
@@ -62,7 +67,9 @@ class RowBlockSharding:
     def input_dist(self, batch: LocalBatch) -> Awaitable[DistInput]:
         features, error, feature_pos = batch.features, batch.error, batch.feature_pos
         if error is None:
-            per_rank, _ = self._bucketize(features, feature_pos, with_order=False)
+            per_rank, _ = self._bucketize(
+                features, feature_pos, with_order=False, wire_dtype=self._wire
+            )
         else:
             # Ids may be out of range: send nothing; the header carries the error to every rank.
             per_rank = [empty_kjt(self._keys, features)] * self.env.world_size

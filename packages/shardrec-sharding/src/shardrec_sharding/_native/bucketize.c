@@ -1,0 +1,112 @@
+/* Row bucketization in one pass over the ids (strategies/_bucketize_native.py).
+ *
+ * Segment j reads seg_ids[j] ids from values[seg_start[j]] in bags of lengths[j * batch + b]
+ * (n ids in all). Each id goes to the shard whose rows hold it: shard = first[j] + id / block[j]
+ * when the segment's blocks are uniform (block[j] > 0), else the last of the segment's shards
+ * (starts[first[j] .. first[j] + nshards[j]), sorted) whose start is <= id. The shard's rank gets
+ * the id minus the shard's start (a local row), appended to its row of `out` (world x n, int32
+ * or int64) in (segment, bag) order; counts[(rank * segments + j) * batch + b] counts them and
+ * totals[rank * segments + j] sums them per segment. Weights (float32) follow their ids.
+ * `order` (optional): order[k] = the segment-major position of the k-th id sent (ranks in
+ * order). Returns n, or a negative number when an id lies outside its table's shards or the
+ * bags do not cover the segments (the caller then takes its torch path).
+ */
+#include <stdint.h>
+#include <string.h>
+
+#define SR_BK_MAX_WORLD 64
+
+typedef struct {
+    int64_t block, first, count;
+    double inv; /* 1 / block */
+} sr_bk_seg;
+
+static inline int64_t sr_bk_shard(int64_t id, const sr_bk_seg *g, const int64_t *starts) {
+    if (g->block > 0) {
+        /* id / block by a multiplication (a 64-bit division costs tens of cycles), corrected
+         * to the exact quotient: the double's error is far below one for ids under 2**52 */
+        int64_t q = (int64_t)((double)id * g->inv);
+        if (q * g->block > id) q--;
+        else if ((q + 1) * g->block <= id) q++;
+        return g->first + q;
+    }
+    int64_t lo = 0, hi = g->count - 1; /* the last start <= id */
+    while (lo < hi) {
+        int64_t mid = (lo + hi + 1) >> 1;
+        if (starts[g->first + mid] <= id) lo = mid; else hi = mid - 1;
+    }
+    return g->first + lo;
+}
+
+static inline int64_t sr_bk_id(const void *values, int values_i32, int64_t i) {
+    return values_i32 ? (int64_t)((const int32_t *)values)[i] : ((const int64_t *)values)[i];
+}
+
+int64_t sr_row_bucketize(
+    const void *values, int values_i32, const int64_t *seg_start, const int64_t *seg_ids,
+    const int64_t *lengths, int64_t segments, int64_t batch, const int64_t *block,
+    const int64_t *first, const int64_t *nshards, const int64_t *starts, const int64_t *ends,
+    const int64_t *rank, int64_t world, int64_t n, void *out, int out_i32,
+    const float *weights, float *out_weights, int64_t *counts, int64_t *totals, int64_t *order) {
+    int64_t pos[SR_BK_MAX_WORLD];
+    if (world < 1 || world > SR_BK_MAX_WORLD) return -1;
+    int64_t all = 0;
+    for (int64_t j = 0; j < segments; j++) { /* the bags must cover exactly the segment */
+        int64_t t = 0;
+        for (int64_t b = 0; b < batch; b++) {
+            if (lengths[j * batch + b] < 0) return -1;
+            t += lengths[j * batch + b];
+        }
+        if (t != seg_ids[j]) return -1;
+        all += t;
+    }
+    if (all != n) return -1;
+    memset(pos, 0, sizeof(pos));
+    memset(counts, 0, sizeof(int64_t) * (size_t)(world * segments * batch));
+    memset(totals, 0, sizeof(int64_t) * (size_t)(world * segments));
+    int64_t *o64 = (int64_t *)out;
+    int32_t *o32 = (int32_t *)out;
+    for (int64_t j = 0; j < segments; j++) {
+        sr_bk_seg g = {block[j], first[j], nshards[j], block[j] > 0 ? 1.0 / (double)block[j] : 0.0};
+        int64_t last = g.first + g.count;
+        int64_t at = seg_start[j];
+        const int64_t *len = lengths + j * batch;
+        for (int64_t b = 0; b < batch; b++) {
+            int64_t stop = at + len[b];
+            int64_t bag_count[SR_BK_MAX_WORLD];
+            for (int64_t d = 0; d < world; d++) bag_count[d] = pos[d];
+            for (int64_t i = at; i < stop; i++) {
+                int64_t id = sr_bk_id(values, values_i32, i);
+                if (id < 0) return -1;
+                int64_t s = sr_bk_shard(id, &g, starts);
+                if (s >= last || id >= ends[s] || id < starts[s]) return -1;
+                int64_t d = rank[s];
+                int64_t k = d * n + pos[d]++;
+                int64_t local = id - starts[s];
+                if (out_i32) o32[k] = (int32_t)local; else o64[k] = local;
+                if (weights) out_weights[k] = weights[i];
+            }
+            for (int64_t d = 0; d < world; d++) {
+                int64_t c = pos[d] - bag_count[d];
+                counts[(d * segments + j) * batch + b] = c;
+                totals[d * segments + j] += c;
+            }
+            at = stop;
+        }
+    }
+    if (order) {
+        int64_t base[SR_BK_MAX_WORLD];
+        int64_t acc = 0;
+        for (int64_t d = 0; d < world; d++) { base[d] = acc; acc += pos[d]; }
+        int64_t i_major = 0;
+        for (int64_t j = 0; j < segments; j++) {
+            sr_bk_seg g = {block[j], first[j], nshards[j], block[j] > 0 ? 1.0 / (double)block[j] : 0.0};
+            int64_t at = seg_start[j];
+            for (int64_t i = at; i < at + seg_ids[j]; i++) {
+                int64_t d = rank[sr_bk_shard(sr_bk_id(values, values_i32, i), &g, starts)];
+                order[base[d]++] = i_major++;
+            }
+        }
+    }
+    return n;
+}
