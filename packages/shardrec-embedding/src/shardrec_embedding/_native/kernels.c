@@ -35,8 +35,20 @@ typedef struct {
  * 48 ahead 11.3 ms; prefetching only within a bag (not across bag boundaries) cost 18.5 ms.
  * Issue 28: prefetching into the L2 instead (`sr_prefetch_row`, locality 1) measured 7.4-7.7 ms
  * at 16 ahead and 7.7-8.4 at 32, against 9.8-10.3 ms non-temporal at 32 (266k ids over
- * 13 x 100k x 64, min of 5-7 calls, 4 interleaved rounds, AMD EPYC at load 10-14). */
-#define SR_PREFETCH_AHEAD 16
+ * 13 x 100k x 64, min of 5-7 calls, 4 interleaved rounds, AMD EPYC at load 10-14); 16 ids
+ * ahead stayed until session 11.
+ *
+ * Since then it prefetches by cache lines of rows ahead, not ids, in two stages into the L2
+ * (SR_FWD_FAR_LINES, then SR_FWD_NEAR_LINES: ids ahead = lines / lines per row, at least 1),
+ * and the output row SR_FWD_OUT_AHEAD bags ahead for writing (column-wise outputs are 128-byte
+ * pieces of (B, W) rows: a new line every bag). Session 11 (s11-colwise), one thread, min of
+ * 11 interleaved calls, load 7-10, 26 x 100k x 32 (533k ids into (2048, 832)) / 13 x 100k x 64
+ * (268k ids into (2048, 832)): 16 ids ahead (64 / 32 lines) 6.87 / 7.13 ms; 48 / 24 ids ahead
+ * (both stages 96 lines) 5.43 / 5.87; + output prefetch 12 bags ahead 4.71 / 5.19; + near stage
+ * at 48 lines 4.74 / 5.14 (the floor's contiguous-output loop: 4.2 / 6.7). */
+#define SR_FWD_FAR_LINES 96
+#define SR_FWD_NEAR_LINES 48
+#define SR_FWD_OUT_AHEAD 12
 /* Bags per work item: a block stays within one segment (one table) so the prefetch runs
  * across its bags; 64 and 2048 measured alike on one thread, 64 balances many threads. */
 #define SR_BAG_BLOCK 64
@@ -61,13 +73,25 @@ static inline void sr_record_bad(int64_t *bad, int64_t pos) {
 #define SR_POOL_BLOCK(IDX, DIM)                                                                \
     {                                                                                          \
         const int64_t lim = offs[b1];                                                          \
+        const int64_t row_lines = ((DIM) + 15) / 16;                                           \
+        const int64_t far = SR_FWD_FAR_LINES / row_lines, near = SR_FWD_NEAR_LINES / row_lines; \
+        const int64_t far_ids = far > 0 ? far : 1, near_ids = near > 0 ? near : 1;             \
         for (int64_t b = b0; b < b1; b++) {                                                    \
             float acc[DIM];                                                                    \
             for (int64_t d = 0; d < (DIM); d++) acc[d] = 0.0f;                                 \
+            if (b + SR_FWD_OUT_AHEAD < b1) {                                                   \
+                const char *o = (const char *)(out + (b + SR_FWD_OUT_AHEAD) * out_stride + col); \
+                for (int64_t byte = 0; byte < (DIM) * 4; byte += 64)                           \
+                    __builtin_prefetch(o + byte, 1, 3);                                        \
+            }                                                                                  \
             const int64_t start = offs[b], end = offs[b + 1];                                  \
             for (int64_t j = start; j < end; j++) {                                            \
-                if (j + SR_PREFETCH_AHEAD < lim) {                                             \
-                    uint64_t ahead = (uint64_t)(int64_t)values[j + SR_PREFETCH_AHEAD];         \
+                if (j + far_ids < lim) {                                                       \
+                    uint64_t ahead = (uint64_t)(int64_t)values[j + far_ids];                   \
+                    if (ahead < (uint64_t)rows) sr_prefetch_row(table + ahead * (DIM), (DIM)); \
+                }                                                                              \
+                if (j + near_ids < lim) {                                                      \
+                    uint64_t ahead = (uint64_t)(int64_t)values[j + near_ids];                  \
                     if (ahead < (uint64_t)rows) sr_prefetch_row(table + ahead * (DIM), (DIM)); \
                 }                                                                              \
                 uint64_t id = (uint64_t)(int64_t)values[j];                                    \
