@@ -12,8 +12,10 @@ import copy
 import pytest
 import torch
 
+import shardrec_embedding.fused.segments as segments_module
 from shardrec_embedding import shift_ids
 from shardrec_embedding._native import native_available
+from shardrec_embedding.fused.kernels import native_workspace
 from shardrec_embedding.configs import PoolingType
 from shardrec_embedding.fused import (
     KERNELS,
@@ -93,19 +95,21 @@ def _reference(
 
 
 @needs_native
+@pytest.mark.parametrize("presort", [False, True])
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
 @pytest.mark.parametrize("optimizer", OPTIMIZERS)
 def test_matches_the_per_group_lookup_and_update(
-    monkeypatch: pytest.MonkeyPatch, optimizer: str, dtype: torch.dtype
+    monkeypatch: pytest.MonkeyPatch, optimizer: str, dtype: torch.dtype, presort: bool
 ) -> None:
     monkeypatch.delitem(KERNELS, "fbgemm", raising=False)  # the reference on the native kernel
+    monkeypatch.setattr(segments_module, "PRESORT_MIN_IDS", 0)  # presort these small batches
     ours = _groups(optimizer, seed=0)
     ref = copy.deepcopy(ours)
     for step in range(3):
         values, lengths = _batch(step, dtype)
         grad = torch.randn(BATCH, WIDTH, generator=torch.Generator().manual_seed(10 + step))
         assert all(segment_lookup_unsupported(m, values) is None for m in ours)
-        out = segment_lookup(ours, READS, values, lengths, BATCH, WIDTH, NAMES)
+        out = segment_lookup(ours, READS, values, lengths, BATCH, WIDTH, NAMES, presort=presort)
         want = _reference(ref, values, lengths, grad)
         assert_close(out.detach(), want, msg=f"step {step}")
         assert torch.equal(out[:, 20:28], torch.zeros(BATCH, 8))
@@ -115,6 +119,59 @@ def test_matches_the_per_group_lookup_and_update(
             for name, state in mine.optimizer_state().items():
                 assert torch.equal(state, theirs.optimizer_state()[name]), (step, name)
             assert int(mine._step) == int(theirs._step) == step + 1
+
+
+def _assert_same_groups(
+    mine: list[BatchedFusedEmbeddingBag], theirs: list[BatchedFusedEmbeddingBag], msg: str
+) -> None:
+    for a, b in zip(mine, theirs, strict=True):
+        assert torch.equal(a.packed_weight(), b.packed_weight()), msg
+        for name, state in a.optimizer_state().items():
+            assert torch.equal(state, b.optimizer_state()[name]), (msg, name)
+        assert int(a._step) == int(b._step), msg
+
+
+def _lookup(
+    groups: list[BatchedFusedEmbeddingBag], step: int, presort: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    values, lengths = _batch(step, torch.int32)
+    out = segment_lookup(groups, READS, values, lengths, BATCH, WIDTH, NAMES, presort=presort)
+    grad = torch.randn(BATCH, WIDTH, generator=torch.Generator().manual_seed(10 + step))
+    return out, grad
+
+
+@needs_native
+def test_presort_dropped_or_shared_updates_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The forward's sort is given back when its graph is freed without a backward; a second
+    forward before the first one's backward (the sort buffers taken) sorts in its backward; a
+    gradient of another row stride drops the sort: every case updates as without presort."""
+    monkeypatch.setattr(segments_module, "PRESORT_MIN_IDS", 0)
+    ours = _groups("exact_row_wise_adagrad", seed=3)
+    ref = copy.deepcopy(ours)
+    spaces = [native_workspace(m.packed_weight()) for m in ours]
+    # 1. forward without backward: the graph is freed, the buffers come back
+    out, _ = _lookup(ours, 0, presort=True)
+    assert all(ws._presort is None for ws in spaces)  # leased by the pending sort
+    del out
+    assert all(ws._presort is not None for ws in spaces)
+    # 2. two forwards, then one backward through both (gradient accumulation)
+    first, g1 = _lookup(ours, 1, presort=True)
+    second, g2 = _lookup(ours, 2, presort=True)
+    ((first * g1).sum() + (second * g2).sum()).backward()
+    r1, _ = _lookup(ref, 1, presort=False)
+    r2, _ = _lookup(ref, 2, presort=False)
+    ((r1 * g1).sum() + (r2 * g2).sum()).backward()
+    _assert_same_groups(ours, ref, "two forwards, one backward")
+    assert all(ws._presort is not None for ws in spaces)
+    # 3. the gradient is a view into wider rows (row stride != WIDTH): sorted again
+    out, grad = _lookup(ours, 3, presort=True)
+    wide = torch.zeros(BATCH, WIDTH + 8)
+    wide[:, :WIDTH] = grad
+    out.backward(wide[:, :WIDTH])
+    ref_out, _ = _lookup(ref, 3, presort=False)
+    ref_out.backward(grad)
+    _assert_same_groups(ours, ref, "strided gradient")
+    assert all(ws._presort is not None for ws in spaces)
 
 
 @needs_native

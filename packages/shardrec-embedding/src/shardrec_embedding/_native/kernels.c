@@ -619,3 +619,34 @@ void sr_fused_update(int64_t kind, float *weight, float *state, int64_t rows, in
 
 SR_DEFINE_SEGMENT_UPDATE(sr_fused_update_segments_i64, sr_bucket_sort_i64, int64_t)
 SR_DEFINE_SEGMENT_UPDATE(sr_fused_update_segments_i32, sr_bucket_sort_i32, int32_t)
+
+/* The same update in two calls (session 11, s11-colwise): step 1 (the sort) needs only the ids,
+ * the offsets, the per-sample weights and the gradient's row stride, not the gradient, so a
+ * lookup can run it in forward (on a helper thread, while its rank waits for the pooled
+ * all-to-all) into its own starts / entries, and its backward runs steps 2 and 3 from them:
+ * sr_fused_sort_segments_* then sr_fused_apply_sorted give bitwise the same weights and state
+ * as sr_fused_update_segments_* (the same entries in the same order). Neither reads or
+ * writes anything else; the sort is single-threaded. */
+#define SR_DEFINE_SEGMENT_SORT(NAME, SORT, IDX)                                                \
+    void NAME(int64_t rows, const sr_update_segment *segs, int64_t num_segments,               \
+              int64_t batch, const IDX *values, const int64_t *offsets, const float *psw,      \
+              int64_t grad_stride, int64_t shift, int32_t *starts, sr_entry *entries) {        \
+        if (batch <= 0 || rows <= 0 || num_segments <= 0) return;                              \
+        const int64_t buckets = ((rows - 1) >> shift) + 1;                                     \
+        SORT(segs, num_segments, batch, values, offsets, psw, grad_stride, shift, buckets,     \
+             starts, entries);                                                                 \
+    }
+
+SR_DEFINE_SEGMENT_SORT(sr_fused_sort_segments_i64, sr_bucket_sort_i64, int64_t)
+SR_DEFINE_SEGMENT_SORT(sr_fused_sort_segments_i32, sr_bucket_sort_i32, int32_t)
+
+void sr_fused_apply_sorted(int64_t kind, float *weight, float *state, int64_t rows, int64_t dim,
+                           const float *grad, float lr, float eps, int64_t shift,
+                           const int32_t *starts, const sr_entry *entries, int32_t *local_ws,
+                           sr_item *items_ws, float *acc_ws, int64_t cap, int num_threads) {
+    if (rows <= 0) return;
+    const int64_t buckets = ((rows - 1) >> shift) + 1;
+    const int64_t total = starts[buckets - 1];
+    const sr_update_args args = {kind, dim, shift, weight, state, grad, entries, total, lr, eps};
+    sr_fused_apply(&args, buckets, starts, local_ws, items_ws, acc_ws, cap, num_threads);
+}
