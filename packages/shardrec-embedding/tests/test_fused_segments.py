@@ -15,7 +15,6 @@ import torch
 import shardrec_embedding.fused.segments as segments_module
 from shardrec_embedding import shift_ids
 from shardrec_embedding._native import native_available
-from shardrec_embedding.fused.kernels import native_workspace
 from shardrec_embedding.configs import PoolingType
 from shardrec_embedding.fused import (
     KERNELS,
@@ -25,6 +24,7 @@ from shardrec_embedding.fused import (
     segment_lookup,
     segment_lookup_unsupported,
 )
+from shardrec_embedding.fused.kernels import native_workspace
 from shardrec_testing import assert_close
 
 needs_native = pytest.mark.skipif(not native_available(), reason="no C compiler")
