@@ -451,9 +451,15 @@ typedef struct {
  * ahead + write 16 ahead 9.2-9.4, + write 8 ahead 9.4-11.1, L2 96 / 128 ahead + write 16
  * 9.3-9.8 / 9.7-9.9. The write prefetch alone kept too few lines in flight (the L1's miss
  * buffers); the L2's hold more (sr_prefetch_row: locality 1). The gradient row is prefetched
- * at the far stage only: a second prefetch 16 ahead cost 3-6% (12.19 -> 11.43 ms without it). */
+ * at the far stage only: a second prefetch 16 ahead cost 3-6% (12.19 -> 11.43 ms without it).
+ * Session 11 (s11-colwise): the write stage pays at dim 64 but not at dim 32 (2 lines a row:
+ * the far stage alone keeps enough in flight). One-pass update of 533k ids over 26 x 100k x 32
+ * (the column-wise rank's), median of 11-15 interleaved calls, load 15-16: 14.5-16.0 ms with
+ * the write stage, 13.5-14.4 without; 268k ids over 13 x 100k x 64: 11.6 with it, 12.6
+ * without. So rows narrower than SR_ROW_WRITE_MIN_DIM floats skip it. */
 #define SR_ROW_AHEAD 16
 #define SR_ROW_FAR 64
+#define SR_ROW_WRITE_MIN_DIM 64
 
 /* Entries ahead whose gradient rows sr_bucket_gather prefetches into the L2. */
 #define SR_GRAD_AHEAD 16
@@ -521,6 +527,7 @@ static void sr_chunk_update(const sr_update_args *a, sr_chunk *c) {
     const int64_t dim = a->dim, n = c->nitems;
     const sr_item *items = c->items;
     const int rowwise = a->kind == SR_KIND_ROWWISE_ADAGRAD;
+    const int write_stage = dim >= SR_ROW_WRITE_MIN_DIM;
     for (int64_t i = 0; i < n; i++) {
         if (i + SR_ROW_FAR < n) {
             const int64_t r = items[i + SR_ROW_FAR].row;
@@ -532,7 +539,7 @@ static void sr_chunk_update(const sr_update_args *a, sr_chunk *c) {
             }
             sr_prefetch_row(items[i + SR_ROW_FAR].g, dim);
         }
-        if (i + SR_ROW_AHEAD < n) {
+        if (write_stage && i + SR_ROW_AHEAD < n) {
             const int64_t r = items[i + SR_ROW_AHEAD].row;
             sr_prefetch_rw(a->weight + r * dim, dim);
             if (rowwise) {
