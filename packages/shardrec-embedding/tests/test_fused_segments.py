@@ -14,7 +14,13 @@ import torch
 
 import shardrec_embedding.fused.segments as segments_module
 from shardrec_embedding import shift_ids
-from shardrec_embedding._native import native_available
+from shardrec_embedding._native import (
+    AdagradWorkspace,
+    native_available,
+    native_presorted_update,
+    native_segment_presort,
+    native_segment_update,
+)
 from shardrec_embedding.configs import PoolingType
 from shardrec_embedding.fused import (
     KERNELS,
@@ -205,3 +211,85 @@ def test_refuses_what_it_cannot_run(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delitem(KERNELS, "native")
     reason = segment_lookup_unsupported(_groups("exact_sgd", seed=3)[0], values)
     assert reason is not None and "native" in reason
+
+
+def _segment_batch(
+    seed: int, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, tuple[tuple[int, int, int, int, int], ...]]:
+    """3 keys x 40 bags over two tables of 1500 / 1700 rows (26 buckets, chunks overflow), hot
+    rows repeated, MEAN on one segment; key 1 read by both tables."""
+    gen = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(0, 30, (3 * 40,), generator=gen)
+    values = torch.randint(0, 1500, (int(lengths.sum()),), generator=gen)
+    values[::7] = 3  # a hot row
+    offsets = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(lengths, 0)])
+    grad = torch.randn(40, 3 * 32 + 8, generator=gen)
+    segments = ((0, 0, 1500, 0, 0), (1, 1500, 1700, 32, 1), (1, 0, 1500, 64, 0))
+    return values.to(dtype), offsets, grad, segments
+
+
+@needs_native
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("background", [False, True])
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("rule", ["rowwise_adagrad", "adagrad"])
+def test_presorted_update_is_the_one_pass_update(
+    rule: str, dtype: torch.dtype, background: bool, threads: int
+) -> None:
+    gen = torch.Generator().manual_seed(5)
+    weight = torch.randn(3200, 32, generator=gen)
+    state = torch.zeros(3200) if rule == "rowwise_adagrad" else torch.zeros(3200, 32)
+    got, got_state = weight.clone(), state.clone()
+    space, ref_space = AdagradWorkspace(), AdagradWorkspace()
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for step in range(3):
+            values, offsets, grad, segments = _segment_batch(step, dtype)
+            n = int(offsets[40] - offsets[0]) + 2 * int(offsets[80] - offsets[40])
+            args = (segments, values, offsets, 40)
+            pre = native_segment_presort(
+                3200, *args, grad.stride(0), space, n, background=background
+            )
+            assert pre is not None
+            native_presorted_update(rule, got, got_state, pre, grad, 0.1, 1e-8, space)
+            native_segment_update(rule, weight, state, *args, grad, 0.1, 1e-8, ref_space, n)
+            assert torch.equal(got, weight) and torch.equal(got_state, state), step
+            assert space._presort is not None  # given back
+    finally:
+        torch.set_num_threads(before)
+
+
+@needs_native
+def test_presort_buffers_are_one_forward_s_and_checked() -> None:
+    space = AdagradWorkspace()
+    values, offsets, grad, segments = _segment_batch(0, torch.int64)
+    n = int(offsets[-1])  # an upper bound is enough for the buffers
+    pre = native_segment_presort(
+        3200, segments, values, offsets, 40, grad.stride(0), space, n, background=True
+    )
+    assert pre is not None
+    # taken: a second sort before the first one's update goes without
+    again = native_segment_presort(
+        3200, segments, values, offsets, 40, grad.stride(0), space, n, background=False
+    )
+    assert again is None
+    with pytest.raises(ValueError, match="sorted for 3200 rows and gradient row stride 104"):
+        native_presorted_update(
+            "rowwise_adagrad", torch.zeros(3000, 32), torch.zeros(3000), pre, grad, 0.1, 1e-8,
+            space,
+        )  # fmt: skip
+    assert space._presort is not None  # given back even so
+    # nothing to sort
+    assert (
+        native_segment_presort(3200, (), values, offsets, 40, 104, space, 0, background=True)
+        is None
+    )
+
+
+@needs_native
+def test_a_group_keeps_one_workspace_across_steps() -> None:
+    group = _groups("exact_row_wise_adagrad", seed=4)[0]
+    first, second = group.packed_weight(), group.packed_weight()
+    assert first is not second  # a fresh view each call ...
+    assert native_workspace(first) is native_workspace(second)  # ... one workspace
