@@ -158,7 +158,10 @@ def test_presort_dropped_or_shared_updates_the_same(monkeypatch: pytest.MonkeyPa
     # 1. forward without backward: the graph is freed, the buffers come back
     out, _ = _lookup(ours, 0, presort=True)
     assert all(ws._presort is None for ws in spaces)  # leased by the pending sort
-    del out
+    pending = out.grad_fn.presorted  # type: ignore[union-attr]  # the backward node's ctx
+    for pre in pending:
+        pre.wait()  # the sort ended: only the graph holds the buffers now
+    del pending, pre, out
     assert all(ws._presort is not None for ws in spaces)
     # 2. two forwards, then one backward through both (gradient accumulation)
     first, g1 = _lookup(ours, 1, presort=True)

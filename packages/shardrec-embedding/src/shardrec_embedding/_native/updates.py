@@ -8,8 +8,11 @@ the one-pass kernel `sr_fused_update` (kernels.c; docs/design/native-kernels.md)
 from __future__ import annotations
 
 import ctypes
+import os
+import queue
 import threading
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -92,6 +95,7 @@ class AdagradWorkspace:
         self._acc: Tensor | None = None
         # the presort's own starts + entries (one forward's sort, waiting for its backward);
         # None while a `Presorted` holds them
+        self._presort_lock = threading.Lock()
         self._presort: tuple[Tensor, Tensor] | None = (
             torch.empty(0, dtype=torch.int32),
             torch.empty(0, dtype=torch.int32),
@@ -99,10 +103,10 @@ class AdagradWorkspace:
 
     def _lease_presort(self, buckets: int, num_ids: int) -> tuple[Tensor, Tensor] | None:
         """The presort buffers sized for this sort, or None while a `Presorted` holds them."""
-        got = self._presort
+        with self._presort_lock:  # two threads' forwards never share the buffers
+            got, self._presort = self._presort, None
         if got is None:
             return None
-        self._presort = None
         starts, entries = got
         if starts.numel() != buckets + 1:
             starts = torch.empty(buckets + 1, dtype=torch.int32)
@@ -334,13 +338,53 @@ def native_segment_update(
     )
 
 
+class _SortThread:
+    """One daemon thread that runs the presorts in turn: started on first use (and again in a
+    forked child, which has no copy of it). A queue, not a thread per sort: `Thread.start`
+    waits until the new thread runs, which on a busy machine stalls the caller."""
+
+    def __init__(self) -> None:
+        self._pid = -1
+        self._queue: queue.SimpleQueue[tuple[Callable[[], None], threading.Event]] = (
+            queue.SimpleQueue()
+        )
+
+    def submit(self, fn: Callable[[], None]) -> threading.Event:
+        """Run `fn` on the thread; the event is set when it has returned."""
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._queue = queue.SimpleQueue()
+            threading.Thread(
+                target=self._serve, args=(self._queue,), name="shardrec-presort", daemon=True
+            ).start()
+        done = threading.Event()
+        self._queue.put((fn, done))
+        return done
+
+    @staticmethod
+    def _serve(
+        jobs: queue.SimpleQueue[tuple[Callable[[], None], threading.Event]],
+    ) -> None:
+        while True:
+            fn, done = jobs.get()
+            try:
+                fn()
+            finally:
+                del fn  # its closure holds a Presorted: let go before saying the sort ended
+                done.set()
+                del done
+
+
+_SORT_THREAD = _SortThread()
+
+
 class Presorted:
     """One packed group's update sort (step 1 of the one-pass kernel) run ahead of its gradient
     by `native_segment_presort`, for `native_presorted_update`.
 
     Holds the workspace's presort buffers until `release()` (or until it is garbage: a forward
-    whose backward never runs gives them back when its graph is freed). `wait()` joins the
-    helper thread that sorts."""
+    whose backward never runs gives them back when its graph is freed and its sort has ended).
+    `wait()` waits for the sort (on the module's one presort thread)."""
 
     def __init__(
         self,
@@ -354,14 +398,14 @@ class Presorted:
         self.shift = shift
         self.grad_stride = grad_stride
         self.starts, self.entries = buffers
-        self._thread: threading.Thread | None = None
+        self._done: threading.Event | None = None
         self._give_back = weakref.finalize(self, workspace._return_presort, buffers)
 
     def wait(self) -> None:
         """Block until the sort is done (a no-op when it ran on the caller's thread)."""
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        if self._done is not None:
+            self._done.wait()
+            self._done = None
 
     def release(self) -> None:
         """Give the buffers back to the workspace (after `wait`; idempotent)."""
@@ -420,8 +464,7 @@ def native_segment_presort(
 
     if background:
         # the closure keeps values, offsets and the buffers alive until the sort ends
-        pre._thread = threading.Thread(target=run, name="shardrec-presort", daemon=True)
-        pre._thread.start()
+        pre._done = _SORT_THREAD.submit(run)
     else:
         run()
     return pre
