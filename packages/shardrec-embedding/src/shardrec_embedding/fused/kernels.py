@@ -64,8 +64,8 @@ _ROWWISE = frozenset({EmbOptimType.EXACT_ROWWISE_ADAGRAD, EmbOptimType.ROWWISE_A
 NATIVE_OPTIMIZERS = optimizers_on("native")
 """Optimizers the native fused backward implements."""
 
-# One scratch per weight (by id; dropped with the tensor). Not a
-# WeakKeyDictionary: tensors compare elementwise, so they cannot be its keys.
+# One scratch per weight storage (by the storage's id and the weight's address; dropped with
+# the storage). Not a WeakKeyDictionary: tensors compare elementwise, so they cannot be its keys.
 _WORKSPACES: dict[tuple[int, int], AdagradWorkspace] = {}
 
 
