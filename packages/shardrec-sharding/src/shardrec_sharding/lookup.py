@@ -294,7 +294,11 @@ class LocalLookup:
         ]
         modules = [g.module for g in groups if isinstance(g.module, BatchedFusedEmbeddingBag)]
         names = [(f"key {r.key}", modules[r.group].table_specs[r.table].name) for r in reads]
-        return segment_lookup(modules, reads, values, lengths, batch_size, cols[-1], names)
+        # presort: the update's sort runs on a helper thread while this rank waits for the
+        # pooled all-to-all (docs/bench/sharded.md, session 11)
+        return segment_lookup(
+            modules, reads, values, lengths, batch_size, cols[-1], names, presort=True
+        )
 
     def rows(
         self, values: Tensor, offset_per_key: Sequence[int], key_index: Sequence[int]

@@ -35,8 +35,20 @@ typedef struct {
  * 48 ahead 11.3 ms; prefetching only within a bag (not across bag boundaries) cost 18.5 ms.
  * Issue 28: prefetching into the L2 instead (`sr_prefetch_row`, locality 1) measured 7.4-7.7 ms
  * at 16 ahead and 7.7-8.4 at 32, against 9.8-10.3 ms non-temporal at 32 (266k ids over
- * 13 x 100k x 64, min of 5-7 calls, 4 interleaved rounds, AMD EPYC at load 10-14). */
-#define SR_PREFETCH_AHEAD 16
+ * 13 x 100k x 64, min of 5-7 calls, 4 interleaved rounds, AMD EPYC at load 10-14); 16 ids
+ * ahead stayed until session 11.
+ *
+ * Since then it prefetches by cache lines of rows ahead, not ids, in two stages into the L2
+ * (SR_FWD_FAR_LINES, then SR_FWD_NEAR_LINES: ids ahead = lines / lines per row, at least 1),
+ * and the output row SR_FWD_OUT_AHEAD bags ahead for writing (column-wise outputs are 128-byte
+ * pieces of (B, W) rows: a new line every bag). Session 11 (s11-colwise), one thread, min of
+ * 11 interleaved calls, load 7-10, 26 x 100k x 32 (533k ids into (2048, 832)) / 13 x 100k x 64
+ * (268k ids into (2048, 832)): 16 ids ahead (64 / 32 lines) 6.87 / 7.13 ms; 48 / 24 ids ahead
+ * (both stages 96 lines) 5.43 / 5.87; + output prefetch 12 bags ahead 4.71 / 5.19; + near stage
+ * at 48 lines 4.74 / 5.14 (the floor's contiguous-output loop: 4.2 / 6.7). */
+#define SR_FWD_FAR_LINES 96
+#define SR_FWD_NEAR_LINES 48
+#define SR_FWD_OUT_AHEAD 12
 /* Bags per work item: a block stays within one segment (one table) so the prefetch runs
  * across its bags; 64 and 2048 measured alike on one thread, 64 balances many threads. */
 #define SR_BAG_BLOCK 64
@@ -61,13 +73,25 @@ static inline void sr_record_bad(int64_t *bad, int64_t pos) {
 #define SR_POOL_BLOCK(IDX, DIM)                                                                \
     {                                                                                          \
         const int64_t lim = offs[b1];                                                          \
+        const int64_t row_lines = ((DIM) + 15) / 16;                                           \
+        const int64_t far = SR_FWD_FAR_LINES / row_lines, near = SR_FWD_NEAR_LINES / row_lines; \
+        const int64_t far_ids = far > 0 ? far : 1, near_ids = near > 0 ? near : 1;             \
         for (int64_t b = b0; b < b1; b++) {                                                    \
             float acc[DIM];                                                                    \
             for (int64_t d = 0; d < (DIM); d++) acc[d] = 0.0f;                                 \
+            if (b + SR_FWD_OUT_AHEAD < b1) {                                                   \
+                const char *o = (const char *)(out + (b + SR_FWD_OUT_AHEAD) * out_stride + col); \
+                for (int64_t byte = 0; byte < (DIM) * 4; byte += 64)                           \
+                    __builtin_prefetch(o + byte, 1, 3);                                        \
+            }                                                                                  \
             const int64_t start = offs[b], end = offs[b + 1];                                  \
             for (int64_t j = start; j < end; j++) {                                            \
-                if (j + SR_PREFETCH_AHEAD < lim) {                                             \
-                    uint64_t ahead = (uint64_t)(int64_t)values[j + SR_PREFETCH_AHEAD];         \
+                if (j + far_ids < lim) {                                                       \
+                    uint64_t ahead = (uint64_t)(int64_t)values[j + far_ids];                   \
+                    if (ahead < (uint64_t)rows) sr_prefetch_row(table + ahead * (DIM), (DIM)); \
+                }                                                                              \
+                if (j + near_ids < lim) {                                                      \
+                    uint64_t ahead = (uint64_t)(int64_t)values[j + near_ids];                  \
                     if (ahead < (uint64_t)rows) sr_prefetch_row(table + ahead * (DIM), (DIM)); \
                 }                                                                              \
                 uint64_t id = (uint64_t)(int64_t)values[j];                                    \
@@ -427,9 +451,15 @@ typedef struct {
  * ahead + write 16 ahead 9.2-9.4, + write 8 ahead 9.4-11.1, L2 96 / 128 ahead + write 16
  * 9.3-9.8 / 9.7-9.9. The write prefetch alone kept too few lines in flight (the L1's miss
  * buffers); the L2's hold more (sr_prefetch_row: locality 1). The gradient row is prefetched
- * at the far stage only: a second prefetch 16 ahead cost 3-6% (12.19 -> 11.43 ms without it). */
+ * at the far stage only: a second prefetch 16 ahead cost 3-6% (12.19 -> 11.43 ms without it).
+ * Session 11 (s11-colwise): the write stage pays at dim 64 but not at dim 32 (2 lines a row:
+ * the far stage alone keeps enough in flight). One-pass update of 533k ids over 26 x 100k x 32
+ * (the column-wise rank's), median of 11-15 interleaved calls, load 15-16: 14.5-16.0 ms with
+ * the write stage, 13.5-14.4 without; 268k ids over 13 x 100k x 64: 11.6 with it, 12.6
+ * without. So rows narrower than SR_ROW_WRITE_MIN_DIM floats skip it. */
 #define SR_ROW_AHEAD 16
 #define SR_ROW_FAR 64
+#define SR_ROW_WRITE_MIN_DIM 64
 
 /* Entries ahead whose gradient rows sr_bucket_gather prefetches into the L2. */
 #define SR_GRAD_AHEAD 16
@@ -497,6 +527,7 @@ static void sr_chunk_update(const sr_update_args *a, sr_chunk *c) {
     const int64_t dim = a->dim, n = c->nitems;
     const sr_item *items = c->items;
     const int rowwise = a->kind == SR_KIND_ROWWISE_ADAGRAD;
+    const int write_stage = dim >= SR_ROW_WRITE_MIN_DIM;
     for (int64_t i = 0; i < n; i++) {
         if (i + SR_ROW_FAR < n) {
             const int64_t r = items[i + SR_ROW_FAR].row;
@@ -508,7 +539,7 @@ static void sr_chunk_update(const sr_update_args *a, sr_chunk *c) {
             }
             sr_prefetch_row(items[i + SR_ROW_FAR].g, dim);
         }
-        if (i + SR_ROW_AHEAD < n) {
+        if (write_stage && i + SR_ROW_AHEAD < n) {
             const int64_t r = items[i + SR_ROW_AHEAD].row;
             sr_prefetch_rw(a->weight + r * dim, dim);
             if (rowwise) {
@@ -595,3 +626,34 @@ void sr_fused_update(int64_t kind, float *weight, float *state, int64_t rows, in
 
 SR_DEFINE_SEGMENT_UPDATE(sr_fused_update_segments_i64, sr_bucket_sort_i64, int64_t)
 SR_DEFINE_SEGMENT_UPDATE(sr_fused_update_segments_i32, sr_bucket_sort_i32, int32_t)
+
+/* The same update in two calls (session 11, s11-colwise): step 1 (the sort) needs only the ids,
+ * the offsets, the per-sample weights and the gradient's row stride, not the gradient, so a
+ * lookup can run it in forward (on a helper thread, while its rank waits for the pooled
+ * all-to-all) into its own starts / entries, and its backward runs steps 2 and 3 from them:
+ * sr_fused_sort_segments_* then sr_fused_apply_sorted give bitwise the same weights and state
+ * as sr_fused_update_segments_* (the same entries in the same order). Neither reads or
+ * writes anything else; the sort is single-threaded. */
+#define SR_DEFINE_SEGMENT_SORT(NAME, SORT, IDX)                                                \
+    void NAME(int64_t rows, const sr_update_segment *segs, int64_t num_segments,               \
+              int64_t batch, const IDX *values, const int64_t *offsets, const float *psw,      \
+              int64_t grad_stride, int64_t shift, int32_t *starts, sr_entry *entries) {        \
+        if (batch <= 0 || rows <= 0 || num_segments <= 0) return;                              \
+        const int64_t buckets = ((rows - 1) >> shift) + 1;                                     \
+        SORT(segs, num_segments, batch, values, offsets, psw, grad_stride, shift, buckets,     \
+             starts, entries);                                                                 \
+    }
+
+SR_DEFINE_SEGMENT_SORT(sr_fused_sort_segments_i64, sr_bucket_sort_i64, int64_t)
+SR_DEFINE_SEGMENT_SORT(sr_fused_sort_segments_i32, sr_bucket_sort_i32, int32_t)
+
+void sr_fused_apply_sorted(int64_t kind, float *weight, float *state, int64_t rows, int64_t dim,
+                           const float *grad, float lr, float eps, int64_t shift,
+                           const int32_t *starts, const sr_entry *entries, int32_t *local_ws,
+                           sr_item *items_ws, float *acc_ws, int64_t cap, int num_threads) {
+    if (rows <= 0) return;
+    const int64_t buckets = ((rows - 1) >> shift) + 1;
+    const int64_t total = starts[buckets - 1];
+    const sr_update_args args = {kind, dim, shift, weight, state, grad, entries, total, lr, eps};
+    sr_fused_apply(&args, buckets, starts, local_ws, items_ws, acc_ws, cap, num_threads);
+}

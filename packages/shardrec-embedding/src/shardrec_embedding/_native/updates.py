@@ -8,6 +8,11 @@ the one-pass kernel `sr_fused_update` (kernels.c; docs/design/native-kernels.md)
 from __future__ import annotations
 
 import ctypes
+import os
+import queue
+import threading
+import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -28,9 +33,12 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_IDS",
     "AdagradWorkspace",
+    "Presorted",
     "bucket_shift",
     "native_adagrad",
+    "native_presorted_update",
     "native_rowwise_adagrad",
+    "native_segment_presort",
     "native_segment_update",
     "native_sgd",
 ]
@@ -85,6 +93,29 @@ class AdagradWorkspace:
         self._local: Tensor | None = None
         self._items: Tensor | None = None
         self._acc: Tensor | None = None
+        # the presort's own starts + entries (one forward's sort, waiting for its backward);
+        # None while a `Presorted` holds them
+        self._presort_lock = threading.Lock()
+        self._presort: tuple[Tensor, Tensor] | None = (
+            torch.empty(0, dtype=torch.int32),
+            torch.empty(0, dtype=torch.int32),
+        )
+
+    def _lease_presort(self, buckets: int, num_ids: int) -> tuple[Tensor, Tensor] | None:
+        """The presort buffers sized for this sort, or None while a `Presorted` holds them."""
+        with self._presort_lock:  # two threads' forwards never share the buffers
+            got, self._presort = self._presort, None
+        if got is None:
+            return None
+        starts, entries = got
+        if starts.numel() != buckets + 1:
+            starts = torch.empty(buckets + 1, dtype=torch.int32)
+        if entries.numel() < 3 * num_ids:
+            entries = torch.empty(3 * max(1, num_ids + num_ids // 2), dtype=torch.int32)
+        return starts, entries
+
+    def _return_presort(self, buffers: tuple[Tensor, Tensor]) -> None:
+        self._presort = buffers
 
     def buffers(
         self, rows: int, dim: int, num_ids: int, threads: int
@@ -219,6 +250,26 @@ UpdateSegments = tuple[tuple[int, int, int, int, int], ...]
 _UPDATE_SEGMENTS: dict[UpdateSegments, ctypes.Array[_UpdateSegment]] = {}
 
 
+def _segments_array(segments: UpdateSegments) -> ctypes.Array[_UpdateSegment]:
+    """The kernel's segment structs (cached: a step repeats its segments)."""
+    segs = _UPDATE_SEGMENTS.get(segments)
+    if segs is None:
+        if len(_UPDATE_SEGMENTS) >= 64:
+            _UPDATE_SEGMENTS.clear()
+        segs = _UPDATE_SEGMENTS[segments] = (_UpdateSegment * len(segments))(
+            *(_UpdateSegment(*s) for s in segments)
+        )
+    return segs
+
+
+def _values_for_kernel(values: Tensor) -> tuple[str, Tensor]:
+    """The kernel suffix for `values`' dtype and the contiguous int32 / int64 values."""
+    suffix = "i32" if values.dtype is torch.int32 else "i64"
+    if suffix == "i64":
+        values = values.to(torch.int64)
+    return suffix, values.contiguous()
+
+
 def native_segment_update(
     rule: str,
     weight: Tensor,
@@ -253,17 +304,8 @@ def native_segment_update(
             f"got {num_entries} ids and a {tuple(grad.shape)} gradient"
         )
     assert grad.stride(1) == 1 and grad.dtype is torch.float32
-    segs = _UPDATE_SEGMENTS.get(segments)
-    if segs is None:
-        if len(_UPDATE_SEGMENTS) >= 64:
-            _UPDATE_SEGMENTS.clear()
-        segs = _UPDATE_SEGMENTS[segments] = (_UpdateSegment * len(segments))(
-            *(_UpdateSegment(*s) for s in segments)
-        )
-    suffix = "i32" if values.dtype is torch.int32 else "i64"
-    if suffix == "i64":
-        values = values.to(torch.int64)
-    values = values.contiguous()
+    segs = _segments_array(segments)
+    suffix, values = _values_for_kernel(values)
     rows, dim = weight.shape
     threads = max(1, torch.get_num_threads())
     shift, cap, starts, entries, local, items, acc = workspace.buffers(
@@ -294,3 +336,184 @@ def native_segment_update(
         _I64(cap),
         ctypes.c_int(threads),
     )
+
+
+class _SortThread:
+    """One daemon thread that runs the presorts in turn: started on first use (and again in a
+    forked child, which has no copy of it). A queue, not a thread per sort: `Thread.start`
+    waits until the new thread runs, which on a busy machine stalls the caller."""
+
+    def __init__(self) -> None:
+        self._pid = -1
+        self._queue: queue.SimpleQueue[tuple[Callable[[], None], threading.Event]] = (
+            queue.SimpleQueue()
+        )
+
+    def submit(self, fn: Callable[[], None]) -> threading.Event:
+        """Run `fn` on the thread; the event is set when it has returned."""
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._queue = queue.SimpleQueue()
+            threading.Thread(
+                target=self._serve, args=(self._queue,), name="shardrec-presort", daemon=True
+            ).start()
+        done = threading.Event()
+        self._queue.put((fn, done))
+        return done
+
+    @staticmethod
+    def _serve(
+        jobs: queue.SimpleQueue[tuple[Callable[[], None], threading.Event]],
+    ) -> None:
+        while True:
+            fn, done = jobs.get()
+            try:
+                fn()
+            finally:
+                del fn  # its closure holds a Presorted: let go before saying the sort ended
+                done.set()
+                del done
+
+
+_SORT_THREAD = _SortThread()
+
+
+class Presorted:
+    """One packed group's update sort (step 1 of the one-pass kernel) run ahead of its gradient
+    by `native_segment_presort`, for `native_presorted_update`.
+
+    Holds the workspace's presort buffers until `release()` (or until it is garbage: a forward
+    whose backward never runs gives them back when its graph is freed and its sort has ended).
+    `wait()` waits for the sort (on the module's one presort thread)."""
+
+    def __init__(
+        self,
+        workspace: AdagradWorkspace,
+        buffers: tuple[Tensor, Tensor],
+        rows: int,
+        shift: int,
+        grad_stride: int,
+    ) -> None:
+        self.rows = rows
+        self.shift = shift
+        self.grad_stride = grad_stride
+        self.starts, self.entries = buffers
+        self._done: threading.Event | None = None
+        self._give_back = weakref.finalize(self, workspace._return_presort, buffers)
+
+    def wait(self) -> None:
+        """Block until the sort is done (a no-op when it ran on the caller's thread)."""
+        if self._done is not None:
+            self._done.wait()
+            self._done = None
+
+    def release(self) -> None:
+        """Give the buffers back to the workspace (after `wait`; idempotent)."""
+        self.wait()
+        self._give_back()
+
+
+def native_segment_presort(
+    rows: int,
+    segments: UpdateSegments,
+    values: Tensor,
+    offsets: Tensor,
+    batch_size: int,
+    grad_stride: int,
+    workspace: AdagradWorkspace,
+    num_entries: int,
+    *,
+    background: bool,
+) -> Presorted | None:
+    """Step 1 of `native_segment_update` (the bucket sort of the ids; no gradient needed) into
+    the workspace's presort buffers, on a helper thread when `background` (the native call
+    releases the GIL). None when there is nothing to sort or another `Presorted` of this
+    workspace still holds the buffers (its backward has not run): the caller then updates
+    with `native_segment_update`. The gradient handed later to `native_presorted_update` must
+    have row stride `grad_stride`. Arguments as `native_segment_update`'s."""
+    if batch_size <= 0 or num_entries == 0 or not segments or rows <= 0:
+        return None
+    if max(num_entries, batch_size * grad_stride) > MAX_IDS:
+        return None  # native_segment_update raises the error
+    shift = bucket_shift(rows)
+    buffers = workspace._lease_presort(((rows - 1) >> shift) + 1, num_entries)
+    if buffers is None:
+        return None
+    pre = Presorted(workspace, buffers, rows, shift, grad_stride)
+    segs = _segments_array(segments)
+    suffix, values = _values_for_kernel(values)
+    sort = getattr(_lib(), f"sr_fused_sort_segments_{suffix}")
+
+    def run() -> None:
+        # reads pre's buffers through pre: a running sort keeps them leased (a Presorted
+        # dropped mid-sort gives them back only once the thread lets go of it)
+        starts, entries = pre.starts, pre.entries
+        sort(
+            _I64(rows),
+            segs,
+            _I64(len(segments)),
+            _I64(batch_size),
+            _PTR(values.data_ptr()),
+            _PTR(offsets.data_ptr()),
+            _PTR(None),
+            _I64(grad_stride),
+            _I64(shift),
+            _PTR(starts.data_ptr()),
+            _PTR(entries.data_ptr()),
+        )
+
+    if background:
+        # the closure keeps values, offsets and the buffers alive until the sort ends
+        pre._done = _SORT_THREAD.submit(run)
+    else:
+        run()
+    return pre
+
+
+def native_presorted_update(
+    rule: str,
+    weight: Tensor,
+    state: Tensor,
+    presorted: Presorted,
+    grad: Tensor,
+    learning_rate: float,
+    eps: float,
+    workspace: AdagradWorkspace,
+) -> None:
+    """Steps 2 and 3 of `native_segment_update` from `native_segment_presort`'s sort: bitwise
+    the same weights and state as `native_segment_update` on the same arguments. Waits for the
+    sort, then releases `presorted`. grad: `(B, W)` fp32, unit column stride, row stride the
+    presort's `grad_stride`; weight: the `rows` the presort was given."""
+    presorted.wait()
+    try:
+        rows, dim = weight.shape
+        if rows != presorted.rows or (
+            grad.shape[0] > 1 and grad.stride(0) != presorted.grad_stride
+        ):
+            raise ValueError(
+                f"the presorted update was sorted for {presorted.rows} rows and gradient row "
+                f"stride {presorted.grad_stride}, got {rows} rows and stride {grad.stride(0)}"
+            )
+        assert grad.stride(1) == 1 and grad.dtype is torch.float32
+        threads = max(1, torch.get_num_threads())
+        _, cap, _, _, local, items, acc = workspace.buffers(rows, dim, 0, threads)
+        _lib().sr_fused_apply_sorted(
+            _I64(KINDS[rule]),
+            _PTR(weight.data_ptr()),
+            _PTR(state.data_ptr()),
+            _I64(rows),
+            _I64(dim),
+            _PTR(grad.data_ptr()),
+            ctypes.c_float(learning_rate),
+            ctypes.c_float(eps),
+            _I64(presorted.shift),
+            _PTR(presorted.starts.data_ptr()),
+            _PTR(presorted.entries.data_ptr()),
+            _PTR(local.data_ptr()),
+            _PTR(items.data_ptr()),
+            _PTR(acc.data_ptr()),
+            _I64(cap),
+            ctypes.c_int(threads),
+        )
+    finally:
+        presorted.release()

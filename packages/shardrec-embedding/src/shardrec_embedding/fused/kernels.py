@@ -64,9 +64,9 @@ _ROWWISE = frozenset({EmbOptimType.EXACT_ROWWISE_ADAGRAD, EmbOptimType.ROWWISE_A
 NATIVE_OPTIMIZERS = optimizers_on("native")
 """Optimizers the native fused backward implements."""
 
-# One scratch per weight (by id; dropped with the tensor). Not a
-# WeakKeyDictionary: tensors compare elementwise, so they cannot be its keys.
-_WORKSPACES: dict[int, AdagradWorkspace] = {}
+# One scratch per weight storage (by the storage's id and the weight's address; dropped with
+# the storage). Not a WeakKeyDictionary: tensors compare elementwise, so they cannot be its keys.
+_WORKSPACES: dict[tuple[int, int], AdagradWorkspace] = {}
 
 
 def native_backward_unsupported(
@@ -97,11 +97,16 @@ def native_backward_unsupported(
 
 
 def native_workspace(weight: Tensor) -> AdagradWorkspace:
-    """The one-pass kernel's scratch of `weight` (kept between steps, dropped with it)."""
-    workspace = _WORKSPACES.get(id(weight))
+    """The one-pass kernel's scratch of `weight` (kept between steps, dropped with its
+    storage). Keyed by the storage and the first element's address, not by the tensor: a
+    fused group's `packed_weight()` is a fresh view each call (until session 11 each step got
+    a new workspace, and a forward's presort could not be found by its backward)."""
+    storage = weight.untyped_storage()  # one Python object per storage while it lives
+    key = (id(storage), weight.data_ptr())
+    workspace = _WORKSPACES.get(key)
     if workspace is None:
-        workspace = _WORKSPACES[id(weight)] = AdagradWorkspace()
-        weakref.finalize(weight, _WORKSPACES.pop, id(weight), None)
+        workspace = _WORKSPACES[key] = AdagradWorkspace()
+        weakref.finalize(storage, _WORKSPACES.pop, key, None)
     return workspace
 
 

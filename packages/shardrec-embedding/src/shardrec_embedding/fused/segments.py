@@ -31,8 +31,11 @@ from torch import Tensor
 from shardrec_embedding._native import (
     MAX_DIM,
     MAX_IDS,
+    Presorted,
     native_pooled_into,
+    native_presorted_update,
     native_scatter,
+    native_segment_presort,
     native_segment_update,
 )
 from shardrec_embedding.configs import PoolingType
@@ -94,6 +97,12 @@ class _Plan:
     width: int
     zero_cols: tuple[tuple[int, int], ...]
     names: str
+    presort: bool = False
+
+
+PRESORT_MIN_IDS = 1 << 16
+"""Fewest ids of a group that `segment_lookup(presort=True)` sorts in forward (below, a helper
+thread costs more than the sort it moves)."""
 
 
 class _SegmentLookup(torch.autograd.Function):
@@ -110,6 +119,7 @@ class _SegmentLookup(torch.autograd.Function):
         ctx.save_for_backward(values, offsets)
         ctx.plan = plan  # type: ignore[attr-defined]  # FunctionCtx allows attributes
         ctx.batch = batch  # type: ignore[attr-defined]  # FunctionCtx allows attributes
+        ctx.presorted = _presort(plan, values, offsets, batch) if plan.presort else None  # type: ignore[attr-defined]
         return out
 
     @staticmethod
@@ -120,11 +130,16 @@ class _SegmentLookup(torch.autograd.Function):
         grad = grad.to(torch.float32)
         if grad.stride(-1) != 1 or grad.stride(0) < grad.shape[1]:
             grad = grad.contiguous()
+        presorted: tuple[Presorted | None, ...] | None = ctx.presorted  # type: ignore[attr-defined]
+        ctx.presorted = None  # type: ignore[attr-defined]
         # ids per KJT key: a group's sort holds one entry per (segment, id)
         per_key = offsets[:: max(batch, 1)].diff().tolist() if batch else []
         with torch.no_grad(), torch.profiler.record_function("fused.native_segment_backward"):
             for g, module in enumerate(plan.groups):
                 reads = [r for r in plan.reads if r.group == g]
+                pre = presorted[g] if presorted is not None else None
+                if pre is not None and _apply_presorted(module, pre, batch, grad):
+                    continue
                 entries = sum(per_key[r.key] for r in reads)
                 _update(module, reads, values, offsets, batch, grad, entries)
         return (None, None, None, None, *([None] * (len(ctx.needs_input_grad) - 4)))  # type: ignore[attr-defined]
@@ -180,16 +195,7 @@ def _update(
             cols=[r.col for r in reads],
         )
         return
-    segments = tuple(
-        (
-            r.key,
-            module.row_offsets[r.table],
-            module.table_specs[r.table].num_rows,
-            r.col,
-            mean,
-        )
-        for r in reads
-    )
+    segments = _update_segments(module, reads)
     native_segment_update(
         rule,
         weight,
@@ -206,6 +212,71 @@ def _update(
     )
 
 
+def _update_segments(
+    module: BatchedFusedEmbeddingBag, reads: Sequence[SegmentRead]
+) -> tuple[tuple[int, int, int, int, int], ...]:
+    """The one-pass kernel's segments of `module`'s reads: (key, first packed row, rows,
+    first gradient column, mean)."""
+    mean = int(module.pooling is PoolingType.MEAN)
+    return tuple(
+        (r.key, module.row_offsets[r.table], module.table_specs[r.table].num_rows, r.col, mean)
+        for r in reads
+    )
+
+
+def _presort(
+    plan: _Plan, values: Tensor, offsets: Tensor, batch: int
+) -> tuple[Presorted | None, ...]:
+    """Per group, its update's bucket sort started on a helper thread (rowwise Adagrad and
+    Adagrad groups of at least PRESORT_MIN_IDS ids), or None (sorted in backward)."""
+    per_key = offsets[:: max(batch, 1)].diff().tolist() if batch else []
+    out: list[Presorted | None] = []
+    for g, module in enumerate(plan.groups):
+        reads = [r for r in plan.reads if r.group == g]
+        entries = sum(per_key[r.key] for r in reads)
+        if _RULES[module.spec.optimizer] == "sgd" or entries < PRESORT_MIN_IDS:
+            out.append(None)
+            continue
+        weight = module.packed_weight()
+        out.append(
+            native_segment_presort(
+                weight.shape[0],
+                _update_segments(module, reads),
+                values,
+                offsets,
+                batch,
+                plan.width,
+                native_workspace(weight),
+                entries,
+                background=True,
+            )
+        )
+    return tuple(out)
+
+
+def _apply_presorted(
+    module: BatchedFusedEmbeddingBag, pre: Presorted, batch: int, grad: Tensor
+) -> bool:
+    """The update of `module` from its forward's sort; False (the sort dropped) where the
+    gradient's row stride or the packed rows differ from what the sort assumed."""
+    weight = module.packed_weight()
+    if weight.shape[0] != pre.rows or (batch > 1 and grad.stride(0) != pre.grad_stride):
+        pre.release()
+        return False
+    weight, state, spec, lr, _ = module._update_context()
+    native_presorted_update(
+        _RULES[spec.optimizer],
+        weight,
+        state["momentum1"],
+        pre,
+        grad,
+        lr,
+        spec.eps,
+        native_workspace(weight),
+    )
+    return True
+
+
 def segment_lookup(
     groups: Sequence[BatchedFusedEmbeddingBag],
     reads: Sequence[SegmentRead],
@@ -214,6 +285,8 @@ def segment_lookup(
     batch_size: int,
     width: int,
     names: Sequence[tuple[str, str]],
+    *,
+    presort: bool = False,
 ) -> Tensor:
     """`(batch_size, width)` fp32 pooled rows of every read at its columns (other columns
     zero); with grad enabled, backward updates each group's rows in place (its fused
@@ -221,7 +294,12 @@ def segment_lookup(
 
     values: `(N,)` table-local ids of the KJT, int32 or int64. lengths: `(F * batch_size,)`.
     names: per read `(feature, table)` for the out-of-range error. Every group must pass
-    `segment_lookup_unsupported`.
+    `segment_lookup_unsupported`. presort: with grad enabled, start each rowwise-Adagrad /
+    Adagrad group's update sort (which needs only the ids) on a helper thread right after the
+    pooling, so that it runs while the caller waits (a sharded rank: for the pooled
+    all-to-all); the backward then applies it (bitwise the same update). A forward whose
+    backward never runs gives the sort's buffers back when its graph is freed; a second
+    forward before the first one's backward sorts in its own backward instead.
     """
     offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64)
     torch.cumsum(lengths, 0, dtype=torch.int64, out=offsets[1:])
@@ -244,6 +322,7 @@ def segment_lookup(
         width,
         tuple(zero_cols),
         "\x1f".join(part for pair in names for part in pair),
+        presort,
     )
     weights = [w for m in groups for w in m.split_embedding_weights()]
     if not (torch.is_grad_enabled() and any(w.requires_grad for w in weights)):
