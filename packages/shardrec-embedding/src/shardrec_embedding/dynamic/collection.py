@@ -249,6 +249,13 @@ class DynamicTables(nn.Module):
         out_values = (
             torch.empty_like(values) if dynamic_features.issuperset(keys) else values.clone()
         )
+        # int64 CPU ids: a one-feature table's map writes its slots straight into their span
+        # and counts the ids it left without a slot (no copy, no pass over the slots after)
+        direct = (
+            values.dtype is torch.int64
+            and values.device.type == "cpu"
+            and out_values.is_contiguous()
+        )
         keep: Tensor | None = None
         dropped_per_key = [0] * len(keys)
         new_lengths = lengths
@@ -256,19 +263,27 @@ class DynamicTables(nn.Module):
         for name, feats in self._table_features.items():
             table = self.table(name)
             spans = [(opk[position[f]], opk[position[f] + 1]) for f in feats]
-            ids = (
-                torch.cat([values[a:b] for a, b in spans])
-                if len(spans) > 1
-                else (values[spans[0][0] : spans[0][1]])
-            )
-            slots = table.map_ids(ids, training=training).to(values.device)
-            # one reduction, no mask, when every id has a slot (ids already in the table)
-            none_dropped = slots.numel() == 0 or int(slots.min()) >= 0
+            if direct and len(spans) == 1:
+                a, b = spans[0]
+                slots = out_values[a:b]
+                none_dropped = table.map_ids_into(values[a:b], slots, training=training) == 0
+            else:
+                ids = (
+                    torch.cat([values[a:b] for a, b in spans])
+                    if len(spans) > 1
+                    else (values[spans[0][0] : spans[0][1]])
+                )
+                slots = table.map_ids(ids, training=training).to(values.device)
+                # one reduction, no mask, when every id has a slot (ids already in the table)
+                none_dropped = slots.numel() == 0 or int(slots.min()) >= 0
+                start = 0
+                for a, b in spans:
+                    out_values[a:b] = slots[start : start + b - a].to(values.dtype)
+                    start += b - a
             start = 0
             for f, (a, b) in zip(feats, spans, strict=True):
                 part = slots[start : start + b - a]
                 start += b - a
-                out_values[a:b] = part.to(values.dtype)
                 if none_dropped:
                     continue
                 miss = part < 0
