@@ -101,6 +101,8 @@ def _check_out(out: Tensor, n: int, what: str) -> None:
 
 
 def _ids(ids: Tensor, what: str) -> Tensor:
+    if ids.dtype is torch.int64 and ids.dim() == 1 and ids.device.type == "cpu":
+        return ids.contiguous()  # the common case, without the reshape and copy checks
     if ids.dtype is not torch.int64:
         if ids.is_floating_point() or ids.is_complex() or ids.dtype is torch.bool:
             raise TypeError(
