@@ -304,3 +304,60 @@ def test_failed_step_leaves_no_pending_entry() -> None:
     slots = table.map_ids(new, training=True)
     assert int(slots.min()) >= 0 and int(slots.max()) < 8
     assert slots[0] == slots[2] and slots[3] == 3
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"eviction": "LRU", "scan_per_step": 8},
+        {"eviction": "NONE", "admission": "THRESHOLD", "admission_threshold": 2},
+    ],
+    ids=lambda f: "-".join(map(str, f.values())),
+)
+def test_map_ids_into_writes_the_slots_and_counts_the_unmapped(
+    backend: str, fields: dict[str, object]
+) -> None:
+    """`map_ids_into` writes the dict model's slots into a span of a larger tensor (nothing
+    else of it), and returns how many ids got no slot (-1), training and evaluation alike."""
+    capacity = 16
+    cfg = _config(capacity, **fields)
+    table = DynamicTable("t", cfg, capacity, 4, backend=backend)  # type: ignore[arg-type]
+    model = ModelTable(cfg, capacity)
+    unmapped_seen = 0
+    for n, batch in enumerate(_stream(5, 50, 40, 12)):
+        ids = torch.tensor(batch, dtype=torch.int64)
+        big = torch.full((len(batch) + 5,), 77, dtype=torch.int64)
+        training = n % 5 != 4
+        unmapped = table.map_ids_into(ids, big[3 : 3 + len(batch)], training=training)
+        want = model.train(batch) if training else model.lookup(batch)
+        assert big[3 : 3 + len(batch)].tolist() == want, n
+        assert unmapped == sum(s < 0 for s in want)
+        assert big[:3].tolist() == [77] * 3 and big[3 + len(batch) :].tolist() == [77] * 2
+        assert table.stats() == model.stats()
+        unmapped_seen += unmapped
+    assert unmapped_seen > 0  # the stream left ids without a slot
+
+
+def test_map_ids_into_goes_through_an_overriding_map_ids() -> None:
+    """A subclass that maps ids its own way (a sharded part) is not bypassed."""
+
+    class Shifted(DynamicTable):
+        def map_ids(self, ids: torch.Tensor, *, training: bool) -> torch.Tensor:
+            return super().map_ids(ids, training=training) + 100
+
+    table = Shifted("t", _config(8, eviction="LRU"), 8, 4)
+    out = torch.empty(3, dtype=torch.int64)
+    assert table.map_ids_into(torch.tensor([5, 6, 5]), out, training=True) == 0
+    assert out.tolist() == [100, 101, 100]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bad_out_tensors_are_refused(backend: str) -> None:
+    m = IdSlotMap(16, backend=backend)  # type: ignore[arg-type]
+    ids = torch.tensor([1, 2, 3])
+    for bad in (torch.empty(3, dtype=torch.int32), torch.empty(4, dtype=torch.int64)):
+        with pytest.raises(ValueError, match="out must be a contiguous CPU int64 tensor of 3"):
+            m.find(ids, out=bad)
+        with pytest.raises(ValueError, match="out must be a contiguous CPU int64 tensor of 3"):
+            m.find_touch_missing(ids, None, None, 1, out=bad)

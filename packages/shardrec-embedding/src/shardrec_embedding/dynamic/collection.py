@@ -211,9 +211,8 @@ class DynamicTables(nn.Module):
         """After a training lookup: the slots it read stay unevictable until the backward
         through `outputs` ran (a second training forward cannot take them; `in_flight.py`)."""
         if self.training:
-            hold_until_backward(
-                [(self.table(n).in_flight, self.table(n).generation) for n in self.tables], outputs
-            )
+            tables = [self.table(n) for n in self.tables]
+            hold_until_backward([(t.in_flight, t.generation) for t in tables], outputs)
 
     def stats(self) -> dict[str, dict[str, int]]:
         """Per dynamic table: occupancy, admissions, rejections, evictions, unknown reads..."""
@@ -230,7 +229,8 @@ class DynamicTables(nn.Module):
             )
         keys = features.keys()
         position = {k: i for i, k in enumerate(keys)}
-        missing = [f for feats in self._table_features.values() for f in feats if f not in position]
+        read = [f for feats in self._table_features.values() for f in feats]
+        missing = [f for f in read if f not in position]
         if missing:
             raise ValueError(
                 f"{owner}: the KeyedJaggedTensor lacks feature(s) {missing} that dynamic tables "
@@ -245,9 +245,13 @@ class DynamicTables(nn.Module):
         lengths = features.lengths()
         weights = features.weights_or_none()
         # Every span is written below when every feature is a dynamic table's: no copy first.
-        dynamic_features = {f for feats in self._table_features.values() for f in feats}
-        out_values = (
-            torch.empty_like(values) if dynamic_features.issuperset(keys) else values.clone()
+        out_values = torch.empty_like(values) if set(read).issuperset(keys) else values.clone()
+        # int64 CPU ids: a one-feature table's map writes its slots straight into their span
+        # and counts the ids it left without a slot (no copy, no pass over the slots after)
+        direct = (
+            values.dtype is torch.int64
+            and values.device.type == "cpu"
+            and out_values.is_contiguous()
         )
         keep: Tensor | None = None
         dropped_per_key = [0] * len(keys)
@@ -256,21 +260,29 @@ class DynamicTables(nn.Module):
         for name, feats in self._table_features.items():
             table = self.table(name)
             spans = [(opk[position[f]], opk[position[f] + 1]) for f in feats]
-            ids = (
-                torch.cat([values[a:b] for a, b in spans])
-                if len(spans) > 1
-                else (values[spans[0][0] : spans[0][1]])
-            )
-            slots = table.map_ids(ids, training=training).to(values.device)
-            # one reduction, no mask, when every id has a slot (ids already in the table)
-            none_dropped = slots.numel() == 0 or int(slots.min()) >= 0
+            if direct and len(spans) == 1:
+                a, b = spans[0]
+                slots = out_values[a:b]
+                none_dropped = table.map_ids_into(values[a:b], slots, training=training) == 0
+            else:
+                ids = (
+                    torch.cat([values[a:b] for a, b in spans])
+                    if len(spans) > 1
+                    else (values[spans[0][0] : spans[0][1]])
+                )
+                slots = table.map_ids(ids, training=training).to(values.device)
+                # one reduction, no mask, when every id has a slot (ids already in the table)
+                none_dropped = slots.numel() == 0 or int(slots.min()) >= 0
+                start = 0
+                for a, b in spans:
+                    out_values[a:b] = slots[start : start + b - a].to(values.dtype)
+                    start += b - a
+            if none_dropped:
+                continue
             start = 0
             for f, (a, b) in zip(feats, spans, strict=True):
                 part = slots[start : start + b - a]
                 start += b - a
-                out_values[a:b] = part.to(values.dtype)
-                if none_dropped:
-                    continue
                 miss = part < 0
                 if not bool(miss.any()):
                     continue

@@ -87,7 +87,22 @@ def idmap_native_available() -> bool:
     return _library() is not None
 
 
+def _check_out(out: Tensor, n: int, what: str) -> None:
+    if (
+        out.dtype is not torch.int64
+        or out.device.type != "cpu"
+        or not out.is_contiguous()
+        or out.numel() != n
+    ):
+        raise ValueError(
+            f"{what}: out must be a contiguous CPU int64 tensor of {n} elements, got "
+            f"{out.dtype} {tuple(out.shape)} on {out.device}"
+        )
+
+
 def _ids(ids: Tensor, what: str) -> Tensor:
+    if ids.dtype is torch.int64 and ids.dim() == 1 and ids.device.type == "cpu":
+        return ids.contiguous()  # the common case, without the reshape and copy checks
     if ids.dtype is not torch.int64:
         if ids.is_floating_point() or ids.is_complex() or ids.dtype is torch.bool:
             raise TypeError(
@@ -144,23 +159,27 @@ class IdSlotMap:
             self._keys = torch.empty(0, dtype=torch.int64)
             self._slots = torch.empty(0, dtype=torch.int64)
 
-    def find(self, ids: Tensor) -> Tensor:
-        """`(N,)` slot of each id, -1 where absent."""
+    def find(self, ids: Tensor, *, out: Tensor | None = None) -> Tensor:
+        """`(N,)` slot of each id, -1 where absent (written into `out` when given: a
+        contiguous CPU int64 `(N,)` tensor)."""
         ids = _ids(ids, "IdSlotMap.find")
-        out = torch.empty_like(ids)
+        if out is not None:
+            _check_out(out, ids.numel(), "IdSlotMap.find")
         if ids.numel() == 0:
-            return out
+            return torch.empty_like(ids) if out is None else out
         if self._lib is not None:
+            out = torch.empty_like(ids) if out is None else out
             b = self._buckets
             self._lib.sr_idmap_find(
                 b.data_ptr(), self.num_buckets, ids.data_ptr(), ids.numel(), out.data_ptr()
             )
             return out
         if self._keys.numel() == 0:
-            return out.fill_(-1)
+            return torch.full_like(ids, -1) if out is None else out.fill_(-1)
         pos = torch.searchsorted(self._keys, ids).clamp_(max=self._keys.numel() - 1)
         hit = self._keys[pos] == ids
-        return torch.where(hit, self._slots[pos], torch.full_like(ids, -1))
+        found = torch.where(hit, self._slots[pos], torch.full_like(ids, -1))
+        return found if out is None else out.copy_(found)
 
     def find_touch(
         self, ids: Tensor, last_seen: Tensor | None, counts: Tensor | None, step: int
@@ -201,6 +220,7 @@ class IdSlotMap:
         step: int,
         *,
         pending: bool = False,
+        out: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """`find_touch` and `distinct_missing` in one pass: `(slots (N,), uniq (U,),
         occurrences (U,))`, where `slots[i] = -2 - j` marks an occurrence of the missing id
@@ -209,18 +229,23 @@ class IdSlotMap:
         pending (native, with room for every id: `can_pend`): the missing ids are also
         entered into the map as *pending* entries on the way (no separate dedup set); until
         each is given its slot (`admit_slots` / `replace_slots` / `insert`) or dropped
-        (`drop_pending`), the map must not be read otherwise."""
+        (`drop_pending`), the map must not be read otherwise.
+
+        out: where the slots go (a contiguous CPU int64 `(N,)` tensor, e.g. a span of a
+        remapped KJT's values: no copy after), else a new tensor."""
         ids = _ids(ids, "IdSlotMap.find_touch_missing")
+        if out is not None:
+            _check_out(out, ids.numel(), "IdSlotMap.find_touch_missing")
         if self._lib is None or ids.numel() == 0:
             slots = self.find_touch(ids, last_seen, counts, step)
             uniq, occurrences, inverse = self.distinct_missing(ids, slots)
             missing = slots < 0
             slots[missing] = -2 - inverse[missing]
-            return slots, uniq, occurrences
+            return (slots if out is None else out.copy_(slots)), uniq, occurrences
         for meta in (last_seen, counts):
             assert meta is None or meta.is_contiguous()
         n = ids.numel()
-        out = torch.empty_like(ids)
+        out = torch.empty_like(ids) if out is None else out
         uniq = torch.empty_like(ids)
         occurrences = torch.empty_like(ids)
         native = (
@@ -260,15 +285,18 @@ class IdSlotMap:
                 self._buckets.data_ptr(), self.num_buckets, ids.data_ptr(), ids.numel()
             )
 
-    def fill_missing(self, slots: Tensor, slot_of: Tensor) -> None:
+    def fill_missing(self, slots: Tensor, slot_of: Tensor) -> int:
         """In place: each mark `-2 - j` of `find_touch_missing` in `slots` becomes `slot_of[j]`
-        (-1 for an id left without a slot)."""
+        (-1 for an id left without a slot). Returns the number of -1 written."""
         slot_of = slot_of.reshape(-1).to(torch.int64).contiguous()
         if self._lib is None or not slots.is_contiguous():
             marked = slots <= -2
-            slots[marked] = slot_of[-2 - slots[marked]]
-            return
-        self._lib.sr_idmap_fill_missing(slots.data_ptr(), slots.numel(), slot_of.data_ptr())
+            filled = slot_of[-2 - slots[marked]]
+            slots[marked] = filled
+            return int((filled < 0).sum())
+        return int(
+            self._lib.sr_idmap_fill_missing(slots.data_ptr(), slots.numel(), slot_of.data_ptr())
+        )
 
     def insert(self, ids: Tensor, slots: Tensor) -> None:
         """Add `ids[i] -> slots[i]`; the ids must be absent and distinct, the slots >= 0."""

@@ -131,20 +131,41 @@ class DynamicTable(nn.Module):
         training: admit and insert new ids, update the policy metadata, evict (one step).
         Otherwise only look up, counting `unknown_reads`.
         """
+        ids = self._checked_ids(ids)
+        out = torch.empty_like(ids)
+        self._map_into(ids, out, training=training)
+        return out
+
+    def map_ids_into(self, ids: Tensor, out: Tensor, *, training: bool) -> int:
+        """`map_ids` with the slots written into `out` (a contiguous CPU int64 `(N,)` tensor,
+        e.g. the span of a remapped KJT's values: no copy after). Returns the number of ids
+        without a slot (the -1 written), so a caller needs no pass over `out` to know."""
+        if type(self).map_ids is not DynamicTable.map_ids:
+            # a subclass maps ids its own way (a sharded part exchanges them): through it
+            slots = self.map_ids(ids, training=training)
+            out.copy_(slots)
+            return int((slots < 0).sum())
+        return self._map_into(self._checked_ids(ids), out, training=training)
+
+    def _checked_ids(self, ids: Tensor) -> Tensor:
         ids = ids.reshape(-1)
         if ids.is_floating_point() or ids.is_complex() or ids.dtype is torch.bool:
             raise TypeError(
                 f"dynamic table {self.name!r}: raw ids must be integers, got dtype {ids.dtype}; "
                 "cast whole numbers with .long()"
             )
-        ids = ids.to(device="cpu", dtype=torch.int64)
+        return ids.to(device="cpu", dtype=torch.int64)
+
+    def _map_into(self, ids: Tensor, out: Tensor, *, training: bool) -> int:
+        """`map_ids` of checked ids into `out`; the number of -1 written."""
         self._sync_map()
         if not training:
             self.in_flight.flush_resets()
-            slots = self.map.find(ids)
-            self._counters["unknown_reads"] += int((slots < 0).sum())
-            return slots
-        return self._train_step(ids)
+            self.map.find(ids, out=out)
+            unknown = int((out < 0).sum())
+            self._counters["unknown_reads"] += unknown
+            return unknown
+        return self._train_step(ids, out)
 
     def evict(self, slots: Tensor) -> None:
         """Free `slots` (occupied ones; others are skipped) and reset them through the hooks."""
@@ -264,7 +285,9 @@ class DynamicTable(nn.Module):
 
     # ---- one training step ------------------------------------------------------------------
 
-    def _train_step(self, ids: Tensor) -> Tensor:
+    def _train_step(self, ids: Tensor, out: Tensor) -> int:
+        """One training step's map work for `ids`: their slots written into `out`; returns
+        the number of ids left without a slot (-1)."""
         c = self._counters
         c["steps"] += 1
         step = c["steps"]
@@ -281,6 +304,7 @@ class DynamicTable(nn.Module):
             self.counts if policy is EvictionPolicy.LFU else None,
             step,
             pending=pending,
+            out=out,
         )
         admitted = c["admissions"]
         done = False
@@ -289,14 +313,13 @@ class DynamicTable(nn.Module):
                 self._ttl_sweep(step)
             if uniq.numel() == 0:
                 done = True
-                return slots
+                return 0
             slot_of = self._insert_new(uniq, occurrences, step)
             done = True
         finally:
             if pending and (not done or c["admissions"] - admitted < uniq.numel()):
                 self.map.drop_pending(uniq)
-        self.map.fill_missing(slots, slot_of)
-        return slots
+        return self.map.fill_missing(slots, slot_of)
 
     def _insert_new(self, uniq: Tensor, occurrences: Tensor, step: int) -> Tensor:
         """Admission, eviction and insertion of the distinct missing ids `uniq` (in order of
