@@ -14,9 +14,12 @@ Where each table's map lives (`IdRouting`):
   makes the same decisions and each column block (or replica) resets the same freed slots.
 
 The exchanges are extra collectives before the ordinary input_dist, shared by all the
-dynamic tables of a batch (`ShardedDynamicTables.remap`): one all-to-all of every table's ids
-(with its size exchange) and one all-to-all of the partitioned tables' slots back, plus one error
-flag per batch. A replicated table's ids ride in the same exchange, sent to every rank.
+dynamic tables of a batch (`ShardedDynamicTables.remap`, buffers and flags in
+`shardrec_sharding._dynamic_exchange`): one all-to-all of every table's ids (with its size
+exchange), packed for all tables in one native pass, and one all-to-all of the partitioned
+tables' slots back. A replicated table's ids ride in the same exchange, sent to every rank.
+Each block's header carries a flag, so a rank refusing its batch or an owner whose map raises
+makes every rank raise (no hang) at no extra collective.
 """
 
 from __future__ import annotations
