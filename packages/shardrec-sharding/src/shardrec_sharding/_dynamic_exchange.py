@@ -8,7 +8,7 @@ Two all-to-alls of int64 (the first with its size exchange):
   table 1's ...]`; a partitioned table's ids go to the rank owning their hash part, a
   replicated table's to every rank, each table's ids in their batch order. The block is
   packed for all tables in one native pass (`_native/idroute.c`: hash, count, place) or, when
-  the kernels are off, by a few torch ops over all tables (the same buffer).
+  the kernels are off, by torch ops table by table (the same buffer).
 - back: to each rank s one block `[flag, slots of the partitioned tables' ids s sent here,
   table after table]` (a collection of replicated tables only sends the flags).
 
@@ -117,7 +117,7 @@ def pack(plan: RoutePlan, ids: Tensor, lens: Sequence[int]) -> Packed:
     lens_t = torch.tensor(list(lens), dtype=torch.int64)
     lib = _native()
     if lib is None:
-        return _pack_torch(plan, ids, lens_t)
+        return _pack_torch(plan, ids, lens)
     ids = ids.contiguous()
     n = ids.numel()
     replicated = int(lens_t[plan.parts == 0].sum())
@@ -148,39 +148,55 @@ def _signed(x: int) -> int:
     return x - (1 << 64) if x >= 1 << 63 else x
 
 
-def _pack_torch(plan: RoutePlan, ids: Tensor, lens: Tensor) -> Packed:
-    """`pack` in torch ops over all tables at once (the same buffer as the native pass)."""
+def _pack_torch(plan: RoutePlan, ids: Tensor, lens: Sequence[int]) -> Packed:
+    """`pack` in torch ops, table by table (the same buffer as the native pass)."""
     world, tables = plan.world, plan.tables
-    n = ids.numel()
-    table = torch.repeat_interleave(torch.arange(tables), lens, output_size=n)
-    parts = plan.parts[table]
-    rep = parts == 0
-    hashed = torch.remainder(mix64(ids ^ plan.salt), parts.clamp(min=1))
-    dest = plan.owners[(plan.base[table] + hashed).clamp(max=plan.owners.numel() - 1)]
-    src = torch.arange(n)
-    if bool(rep.any()):
-        keep = torch.nonzero(~rep).reshape(-1)
-        copies = torch.nonzero(rep).reshape(-1)
-        src = torch.cat([keep, copies.repeat(world)])
-        dest = torch.cat([dest[keep], torch.arange(world).repeat_interleave(copies.numel())])
-    key = dest * tables + table[src]
-    order = torch.sort(key, stable=True).indices
-    sorted_src = src[order]
-    counts = torch.bincount(key, minlength=world * tables).reshape(world, tables)
-    per_rank = counts.sum(1).tolist()
-    body = ids[sorted_src]
-    headers = torch.cat([torch.zeros(world, 1, dtype=torch.int64), counts], dim=1)
-    blocks: list[Tensor] = []
+    parts, base = plan.parts.tolist(), plan.base.tolist()
+    runs: list[list[Tensor]] = [[] for _ in range(world)]  # per rank: its run of each table
+    counts = torch.zeros(world, tables, dtype=torch.int64)
+    routed: list[tuple[Tensor, Tensor] | None] = []  # per table: (ranks sorted, their order)
     at = 0
+    for t, n in enumerate(lens):
+        x = ids[at : at + n]
+        at += n
+        if parts[t] == 0:  # replicated: to every rank
+            for run in runs:
+                run.append(x)
+            counts[:, t] = n
+            routed.append(None)
+            continue
+        dest = plan.owners[base[t] + torch.remainder(mix64(x ^ plan.salt), parts[t])]
+        dest, order = torch.sort(dest, stable=True)
+        per_rank = torch.bincount(dest, minlength=world)
+        counts[:, t] = per_rank
+        x = x[order]
+        start = 0
+        for d, c in enumerate(per_rank.tolist()):
+            runs[d].append(x[start : start + c])
+            start += c
+        routed.append((dest, order))
+    # Way back: to rank d one block [flag, its slots of each partitioned table's run].
+    rows = counts.tolist()
+    first = torch.zeros(world, tables, dtype=torch.int64)  # (d, t): where its run comes back
+    pos = 0
     for d in range(world):
-        blocks += [headers[d], body[at : at + per_rank[d]]]
-        at += per_rank[d]
-    where = torch.full((n,), -1, dtype=torch.int64)
-    sent = ~rep[sorted_src]
-    if bool(sent.any()):
-        d_sorted = key[order][sent] // tables
-        where[sorted_src[sent]] = torch.arange(int(sent.sum())) + d_sorted + 1
-    return Packed(send=torch.cat(blocks), **_sizes(plan, counts), where=where)
+        pos += 1
+        for t in range(tables):
+            if parts[t]:
+                first[d, t] = pos
+                pos += rows[d][t]
+    where = torch.full((ids.numel(),), -1, dtype=torch.int64)
+    at = 0
+    for t, n in enumerate(lens):
+        route = routed[t]
+        if route is not None:
+            dest, order = route
+            before = torch.cumsum(counts[:, t], 0) - counts[:, t]  # sorted ids to lower ranks
+            where[at : at + n][order] = (first[:, t] - before)[dest] + torch.arange(n)
+        at += n
+    headers = torch.cat([torch.zeros(world, 1, dtype=torch.int64), counts], dim=1)
+    send = torch.cat([x for d in range(world) for x in (headers[d], *runs[d])])
+    return Packed(send=send, **_sizes(plan, counts), where=where)
 
 
 def pack_refusal(plan: RoutePlan) -> Packed:
