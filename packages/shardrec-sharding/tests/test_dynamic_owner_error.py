@@ -1,6 +1,7 @@
 """An owner whose id map raises part-way through a batch (after the ids were exchanged) makes
-every rank raise a clear error naming the table, the owner rank and the cause, instead of
-leaving the others waiting in the way-back exchange; the failing map is left consistent (the
+every rank raise, instead of leaving the others waiting in the way-back exchange: the owner its
+own error (a note names the table and its rank), the others a `DynamicMapError` (a
+`PeerError`) naming the table, the owner rank and the cause; the failing map is left consistent (the
 pending ids it entered are dropped, as on one rank), and the ranks stay in step: the next
 batches train on both. Also: a rank refusing its batch (float ids) makes the other raise, with
 no extra collective on the good path (the flags ride in the id exchange's headers)."""
@@ -53,9 +54,9 @@ def owner_fails(ctx: RankContext, types: tuple[str, ...], table: str) -> list[ob
         try:
             (sharded(kjt).values() * coefficients).sum().backward()
             out.append("ok")
-        except DynamicMapError as exc:
-            cause = exc.__cause__
-            out.append((type(exc).__name__, str(exc), type(cause).__name__, _consistent(part)))
+        except (DynamicMapError, MemoryError) as exc:  # the peer's / the owner's own
+            said = " | ".join([str(exc), *getattr(exc, "__notes__", [])])
+            out.append((type(exc).__name__, said, type(exc.__cause__).__name__, _consistent(part)))
     return out
 
 
@@ -74,10 +75,10 @@ def test_owner_map_error_raises_on_every_rank(pool_factory, types, table):  # ty
     assert [len(e) for e in errors] == [1, 1], per_rank  # the same step failed on both ranks
     assert per_rank[0].index(errors[0][0]) == per_rank[1].index(errors[1][0]), per_rank
     assert per_rank[0][-1] == per_rank[1][-1] == "ok", per_rank  # still in step afterwards
-    (owner_type, owner_msg, owner_cause, consistent) = errors[1][0]
-    assert owner_type == "DynamicMapError" and owner_cause == "MemoryError", owner_msg
+    (owner_type, owner_msg, _, consistent) = errors[1][0]
+    assert owner_type == "MemoryError", owner_msg  # its own error, type kept, and a note:
     assert consistent, owner_msg
-    for words in (f"dynamic table {table!r}", "rank 1", "MemoryError", "injected"):
+    for words in ("injected", f"dynamic table {table!r} on rank 1", "every rank stops"):
         assert words in owner_msg, owner_msg
     (peer_type, peer_msg, peer_cause, _) = errors[0][0]
     assert peer_type == "DynamicMapError" and peer_cause == "PeerError", peer_msg

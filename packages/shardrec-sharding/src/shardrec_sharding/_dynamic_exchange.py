@@ -44,17 +44,22 @@ _I64 = ctypes.c_int64
 _PTR = ctypes.c_void_p
 
 
-class DynamicMapError(RuntimeError):
-    """An owner's id map raised while mapping a batch's exchanged ids; raised on every rank
-    (the owner: with its error as `__cause__`). `failed` maps each failing rank to the table
-    whose map raised there."""
+class DynamicMapError(PeerError):
+    """Raised on the ranks whose maps did not fail when an owner's id map raised while mapping
+    a batch's exchanged ids (the owner re-raises its own error, with a note naming the table
+    and its rank). `failed` maps each failing rank to the table whose map raised there;
+    `ranks` / `messages` as `PeerError`'s."""
 
-    def __init__(self, message: str, failed: dict[int, str]) -> None:
-        super().__init__(message)
+    def __init__(
+        self, message: str, failed: dict[int, str], ranks: list[int], messages: list[str]
+    ) -> None:
+        RuntimeError.__init__(self, message)
         self.failed = failed
+        self.ranks = ranks
+        self.messages = messages
 
-    def __reduce__(self) -> tuple[type[DynamicMapError], tuple[str, dict[int, str]]]:
-        return (DynamicMapError, (str(self), self.failed))
+    def __reduce__(self) -> tuple[type[PeerError], tuple[list[int], list[str]]]:
+        return (DynamicMapError, (str(self), self.failed, self.ranks, self.messages))  # type: ignore[return-value]  # PeerError's narrower signature
 
 
 @functools.cache
@@ -280,19 +285,20 @@ def _raise_map_error(
     failed: dict[int, str],
     failure: tuple[int, BaseException] | None,
 ) -> None:
-    error: DynamicMapError | None = None
-    if failure is not None:
-        cause = failure[1]
-        error = DynamicMapError(
-            f"{owner}: dynamic table {failed[env.rank]!r}: its id map on rank {env.rank} raised "
-            f"while mapping this batch's exchanged ids ({type(cause).__name__}: {cause}); every "
-            "rank stops with this batch (docs/dynamic.md, Sharding: when an owner fails)",
-            failed,
+    """Every rank: the failing owners re-raise their own error (a note names the table and
+    rank), the others a `DynamicMapError` quoting them."""
+    error = None if failure is None else failure[1]
+    if error is not None:
+        error.add_note(
+            f"{owner}: raised by the id map of dynamic table {failed[env.rank]!r} on rank "
+            f"{env.rank} while mapping this batch's exchanged ids; every rank stops with this "
+            "batch (docs/dynamic.md, Sharding: when an owner fails)"
         )
-        error.__cause__ = cause
     try:
         raise_agreed(env, error, sorted(failed))
     except PeerError as peer:
+        if error is not None:
+            raise
         where = "; ".join(
             f"rank {r} (table {failed[r]!r}): {m}"
             for r, m in zip(peer.ranks, peer.messages, strict=True)
@@ -302,4 +308,6 @@ def _raise_map_error(
             f"the owning rank(s) {sorted(failed)} while mapping this batch's ids, so rank "
             f"{env.rank} stops too: {where}",
             failed,
+            peer.ranks,
+            peer.messages,
         ) from peer
