@@ -35,7 +35,17 @@ from shardrec_collectives.errors import raise_agreed
 from shardrec_embedding._native.loader import native_library_at
 from shardrec_embedding.dynamic import mix64
 
-__all__ = ["BAD_INPUT", "DynamicMapError", "Packed", "RoutePlan", "pack", "pack_refusal"]
+__all__ = [
+    "BAD_INPUT",
+    "DynamicMapError",
+    "Packed",
+    "RoutePlan",
+    "by_table",
+    "exchange_back",
+    "exchange_out",
+    "pack",
+    "pack_refusal",
+]
 
 BAD_INPUT = 1
 """The out flag of a rank that refused (or could not pack) its batch."""
