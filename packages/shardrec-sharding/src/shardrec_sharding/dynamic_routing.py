@@ -153,7 +153,11 @@ class ShardedDynamicTable(DynamicTable):
             self._register_load_state_dict_pre_hook(state.to_local)  # type: ignore[no-untyped-call]  # untyped in torch's stubs
 
     def map_ids(self, ids: Tensor, *, training: bool) -> Tensor:
-        """`(N,)` global slot of each of this rank's raw ids (-1: no slot); see the class."""
+        """`(N,)` global slot of each of this rank's raw ids (-1: no slot); see the class.
+
+        A sharded collection maps its tables through its shared exchange
+        (`ShardedDynamicTables.remap`, which carries the error flags); called on its own, this
+        per-table exchange (the reference the shared one is tested against) carries none."""
         ids = ids.reshape(-1)
         premapped, self._premapped = self._premapped, None
         if premapped is not None:  # mapped by the collection's shared exchange (same ids)
