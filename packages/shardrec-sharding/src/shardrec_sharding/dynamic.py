@@ -35,6 +35,7 @@ from shardrec_embedding.fused import BatchedFusedEmbeddingBag
 from shardrec_jagged import JaggedTensor, KeyedJaggedTensor, KeyedTensor
 from shardrec_sharding.dynamic_routing import (
     ROUTE_SALT,
+    DynamicMapError,
     IdRouting,
     ShardedDynamicTable,
     ShardedDynamicTables,
@@ -49,6 +50,7 @@ from shardrec_sharding.layout import TableSharding
 
 __all__ = [
     "ROUTE_SALT",
+    "DynamicMapError",
     "DynamicShardedEmbeddingBagCollection",
     "DynamicShardedEmbeddingCollection",
     "IdRouting",
@@ -150,12 +152,13 @@ class _DynamicMixin:
                 )
 
     def _remap(self, features: KeyedJaggedTensor | object) -> Remapped:
-        tables = self.dynamic_tables.tables
-        agree_on_error(
-            self.env, precheck(features, self._dynamic_features, self._owner, list(tables))
-        )
-        assert isinstance(features, KeyedJaggedTensor)
-        return self.dynamic_tables.remap(features, training=self.training, owner=self._owner)
+        dyn = self.dynamic_tables
+        if self.env.world_size == 1:  # on more ranks the id exchange carries the refusal
+            agree_on_error(
+                self.env, precheck(features, self._dynamic_features, self._owner, list(dyn.tables))
+            )
+        assert isinstance(dyn, ShardedDynamicTables)
+        return dyn.remap(features, training=self.training, owner=self._owner)
 
     def _mapped_steps(self) -> tuple[tuple[str, int], ...]:
         """Each dynamic table's step after a remap (what its lookup resets up to, and holds)."""

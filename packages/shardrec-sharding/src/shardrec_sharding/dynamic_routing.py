@@ -14,9 +14,12 @@ Where each table's map lives (`IdRouting`):
   makes the same decisions and each column block (or replica) resets the same freed slots.
 
 The exchanges are extra collectives before the ordinary input_dist, shared by all the
-dynamic tables of a batch (`ShardedDynamicTables.remap`): one all-to-all of every table's ids
-(with its size exchange) and one all-to-all of the partitioned tables' slots back, plus one error
-flag per batch. A replicated table's ids ride in the same exchange, sent to every rank.
+dynamic tables of a batch (`ShardedDynamicTables.remap`, buffers and flags in
+`shardrec_sharding._dynamic_exchange`): one all-to-all of every table's ids (with its size
+exchange), packed for all tables in one native pass, and one all-to-all of the partitioned
+tables' slots back. A replicated table's ids ride in the same exchange, sent to every rank.
+Each block's header carries a flag, so a rank refusing its batch or an owner whose map raises
+makes every rank raise (no hang) at no extra collective.
 """
 
 from __future__ import annotations
@@ -33,11 +36,22 @@ from shardrec_embedding.dynamic import DynamicTable, DynamicTables, mix64
 from shardrec_embedding.dynamic.collection import Remapped
 from shardrec_jagged import KeyedJaggedTensor
 from shardrec_planner import ShardingType
+from shardrec_sharding._dynamic_exchange import (
+    DynamicMapError,
+    Packed,
+    RoutePlan,
+    by_table,
+    exchange_back,
+    exchange_out,
+    pack,
+    pack_refusal,
+)
 from shardrec_sharding._dynamic_state import PartState
 from shardrec_sharding.layout import TableSharding
 
 __all__ = [
     "ROUTE_SALT",
+    "DynamicMapError",
     "IdRouting",
     "ShardedDynamicTable",
     "ShardedDynamicTables",
@@ -139,7 +153,11 @@ class ShardedDynamicTable(DynamicTable):
             self._register_load_state_dict_pre_hook(state.to_local)  # type: ignore[no-untyped-call]  # untyped in torch's stubs
 
     def map_ids(self, ids: Tensor, *, training: bool) -> Tensor:
-        """`(N,)` global slot of each of this rank's raw ids (-1: no slot); see the class."""
+        """`(N,)` global slot of each of this rank's raw ids (-1: no slot); see the class.
+
+        A sharded collection maps its tables through its shared exchange
+        (`ShardedDynamicTables.remap`, which carries the error flags); called on its own, this
+        per-table exchange (the reference the shared one is tested against) carries none."""
         ids = ids.reshape(-1)
         premapped, self._premapped = self._premapped, None
         if premapped is not None:  # mapped by the collection's shared exchange (same ids)
@@ -208,14 +226,19 @@ class ShardedDynamicTables(DynamicTables):
         assert isinstance(table, ShardedDynamicTable)
         return table
 
-    def remap(self, features: KeyedJaggedTensor, *, training: bool, owner: str) -> Remapped:
+    def remap(
+        self, features: KeyedJaggedTensor | object, *, training: bool, owner: str
+    ) -> Remapped:
         """`DynamicTables.remap`, with every table's ids exchanged in one all-to-all (and the
         partitioned tables' slots in one back) instead of one exchange per table: each owner
         maps each table's received ids with that table, in table order, as the per-table
-        path does (the same decisions and slots)."""
-        if self._env.world_size > 1 and precheck(features, self._features(), owner) is None:
-            for name, slots in self._exchange_map(features, training=training).items():
+        path does (the same decisions and slots). On more than one rank, a rank's refusal of
+        its batch (`precheck`) or an owner's failing map makes every rank raise
+        (`_dynamic_exchange`)."""
+        if self._env.world_size > 1:
+            for name, slots in self._exchange_map(features, training=training, owner=owner).items():
                 self._part(name)._premapped = slots
+        assert isinstance(features, KeyedJaggedTensor)
         try:
             return super().remap(features, training=training, owner=owner)
         finally:
@@ -225,89 +248,79 @@ class ShardedDynamicTables(DynamicTables):
     def _features(self) -> list[str]:
         return [f for feats in self._table_features.values() for f in feats]
 
-    def _exchange_map(self, features: KeyedJaggedTensor, *, training: bool) -> dict[str, Tensor]:
-        """Each table's `(N,)` global slots of this rank's ids of `features` (see `remap`).
+    def _route_plan(self) -> RoutePlan:
+        plan = self.__dict__.get("_plan")
+        if plan is None:
+            routes = [
+                (p.routing.replicated, p.routing.owners) for p in map(self._part, self.tables)
+            ]
+            plan = RoutePlan.of(routes, self._env.world_size, ROUTE_SALT)
+            self.__dict__["_plan"] = plan
+        assert isinstance(plan, RoutePlan)
+        return plan
 
-        To each rank d goes one block: the T per-table counts, then table 0's ids for d,
-        table 1's... (a replicated table's ids go to every rank, a partitioned one's to their
-        owners). The owners' slots of the partitioned tables come back in one block per rank.
-        """
-        env = self._env
-        world = env.world_size
+    def _pack(self, features: KeyedJaggedTensor) -> tuple[Packed, list[int]]:
+        """This rank's out buffer, and each table's id count."""
         values = features.values()
         opk = features.offset_per_key()
         position = {k: i for i, k in enumerate(features.keys())}
+        spans = [
+            (opk[position[f]], opk[position[f] + 1])
+            for name in self.tables
+            for f in self._table_features[name]
+        ]
+        ids = (
+            torch.cat([values[a:b] for a, b in spans])
+            if len(spans) > 1
+            else values[spans[0][0] : spans[0][1]]
+        )
+        lens = [
+            sum(opk[position[f] + 1] - opk[position[f]] for f in self._table_features[name])
+            for name in self.tables
+        ]
+        ids = ids.to(device="cpu", dtype=torch.int64)
+        return pack(self._route_plan(), ids, lens), lens
+
+    def _exchange_map(
+        self, features: KeyedJaggedTensor | object, *, training: bool, owner: str
+    ) -> dict[str, Tensor]:
+        """Each table's `(N,)` global slots of this rank's ids of `features` (see `remap` and
+        `_dynamic_exchange` for the buffers and flags)."""
+        env = self._env
+        plan = self._route_plan()
         names = list(self.tables)
-        parts = [self._part(n) for n in names]
-        mine: list[Tensor] = []  # per table: its ids in send order
-        orders: list[Tensor | None] = []
-        sends: list[list[int]] = []  # per table: ids to each rank
-        for name, part in zip(names, parts, strict=True):
-            spans = [(opk[position[f]], opk[position[f] + 1]) for f in self._table_features[name]]
-            ids = torch.cat([values[a:b] for a, b in spans]).to(device="cpu", dtype=torch.int64)
-            if part.routing.replicated:
-                mine.append(ids)
-                orders.append(None)
-                sends.append([ids.numel()] * world)
-            else:
-                order, send = part.route(ids)
-                mine.append(ids[order])
-                orders.append(order)
-                sends.append(send)
-        blocks: list[Tensor] = []
-        starts = [0] * len(names)  # per partitioned table: where rank d's ids start
-        for d in range(world):
-            blocks.append(torch.tensor([s[d] for s in sends], dtype=torch.int64))
-            for t, ids in enumerate(mine):
-                if orders[t] is None:
-                    blocks.append(ids)
-                else:
-                    blocks.append(ids[starts[t] : starts[t] + sends[t][d]])
-                    starts[t] += sends[t][d]
-        send_total = [len(names) + sum(s[d] for s in sends) for d in range(world)]
-        received, recv_total = all_to_all_ids(env, torch.cat(blocks), send_total)
-        # Per source rank: its counts, then its ids of each table.
-        got: list[list[Tensor]] = [[] for _ in names]
-        at = 0
-        for total in recv_total:
-            block = received[at : at + total]
-            at += total
-            counts = block[: len(names)].tolist()
-            pos = len(names)
-            for t, c in enumerate(counts):
-                got[t].append(block[pos : pos + c])
-                pos += c
+        error: BaseException | None = precheck(features, self._features(), owner, names)
+        packed = lens = None
+        if error is None:
+            assert isinstance(features, KeyedJaggedTensor)
+            try:
+                packed, lens = self._pack(features)
+            except Exception as e:  # every rank must hear of it (no hang)
+                error = e
+        if packed is None or lens is None:
+            packed = pack_refusal(plan)
+        received, recv, counts = exchange_out(env, plan, packed, error)
+        assert lens is not None
+        failure: tuple[int, BaseException] | None = None
+        found: list[Tensor] = []
+        for t, ids in enumerate(by_table(received, recv, counts)):
+            try:
+                found.append(self._part(names[t]).map_local(ids, training=training))
+            except Exception as e:  # flagged back, re-raised on every rank
+                failure = failure or (t, e)
+                found.append(torch.full_like(ids, -1))
+        partitioned = [t for t, p in enumerate(plan.parts.tolist()) if p]
+        back = exchange_back(env, owner, names, found, partitioned, counts, packed, failure)
+        slots = back[packed.where] if partitioned else back
         out: dict[str, Tensor] = {}
-        back: list[list[Tensor]] = [[] for _ in range(world)]  # per source rank: its slots
-        for t, (name, part) in enumerate(zip(names, parts, strict=True)):
-            found = part.map_local(torch.cat(got[t]), training=training)
-            if orders[t] is None:
-                start = sum(g.numel() for g in got[t][: env.rank])
-                out[name] = found[start : start + mine[t].numel()]
-                continue
-            at = 0
-            for s, g in enumerate(got[t]):
-                back[s].append(found[at : at + g.numel()])
-                at += g.numel()
-        partitioned = [t for t in range(len(names)) if orders[t] is not None]
-        if not partitioned:
-            return out
-        recv_back = [sum(int(x.numel()) for x in b) for b in back]
-        send_back = [sum(sends[t][d] for t in partitioned) for d in range(world)]
-        slots = return_ids(env, torch.cat([x for b in back for x in b]), recv_back, send_back)
-        # From each rank d: its slots of table t's ids sent there, table after table.
-        per_table: list[list[Tensor]] = [[] for _ in names]
         at = 0
-        for d in range(world):
-            for t in partitioned:
-                per_table[t].append(slots[at : at + sends[t][d]])
-                at += sends[t][d]
-        for t in partitioned:
-            perm = orders[t]
-            assert perm is not None
-            result = torch.empty_like(mine[t])
-            result[perm] = torch.cat(per_table[t])
-            out[names[t]] = result
+        for t, (name, n) in enumerate(zip(names, lens, strict=True)):
+            if t in partitioned:
+                out[name] = slots[at : at + n]
+            else:  # replicated: this rank's ids, among every rank's, mapped here
+                start = sum(row[t] for row in counts[: env.rank])
+                out[name] = found[t][start : start + n]
+            at += n
         return out
 
 
