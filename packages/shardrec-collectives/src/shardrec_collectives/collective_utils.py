@@ -196,7 +196,7 @@ def create_on_rank_and_share_result(
     mapped = None if me == rank else [_map(m) for m in metas]
     # The creator keeps its tensors alive until every rank has mapped them (freed earlier, the
     # shared-memory files are gone before a slow rank opens them).
-    dist.barrier(group=pg)
+    blocking(dist.barrier(group=pg, async_op=True))
     return kept[0] if mapped is None else constructor(mapped)
 
 

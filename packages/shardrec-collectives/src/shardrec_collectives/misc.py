@@ -67,7 +67,7 @@ def broadcast_(env: ShardingEnv, tensor: torch.Tensor, src: int) -> torch.Tensor
 def barrier(env: ShardingEnv) -> None:
     """Return once every rank has called `barrier` (nothing is exchanged)."""
     if env.world_size > 1:
-        dist.barrier(group=env.require_pg())
+        blocking(dist.barrier(group=env.require_pg(), async_op=True))
 
 
 def timed_all_to_all(env: ShardingEnv, numel: int, repeats: int) -> list[float]:
@@ -87,7 +87,7 @@ def timed_all_to_all(env: ShardingEnv, numel: int, repeats: int) -> list[float]:
     times: list[float] = []
     blocking(dist.all_to_all_single(recv, send, group=pg, async_op=True))
     for _ in range(repeats):
-        dist.barrier(group=pg)
+        blocking(dist.barrier(group=pg, async_op=True))
         start = time.perf_counter()
         blocking(dist.all_to_all_single(recv, send, group=pg, async_op=True))
         times.append(time.perf_counter() - start)

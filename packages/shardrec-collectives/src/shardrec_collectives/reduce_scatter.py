@@ -14,6 +14,7 @@ import torch.distributed as dist
 
 from shardrec_collectives import _checks, qcomm
 from shardrec_collectives import _primitives as prim
+from shardrec_collectives._held import blocking
 from shardrec_collectives.awaitable import Awaitable
 from shardrec_collectives.env import ShardingEnv
 
@@ -89,13 +90,16 @@ def _pair_reduce_scatter(
         """Backward: every rank's gradient in rank order (`all_gather_v`'s result)."""
         full = g.new_empty(sum(counts))
         full[at[rank] : at[rank] + counts[rank]].copy_(g)
-        # Synchronous (as `all_gather_v(...).wait()` is): no work object outlives the call.
-        dist.all_to_all_single(
-            full[at[other] : at[other] + counts[other]],
-            g,
-            output_split_sizes=in_splits,
-            input_split_sizes=out_splits,
-            group=env.require_pg(),
+        # Blocking (as `all_gather_v(...).wait()` is), its work tracked (`_held`).
+        blocking(
+            dist.all_to_all_single(
+                full[at[other] : at[other] + counts[other]],
+                g,
+                output_split_sizes=in_splits,
+                input_split_sizes=out_splits,
+                group=env.require_pg(),
+                async_op=True,
+            )
         )
         return full
 
