@@ -20,24 +20,27 @@ finishes (2) and regroups from source-major to feature-major order.
 
 By default the header read runs inside the call (the layout is known when it returns). With
 `defer=True` the call only launches (1), so nothing waits for the network until the result is
-needed (the pipeline's input dist of batch i+1 under the compute of batch i); the header read
-runs at the first of: `wait()`, `.layout`, and the next call with the same `ExchangeCapacity`.
+needed (the pipeline's input dist of batch i+1 under the compute of batch i): the headers are
+read (and the rest launched) at the first of `wait()`, `.layout` and the next call with the same
+`ExchangeCapacity`; an error flagged in them is agreed on (an all-gather of the messages) and
+raised at the first `wait()` or `.layout` only.
 
 Ordering (why a deferred read is safe). gloo and NCCL pair collectives by their position in each
-rank's sequence, so every rank must issue the rest exchange (and the error messages'
-all-gather of an agreed error) at the same position. A deferred read issues them at the first
-of three points of the caller's program: the awaitable's `wait()`, its `.layout`, or the next
-call of the same site. Ranks that run the same program (the rule every collective here already
-relies on: the same calls and waits in the same order; the pipeline calls input_dist(i+1), then
-waits batch i's inputs in the model's forward order, on every rank alike) reach the first of
-those points at the same place in their sequence, so they issue the same collectives in the same
-order. The read at the next call also keeps the capacities in step: both ends of a pair update
-them from the same header, and call k always uses what calls 0..k-1 taught, whether or not (and
-in whatever order) the earlier results were waited. Without a capacity, a deferred call whose
-result is never waited never reads its headers: as with any collective, every rank must then
-drop it alike. Errors travel in the headers, so with `defer=True` an input error raises (on
-every rank) at the read, not at the call; the read caches the error and re-raises it on a later
-`wait()`.
+rank's sequence, so every rank must issue the rest exchange and the error messages' all-gather at
+the same position. A deferred call issues them at the first of a few points of the caller's
+program: its awaitable's `wait()` or `.layout`, or (the rest only) the next call of the same
+site. Ranks that run the same program (the rule every collective here already relies on: the
+same calls and waits in the same order; the pipeline calls input_dist(i+1), then waits batch
+i's inputs in the model's forward order, on every rank alike) reach the first of those points at
+the same place in their sequence, so they issue the same collectives in the same order. Every
+rank sees the same flags (overflow, error) in the headers, so they decide alike whether to issue
+them at all. The read at the next call also keeps the capacities in step: both ends of a pair
+update them from the same header, and call k always uses what calls 0..k-1 taught, whether or not
+(and in whatever order) the earlier results were waited; it never raises, so an input error
+surfaces where its batch is used, not at a later batch's call. Without a capacity, a deferred
+call whose result is never waited never reads its headers: as with any collective, every rank
+must then drop it alike. With `defer=True` an input error raises (on every rank) at the first
+`wait()` or `.layout`, not at the call; later waits re-raise it.
 
 A `KeySelection` input is the same exchange for the common case where every destination gets
 some keys of one KJT: the send buffer is built from views of that KJT's per-key segments, so
@@ -318,9 +321,9 @@ def kjt_all_to_all(
     a second exchange. The result is the same either way.
 
     `defer`: when True, return right after launching the first exchange; the headers are read
-    (errors raised, the rest of the payloads launched) at the first `wait()`, `.layout` or the
-    next call with the same `capacity` (module docstring: why every rank still issues the same
-    collectives in the same order). The result is the same.
+    (the rest of the payloads launched) at the first `wait()`, `.layout` or the next call with
+    the same `capacity`, and errors raise at the first `wait()` or `.layout` (module docstring:
+    why every rank still issues the same collectives in the same order). The result is the same.
 
     Raises immediately (without communicating, so the others wait for the process group
     timeout) only on programming errors: `len(per_rank) != world_size` (or as many key lists)
@@ -368,19 +371,21 @@ def kjt_all_to_all(
     )
     if defer:
         if capacity is not None:
-            capacity.defer(exchange.read)
+            capacity.defer(exchange.headers)
     else:
         exchange.read()
     return KJTAllToAllAwaitable(exchange)
 
 
 class _Exchange:
-    """One call's first exchange, launched; `read()` waits for it and reads the headers.
+    """One call's first exchange, launched, and what reads it.
 
-    `read()` (once; later calls return its result or re-raise its error) agrees on errors,
-    builds the layout, launches the payloads' rest when some pair's did not fit (every rank sees
-    the flag) and updates the capacity. It runs at the call, or, deferred, at the first of
-    `wait()`, `layout` and the next call with the same capacity (module docstring).
+    `headers()` (once) waits for the first exchange, reads every header, updates the capacity
+    and, when some pair's payload did not fit and no rank flagged an error (every rank sees the
+    flags), launches the rest. `read()` (once; later calls return its result or re-raise its
+    error) runs `headers()`, agrees on errors and builds the layout and the regrouping. `read()`
+    runs at the call, or, deferred, at the first `wait()` or `layout`; `headers()` then runs at
+    the first of those and the next call with the same capacity (module docstring).
     """
 
     def __init__(
@@ -398,42 +403,61 @@ class _Exchange:
         self.env, self.prepared, self.packing = env, prepared, packing
         self.caps_out, self.caps_in = caps_out, caps_in
         self.first, self.rest, self.capacity = first, rest, capacity
+        self._headers: tuple[torch.Tensor, list[list[int]], prim.Pending | None] | None = None
         self._finish: _Finish | None = None
         self._failure: BaseException | None = None
+
+    def headers(self) -> tuple[torch.Tensor, list[list[int]], prim.Pending | None]:
+        """(the first exchange's bytes, the header table `[S][fields]`, the rest exchange)."""
+        if self._headers is not None:
+            return self._headers
+        if self.capacity is not None:
+            self.capacity.forget(self.headers)
+        packing, caps_out, caps_in = self.packing, self.caps_out, self.caps_in
+        world = self.env.world_size
+        head = _FIXED + 2 * len(self.prepared.sends[self.env.rank].keys)
+        received = self.first.wait()
+        # One host read for every header (the exchange's one host sync on a GPU).
+        table = (
+            torch.cat(
+                [wire.typed(received, a, head, torch.int64) for a in prim.exclusive_cumsum(caps_in)]
+            )
+            .view(world, head)
+            .tolist()
+        )
+        if self.capacity is not None:
+            self.capacity.update(packing.totals, [row[wire.PAYLOAD_BYTES] for row in table])
+        # The payloads' rest, only when some pair's did not fit (every rank sees the flags).
+        pending_rest: prim.Pending | None = None
+        flags = [row[0] for row in table]
+        if any(f & _OVERFLOW for f in flags) and not any(f & _ERROR for f in flags):
+            in_rest = [max(0, t - c) for t, c in zip(packing.totals, caps_out, strict=True)]
+            out_rest = [
+                max(0, row[wire.PAYLOAD_BYTES] - c) for row, c in zip(table, caps_in, strict=True)
+            ]
+            pending_rest = prim.all_to_all(self.env, self.rest, in_rest, out_rest)
+        self._headers = (received, table, pending_rest)
+        self.first = self.rest = None  # type: ignore[assignment]  # drop the send buffers
+        return self._headers
 
     def read(self) -> _Finish:
         if self._finish is not None:
             return self._finish
         if self._failure is not None:
             raise self._failure
-        if self.capacity is not None:
-            self.capacity.forget(self.read)
         try:
             self._finish = self._read()
         except BaseException as exc:
             self._failure = exc
             raise
-        finally:
-            self.first = self.rest = None  # type: ignore[assignment]  # drop the buffers
         return self._finish
 
     def _read(self) -> _Finish:
         env, prepared, packing = self.env, self.prepared, self.packing
-        caps_out, caps_in = self.caps_out, self.caps_in
         world = env.world_size
         own_keys = prepared.sends[env.rank].keys
         n_own = len(own_keys)
-        received = self.first.wait()
-        at = prim.exclusive_cumsum(caps_in)
-        head = _FIXED + 2 * n_own
-        # One host read for every header (the exchange's one host sync on a GPU).
-        table = (
-            torch.cat([wire.typed(received, a, head, torch.int64) for a in at])
-            .view(world, head)
-            .tolist()
-        )
-        if self.capacity is not None:
-            self.capacity.update(packing.totals, [row[wire.PAYLOAD_BYTES] for row in table])
+        received, table, pending_rest = self.headers()
         failed = [s for s in range(world) if table[s][0] & _ERROR]
         if failed:
             raise_agreed(env, prepared.error, failed)
@@ -449,14 +473,6 @@ class _Exchange:
             sent_stride_per_rank=tuple(h[5] for h in packing.headers),
             variable_batch=any_variable,
         )
-        # The payloads' rest, only when some pair's did not fit (every rank sees the flag).
-        pending_rest: prim.Pending | None = None
-        if any(row[0] & _OVERFLOW for row in table):
-            in_rest = [max(0, t - c) for t, c in zip(packing.totals, caps_out, strict=True)]
-            out_rest = [
-                max(0, row[wire.PAYLOAD_BYTES] - c) for row, c in zip(table, caps_in, strict=True)
-            ]
-            pending_rest = prim.all_to_all(env, self.rest, in_rest, out_rest)
         weights: tuple[torch.Tensor, bool] | None = None
         if any(row[0] & _WEIGHTED for row in table):
             w_dtype = prepared.weight_dtype or _DTYPES[next(r[4] for r in table if r[4] >= 0)]
@@ -470,7 +486,7 @@ class _Exchange:
             layout,
             table,
             received,
-            caps_in,
+            self.caps_in,
             pending_rest,
             (prepared.values.dtype, prepared.lengths_dtype),
             weights,

@@ -78,7 +78,7 @@ class RowBlockSharding:
             self.env, per_rank, error=error, capacity=self._capacity, defer=True
         )
         own_lengths = None
-        if any(self._mean):
+        if any(self._mean) and error is None:
             keys = [feature_pos[s.feature] for s in self._segments]
             lengths = features.lengths().view(len(features.keys()), features.stride())
             own_lengths = lengths[self._key_tensors.get(keys, lengths.device)]

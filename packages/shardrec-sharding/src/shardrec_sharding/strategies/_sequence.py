@@ -77,8 +77,10 @@ class _SequenceEngine:
         pending = kjt_all_to_all(
             self.env, per_rank, error=batch.error, capacity=self._capacity, defer=True
         )
-        lengths = batch.features.length_per_key()
-        counts = tuple(lengths[batch.feature_pos[s.feature]] for s in self.segments)
+        counts: tuple[int, ...] = ()  # (with an error, never used: the wait raises)
+        if batch.error is None:
+            lengths = batch.features.length_per_key()
+            counts = tuple(lengths[batch.feature_pos[s.feature]] for s in self.segments)
         return pending.then(
             lambda kjt: SequenceInput(
                 features=kjt,
