@@ -465,7 +465,8 @@ def deferred_cases(ctx: RankContext, order: str) -> list[list[int]]:
     """The reference cases of seeds 0, 0, 3 through one capacity with `defer=True` (payloads
     that fit, grow past their capacity and shrink), the waits in `order`:
     "pipeline": call k+1 before waiting k; "reversed": every call first, then the waits from
-    the last (the earlier headers are read by the later calls). Returns the capacities."""
+    the last (the earlier headers are read by the later calls); "layout": every call, then
+    every `.layout` from the last, then the waits. Returns the capacities."""
     env = ShardingEnv.from_process_group(ctx.pg)
     capacity = ExchangeCapacity()
     calls: list[tuple[Case, list[KeyedJaggedTensor], KJTAllToAllAwaitable]] = []
@@ -479,6 +480,9 @@ def deferred_cases(ctx: RankContext, order: str) -> list[list[int]]:
     if order == "reversed":
         for _, _, pending in reversed(calls):
             pending.wait()
+    if order == "layout":
+        for _, _, pending in reversed(calls):
+            assert pending.layout.keys is not None  # read before any wait
     for case, per_rank, pending in calls:
         check_received(ctx, case, per_rank, pending)
     capacity.settle()
@@ -486,7 +490,7 @@ def deferred_cases(ctx: RankContext, order: str) -> list[list[int]]:
 
 
 @pytest.mark.parametrize("rank_pool", [1, 2, 3], indirect=True)
-@pytest.mark.parametrize("order", ["pipeline", "reversed"])
+@pytest.mark.parametrize("order", ["pipeline", "reversed", "layout"])
 def test_deferred_reads_give_the_same_results_and_capacities(
     rank_pool: RankPool, order: str
 ) -> None:
