@@ -2,12 +2,16 @@
 
     .venv/bin/python benchmarks/pipeline.py            # 26 tables x 100k rows x 64, batch 512
     .venv/bin/python benchmarks/pipeline.py --quick    # 8 tables x 1k rows x 16, batch 64
+    .venv/bin/python benchmarks/pipeline.py --sharding table_wise --batch 1024
 
 A DLRM-shaped model (26 row-wise sharded tables with fused Adagrad, a bottom MLP, an over arch)
 trains the same batches with the plain loop (`model(batch)`, backward, step: the id
 all-to-all of each batch waits inside its own forward) and with the pipeline (batch i+1's
 all-to-all in flight while batch i computes). Each rank reports the median step time over
-repeats; the table shows rank 0's, the ratio, and the overlap gained (1 - pipelined / plain).
+repeats; the table shows rank 0's wall and process CPU time per step (CPU: every thread of the
+process, gloo's included), the ratio, the overlap gained (1 - pipelined / plain), and the time
+rank 0 spends in the input dist per step: launching it (`input_dist(...)`) and waiting for it
+(its `wait()`, which reads the exchange and builds the received KJT).
 
 TorchRec's own pipeline is not run: it needs TorchRec's DistributedModelParallel with fbgemm's
 CPU kernels on gloo, a different model stack, so its times would not isolate the overlap.
@@ -22,6 +26,8 @@ import platform
 import socket
 import statistics
 import time
+from collections.abc import Callable
+from typing import cast
 
 import torch
 import torch.distributed as dist
@@ -29,12 +35,12 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from shardrec_collectives import ShardingEnv
+from shardrec_collectives import Awaitable, ShardingEnv
 from shardrec_dmp import DistributedModelParallel, TrainPipelineSparseDist
 from shardrec_embedding import EmbeddingBagCollection, EmbeddingBagConfig
 from shardrec_jagged import KeyedJaggedTensor
 from shardrec_optim import CombinedOptimizer, KeyedOptimizerWrapper, in_backward_optimizer_filter
-from shardrec_planner import ShardingPlan, construct_module_sharding_plan, row_wise
+from shardrec_planner import ShardingPlan, construct_module_sharding_plan, row_wise, table_wise
 from shardrec_sharding import EmbeddingBagCollectionSharder
 
 
@@ -48,6 +54,7 @@ class Shapes:
     dense_in: int = 13
     steps: int = 10
     repeats: int = 5
+    sharding: str = "row_wise"
 
 
 @dataclasses.dataclass
@@ -109,7 +116,12 @@ def build(s: Shapes, env: ShardingEnv) -> tuple[DistributedModelParallel, Combin
     torch.manual_seed(0)
     model = Dlrm(s)
     module_plan = construct_module_sharding_plan(
-        model.sparse, {f"t{i}": row_wise() for i in range(s.tables)}, world_size=env.world_size
+        model.sparse,
+        {
+            f"t{i}": row_wise() if s.sharding == "row_wise" else table_wise(rank=i % env.world_size)
+            for i in range(s.tables)
+        },
+        world_size=env.world_size,
     )
     sharder = EmbeddingBagCollectionSharder(
         fused_params={"optimizer": "exact_row_wise_adagrad", "learning_rate": 0.05}
@@ -143,22 +155,59 @@ def pipelined(
         pipeline.progress(it)
 
 
+class InputDistClock:
+    """Seconds spent launching input dists and waiting for them (wraps a module's input_dist)."""
+
+    def __init__(self) -> None:
+        self.launch = 0.0
+        self.wait = 0.0
+
+    def wrap(self, module: nn.Module) -> None:
+        inner = cast(Callable[[KeyedJaggedTensor], Awaitable[object]], module.input_dist)
+
+        def input_dist(features: KeyedJaggedTensor) -> Awaitable[object]:
+            start = time.perf_counter()
+            pending = inner(features)
+            self.launch += time.perf_counter() - start
+
+            def wait() -> object:
+                start = time.perf_counter()
+                got = pending.wait()
+                self.wait += time.perf_counter() - start
+                return got
+
+            return Awaitable(wait)
+
+        module.__dict__["input_dist"] = input_dist  # per-instance override for the benchmark
+
+
 def worker(rank: int, world: int, port: int, s: Shapes, results: dict[str, list[float]]) -> None:
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     env = ShardingEnv.from_process_group(dist.group.WORLD)  # type: ignore[arg-type]  # initialized just above
     model, opt = build(s, env)
+    clock = InputDistClock()
+    for sub in model.sharded_modules.values():
+        clock.wrap(sub)
     batches = make_batches(s, rank, s.steps)
     plain_loop(model, opt, batches[:2])  # warm-up: allocations, first-call costs
     pipelined(model, opt, batches[:2])
-    times: dict[str, list[float]] = {"plain": [], "pipelined": []}
+    times: dict[str, list[float]] = {}
     for _ in range(s.repeats):
         for name, fn in (("plain", plain_loop), ("pipelined", pipelined)):
             dist.barrier()
-            start = time.perf_counter()
+            clock.launch = clock.wait = 0.0
+            start, cpu = time.perf_counter(), time.process_time()
             fn(model, opt, batches)
-            times[name].append((time.perf_counter() - start) / s.steps)
+            wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+            for key, value in (
+                ("wall", wall),
+                ("cpu", cpu),
+                ("launch", clock.launch),
+                ("wait", clock.wait),
+            ):
+                times.setdefault(f"{name} {key}", []).append(value / s.steps)
     if rank == 0:
         results.update(times)
     dist.destroy_process_group()
@@ -174,11 +223,17 @@ def free_port() -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="small shapes, a smoke run")
+    parser.add_argument("--sharding", choices=("row_wise", "table_wise"), default="row_wise")
+    parser.add_argument("--batch", type=int, default=512, help="samples per rank and step")
+    parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     if args.quick:
         s = Shapes(tables=8, rows=1_000, dim=16, batch=64, pooling=4, steps=4, repeats=3)
     else:
-        s = Shapes(tables=26, rows=100_000, dim=64, batch=512, pooling=8)
+        s = Shapes(
+            tables=26, rows=100_000, dim=64, batch=args.batch, pooling=8, repeats=args.repeats
+        )
+    s = dataclasses.replace(s, sharding=args.sharding)
     print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, torch {torch.__version__}")
     try:
         load = os.getloadavg()
@@ -186,7 +241,7 @@ def main() -> None:
     except OSError:
         pass
     print(
-        f"shapes: 2 gloo ranks, {s.tables} tables x {s.rows} rows x {s.dim} (row_wise, fused "
+        f"shapes: 2 gloo ranks, {s.tables} tables x {s.rows} rows x {s.dim} ({s.sharding}, fused "
         f"row-wise Adagrad), batch {s.batch}/rank, mean {s.pooling} ids/bag, {s.steps} steps "
         f"x {s.repeats} repeats (median)"
     )
@@ -194,12 +249,18 @@ def main() -> None:
         results = manager.dict()
         mp.spawn(worker, args=(2, free_port(), s, results), nprocs=2, join=True)  # type: ignore[attr-defined,no-untyped-call]  # untyped, not re-exported in torch stubs
         times = dict(results)
-    plain = statistics.median(times["plain"]) * 1e3
-    piped = statistics.median(times["pipelined"]) * 1e3
-    print("| loop | step time (ms, rank 0, median) |")
-    print("|---|---|")
-    print(f"| plain loop | {plain:.2f} |")
-    print(f"| TrainPipelineSparseDist | {piped:.2f} |")
+
+    def ms(key: str) -> float:
+        return float(statistics.median(times[key])) * 1e3
+
+    print("| loop | wall (ms/step) | CPU (ms/step) | input dist launch | input dist wait |")
+    print("|---|---|---|---|---|")
+    for name, label in (("plain", "plain loop"), ("pipelined", "TrainPipelineSparseDist")):
+        print(
+            f"| {label} | {ms(name + ' wall'):.2f} | {ms(name + ' cpu'):.2f} "
+            f"| {ms(name + ' launch'):.2f} | {ms(name + ' wait'):.2f} |"
+        )
+    plain, piped = ms("plain wall"), ms("pipelined wall")
     print(f"ratio pipelined / plain: {piped / plain:.3f}; overlap gained: {1 - piped / plain:.1%}")
     print("TorchRec 1.8 pipeline: not run (see the module docstring)")
 

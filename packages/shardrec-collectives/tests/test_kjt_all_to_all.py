@@ -106,38 +106,43 @@ def exchanges(
 
 
 def check_kjt_cases(ctx: RankContext, seed: int, capacity: ExchangeCapacity | None = None) -> int:
-    world = ctx.world_size
     checked = 0
     for _, case, per_rank, awaitable in exchanges(ctx, seed, capacity):
-        layout = awaitable.layout
-        got = awaitable.wait()
-        expected = expected_received(case, world, ctx.rank)
-        assert got.keys() == list(case.keys_per_rank[ctx.rank])
-        assert (got.weights_or_none() is not None) == case.weighted
-        strides = [
-            [sent_kjt(case, s, ctx.rank).stride_per_key()[f] for s in range(world)]
-            for f in range(len(got.keys()))
-        ]
-        if case.variable_batch:
-            assert got.variable_stride_per_key()
-            assert got.stride_per_key_per_rank() == strides
-        else:
-            assert not got.variable_stride_per_key()
-            assert got.stride() == sum(case.batch_per_rank)
-        assert [list(r) for r in layout.recv_stride_per_key_per_rank] == strides
-        assert list(layout.sent_values_per_rank) == [k.values().numel() for k in per_rank]
-        for key, parts in expected.items():
-            jt = got[key]
-            assert jt.lengths().tolist() == [x for p in parts for x in p[0]], (case, key)
-            assert jt.values().tolist() == [x for p in parts for x in p[1]], (case, key)
-            if case.weighted:
-                w = jt.weights()
-                assert_close(w, torch.tensor([x for p in parts for x in p[2]]))
-        assert got.length_per_key() == [
-            sum(len(p[1]) for p in parts) for parts in expected.values()
-        ]
+        check_received(ctx, case, per_rank, awaitable)
         checked += 1
     return checked
+
+
+def check_received(
+    ctx: RankContext, case: Case, per_rank: list[KeyedJaggedTensor], awaitable: KJTAllToAllAwaitable
+) -> None:
+    """The awaitable's layout and KJT against the reference of `case`."""
+    world = ctx.world_size
+    layout = awaitable.layout
+    got = awaitable.wait()
+    expected = expected_received(case, world, ctx.rank)
+    assert got.keys() == list(case.keys_per_rank[ctx.rank])
+    assert (got.weights_or_none() is not None) == case.weighted
+    strides = [
+        [sent_kjt(case, s, ctx.rank).stride_per_key()[f] for s in range(world)]
+        for f in range(len(got.keys()))
+    ]
+    if case.variable_batch:
+        assert got.variable_stride_per_key()
+        assert got.stride_per_key_per_rank() == strides
+    else:
+        assert not got.variable_stride_per_key()
+        assert got.stride() == sum(case.batch_per_rank)
+    assert [list(r) for r in layout.recv_stride_per_key_per_rank] == strides
+    assert list(layout.sent_values_per_rank) == [k.values().numel() for k in per_rank]
+    for key, parts in expected.items():
+        jt = got[key]
+        assert jt.lengths().tolist() == [x for p in parts for x in p[0]], (case, key)
+        assert jt.values().tolist() == [x for p in parts for x in p[1]], (case, key)
+        if case.weighted:
+            w = jt.weights()
+            assert_close(w, torch.tensor([x for p in parts for x in p[2]]))
+    assert got.length_per_key() == [sum(len(p[1]) for p in parts) for parts in expected.values()]
 
 
 @pytest.mark.parametrize("rank_pool", WORLD_SIZES, indirect=True)
@@ -451,3 +456,125 @@ def test_error_with_a_learned_capacity_raises_on_every_rank(rank_pool: RankPool)
     for rank, got in enumerate(rank_pool.run(error_after_learning)):
         raised = "ValueError" if rank == 1 else "PeerError"
         assert got == [ok, ok, raised, ok], (rank, got)
+
+
+# -- deferred header reads (the pipeline's input dist): same results, capacities, order ------
+
+
+def deferred_cases(ctx: RankContext, order: str) -> list[list[int]]:
+    """The reference cases of seeds 0, 0, 3 through one capacity with `defer=True` (payloads
+    that fit, grow past their capacity and shrink), the waits in `order`:
+    "pipeline": call k+1 before waiting k; "reversed": every call first, then the waits from
+    the last (the earlier headers are read by the later calls); "layout": every call, then
+    every `.layout` from the last, then the waits. Returns the capacities."""
+    env = ShardingEnv.from_process_group(ctx.pg)
+    capacity = ExchangeCapacity()
+    calls: list[tuple[Case, list[KeyedJaggedTensor], KJTAllToAllAwaitable]] = []
+    for seed in (0, 0, 3):
+        for case in make_cases(ctx.world_size, seed):
+            per_rank = [sent_kjt(case, ctx.rank, d) for d in range(ctx.world_size)]
+            pending = kjt_all_to_all(env, per_rank, capacity=capacity, defer=True)
+            calls.append((case, per_rank, pending))
+            if order == "pipeline" and len(calls) >= 2:
+                calls[-2][2].wait()  # batch k's result is used after batch k+1 was launched
+    if order == "reversed":
+        for _, _, pending in reversed(calls):
+            pending.wait()
+    if order == "layout":
+        for _, _, pending in reversed(calls):
+            assert pending.layout.keys is not None  # read before any wait
+    for case, per_rank, pending in calls:
+        check_received(ctx, case, per_rank, pending)
+    capacity.settle()
+    return [capacity.sent, capacity.received]
+
+
+@pytest.mark.parametrize("rank_pool", [1, 2, 3], indirect=True)
+@pytest.mark.parametrize("order", ["pipeline", "reversed", "layout"])
+def test_deferred_reads_give_the_same_results_and_capacities(
+    rank_pool: RankPool, order: str
+) -> None:
+    world = rank_pool.world_size
+    caps = rank_pool.run(deferred_cases, order)
+    eager = rank_pool.run(check_cases_with_capacity)
+    for s in range(world):
+        for d in range(world):
+            assert caps[s][0][d] == caps[d][1][s] > 0  # both ends of a pair learned alike
+    assert caps == eager  # the same capacities as calls waited one by one
+
+
+def deferred_exchanges(ctx: RankContext) -> list[int]:
+    """All-to-alls launched by each of 3 deferred calls of one size, waited one call late,
+    and what is in flight when each call returns (a deferred call waits for nothing)."""
+    env = ShardingEnv.from_process_group(ctx.pg)
+    capacity = ExchangeCapacity()
+    kjt = KeyedJaggedTensor(["a"], torch.arange(6), lengths=torch.tensor([2, 4]))
+    calls: list[int] = []
+    original = dist.all_to_all_single
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls[-1] += 1
+        return original(*args, **kwargs)  # type: ignore[arg-type]  # forwarded as given
+
+    dist.all_to_all_single = counted
+    pending: list[KJTAllToAllAwaitable] = []
+    try:
+        for _ in range(3):
+            calls.append(0)
+            pending.append(
+                kjt_all_to_all(env, [kjt] * ctx.world_size, capacity=capacity, defer=True)
+            )
+        calls.append(0)
+        for p in pending:
+            assert p.wait().values().tolist() == list(range(6)) * ctx.world_size
+    finally:
+        dist.all_to_all_single = original
+    return calls
+
+
+@pytest.mark.parametrize("rank_pool", [2], indirect=True)
+def test_deferred_call_launches_only_the_first_exchange(rank_pool: RankPool) -> None:
+    # Call 1 has no capacity yet: headers only; its data moves when call 2 reads its headers.
+    # Calls 2 and 3 carry their data in their first exchange (the capacity call 1 taught).
+    assert rank_pool.run(deferred_exchanges) == [[1, 2, 1, 0]] * 2
+
+
+def deferred_error(ctx: RankContext, wait_first: bool) -> list[str]:
+    """An input error on rank 1 in a deferred call raises on every rank at its wait (not at the
+    next call, which reads its headers), again on a second wait, and the site keeps working."""
+    env = ShardingEnv.from_process_group(ctx.pg)
+    capacity = ExchangeCapacity()
+    kjt = KeyedJaggedTensor(["a"], torch.arange(6), lengths=torch.tensor([2, 4]))
+    outcomes: list[str] = []
+
+    def call(error: BaseException | None) -> KJTAllToAllAwaitable:
+        return kjt_all_to_all(
+            env, [kjt] * ctx.world_size, error=error, capacity=capacity, defer=True
+        )
+
+    def wait(p: KJTAllToAllAwaitable) -> None:
+        try:
+            outcomes.append(str(p.wait().stride()))
+        except (ValueError, PeerError) as exc:
+            outcomes.append(type(exc).__name__)
+
+    wait(call(None))
+    bad = call(ValueError("id 99 is out of range") if ctx.rank == 1 else None)
+    if wait_first:
+        wait(bad)
+    after = call(None)
+    wait(bad)
+    wait(after)
+    wait(call(None))
+    return outcomes
+
+
+@pytest.mark.parametrize("rank_pool", [2], indirect=True)
+@pytest.mark.parametrize("wait_first", [True, False])
+def test_deferred_error_raises_on_every_rank_at_its_wait(
+    rank_pool: RankPool, wait_first: bool
+) -> None:
+    for rank, got in enumerate(rank_pool.run(deferred_error, wait_first)):
+        raised = "ValueError" if rank == 1 else "PeerError"
+        expected = ["4", raised, raised, "4", "4"] if wait_first else ["4", raised, "4", "4"]
+        assert got == expected, (rank, got)

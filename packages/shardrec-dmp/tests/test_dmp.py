@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import shardrec_planner
-from shardrec_collectives import ShardingEnv
+from shardrec_collectives import PeerError, ShardingEnv
 from shardrec_dmp import (
     DistributedModelParallel,
     TrainPipelineSparseDist,
@@ -651,3 +651,40 @@ def test_state_dict_transform_gathers_for_serving(rank_pool: object) -> None:
         ]
         * 2
     )
+
+
+def pipeline_bad_batch(ctx: RankContext) -> list[str]:
+    """Rank 1's batch 2 has an id out of range: the pipeline launched its exchange under batch
+    1 (deferred); the error raises on every rank where batch 2's inputs are waited (its own
+    forward), and after `reset()` the same pipeline trains on."""
+    types = ("table_wise", "row_wise", "table_wise")  # two strategies carrying the error flag
+    seed = "pipe-bad"
+    dmp = wrap(ctx, seed, types)
+    pipe = TrainPipelineSparseDist(dmp, optimizer_of(dmp), torch.device("cpu"))
+    batches = [make_batch(seed, ctx.rank, s) for s in range(5)]
+    if ctx.rank == 1:
+        kjt = batches[2].sparse_features
+        values = kjt.values().clone()
+        values[0] = 1000
+        bad = KeyedJaggedTensor(FEATURES, values, lengths=kjt.lengths(), stride=kjt.stride())
+        batches[2] = Batch(batches[2].dense_features, bad, batches[2].labels)
+    outcomes: list[str] = []
+    it = iter(batches)
+    for _ in range(3):
+        try:
+            out = pipe.progress(it)  # type: ignore[arg-type]
+            assert isinstance(out, Tensor)
+            outcomes.append("ok")
+        except (IndexError, PeerError) as exc:
+            outcomes.append(type(exc).__name__)
+    pipe.reset()
+    good = iter([make_batch(seed, ctx.rank, s) for s in range(5, 8)])
+    outcomes += ["ok" if isinstance(pipe.progress(good), Tensor) else "?" for _ in range(3)]
+    return outcomes
+
+
+@pytest.mark.parametrize("rank_pool", [2], indirect=True)
+def test_pipeline_bad_batch_raises_on_every_rank_at_its_forward(rank_pool: object) -> None:
+    got = rank_pool.run(pipeline_bad_batch)  # type: ignore[attr-defined]
+    assert got[1] == ["ok", "ok", "IndexError", "ok", "ok", "ok"], got
+    assert got[0] == ["ok", "ok", "PeerError", "ok", "ok", "ok"], got

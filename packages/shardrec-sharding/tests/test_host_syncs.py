@@ -247,7 +247,7 @@ CHECK = ("item", "shardrec_sharding/checks.py:_check_range")  # ids in range: fi
 # view of the lengths, no copy)
 KEYS = ("tolist", "shardrec_jagged/_torch_kernels.py:length_per_key_and_min")
 CPU_KEYS = ("numpy", "shardrec_jagged/_torch_kernels.py:length_per_key_and_min")
-HEADER = ("tolist", "shardrec_collectives/kjt_all_to_all.py:kjt_all_to_all")  # split sizes
+HEADER = ("tolist", "shardrec_collectives/kjt_all_to_all.py:headers")  # split sizes (header read)
 BUCKETS = ("tolist", "shardrec_sharding/strategies/_bucketize.py:__call__")  # per-rank counts
 AGREE = ("tolist", "shardrec_collectives/errors.py:agree_on_error")  # no all-to-all to carry it
 SEGMENTS = ("unique", "shardrec_optim/pooled.py:torch_update")  # unique rows (torch)

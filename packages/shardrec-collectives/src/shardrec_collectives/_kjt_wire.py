@@ -16,7 +16,7 @@ exchange per call.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -57,13 +57,35 @@ class ExchangeCapacity:
     payload size (the sender knows it, the receiver reads it in the header), so they stay
     equal without communicating. Starts at 0: the first call moves only the headers in the
     first exchange and the data in a second one, as an exchange without a capacity always does.
+
+    A deferred call (`kjt_all_to_all(..., defer=True)`) learns its payload sizes only when its
+    headers are read; `current` reads them first (`defer`), so the capacities of call k are
+    those learned from calls 0..k-1 on every rank, whatever the order of the waits.
     """
 
     def __init__(self) -> None:
         self.sent: list[int] = []
         self.received: list[int] = []
+        # The last call's header read when it has not happened yet (idempotent), else None.
+        self._unread: Callable[[], object] | None = None
+
+    def defer(self, read: Callable[[], object]) -> None:
+        """Record the header read of a deferred call (run by the next `current` at the latest)."""
+        self._unread = read
+
+    def forget(self, read: Callable[[], object]) -> None:
+        """`read` ran (by a wait or `layout`): the next `current` need not run it."""
+        if self._unread == read:
+            self._unread = None
+
+    def settle(self) -> None:
+        """Run the pending header read, if any (it updates the capacities)."""
+        read, self._unread = self._unread, None
+        if read is not None:
+            read()
 
     def current(self, world: int) -> tuple[list[int], list[int]]:
+        self.settle()
         if len(self.sent) != world:
             self.sent, self.received = [0] * world, [0] * world
         return self.sent, self.received

@@ -10,13 +10,37 @@ them into one KJT, feature-major, with the sources' batches side by side:
     rank d receives        f0: [a] [b c] [d e]      (batch = 2 from rank 0 + 1 from rank 1)
                            f1: [ ] [x]   [y]
 
-Steps, all issued at call time (`_kjt_wire`): (1) one all-to-all of byte chunks, each pair's
-header (split sizes, per-key batch sizes and id counts, dtypes, an error flag) followed by as
-much of its lengths, ids and weights as the pair's capacity holds, waited immediately because
-the layout depends on the headers; (2) only when some payload did not fit (every rank learns
-that from the headers), the rest, left in flight. With an `ExchangeCapacity` that has seen
-batches of this size, (1) carries everything: one exchange per call. `wait()` finishes (2)
-and regroups from source-major to feature-major order.
+Steps (`_kjt_wire`): (1) at the call, one all-to-all of byte chunks, each pair's header (split
+sizes, per-key batch sizes and id counts, dtypes, an error flag) followed by as much of its
+lengths, ids and weights as the pair's capacity holds; (2) the *header read*: wait for (1), read
+every header (the layout), agree on errors and, only when some payload did not fit (every rank
+learns that from the headers), launch the rest in a second exchange. With an `ExchangeCapacity`
+that has seen batches of this size, (1) carries everything: one exchange per call. `wait()`
+finishes (2) and regroups from source-major to feature-major order.
+
+By default the header read runs inside the call (the layout is known when it returns). With
+`defer=True` the call only launches (1), so nothing waits for the network until the result is
+needed (the pipeline's input dist of batch i+1 under the compute of batch i): the headers are
+read (and the rest launched) at the first of `wait()`, `.layout` and the next call with the same
+`ExchangeCapacity`; an error flagged in them is agreed on (an all-gather of the messages) and
+raised at the first `wait()` or `.layout` only.
+
+Ordering (why a deferred read is safe). gloo and NCCL pair collectives by their position in each
+rank's sequence, so every rank must issue the rest exchange and the error messages' all-gather at
+the same position. A deferred call issues them at the first of a few points of the caller's
+program: its awaitable's `wait()` or `.layout`, or (the rest only) the next call of the same
+site. Ranks that run the same program (the rule every collective here already relies on: the
+same calls and waits in the same order; the pipeline calls input_dist(i+1), then waits batch
+i's inputs in the model's forward order, on every rank alike) reach the first of those points at
+the same place in their sequence, so they issue the same collectives in the same order. Every
+rank sees the same flags (overflow, error) in the headers, so they decide alike whether to issue
+them at all. The read at the next call also keeps the capacities in step: both ends of a pair
+update them from the same header, and call k always uses what calls 0..k-1 taught, whether or not
+(and in whatever order) the earlier results were waited; it never raises, so an input error
+surfaces where its batch is used, not at a later batch's call. Without a capacity, a deferred
+call whose result is never waited never reads its headers: as with any collective, every rank
+must then drop it alike. With `defer=True` an input error raises (on every rank) at the first
+`wait()` or `.layout`, not at the call; later waits re-raise it.
 
 A `KeySelection` input is the same exchange for the common case where every destination gets
 some keys of one KJT: the send buffer is built from views of that KJT's per-key segments, so
@@ -89,9 +113,9 @@ def _dtype_name(code: int) -> str:
 class KJTAllToAllLayout:
     """What moved where in one KJT all-to-all, from this rank's point of view.
 
-    Known as soon as `kjt_all_to_all` returns (it waits for the exchange carrying the headers),
-    so the output distribution of the same batch (e.g. `sequence_all_to_all`) can be planned
-    before the received KJT is built.
+    Known once the headers are read (when `kjt_all_to_all` returns, or on first use when
+    deferred), so the output distribution of the same batch (e.g. `sequence_all_to_all`) can be
+    planned before the received KJT is built.
 
     keys: the received KJT's keys (this rank's own `per_rank[rank].keys()`).
     recv_stride_per_key_per_rank: `[F][S]` bags of key f received from rank s.
@@ -117,11 +141,28 @@ class KJTAllToAllLayout:
 
 
 class KJTAllToAllAwaitable(Awaitable[KeyedJaggedTensor]):
-    """The received KJT once waited; `layout` is available immediately."""
+    """The received KJT once waited. `layout` is known once the headers are read: at the call,
+    or, deferred (`defer=True`), on first use (which waits for the first exchange)."""
 
-    def __init__(self, layout: KJTAllToAllLayout, finish: _Finish) -> None:
-        super().__init__(finish)
-        self.layout = layout
+    def __init__(self, exchange: _Exchange) -> None:
+        super().__init__()
+        self._exchange: _Exchange | None = exchange
+        self._layout: KJTAllToAllLayout | None = None
+
+    @property
+    def layout(self) -> KJTAllToAllLayout:
+        """What moved where (reads the headers first if a deferred call has not yet)."""
+        if self._layout is None:
+            assert self._exchange is not None
+            self._layout = self._exchange.read().layout
+        return self._layout
+
+    def _wait_impl(self) -> KeyedJaggedTensor:
+        assert self._exchange is not None
+        finish = self._exchange.read()
+        self._layout = finish.layout
+        self._exchange = None  # drop the buffers once the KJT is built
+        return finish()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -255,6 +296,7 @@ def kjt_all_to_all(
     *,
     error: BaseException | None = None,
     capacity: ExchangeCapacity | None = None,
+    defer: bool = False,
 ) -> KJTAllToAllAwaitable:
     """Send `per_rank[d]` to rank d; receive one KJT stitched from what every rank sent here.
 
@@ -278,6 +320,11 @@ def kjt_all_to_all(
     once the site has seen a batch of the size; without, the header goes first and the data in
     a second exchange. The result is the same either way.
 
+    `defer`: when True, return right after launching the first exchange; the headers are read
+    (the rest of the payloads launched) at the first `wait()`, `.layout` or the next call with
+    the same `capacity`, and errors raise at the first `wait()` or `.layout` (module docstring:
+    why every rank still issues the same collectives in the same order). The result is the same.
+
     Raises immediately (without communicating, so the others wait for the process group
     timeout) only on programming errors: `len(per_rank) != world_size` (or as many key lists)
     or a non-KJT element. A rank whose peers sent keys different from its own raises
@@ -295,10 +342,8 @@ def kjt_all_to_all(
         prepared = from_selection(per_rank, error)
     else:
         prepared = from_kjts(env, per_rank, error)
-    error = prepared.error
     world = env.world_size
-    own_keys = prepared.sends[env.rank].keys
-    n_own = len(own_keys)
+    n_own = len(prepared.sends[env.rank].keys)
     sent_caps, recv_caps = (
         capacity.current(world) if capacity is not None else ([0] * world, [0] * world)
     )
@@ -314,60 +359,139 @@ def kjt_all_to_all(
         for h in packing.headers:
             h[0] |= _OVERFLOW
     first, rest = packing.pack(caps_out, overflow)
-    received = prim.all_to_all_sync(env, first, caps_out, caps_in)
-    at = prim.exclusive_cumsum(caps_in)
-    head = _FIXED + 2 * n_own
-    # One host read for every header (the exchange's one host sync on a GPU).
-    table = (
-        torch.cat([wire.typed(received, a, head, torch.int64) for a in at])
-        .view(world, head)
-        .tolist()
+    exchange = _Exchange(
+        env=env,
+        prepared=prepared,
+        packing=packing,
+        caps_out=caps_out,
+        caps_in=caps_in,
+        first=prim.all_to_all(env, first, caps_out, caps_in),
+        rest=rest,
+        capacity=capacity,
     )
-    if capacity is not None:
-        capacity.update(packing.totals, [row[wire.PAYLOAD_BYTES] for row in table])
-    failed = [s for s in range(world) if table[s][0] & _ERROR]
-    if failed:
-        raise_agreed(env, error, failed)
-    _check_headers(env, table, own_keys)
-    any_variable = any(row[0] & _VARIABLE for row in table)
-    recv_strides = [[table[s][_FIXED + f] for s in range(world)] for f in range(n_own)]
-    recv_counts = [[table[s][_FIXED + n_own + f] for s in range(world)] for f in range(n_own)]
-    layout = KJTAllToAllLayout(
-        keys=own_keys,
-        recv_stride_per_key_per_rank=tuple(tuple(r) for r in recv_strides),
-        recv_values_per_key_per_rank=tuple(tuple(r) for r in recv_counts),
-        sent_values_per_rank=tuple(h[6] for h in packing.headers),
-        sent_stride_per_rank=tuple(h[5] for h in packing.headers),
-        variable_batch=any_variable,
-    )
-    # -- 2. the payloads' rest, only when some pair's did not fit (every rank sees the flag) --
-    pending_rest: prim.Pending | None = None
-    if any(row[0] & _OVERFLOW for row in table):
-        in_rest = [max(0, t - c) for t, c in zip(packing.totals, caps_out, strict=True)]
-        out_rest = [
-            max(0, row[wire.PAYLOAD_BYTES] - c) for row, c in zip(table, caps_in, strict=True)
-        ]
-        pending_rest = prim.all_to_all(env, rest, in_rest, out_rest)
-    weights: tuple[torch.Tensor, bool] | None = None
-    if any(row[0] & _WEIGHTED for row in table):
-        w_dtype = prepared.weight_dtype or _DTYPES[next(r[4] for r in table if r[4] >= 0)]
-        sent_w = packing.sent_weights
-        if sent_w is None:
-            sent_w = _ones(sum(layout.sent_values_per_rank), w_dtype, first.device)
-        weights = (sent_w, any(row[0] & _WEIGHT_GRAD for row in table))
-    stride = sum(table[s][5] for s in range(world))
-    finish = _Finish(
-        env,
-        layout,
-        table,
-        received,
-        caps_in,
-        pending_rest,
-        (prepared.values.dtype, prepared.lengths_dtype),
-        weights,
-        stride,
-    )
-    return KJTAllToAllAwaitable(layout, finish)
+    if defer:
+        if capacity is not None:
+            capacity.defer(exchange.headers)
+    else:
+        exchange.read()
+    return KJTAllToAllAwaitable(exchange)
+
+
+class _Exchange:
+    """One call's first exchange, launched, and what reads it.
+
+    `headers()` (once) waits for the first exchange, reads every header, updates the capacity
+    and, when some pair's payload did not fit and no rank flagged an error (every rank sees the
+    flags), launches the rest. `read()` (once; later calls return its result or re-raise its
+    error) runs `headers()`, agrees on errors and builds the layout and the regrouping. `read()`
+    runs at the call, or, deferred, at the first `wait()` or `layout`; `headers()` then runs at
+    the first of those and the next call with the same capacity (module docstring).
+    """
+
+    def __init__(
+        self,
+        *,
+        env: ShardingEnv,
+        prepared: Prepared,
+        packing: _Packing,
+        caps_out: list[int],
+        caps_in: list[int],
+        first: prim.Pending,
+        rest: torch.Tensor,
+        capacity: ExchangeCapacity | None,
+    ) -> None:
+        self.env, self.prepared, self.packing = env, prepared, packing
+        self.caps_out, self.caps_in = caps_out, caps_in
+        self.first, self.rest, self.capacity = first, rest, capacity
+        self._headers: tuple[torch.Tensor, list[list[int]], prim.Pending | None] | None = None
+        self._finish: _Finish | None = None
+        self._failure: BaseException | None = None
+
+    def headers(self) -> tuple[torch.Tensor, list[list[int]], prim.Pending | None]:
+        """(the first exchange's bytes, the header table `[S][fields]`, the rest exchange)."""
+        if self._headers is not None:
+            return self._headers
+        if self.capacity is not None:
+            self.capacity.forget(self.headers)
+        packing, caps_out, caps_in = self.packing, self.caps_out, self.caps_in
+        world = self.env.world_size
+        head = _FIXED + 2 * len(self.prepared.sends[self.env.rank].keys)
+        received = self.first.wait()
+        # One host read for every header (the exchange's one host sync on a GPU).
+        table = (
+            torch.cat(
+                [wire.typed(received, a, head, torch.int64) for a in prim.exclusive_cumsum(caps_in)]
+            )
+            .view(world, head)
+            .tolist()
+        )
+        if self.capacity is not None:
+            self.capacity.update(packing.totals, [row[wire.PAYLOAD_BYTES] for row in table])
+        # The payloads' rest, only when some pair's did not fit (every rank sees the flags).
+        pending_rest: prim.Pending | None = None
+        flags = [row[0] for row in table]
+        if any(f & _OVERFLOW for f in flags) and not any(f & _ERROR for f in flags):
+            in_rest = [max(0, t - c) for t, c in zip(packing.totals, caps_out, strict=True)]
+            out_rest = [
+                max(0, row[wire.PAYLOAD_BYTES] - c) for row, c in zip(table, caps_in, strict=True)
+            ]
+            pending_rest = prim.all_to_all(self.env, self.rest, in_rest, out_rest)
+        self._headers = (received, table, pending_rest)
+        self.first = self.rest = None  # type: ignore[assignment]  # drop the send buffers
+        return self._headers
+
+    def read(self) -> _Finish:
+        if self._finish is not None:
+            return self._finish
+        if self._failure is not None:
+            raise self._failure
+        try:
+            self._finish = self._read()
+        except BaseException as exc:
+            self._failure = exc
+            raise
+        return self._finish
+
+    def _read(self) -> _Finish:
+        env, prepared, packing = self.env, self.prepared, self.packing
+        world = env.world_size
+        own_keys = prepared.sends[env.rank].keys
+        n_own = len(own_keys)
+        received, table, pending_rest = self.headers()
+        failed = [s for s in range(world) if table[s][0] & _ERROR]
+        if failed:
+            raise_agreed(env, prepared.error, failed)
+        _check_headers(env, table, own_keys)
+        any_variable = any(row[0] & _VARIABLE for row in table)
+        recv_strides = [[table[s][_FIXED + f] for s in range(world)] for f in range(n_own)]
+        recv_counts = [[table[s][_FIXED + n_own + f] for s in range(world)] for f in range(n_own)]
+        layout = KJTAllToAllLayout(
+            keys=own_keys,
+            recv_stride_per_key_per_rank=tuple(tuple(r) for r in recv_strides),
+            recv_values_per_key_per_rank=tuple(tuple(r) for r in recv_counts),
+            sent_values_per_rank=tuple(h[6] for h in packing.headers),
+            sent_stride_per_rank=tuple(h[5] for h in packing.headers),
+            variable_batch=any_variable,
+        )
+        weights: tuple[torch.Tensor, bool] | None = None
+        if any(row[0] & _WEIGHTED for row in table):
+            w_dtype = prepared.weight_dtype or _DTYPES[next(r[4] for r in table if r[4] >= 0)]
+            sent_w = packing.sent_weights
+            if sent_w is None:
+                sent_w = _ones(sum(layout.sent_values_per_rank), w_dtype, received.device)
+            weights = (sent_w, any(row[0] & _WEIGHT_GRAD for row in table))
+        stride = sum(table[s][5] for s in range(world))
+        return _Finish(
+            env,
+            layout,
+            table,
+            received,
+            self.caps_in,
+            pending_rest,
+            (prepared.values.dtype, prepared.lengths_dtype),
+            weights,
+            stride,
+        )
 
 
 class _Packing:

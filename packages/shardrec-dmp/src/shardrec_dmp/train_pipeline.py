@@ -10,6 +10,16 @@ forward(i) with the ids already received for i -> backward(i) -> optimizer.step(
 Every rank issues the same collectives in the same order as in the plain loop, only earlier,
 and the arithmetic is unchanged, so the losses equal the plain loop's bit for bit.
 
+What is in flight: the strategies' input dist launches its one id exchange
+(`kjt_all_to_all(..., defer=True)`) and returns; its headers are read when batch i+1's inputs
+are waited in forward(i+1), or, at the latest, by the next `input_dist` call of the same module
+(the start of the next `progress`), which keeps every rank's exchange capacities in step. So
+batch i+1's exchange travels under forward(i), backward(i) and the optimizer step. Its rare
+extra exchanges (the ids beyond the learned capacity, the messages of an input error) are issued
+at those same points, which every rank reaches in the same order (the call order above and the
+model's forward order); an input error in batch i+1 raises on every rank where its inputs are
+waited (forward(i+1), or the prefetch stage below).
+
 Prefetch stage (sharded modules with tiered tables, `key_value`): once forward(i) has run,
 batch i+1's received ids go to `prefetch(dist_input, background=True)`, so its missing rows
 load from disk into the cache while backward(i) and the optimizer step run; rows held by

@@ -242,8 +242,8 @@ class ShardedCollectionBase(nn.Module, Generic[S, M]):
         strategy.
 
         First check `features` (bad input raises on this rank and a `PeerError` on every other,
-        before any ids move), expand a variable batch, and agree on the error where the first
-        strategy's exchange does not carry it."""
+        at the wait, no ids moved), expand a variable batch, and agree on the error where the
+        first strategy's exchange does not carry it."""
         error = self._checker.check(features)
         if not isinstance(features, KeyedJaggedTensor):  # error is set: send nothing
             features = KeyedJaggedTensor(
@@ -258,11 +258,16 @@ class ShardedCollectionBase(nn.Module, Generic[S, M]):
             agree_on_error(self.env, error)
             error = None
         positions = {} if error is not None else self._checker.feature_positions(features)
-        first = LocalBatch(features=features, feature_pos=positions, error=error)
-        rest = first if error is None else LocalBatch(features=features, feature_pos=positions)
+        batch = LocalBatch(features=features, feature_pos=positions, error=error)
+        # Exchanges are deferred (read at their wait): with an error, every rank still issues
+        # every strategy's exchange (strategies that carry errors send nothing but the flag; the
+        # others issue no collective at input_dist and are not run), and the first strategy's
+        # wait raises on every rank.
         pending: list[Awaitable[object]] = [
-            s.input_dist(first if k == 0 else rest)  # type: ignore[misc]  # S's input types differ; each strategy returns its own
-            for k, s in enumerate(self._strategies)
+            s.input_dist(batch)  # type: ignore[misc]  # S's input types differ; each strategy returns its own
+            if error is None or s.carries_errors
+            else _raising(error)
+            for s in self._strategies
         ]
         return features, pending
 
@@ -477,3 +482,12 @@ class TableSharder(Generic[M, C]):
 
 # TorchRec's `isinstance(sharder, BaseEmbeddingSharder)` holds without a base class.
 BaseEmbeddingSharder.register(TableSharder)
+
+
+def _raising(error: BaseException) -> Awaitable[object]:
+    """An awaitable that raises `error` (a strategy's input_dist not run for a bad batch)."""
+
+    def fail() -> object:
+        raise error
+
+    return Awaitable(fail)

@@ -121,7 +121,9 @@ class ShardedEmbeddingBagCollection(ShardedCollectionBase[PooledStrategy, Pooled
         """Send every id to the ranks that hold its rows (one exchange per sharding type).
 
         Bad input (wrong type or weights, missing feature, id out of range) raises on this rank
-        and a `PeerError` on every other rank, before any ids move.
+        and a `PeerError` on every other rank, no ids moved: at the call when the first sharding
+        type is data_parallel, else at `wait()` (the exchanges are read there, so that the
+        pipeline's next input dist travels under the current batch's compute).
         """
         kjt, pending = self._send_features(features)
         batch = kjt.stride()

@@ -50,8 +50,9 @@ class LocalBatch:
 
     features: this rank's fixed-batch KJT. feature_pos: feature name -> its key position in
         `features` (empty when `error` is set).
-    error: this rank's bad-input error, which the strategy's exchange header carries to every
-        rank; None when the input is good or another strategy carries it.
+    error: this rank's bad-input error, which the strategies' exchange headers carry to every
+        rank (each such strategy then sends nothing); None when the input is good or the error
+        was already agreed on.
     """
 
     features: KeyedJaggedTensor

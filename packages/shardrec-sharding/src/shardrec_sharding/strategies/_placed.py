@@ -24,6 +24,7 @@ from shardrec_collectives import (
     Awaitable,
     ExchangeCapacity,
     KeySelection,
+    KJTAllToAllLayout,
     kjt_all_to_all,
     pooled_all_to_all_flat,
 )
@@ -100,21 +101,27 @@ class PlacedSharding:
         else:
             # The input is unusable: send nothing; the header carries the error to every rank.
             send = [empty_kjt(feats, features) for feats in self._features_per_rank]
-        pending = kjt_all_to_all(self.env, send, error=error, capacity=self._capacity)
-        layout = pending.layout
-        if layout.keys:
-            batch_sizes = tuple(layout.recv_stride_per_key_per_rank[0])
-        else:
-            # No key arrives here: only this rank's own batch size matters (dim 0 elsewhere).
-            sizes = [0] * self.env.world_size
-            sizes[self.env.rank] = features.stride()
-            batch_sizes = tuple(sizes)
+        # Deferred: the headers (and so the batch sizes) are read when the result is waited, so
+        # under TrainPipelineSparseDist the exchange travels while the previous batch computes.
+        pending = kjt_all_to_all(self.env, send, error=error, capacity=self._capacity, defer=True)
+        own_batch = features.stride()
         key_index = self._key_index
         return pending.then(
             lambda kjt: DistInput(
-                features=kjt, key_index=key_index, batch_size_per_rank=batch_sizes
+                features=kjt,
+                key_index=key_index,
+                batch_size_per_rank=self._batch_sizes(pending.layout, own_batch),
             )
         )
+
+    def _batch_sizes(self, layout: KJTAllToAllLayout, own_batch: int) -> tuple[int, ...]:
+        """Each rank's batch size, from the exchange's layout."""
+        if layout.keys:
+            return tuple(layout.recv_stride_per_key_per_rank[0])
+        # No key arrives here: only this rank's own batch size matters (dim 0 elsewhere).
+        sizes = [0] * self.env.world_size
+        sizes[self.env.rank] = own_batch
+        return tuple(sizes)
 
     def compute(self, dist_input: DistInput) -> Tensor:
         return pooled_lookup(self.lookup, dist_input)

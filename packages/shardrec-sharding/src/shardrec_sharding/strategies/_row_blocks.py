@@ -73,10 +73,12 @@ class RowBlockSharding:
         else:
             # Ids may be out of range: send nothing; the header carries the error to every rank.
             per_rank = [empty_kjt(self._keys, features)] * self.env.world_size
-        pending = kjt_all_to_all(self.env, per_rank, error=error, capacity=self._capacity)
-        batch_sizes = tuple(pending.layout.recv_stride_per_key_per_rank[0])
+        # Deferred: the headers are read when the result is waited (the pipeline's overlap).
+        pending = kjt_all_to_all(
+            self.env, per_rank, error=error, capacity=self._capacity, defer=True
+        )
         own_lengths = None
-        if any(self._mean):
+        if any(self._mean) and error is None:
             keys = [feature_pos[s.feature] for s in self._segments]
             lengths = features.lengths().view(len(features.keys()), features.stride())
             own_lengths = lengths[self._key_tensors.get(keys, lengths.device)]
@@ -85,7 +87,7 @@ class RowBlockSharding:
             lambda kjt: DistInput(
                 features=kjt,
                 key_index=key_index,
-                batch_size_per_rank=batch_sizes,
+                batch_size_per_rank=tuple(pending.layout.recv_stride_per_key_per_rank[0]),
                 lengths=own_lengths,
             )
         )

@@ -73,13 +73,21 @@ class _SequenceEngine:
         key_index: tuple[int, ...],
         order: Tensor | None = None,
     ) -> Awaitable[SequenceInput]:
-        pending = kjt_all_to_all(self.env, per_rank, error=batch.error, capacity=self._capacity)
-        lengths = batch.features.length_per_key()
-        counts = tuple(lengths[batch.feature_pos[s.feature]] for s in self.segments)
-        layout = pending.layout
+        # Deferred: the headers are read when the result is waited (the pipeline's overlap).
+        pending = kjt_all_to_all(
+            self.env, per_rank, error=batch.error, capacity=self._capacity, defer=True
+        )
+        counts: tuple[int, ...] = ()  # (with an error, never used: the wait raises)
+        if batch.error is None:
+            lengths = batch.features.length_per_key()
+            counts = tuple(lengths[batch.feature_pos[s.feature]] for s in self.segments)
         return pending.then(
             lambda kjt: SequenceInput(
-                features=kjt, key_index=key_index, layout=layout, counts=counts, order=order
+                features=kjt,
+                key_index=key_index,
+                layout=pending.layout,
+                counts=counts,
+                order=order,
             )
         )
 
