@@ -522,34 +522,6 @@ static void sr_bucket_gather(const sr_update_args *a, int64_t k, int64_t lo, int
     for (int64_t i = n0; i < c->nitems; i++) count[c->items[i].row - row0] = 0;
 }
 
-/* Appends bucket k's singles (entries [lo, hi), each the only entry of its row) to the chunk:
- * no count, no sum (sr_fused_split_sort_*). The first SR_ROW_FAR rows of a chunk are
- * prefetched here, as sr_bucket_gather does. */
-static void sr_list_singles(const sr_update_args *a, int64_t k, int64_t lo, int64_t hi,
-                            sr_chunk *c) {
-    const int64_t dim = a->dim, row0 = k << a->shift;
-    const sr_entry *entries = a->entries;
-    sr_item *items = c->items;
-    int64_t n = c->nitems;
-    for (int64_t e = lo; e < hi; e++) {
-        const sr_entry en = entries[e];
-        const int64_t r = row0 + en.local;
-        sr_prefetch_row(a->grad + en.goff, dim);
-        if (n < SR_ROW_FAR) {
-            sr_prefetch_row(a->weight + r * dim, dim);
-            if (a->kind == SR_KIND_ROWWISE_ADAGRAD) {
-                __builtin_prefetch(&a->state[r], 0, 1);
-            } else {
-                sr_prefetch_row(a->state + r * dim, dim);
-            }
-        }
-        items[n].row = r;
-        items[n].g = a->grad + en.goff;
-        items[n].scale = en.scale;
-        n++;
-    }
-    c->nitems = n;
-}
 
 static void sr_chunk_update(const sr_update_args *a, sr_chunk *c) {
     const int64_t dim = a->dim, n = c->nitems;
@@ -591,8 +563,8 @@ static void sr_chunk_update(const sr_update_args *a, sr_chunk *c) {
 
 /* Steps 2 and 3 over the sorted entries (threads split the buckets). */
 static void sr_fused_apply(const sr_update_args *args, int64_t buckets, const int32_t *starts,
-                           const int32_t *singles, int32_t *local_ws, sr_item *items_ws,
-                           float *acc_ws, int64_t cap, int num_threads) {
+                           int32_t *local_ws, sr_item *items_ws, float *acc_ws, int64_t cap,
+                           int num_threads) {
     const int64_t width = (int64_t)1 << args->shift, dim = args->dim;
 #pragma omp parallel num_threads(num_threads)
     {
@@ -609,13 +581,7 @@ static void sr_fused_apply(const sr_update_args *args, int64_t buckets, const in
             const int64_t lo = k ? starts[k - 1] : 0, hi = starts[k];
             if (lo == hi) continue;
             if (chunk.nitems + width > cap) sr_chunk_update(args, &chunk);
-            if (singles) {
-                const int64_t mid = lo + singles[k];
-                sr_list_singles(args, k, lo, mid, &chunk);
-                if (mid < hi) sr_bucket_gather(args, k, mid, hi, &chunk);
-            } else {
-                sr_bucket_gather(args, k, lo, hi, &chunk);
-            }
+            sr_bucket_gather(args, k, lo, hi, &chunk);
         }
         sr_chunk_update(args, &chunk);
     }
@@ -636,7 +602,7 @@ void sr_fused_update(int64_t kind, float *weight, float *state, int64_t rows, in
                        entries);
     const int64_t total = starts[buckets - 1]; /* the sorted entries */
     const sr_update_args args = {kind, dim, shift, weight, state, grad, entries, total, lr, eps};
-    sr_fused_apply(&args, buckets, starts, NULL, local_ws, items_ws, acc_ws, cap, num_threads);
+    sr_fused_apply(&args, buckets, starts, local_ws, items_ws, acc_ws, cap, num_threads);
 }
 
 /* The same update straight from a KJT and the lookup's `(B, total_dim)` output gradient: the
@@ -655,8 +621,7 @@ void sr_fused_update(int64_t kind, float *weight, float *state, int64_t rows, in
         const int64_t total = starts[buckets - 1];                                             \
         const sr_update_args args = {kind,  dim,     shift, weight, state,                     \
                                      grad,  entries, total, lr,     eps};                      \
-        sr_fused_apply(&args, buckets, starts, NULL, local_ws, items_ws, acc_ws, cap,         \
-                       num_threads);                                                           \
+        sr_fused_apply(&args, buckets, starts, local_ws, items_ws, acc_ws, cap, num_threads);  \
     }
 
 SR_DEFINE_SEGMENT_UPDATE(sr_fused_update_segments_i64, sr_bucket_sort_i64, int64_t)
@@ -682,86 +647,13 @@ SR_DEFINE_SEGMENT_UPDATE(sr_fused_update_segments_i32, sr_bucket_sort_i32, int32
 SR_DEFINE_SEGMENT_SORT(sr_fused_sort_segments_i64, sr_bucket_sort_i64, int64_t)
 SR_DEFINE_SEGMENT_SORT(sr_fused_sort_segments_i32, sr_bucket_sort_i32, int32_t)
 
-/* The presort's sort (session 11, s11-colwise2): the same counting sort, but each bucket's
- * entries split into its *singles* (rows that only one id of the batch touches) first, then its
- * repeated rows' entries, each part in input order (a stable partition, so a repeated row's
- * gradients are still summed in input order: the same sums bit for bit). singles[k] counts
- * bucket k's singles. A single needs no bookkeeping in the backward (no per-row count, no sum):
- * sr_fused_apply lists it straight into the chunk, and only the repeated rows' entries (about a
- * tenth at the column-wise rank's shape) go through sr_bucket_gather. Needs a per-row byte
- * `seen` (rows bytes, zero between calls; returned zeroed) and `cursor` (buckets int32). */
-#define SR_DEFINE_SPLIT_SORT(NAME, IDX)                                                        \
-    void NAME(int64_t rows, const sr_update_segment *segs, int64_t num_segments,               \
-              int64_t batch, const IDX *values, const int64_t *offsets, const float *psw,      \
-              int64_t grad_stride, int64_t shift, int32_t *starts, sr_entry *entries,          \
-              uint8_t *seen, int32_t *singles, int32_t *cursor) {                              \
-        if (batch <= 0 || rows <= 0 || num_segments <= 0) return;                              \
-        const int64_t buckets = ((rows - 1) >> shift) + 1;                                     \
-        memset(starts, 0, (size_t)(buckets + 1) * sizeof(int32_t));                            \
-        memset(singles, 0, (size_t)buckets * sizeof(int32_t));                                 \
-        int64_t total = 0;                                                                     \
-        for (int64_t s = 0; s < num_segments; s++) {                                           \
-            const int64_t *offs = offsets + segs[s].key * batch;                               \
-            const uint64_t seg_rows = (uint64_t)segs[s].rows;                                  \
-            const int64_t row0 = segs[s].row0;                                                 \
-            for (int64_t j = offs[0]; j < offs[batch]; j++) {                                  \
-                const uint64_t u = (uint64_t)(int64_t)values[j];                               \
-                if (u >= seg_rows) continue;                                                   \
-                const int64_t r = (int64_t)u + row0, k = r >> shift;                           \
-                const uint8_t c = seen[r];                                                     \
-                seen[r] = (uint8_t)(c + (c < 2));                                              \
-                singles[k] += (c == 0) - (c == 1);                                             \
-                starts[k + 1]++;                                                               \
-                total++;                                                                       \
-            }                                                                                  \
-        }                                                                                      \
-        for (int64_t k = 1; k <= buckets; k++) starts[k] += starts[k - 1];                     \
-        for (int64_t k = 0; k < buckets; k++) cursor[k] = starts[k] + singles[k];              \
-        const int64_t mask = ((int64_t)1 << shift) - 1;                                        \
-        for (int64_t s = 0; s < num_segments; s++) {                                           \
-            const sr_update_segment *sg = &segs[s];                                            \
-            const int64_t *offs = offsets + sg->key * batch;                                   \
-            const uint64_t seg_rows = (uint64_t)sg->rows;                                      \
-            for (int64_t b = 0; b < batch; b++) {                                              \
-                const int64_t start = offs[b], end = offs[b + 1];                              \
-                if (end <= start) continue;                                                    \
-                const float bag_scale = sg->mean ? 1.0f / (float)(end - start) : 1.0f;         \
-                const int32_t goff = (int32_t)(b * grad_stride + sg->col);                     \
-                for (int64_t j = start; j < end; j++) {                                        \
-                    const uint64_t u = (uint64_t)(int64_t)values[j];                           \
-                    if (u >= seg_rows) continue;                                               \
-                    const int64_t r = (int64_t)u + sg->row0, k = r >> shift;                   \
-                    sr_entry *e = &entries[seen[r] == 1 ? starts[k]++ : cursor[k]++];          \
-                    e->goff = goff;                                                            \
-                    e->local = (int32_t)(r & mask);                                            \
-                    e->scale = psw ? bag_scale * psw[j] : bag_scale;                           \
-                }                                                                              \
-            }                                                                                  \
-        }                                                                                      \
-        /* starts[k] ends at bucket k's end, as sr_fused_apply reads it */                     \
-        for (int64_t k = 0; k < buckets; k++) starts[k] = cursor[k];                           \
-        if (total * 16 < rows) {                                                               \
-            for (int64_t k = 0; k < buckets; k++) {                                            \
-                for (int64_t e = k ? starts[k - 1] : 0; e < starts[k]; e++)                    \
-                    seen[(k << shift) + entries[e].local] = 0;                                 \
-            }                                                                                  \
-        } else {                                                                               \
-            memset(seen, 0, (size_t)rows);                                                     \
-        }                                                                                      \
-    }
-
-SR_DEFINE_SPLIT_SORT(sr_fused_split_sort_segments_i64, int64_t)
-SR_DEFINE_SPLIT_SORT(sr_fused_split_sort_segments_i32, int32_t)
-
 void sr_fused_apply_sorted(int64_t kind, float *weight, float *state, int64_t rows, int64_t dim,
                            const float *grad, float lr, float eps, int64_t shift,
-                           const int32_t *starts, const sr_entry *entries,
-                           const int32_t *singles, int32_t *local_ws, sr_item *items_ws,
-                           float *acc_ws, int64_t cap, int num_threads) {
+                           const int32_t *starts, const sr_entry *entries, int32_t *local_ws,
+                           sr_item *items_ws, float *acc_ws, int64_t cap, int num_threads) {
     if (rows <= 0) return;
     const int64_t buckets = ((rows - 1) >> shift) + 1;
     const int64_t total = starts[buckets - 1];
     const sr_update_args args = {kind, dim, shift, weight, state, grad, entries, total, lr, eps};
-    sr_fused_apply(&args, buckets, starts, singles, local_ws, items_ws, acc_ws, cap,
-                   num_threads);
+    sr_fused_apply(&args, buckets, starts, local_ws, items_ws, acc_ws, cap, num_threads);
 }

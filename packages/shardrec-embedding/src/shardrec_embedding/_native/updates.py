@@ -76,8 +76,6 @@ def bucket_shift(rows: int) -> int:
 
 _CHUNK_BYTES = 256 << 10  # gradient sums of one chunk: stays in the L2 cache
 
-_PresortBuffers = tuple[Tensor, Tensor, Tensor, Tensor]  # starts, entries, seen, singles
-
 
 class AdagradWorkspace:
     """Scratch of the one-pass native updates, kept between steps (resident pages).
@@ -95,34 +93,28 @@ class AdagradWorkspace:
         self._local: Tensor | None = None
         self._items: Tensor | None = None
         self._acc: Tensor | None = None
-        # the presort's own starts, entries, per-row `seen` bytes (zero between sorts) and
-        # per-bucket singles + cursors (one forward's sort, waiting for its backward); None
-        # while a `Presorted` holds them
+        # the presort's own starts + entries (one forward's sort, waiting for its backward);
+        # None while a `Presorted` holds them
         self._presort_lock = threading.Lock()
-        self._presort: _PresortBuffers | None = (
+        self._presort: tuple[Tensor, Tensor] | None = (
             torch.empty(0, dtype=torch.int32),
-            torch.empty(0, dtype=torch.int32),
-            torch.empty(0, dtype=torch.uint8),
             torch.empty(0, dtype=torch.int32),
         )
 
-    def _lease_presort(self, rows: int, buckets: int, num_ids: int) -> _PresortBuffers | None:
+    def _lease_presort(self, buckets: int, num_ids: int) -> tuple[Tensor, Tensor] | None:
         """The presort buffers sized for this sort, or None while a `Presorted` holds them."""
         with self._presort_lock:  # two threads' forwards never share the buffers
             got, self._presort = self._presort, None
         if got is None:
             return None
-        starts, entries, seen, singles = got
+        starts, entries = got
         if starts.numel() != buckets + 1:
             starts = torch.empty(buckets + 1, dtype=torch.int32)
-            singles = torch.empty(2 * buckets, dtype=torch.int32)
         if entries.numel() < 3 * num_ids:
             entries = torch.empty(3 * max(1, num_ids + num_ids // 2), dtype=torch.int32)
-        if seen.numel() != rows:
-            seen = torch.zeros(rows, dtype=torch.uint8)
-        return starts, entries, seen, singles
+        return starts, entries
 
-    def _return_presort(self, buffers: _PresortBuffers) -> None:
+    def _return_presort(self, buffers: tuple[Tensor, Tensor]) -> None:
         self._presort = buffers
 
     def buffers(
@@ -397,7 +389,7 @@ class Presorted:
     def __init__(
         self,
         workspace: AdagradWorkspace,
-        buffers: _PresortBuffers,
+        buffers: tuple[Tensor, Tensor],
         rows: int,
         shift: int,
         grad_stride: int,
@@ -405,7 +397,7 @@ class Presorted:
         self.rows = rows
         self.shift = shift
         self.grad_stride = grad_stride
-        self.starts, self.entries, self.seen, self.singles = buffers
+        self.starts, self.entries = buffers
         self._done: threading.Event | None = None
         self._give_back = weakref.finalize(self, workspace._return_presort, buffers)
 
@@ -444,19 +436,18 @@ def native_segment_presort(
     if max(num_entries, batch_size * grad_stride) > MAX_IDS:
         return None  # native_segment_update raises the error
     shift = bucket_shift(rows)
-    buffers = workspace._lease_presort(rows, ((rows - 1) >> shift) + 1, num_entries)
+    buffers = workspace._lease_presort(((rows - 1) >> shift) + 1, num_entries)
     if buffers is None:
         return None
     pre = Presorted(workspace, buffers, rows, shift, grad_stride)
     segs = _segments_array(segments)
     suffix, values = _values_for_kernel(values)
-    sort = getattr(_lib(), f"sr_fused_split_sort_segments_{suffix}")
+    sort = getattr(_lib(), f"sr_fused_sort_segments_{suffix}")
 
     def run() -> None:
         # reads pre's buffers through pre: a running sort keeps them leased (a Presorted
         # dropped mid-sort gives them back only once the thread lets go of it)
-        starts, entries, seen, singles = pre.starts, pre.entries, pre.seen, pre.singles
-        buckets = starts.numel() - 1
+        starts, entries = pre.starts, pre.entries
         sort(
             _I64(rows),
             segs,
@@ -469,9 +460,6 @@ def native_segment_presort(
             _I64(shift),
             _PTR(starts.data_ptr()),
             _PTR(entries.data_ptr()),
-            _PTR(seen.data_ptr()),
-            _PTR(singles.data_ptr()),
-            _PTR(singles.data_ptr() + 4 * buckets),
         )
 
     if background:
@@ -521,7 +509,6 @@ def native_presorted_update(
             _I64(presorted.shift),
             _PTR(presorted.starts.data_ptr()),
             _PTR(presorted.entries.data_ptr()),
-            _PTR(presorted.singles.data_ptr()),
             _PTR(local.data_ptr()),
             _PTR(items.data_ptr()),
             _PTR(acc.data_ptr()),
