@@ -523,10 +523,14 @@ static void sr_bucket_gather(const sr_update_args *a, int64_t k, int64_t lo, int
 }
 
 
-static void sr_chunk_update(const sr_update_args *a, sr_chunk *c) {
-    const int64_t dim = a->dim, n = c->nitems;
+/* The chunk's update loop for one rule and row width: inlined by sr_chunk_update with
+ * constants for the common (rule, dim) pairs, so that their row loops are straight-line
+ * vector code (no trip-count tests, no remainder). */
+static inline __attribute__((always_inline)) void sr_chunk_rows(const sr_update_args *a,
+                                                                 sr_chunk *c, int rowwise,
+                                                                 int64_t dim) {
+    const int64_t n = c->nitems;
     const sr_item *items = c->items;
-    const int rowwise = a->kind == SR_KIND_ROWWISE_ADAGRAD;
     const int write_stage = dim >= SR_ROW_WRITE_MIN_DIM;
     for (int64_t i = 0; i < n; i++) {
         if (i + SR_ROW_FAR < n) {
@@ -549,13 +553,24 @@ static void sr_chunk_update(const sr_update_args *a, sr_chunk *c) {
             }
         }
         const int64_t r = items[i].row;
-        if (a->kind == SR_KIND_ROWWISE_ADAGRAD) {
+        if (rowwise) {
             sr_adagrad_row(a->weight + r * dim, &a->state[r], items[i].g, items[i].scale, dim,
                            a->lr, a->eps);
         } else {
             sr_adagrad_elem_row(a->weight + r * dim, a->state + r * dim, items[i].g,
                                 items[i].scale, dim, a->lr, a->eps);
         }
+    }
+}
+
+static void sr_chunk_update(const sr_update_args *a, sr_chunk *c) {
+    const int rowwise = a->kind == SR_KIND_ROWWISE_ADAGRAD;
+    if (rowwise && a->dim == 32) {
+        sr_chunk_rows(a, c, 1, 32);
+    } else if (rowwise && a->dim == 64) {
+        sr_chunk_rows(a, c, 1, 64);
+    } else {
+        sr_chunk_rows(a, c, rowwise, a->dim);
     }
     c->nitems = 0;
     c->nacc = 0;
