@@ -470,9 +470,9 @@ typedef struct {
  * item while the bucket is listed. (Until session 10 a bitmap listed the rows in ascending
  * order after the entries: the same sums, an extra pass; the rows of one bucket lie within
  * W rows (32 KB at dim 64), so their order does not matter to the update loop.) */
-static void sr_bucket_gather(const sr_update_args *a, int64_t k, int64_t lo, int64_t hi,
-                             sr_chunk *c) {
-    const int64_t dim = a->dim, row0 = k << a->shift, n0 = c->nitems;
+static inline __attribute__((always_inline)) void sr_bucket_gather_dim(
+    const sr_update_args *a, int64_t k, int64_t lo, int64_t hi, sr_chunk *c, int64_t dim) {
+    const int64_t row0 = k << a->shift, n0 = c->nitems;
     const sr_entry *entries = a->entries;
     int32_t *count = c->count, *first = c->first;
     for (int64_t e = lo; e < hi; e++) {
@@ -520,6 +520,18 @@ static void sr_bucket_gather(const sr_update_args *a, int64_t k, int64_t lo, int
         for (int64_t d = 0; d < dim; d++) acc[d] += sc * g[d];
     }
     for (int64_t i = n0; i < c->nitems; i++) count[c->items[i].row - row0] = 0;
+}
+
+/* sr_bucket_gather_dim with constant dims 32 and 64 (straight-line sums; the same values). */
+static void sr_bucket_gather(const sr_update_args *a, int64_t k, int64_t lo, int64_t hi,
+                             sr_chunk *c) {
+    if (a->dim == 32) {
+        sr_bucket_gather_dim(a, k, lo, hi, c, 32);
+    } else if (a->dim == 64) {
+        sr_bucket_gather_dim(a, k, lo, hi, c, 64);
+    } else {
+        sr_bucket_gather_dim(a, k, lo, hi, c, a->dim);
+    }
 }
 
 
