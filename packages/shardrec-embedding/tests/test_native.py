@@ -340,7 +340,7 @@ NATIVE_SPECS = [
 
 @needs_native
 @pytest.mark.parametrize("spec", NATIVE_SPECS, ids=lambda s: s.optimizer.name)
-@pytest.mark.parametrize("dim", [8, 64, 20])
+@pytest.mark.parametrize("dim", [8, 32, 64, 20])
 def test_native_and_torch_fused_updates_agree_over_steps(
     helpers: Any, spec: FusedOptimSpec, pooled_case: tuple[PoolingType, bool], dim: int
 ) -> None:
