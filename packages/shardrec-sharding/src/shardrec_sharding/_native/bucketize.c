@@ -12,7 +12,7 @@
  * bags do not cover the segments (the caller then takes its torch path).
  * Two ranks: the running counts stay in registers (an array indexed by the id's rank made every
  * id wait on the previous one's store); a segment whose table is rows [0, block) on rank 0 and
- * [block, end) on rank 1 (row_wise's usual split), int32 out and no weights, takes a loop with
+ * [block, end) on rank 1 (row_wise's usual split), with int32 out, takes a loop with
  * no shard lookup and no branch: one range check, and the local row written on both ranks'
  * rows, kept (counted) on one. 266k ids: 1.4 -> 0.75 ms (docs/bench/sharded.md, session 11).
  */
@@ -76,13 +76,14 @@ int64_t sr_row_bucketize(
         int64_t last = g.first + g.count;
         int64_t at = seg_start[j];
         const int64_t *len = lengths + j * batch;
-        if (world == 2 && out_i32 && !weights && g.block > 0 && g.count == 2 &&
+        if (world == 2 && out_i32 && g.block > 0 && g.count == 2 &&
             rank[g.first] == 0 && rank[g.first + 1] == 1 && starts[g.first] == 0 &&
             starts[g.first + 1] == g.block && ends[g.first] == g.block &&
             ends[g.first + 1] > g.block && ends[g.first + 1] <= 2 * g.block) {
             /* the common row_wise table: rows [0, block) on rank 0, [block, end) on rank 1 */
             int64_t p0 = pos[0], p1 = pos[1], blk = g.block, end = ends[g.first + 1];
             int32_t *r0 = o32, *r1 = o32 + n;
+            float *w0 = out_weights, *w1 = out_weights ? out_weights + n : NULL;
             for (int64_t b = 0; b < batch; b++) {
                 int64_t stop = at + len[b], b0 = p0, b1 = p1;
                 for (int64_t i = at; i < stop; i++) {
@@ -92,6 +93,10 @@ int64_t sr_row_bucketize(
                     int32_t local = (int32_t)(id - (one ? blk : 0));
                     r0[p0] = local; /* written on both rows, kept on one: no branch */
                     r1[p1] = local;
+                    if (weights) {
+                        w0[p0] = weights[i];
+                        w1[p1] = weights[i];
+                    }
                     p1 += one;
                     p0 += 1 - one;
                 }
