@@ -94,12 +94,16 @@ def test_native_pass_equals_the_torch_path(
         assert torch.equal(order, want_order)
 
 
-def test_an_id_outside_its_table_takes_the_torch_path() -> None:
+@pytest.mark.parametrize("wire", [torch.int64, torch.int32])
+@pytest.mark.parametrize("bad_id", [10**6, 7, -1])
+def test_an_id_outside_its_table_takes_the_torch_path(wire: torch.dtype, bad_id: int) -> None:
+    # int32 wire, 2 ranks, no weights: t0's blocks [0, 4) on rank 0 and [4, 7) on rank 1 take
+    # the C pass's two-block loop, which checks the id against the table's rows once
     bucketizer, kjt, pos = _case(2, True, torch.int64, False, 0)
     table = bucketizer._native
     assert table is not None
     values = kjt.values().clone()
-    values[0] = 10**6  # f0 reads t0 (7 rows)
+    values[0] = bad_id  # f0 reads t0 (7 rows)
     bad = KeyedJaggedTensor(kjt.keys(), values, lengths=kjt.lengths(), stride=kjt.stride())
     keys = [pos[s.feature] for s in bucketizer.segments]
     lengths = bad.lengths().view(len(bad.keys()), bad.stride())[torch.tensor(keys)]
@@ -111,7 +115,7 @@ def test_an_id_outside_its_table_takes_the_torch_path() -> None:
         lengths.long(),
         table,
         2,
-        torch.int64,
+        wire,
         None,
         False,
     )
