@@ -11,9 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-import torch.distributed as dist
 
-from shardrec_collectives._held import blocking
+from shardrec_collectives import _primitives as prim
 from shardrec_collectives.env import ShardingEnv
 
 __all__ = ["all_gather_ids", "all_to_all_ids", "return_ids"]
@@ -23,18 +22,7 @@ def _exchange(
     env: ShardingEnv, values: torch.Tensor, send: Sequence[int], recv: Sequence[int]
 ) -> torch.Tensor:
     src = values.to(device=env.device, dtype=torch.int64).contiguous()
-    out = src.new_empty(sum(recv))
-    blocking(
-        dist.all_to_all_single(
-            out,
-            src,
-            output_split_sizes=list(recv),
-            input_split_sizes=list(send),
-            group=env.require_pg(),
-            async_op=True,
-        )
-    )
-    return out.to(values.device)
+    return prim.all_to_all_sync(env, src, send, recv).to(values.device)
 
 
 def all_to_all_ids(
@@ -53,8 +41,8 @@ def all_to_all_ids(
     if env.world_size == 1:
         return values, [values.numel()]
     counts = torch.tensor(list(send_counts), dtype=torch.int64, device=env.device)
-    got = torch.empty_like(counts)
-    blocking(dist.all_to_all_single(got, counts, group=env.require_pg(), async_op=True))
+    ones = [1] * env.world_size
+    got = prim.all_to_all_sync(env, counts, ones, ones)
     recv = [int(c) for c in got.tolist()]
     return _exchange(env, values, send_counts, recv), recv
 
@@ -80,7 +68,6 @@ def all_gather_ids(env: ShardingEnv, values: torch.Tensor) -> tuple[torch.Tensor
     world = env.world_size
     counts = [values.numel()] * world
     mine = torch.tensor(counts, dtype=torch.int64, device=env.device)
-    got = torch.empty_like(mine)
-    blocking(dist.all_to_all_single(got, mine, group=env.require_pg(), async_op=True))
+    got = prim.all_to_all_sync(env, mine, [1] * world, [1] * world)
     recv = [int(c) for c in got.tolist()]
     return _exchange(env, values.repeat(world), counts, recv), recv
