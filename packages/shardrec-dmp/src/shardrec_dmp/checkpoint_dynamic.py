@@ -1,4 +1,5 @@
-"""Dynamic (raw-id) tables loaded into another layout: re-partitioned by the hash of their ids.
+"""Dynamic (raw-id) tables loaded into another layout: re-partitioned by their routing (the
+hash of their ids, or, for a bucketed table, their bucket: `shardrec_sharding.id_buckets`).
 
 A dynamic table's rows are keyed by slot, and its slots depend on the layout (a row-wise
 table's rank owns the ids of its hash part in its own row block). A checkpoint loaded under
@@ -7,7 +8,7 @@ another one, the table's saved state is read whole on every rank (rows, id map, 
 optimizer state), and each rank keeps the ids its map now owns:
 
 ```
-saved (ids, rows, state) --read whole--> keep ids with owner_part(id) == my part (all when
+saved (ids, rows, state) --read whole--> keep ids with routing.part_of(id) == my part (all when
 replicated) --> load_items(ids, slots 0..k-1) + rows + optimizer rows; other slots reset
 ```
 
@@ -31,7 +32,7 @@ from shardrec_collectives import ShardingEnv, agree_on_error
 from shardrec_dmp.checkpoint_io import SafePlanner, SafeReader
 from shardrec_dmp.checkpoint_virtual_columns import check_column_tier
 from shardrec_dmp.model_parallel import DistributedModelParallel
-from shardrec_sharding.dynamic import ShardedDynamicTable, owner_part
+from shardrec_sharding.dynamic import ShardedDynamicTable
 from shardrec_sharding.virtual_tier import TieredShardedDynamicTable
 
 __all__ = ["DynamicMove", "apply_moves", "plan_moves", "restore", "strip_moved"]
@@ -241,7 +242,7 @@ def restore(
     if routing.replicated:
         mine = torch.ones_like(ids, dtype=torch.bool)
     elif env.rank in routing.owners:
-        mine = owner_part(ids, len(routing.owners)) == routing.owners.index(env.rank)
+        mine = routing.part_of(ids) == routing.owners.index(env.rank)
     else:
         mine = torch.zeros_like(ids, dtype=torch.bool)
     slots, ids = slots[mine], ids[mine]

@@ -125,9 +125,12 @@ class BaseEmbeddingConfig:
     need_pos: TorchRec's marker for position-weighted tables (kept for compatibility).
     total_num_buckets: TorchRec's bucket count of a raw-id (virtual) table: rows come in
         `total_num_buckets` equal buckets (`num_embeddings` must be a multiple), and row-wise
-        sharding gives each rank whole buckets (the planner's enumerator). A virtual table run
-        as a raw-id table keeps it when it divides the capacity, and routes ids to ranks by
-        hash (shardrec_embedding.virtual).
+        sharding gives each rank whole buckets (the planner's enumerator). A row-wise sharded
+        raw-id table sends each id to the rank owning its bucket of the id space (`id_space`),
+        TorchRec's rule (shardrec_sharding.id_buckets, docs/dynamic.md "Bucket routing").
+    id_space: shardrec: a raw-id table's id space `[0, id_space)` that `total_num_buckets`
+        cuts into buckets (set to a virtual table's `num_embeddings` when it runs as a raw-id
+        table); None: `num_embeddings`. Needs `total_num_buckets`, which must divide it.
     use_virtual_table: TorchRec's key-value table: `num_embeddings` is the virtual id space
         (e.g. 2^50); the modules run it as a raw-id table of the capacity given as
         `dynamic=DynamicTableConfig(capacity=N)`, or, with none given and a space of at most
@@ -153,6 +156,7 @@ class BaseEmbeddingConfig:
     use_virtual_table: bool = False
     virtual_table_eviction_policy: VirtualTableEvictionPolicy | None = None
     dynamic: DynamicTableConfig | None = None
+    id_space: int | None = None
 
     def __post_init__(self) -> None:
         capacity = self.num_embeddings
@@ -224,8 +228,22 @@ class BaseEmbeddingConfig:
             )
         buckets = self.total_num_buckets
         if buckets is None:
+            if self.id_space is not None:
+                raise ValueError(
+                    f"table {self.name!r}: id_space {self.id_space!r} is given without "
+                    "total_num_buckets; it is the space the buckets cut: give "
+                    "total_num_buckets too, or drop id_space"
+                )
             return
         _require_int("total_num_buckets", buckets, self.name, minimum=1)
+        if self.id_space is not None:
+            _require_int("id_space", self.id_space, self.name, minimum=1)
+            if self.id_space >= 1 << 63 or self.id_space % buckets:
+                raise ValueError(
+                    f"table {self.name!r}: id_space {self.id_space} must be below 2^63 and a "
+                    f"multiple of total_num_buckets {buckets} (buckets hold equal id ranges); "
+                    "pick a bucket count that divides it"
+                )
         if self.num_embeddings % buckets:
             raise ValueError(
                 f"table {self.name!r}: num_embeddings {self.num_embeddings} is not a multiple of "

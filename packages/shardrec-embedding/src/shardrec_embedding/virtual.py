@@ -18,10 +18,11 @@ virtual tables (`_init_bounds`). The rules
   `ttl_steps` given in `dynamic` (TorchRec counts minutes, shardrec counts training steps;
   `eviction_ttl_mins=0` -> NONE); the mixed, feature-score and L2-norm policies are refused
   by name with the fix (`FeatureScoreBasedEvictionPolicy(enable_eviction=False)` -> NONE).
-- `total_num_buckets`: validated (it divides the virtual id space); kept when it also divides
-  the capacity, so the planner cuts row-wise shards at whole buckets of slots (TorchRec's shard
-  sizes), else dropped. Either way a raw-id table's ids reach their row-wise rank by a hash
-  of the id, not by bucket (docs/porting.md).
+- `total_num_buckets`: validated (it divides the virtual id space, and must divide the
+  capacity: a ValueError naming the fix otherwise); the raw-id table keeps it with the space
+  as its `id_space`, so the planner cuts row-wise shards at whole buckets of slots (TorchRec's
+  shard sizes) and each id reaches the rank owning its bucket of the space, TorchRec's rule
+  (shardrec_sharding.id_buckets).
 """
 
 from __future__ import annotations
@@ -289,11 +290,17 @@ def virtual_dynamic_config(
     return dataclasses.replace(base, eviction=eviction)
 
 
-def _kept_buckets(buckets: int | None, capacity: int) -> int | None:
-    """`total_num_buckets` kept on the raw-id table when it divides the capacity (the planner
-    then cuts row-wise shards at whole buckets of slots), else dropped: ids reach their rank
-    by a hash of the id either way."""
-    return buckets if buckets is not None and capacity % buckets == 0 else None
+def _checked_buckets(table: str, buckets: int | None, capacity: int) -> int | None:
+    """`total_num_buckets` of the raw-id table: each bucket of the id space gets an equal
+    share of the capacity's slots, so the buckets must divide it (ValueError with the fix)."""
+    if buckets is not None and capacity % buckets:
+        raise ValueError(
+            f"table {table!r}: capacity {capacity} is not a multiple of total_num_buckets "
+            f"{buckets}; each bucket of the id space holds an equal share of the slots: pick a "
+            f"capacity that is a multiple of {buckets} (e.g. "
+            f"{-(-capacity // buckets) * buckets}) ({_DOCS})"
+        )
+    return buckets
 
 
 def _init_bounds(config: BaseEmbeddingConfig) -> tuple[float, float]:
@@ -343,7 +350,8 @@ def as_dynamic_table(config: BaseEmbeddingConfig, *, meta: bool = False) -> Base
     return dataclasses.replace(
         config,
         num_embeddings=slots,
-        total_num_buckets=_kept_buckets(config.total_num_buckets, slots),
+        total_num_buckets=_checked_buckets(config.name, config.total_num_buckets, slots),
+        id_space=space if config.total_num_buckets is not None else None,
         virtual_table_eviction_policy=None,
         dynamic=dataclasses.replace(dynamic, capacity=slots),
         weight_init_min=low,

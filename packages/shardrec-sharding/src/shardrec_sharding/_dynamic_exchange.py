@@ -5,7 +5,8 @@ tables at once, and the error flags that make every rank raise when one fails (p
 Two all-to-alls of int64 (the first with its size exchange):
 
 - out: to each rank d one block `[flag, count of table 0 .. T-1 for d, table 0's ids for d,
-  table 1's ...]`; a partitioned table's ids go to the rank owning their hash part, a
+  table 1's ...]`; a partitioned table's ids go to the rank owning their hash part (a
+  bucketed table's: their bucket's part, `shardrec_sharding.id_buckets`), a
   replicated table's to every rank, each table's ids in their batch order. The block is
   packed for all tables in one native pass (`_native/idroute.c`: hash, count, place) or, when
   the kernels are off, by torch ops table by table (the same buffer).
@@ -34,6 +35,7 @@ from shardrec_collectives import PeerError, ShardingEnv, all_to_all_ids, return_
 from shardrec_collectives.errors import raise_agreed
 from shardrec_embedding._native.loader import native_library_at
 from shardrec_embedding.dynamic import mix64
+from shardrec_sharding.id_buckets import bucket_part
 
 __all__ = [
     "BAD_INPUT",
@@ -77,7 +79,7 @@ def _native() -> ctypes.CDLL | None:
     lib = native_library_at(Path(__file__).with_name("_native") / "idroute.c")
     if lib is None:
         return None
-    lib.sr_route_pack.argtypes = (_PTR, _PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, *[_PTR] * 4)
+    lib.sr_route_pack.argtypes = (_PTR, _PTR, _I64, *[_PTR] * 5, _I64, _I64, *[_PTR] * 4)
     lib.sr_route_pack.restype = _I64
     return lib
 
@@ -87,27 +89,45 @@ class RoutePlan:
     """Where each dynamic table's ids go, as tensors for the packing (fixed per collection).
 
     parts[t]: table t's id-space parts (0: replicated); its part p lives on rank
-    `owners[base[t] + p]`."""
+    `owners[base[t] + p]`. bounded[t]: 1 when table t is bucketed, its parts' id bounds then
+    `bounds[base[t] + t .. base[t] + t + parts[t]]` (`parts[t] + 1` of them)."""
 
     world: int
     salt: int
     parts: Tensor
     base: Tensor
     owners: Tensor
+    bounded: Tensor
+    bounds: Tensor
 
     @staticmethod
-    def of(routes: Sequence[tuple[bool, Sequence[int]]], world: int, salt: int) -> RoutePlan:
-        """`routes`: per table, `(replicated, owner ranks of its parts)`."""
-        parts = [0 if rep else len(owners) for rep, owners in routes]
+    def of(
+        routes: Sequence[tuple[bool, Sequence[int], Sequence[int]]], world: int, salt: int
+    ) -> RoutePlan:
+        """`routes`: per table, `(replicated, owner ranks of its parts, its parts' id bounds
+        (empty: hashed))`."""
+        parts = [0 if rep else len(owners) for rep, owners, _ in routes]
         base = [sum(parts[:t]) for t in range(len(parts))]
-        flat = [r for rep, owners in routes if not rep for r in owners]
+        flat = [r for rep, owners, _ in routes if not rep for r in owners]
+        bounds: list[int] = []
+        for t, (_, _, b) in enumerate(routes):  # table t's run starts at base[t] + t
+            bounds.extend(b or [0] * (parts[t] + 1))
         return RoutePlan(
             world=world,
             salt=salt,
             parts=torch.tensor(parts, dtype=torch.int64),
             base=torch.tensor(base, dtype=torch.int64),
             owners=torch.tensor(flat or [0], dtype=torch.int64),
+            bounded=torch.tensor([1 if b else 0 for _, _, b in routes], dtype=torch.int64),
+            bounds=torch.tensor(bounds or [0], dtype=torch.int64),
         )
+
+    def table_bounds(self, t: int) -> Tensor | None:
+        """Table t's part bounds when it is bucketed, else None."""
+        if not int(self.bounded[t]):
+            return None
+        start = int(self.base[t]) + t
+        return self.bounds[start : start + int(self.parts[t]) + 1]
 
     @property
     def tables(self) -> int:
@@ -143,7 +163,7 @@ def pack(plan: RoutePlan, ids: Tensor, lens: Sequence[int]) -> Packed:
     dest = torch.empty(n, dtype=torch.int64)
     got = lib.sr_route_pack(
         ids.data_ptr(), lens_t.data_ptr(), tables, plan.parts.data_ptr(), plan.base.data_ptr(),
-        plan.owners.data_ptr(), world, _signed(plan.salt), counts.data_ptr(), send.data_ptr(),
+        plan.owners.data_ptr(), plan.bounded.data_ptr(), plan.bounds.data_ptr(), world, _signed(plan.salt), counts.data_ptr(), send.data_ptr(),
         where.data_ptr(), dest.data_ptr(),
     )  # fmt: skip
     if got < 0:
@@ -180,7 +200,13 @@ def _pack_torch(plan: RoutePlan, ids: Tensor, lens: Sequence[int]) -> Packed:
             counts[:, t] = n
             routed.append(None)
             continue
-        dest = plan.owners[base[t] + torch.remainder(mix64(x ^ plan.salt), parts[t])]
+        bounds = plan.table_bounds(t)
+        part = (
+            torch.remainder(mix64(x ^ plan.salt), parts[t])
+            if bounds is None
+            else bucket_part(x, bounds)
+        )
+        dest = plan.owners[base[t] + part]
         dest, order = torch.sort(dest, stable=True)
         per_rank = torch.bincount(dest, minlength=world)
         counts[:, t] = per_rank

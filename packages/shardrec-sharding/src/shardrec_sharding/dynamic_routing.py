@@ -7,7 +7,10 @@ Where each table's map lives (`IdRouting`):
   the id space (the ids with `mix64(id ^ ROUTE_SALT) % parts == part`) and its row block's
   slots: the owner maps its ids to local slots, global slot = row offset + local slot, so the
   row-wise bucketizer sends each slot back to the same owner. The salt decorrelates the
-  routing from the map's own probe (which uses the low bits of `mix64(id)`).
+  routing from the map's own probe (which uses the low bits of `mix64(id)`). A row-wise
+  table that declares `total_num_buckets` is **bucketed** instead: each part owns a range of
+  whole buckets of the id space and the same buckets of slots, and an id goes to the part
+  owning its bucket, TorchRec's rule (`shardrec_sharding.id_buckets`).
 - table_wise: partitioned with one part, the rank holding the table.
 - column_wise / table_column_wise / data_parallel: **replicated**. Every rank keeps the whole
   map and maps every rank's ids (all-gathered, in rank order) as one step, so every replica
@@ -47,6 +50,7 @@ from shardrec_sharding._dynamic_exchange import (
     pack_refusal,
 )
 from shardrec_sharding._dynamic_state import PartState
+from shardrec_sharding.id_buckets import bucket_bounds, bucket_part
 from shardrec_sharding.layout import TableSharding
 
 __all__ = [
@@ -83,12 +87,22 @@ class IdRouting:
 
     replicated: every rank maps every id. Otherwise part k of the id space belongs to rank
     `owners[k]`, whose map holds `capacities[k]` slots, global slots `offsets[k] + local`.
+    bounds: empty (an id's part is its routing hash) or, for a bucketed table, the
+    `len(owners) + 1` id bounds of the parts (`shardrec_sharding.id_buckets`).
     """
 
     replicated: bool
     owners: tuple[int, ...] = ()
     offsets: tuple[int, ...] = ()
     capacities: tuple[int, ...] = ()
+    bounds: tuple[int, ...] = ()
+
+    def part_of(self, ids: Tensor) -> Tensor:
+        """`(N,)` int64 part of each raw id of a partitioned table (its bucket's part when
+        bucketed, else its routing hash's)."""
+        if self.bounds:
+            return bucket_part(ids, self.bounds)
+        return owner_part(ids, len(self.owners))
 
     def local_capacity(self, rank: int, capacity: int) -> int:
         """Slots of this rank's map (0 when it owns no part)."""
@@ -103,15 +117,25 @@ class IdRouting:
 
 
 def routing_of(table: TableSharding) -> IdRouting:
-    """The routing of `table`'s ids under its sharding type."""
+    """The routing of `table`'s ids under its sharding type: bucketed when a row-wise table
+    declares `total_num_buckets` (ValueError naming the table, the value and the fix when its
+    buckets cannot be cut; raised alike on every rank, which all build the same routing)."""
     st = table.sharding_type
     if st in _ROW_SPLIT or st is ShardingType.TABLE_WISE:
         parts = sorted((s for s in table.shards if s.rows > 0), key=lambda s: s.row_offset)
+        bounds: tuple[int, ...] = ()
+        cfg = table.config
+        buckets = cfg.total_num_buckets
+        if buckets is not None and st in _ROW_SPLIT:
+            rows = [s.rows for s in sorted(table.shards, key=lambda s: (s.row_offset, s.rank))]
+            space = cfg.id_space if cfg.id_space is not None else cfg.num_embeddings
+            bounds = bucket_bounds(cfg.name, buckets, space, cfg.num_embeddings, rows)
         return IdRouting(
             replicated=False,
             owners=tuple(s.rank for s in parts),
             offsets=tuple(s.row_offset for s in parts),
             capacities=tuple(s.rows for s in parts),
+            bounds=bounds,
         )
     return IdRouting(replicated=True)
 
@@ -186,7 +210,7 @@ class ShardedDynamicTable(DynamicTable):
     def route(self, ids: Tensor) -> tuple[Tensor, list[int]]:
         """A partitioned table's send order of this rank's int64 `ids` (grouped by owner rank,
         stable) and how many go to each rank."""
-        dest = self._owners[owner_part(ids, len(self.routing.owners))]
+        dest = self._owners[self.routing.part_of(ids)]
         order = torch.sort(dest, stable=True).indices
         return order, torch.bincount(dest, minlength=self.env.world_size).tolist()
 
@@ -252,7 +276,8 @@ class ShardedDynamicTables(DynamicTables):
         plan = self.__dict__.get("_plan")
         if plan is None:
             routes = [
-                (p.routing.replicated, p.routing.owners) for p in map(self._part, self.tables)
+                (p.routing.replicated, p.routing.owners, p.routing.bounds)
+                for p in map(self._part, self.tables)
             ]
             plan = RoutePlan.of(routes, self._env.world_size, ROUTE_SALT)
             self.__dict__["_plan"] = plan

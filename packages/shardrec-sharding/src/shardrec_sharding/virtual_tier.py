@@ -31,7 +31,7 @@ from shardrec_optim import state_shapes
 from shardrec_planner import EmbeddingComputeKernel, ParameterSharding
 from shardrec_planner.cache_params import CacheAlgorithm
 from shardrec_planner.kernel_choice import runs_virtual_tiered
-from shardrec_sharding.dynamic import ShardedDynamicTable, owner_part
+from shardrec_sharding.dynamic import ShardedDynamicTable
 from shardrec_sharding.layout import TableSharding
 from shardrec_sharding.virtual_columns import (
     COLUMN_SPLIT,
@@ -232,14 +232,15 @@ def _checkpoint_hooks(
 
 
 def owns(part: ShardedDynamicTable, ids: Tensor) -> Tensor:
-    """Which raw `ids` this rank's part of the table owns (routing hash; all: table_wise)."""
+    """Which raw `ids` this rank's part of the table owns (its routing: hash or bucket; all:
+    table_wise)."""
     routing = part.routing
     rank = part.env.rank
     if rank not in routing.owners:
         return torch.zeros(ids.numel(), dtype=torch.bool)
     if len(routing.owners) == 1:
         return torch.ones(ids.numel(), dtype=torch.bool)
-    return owner_part(ids, len(routing.owners)) == routing.owners.index(rank)
+    return routing.part_of(ids) == routing.owners.index(rank)
 
 
 def virtual_store(

@@ -6,7 +6,10 @@
  *   (`lens[t]` each). Table t is replicated when `parts[t]` == 0 (its ids go to every rank);
  *   otherwise id x goes to rank `owners[base[t] + p]`, p = mix64(x ^ salt) mod parts[t]
  *   (mix64: MurmurHash3's fmix64; the modulo of the hash read as a signed int64, made
- *   non-negative, as torch.remainder does). Writes:
+ *   non-negative, as torch.remainder does), or, when `bounded[t]` (a bucketed table,
+ *   shardrec_sharding/id_buckets.py), with b = bounds + base[t] + t (parts[t] + 1 id bounds)
+ *   and u = x read as uint64: p = the part whose [b[p], b[p+1]) holds u when u < b[parts[t]],
+ *   else u mod parts[t] (fbgemm's block bucketization, TorchRec's rule). Writes:
  *   - counts (world, T): ids of table t sent to rank d;
  *   - send: one block per rank d: [0 (the flag), counts[d][0..T), table 0's ids for d,
  *     table 1's ...], each table's ids in their order in `ids` (a stable grouping);
@@ -27,8 +30,21 @@ static inline uint64_t fmix64(uint64_t x) {
     return x;
 }
 
+/* The part of u among the P parts with id bounds b[0..P] (u < b[P]): the last p with
+ * b[p] <= u, by binary search. */
+static inline int64_t bucket_part(uint64_t u, const int64_t *b, int64_t P) {
+    int64_t lo = 0, hi = P; /* b[lo] <= u < b[hi] */
+    while (hi - lo > 1) {
+        int64_t mid = (lo + hi) >> 1;
+        if ((uint64_t)b[mid] <= u) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
 int64_t sr_route_pack(const int64_t *ids, const int64_t *lens, int64_t T, const int64_t *parts,
-                      const int64_t *base, const int64_t *owners, int64_t world, int64_t salt,
+                      const int64_t *base, const int64_t *owners, const int64_t *bounded,
+                      const int64_t *bounds, int64_t world, int64_t salt,
                       int64_t *counts, int64_t *send, int64_t *where, int64_t *dest) {
     int64_t W = world;
     for (int64_t i = 0; i < W * T; i++) counts[i] = 0;
@@ -42,6 +58,18 @@ int64_t sr_route_pack(const int64_t *ids, const int64_t *lens, int64_t T, const 
             int64_t r = owners[base[t]];
             for (int64_t i = 0; i < n; i++) dest[at + i] = r;
             counts[r * T + t] += n;
+        } else if (bounded[t]) {
+            const int64_t *own = owners + base[t];
+            const int64_t *b = bounds + base[t] + t;
+            uint64_t end = (uint64_t)b[p];
+            int64_t *c = counts + t;
+            for (int64_t i = 0; i < n; i++) {
+                uint64_t u = (uint64_t)ids[at + i];
+                int64_t q = u < end ? bucket_part(u, b, p) : (int64_t)(u % (uint64_t)p);
+                int64_t r = own[q];
+                dest[at + i] = r;
+                c[r * T]++;
+            }
         } else {
             const int64_t *own = owners + base[t];
             int64_t *c = counts + t;
