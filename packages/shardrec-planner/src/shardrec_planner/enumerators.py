@@ -70,12 +70,25 @@ def get_partition_by_type(sharding_type: str) -> str:
     raise ValueError(f"unknown sharding type {sharding_type!r}; valid: {valid}")
 
 
-def bucketed_row_shards(rows: int, dim: int, buckets: int, world_size: int) -> list[Shard]:
+def bucketed_row_shards(
+    rows: int, dim: int, buckets: int, world_size: int, table: str = ""
+) -> list[Shard]:
     """Row-wise shards of a table of `buckets` equal row buckets: each rank takes whole buckets,
-    `buckets // world_size` each and one more on the first `buckets % world_size` ranks."""
+    `buckets // world_size` each and one more on the first `buckets % world_size` ranks
+    (TorchRec's rule; a raw-id table's ids follow the same buckets, shardrec_sharding.id_buckets).
+    ValueError naming `table`, the value and the fix when they cannot be cut."""
     if buckets < 1 or rows % buckets:
         raise ValueError(
-            f"total_num_buckets {buckets} must be >= 1 and divide the table's {rows} rows"
+            f"table {table!r}: total_num_buckets {buckets} must be >= 1 and divide the table's "
+            f"{rows} rows (each bucket holds an equal share): pick a bucket count that divides "
+            f"{rows}, or a table size that is a multiple of {buckets}"
+        )
+    if buckets < world_size:
+        raise ValueError(
+            f"table {table!r}: total_num_buckets {buckets} is less than the world size "
+            f"{world_size}; a bucket cannot be split across ranks: give at least {world_size} "
+            "buckets (a multiple of the world size spreads them evenly), or shard the table "
+            "another way (table_wise, column_wise)"
         )
     size = rows // buckets
     base, extra = divmod(buckets, world_size)
@@ -107,10 +120,11 @@ def _shards(
     local_world_size: int,
     col_wise_shard_dim: int | None,
     buckets: int | None = None,
+    table: str = "",
 ) -> list[Shard]:
     rows, dim = int(tensor.shape[0]), int(tensor.shape[1])
     if buckets is not None and sharding_type == ShardingType.ROW_WISE.value:
-        return bucketed_row_shards(rows, dim, buckets, world_size)
+        return bucketed_row_shards(rows, dim, buckets, world_size, table)
     block = column_block_size(dim, col_wise_shard_dim) if col_wise_shard_dim else None
     geometry = shard_geometry(
         ShardingType(sharding_type),
@@ -227,6 +241,7 @@ class EmbeddingEnumerator:
                                 self._local_world_size,
                                 c.min_partition if c else None,
                                 _table_buckets(child, name),
+                                name,
                             ),
                             cache_params=copy.deepcopy(c.cache_params) if c else None,
                             enforce_hbm=c.enforce_hbm if c else None,

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 import torch
 from torch import nn
 
+from shardrec_planner.enumerators import bucketed_row_shards
 from shardrec_planner.enums import EmbeddingComputeKernel, ShardingType
 from shardrec_planner.geometry import column_block_size, shard_geometry
 from shardrec_planner.parameter_sharding import ParameterSharding
@@ -129,10 +130,22 @@ def table_wise(rank: int, compute_kernel: str | None = None) -> ParameterShardin
     return _generator(st, compute_kernel, _whole_rows(st, lambda world: [rank]))
 
 
-def row_wise(compute_kernel: str | None = None) -> ParameterShardingGenerator:
-    """Split rows into blocks of ceil(rows / world_size), block i on rank i."""
+def row_wise(
+    compute_kernel: str | None = None, num_buckets: int | None = None
+) -> ParameterShardingGenerator:
+    """Split rows into blocks of ceil(rows / world_size), block i on rank i; with
+    `num_buckets` (TorchRec's argument: a table of that many equal row buckets, e.g. a raw-id
+    table's `total_num_buckets`), each rank takes whole buckets, `num_buckets // world_size`
+    and one more on the first `num_buckets % world_size` ranks."""
     st = ShardingType.ROW_WISE
-    return _generator(st, compute_kernel, _whole_rows(st, range))
+    if num_buckets is None:
+        return _generator(st, compute_kernel, _whole_rows(st, range))
+
+    def place(rows: int, dim: int, local: int, world: int) -> Placement:
+        shards = bucketed_row_shards(rows, dim, num_buckets, world)
+        return [((s.size[0], s.size[1]), (s.offset[0], s.offset[1])) for s in shards], range(world)
+
+    return _generator(st, compute_kernel, place)
 
 
 def _column_ranks(
