@@ -7,6 +7,7 @@ batches: bit for bit the same outputs, rows, optimizer state and id maps.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
@@ -302,25 +303,25 @@ def test_a_small_id_space_without_capacity_runs_as_a_plain_table() -> None:
     assert as_dynamic_table(edge).dynamic is None
 
 
-def test_capacity_without_the_space_limit_keeps_buckets_that_divide_it() -> None:
+def test_capacity_keeps_buckets_and_the_space_and_refuses_buckets_not_dividing_it() -> None:
+    space = 1_125_899_902_955_520
     cfg = EmbeddingBagConfig(
         name="t",
-        num_embeddings=1_125_899_902_955_520,
+        num_embeddings=space,
         embedding_dim=4,
         use_virtual_table=True,
         total_num_buckets=3_991_680,
         dynamic=DynamicTableConfig(capacity=2 * 3_991_680),
     )
-    assert as_dynamic_table(cfg).total_num_buckets == 3_991_680
-    odd = EmbeddingBagConfig(
-        name="t",
-        num_embeddings=1_125_899_902_955_520,
-        embedding_dim=4,
-        use_virtual_table=True,
-        total_num_buckets=3_991_680,
-        dynamic=DynamicTableConfig(capacity=1000),
-    )
-    assert as_dynamic_table(odd).total_num_buckets is None
+    runs = as_dynamic_table(cfg)
+    assert runs.total_num_buckets == 3_991_680 and runs.id_space == space
+    odd = dataclasses.replace(cfg, dynamic=DynamicTableConfig(capacity=1000))
+    with pytest.raises(
+        ValueError, match=r"'t': capacity 1000 is not a multiple of total_num_buckets 3991680"
+    ):
+        as_dynamic_table(odd)
+    no_buckets = dataclasses.replace(cfg, total_num_buckets=None)
+    assert as_dynamic_table(no_buckets).id_space is None
 
 
 def test_state_dict_loads_into_the_explicit_table_and_continues() -> None:
