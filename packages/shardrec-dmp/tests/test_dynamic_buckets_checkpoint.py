@@ -50,7 +50,9 @@ def make_batch(rank: int, step: int) -> tuple[KeyedJaggedTensor, Tensor]:
     size = (rank + step) % 3 + 1
     lengths = random_lengths(size, 3, g)
     values = pool[torch.randint(0, pool.numel(), (int(lengths.sum()),), generator=g)]
-    return KeyedJaggedTensor(KEYS, values, lengths=lengths, stride=size), torch.randn(size, 4, generator=g)
+    return KeyedJaggedTensor(KEYS, values, lengths=lengths, stride=size), torch.randn(
+        size, 4, generator=g
+    )
 
 
 class Model(nn.Module):
@@ -96,7 +98,8 @@ def held(dmp: DistributedModelParallel) -> dict[int, tuple[Tensor, float]]:
     for module, offset in sharded._lookup_modules_of("b"):
         momenta = module.optimizer_state()["momentum1"][slots + offset]
     return {
-        i: (r.clone(), float(m)) for i, r, m in zip(ids.tolist(), rows, momenta.tolist(), strict=True)
+        i: (r.clone(), float(m))
+        for i, r, m in zip(ids.tolist(), rows, momenta.tolist(), strict=True)
     }
 
 

@@ -106,18 +106,26 @@ def test_parts_match_fbgemm_kernel(space: int, buckets: int, world: int) -> None
     )[0]  # fmt: skip
     ranks = lengths.view(world, n).argmax(0)
     capacity = buckets * 2
-    bounds = bucket_bounds("t", buckets, space, capacity, torchrec_shard_rows(capacity, buckets, world))
+    bounds = bucket_bounds(
+        "t", buckets, space, capacity, torchrec_shard_rows(capacity, buckets, world)
+    )
     assert torch.equal(bucket_part(ids, bounds), ranks)
 
 
 def test_bounds_refuse_what_cannot_be_cut() -> None:
     with pytest.raises(ValueError, match=r"'t'.*total_num_buckets 2 is less than its 3 row-wise"):
         bucket_bounds("t", 2, 20, 20, [8, 6, 6])
-    with pytest.raises(ValueError, match=r"'t'.*id space 21 is not a multiple of total_num_buckets 5"):
+    with pytest.raises(
+        ValueError, match=r"'t'.*id space 21 is not a multiple of total_num_buckets 5"
+    ):
         bucket_bounds("t", 5, 21, 20, [12, 8])
-    with pytest.raises(ValueError, match=r"'t'.*capacity 21 is not a multiple of total_num_buckets 5"):
+    with pytest.raises(
+        ValueError, match=r"'t'.*capacity 21 is not a multiple of total_num_buckets 5"
+    ):
         bucket_bounds("t", 5, 20, 21, [12, 9])
-    with pytest.raises(ValueError, match=r"'t'.*hold \[10, 10\] rows, not whole buckets.*\[12, 8\]"):
+    with pytest.raises(
+        ValueError, match=r"'t'.*hold \[10, 10\] rows, not whole buckets.*\[12, 8\]"
+    ):
         bucket_bounds("t", 5, 20, 20, [10, 10])
 
 

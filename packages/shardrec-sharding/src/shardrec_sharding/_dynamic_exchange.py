@@ -163,8 +163,8 @@ def pack(plan: RoutePlan, ids: Tensor, lens: Sequence[int]) -> Packed:
     dest = torch.empty(n, dtype=torch.int64)
     got = lib.sr_route_pack(
         ids.data_ptr(), lens_t.data_ptr(), tables, plan.parts.data_ptr(), plan.base.data_ptr(),
-        plan.owners.data_ptr(), plan.bounded.data_ptr(), plan.bounds.data_ptr(), world, _signed(plan.salt), counts.data_ptr(), send.data_ptr(),
-        where.data_ptr(), dest.data_ptr(),
+        plan.owners.data_ptr(), plan.bounded.data_ptr(), plan.bounds.data_ptr(), world,
+        _signed(plan.salt), counts.data_ptr(), send.data_ptr(), where.data_ptr(), dest.data_ptr(),
     )  # fmt: skip
     if got < 0:
         raise MemoryError("dynamic id exchange: no memory for the packing cursors")
