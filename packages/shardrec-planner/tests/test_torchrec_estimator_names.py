@@ -125,7 +125,6 @@ def test_prefetch_compute_by_hand() -> None:
     [
         (100, 10, 8, [20, 20, 10, 10, 10, 10, 10, 10]),  # 10 buckets of 10 rows over 8 ranks
         (120, 4, 4, [30, 30, 30, 30]),
-        (60, 2, 4, [30, 30, 0, 0]),  # fewer buckets than ranks: the last ranks hold none
     ],
 )
 def test_bucketed_row_shards_take_whole_buckets(
@@ -136,6 +135,12 @@ def test_bucketed_row_shards_take_whole_buckets(
     assert [s.offset for s in shards] == [[sum(sizes[:r]), 0] for r in range(world)]
     with pytest.raises(ValueError, match="must be >= 1 and divide"):
         bucketed_row_shards(rows + 1, 8, buckets, world)
+
+
+def test_fewer_buckets_than_ranks_are_refused() -> None:
+    # TorchRec 1.8 refuses them too (a bucket cannot be split across ranks)
+    with pytest.raises(ValueError, match=r"'t': total_num_buckets 2 is less than the world size 4"):
+        bucketed_row_shards(60, 8, 2, 4, "t")
 
 
 def test_default_pooling_factors() -> None:
@@ -239,6 +244,7 @@ def test_bucketed_row_shards_match_an_even_split_of_the_buckets(
     buckets: int, per_bucket: int, world: int
 ) -> None:
     # reference: numpy's even split of the bucket ids over the ranks (first ranks larger)
+    world = min(world, buckets)  # fewer buckets than ranks: refused (above)
     parts = np.array_split(np.arange(buckets), world)
     shards = bucketed_row_shards(buckets * per_bucket, 3, buckets, world)
     assert [s.size[0] for s in shards] == [len(p) * per_bucket for p in parts]
