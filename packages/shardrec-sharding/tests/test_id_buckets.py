@@ -157,7 +157,8 @@ def _const(w: torch.Tensor) -> None:
 
 
 def configs() -> list[EmbeddingBagConfig]:
-    """`b`: 5 buckets (uneven on 2 and 3 ranks), `e`: 6 buckets, both over SPACE."""
+    """`b`: 5 buckets (uneven on 2 and 3 ranks), `e`: 6 buckets, both over SPACE; `v`:
+    TorchRec's virtual table of SPACE ids in 5 buckets, run as a raw-id table of 40 slots."""
     return [
         EmbeddingBagConfig(name="b", num_embeddings=40, embedding_dim=4, feature_names=["fb"],
                            init_fn=_const, total_num_buckets=5, id_space=SPACE,
@@ -165,7 +166,13 @@ def configs() -> list[EmbeddingBagConfig]:
         EmbeddingBagConfig(name="e", num_embeddings=48, embedding_dim=8, feature_names=["fe"],
                            init_fn=_const, total_num_buckets=6, id_space=SPACE,
                            dynamic=DynamicTableConfig(eviction="NONE")),
+        EmbeddingBagConfig(name="v", num_embeddings=SPACE, embedding_dim=4, feature_names=["fv"],
+                           init_fn=_const, total_num_buckets=5, use_virtual_table=True,
+                           dynamic=DynamicTableConfig(capacity=40)),
     ]  # fmt: skip
+
+
+KEYS = ["fb", "fe", "fv"]
 
 
 def batch(rank: int, step: int) -> tuple[KeyedJaggedTensor, torch.Tensor]:
@@ -177,10 +184,10 @@ def batch(rank: int, step: int) -> tuple[KeyedJaggedTensor, torch.Tensor]:
         ]
     )
     size = (rank + step) % 3 + 1
-    lengths = random_lengths(2 * size, 3, g)
+    lengths = random_lengths(len(KEYS) * size, 3, g)
     values = pool[torch.randint(0, POOL, (int(lengths.sum()),), generator=g)]
-    kjt = KeyedJaggedTensor(["fb", "fe"], values, lengths=lengths, stride=size)
-    return kjt, torch.randn(size, 12, generator=g)
+    kjt = KeyedJaggedTensor(KEYS, values, lengths=lengths, stride=size)
+    return kjt, torch.randn(size, 16, generator=g)
 
 
 SPEC = FusedOptimSpec(optimizer=EmbOptimType.EXACT_SGD, learning_rate=0.1)
@@ -199,7 +206,7 @@ def train_bucketed(ctx: RankContext) -> dict[str, tuple[list[int], torch.Tensor]
         kjt, coefficients = batch(ctx.rank, step)
         (sharded(kjt).wait().values() * coefficients).sum().backward()
     out = {}
-    for name in ("b", "e"):
+    for name in ("b", "e", "v"):
         ids, slots = sharded.dynamic_tables.table(name).items()
         out[name] = (ids.tolist(), sharded.embedding_bags[name].weight.detach()[slots].clone())
     return out
@@ -208,9 +215,9 @@ def train_bucketed(ctx: RankContext) -> dict[str, tuple[list[int], torch.Tensor]
 def concat(kjts: list[KeyedJaggedTensor]) -> KeyedJaggedTensor:
     dicts = [k.to_dict() for k in kjts]
     return KeyedJaggedTensor(
-        ["fb", "fe"],
-        torch.cat([d[f].values() for f in ("fb", "fe") for d in dicts]),
-        lengths=torch.cat([d[f].lengths() for f in ("fb", "fe") for d in dicts]),
+        KEYS,
+        torch.cat([d[f].values() for f in KEYS for d in dicts]),
+        lengths=torch.cat([d[f].lengths() for f in KEYS for d in dicts]),
         stride=sum(k.stride() for k in kjts),
     )
 

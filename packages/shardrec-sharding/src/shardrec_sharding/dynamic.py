@@ -146,8 +146,8 @@ class _DynamicMixin:
                 raise ValueError(
                     f"{self._owner}: dynamic table {name!r} already holds "
                     f"{int(full.occupied.sum())} ids; a row-wise sharded dynamic table starts "
-                    "empty (its ids move to the ranks owning their hash). Shard the module "
-                    "before training it, or load its checkpoint into the sharded model "
+                    "empty (its ids move to the ranks owning their hash or bucket). Shard the "
+                    "module before training it, or load its checkpoint into the sharded model "
                     "(docs/dynamic.md, Checkpoints)"
                 )
 
