@@ -270,6 +270,25 @@ def test_unroutable_buckets_raise_on_every_rank(pool_factory, buckets, match):  
         assert "'b'" in message and match in message, message
 
 
+def table_row_wise_routing(ctx: RankContext) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    ebc = EmbeddingBagCollection([configs()[0]])  # 5 buckets: not whole blocks on 2 ranks
+    gen = shardrec_planner.table_row_wise(host_index=0)
+    plan = construct_module_sharding_plan(
+        ebc, {"b": gen}, world_size=ctx.world_size, local_size=ctx.world_size
+    )
+    sharded = EmbeddingBagCollectionSharder().shard(
+        ebc, plan, ShardingEnv.from_process_group(ctx.pg)
+    )
+    routing = sharded.dynamic_tables.table("b").routing
+    return routing.owners, routing.bounds
+
+
+def test_table_row_wise_keeps_the_hash(pool_factory):  # type: ignore[no-untyped-def]
+    # TorchRec's table-row-wise input dist has no bucket path: ids go by our routing hash
+    for owners, bounds in pool_factory(2).run(table_row_wise_routing):
+        assert owners == (0, 1) and bounds == ()
+
+
 def test_plan_helper_and_planner_refuse_fewer_buckets_than_ranks() -> None:
     ebc = EmbeddingBagCollection([dataclasses.replace(configs()[0], total_num_buckets=2)])
     with pytest.raises(ValueError, match=r"total_num_buckets 2 is less than the world size 3"):

@@ -7,8 +7,9 @@ Where each table's map lives (`IdRouting`):
   the id space (the ids with `mix64(id ^ ROUTE_SALT) % parts == part`) and its row block's
   slots: the owner maps its ids to local slots, global slot = row offset + local slot, so the
   row-wise bucketizer sends each slot back to the same owner. The salt decorrelates the
-  routing from the map's own probe (which uses the low bits of `mix64(id)`). A row-wise
-  table that declares `total_num_buckets` is **bucketed** instead: each part owns a range of
+  routing from the map's own probe (which uses the low bits of `mix64(id)`). A row_wise
+  table that declares `total_num_buckets` is **bucketed** instead (table_row_wise keeps the
+  hash, as TorchRec's table-row-wise input dist ignores buckets): each part owns a range of
   whole buckets of the id space and the same buckets of slots, and an id goes to the part
   owning its bucket, TorchRec's rule (`shardrec_sharding.id_buckets`).
 - table_wise: partitioned with one part, the rank holding the table.
@@ -117,7 +118,7 @@ class IdRouting:
 
 
 def routing_of(table: TableSharding) -> IdRouting:
-    """The routing of `table`'s ids under its sharding type: bucketed when a row-wise table
+    """The routing of `table`'s ids under its sharding type: bucketed when a row_wise table
     declares `total_num_buckets` (ValueError naming the table, the value and the fix when its
     buckets cannot be cut; raised alike on every rank, which all build the same routing)."""
     st = table.sharding_type
@@ -126,7 +127,7 @@ def routing_of(table: TableSharding) -> IdRouting:
         bounds: tuple[int, ...] = ()
         cfg = table.config
         buckets = cfg.total_num_buckets
-        if buckets is not None and st in _ROW_SPLIT:
+        if buckets is not None and st is ShardingType.ROW_WISE:  # TorchRec's one bucket path
             rows = [s.rows for s in sorted(table.shards, key=lambda s: (s.row_offset, s.rank))]
             space = cfg.id_space if cfg.id_space is not None else cfg.num_embeddings
             bounds = bucket_bounds(cfg.name, buckets, space, cfg.num_embeddings, rows)
