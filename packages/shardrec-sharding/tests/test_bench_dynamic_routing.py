@@ -7,10 +7,16 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
+from shardrec_sharding import _dynamic_exchange as X
+
 SCRIPT = pathlib.Path(__file__).resolve().parents[3] / "benchmarks" / "dynamic_routing.py"
 
 
 def test_quick_run_prints_every_case() -> None:
+    if X._native() is None:
+        pytest.skip("the script times the native pass; the native kernels are off here")
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--quick", "--world", "3"],
         capture_output=True,
