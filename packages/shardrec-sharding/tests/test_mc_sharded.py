@@ -285,3 +285,45 @@ def _run_hash(ctx: RankContext, kind: str) -> int:
 @pytest.mark.parametrize("kind", ["row_wise", "table_wise"])
 def test_sharded_hash_zch_routes_ids_to_their_buckets_rank(pool_factory, kind):  # type: ignore[no-untyped-def]
     assert pool_factory(2).run(_run_hash, kind) == [STEPS, STEPS]
+
+
+def _run_keys(ctx: RankContext, kind: str) -> list[str]:
+    """TorchRec's layout: the sharded module's MC modules live in `_managed_collision_collection`
+    (a `ShardedManagedCollisionCollection`) and its state-dict keys are the unsharded module's."""
+    from shardrec_sharding.mc import ShardedManagedCollisionCollection
+
+    env = ShardingEnv.from_process_group(ctx.pg)
+    module = ManagedCollisionEmbeddingBagCollection(
+        _ebc(), ManagedCollisionCollection({"t": _mch()}, _configs())
+    )
+    unsharded_keys = sorted(module.state_dict())
+    generator = row_wise() if kind == "row_wise" else table_wise(rank=0)
+    plan = dict(
+        construct_module_sharding_plan(
+            module._embedding_module, {"t": generator}, world_size=2, local_world_size=2
+        )
+    )
+    sharded = ManagedCollisionEmbeddingBagCollectionSharder().shard(module, plan, env)
+    collection = sharded._managed_collision_collection
+    assert isinstance(collection, ShardedManagedCollisionCollection)
+    owns = kind == "row_wise" or ctx.rank == 0
+    assert list(collection._managed_collision_modules) == (["t"] if owns else [])
+    assert sharded._managed_collision_modules is collection._managed_collision_modules
+    slots = sharded.open_slots()
+    rows = ROWS // 2 if kind == "row_wise" else ROWS
+    free = rows - 1  # MCH keeps its last row for ids it has not admitted
+    assert {k: v.tolist() for k, v in slots.items()} == ({"t": [free]} if owns else {})
+    sharded(_batch(ctx.rank, 0))[0].wait()
+    assert sharded.evict() == ({"t": None} if owns else {})  # the forward reset them already
+    keys = sorted(sharded.state_dict())
+    mc_keys = [k for k in unsharded_keys if k.startswith("_managed_collision_collection.")]
+    assert keys == (unsharded_keys if owns else sorted(set(unsharded_keys) - set(mc_keys))), keys
+    return keys
+
+
+@pytest.mark.parametrize("kind", ["row_wise", "table_wise"])
+def test_sharded_state_dict_keys_are_the_unsharded_modules(pool_factory, kind):  # type: ignore[no-untyped-def]
+    keys = pool_factory(2).run(_run_keys, kind)
+    assert (
+        "_managed_collision_collection._managed_collision_modules.t._mch_sorted_raw_ids" in keys[0]
+    )

@@ -37,6 +37,7 @@ from shardrec_sharding.embedding import EmbeddingCollectionSharder
 from shardrec_sharding.embeddingbag import EmbeddingBagCollectionSharder
 
 __all__ = [
+    "ShardedManagedCollisionCollection",
     "ShardedManagedCollisionEmbeddingBagCollection",
     "ShardedManagedCollisionEmbeddingCollection",
 ]
@@ -104,9 +105,39 @@ class _Route:
         return ranks[torch.div(torch.remainder(ids, size), block, rounding_mode="floor")]
 
 
+class ShardedManagedCollisionCollection(nn.Module):
+    """This rank's MC modules of a sharded MC collection (TorchRec's
+    `ShardedManagedCollisionCollection`, the attribute `_managed_collision_collection`): one per
+    table this rank owns rows of, rebuilt over those rows. Its state-dict keys are the unsharded
+    `ManagedCollisionCollection`'s (`_managed_collision_modules.<table>.<buffer>`), each rank
+    holding its own rows' state."""
+
+    def __init__(self, modules: Mapping[str, ManagedCollisionModule]) -> None:
+        super().__init__()
+        self._managed_collision_modules = nn.ModuleDict(dict(modules))
+
+    def evict(self) -> dict[str, torch.Tensor | None]:
+        """`{table: global rows freed since the last call (this rank's), or None}`; the sharded
+        forward calls it itself (and resets those rows), so after a forward it reads None."""
+        return {table: _mc(module).evict() for table, module in self._items()}
+
+    def open_slots(self) -> dict[str, torch.Tensor]:
+        """`{table: rows of this rank not owned by an id, (1,)}`."""
+        return {table: _mc(module).open_slots() for table, module in self._items()}
+
+    def _items(self) -> list[tuple[str, nn.Module]]:
+        return list(self._managed_collision_modules.items())
+
+
+def _mc(module: nn.Module) -> ManagedCollisionModule:
+    assert isinstance(module, ManagedCollisionModule)
+    return module
+
+
 class _ShardedMC(nn.Module):
-    """What the sharded MC collections share: the routes, the local MC modules, the remap and
-    the reset of rows handed to new ids; `_embedding_module` is the sharded collection."""
+    """What the sharded MC collections share: the routes, the local MC modules (in
+    `_managed_collision_collection`, as TorchRec's), the remap and the reset of rows handed to
+    new ids; `_embedding_module` is the sharded collection."""
 
     _container: str  # the sharded collection's attribute holding the tables
 
@@ -133,12 +164,25 @@ class _ShardedMC(nn.Module):
             if table not in params:
                 raise ValueError(f"table {table!r} has no entry in the plan; plan every table")
             self._routes.append(_Route(table, mc, params[table], env, dev))
-        self._managed_collision_modules = nn.ModuleDict(
+        self._managed_collision_collection = ShardedManagedCollisionCollection(
             {r.table: r.local for r in self._routes if r.local is not None}
         )
         self._embedding_module = embedding_module
         self._return_remapped = module._return_remapped_features
         self._configs = {c.name: c for c in mcc.embedding_configs()}
+
+    @property
+    def _managed_collision_modules(self) -> nn.ModuleDict:
+        """This rank's MC modules by table (`_managed_collision_collection`'s)."""
+        return self._managed_collision_collection._managed_collision_modules
+
+    def evict(self) -> dict[str, torch.Tensor | None]:
+        """The sharded collection's `evict()` (this rank's tables)."""
+        return self._managed_collision_collection.evict()
+
+    def open_slots(self) -> dict[str, torch.Tensor]:
+        """The sharded collection's `open_slots()` (this rank's tables)."""
+        return self._managed_collision_collection.open_slots()
 
     def remap(self, features: KeyedJaggedTensor) -> KeyedJaggedTensor:
         """This rank's batch with raw ids replaced by rows (every rank must call it together)."""
