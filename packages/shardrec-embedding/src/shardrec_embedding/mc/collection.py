@@ -14,7 +14,8 @@ from torch import nn
 
 from shardrec_embedding.configs import BaseEmbeddingConfig
 from shardrec_embedding.mc.base import ManagedCollisionModule
-from shardrec_jagged import JaggedTensor, KeyedJaggedTensor
+from shardrec_embedding.mc.scripted import ScriptedManagedCollisionCollection
+from shardrec_jagged import JaggedTensor, KeyedJaggedTensor, register_torchscript_types
 
 __all__ = ["ManagedCollisionCollection"]
 
@@ -136,6 +137,15 @@ class ManagedCollisionCollection(nn.Module):
             list(self._managed_collision_modules.keys()),
             self._table_feature_splits,
             mutate_miss_lengths,
+        )
+
+    def __prepare_scriptable__(self) -> nn.Module:
+        """What `torch.jit.script(collection)` compiles: the lookup-only twin of `mc.scripted`
+        (eval-mode remapping, the same state tensors)."""
+        register_torchscript_types()
+        modules = {table: _mc(module) for table, module in self._modules_by_table()}
+        return ScriptedManagedCollisionCollection(
+            modules, self._feature_names, self._table_feature_splits, self.training
         )
 
     def evict(self) -> dict[str, torch.Tensor | None]:

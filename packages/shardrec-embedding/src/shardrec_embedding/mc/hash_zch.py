@@ -176,6 +176,10 @@ class HashZchManagedCollisionModule(ManagedCollisionModule):
         sizes = torch.diff(torch.tensor(self._output_segments, dtype=torch.int64))
         starts = torch.tensor(self._output_segments[:-1], dtype=torch.int64)
         self._offset = int(self._output_segments[self._start_bucket])
+        # TorchRec's attribute: the first global row of this module, None when it is 0.
+        self._output_global_offset_tensor: torch.Tensor | None = (
+            torch.tensor([self._offset], dtype=torch.int64) if self._offset > 0 else None
+        )
         self.register_buffer("_bucket_sizes", sizes.to(self.device), persistent=False)
         self.register_buffer("_bucket_starts", (starts - self._offset).to(self.device), False)
         self._hash_zch_identities = torch.nn.Parameter(
@@ -273,12 +277,37 @@ class HashZchManagedCollisionModule(ManagedCollisionModule):
         )
 
     def reset_inference_mode(self) -> None:
+        """Lookups only from now on (`eval()`; no id is admitted or evicted)."""
         self._is_inference = True
         self.eval()
+
+    def reset_intrainer_bulk_eval_mode(self) -> None:
+        """TorchRec's in-trainer evaluation mode: lookups only, as `reset_inference_mode`."""
+        self.reset_inference_mode()
 
     def reset_training_mode(self) -> None:
         self._is_inference = False
         self.train()
+
+    @property
+    def max_probe(self) -> int:
+        """Rows an id probes."""
+        return self._max_probe
+
+    @property
+    def disable_fallback(self) -> bool:
+        """Whether ids that find no row are dropped (else they read their window's first row)."""
+        return self._disable_fallback
+
+    @property
+    def eviction_flag(self) -> int:
+        """TorchRec's kernel code of the eviction policy: 1 for LRU, else 0."""
+        return int(self._eviction_policy_name == HashZchEvictionPolicyName.LRU_EVICTION)
+
+    @property
+    def is_sharded(self) -> bool:
+        """Whether this module holds only some of the table's buckets (a row-wise shard)."""
+        return self._end_bucket - self._start_bucket < self._buckets
 
     # -- lookups -------------------------------------------------------------------------------
 
