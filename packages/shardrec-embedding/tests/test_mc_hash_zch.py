@@ -253,3 +253,36 @@ def test_a_ttl_policy_without_its_ttl_fails_at_the_first_training_lookup() -> No
     )
     with pytest.raises(ValueError, match="single_ttl"):
         _run(m, [1])
+
+
+@pytest.mark.parametrize(
+    ("policy", "flag"),
+    [
+        (None, 0),
+        (HashZchEvictionPolicyName.SINGLE_TTL_EVICTION, 0),
+        (HashZchEvictionPolicyName.LRU_EVICTION, 1),
+    ],
+)
+def test_torchrecs_read_only_attributes(
+    policy: HashZchEvictionPolicyName | None, flag: int
+) -> None:
+    """The attributes TorchRec's programs read (values as TorchRec 1.8 gives them)."""
+    config = None if policy is None else HashZchEvictionConfig(features=["f"], single_ttl=3)
+    module = HashZchManagedCollisionModule(
+        zch_size=16,
+        device=torch.device("cpu"),
+        total_num_buckets=4,
+        max_probe=5,
+        disable_fallback=True,
+        eviction_policy_name=policy,
+        eviction_config=config,
+    )
+    assert (module.max_probe, module.disable_fallback, module.eviction_flag) == (5, True, flag)
+    assert not module.is_sharded
+    assert module._output_global_offset_tensor is None
+    shard = module.rebuild_with_output_id_range((8, 16), [0, 4, 8, 12, 16])
+    assert shard.is_sharded
+    assert shard._output_global_offset_tensor is not None
+    assert shard._output_global_offset_tensor.tolist() == [8]
+    shard.reset_intrainer_bulk_eval_mode()
+    assert not shard.training
