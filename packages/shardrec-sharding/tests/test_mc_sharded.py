@@ -327,3 +327,31 @@ def test_sharded_state_dict_keys_are_the_unsharded_modules(pool_factory, kind): 
     assert (
         "_managed_collision_collection._managed_collision_modules.t._mch_sorted_raw_ids" in keys[0]
     )
+
+
+def _run_zero_hash_size(ctx: RankContext) -> str:
+    """Row-wise MCH with input_hash_size=0 cannot route ids: every rank refuses it at shard."""
+    env = ShardingEnv.from_process_group(ctx.pg)
+    mch = MCHManagedCollisionModule(
+        zch_size=ROWS,
+        device=torch.device("cpu"),
+        eviction_policy=LFU_EvictionPolicy(),
+        eviction_interval=1,
+        input_hash_size=0,
+    )
+    module = ManagedCollisionEmbeddingBagCollection(
+        _ebc(), ManagedCollisionCollection({"t": mch}, _configs())
+    )
+    plan = dict(
+        construct_module_sharding_plan(
+            module._embedding_module, {"t": row_wise()}, world_size=2, local_world_size=2
+        )
+    )
+    with pytest.raises(ValueError, match=r"input_hash_size is 0.*table_wise") as info:
+        ManagedCollisionEmbeddingBagCollectionSharder().shard(module, plan, env)
+    return str(info.value)
+
+
+def test_row_wise_mch_without_an_id_range_is_refused_on_every_rank(pool_factory):  # type: ignore[no-untyped-def]
+    messages = pool_factory(2).run(_run_zero_hash_size)
+    assert all("table 't'" in m for m in messages), messages

@@ -83,6 +83,11 @@ class ManagedCollisionCollection(nn.Module):
         need_preprocess: bool = True,
     ) -> None:
         super().__init__()
+        if not isinstance(managed_collision_modules, Mapping):
+            raise TypeError(
+                "ManagedCollisionCollection: managed_collision_modules must be a dict {table "
+                f"name: managed-collision module}}, got {type(managed_collision_modules).__name__}"
+            )
         names = [config.name for config in embedding_configs]
         missing = [name for name in names if name not in managed_collision_modules]
         if missing:
@@ -91,7 +96,14 @@ class ManagedCollisionCollection(nn.Module):
                 f"pass one per table (got modules for {list(managed_collision_modules)})"
             )
         for config in embedding_configs:
-            rows = managed_collision_modules[config.name].output_size()
+            module = managed_collision_modules[config.name]
+            if not isinstance(module, ManagedCollisionModule):
+                raise TypeError(
+                    f"ManagedCollisionCollection: the module of table {config.name!r} is a "
+                    f"{type(module).__name__}, not a ManagedCollisionModule; pass e.g. "
+                    "MCHManagedCollisionModule or HashZchManagedCollisionModule"
+                )
+            rows = module.output_size()
             if rows != config.num_embeddings:
                 raise ValueError(
                     f"ManagedCollisionCollection: table {config.name!r} has num_embeddings="

@@ -146,6 +146,7 @@ class ManagedCollisionEmbeddingCollection(BaseManagedCollisionEmbeddingCollectio
         return_remapped_features: bool = False,
         allow_in_place_embed_weight_update: bool = False,
     ) -> None:
+        _check_kind(embedding_collection, EmbeddingCollection, type(self).__name__)
         super().__init__(
             embedding_collection,
             managed_collision_collection,
@@ -160,6 +161,17 @@ class ManagedCollisionEmbeddingCollection(BaseManagedCollisionEmbeddingCollectio
         return module
 
 
+def _check_kind(module: nn.Module, kind: type[nn.Module], owner: str) -> None:
+    """`owner` wraps an embedding module of `kind` only (the other kind has its own class)."""
+    if not isinstance(module, kind):
+        other = {
+            EmbeddingBagCollection: "ManagedCollisionEmbeddingBagCollection",
+            EmbeddingCollection: "ManagedCollisionEmbeddingCollection",
+        }.get(type(module))
+        fix = f"; wrap it in {other}" if other else ""
+        raise TypeError(f"{owner} wraps an {kind.__name__}, got {type(module).__name__}{fix}")
+
+
 class ManagedCollisionEmbeddingBagCollection(BaseManagedCollisionEmbeddingCollection):
     """Pooled embeddings (`KeyedTensor`) of raw ids (TorchRec's MC-EBC)."""
 
@@ -170,6 +182,7 @@ class ManagedCollisionEmbeddingBagCollection(BaseManagedCollisionEmbeddingCollec
         return_remapped_features: bool = False,
         allow_in_place_embed_weight_update: bool = False,
     ) -> None:
+        _check_kind(embedding_bag_collection, EmbeddingBagCollection, type(self).__name__)
         super().__init__(
             embedding_bag_collection,
             managed_collision_collection,

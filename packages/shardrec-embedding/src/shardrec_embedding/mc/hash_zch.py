@@ -160,6 +160,8 @@ class HashZchManagedCollisionModule(ManagedCollisionModule):
         self._tb_logging_frequency = tb_logging_frequency
         self._disable_fallback = disable_fallback
         self._persist_hash_zch_bucket = persist_hash_zch_bucket
+        eviction_policy_name = _policy_name(table, eviction_policy_name)
+        _check_config(table, eviction_config)
         self._eviction_policy_name = eviction_policy_name
         self._eviction_config = eviction_config
         self._scorer: HashZchEvictionScorer | None = None
@@ -346,7 +348,7 @@ class HashZchManagedCollisionModule(ManagedCollisionModule):
 
     def _remap_one(self, name: str, jt: JaggedTensor, mutate_miss_lengths: bool) -> JaggedTensor:
         values = jt.values()
-        if values.is_floating_point() or values.is_complex():
+        if values.is_floating_point() or values.is_complex() or values.dtype == torch.bool:
             raise TypeError(
                 f"{self._describe()}: feature {name!r} has {values.dtype} ids; raw ids must be "
                 "integers (int64 or int32)"
@@ -421,6 +423,27 @@ class HashZchManagedCollisionModule(ManagedCollisionModule):
             held = rows >= 0
             metadata[rows[held]] = score[held]
         return rows
+
+
+def _policy_name(table: str, value: object) -> HashZchEvictionPolicyName | None:
+    """`value` as a policy name (its string value accepted too), or None."""
+    if value is None or isinstance(value, HashZchEvictionPolicyName):
+        return value
+    names = [p.value for p in HashZchEvictionPolicyName]
+    if value not in names:
+        raise ValueError(
+            f"{table}: unknown eviction_policy_name {value!r}; pass a HashZchEvictionPolicyName "
+            f"({names}) or None"
+        )
+    return HashZchEvictionPolicyName(value)
+
+
+def _check_config(table: str, config: object) -> None:
+    if config is not None and not isinstance(config, HashZchEvictionConfig):
+        raise TypeError(
+            f"{table}: eviction_config must be a HashZchEvictionConfig(features=..., "
+            f"single_ttl=...), got {type(config).__name__}"
+        )
 
 
 def set_clock(module: HashZchManagedCollisionModule, clock: Clock | None = None) -> None:

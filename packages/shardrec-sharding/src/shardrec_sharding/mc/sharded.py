@@ -64,6 +64,12 @@ class _Route:
             )
         assert plan.sharding_spec is not None
         shards = sorted(plan.sharding_spec.shards, key=lambda s: s.shard_offsets[0])
+        if len(shards) > 1 and isinstance(mc, MCHManagedCollisionModule) and mc.input_size() < 1:
+            raise ValueError(
+                f"table {table!r}: row-wise MCH routes an id by (id mod input_hash_size), and "
+                f"input_hash_size is {mc.input_size()}; build the module with input_hash_size "
+                ">= 1 (default 2**63 - 1) or plan the table table_wise"
+            )
         self.kind = kind
         self.table = table
         self.ranks = [s.rank for s in shards]
