@@ -14,6 +14,7 @@ from torch import nn
 
 from shardrec_embedding.configs import BaseEmbeddingConfig
 from shardrec_embedding.mc.base import ManagedCollisionModule
+from shardrec_embedding.mc.reused_rows import ReusedRows
 from shardrec_embedding.mc.scripted import ScriptedManagedCollisionCollection
 from shardrec_jagged import JaggedTensor, KeyedJaggedTensor, register_torchscript_types
 
@@ -130,6 +131,9 @@ class ManagedCollisionCollection(nn.Module):
         self._feature_names: list[str] = [
             feature for config in embedding_configs for feature in config.feature_names
         ]
+        # the rows an MC embedding collection resets (mc/reused_rows.py); kept here for
+        # `_remap_and_reset`, a torch.fx leaf that takes this collection
+        self._reused_rows = ReusedRows()
 
     def embedding_configs(self) -> Sequence[BaseEmbeddingConfig]:
         return self._embedding_configs
