@@ -21,46 +21,49 @@ __all__ = ["ReusedRows"]
 _INT64_MAX = torch.iinfo(torch.int64).max
 
 
-def _held_mask(module: nn.Module) -> torch.Tensor | None:
-    """`(zch_size,)` bool, rows holding an id now; None where every handed-out row is reset
-    (other module kinds, row-wise shards, `meta`)."""
+def _held_mask(module: nn.Module) -> tuple[torch.Tensor, int] | None:
+    """`((zch_size,) bool, first row)`: the module's rows holding an id now (a row-wise shard's
+    own rows, from its first global row); None where every handed-out row is reset (other
+    module kinds, `meta`)."""
     if not isinstance(module, MCHManagedCollisionModule):
         return None
     ids = module._mch_sorted_raw_ids
-    if ids.device.type == "meta" or module._output_global_offset != 0:
+    if ids.device.type == "meta":
         return None
+    offset = module._output_global_offset
     mask = torch.zeros(module._zch_size, dtype=torch.bool, device=ids.device)
-    mask[module._mch_remapped_ids_mapping[ids != _INT64_MAX]] = True
-    return mask
+    mask[module._mch_remapped_ids_mapping[ids != _INT64_MAX] - offset] = True
+    return mask, offset
 
 
 class ReusedRows:
     """Per table, the rows some id has held (see the module docstring)."""
 
     def __init__(self) -> None:
-        self._masks: dict[str, torch.Tensor | None] | None = None
+        self._masks: dict[str, tuple[torch.Tensor, int] | None] | None = None
 
     def invalidate(self) -> None:
         """Read the masks off the modules' state again (after a state-dict load)."""
         self._masks = None
 
     def prepare(self, modules: nn.ModuleDict) -> None:
-        """Before the collection's forward (`modules`: its MC modules by table): read the masks
-        if they are not current."""
+        """Before the MC modules' forward (`modules`: them by table, a sharded collection's
+        this rank's): read the masks if they are not current."""
         if self._masks is None:
             self._masks = {table: _held_mask(module) for table, module in modules.items()}
 
     def reused(self, handed_out: dict[str, torch.Tensor | None]) -> dict[str, torch.Tensor | None]:
-        """Of each table's rows handed to new ids this step, those some id held before; marks
-        all of them held."""
+        """Of each table's rows (global) handed to new ids this step, those some id held
+        before; marks all of them held."""
         masks = self._masks or {}
         out: dict[str, torch.Tensor | None] = {}
         for table, rows in handed_out.items():
-            mask = masks.get(table)
-            if rows is None or mask is None or rows.numel() == 0:
+            held = masks.get(table)
+            if rows is None or held is None or rows.numel() == 0:
                 out[table] = rows
                 continue
-            rows = rows.to(device=mask.device, dtype=torch.int64)
-            out[table] = rows[mask[rows]]
-            mask[rows] = True
+            mask, offset = held
+            local = rows.to(device=mask.device, dtype=torch.int64) - offset
+            out[table] = rows[mask[local].to(rows.device)]
+            mask[local] = True
         return out

@@ -10,8 +10,10 @@ keeps an MC module rebuilt over its rows. Table-wise: the table's rank owns ever
         --> the sharded EmbeddingBagCollection / EmbeddingCollection (whose row-wise shards
             are the same rows)
 
-Rows an owner hands to new ids are reset before the lookup: the row to the table's initializer
-in its local shard, its fused optimizer state (Adagrad's sum, Adam's moments) to zero.
+Rows an owner takes from other ids for new ids are reset before the lookup: the row to the
+table's initializer in its local shard, its fused optimizer state (Adagrad's sum, Adam's
+moments) to zero. Rows no id held keep their weights, as in the unsharded module
+(shardrec_embedding/mc/reused_rows.py).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from shardrec_embedding.mc import (
     MCHManagedCollisionModule,
 )
 from shardrec_embedding.mc.collection import _tables_features
+from shardrec_embedding.mc.reused_rows import ReusedRows
 from shardrec_jagged import JaggedTensor, KeyedJaggedTensor, KeyedTensor
 from shardrec_planner import ParameterSharding, ShardingType
 from shardrec_sharding.embedding import EmbeddingCollectionSharder
@@ -140,6 +143,11 @@ def _mc(module: nn.Module) -> ManagedCollisionModule:
     return module
 
 
+def _reread_reused_rows(module: nn.Module, incompatible_keys: object) -> None:
+    if isinstance(module, _ShardedMC):
+        module._reused_rows.invalidate()
+
+
 class _ShardedMC(nn.Module):
     """What the sharded MC collections share: the routes, the local MC modules (in
     `_managed_collision_collection`, as TorchRec's), the remap and the reset of rows handed to
@@ -174,6 +182,8 @@ class _ShardedMC(nn.Module):
             {r.table: r.local for r in self._routes if r.local is not None}
         )
         self._embedding_module = embedding_module
+        self._reused_rows = ReusedRows()
+        self.register_load_state_dict_post_hook(_reread_reused_rows)  # type: ignore[no-untyped-call]  # untyped in torch
         self._return_remapped = module._return_remapped_features
         self._configs = {c.name: c for c in mcc.embedding_configs()}
 
@@ -192,6 +202,7 @@ class _ShardedMC(nn.Module):
 
     def remap(self, features: KeyedJaggedTensor) -> KeyedJaggedTensor:
         """This rank's batch with raw ids replaced by rows (every rank must call it together)."""
+        self._reused_rows.prepare(self._managed_collision_modules)
         features = _tables_features(features, self._features)
         world = self._env.world_size
         parts = features.split(self._splits)
@@ -262,10 +273,10 @@ class _ShardedMC(nn.Module):
         params = dict(self._embedding_module.named_parameters())
         optimizer = getattr(self._embedding_module, "fused_optimizer", None)
         states = getattr(optimizer, "state", {})
+        handed_out = {r.table: r.local.evict() for r in self._routes if r.local is not None}
+        reused = self._reused_rows.reused(handed_out)  # not rows no id held (kept as built)
         for route in self._routes:
-            if route.local is None:
-                continue
-            rows = route.local.evict()
+            rows = reused.get(route.table)
             if rows is None or rows.numel() == 0:
                 continue
             weight = params[f"{self._container}.{route.table}.weight"]
