@@ -69,7 +69,7 @@ class HashZchManagedCollisionModule(ManagedCollisionModule):
         implemented (other values raise `NotImplementedError`).
     """
 
-    _hash_zch_metadata: torch.Tensor
+    _hash_zch_metadata: torch.Tensor | None
     _bucket_sizes: torch.Tensor
     _bucket_starts: torch.Tensor
 
@@ -188,10 +188,11 @@ class HashZchManagedCollisionModule(ManagedCollisionModule):
             torch.full((zch_size, 1), -1, dtype=torch.int64, device=self.device),
             requires_grad=False,
         )
-        self.register_buffer(
-            self.METADATA_BUFFER,
-            torch.full((zch_size, 1), -1, dtype=torch.int32, device=self.device),
-        )
+        # only with an eviction policy (TorchRec's state-dict keys)
+        metadata = torch.full((zch_size, 1), -1, dtype=torch.int32, device=self.device)
+        self.register_buffer(self.METADATA_BUFFER, metadata if self._scorer is not None else None)
+        self._kept_metadata: torch.Tensor | None = None  # set aside by reset_inference_mode
+        self._register_load_state_dict_pre_hook(_drop_metadata_in_inference, with_module=True)  # type: ignore[no-untyped-call]  # untyped in torch
         self.register_buffer(
             self.BUCKET_BUFFER,
             torch.tensor([[total_num_buckets]]),
@@ -279,17 +280,26 @@ class HashZchManagedCollisionModule(ManagedCollisionModule):
         )
 
     def reset_inference_mode(self) -> None:
-        """Lookups only from now on (`eval()`; no id is admitted or evicted)."""
+        """Lookups only from now on (`eval()`; no id is admitted or evicted). As TorchRec's, the
+        eviction metadata leaves the state dict (a loaded state's is ignored) until
+        `reset_training_mode()`."""
+        self.reset_intrainer_bulk_eval_mode()
+        if self._hash_zch_metadata is not None:
+            self._kept_metadata = self._hash_zch_metadata
+            self._hash_zch_metadata = None
+
+    def reset_intrainer_bulk_eval_mode(self) -> None:
+        """TorchRec's in-trainer evaluation mode: lookups only (the state dict unchanged)."""
         self._is_inference = True
         self.eval()
 
-    def reset_intrainer_bulk_eval_mode(self) -> None:
-        """TorchRec's in-trainer evaluation mode: lookups only, as `reset_inference_mode`."""
-        self.reset_inference_mode()
-
     def reset_training_mode(self) -> None:
+        """Admission (and eviction) again, with the metadata `reset_inference_mode` set aside."""
         self._is_inference = False
         self.train()
+        if self._kept_metadata is not None:
+            self._hash_zch_metadata = self._kept_metadata
+            self._kept_metadata = None
 
     @property
     def max_probe(self) -> int:
@@ -394,10 +404,10 @@ class HashZchManagedCollisionModule(ManagedCollisionModule):
         inverse: torch.Tensor,
     ) -> torch.Tensor:
         identities = self._hash_zch_identities.data.view(-1)
-        metadata = self._hash_zch_metadata.view(-1)
+        metadata = None if self._hash_zch_metadata is None else self._hash_zch_metadata.view(-1)
         new = rows < 0
         expiry, threshold = None, -1
-        if self._scorer is not None:
+        if self._scorer is not None and metadata is not None:
             expiry, threshold = metadata, self._scorer.gen_threshold()
             # ids of this batch keep their rows: nothing they hold is evicted by this batch
             metadata[rows[~new]] = torch.iinfo(torch.int32).max
@@ -415,7 +425,7 @@ class HashZchManagedCollisionModule(ManagedCollisionModule):
         if evicted.numel():
             self.stats.evictions += int(evicted.numel())
             self._evicted_indices.append(evicted)
-        if self._scorer is not None:
+        if self._scorer is not None and metadata is not None:
             per_id = self._scorer.gen_score(jt)
             score = torch.full_like(uniq, -1, dtype=torch.int32).scatter_reduce(
                 0, inverse, per_id, reduce="amax", include_self=True
@@ -423,6 +433,14 @@ class HashZchManagedCollisionModule(ManagedCollisionModule):
             held = rows >= 0
             metadata[rows[held]] = score[held]
         return rows
+
+
+def _drop_metadata_in_inference(
+    module: torch.nn.Module, state_dict: dict[str, object], prefix: str, *args: object
+) -> None:
+    """A module in inference mode (`reset_inference_mode`) ignores a loaded state's metadata."""
+    if isinstance(module, HashZchManagedCollisionModule) and module._hash_zch_metadata is None:
+        state_dict.pop(prefix + HashZchManagedCollisionModule.METADATA_BUFFER, None)
 
 
 def _policy_name(table: str, value: object) -> HashZchEvictionPolicyName | None:
