@@ -144,3 +144,18 @@ def test_scripting_an_mch_module_with_an_input_hash_func_is_refused() -> None:
     collection = ManagedCollisionCollection({"a": mch, "b": _mch()}, _configs())
     with pytest.raises(NotImplementedError, match="input_hash_func"):
         torch.jit.script(collection)
+
+
+def test_scripting_an_mc_embedding_collection_or_a_bare_module_is_refused() -> None:
+    from shardrec_embedding import EmbeddingBagCollection, EmbeddingBagConfig
+    from shardrec_embedding.mc import ManagedCollisionEmbeddingBagCollection
+
+    bags = [EmbeddingBagConfig(name="a", embedding_dim=4, num_embeddings=ROWS, feature_names=["f"])]
+    mc_ebc = ManagedCollisionEmbeddingBagCollection(
+        EmbeddingBagCollection(tables=bags), ManagedCollisionCollection({"a": _mch()}, bags)
+    ).eval()
+    with pytest.raises(NotImplementedError, match="script its ManagedCollisionCollection"):
+        torch.jit.script(mc_ebc)
+    for module in (_mch().eval(), _hash().eval()):
+        with pytest.raises(NotImplementedError, match="put it in a ManagedCollisionCollection"):
+            torch.jit.script(module)

@@ -122,6 +122,14 @@ class BaseManagedCollisionEmbeddingCollection(nn.Module):
         self._embedding_module = embedding_module
         self.register_load_state_dict_post_hook(_reread_reused_rows)  # type: ignore[no-untyped-call]  # untyped in torch
 
+    def __prepare_scriptable__(self) -> nn.Module:
+        raise NotImplementedError(
+            f"torch.jit.script of a {type(self).__name__} is not supported (TorchRec 1.8 "
+            "cannot script it on CPU either); script its ManagedCollisionCollection "
+            "(`module._managed_collision_collection`, eval mode) and its embedding module "
+            "separately, or trace the module with torch.fx"
+        )
+
     def forward(
         self,
         features: KeyedJaggedTensor,
