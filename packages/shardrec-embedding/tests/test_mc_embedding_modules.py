@@ -1,5 +1,6 @@
 """ManagedCollisionEmbeddingBagCollection / ...EmbeddingCollection and the adapters: outputs
-equal the plain collection on the remapped ids; rows freed by eviction are re-initialized."""
+equal the plain collection on the remapped ids; rows taken from other ids are re-initialized,
+rows no id held are kept (TorchRec's weights)."""
 
 from __future__ import annotations
 
@@ -63,7 +64,14 @@ def test_sequence_output_and_no_remapped_features_by_default() -> None:
     assert remapped is None and out["f"].values().shape == (2, 4)
 
 
-def test_evicted_rows_are_reset_to_the_tables_init_and_others_kept() -> None:
+def _owners(mc: ManagedCollisionEmbeddingBagCollection) -> dict[int, int]:
+    """{row: raw id holding it} of table "t"."""
+    module = mc._managed_collision_collection._managed_collision_modules["t"]
+    ids, rows = module._mch_sorted_raw_ids.tolist(), module._mch_remapped_ids_mapping.tolist()
+    return {row: raw for raw, row in zip(ids, rows, strict=True) if raw != (1 << 63) - 1}
+
+
+def _reset_case() -> tuple[ManagedCollisionEmbeddingBagCollection, torch.Tensor]:
     configs = [
         EmbeddingBagConfig(
             name="t",
@@ -80,17 +88,58 @@ def test_evicted_rows_are_reset_to_the_tables_init_and_others_kept() -> None:
     mc = ManagedCollisionEmbeddingBagCollection(
         ebc, _mcc(configs, 4), return_remapped_features=True
     )
-    _, remapped = mc(_kjt([7, 7, 8, 9]))  # 3 ids take 3 empty rows: they are reset
+    return mc, weight
+
+
+def test_rows_taken_from_other_ids_are_reset_and_fresh_rows_kept() -> None:
+    """Rows no id held keep their weights (TorchRec's); a row taken from another id is reset
+    to the table's init before the lookup; the others are kept."""
+    mc, weight = _reset_case()
+    initial = torch.arange(12.0).view(4, 3)
+    _, remapped = mc(_kjt([7, 7, 8, 9]))  # 3 ids take the 3 empty rows: kept as they are
     assert remapped is not None
-    taken = sorted(set(remapped.values().tolist()))
-    assert taken == [0, 1, 2]
-    torch.testing.assert_close(weight[:3], torch.full((3, 3), 0.5))
-    torch.testing.assert_close(weight[3], torch.tensor([9.0, 10.0, 11.0]))
+    assert sorted(set(remapped.values().tolist())) == [0, 1, 2]
+    torch.testing.assert_close(weight, initial)
+    before = _owners(mc)
+    mc(_kjt([20, 20, 20, 20, 21, 21, 21, 21]))  # frequent new ids evict rare old ones
+    changed = [row for row, raw in _owners(mc).items() if before[row] != raw]
+    assert changed
+    for row in range(4):
+        want = torch.full((3,), 0.5) if row in changed else initial[row]
+        torch.testing.assert_close(weight[row], want, msg=f"row {row}")
     mc.eval()
     with torch.no_grad():
-        weight.copy_(torch.arange(12.0).view(4, 3))
+        weight.copy_(initial)
     mc(_kjt([1, 2]))
-    torch.testing.assert_close(weight, torch.arange(12.0).view(4, 3))  # eval frees nothing
+    torch.testing.assert_close(weight, initial)  # eval frees nothing
+
+
+def test_after_a_state_dict_load_rows_held_in_the_loaded_state_are_reset() -> None:
+    trained, _ = _reset_case()
+    trained(_kjt([7, 7, 8, 9]))
+    mc, weight = _reset_case()
+    mc(_kjt([30, 31]))  # this module's own rows: 0 and 1 held
+    state = {k: v for k, v in trained.state_dict().items() if "_embedding_module" not in k}
+    mc.load_state_dict(state, strict=False)  # rows 0, 1, 2 held by 7, 8, 9
+    before = _owners(mc)
+    mc(_kjt([40, 40, 40, 40]))
+    changed = [row for row, raw in _owners(mc).items() if before.get(row) != raw]
+    assert changed and all(row in before for row in changed)
+    for row in changed:
+        torch.testing.assert_close(weight[row], torch.full((3,), 0.5), msg=f"row {row}")
+
+
+def test_traced_module_remaps_and_resets_as_the_eager_one() -> None:
+    eager, eager_weight = _reset_case()
+    traced_source, traced_weight = _reset_case()
+    traced = torch.fx.symbolic_trace(traced_source)
+    for ids in ([7, 7, 8, 9], [20, 20, 20, 20, 21, 21, 21, 21], [5, 6]):
+        want, want_ids = eager(_kjt(ids))
+        got, got_ids = traced(_kjt(ids))
+        assert got_ids is not None and want_ids is not None
+        assert torch.equal(got_ids.values(), want_ids.values())
+        torch.testing.assert_close(got.values(), want.values())
+        torch.testing.assert_close(traced_weight, eager_weight)
 
 
 def test_mismatched_configs_are_refused() -> None:
@@ -134,10 +183,12 @@ def test_default_init_reset_draws_fresh_uniform_rows_repeatably() -> None:
         with torch.no_grad():
             weight.fill_(100.0)
         mc = ManagedCollisionEmbeddingBagCollection(ebc, _mcc(configs, 6))
-        mc(_kjt([11, 12, 13]))  # three ids take three empty rows: those are redrawn
+        mc(_kjt([11, 12, 13, 14, 15, 15]))  # five ids take the five empty rows: kept
+        assert bool((weight == 100.0).all())
+        mc(_kjt([20, 20, 20, 20, 21, 21, 21, 21]))  # two rows taken from rare ids: redrawn
         fresh = weight[weight[:, 0] != 100.0]
-        assert fresh.shape == (3, 5)
+        assert fresh.shape == (2, 5)
         assert bool((fresh >= low).all()) and bool((fresh < high).all())
-        assert fresh.unique().numel() == 15
+        assert fresh.unique().numel() == 10
         results.append(weight.detach().clone())
     torch.testing.assert_close(results[0], results[1])

@@ -253,3 +253,69 @@ def test_a_ttl_policy_without_its_ttl_fails_at_the_first_training_lookup() -> No
     )
     with pytest.raises(ValueError, match="single_ttl"):
         _run(m, [1])
+
+
+@pytest.mark.parametrize(
+    ("policy", "flag"),
+    [
+        (None, 0),
+        (HashZchEvictionPolicyName.SINGLE_TTL_EVICTION, 0),
+        (HashZchEvictionPolicyName.LRU_EVICTION, 1),
+    ],
+)
+def test_torchrecs_read_only_attributes(
+    policy: HashZchEvictionPolicyName | None, flag: int
+) -> None:
+    """The attributes TorchRec's programs read (values as TorchRec 1.8 gives them)."""
+    config = None if policy is None else HashZchEvictionConfig(features=["f"], single_ttl=3)
+    module = HashZchManagedCollisionModule(
+        zch_size=16,
+        device=torch.device("cpu"),
+        total_num_buckets=4,
+        max_probe=5,
+        disable_fallback=True,
+        eviction_policy_name=policy,
+        eviction_config=config,
+    )
+    assert (module.max_probe, module.disable_fallback, module.eviction_flag) == (5, True, flag)
+    assert not module.is_sharded
+    assert module._output_global_offset_tensor is None
+    shard = module.rebuild_with_output_id_range((8, 16), [0, 4, 8, 12, 16])
+    assert shard.is_sharded
+    assert shard._output_global_offset_tensor is not None
+    assert shard._output_global_offset_tensor.tolist() == [8]
+    shard.reset_intrainer_bulk_eval_mode()
+    assert not shard.training
+
+
+def test_state_dict_keys_are_torchrecs_in_training_and_inference() -> None:
+    """Metadata only with an eviction policy; `reset_inference_mode` drops it from the state
+    dict (a training checkpoint still loads strictly) and `reset_training_mode` brings it back."""
+
+    def make(policy: bool) -> HashZchManagedCollisionModule:
+        config = HashZchEvictionConfig(features=["f"], single_ttl=1) if policy else None
+        name = HashZchEvictionPolicyName.SINGLE_TTL_EVICTION if policy else None
+        return HashZchManagedCollisionModule(
+            zch_size=8,
+            device=torch.device("cpu"),
+            total_num_buckets=2,
+            eviction_policy_name=name,
+            eviction_config=config,
+        )
+
+    base = ["_hash_zch_bucket", "_hash_zch_identities"]
+    assert sorted(make(False).state_dict()) == base
+    trained = make(True)
+    assert sorted(trained.state_dict()) == sorted([*base, "_hash_zch_metadata"])
+    trained({"f": JaggedTensor(values=torch.tensor([3, 4, 5]), lengths=torch.tensor([3]))})
+    saved = trained.state_dict()
+    serving = make(True)
+    serving.reset_inference_mode()
+    assert sorted(serving.state_dict()) == base
+    serving.load_state_dict(saved)  # strict: its metadata is ignored
+    assert torch.equal(serving._hash_zch_identities, trained._hash_zch_identities)
+    serving.reset_training_mode()
+    assert sorted(serving.state_dict()) == sorted([*base, "_hash_zch_metadata"])
+    trained.reset_inference_mode()
+    trained.reset_training_mode()
+    assert torch.equal(trained.state_dict()["_hash_zch_metadata"], saved["_hash_zch_metadata"])

@@ -36,6 +36,7 @@ from shardrec_sharding.mc import (
 from shardrec_testing import RankContext, assert_close, seeded_generator
 
 ROWS, DIM, HASH = 12, 4, 1 << 20
+EMPTY = (1 << 63) - 1  # an MCH slot's raw id while no id holds it
 STEPS = 4
 
 
@@ -83,9 +84,14 @@ def _batch(rank: int, step: int) -> KeyedJaggedTensor:
 
 
 def _reference_rows(
-    kind: str, world: int, rank: int, make: Callable[[], ManagedCollisionModule] | None = None
+    kind: str,
+    world: int,
+    rank: int,
+    make: Callable[[], ManagedCollisionModule] | None = None,
+    reused: list[torch.Tensor] | None = None,
 ) -> list[torch.Tensor]:
-    """Per step, this rank's remapped ids by per-owner unsharded MC modules."""
+    """Per step, this rank's remapped ids by per-owner unsharded MC modules; `reused` (MCH)
+    gets, per step, the rows the step took from other ids (those a sharded module resets)."""
     if kind == "table_wise":
         owners_bounds = [(0, ROWS)]
     else:
@@ -107,15 +113,22 @@ def _reference_rows(
                 owner = torch.remainder(ids, 2) if len(modules) == 2 else torch.zeros_like(ids)
             per_rank.append((ids, owner))
         mine = torch.empty_like(per_rank[rank][0])
+        taken: list[int] = []
         for d, module in enumerate(modules):
+            before = _owners(module) if isinstance(module, MCHManagedCollisionModule) else {}
             sent = [ids[owner == d] for ids, owner in per_rank]
             jt = JaggedTensor(
                 values=torch.cat(sent), lengths=torch.tensor([x.numel() for x in sent])
             )
             rows = module({"t": jt})["t"].values()
+            if before:
+                after = _owners(module)
+                taken += [row for row, raw in before.items() if raw != EMPTY and after[row] != raw]
             start = sum(x.numel() for x in sent[:rank])
             mine[per_rank[rank][1] == d] = rows[start : start + sent[rank].numel()]
         out.append(mine)
+        if reused is not None:
+            reused.append(torch.tensor(taken, dtype=torch.int64))
     return out
 
 
@@ -137,7 +150,8 @@ def _run(ctx: RankContext, kind: str) -> int:
     )
     sharded = _shard(ctx, kind, module, ManagedCollisionEmbeddingBagCollectionSharder())
     reference = _ebc()
-    expected_rows = _reference_rows(kind, ctx.world_size, ctx.rank)
+    reused: list[torch.Tensor] = []
+    expected_rows = _reference_rows(kind, ctx.world_size, ctx.rank, reused=reused)
     for step in range(STEPS):
         kjt = _batch(ctx.rank, step)
         got = sharded(kjt)[0].wait()  # type: ignore[index]
@@ -145,10 +159,8 @@ def _run(ctx: RankContext, kind: str) -> int:
         remapped = KeyedJaggedTensor(
             ["f", "g"], want_ids, lengths=kjt.permute([1, 0]).lengths(), stride=kjt.stride()
         )
-        # every row an id owns was reset (constant init) when handed to it; miss rows never
-        per = ROWS // (1 if kind == "table_wise" else ctx.world_size)
-        owned = torch.unique(want_ids[want_ids % per != per - 1])
-        evict({"t": owned}, reference)
+        # rows taken from other ids are reset (constant init); rows no id held are kept
+        evict({"t": reused[step]}, reference)
         assert_close(got.values(), reference(remapped).values(), msg=f"{kind} step {step}")
     return STEPS
 
@@ -193,7 +205,12 @@ def _run_training(ctx: RankContext) -> int:
         values = torch.randint(0, 40, (6,), generator=g) * (HASH // 40)
         kjt = KeyedJaggedTensor(["f", "g"], values, lengths=torch.tensor([2, 1, 2, 1]), stride=2)
         out = sharded(kjt)[0].wait()
-        changed = [row for row, raw in _owners(local).items() if before[row] != raw]
+        # rows taken from another id are reset; rows no id held keep their weights
+        changed = [
+            row
+            for row, raw in _owners(local).items()
+            if before[row] != raw and before[row] != EMPTY
+        ]
         for row in changed:
             assert torch.equal(weight[row - offset], torch.full((DIM,), 0.25)), (step, row)
             assert float(state[row - offset]) == 0.0, (step, row)
@@ -235,8 +252,8 @@ def _run_sequence(ctx: RankContext, kind: str) -> int:
     )
     sharded = _shard(ctx, kind, module, ManagedCollisionEmbeddingCollectionSharder())
     reference = _ec()
-    expected_rows = _reference_rows(kind, ctx.world_size, ctx.rank)
-    per = ROWS // (1 if kind == "table_wise" else ctx.world_size)
+    reused: list[torch.Tensor] = []
+    expected_rows = _reference_rows(kind, ctx.world_size, ctx.rank, reused=reused)
     for step in range(STEPS):
         kjt = _batch(ctx.rank, step)
         got = sharded(kjt)[0].wait()  # type: ignore[index]
@@ -244,7 +261,7 @@ def _run_sequence(ctx: RankContext, kind: str) -> int:
         remapped = KeyedJaggedTensor(
             ["f", "g"], want_ids, lengths=kjt.permute([1, 0]).lengths(), stride=kjt.stride()
         )
-        evict({"t": torch.unique(want_ids[want_ids % per != per - 1])}, reference)
+        evict({"t": reused[step]}, reference)
         want = reference(remapped)
         for feature in ("f", "g"):
             assert_close(got[feature].values(), want[feature].values(), msg=f"{kind} {step}")
@@ -285,3 +302,73 @@ def _run_hash(ctx: RankContext, kind: str) -> int:
 @pytest.mark.parametrize("kind", ["row_wise", "table_wise"])
 def test_sharded_hash_zch_routes_ids_to_their_buckets_rank(pool_factory, kind):  # type: ignore[no-untyped-def]
     assert pool_factory(2).run(_run_hash, kind) == [STEPS, STEPS]
+
+
+def _run_keys(ctx: RankContext, kind: str) -> list[str]:
+    """TorchRec's layout: the sharded module's MC modules live in `_managed_collision_collection`
+    (a `ShardedManagedCollisionCollection`) and its state-dict keys are the unsharded module's."""
+    from shardrec_sharding.mc import ShardedManagedCollisionCollection
+
+    env = ShardingEnv.from_process_group(ctx.pg)
+    module = ManagedCollisionEmbeddingBagCollection(
+        _ebc(), ManagedCollisionCollection({"t": _mch()}, _configs())
+    )
+    unsharded_keys = sorted(module.state_dict())
+    generator = row_wise() if kind == "row_wise" else table_wise(rank=0)
+    plan = dict(
+        construct_module_sharding_plan(
+            module._embedding_module, {"t": generator}, world_size=2, local_world_size=2
+        )
+    )
+    sharded = ManagedCollisionEmbeddingBagCollectionSharder().shard(module, plan, env)
+    collection = sharded._managed_collision_collection
+    assert isinstance(collection, ShardedManagedCollisionCollection)
+    owns = kind == "row_wise" or ctx.rank == 0
+    assert list(collection._managed_collision_modules) == (["t"] if owns else [])
+    assert sharded._managed_collision_modules is collection._managed_collision_modules
+    slots = sharded.open_slots()
+    rows = ROWS // 2 if kind == "row_wise" else ROWS
+    free = rows - 1  # MCH keeps its last row for ids it has not admitted
+    assert {k: v.tolist() for k, v in slots.items()} == ({"t": [free]} if owns else {})
+    sharded(_batch(ctx.rank, 0))[0].wait()
+    assert sharded.evict() == ({"t": None} if owns else {})  # the forward reset them already
+    keys = sorted(sharded.state_dict())
+    mc_keys = [k for k in unsharded_keys if k.startswith("_managed_collision_collection.")]
+    assert keys == (unsharded_keys if owns else sorted(set(unsharded_keys) - set(mc_keys))), keys
+    return keys
+
+
+@pytest.mark.parametrize("kind", ["row_wise", "table_wise"])
+def test_sharded_state_dict_keys_are_the_unsharded_modules(pool_factory, kind):  # type: ignore[no-untyped-def]
+    keys = pool_factory(2).run(_run_keys, kind)
+    assert (
+        "_managed_collision_collection._managed_collision_modules.t._mch_sorted_raw_ids" in keys[0]
+    )
+
+
+def _run_zero_hash_size(ctx: RankContext) -> str:
+    """Row-wise MCH with input_hash_size=0 cannot route ids: every rank refuses it at shard."""
+    env = ShardingEnv.from_process_group(ctx.pg)
+    mch = MCHManagedCollisionModule(
+        zch_size=ROWS,
+        device=torch.device("cpu"),
+        eviction_policy=LFU_EvictionPolicy(),
+        eviction_interval=1,
+        input_hash_size=0,
+    )
+    module = ManagedCollisionEmbeddingBagCollection(
+        _ebc(), ManagedCollisionCollection({"t": mch}, _configs())
+    )
+    plan = dict(
+        construct_module_sharding_plan(
+            module._embedding_module, {"t": row_wise()}, world_size=2, local_world_size=2
+        )
+    )
+    with pytest.raises(ValueError, match=r"input_hash_size is 0.*table_wise") as info:
+        ManagedCollisionEmbeddingBagCollectionSharder().shard(module, plan, env)
+    return str(info.value)
+
+
+def test_row_wise_mch_without_an_id_range_is_refused_on_every_rank(pool_factory):  # type: ignore[no-untyped-def]
+    messages = pool_factory(2).run(_run_zero_hash_size)
+    assert all("table 't'" in m for m in messages), messages

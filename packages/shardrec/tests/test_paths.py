@@ -248,6 +248,7 @@ shardrec.modules.hash_mc_metrics  shardrec_embedding.mc  ScalarLogger
 shardrec.modules.mc_adapter  shardrec_embedding.mc  McEmbeddingBagCollectionAdapter
     McEmbeddingCollectionAdapter
 shardrec.distributed.mc_modules  shardrec_sharding.mc  ManagedCollisionCollectionSharder
+    ShardedManagedCollisionCollection
 shardrec.distributed.mc_embeddingbag  shardrec_sharding.mc
     ManagedCollisionEmbeddingBagCollectionSharder ShardedManagedCollisionEmbeddingBagCollection
 shardrec.distributed.mc_embedding  shardrec_sharding.mc  ManagedCollisionEmbeddingCollectionSharder

@@ -66,6 +66,11 @@ def _mc_modules(
     mpzch_num_buckets, mpzch_max_probe = settings.mpzch_num_buckets, settings.mpzch_max_probe
     if zch_method not in _METHODS:
         raise ValueError(f"zch_method must be one of {list(_METHODS)}, got {zch_method!r}")
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(
+            f"world_size must be an int >= 1 (the ranks the tables will be sharded over), got "
+            f"{world_size!r}"
+        )
     out: dict[str, ManagedCollisionModule] = {}
     for config in configs:
         if zch_method == "sort_zch":

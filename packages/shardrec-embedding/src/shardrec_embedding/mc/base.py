@@ -107,6 +107,13 @@ class ManagedCollisionModule(nn.Module, abc.ABC):
     ) -> dict[str, JaggedTensor]:
         """Raw ids -> rows of the table."""
 
+    def __prepare_scriptable__(self) -> nn.Module:
+        raise NotImplementedError(
+            f"torch.jit.script of a bare {type(self).__name__} is not supported; put it in a "
+            "ManagedCollisionCollection and script that (a lookup-only twin, eval mode), or "
+            "trace the module in eval mode with torch.fx and script the trace"
+        )
+
     @abc.abstractmethod
     def forward(
         self,

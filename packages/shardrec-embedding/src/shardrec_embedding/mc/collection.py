@@ -14,7 +14,9 @@ from torch import nn
 
 from shardrec_embedding.configs import BaseEmbeddingConfig
 from shardrec_embedding.mc.base import ManagedCollisionModule
-from shardrec_jagged import JaggedTensor, KeyedJaggedTensor
+from shardrec_embedding.mc.reused_rows import ReusedRows
+from shardrec_embedding.mc.scripted import ScriptedManagedCollisionCollection
+from shardrec_jagged import JaggedTensor, KeyedJaggedTensor, register_torchscript_types
 
 __all__ = ["ManagedCollisionCollection"]
 
@@ -82,6 +84,11 @@ class ManagedCollisionCollection(nn.Module):
         need_preprocess: bool = True,
     ) -> None:
         super().__init__()
+        if not isinstance(managed_collision_modules, Mapping):
+            raise TypeError(
+                "ManagedCollisionCollection: managed_collision_modules must be a dict {table "
+                f"name: managed-collision module}}, got {type(managed_collision_modules).__name__}"
+            )
         names = [config.name for config in embedding_configs]
         missing = [name for name in names if name not in managed_collision_modules]
         if missing:
@@ -90,7 +97,14 @@ class ManagedCollisionCollection(nn.Module):
                 f"pass one per table (got modules for {list(managed_collision_modules)})"
             )
         for config in embedding_configs:
-            rows = managed_collision_modules[config.name].output_size()
+            module = managed_collision_modules[config.name]
+            if not isinstance(module, ManagedCollisionModule):
+                raise TypeError(
+                    f"ManagedCollisionCollection: the module of table {config.name!r} is a "
+                    f"{type(module).__name__}, not a ManagedCollisionModule; pass e.g. "
+                    "MCHManagedCollisionModule or HashZchManagedCollisionModule"
+                )
+            rows = module.output_size()
             if rows != config.num_embeddings:
                 raise ValueError(
                     f"ManagedCollisionCollection: table {config.name!r} has num_embeddings="
@@ -117,6 +131,9 @@ class ManagedCollisionCollection(nn.Module):
         self._feature_names: list[str] = [
             feature for config in embedding_configs for feature in config.feature_names
         ]
+        # the rows an MC embedding collection resets (mc/reused_rows.py); kept here for
+        # `_remap_and_reset`, a torch.fx leaf that takes this collection
+        self._reused_rows = ReusedRows()
 
     def embedding_configs(self) -> Sequence[BaseEmbeddingConfig]:
         return self._embedding_configs
@@ -136,6 +153,15 @@ class ManagedCollisionCollection(nn.Module):
             list(self._managed_collision_modules.keys()),
             self._table_feature_splits,
             mutate_miss_lengths,
+        )
+
+    def __prepare_scriptable__(self) -> nn.Module:
+        """What `torch.jit.script(collection)` compiles: the lookup-only twin of `mc.scripted`
+        (eval-mode remapping, the same state tensors)."""
+        register_torchscript_types()
+        modules = {table: _mc(module) for table, module in self._modules_by_table()}
+        return ScriptedManagedCollisionCollection(
+            modules, self._feature_names, self._table_feature_splits, self.training
         )
 
     def evict(self) -> dict[str, torch.Tensor | None]:

@@ -120,18 +120,27 @@ class BaseManagedCollisionEmbeddingCollection(nn.Module):
         self._return_remapped_features = return_remapped_features
         self._allow_in_place_embed_weight_update = allow_in_place_embed_weight_update
         self._embedding_module = embedding_module
+        self.register_load_state_dict_post_hook(_reread_reused_rows)  # type: ignore[no-untyped-call]  # untyped in torch
+
+    def __prepare_scriptable__(self) -> nn.Module:
+        raise NotImplementedError(
+            f"torch.jit.script of a {type(self).__name__} is not supported (TorchRec 1.8 "
+            "cannot script it on CPU either); script its ManagedCollisionCollection "
+            "(`module._managed_collision_collection`, eval mode) and its embedding module "
+            "separately, or trace the module with torch.fx"
+        )
 
     def forward(
         self,
         features: KeyedJaggedTensor,
         mutate_miss_lengths: bool = True,
     ) -> tuple[KeyedTensor | dict[str, JaggedTensor], KeyedJaggedTensor | None]:
-        features = self._managed_collision_collection(
-            features, mutate_miss_lengths=mutate_miss_lengths
+        features = _remap_and_reset(
+            self._managed_collision_collection,
+            self._embedding_module,
+            features,
+            mutate_miss_lengths,
         )
-        # rows handed to new ids this step are reset before the lookup reads them (TorchRec
-        # resets after it, so a new id's first lookup reads the evicted id's row)
-        evict(self._managed_collision_collection.evict(), self._embedding_module)
         embeddings = self._embedding_module(features)
         return embeddings, features if self._return_remapped_features else None
 
@@ -146,6 +155,7 @@ class ManagedCollisionEmbeddingCollection(BaseManagedCollisionEmbeddingCollectio
         return_remapped_features: bool = False,
         allow_in_place_embed_weight_update: bool = False,
     ) -> None:
+        _check_kind(embedding_collection, EmbeddingCollection, type(self).__name__)
         super().__init__(
             embedding_collection,
             managed_collision_collection,
@@ -160,6 +170,40 @@ class ManagedCollisionEmbeddingCollection(BaseManagedCollisionEmbeddingCollectio
         return module
 
 
+@torch.fx.wrap
+def _remap_and_reset(
+    collection: ManagedCollisionCollection,
+    embedding_module: nn.Module,
+    features: KeyedJaggedTensor,
+    mutate_miss_lengths: bool,
+) -> KeyedJaggedTensor:
+    """Raw ids -> rows; the rows taken from other ids this step are reset before the lookup
+    reads them (TorchRec does not reset them, so a new id reads and trains the evicted id's
+    row); rows no id held keep their initial weights, as in TorchRec (mc/reused_rows.py).
+    A leaf of torch.fx graphs: a traced module remaps and resets as the eager one."""
+    reused = collection._reused_rows
+    reused.prepare(collection._managed_collision_modules)
+    remapped: KeyedJaggedTensor = collection(features, mutate_miss_lengths=mutate_miss_lengths)
+    evict(reused.reused(collection.evict()), embedding_module)
+    return remapped
+
+
+def _reread_reused_rows(module: nn.Module, incompatible_keys: object) -> None:
+    if isinstance(module, BaseManagedCollisionEmbeddingCollection):
+        module._managed_collision_collection._reused_rows.invalidate()
+
+
+def _check_kind(module: nn.Module, kind: type[nn.Module], owner: str) -> None:
+    """`owner` wraps an embedding module of `kind` only (the other kind has its own class)."""
+    if not isinstance(module, kind):
+        other = {
+            EmbeddingBagCollection: "ManagedCollisionEmbeddingBagCollection",
+            EmbeddingCollection: "ManagedCollisionEmbeddingCollection",
+        }.get(type(module))
+        fix = f"; wrap it in {other}" if other else ""
+        raise TypeError(f"{owner} wraps an {kind.__name__}, got {type(module).__name__}{fix}")
+
+
 class ManagedCollisionEmbeddingBagCollection(BaseManagedCollisionEmbeddingCollection):
     """Pooled embeddings (`KeyedTensor`) of raw ids (TorchRec's MC-EBC)."""
 
@@ -170,6 +214,7 @@ class ManagedCollisionEmbeddingBagCollection(BaseManagedCollisionEmbeddingCollec
         return_remapped_features: bool = False,
         allow_in_place_embed_weight_update: bool = False,
     ) -> None:
+        _check_kind(embedding_bag_collection, EmbeddingBagCollection, type(self).__name__)
         super().__init__(
             embedding_bag_collection,
             managed_collision_collection,

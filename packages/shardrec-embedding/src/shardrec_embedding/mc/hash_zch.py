@@ -69,7 +69,7 @@ class HashZchManagedCollisionModule(ManagedCollisionModule):
         implemented (other values raise `NotImplementedError`).
     """
 
-    _hash_zch_metadata: torch.Tensor
+    _hash_zch_metadata: torch.Tensor | None
     _bucket_sizes: torch.Tensor
     _bucket_starts: torch.Tensor
 
@@ -160,6 +160,8 @@ class HashZchManagedCollisionModule(ManagedCollisionModule):
         self._tb_logging_frequency = tb_logging_frequency
         self._disable_fallback = disable_fallback
         self._persist_hash_zch_bucket = persist_hash_zch_bucket
+        eviction_policy_name = _policy_name(table, eviction_policy_name)
+        _check_config(table, eviction_config)
         self._eviction_policy_name = eviction_policy_name
         self._eviction_config = eviction_config
         self._scorer: HashZchEvictionScorer | None = None
@@ -176,16 +178,21 @@ class HashZchManagedCollisionModule(ManagedCollisionModule):
         sizes = torch.diff(torch.tensor(self._output_segments, dtype=torch.int64))
         starts = torch.tensor(self._output_segments[:-1], dtype=torch.int64)
         self._offset = int(self._output_segments[self._start_bucket])
+        # TorchRec's attribute: the first global row of this module, None when it is 0.
+        self._output_global_offset_tensor: torch.Tensor | None = (
+            torch.tensor([self._offset], dtype=torch.int64) if self._offset > 0 else None
+        )
         self.register_buffer("_bucket_sizes", sizes.to(self.device), persistent=False)
         self.register_buffer("_bucket_starts", (starts - self._offset).to(self.device), False)
         self._hash_zch_identities = torch.nn.Parameter(
             torch.full((zch_size, 1), -1, dtype=torch.int64, device=self.device),
             requires_grad=False,
         )
-        self.register_buffer(
-            self.METADATA_BUFFER,
-            torch.full((zch_size, 1), -1, dtype=torch.int32, device=self.device),
-        )
+        # only with an eviction policy (TorchRec's state-dict keys)
+        metadata = torch.full((zch_size, 1), -1, dtype=torch.int32, device=self.device)
+        self.register_buffer(self.METADATA_BUFFER, metadata if self._scorer is not None else None)
+        self._kept_metadata: torch.Tensor | None = None  # set aside by reset_inference_mode
+        self._register_load_state_dict_pre_hook(_drop_metadata_in_inference, with_module=True)  # type: ignore[no-untyped-call]  # untyped in torch
         self.register_buffer(
             self.BUCKET_BUFFER,
             torch.tensor([[total_num_buckets]]),
@@ -273,12 +280,46 @@ class HashZchManagedCollisionModule(ManagedCollisionModule):
         )
 
     def reset_inference_mode(self) -> None:
+        """Lookups only from now on (`eval()`; no id is admitted or evicted). As TorchRec's, the
+        eviction metadata leaves the state dict (a loaded state's is ignored) until
+        `reset_training_mode()`."""
+        self.reset_intrainer_bulk_eval_mode()
+        if self._hash_zch_metadata is not None:
+            self._kept_metadata = self._hash_zch_metadata
+            self._hash_zch_metadata = None
+
+    def reset_intrainer_bulk_eval_mode(self) -> None:
+        """TorchRec's in-trainer evaluation mode: lookups only (the state dict unchanged)."""
         self._is_inference = True
         self.eval()
 
     def reset_training_mode(self) -> None:
+        """Admission (and eviction) again, with the metadata `reset_inference_mode` set aside."""
         self._is_inference = False
         self.train()
+        if self._kept_metadata is not None:
+            self._hash_zch_metadata = self._kept_metadata
+            self._kept_metadata = None
+
+    @property
+    def max_probe(self) -> int:
+        """Rows an id probes."""
+        return self._max_probe
+
+    @property
+    def disable_fallback(self) -> bool:
+        """Whether ids that find no row are dropped (else they read their window's first row)."""
+        return self._disable_fallback
+
+    @property
+    def eviction_flag(self) -> int:
+        """TorchRec's kernel code of the eviction policy: 1 for LRU, else 0."""
+        return int(self._eviction_policy_name == HashZchEvictionPolicyName.LRU_EVICTION)
+
+    @property
+    def is_sharded(self) -> bool:
+        """Whether this module holds only some of the table's buckets (a row-wise shard)."""
+        return self._end_bucket - self._start_bucket < self._buckets
 
     # -- lookups -------------------------------------------------------------------------------
 
@@ -317,7 +358,7 @@ class HashZchManagedCollisionModule(ManagedCollisionModule):
 
     def _remap_one(self, name: str, jt: JaggedTensor, mutate_miss_lengths: bool) -> JaggedTensor:
         values = jt.values()
-        if values.is_floating_point() or values.is_complex():
+        if values.is_floating_point() or values.is_complex() or values.dtype == torch.bool:
             raise TypeError(
                 f"{self._describe()}: feature {name!r} has {values.dtype} ids; raw ids must be "
                 "integers (int64 or int32)"
@@ -363,10 +404,10 @@ class HashZchManagedCollisionModule(ManagedCollisionModule):
         inverse: torch.Tensor,
     ) -> torch.Tensor:
         identities = self._hash_zch_identities.data.view(-1)
-        metadata = self._hash_zch_metadata.view(-1)
+        metadata = None if self._hash_zch_metadata is None else self._hash_zch_metadata.view(-1)
         new = rows < 0
         expiry, threshold = None, -1
-        if self._scorer is not None:
+        if self._scorer is not None and metadata is not None:
             expiry, threshold = metadata, self._scorer.gen_threshold()
             # ids of this batch keep their rows: nothing they hold is evicted by this batch
             metadata[rows[~new]] = torch.iinfo(torch.int32).max
@@ -384,7 +425,7 @@ class HashZchManagedCollisionModule(ManagedCollisionModule):
         if evicted.numel():
             self.stats.evictions += int(evicted.numel())
             self._evicted_indices.append(evicted)
-        if self._scorer is not None:
+        if self._scorer is not None and metadata is not None:
             per_id = self._scorer.gen_score(jt)
             score = torch.full_like(uniq, -1, dtype=torch.int32).scatter_reduce(
                 0, inverse, per_id, reduce="amax", include_self=True
@@ -392,6 +433,35 @@ class HashZchManagedCollisionModule(ManagedCollisionModule):
             held = rows >= 0
             metadata[rows[held]] = score[held]
         return rows
+
+
+def _drop_metadata_in_inference(
+    module: torch.nn.Module, state_dict: dict[str, object], prefix: str, *args: object
+) -> None:
+    """A module in inference mode (`reset_inference_mode`) ignores a loaded state's metadata."""
+    if isinstance(module, HashZchManagedCollisionModule) and module._hash_zch_metadata is None:
+        state_dict.pop(prefix + HashZchManagedCollisionModule.METADATA_BUFFER, None)
+
+
+def _policy_name(table: str, value: object) -> HashZchEvictionPolicyName | None:
+    """`value` as a policy name (its string value accepted too), or None."""
+    if value is None or isinstance(value, HashZchEvictionPolicyName):
+        return value
+    names = [p.value for p in HashZchEvictionPolicyName]
+    if value not in names:
+        raise ValueError(
+            f"{table}: unknown eviction_policy_name {value!r}; pass a HashZchEvictionPolicyName "
+            f"({names}) or None"
+        )
+    return HashZchEvictionPolicyName(value)
+
+
+def _check_config(table: str, config: object) -> None:
+    if config is not None and not isinstance(config, HashZchEvictionConfig):
+        raise TypeError(
+            f"{table}: eviction_config must be a HashZchEvictionConfig(features=..., "
+            f"single_ttl=...), got {type(config).__name__}"
+        )
 
 
 def set_clock(module: HashZchManagedCollisionModule, clock: Clock | None = None) -> None:

@@ -39,10 +39,10 @@ InputHashFunc = Callable[[torch.Tensor, int], torch.Tensor]
 
 
 def _int_ids(name: str, values: torch.Tensor) -> torch.Tensor:
-    """`values` as int64 ids; float ids raise."""
-    if values.is_floating_point():
+    """`values` as int64 ids; float (and bool) ids raise."""
+    if values.is_floating_point() or values.is_complex() or values.dtype == torch.bool:
         raise TypeError(
-            f"feature {name} has floating-point ids; raw ids must be integers (int64 or int32)"
+            f"feature {name} has {values.dtype} ids; raw ids must be integers (int64 or int32)"
         )
     return values.to(torch.int64)
 
@@ -139,6 +139,15 @@ class MCHManagedCollisionModule(MCHRound, ManagedCollisionModule):
                 f"{table}: eviction_policy must be an MCHEvictionPolicy (LFU_EvictionPolicy(), "
                 f"LRU_EvictionPolicy(), DistanceLFU_EvictionPolicy()), got "
                 f"{type(eviction_policy).__name__}"
+            )
+        if (
+            isinstance(input_hash_size, bool)
+            or not isinstance(input_hash_size, int)
+            or input_hash_size < 0
+        ):
+            raise ValueError(
+                f"{table}: input_hash_size must be an int >= 0 (the raw ids' range; default "
+                f"2**63 - 1), got {input_hash_size!r}"
             )
         if output_segments is None:
             output_segments = [output_global_offset, output_global_offset + zch_size]
@@ -361,7 +370,8 @@ class MCHManagedCollisionModule(MCHRound, ManagedCollisionModule):
 
     def _check_ids(self, features: dict[str, JaggedTensor]) -> None:
         for name, jt in features.items():
-            if jt.values().is_floating_point() or jt.values().is_complex():
+            dtype = jt.values().dtype
+            if dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
                 raise TypeError(
                     f"{self._describe()}: feature {name!r} has {jt.values().dtype} ids; raw ids "
                     "must be integers (int64 or int32)"

@@ -82,6 +82,12 @@ class MCHEvictionPolicy(abc.ABC):
                 f"{type(self).__name__}: metadata {unknown} is not one the base policy maintains "
                 "('counts', 'last_access_iter'); override the metadata hooks to use it"
             )
+        if threshold_filtering_func is not None and not callable(threshold_filtering_func):
+            raise TypeError(
+                f"{type(self).__name__}: threshold_filtering_func must be a function (e.g. "
+                "functools.partial(dynamic_threshold_filter, threshold_skew_multiplier=10)) or "
+                f"None, got {type(threshold_filtering_func).__name__}"
+            )
         self._metadata_info = list(metadata_info)
         self._threshold_filtering_func = threshold_filtering_func
 

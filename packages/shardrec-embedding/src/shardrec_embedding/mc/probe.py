@@ -21,19 +21,20 @@ import torch
 
 __all__ = ["hash_ids", "insert", "lookup", "probe_slots"]
 
-_C1 = 0xFF51AFD7ED558CCD - (1 << 64)  # murmur3 fmix64 constants as signed int64
-_C2 = 0xC4CEB9FE1A85EC53 - (1 << 64)
-_LOW31 = (1 << 31) - 1
-_BLOCK = 8  # probes looked at per step of `lookup`
+# The functions hold their constants as locals: `torch.jit.script` compiles them (mc.scripted)
+# and TorchScript reads no module-level value.
 
 
 def hash_ids(ids: torch.Tensor) -> torch.Tensor:
     """murmur3's 64-bit finalizer of `ids: (N,)` int64 (wrapping arithmetic), `(N,)` int64."""
-    h = ids ^ ((ids >> 33) & _LOW31)
-    h = h * _C1
-    h = h ^ ((h >> 33) & _LOW31)
-    h = h * _C2
-    return h ^ ((h >> 33) & _LOW31)
+    c1 = -49064778989728563  # 0xFF51AFD7ED558CCD, murmur3 fmix64's constants as signed int64
+    c2 = -4265267296055464877  # 0xC4CEB9FE1A85EC53
+    low31 = 2147483647  # (1 << 31) - 1: an arithmetic shift's sign bits masked off
+    h = ids ^ ((ids >> 33) & low31)
+    h = h * c1
+    h = h ^ ((h >> 33) & low31)
+    h = h * c2
+    return h ^ ((h >> 33) & low31)
 
 
 def probe_slots(
@@ -48,16 +49,17 @@ def probe_slots(
 def lookup(identities: torch.Tensor, ids: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
     """Slot holding each id among its probe `slots: (N, P)`, or -1; `(N,)`.
 
-    Probes `_BLOCK` slots at a time and stops an id at its first empty slot: an id is never
+    Probes 8 slots at a time and stops an id at its first empty slot: an id is never
     stored past an empty slot of its window (`insert` takes the first free one, and slots are
     never freed), so most ids are resolved by the first block.
     """
+    step = 8  # probes looked at per round
     found = torch.full_like(ids, -1)
     pending = torch.arange(ids.numel(), device=ids.device)
-    for start in range(0, slots.size(1), _BLOCK):
+    for start in range(0, slots.size(1), step):
         if pending.numel() == 0:
             break
-        block = slots[pending, start : start + _BLOCK]
+        block = slots[pending, start : start + step]
         held = identities[block]
         hit = held == ids[pending, None]
         has_hit = hit.any(dim=1)

@@ -1,6 +1,7 @@
 """Sharders of the managed-collision modules (planner view; see `sharders`)."""
 
 from shardrec_sharding.mc.sharded import (
+    ShardedManagedCollisionCollection,
     ShardedManagedCollisionEmbeddingBagCollection,
     ShardedManagedCollisionEmbeddingCollection,
 )
@@ -16,6 +17,7 @@ __all__ = [
     "ManagedCollisionCollectionSharder",
     "ManagedCollisionEmbeddingBagCollectionSharder",
     "ManagedCollisionEmbeddingCollectionSharder",
+    "ShardedManagedCollisionCollection",
     "ShardedManagedCollisionEmbeddingBagCollection",
     "ShardedManagedCollisionEmbeddingCollection",
 ]

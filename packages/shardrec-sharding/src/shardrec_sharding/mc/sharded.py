@@ -10,8 +10,10 @@ keeps an MC module rebuilt over its rows. Table-wise: the table's rank owns ever
         --> the sharded EmbeddingBagCollection / EmbeddingCollection (whose row-wise shards
             are the same rows)
 
-Rows an owner hands to new ids are reset before the lookup: the row to the table's initializer
-in its local shard, its fused optimizer state (Adagrad's sum, Adam's moments) to zero.
+Rows an owner takes from other ids for new ids are reset before the lookup: the row to the
+table's initializer in its local shard, its fused optimizer state (Adagrad's sum, Adam's
+moments) to zero. Rows no id held keep their weights, as in the unsharded module
+(shardrec_embedding/mc/reused_rows.py).
 """
 
 from __future__ import annotations
@@ -31,12 +33,14 @@ from shardrec_embedding.mc import (
     MCHManagedCollisionModule,
 )
 from shardrec_embedding.mc.collection import _tables_features
+from shardrec_embedding.mc.reused_rows import ReusedRows
 from shardrec_jagged import JaggedTensor, KeyedJaggedTensor, KeyedTensor
 from shardrec_planner import ParameterSharding, ShardingType
 from shardrec_sharding.embedding import EmbeddingCollectionSharder
 from shardrec_sharding.embeddingbag import EmbeddingBagCollectionSharder
 
 __all__ = [
+    "ShardedManagedCollisionCollection",
     "ShardedManagedCollisionEmbeddingBagCollection",
     "ShardedManagedCollisionEmbeddingCollection",
 ]
@@ -63,6 +67,12 @@ class _Route:
             )
         assert plan.sharding_spec is not None
         shards = sorted(plan.sharding_spec.shards, key=lambda s: s.shard_offsets[0])
+        if len(shards) > 1 and isinstance(mc, MCHManagedCollisionModule) and mc.input_size() < 1:
+            raise ValueError(
+                f"table {table!r}: row-wise MCH routes an id by (id mod input_hash_size), and "
+                f"input_hash_size is {mc.input_size()}; build the module with input_hash_size "
+                ">= 1 (default 2**63 - 1) or plan the table table_wise"
+            )
         self.kind = kind
         self.table = table
         self.ranks = [s.rank for s in shards]
@@ -104,9 +114,44 @@ class _Route:
         return ranks[torch.div(torch.remainder(ids, size), block, rounding_mode="floor")]
 
 
+class ShardedManagedCollisionCollection(nn.Module):
+    """This rank's MC modules of a sharded MC collection (TorchRec's
+    `ShardedManagedCollisionCollection`, the attribute `_managed_collision_collection`): one per
+    table this rank owns rows of, rebuilt over those rows. Its state-dict keys are the unsharded
+    `ManagedCollisionCollection`'s (`_managed_collision_modules.<table>.<buffer>`), each rank
+    holding its own rows' state."""
+
+    def __init__(self, modules: Mapping[str, ManagedCollisionModule]) -> None:
+        super().__init__()
+        self._managed_collision_modules = nn.ModuleDict(dict(modules))
+
+    def evict(self) -> dict[str, torch.Tensor | None]:
+        """`{table: global rows freed since the last call (this rank's), or None}`; the sharded
+        forward calls it itself (and resets those rows), so after a forward it reads None."""
+        return {table: _mc(module).evict() for table, module in self._items()}
+
+    def open_slots(self) -> dict[str, torch.Tensor]:
+        """`{table: rows of this rank not owned by an id, (1,)}`."""
+        return {table: _mc(module).open_slots() for table, module in self._items()}
+
+    def _items(self) -> list[tuple[str, nn.Module]]:
+        return list(self._managed_collision_modules.items())
+
+
+def _mc(module: nn.Module) -> ManagedCollisionModule:
+    assert isinstance(module, ManagedCollisionModule)
+    return module
+
+
+def _reread_reused_rows(module: nn.Module, incompatible_keys: object) -> None:
+    if isinstance(module, _ShardedMC):
+        module._reused_rows.invalidate()
+
+
 class _ShardedMC(nn.Module):
-    """What the sharded MC collections share: the routes, the local MC modules, the remap and
-    the reset of rows handed to new ids; `_embedding_module` is the sharded collection."""
+    """What the sharded MC collections share: the routes, the local MC modules (in
+    `_managed_collision_collection`, as TorchRec's), the remap and the reset of rows handed to
+    new ids; `_embedding_module` is the sharded collection."""
 
     _container: str  # the sharded collection's attribute holding the tables
 
@@ -133,15 +178,31 @@ class _ShardedMC(nn.Module):
             if table not in params:
                 raise ValueError(f"table {table!r} has no entry in the plan; plan every table")
             self._routes.append(_Route(table, mc, params[table], env, dev))
-        self._managed_collision_modules = nn.ModuleDict(
+        self._managed_collision_collection = ShardedManagedCollisionCollection(
             {r.table: r.local for r in self._routes if r.local is not None}
         )
         self._embedding_module = embedding_module
+        self._reused_rows = ReusedRows()
+        self.register_load_state_dict_post_hook(_reread_reused_rows)  # type: ignore[no-untyped-call]  # untyped in torch
         self._return_remapped = module._return_remapped_features
         self._configs = {c.name: c for c in mcc.embedding_configs()}
 
+    @property
+    def _managed_collision_modules(self) -> nn.ModuleDict:
+        """This rank's MC modules by table (`_managed_collision_collection`'s)."""
+        return self._managed_collision_collection._managed_collision_modules
+
+    def evict(self) -> dict[str, torch.Tensor | None]:
+        """The sharded collection's `evict()` (this rank's tables)."""
+        return self._managed_collision_collection.evict()
+
+    def open_slots(self) -> dict[str, torch.Tensor]:
+        """The sharded collection's `open_slots()` (this rank's tables)."""
+        return self._managed_collision_collection.open_slots()
+
     def remap(self, features: KeyedJaggedTensor) -> KeyedJaggedTensor:
         """This rank's batch with raw ids replaced by rows (every rank must call it together)."""
+        self._reused_rows.prepare(self._managed_collision_modules)
         features = _tables_features(features, self._features)
         world = self._env.world_size
         parts = features.split(self._splits)
@@ -212,10 +273,10 @@ class _ShardedMC(nn.Module):
         params = dict(self._embedding_module.named_parameters())
         optimizer = getattr(self._embedding_module, "fused_optimizer", None)
         states = getattr(optimizer, "state", {})
+        handed_out = {r.table: r.local.evict() for r in self._routes if r.local is not None}
+        reused = self._reused_rows.reused(handed_out)  # not rows no id held (kept as built)
         for route in self._routes:
-            if route.local is None:
-                continue
-            rows = route.local.evict()
+            rows = reused.get(route.table)
             if rows is None or rows.numel() == 0:
                 continue
             weight = params[f"{self._container}.{route.table}.weight"]
