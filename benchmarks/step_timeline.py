@@ -111,7 +111,8 @@ def run_rank(rank: int, cfg: tt.Config, port: int, args: argparse.Namespace) -> 
     assert pg is not None
     instrument()
     model, opt, batches = tt.build_ours(cfg, pg, bucket_cap_mb=args.bucket_cap_mb)
-    model._dmp_wrapped_module.register_comm_hook(pg, ddp_hook)
+    # A lambda: DDP checks the hook's annotations, which `from __future__` makes strings.
+    model._dmp_wrapped_module.register_comm_hook(pg, lambda state, bucket: ddp_hook(state, bucket))
     if args.pipeline:
         step = tt.pipelined_step_fn("ours", model, opt, batches)
     else:
