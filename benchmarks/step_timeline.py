@@ -110,7 +110,9 @@ def run_rank(rank: int, cfg: tt.Config, port: int, args: argparse.Namespace) -> 
     pg = dist.group.WORLD
     assert pg is not None
     instrument()
-    model, opt, batches = tt.build_ours(cfg, pg, bucket_cap_mb=args.bucket_cap_mb)
+    model, opt, batches = tt.build_ours(
+        cfg, pg, bucket_cap_mb=args.bucket_cap_mb, sharding=args.sharding
+    )
     # A lambda: DDP checks the hook's annotations, which `from __future__` makes strings.
     model._dmp_wrapped_module.register_comm_hook(pg, lambda state, bucket: ddp_hook(state, bucket))
     if args.pipeline:
@@ -182,6 +184,7 @@ def main() -> None:
     parser.add_argument("--optimizer", choices=sorted(tt.OPTIMIZERS), default="adagrad")
     parser.add_argument("--bucket-cap-mb", type=float, default=None, help="DDP bucket cap")
     parser.add_argument("--batch", type=int, default=2048, help="samples per rank and step")
+    parser.add_argument("--sharding", choices=("table_wise", "row_wise"), default="table_wise")
     args = parser.parse_args()
     cfg = tt.Config(
         tables=26,
@@ -201,7 +204,8 @@ def main() -> None:
         skip_torchrec=True,
         pipeline=args.pipeline,
     )
-    print(f"loadavg before {tt._loadavg()}; {'pipeline' if args.pipeline else 'plain loop'}")
+    loop = "TrainPipelineSparseDist" if args.pipeline else "plain loop"
+    print(f"loadavg before {tt._loadavg()}; {loop}, {args.sharding}, {args.optimizer}")
     mp.start_processes(
         run_rank, args=(cfg, free_port(), args), nprocs=tt.WORLD, join=True, start_method="spawn"
     )

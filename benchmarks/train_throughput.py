@@ -57,7 +57,7 @@ from shardrec_embedding import EmbeddingBagCollection, EmbeddingBagConfig
 from shardrec_jagged import KeyedJaggedTensor
 from shardrec_models import DLRM, DLRMTrain
 from shardrec_optim import CombinedOptimizer, KeyedOptimizerWrapper, in_backward_optimizer_filter
-from shardrec_planner import ShardingPlan, construct_module_sharding_plan, table_wise
+from shardrec_planner import ShardingPlan, construct_module_sharding_plan, row_wise, table_wise
 from shardrec_sharding import EmbeddingBagCollectionSharder
 from shardrec_testing import free_port
 
@@ -149,11 +149,12 @@ def labels_for(cfg: Config, rank: int, i: int) -> torch.Tensor:
     return torch.randint(0, 2, (cfg.batch,), generator=g).float()
 
 
-def _check_split(lib: str, fused: Any, dense: Any, cfg: Config) -> None:
+def _check_split(lib: str, fused: Any, dense: Any, cfg: Config, every_table: bool = False) -> None:
     """Every local table trains in backward (fused), no table in the dense optimizer."""
     fused_tables = [k for k in fused if "embedding_bags" in k]
     dense_tables = [k for k in dense if "embedding_bags" in k]
-    local = len(range(dist.get_rank(), cfg.tables, WORLD))  # table i lives on rank i % WORLD
+    # table i lives on rank i % WORLD (table_wise), or a block of every table on each rank
+    local = cfg.tables if every_table else len(range(dist.get_rank(), cfg.tables, WORLD))
     if dense_tables or len(fused_tables) != local:
         raise RuntimeError(
             f"{lib}: tables not all fused on rank {dist.get_rank()}: fused {fused_tables}, "
@@ -165,10 +166,15 @@ def _check_split(lib: str, fused: Any, dense: Any, cfg: Config) -> None:
 
 
 def build_ours(
-    cfg: Config, pg: dist.ProcessGroup, precision: str = "fp32", bucket_cap_mb: float | None = None
+    cfg: Config,
+    pg: dist.ProcessGroup,
+    precision: str = "fp32",
+    bucket_cap_mb: float | None = None,
+    sharding: str = "table_wise",
 ) -> tuple[torch.nn.Module, Any, list[Batch]]:
     """Our DMP over DLRMTrain; `bucket_cap_mb`: DDP's bucket cap instead of the default
-    wrapper's 25 MiB (the default wrapper's other settings kept)."""
+    wrapper's 25 MiB (the default wrapper's other settings kept); `sharding` "row_wise": every
+    table row_wise instead (benchmarks/step_timeline.py; TorchRec's CPU path has no row_wise)."""
     fused_name, _, dense_cls = OPTIMIZERS[cfg.optimizer]
     tables = [
         EmbeddingBagConfig(
@@ -181,7 +187,12 @@ def build_ours(
     dlrm.set_dense_precision(precision)
     model = DLRMTrain(dlrm)
     module_plan = construct_module_sharding_plan(
-        ebc, {t.name: table_wise(rank=i % WORLD) for i, t in enumerate(tables)}, world_size=WORLD
+        ebc,
+        {
+            t.name: row_wise() if sharding == "row_wise" else table_wise(rank=i % WORLD)
+            for i, t in enumerate(tables)
+        },
+        world_size=WORLD,
     )
     sharder = EmbeddingBagCollectionSharder(
         fused_params={"optimizer": fused_name, "learning_rate": cfg.lr}
@@ -208,7 +219,9 @@ def build_ours(
         lambda params: dense_cls(params, lr=cfg.lr),
     )
     opt = CombinedOptimizer([dmp.fused_optimizer, dense])
-    _check_split("ours", dmp.fused_optimizer.params, dense.params, cfg)
+    _check_split(
+        "ours", dmp.fused_optimizer.params, dense.params, cfg, every_table=sharding == "row_wise"
+    )
     rank = dist.get_rank(pg)
     batches = [
         Batch(d, KeyedJaggedTensor(feature_names(cfg), v, lengths=n), labels_for(cfg, rank, i))
