@@ -145,13 +145,11 @@ def print_step(i: int, prof: Any, align: float, t0: float, t1: float) -> None:
     mark = next(e for e in events if e["name"] == "timeline: align")
     offset = align - mark["ts"] / 1e3 - t0  # trace us -> ms from the step's start
     rows: list[tuple[float, float, str]] = []
-    backward_end = 0.0
+    backward_end = 0.0  # the last autograd node's end (DDP's final wait comes after it)
     for e in events:
         name, start, dur = e["name"], e["ts"] / 1e3 + offset, e["dur"] / 1e3
         if e["tid"] != mark["tid"]:
             continue
-        if name == tt.PHASE_LABELS[2] or name.startswith("## backward"):
-            backward_end = max(backward_end, start + dur)
         prefix = "autograd::engine::evaluate_function: "
         if name.startswith(prefix) and dur >= 0.3:
             backward_end = max(backward_end, start + dur)
