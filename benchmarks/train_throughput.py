@@ -91,6 +91,7 @@ class Config:
     pipeline: bool = False
     dense_precision: str = "fp32"
     bucket_cap_mb: float | None = None
+    sharding: str = "table_wise"
 
 
 @dataclasses.dataclass
@@ -367,7 +368,7 @@ def run_rank(rank: int, cfg: Config, port: int, queue: Any) -> None:
         notes: dict[str, str] = {}
         if cfg.bucket_cap_mb is not None:
             torch.manual_seed(0)  # the same initial weights in both of ours (checked after)
-        model, opt, batches = build_ours(cfg, pg)
+        model, opt, batches = build_ours(cfg, pg, sharding=cfg.sharding)
         make_step = functools.partial(pipelined_step_fn, "ours") if cfg.pipeline else step_fn
         libs["ours"] = make_step(model, opt, batches)
         if cfg.dense_precision == "bf16":
@@ -376,7 +377,7 @@ def run_rank(rank: int, cfg: Config, port: int, queue: Any) -> None:
         if cfg.bucket_cap_mb is not None:
             torch.manual_seed(0)
             bucket_model, bucket_opt, bucket_batches = build_ours(
-                cfg, pg, bucket_cap_mb=cfg.bucket_cap_mb
+                cfg, pg, bucket_cap_mb=cfg.bucket_cap_mb, sharding=cfg.sharding
             )
             libs["ours_bucket"] = make_step(bucket_model, bucket_opt, bucket_batches)
         if not cfg.skip_torchrec:
@@ -645,6 +646,12 @@ def main() -> None:
         help="bf16: also time ours with the bf16 dense part (and the dense part alone in bf16)",
     )
     parser.add_argument(
+        "--sharding",
+        choices=("table_wise", "row_wise"),
+        default="table_wise",
+        help="row_wise: ours only (TorchRec's CPU path has no row_wise; implies --no-torchrec)",
+    )
+    parser.add_argument(
         "--bucket-cap-mb",
         type=float,
         default=None,
@@ -674,10 +681,11 @@ def main() -> None:
         batches=3,
         threads=args.threads,
         profile=args.profile,
-        skip_torchrec=args.no_torchrec,
+        skip_torchrec=args.no_torchrec or args.sharding == "row_wise",
         pipeline=args.pipeline,
         dense_precision=args.dense_precision,
         bucket_cap_mb=args.bucket_cap_mb,
+        sharding=args.sharding,
     )
     print(
         f"machine: {platform.platform()}, {os.cpu_count()} cpus, torch {torch.__version__}, "
@@ -689,7 +697,8 @@ def main() -> None:
     print(
         f"shapes: {cfg.tables} tables x {cfg.rows} rows x dim {cfg.dim} (one feature each), "
         f"{NUM_DENSE} dense, batch {cfg.batch} per rank, ~{cfg.ids} ids per bag, "
-        f"dense arch {cfg.dense_arch}, over arch {cfg.over_arch}, {WORLD} gloo ranks, table_wise, "
+        f"dense arch {cfg.dense_arch}, over arch {cfg.over_arch}, {WORLD} gloo ranks, "
+        f"{cfg.sharding}, "
         f"fused {OPTIMIZERS[cfg.optimizer][0]} + dense {OPTIMIZERS[cfg.optimizer][2].__name__}, "
         f"median of {cfg.repeats} steps after {cfg.warmup} warm-up, "
         f"{'TrainPipelineSparseDist' if cfg.pipeline else 'plain loop'}"
