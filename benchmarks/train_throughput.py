@@ -27,6 +27,8 @@ part alone in bf16, beside the fp32 rows and TorchRec's (fp32: it has no such op
 prints whether this CPU runs bfloat16 natively (avx512_bf16 / amx_bf16) or emulated.
 ``--bucket-cap-mb N`` also times ours with DDP buckets of N MiB (steps interleaved with the
 default wrapper's single bucket) and checks that the weights stay bit-identical to it.
+``--sharding row_wise`` shards every table row_wise in ours (TorchRec is then not run: its CPU
+path has no row_wise).
 Reports only; asserts nothing.
 """
 
