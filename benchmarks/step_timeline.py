@@ -32,6 +32,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import train_throughput as tt
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from shardrec_collectives import _primitives
@@ -87,7 +88,7 @@ def instrument() -> None:
     _primitives.Pending.wait = pending_wait  # type: ignore[method-assign]  # instrumentation
 
 
-def ddp_hook(state: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+def ddp_hook(state: Any, bucket: Any) -> torch.futures.Future[torch.Tensor]:
     """DDP's own all-reduce (`allreduce_hook`), stamped."""
     start = _now()
     fut = default_hooks.allreduce_hook(state, bucket)
@@ -114,7 +115,9 @@ def run_rank(rank: int, cfg: tt.Config, port: int, args: argparse.Namespace) -> 
         cfg, pg, bucket_cap_mb=args.bucket_cap_mb, sharding=args.sharding
     )
     # A lambda: DDP checks the hook's annotations, which `from __future__` makes strings.
-    model._dmp_wrapped_module.register_comm_hook(pg, lambda state, bucket: ddp_hook(state, bucket))
+    ddp = model._dmp_wrapped_module
+    assert isinstance(ddp, DistributedDataParallel)
+    ddp.register_comm_hook(pg, lambda state, bucket: ddp_hook(state, bucket))
     if args.pipeline:
         step = tt.pipelined_step_fn("ours", model, opt, batches)
     else:
