@@ -25,6 +25,10 @@ and, in the plain loop, the last profiled step's wall time per phase (`step_phas
 autocast, float32 master weights; a second model trained on the same batches) and the dense
 part alone in bf16, beside the fp32 rows and TorchRec's (fp32: it has no such option), and
 prints whether this CPU runs bfloat16 natively (avx512_bf16 / amx_bf16) or emulated.
+``--bucket-cap-mb N`` also times ours with DDP buckets of N MiB (steps interleaved with the
+default wrapper's single bucket) and checks that the weights stay bit-identical to it.
+``--sharding row_wise`` shards every table row_wise in ours (TorchRec is then not run: its CPU
+path has no row_wise).
 Reports only; asserts nothing.
 """
 
@@ -50,12 +54,12 @@ import torch.multiprocessing as mp
 from torch.profiler import record_function
 
 from shardrec_collectives import ShardingEnv
-from shardrec_dmp import DistributedModelParallel
+from shardrec_dmp import DefaultDataParallelWrapper, DistributedModelParallel
 from shardrec_embedding import EmbeddingBagCollection, EmbeddingBagConfig
 from shardrec_jagged import KeyedJaggedTensor
 from shardrec_models import DLRM, DLRMTrain
 from shardrec_optim import CombinedOptimizer, KeyedOptimizerWrapper, in_backward_optimizer_filter
-from shardrec_planner import ShardingPlan, construct_module_sharding_plan, table_wise
+from shardrec_planner import ShardingPlan, construct_module_sharding_plan, row_wise, table_wise
 from shardrec_sharding import EmbeddingBagCollectionSharder
 from shardrec_testing import free_port
 
@@ -88,6 +92,8 @@ class Config:
     skip_torchrec: bool
     pipeline: bool = False
     dense_precision: str = "fp32"
+    bucket_cap_mb: float | None = None
+    sharding: str = "table_wise"
 
 
 @dataclasses.dataclass
@@ -146,11 +152,12 @@ def labels_for(cfg: Config, rank: int, i: int) -> torch.Tensor:
     return torch.randint(0, 2, (cfg.batch,), generator=g).float()
 
 
-def _check_split(lib: str, fused: Any, dense: Any, cfg: Config) -> None:
+def _check_split(lib: str, fused: Any, dense: Any, cfg: Config, every_table: bool = False) -> None:
     """Every local table trains in backward (fused), no table in the dense optimizer."""
     fused_tables = [k for k in fused if "embedding_bags" in k]
     dense_tables = [k for k in dense if "embedding_bags" in k]
-    local = len(range(dist.get_rank(), cfg.tables, WORLD))  # table i lives on rank i % WORLD
+    # table i lives on rank i % WORLD (table_wise), or a block of every table on each rank
+    local = cfg.tables if every_table else len(range(dist.get_rank(), cfg.tables, WORLD))
     if dense_tables or len(fused_tables) != local:
         raise RuntimeError(
             f"{lib}: tables not all fused on rank {dist.get_rank()}: fused {fused_tables}, "
@@ -162,8 +169,15 @@ def _check_split(lib: str, fused: Any, dense: Any, cfg: Config) -> None:
 
 
 def build_ours(
-    cfg: Config, pg: dist.ProcessGroup, precision: str = "fp32"
+    cfg: Config,
+    pg: dist.ProcessGroup,
+    precision: str = "fp32",
+    bucket_cap_mb: float | None = None,
+    sharding: str = "table_wise",
 ) -> tuple[torch.nn.Module, Any, list[Batch]]:
+    """Our DMP over DLRMTrain; `bucket_cap_mb`: DDP's bucket cap instead of the default
+    wrapper's 25 MiB (the default wrapper's other settings kept); `sharding` "row_wise": every
+    table row_wise instead (benchmarks/step_timeline.py; TorchRec's CPU path has no row_wise)."""
     fused_name, _, dense_cls = OPTIMIZERS[cfg.optimizer]
     tables = [
         EmbeddingBagConfig(
@@ -176,23 +190,41 @@ def build_ours(
     dlrm.set_dense_precision(precision)
     model = DLRMTrain(dlrm)
     module_plan = construct_module_sharding_plan(
-        ebc, {t.name: table_wise(rank=i % WORLD) for i, t in enumerate(tables)}, world_size=WORLD
+        ebc,
+        {
+            t.name: row_wise() if sharding == "row_wise" else table_wise(rank=i % WORLD)
+            for i, t in enumerate(tables)
+        },
+        world_size=WORLD,
     )
     sharder = EmbeddingBagCollectionSharder(
         fused_params={"optimizer": fused_name, "learning_rate": cfg.lr}
     )
+    wrapper = None
+    if bucket_cap_mb is not None:
+        wrapper = DefaultDataParallelWrapper(
+            static_graph=False,
+            ddp_kwargs={
+                "gradient_as_bucket_view": True,
+                "broadcast_buffers": True,
+                "bucket_cap_mb": bucket_cap_mb,
+            },
+        )
     dmp = DistributedModelParallel(
         model,
         env=ShardingEnv.from_process_group(pg),
         plan=ShardingPlan(plan={EBC_PATH: module_plan}),
         sharders=[sharder],
+        data_parallel_wrapper=wrapper,
     )
     dense = KeyedOptimizerWrapper(
         dict(in_backward_optimizer_filter(dmp.named_parameters())),
         lambda params: dense_cls(params, lr=cfg.lr),
     )
     opt = CombinedOptimizer([dmp.fused_optimizer, dense])
-    _check_split("ours", dmp.fused_optimizer.params, dense.params, cfg)
+    _check_split(
+        "ours", dmp.fused_optimizer.params, dense.params, cfg, every_table=sharding == "row_wise"
+    )
     rank = dist.get_rank(pg)
     batches = [
         Batch(d, KeyedJaggedTensor(feature_names(cfg), v, lengths=n), labels_for(cfg, rank, i))
@@ -336,12 +368,20 @@ def run_rank(rank: int, cfg: Config, port: int, queue: Any) -> None:
         assert pg is not None
         libs: dict[str, StepFn] = {}
         notes: dict[str, str] = {}
-        model, opt, batches = build_ours(cfg, pg)
+        if cfg.bucket_cap_mb is not None:
+            torch.manual_seed(0)  # the same initial weights in both of ours (checked after)
+        model, opt, batches = build_ours(cfg, pg, sharding=cfg.sharding)
         make_step = functools.partial(pipelined_step_fn, "ours") if cfg.pipeline else step_fn
         libs["ours"] = make_step(model, opt, batches)
         if cfg.dense_precision == "bf16":
             bf16_model, bf16_opt, bf16_batches = build_ours(cfg, pg, "bf16")
             libs["ours_bf16"] = make_step(bf16_model, bf16_opt, bf16_batches)
+        if cfg.bucket_cap_mb is not None:
+            torch.manual_seed(0)
+            bucket_model, bucket_opt, bucket_batches = build_ours(
+                cfg, pg, bucket_cap_mb=cfg.bucket_cap_mb, sharding=cfg.sharding
+            )
+            libs["ours_bucket"] = make_step(bucket_model, bucket_opt, bucket_batches)
         if not cfg.skip_torchrec:
             try:
                 trc_model, trc_opt, trc_batches = build_torchrec(cfg, pg)
@@ -380,6 +420,20 @@ def run_rank(rank: int, cfg: Config, port: int, queue: Any) -> None:
                 for name in libs
                 if not name.startswith("dense")
             }
+        if cfg.bucket_cap_mb is not None:
+            # Same batches, same number of steps: the bucket layout must not change a bit.
+            same = all(
+                len(la) == len(lb) and all(map(torch.equal, la, lb))
+                for la, lb in zip(
+                    map(_local, model.state_dict().values()),
+                    map(_local, bucket_model.state_dict().values()),
+                    strict=True,
+                )
+            )
+            notes["ours_bucket"] = (
+                f"bucket_cap_mb={cfg.bucket_cap_mb}: weights bit-identical to the default "
+                f"wrapper's after the same steps (rank {rank}): {same}"
+            )
         if rank == 0:
             queue.put(("ok", {k: t.medians() for k, t in timings.items()}, notes, profiles))
         dist.barrier()
@@ -387,6 +441,11 @@ def run_rank(rank: int, cfg: Config, port: int, queue: Any) -> None:
     except Exception:
         queue.put(("error", rank, traceback.format_exc()))
         raise
+
+
+def _local(t: Any) -> list[torch.Tensor]:
+    """A state-dict value as plain tensors: this rank's shards of a sharded one."""
+    return [s.tensor for s in t.local_shards()] if hasattr(t, "local_shards") else [t]
 
 
 def dense_floor_step(cfg: Config, batches: list[Batch], precision: str = "fp32") -> StepFn:
@@ -588,6 +647,19 @@ def main() -> None:
         default="fp32",
         help="bf16: also time ours with the bf16 dense part (and the dense part alone in bf16)",
     )
+    parser.add_argument(
+        "--sharding",
+        choices=("table_wise", "row_wise"),
+        default="table_wise",
+        help="row_wise: ours only (TorchRec's CPU path has no row_wise; implies --no-torchrec)",
+    )
+    parser.add_argument(
+        "--bucket-cap-mb",
+        type=float,
+        default=None,
+        help="also time ours with this DDP bucket cap (MiB; the default wrapper's is 25: one "
+        "bucket for DLRM's 3 MB of dense gradients), steps interleaved with the default",
+    )
     args = parser.parse_args()
     dense_arch = [int(x) for x in args.dense_arch.split(",")]
     over_arch = [int(x) for x in args.over_arch.split(",")]
@@ -611,9 +683,11 @@ def main() -> None:
         batches=3,
         threads=args.threads,
         profile=args.profile,
-        skip_torchrec=args.no_torchrec,
+        skip_torchrec=args.no_torchrec or args.sharding == "row_wise",
         pipeline=args.pipeline,
         dense_precision=args.dense_precision,
+        bucket_cap_mb=args.bucket_cap_mb,
+        sharding=args.sharding,
     )
     print(
         f"machine: {platform.platform()}, {os.cpu_count()} cpus, torch {torch.__version__}, "
@@ -625,7 +699,8 @@ def main() -> None:
     print(
         f"shapes: {cfg.tables} tables x {cfg.rows} rows x dim {cfg.dim} (one feature each), "
         f"{NUM_DENSE} dense, batch {cfg.batch} per rank, ~{cfg.ids} ids per bag, "
-        f"dense arch {cfg.dense_arch}, over arch {cfg.over_arch}, {WORLD} gloo ranks, table_wise, "
+        f"dense arch {cfg.dense_arch}, over arch {cfg.over_arch}, {WORLD} gloo ranks, "
+        f"{cfg.sharding}, "
         f"fused {OPTIMIZERS[cfg.optimizer][0]} + dense {OPTIMIZERS[cfg.optimizer][2].__name__}, "
         f"median of {cfg.repeats} steps after {cfg.warmup} warm-up, "
         f"{'TrainPipelineSparseDist' if cfg.pipeline else 'plain loop'}"
@@ -647,6 +722,7 @@ def main() -> None:
     labels = {
         "ours": "shardrec (ours)",
         "ours_bf16": "shardrec (ours), bf16 dense part",
+        "ours_bucket": f"shardrec (ours), DDP bucket_cap_mb={cfg.bucket_cap_mb}",
         "torchrec": "TorchRec 1.8",
         "dense": "dense part alone (same math in both)",
         "dense_bf16": "dense part alone, bf16",

@@ -121,6 +121,54 @@ def test_dmp_default_ddp_settings(rank_pool: object) -> None:
     assert rank_pool.run(check_dmp_default_ddp) == [True, True]  # type: ignore[attr-defined]
 
 
+def check_bucket_layout_numerics(ctx: RankContext) -> bool:
+    """One DDP bucket (the default wrapper's 25 MiB) or one bucket per parameter: the dense
+    gradients, and the weights trained with them, are the same bits over several steps (each
+    element's all-reduce sums the same ranks' values whatever the bucket layout)."""
+    env = ShardingEnv.from_process_group(ctx.pg)
+    per_param = DefaultDataParallelWrapper(
+        static_graph=False,
+        ddp_kwargs={
+            "gradient_as_bucket_view": True,
+            "broadcast_buffers": True,
+            "bucket_cap_mb": 1e-6,  # every parameter in a bucket of its own
+        },
+    )
+    models = [
+        DistributedModelParallel(Model(), env=env),
+        DistributedModelParallel(Model(), env=env, data_parallel_wrapper=per_param),
+    ]
+    for step in range(3):
+        grads = []
+        for dmp in models:
+            dense = {n: p for n, p in dmp.named_parameters() if not n.startswith("ebc")}
+            for p in dense.values():
+                p.grad = None
+            x, kjt = batch(ctx.rank + 10 * step)
+            dmp(x, kjt).backward()
+            with torch.no_grad():
+                for p in dense.values():
+                    assert p.grad is not None
+                    p -= 0.1 * p.grad
+            grads.append({n: p.grad.clone() for n, p in dense.items() if p.grad is not None})
+        assert (
+            grads[0].keys()
+            == grads[1].keys()
+            == {"dense.weight", "dense.bias", "extra.weight", "extra.bias"}
+        )
+        for name, grad in grads[0].items():
+            assert torch.equal(grad, grads[1][name]), (step, name)
+    # The layouts compared: one bucket of all 21 dense values vs one per parameter.
+    buckets = [m._dmp_wrapped_module.reducer._get_zeros_like_grad_buckets() for m in models]
+    assert [len(b) for b in buckets] == [1, 4], [[x.buffer().numel() for x in b] for b in buckets]
+    weights = [dict(m.named_parameters()) for m in models]
+    return all(torch.equal(weights[0][n], weights[1][n]) for n in ("dense.weight", "extra.weight"))
+
+
+def test_bucket_layout_keeps_numerics(rank_pool: object) -> None:
+    assert rank_pool.run(check_bucket_layout_numerics) == [True, True]  # type: ignore[attr-defined]
+
+
 class Recording(DataParallelWrapper):
     def __init__(self) -> None:
         self.calls: list[tuple[int, str]] = []

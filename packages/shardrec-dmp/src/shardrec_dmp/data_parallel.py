@@ -127,6 +127,13 @@ def dmp_default_wrapper() -> DefaultDataParallelWrapper:
     all-reduce sums the same values, so gradients are bit-identical; it saves two copies of the
     dense gradients and a fresh allocation of them per step (measured -7 to -12 ms of CPU per
     DLRM step on 2 gloo ranks, docs/bench/dmp.md).
+
+    `bucket_cap_mb=25`: a DLRM's few MB of dense gradients fill one bucket, all-reduced once the
+    dense arch's last gradient is ready, on the same process group as the sharded modules'
+    collectives (gloo runs two collectives of a group at once). It completes under the fused
+    embedding update that follows in backward; smaller buckets start the over arch's part
+    earlier but measured no faster (docs/bench/dmp.md, session 12). Gradients are the same bits
+    whatever the bucket layout.
     """
     return DefaultDataParallelWrapper(
         static_graph=False,
