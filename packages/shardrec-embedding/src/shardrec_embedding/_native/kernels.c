@@ -712,13 +712,19 @@ static inline __attribute__((always_inline)) void sr_chunk_rows16(const sr_updat
                              a->lr, a->eps, dim);
     }
 }
+
+/* Not inlined: sr_chunk_update's other loops keep the code they had before. */
+static __attribute__((noinline)) void sr_chunk_rows32(const sr_update_args *a,
+                                                      const sr_chunk *c) {
+    sr_chunk_rows16(a, c, 32);
+}
 #endif
 
 static void sr_chunk_update(const sr_update_args *a, sr_chunk *c) {
     const int rowwise = a->kind == SR_KIND_ROWWISE_ADAGRAD;
     if (rowwise && a->dim == 32) {
 #ifdef __AVX512F__
-        sr_chunk_rows16(a, c, 32);
+        sr_chunk_rows32(a, c);
 #else
         sr_chunk_rows(a, c, 1, 32);
 #endif
