@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -396,6 +397,53 @@ def test_native_update_over_many_buckets_chunks_and_threads(
     finally:
         torch.set_num_threads(before)
     assert not torch.equal(got, weight)
+
+
+def _has_avx512f() -> bool:
+    try:
+        return " avx512f " in Path("/proc/cpuinfo").read_text().replace("\n", " ")
+    except OSError:
+        return False
+
+
+@needs_native
+@pytest.mark.skipif(not _has_avx512f(), reason="the 16-row block is the AVX-512 path")
+@pytest.mark.parametrize("rows", [16, 1000, 3001])
+def test_rowwise_adagrad_at_dim_32_sums_squares_in_its_fixed_order(rows: int) -> None:
+    """kernels.c's dim-32 rowwise Adagrad (16 rows a block, then the rest one by one) sums a
+    row's squares as lanes g[l]^2 + g[l + 16]^2 added l = 0..15 in turn (the order the
+    inlined `omp simd` loop had until session 12): bitwise a float32 reference in that order,
+    once-seen rows (their gradient is the bag's row times its per-sample weight)."""
+    gen = torch.Generator().manual_seed(rows)
+    dim, lr, eps = 32, 0.2, 1e-6
+    ids = torch.randperm(rows, generator=gen)
+    grad_out = torch.randn(rows, dim, generator=gen) * 3
+    psw = torch.rand(rows, generator=gen) + 0.5
+    weight = torch.randn(rows, dim, generator=gen)
+    momentum = torch.rand(rows, generator=gen)
+    w_ref, m_ref = weight.numpy().copy(), momentum.numpy().copy()
+    spec = NATIVE_SPECS[2]
+    grad = PooledGrad(
+        spec=spec, weight=weight, state={"momentum1": momentum}, ids=ids,
+        offsets=torch.arange(rows + 1), per_sample_weights=psw, mean=False,
+        grad_out=grad_out, learning_rate=lr, step=1,
+    )  # fmt: skip
+    native_rowwise_adagrad(grad, AdagradWorkspace())
+    f32 = np.float32
+    g = grad_out.numpy()
+    sq = g[:, :16] * g[:, :16] + g[:, 16:] * g[:, 16:]
+    total = sq[:, 0].copy()
+    for lane in range(1, 16):
+        total = (total + sq[:, lane]).astype(f32)
+    scale = psw.numpy()
+    rows_of = ids.numpy()
+    acc = (m_ref[rows_of] + scale * scale * total / f32(dim)).astype(f32)
+    mult = (f32(lr) / (np.sqrt(acc) + f32(eps)) * scale).astype(f32)
+    m_ref[rows_of] = acc
+    w_ref[rows_of] -= mult[:, None] * g
+    assert spec.eps == eps
+    assert np.array_equal(momentum.numpy(), m_ref)
+    assert np.array_equal(weight.numpy(), w_ref)
 
 
 def test_bucket_shift_widens_buckets_only_for_huge_tables() -> None:
