@@ -442,8 +442,10 @@ class Presorted:
         rows: int,
         shift: int,
         grad_stride: int,
+        batch: int,
     ) -> None:
         self.rows = rows
+        self.batch = batch  # the bags sorted (the gradient's rows)
         self.shift = shift
         self.grad_stride = grad_stride
         self.starts, self.entries = buffers
@@ -488,7 +490,7 @@ def native_segment_presort(
     buffers = workspace._lease_presort(((rows - 1) >> shift) + 1, num_entries)
     if buffers is None:
         return None
-    pre = Presorted(workspace, buffers, rows, shift, grad_stride)
+    pre = Presorted(workspace, buffers, rows, shift, grad_stride, batch_size)
     segs = _segments_array(segments)
     suffix, values = _values_for_kernel(values)
     sort = getattr(_lib(), f"sr_fused_sort_segments_{suffix}")
@@ -539,8 +541,7 @@ def native_presorted_update(
     from the second piece when its offset is past the split row's)."""
     presorted.wait()
     try:
-        whole = grad.shape[0] if second is None else second.split + second.rows.shape[0]
-        grad1, split_off = _second_piece(grad, second, whole, presorted.grad_stride)
+        grad1, split_off = _second_piece(grad, second, presorted.batch, presorted.grad_stride)
         rows, dim = weight.shape
         if rows != presorted.rows or (
             grad.shape[0] > 1 and grad.stride(0) != presorted.grad_stride
