@@ -103,7 +103,7 @@ def check_reduce_scatter_sink(ctx: RankContext) -> int:
         partial = rand("part", case, me, shape=(sum(b), dim)).requires_grad_(True)
         got: list[tuple[int, torch.Tensor, torch.Tensor]] = []
         out = reduce_scatter_pooled(
-            env, partial, b, gradient_sink=lambda *pieces: got.append(pieces)
+            env, partial, b, gradient_sink=lambda *pieces, into=got: into.append(pieces)
         ).wait()
         plain = partial.detach().clone().requires_grad_(True)
         want = reduce_scatter_pooled(env, plain, b).wait()

@@ -12,6 +12,7 @@ import copy
 
 import pytest
 import torch
+from test_fused_segments import BATCH, NAMES, READS, WIDTH, _batch, _groups, _segment_batch
 
 import shardrec_embedding.fused.segments as segments_module
 from shardrec_embedding._native import (
@@ -29,7 +30,6 @@ from shardrec_embedding.fused import (
     gradient_pieces,
     segment_lookup,
 )
-from test_fused_segments import BATCH, NAMES, READS, WIDTH, _batch, _groups, _segment_batch
 
 needs_native = pytest.mark.skipif(not native_available(), reason="no C compiler")
 
