@@ -160,3 +160,23 @@ def test_gradient_pieces_slot() -> None:
     with pytest.raises(RuntimeError, match="already holds a gradient"):
         slot.put(1, torch.zeros(1, 2), torch.zeros(1, 2))
     assert slot.take() is not None and slot.take() is None
+
+
+@needs_native
+def test_pieces_that_do_not_make_the_output_are_refused() -> None:
+    group = _groups("exact_row_wise_adagrad", seed=2)
+    values, lengths = _batch(0, torch.int64)
+    before = [m.packed_weight().clone() for m in group]
+    for first, rest in [
+        (torch.zeros(2, WIDTH), torch.zeros(BATCH - 3, WIDTH)),  # a row short
+        (torch.zeros(2, WIDTH - 1), torch.zeros(BATCH - 2, WIDTH - 1)),  # narrower
+        (torch.zeros(3, WIDTH), torch.zeros(BATCH - 3, WIDTH)),  # split elsewhere
+    ]:
+        out = segment_lookup(group, READS, values, lengths, BATCH, WIDTH, NAMES)
+        pieces = gradient_pieces(out)
+        assert pieces is not None
+        pieces.put(2, first, rest)
+        with pytest.raises(ValueError, match="do not make the lookup output's"):
+            out.backward(_zeros_marker())
+    for m, w in zip(group, before, strict=True):
+        assert torch.equal(m.packed_weight(), w)  # nothing updated

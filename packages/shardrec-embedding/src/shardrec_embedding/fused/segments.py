@@ -169,7 +169,7 @@ class _SegmentLookup(torch.autograd.Function):
         values, offsets = ctx.saved_tensors  # type: ignore[attr-defined]
         plan: _Plan = ctx.plan  # type: ignore[attr-defined]
         batch: int = ctx.batch  # type: ignore[attr-defined]
-        grad, second = _whole_or_pieces(plan, batch, grad, plan.pieces.take())
+        grad, second = _whole_or_pieces(plan, grad, plan.pieces.take())
         grad = grad.to(torch.float32)
         if grad.stride(-1) != 1 or grad.stride(0) < grad.shape[1]:
             grad = grad.contiguous()
@@ -189,7 +189,7 @@ class _SegmentLookup(torch.autograd.Function):
 
 
 def _whole_or_pieces(
-    plan: _Plan, batch: int, grad: Tensor, pieces: tuple[int, Tensor, Tensor] | None
+    plan: _Plan, grad: Tensor, pieces: tuple[int, Tensor, Tensor] | None
 ) -> tuple[Tensor, GradientPiece | None]:
     """The gradient the update reads: autograd's alone, autograd's plus `GradientPieces`' in
     one tensor, or (autograd's being zeros, every group one-pass, the pieces fp32 rows of
@@ -197,17 +197,23 @@ def _whole_or_pieces(
     if pieces is None:
         return grad, None
     split, first, rest = pieces
-    fits = (
-        grad.dim() == 2
-        and grad.numel() > 0
-        and grad.stride() == (0, 0)
-        and float(grad[0, 0]) == 0.0
-        and all(_RULES[m.spec.optimizer] != "sgd" for m in plan.groups)
-        and first.shape == (split, plan.width)
-        and rest.shape == (batch - split, plan.width)
-    )
-    if not fits:
+    if (
+        first.dim() != 2
+        or rest.dim() != 2
+        or (first.shape[0] + rest.shape[0], first.shape[1]) != tuple(grad.shape)
+        or rest.shape[1] != first.shape[1]
+        or first.shape[0] != split
+    ):
+        raise ValueError(
+            f"gradient pieces of shapes {tuple(first.shape)} and {tuple(rest.shape)} split at "
+            f"row {split} do not make the lookup output's {tuple(grad.shape)}"
+        )
+    zeros = grad.numel() > 0 and grad.stride() == (0, 0) and float(grad[0, 0]) == 0.0
+    if not zeros:
         return grad + torch.cat([first, rest]), None
+    if any(_RULES[m.spec.optimizer] == "sgd" for m in plan.groups):
+        # autograd's zeros add nothing (and would turn a -0.0 gradient into +0.0)
+        return torch.cat([first, rest]), None
     # rows of one piece at row stride W (a copy only if autograd gave them otherwise)
     first, rest = (p.to(torch.float32).contiguous() for p in (first, rest))
     return first, GradientPiece(split=split, rows=rest)
