@@ -91,6 +91,39 @@ def check_reduce_scatter(ctx: RankContext) -> int:
     return 4
 
 
+def check_reduce_scatter_sink(ctx: RankContext) -> int:
+    """`gradient_sink`: on two gloo ranks the gradient of `partial` comes in two row pieces
+    (the whole one where the pair path does not run) and autograd gets zeros; the pieces
+    together are exactly the gradient the sink-less reduce-scatter gives."""
+    env, world, me = env_of(ctx), ctx.world_size, ctx.rank
+    dim = 3
+    pair = world == 2 and env.backend == "gloo"
+    for case in range(4):
+        b = batches(world, case)
+        partial = rand("part", case, me, shape=(sum(b), dim)).requires_grad_(True)
+        got: list[tuple[int, torch.Tensor, torch.Tensor]] = []
+        out = reduce_scatter_pooled(
+            env, partial, b, gradient_sink=lambda *pieces, into=got: into.append(pieces)
+        ).wait()
+        plain = partial.detach().clone().requires_grad_(True)
+        want = reduce_scatter_pooled(env, plain, b).wait()
+        assert torch.equal(out, want)
+        grads = [rand("grad", case, s, shape=(b[s], dim)) for s in range(world)]
+        (out * grads[me]).sum().backward()
+        (want * grads[me]).sum().backward()
+        assert partial.grad is not None and plain.grad is not None
+        if pair:
+            assert len(got) == 1
+            split, first, second = got[0]
+            assert split == b[0] and first.shape == (b[0], dim) and second.shape == (b[1], dim)
+            assert torch.equal(torch.cat([first, second]), plain.grad)
+            assert torch.equal(partial.grad, torch.zeros_like(partial))
+        else:
+            assert got == []
+            assert torch.equal(partial.grad, plain.grad)
+    return 4
+
+
 def check_all_gather(ctx: RankContext) -> int:
     env, world, me = env_of(ctx), ctx.world_size, ctx.rank
     dim = 2
@@ -238,6 +271,7 @@ def check_vb_reduce_scatter(ctx: RankContext) -> int:
     [
         check_pooled_all_to_all,
         check_reduce_scatter,
+        check_reduce_scatter_sink,
         check_all_gather,
         check_vb_pooled_all_to_all,
         check_vb_reduce_scatter,

@@ -18,7 +18,11 @@ from shardrec_collectives._held import track
 from shardrec_collectives.awaitable import Awaitable
 from shardrec_collectives.env import ShardingEnv
 
-__all__ = ["reduce_scatter_pooled", "variable_batch_reduce_scatter_pooled"]
+__all__ = ["GradientSink", "reduce_scatter_pooled", "variable_batch_reduce_scatter_pooled"]
+
+GradientSink = Callable[[int, torch.Tensor, torch.Tensor], None]
+"""`sink(split, first, second)`: takes the gradient of `partial` in two row pieces, rows
+`[0, split)` in `first` and `[split, B)` in `second` (see `reduce_scatter_pooled`)."""
 
 
 def reduce_scatter_pooled(
@@ -26,6 +30,8 @@ def reduce_scatter_pooled(
     partial: torch.Tensor,
     batch_size_per_rank: Sequence[int],
     codecs: qcomm.QuantizedCommCodecs | None = None,
+    *,
+    gradient_sink: GradientSink | None = None,
 ) -> Awaitable[torch.Tensor]:
     """Sum `partial` over ranks; each rank keeps the rows of its own samples.
 
@@ -37,6 +43,13 @@ def reduce_scatter_pooled(
     codecs: quantize each rank's chunk before it is sent (forward) and the gradient before it
         is gathered (backward), summing the decoded chunks in float32 (`qcomm.
         linked_reduce_scatter`; every rank passes the same); None: exact.
+    gradient_sink: where two gloo ranks exchange exactly (the pair path below), the backward
+        hands `partial`'s gradient to the sink in two row pieces, this rank's rows as autograd
+        gave them and the other rank's as received (no copy into one tensor), and gives
+        autograd zeros (a zero-stride expanded scalar) for `partial`: `partial`'s true
+        gradient is autograd's plus the pieces, and the sink's owner (the producer of
+        `partial`, e.g. `shardrec_embedding.fused.segment_lookup`) must add them. Elsewhere
+        ignored (autograd gets the whole gradient).
     """
     codecs = qcomm.checked_codecs(codecs, "reduce_scatter_pooled")
     _checks.per_rank(env, "batch_size_per_rank", batch_size_per_rank)
@@ -52,7 +65,8 @@ def reduce_scatter_pooled(
     batch = batch_size_per_rank[env.rank]
     flat = partial.reshape(-1)
     if codecs is None and env.world_size == 2 and env.backend == "gloo":
-        receive = _pair_reduce_scatter(env, flat, counts)
+        sink = gradient_sink if dim and partial.requires_grad else None
+        receive = _pair_reduce_scatter(env, flat, counts, dim, sink)
     elif codecs is None:
         receive = prim.linked_reduce_scatter_v(env, flat, counts)
     else:
@@ -65,7 +79,11 @@ def reduce_scatter_pooled(
 
 
 def _pair_reduce_scatter(
-    env: ShardingEnv, send: torch.Tensor, counts: Sequence[int]
+    env: ShardingEnv,
+    send: torch.Tensor,
+    counts: Sequence[int],
+    dim: int,
+    sink: GradientSink | None,
 ) -> Callable[[], torch.Tensor]:
     """`prim.linked_reduce_scatter_v` for two gloo ranks, without moving this rank's own chunk
     through gloo: each rank sends the other its chunk (a view of `send`: no copy), and on wait
@@ -77,6 +95,9 @@ def _pair_reduce_scatter(
     it while that exchange runs: the same values, bit for bit (the same sums; copies). The sum
     is taken in place in the received chunk (float addition commutes exactly, so `theirs +
     mine` is `mine + theirs` bit for bit): no new 6.8 MB result a step at the benchmark's shape.
+    With a `sink` (`reduce_scatter_pooled`'s `gradient_sink`), the backward receives the other
+    rank's gradient into a buffer of its own and hands both pieces to the sink: no `full`, no
+    copy of the own gradient (session 12, s12-rowwise).
     """
     rank, other = env.rank, 1 - env.rank
     at = [0, counts[0]]
@@ -87,6 +108,17 @@ def _pair_reduce_scatter(
     out_splits[other], in_splits[other] = counts[rank], counts[other]
     pending = prim.all_to_all(env, to_other, in_splits, out_splits)
     grad = prim.needs_grad(env, send)
+
+    def pieces(g: torch.Tensor) -> torch.Tensor:
+        """Backward with a sink: the other rank's gradient received, both rows handed over."""
+        assert sink is not None
+        theirs = prim.all_to_all(env, g, out_splits, in_splits).wait()
+        own_rows, their_rows = g.view(-1, dim), theirs.view(-1, dim)
+        if rank == 0:
+            sink(counts[0] // dim, own_rows, their_rows)
+        else:
+            sink(counts[0] // dim, their_rows, own_rows)
+        return g.new_zeros(()).expand(sum(counts))
 
     def gather(g: torch.Tensor) -> torch.Tensor:
         """Backward: every rank's gradient in rank order (`all_gather_v`'s result)."""
@@ -110,7 +142,7 @@ def _pair_reduce_scatter(
 
     def finish() -> torch.Tensor:
         theirs = pending.wait()  # a fresh buffer of this rank's chunk: summed in place
-        return prim.link(send, theirs.add_(mine), gather, grad)
+        return prim.link(send, theirs.add_(mine), gather if sink is None else pieces, grad)
 
     return finish
 

@@ -12,6 +12,7 @@ from shardrec_embedding._native.ops import (
 from shardrec_embedding._native.updates import (
     MAX_IDS,
     AdagradWorkspace,
+    GradientPiece,
     Presorted,
     native_adagrad,
     native_presorted_update,
@@ -26,6 +27,7 @@ __all__ = [
     "MAX_DIM",
     "MAX_IDS",
     "AdagradWorkspace",
+    "GradientPiece",
     "NativeUnavailableWarning",
     "Presorted",
     "native_adagrad",

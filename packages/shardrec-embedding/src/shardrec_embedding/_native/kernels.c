@@ -427,6 +427,10 @@ typedef struct {
     int64_t kind, dim, shift;
     float *weight, *state;
     const float *grad;
+    /* The gradient in two row pieces (session 12, s12-rowwise): an entry's goff at or past
+     * split_off reads grad1 + (goff - split_off) instead (one piece: grad1 = grad, 0). */
+    const float *grad1;
+    int64_t split_off;
     const sr_entry *entries;
     int64_t num_entries;
     float lr, eps;
@@ -461,6 +465,11 @@ typedef struct {
 #define SR_ROW_FAR 64
 #define SR_ROW_WRITE_MIN_DIM 64
 
+/* An entry's gradient row: grad + goff, or in the second piece (sr_update_args). */
+static inline const float *sr_grad_row(const sr_update_args *a, int32_t goff) {
+    return goff < a->split_off ? a->grad + goff : a->grad1 + (goff - a->split_off);
+}
+
 /* Entries ahead whose gradient rows sr_bucket_gather prefetches into the L2. */
 #define SR_GRAD_AHEAD 16
 
@@ -479,11 +488,11 @@ static inline __attribute__((always_inline)) void sr_bucket_gather_dim(
         /* the gradient rows of the ids ahead (possibly in the next bucket): a repeated row
          * reads its gradients here, a once-seen row in the chunk's update loop soon after */
         if (e + SR_GRAD_AHEAD < a->num_entries)
-            sr_prefetch_row(a->grad + entries[e + SR_GRAD_AHEAD].goff, dim);
+            sr_prefetch_row(sr_grad_row(a, entries[e + SR_GRAD_AHEAD].goff), dim);
         const sr_entry en = entries[e];
         const int32_t l = en.local;
         const int32_t n = count[l]++;
-        const float *g = a->grad + en.goff;
+        const float *g = sr_grad_row(a, en.goff);
         if (n == 0) {
             const int64_t r = row0 + l;
             if (c->nitems < SR_ROW_FAR) { /* rows the update loop's far prefetch misses */
@@ -777,17 +786,22 @@ void sr_fused_update(int64_t kind, float *weight, float *state, int64_t rows, in
     sr_bucket_sort_i64(&seg, 1, num_bags, ids, offsets, psw, grad_stride, shift, buckets, starts,
                        entries);
     const int64_t total = starts[buckets - 1]; /* the sorted entries */
-    const sr_update_args args = {kind, dim, shift, weight, state, grad, entries, total, lr, eps};
+    const sr_update_args args = {kind, dim,     shift, weight, state, grad,
+                                 grad, INT64_MAX, entries, total, lr, eps};
     sr_fused_apply(&args, buckets, starts, local_ws, items_ws, acc_ws, cap, num_threads);
 }
 
 /* The same update straight from a KJT and the lookup's `(B, total_dim)` output gradient: the
- * segments of one packed group (table-local ids, no shift, no gradient copy). */
+ * segments of one packed group (table-local ids, no shift, no gradient copy). The gradient may
+ * lie in two row pieces with the same row stride: offsets from split_off on (the second
+ * piece's first row times grad_stride) read grad1 (one piece: grad1 = grad, split_off past
+ * every offset, e.g. INT64_MAX). */
 #define SR_DEFINE_SEGMENT_UPDATE(NAME, SORT, IDX)                                              \
     void NAME(int64_t kind, float *weight, float *state, int64_t rows, int64_t dim,            \
               const sr_update_segment *segs, int64_t num_segments, int64_t batch,              \
               const IDX *values, const int64_t *offsets, const float *psw, const float *grad,  \
-              int64_t grad_stride, float lr, float eps, int64_t shift, int32_t *starts,        \
+              const float *grad1, int64_t split_off, int64_t grad_stride, float lr, float eps, \
+              int64_t shift, int32_t *starts,                                                  \
               sr_entry *entries, int32_t *local_ws, sr_item *items_ws, float *acc_ws,          \
               int64_t cap, int num_threads) {                                                  \
         if (batch <= 0 || rows <= 0 || num_segments <= 0) return;                              \
@@ -795,8 +809,8 @@ void sr_fused_update(int64_t kind, float *weight, float *state, int64_t rows, in
         SORT(segs, num_segments, batch, values, offsets, psw, grad_stride, shift, buckets,     \
              starts, entries);                                                                 \
         const int64_t total = starts[buckets - 1];                                             \
-        const sr_update_args args = {kind,  dim,     shift, weight, state,                     \
-                                     grad,  entries, total, lr,     eps};                      \
+        const sr_update_args args = {kind,  dim,       shift,   weight, state, grad,           \
+                                     grad1, split_off, entries, total,  lr,    eps};           \
         sr_fused_apply(&args, buckets, starts, local_ws, items_ws, acc_ws, cap, num_threads);  \
     }
 
@@ -824,12 +838,14 @@ SR_DEFINE_SEGMENT_SORT(sr_fused_sort_segments_i64, sr_bucket_sort_i64, int64_t)
 SR_DEFINE_SEGMENT_SORT(sr_fused_sort_segments_i32, sr_bucket_sort_i32, int32_t)
 
 void sr_fused_apply_sorted(int64_t kind, float *weight, float *state, int64_t rows, int64_t dim,
-                           const float *grad, float lr, float eps, int64_t shift,
+                           const float *grad, const float *grad1, int64_t split_off, float lr,
+                           float eps, int64_t shift,
                            const int32_t *starts, const sr_entry *entries, int32_t *local_ws,
                            sr_item *items_ws, float *acc_ws, int64_t cap, int num_threads) {
     if (rows <= 0) return;
     const int64_t buckets = ((rows - 1) >> shift) + 1;
     const int64_t total = starts[buckets - 1];
-    const sr_update_args args = {kind, dim, shift, weight, state, grad, entries, total, lr, eps};
+    const sr_update_args args = {kind, dim,       shift,   weight, state, grad,
+                                 grad1, split_off, entries, total, lr,    eps};
     sr_fused_apply(&args, buckets, starts, local_ws, items_ws, acc_ws, cap, num_threads);
 }

@@ -8,6 +8,7 @@ the one-pass kernel `sr_fused_update` (kernels.c; docs/design/native-kernels.md)
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import os
 import queue
 import threading
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_IDS",
     "AdagradWorkspace",
+    "GradientPiece",
     "Presorted",
     "bucket_shift",
     "native_adagrad",
@@ -270,6 +272,46 @@ def _values_for_kernel(values: Tensor) -> tuple[str, Tensor]:
     return suffix, values.contiguous()
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GradientPiece:
+    """The second row piece of a gradient in two pieces: rows `[split, B)` of the whole are
+    `rows[0 : B - split]` (same row stride and dtype as the first piece, unit column stride)."""
+
+    split: int
+    rows: Tensor
+
+
+def _second_piece(
+    grad: Tensor, second: GradientPiece | None, batch_size: int, stride: int
+) -> tuple[int, int]:
+    """The kernel's (second pointer, split offset) for `grad` and its optional second piece,
+    both read with row stride `stride` (the sort's)."""
+    if second is None:
+        return grad.data_ptr(), _ONE_PIECE
+    split, rows = second.split, second.rows
+    if not 0 <= split <= min(batch_size, grad.shape[0]) or rows.shape[0] < batch_size - split:
+        raise ValueError(
+            f"a gradient piece split at row {split} needs rows [split, {batch_size}) in its "
+            f"second piece, got {rows.shape[0]} rows"
+        )
+    if (
+        rows.dtype is not grad.dtype
+        or rows.shape[1:] != grad.shape[1:]
+        or (rows.shape[0] > 1 and rows.stride(0) != stride)
+        or (rows.numel() and rows.stride(1) != 1)
+    ):
+        raise ValueError(
+            f"the gradient's second piece must match the first's dtype, width and row stride: "
+            f"{rows.dtype} {tuple(rows.shape)} stride {rows.stride()} against {grad.dtype} "
+            f"{tuple(grad.shape)} stride {grad.stride()}"
+        )
+    return rows.data_ptr(), split * stride
+
+
+_ONE_PIECE = 2**63 - 1
+"""The kernel's split offset for a gradient in one piece (past every offset)."""
+
+
 def native_segment_update(
     rule: str,
     weight: Tensor,
@@ -283,6 +325,8 @@ def native_segment_update(
     eps: float,
     workspace: AdagradWorkspace,
     num_entries: int,
+    *,
+    second: GradientPiece | None = None,
 ) -> None:
     """The one-pass update of one packed group straight from a KJT and the lookup's output
     gradient (no id shift, no gradient copy), in place.
@@ -295,10 +339,13 @@ def native_segment_update(
     num_entries: the segments' ids in all (a key read by two segments counts twice).
     The same update, in the same summation order, as the group's own ids concatenated in
     segment order through `native_rowwise_adagrad` / `native_adagrad`.
+    second: the gradient in two row pieces: rows `[0, split)` are `grad`'s, rows `[split, B)`
+        the piece's (`GradientPiece`; the same row stride); None: `grad` holds every row.
     """
     if batch_size <= 0 or num_entries == 0 or not segments:
         return
-    if max(num_entries, grad.shape[0] * grad.stride(0)) > MAX_IDS:
+    grad1, split_off = _second_piece(grad, second, batch_size, grad.stride(0))
+    if max(num_entries, batch_size * grad.stride(0)) > MAX_IDS:
         raise ValueError(
             f"the native update takes at most {MAX_IDS} ids and gradient elements a batch, "
             f"got {num_entries} ids and a {tuple(grad.shape)} gradient"
@@ -324,6 +371,8 @@ def native_segment_update(
         _PTR(offsets.data_ptr()),
         _PTR(None),
         _PTR(grad.data_ptr()),
+        _PTR(grad1),
+        _I64(split_off),
         _I64(grad.stride(0)),
         ctypes.c_float(learning_rate),
         ctypes.c_float(eps),
@@ -393,8 +442,10 @@ class Presorted:
         rows: int,
         shift: int,
         grad_stride: int,
+        batch: int,
     ) -> None:
         self.rows = rows
+        self.batch = batch  # the bags sorted (the gradient's rows)
         self.shift = shift
         self.grad_stride = grad_stride
         self.starts, self.entries = buffers
@@ -439,7 +490,7 @@ def native_segment_presort(
     buffers = workspace._lease_presort(((rows - 1) >> shift) + 1, num_entries)
     if buffers is None:
         return None
-    pre = Presorted(workspace, buffers, rows, shift, grad_stride)
+    pre = Presorted(workspace, buffers, rows, shift, grad_stride, batch_size)
     segs = _segments_array(segments)
     suffix, values = _values_for_kernel(values)
     sort = getattr(_lib(), f"sr_fused_sort_segments_{suffix}")
@@ -479,13 +530,18 @@ def native_presorted_update(
     learning_rate: float,
     eps: float,
     workspace: AdagradWorkspace,
+    *,
+    second: GradientPiece | None = None,
 ) -> None:
     """Steps 2 and 3 of `native_segment_update` from `native_segment_presort`'s sort: bitwise
     the same weights and state as `native_segment_update` on the same arguments. Waits for the
     sort, then releases `presorted`. grad: `(B, W)` fp32, unit column stride, row stride the
-    presort's `grad_stride`; weight: the `rows` the presort was given."""
+    presort's `grad_stride`; weight: the `rows` the presort was given. second: as
+    `native_segment_update`'s (the sort needs no change: the kernel reads an entry's gradient
+    from the second piece when its offset is past the split row's)."""
     presorted.wait()
     try:
+        grad1, split_off = _second_piece(grad, second, presorted.batch, presorted.grad_stride)
         rows, dim = weight.shape
         if rows != presorted.rows or (
             grad.shape[0] > 1 and grad.stride(0) != presorted.grad_stride
@@ -504,6 +560,8 @@ def native_presorted_update(
             _I64(rows),
             _I64(dim),
             _PTR(grad.data_ptr()),
+            _PTR(grad1),
+            _I64(split_off),
             ctypes.c_float(learning_rate),
             ctypes.c_float(eps),
             _I64(presorted.shift),

@@ -10,7 +10,9 @@ from shardrec_embedding.fused.collection import (
 from shardrec_embedding.fused.convert import fuse_embedding_optimizer
 from shardrec_embedding.fused.lookup import KERNELS, Backend, FusedLookupFunction, fused_update
 from shardrec_embedding.fused.segments import (
+    GradientPieces,
     SegmentRead,
+    gradient_pieces,
     segment_lookup,
     segment_lookup_unsupported,
 )
@@ -25,11 +27,13 @@ __all__ = [
     "FusedLookupFunction",
     "FusedTable",
     "FusedTableSpec",
+    "GradientPieces",
     "OptimizerArg",
     "OptimizerType",
     "SegmentRead",
     "fuse_embedding_optimizer",
     "fused_update",
+    "gradient_pieces",
     "resolve_optimizer",
     "segment_lookup",
     "segment_lookup_unsupported",

@@ -31,6 +31,7 @@ from torch import Tensor
 from shardrec_embedding._native import (
     MAX_DIM,
     MAX_IDS,
+    GradientPiece,
     Presorted,
     native_pooled_into,
     native_presorted_update,
@@ -44,7 +45,13 @@ from shardrec_embedding.fused.kernels import native_backward_unsupported, native
 from shardrec_embedding.fused.lookup import KERNELS
 from shardrec_optim import EmbOptimType
 
-__all__ = ["SegmentRead", "segment_lookup", "segment_lookup_unsupported"]
+__all__ = [
+    "GradientPieces",
+    "SegmentRead",
+    "gradient_pieces",
+    "segment_lookup",
+    "segment_lookup_unsupported",
+]
 
 _RULES = {
     EmbOptimType.EXACT_ROWWISE_ADAGRAD: "rowwise_adagrad",
@@ -90,6 +97,40 @@ def segment_lookup_unsupported(module: object, values: Tensor) -> str | None:
     return native_backward_unsupported(module.spec, weight, empty, None)
 
 
+class GradientPieces:
+    """Where a consumer of a `segment_lookup` output hands part of its gradient in two row
+    pieces instead of through autograd (the row-wise reduce-scatter's backward: its own rows
+    and the other rank's, received, with no copy into one `(B, W)` tensor; session 12).
+
+    `put(split, first, second)`: rows `[0, split)` of the gradient in `first`, `[split, B)`
+    in `second`, to be added to what autograd delivers (the putter gives autograd zeros for
+    them). The lookup's backward takes them: when autograd's gradient is those zeros (a
+    zero-stride scalar expanded, as `reduce_scatter_pooled` gives) and every group runs the
+    one-pass update, the kernel reads the two pieces where they lie; otherwise it adds them
+    to autograd's gradient first (the same values)."""
+
+    def __init__(self) -> None:
+        self._pieces: tuple[int, Tensor, Tensor] | None = None
+
+    def put(self, split: int, first: Tensor, second: Tensor) -> None:
+        if self._pieces is not None:
+            raise RuntimeError("GradientPieces already holds a gradient not yet taken")
+        self._pieces = (split, first, second)
+
+    def take(self) -> tuple[int, Tensor, Tensor] | None:
+        pieces, self._pieces = self._pieces, None
+        return pieces
+
+
+_PIECES = "_shardrec_gradient_pieces"
+
+
+def gradient_pieces(out: Tensor) -> GradientPieces | None:
+    """The `GradientPieces` of a `segment_lookup` output (None: not one, or no autograd)."""
+    pieces = getattr(out, _PIECES, None)
+    return pieces if isinstance(pieces, GradientPieces) else None
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class _Plan:
     groups: tuple[BatchedFusedEmbeddingBag, ...]
@@ -98,6 +139,7 @@ class _Plan:
     zero_cols: tuple[tuple[int, int], ...]
     names: str
     presort: bool = False
+    pieces: GradientPieces = dataclasses.field(default_factory=GradientPieces)
 
 
 PRESORT_MIN_IDS = 1 << 16
@@ -127,6 +169,7 @@ class _SegmentLookup(torch.autograd.Function):
         values, offsets = ctx.saved_tensors  # type: ignore[attr-defined]
         plan: _Plan = ctx.plan  # type: ignore[attr-defined]
         batch: int = ctx.batch  # type: ignore[attr-defined]
+        grad, second = _whole_or_pieces(plan, grad, plan.pieces.take())
         grad = grad.to(torch.float32)
         if grad.stride(-1) != 1 or grad.stride(0) < grad.shape[1]:
             grad = grad.contiguous()
@@ -138,11 +181,42 @@ class _SegmentLookup(torch.autograd.Function):
             for g, module in enumerate(plan.groups):
                 reads = [r for r in plan.reads if r.group == g]
                 pre = presorted[g] if presorted is not None else None
-                if pre is not None and _apply_presorted(module, pre, batch, grad):
+                if pre is not None and _apply_presorted(module, pre, batch, grad, second):
                     continue
                 entries = sum(per_key[r.key] for r in reads)
-                _update(module, reads, values, offsets, batch, grad, entries)
+                _update(module, reads, values, offsets, batch, grad, entries, second)
         return (None, None, None, None, *([None] * (len(ctx.needs_input_grad) - 4)))  # type: ignore[attr-defined]
+
+
+def _whole_or_pieces(
+    plan: _Plan, grad: Tensor, pieces: tuple[int, Tensor, Tensor] | None
+) -> tuple[Tensor, GradientPiece | None]:
+    """The gradient the update reads: autograd's alone, autograd's plus `GradientPieces`' in
+    one tensor, or (autograd's being zeros, every group one-pass, the pieces fp32 rows of
+    row stride W) the first piece and the second beside it."""
+    if pieces is None:
+        return grad, None
+    split, first, rest = pieces
+    if (
+        first.dim() != 2
+        or rest.dim() != 2
+        or (first.shape[0] + rest.shape[0], first.shape[1]) != tuple(grad.shape)
+        or rest.shape[1] != first.shape[1]
+        or first.shape[0] != split
+    ):
+        raise ValueError(
+            f"gradient pieces of shapes {tuple(first.shape)} and {tuple(rest.shape)} split at "
+            f"row {split} do not make the lookup output's {tuple(grad.shape)}"
+        )
+    zeros = grad.numel() > 0 and grad.stride() == (0, 0) and float(grad[0, 0]) == 0.0
+    if not zeros:
+        return grad + torch.cat([first, rest]), None
+    if any(_RULES[m.spec.optimizer] == "sgd" for m in plan.groups):
+        # autograd's zeros add nothing (and would turn a -0.0 gradient into +0.0)
+        return torch.cat([first, rest]), None
+    # rows of one piece at row stride W (a copy only if autograd gave them otherwise)
+    first, rest = (p.to(torch.float32).contiguous() for p in (first, rest))
+    return first, GradientPiece(split=split, rows=rest)
 
 
 def _pool(plan: _Plan, values: Tensor, offsets: Tensor, batch: int) -> Tensor:
@@ -175,6 +249,7 @@ def _update(
     batch: int,
     grad: Tensor,
     entries: int,
+    second: GradientPiece | None = None,
 ) -> None:
     weight, state, spec, lr, _ = module._update_context()
     if not reads:
@@ -209,6 +284,7 @@ def _update(
         spec.eps,
         native_workspace(weight),
         entries,
+        second=second,
     )
 
 
@@ -255,7 +331,11 @@ def _presort(
 
 
 def _apply_presorted(
-    module: BatchedFusedEmbeddingBag, pre: Presorted, batch: int, grad: Tensor
+    module: BatchedFusedEmbeddingBag,
+    pre: Presorted,
+    batch: int,
+    grad: Tensor,
+    second: GradientPiece | None = None,
 ) -> bool:
     """The update of `module` from its forward's sort; False (the sort dropped) where the
     gradient's row stride or the packed rows differ from what the sort assumed."""
@@ -273,6 +353,7 @@ def _apply_presorted(
         lr,
         spec.eps,
         native_workspace(weight),
+        second=second,
     )
     return True
 
@@ -330,4 +411,5 @@ def segment_lookup(
     out: Tensor = _SegmentLookup.apply(  # type: ignore[no-untyped-call]  # torch leaves apply untyped
         plan, values, offsets, batch_size, *weights
     )
+    setattr(out, _PIECES, plan.pieces)  # found by `gradient_pieces(out)`
     return out

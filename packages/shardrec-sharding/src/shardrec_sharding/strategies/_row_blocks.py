@@ -28,6 +28,7 @@ from shardrec_collectives import (
     reduce_scatter_pooled,
 )
 from shardrec_embedding import PoolingType
+from shardrec_embedding.fused import gradient_pieces
 from shardrec_planner import ShardingType
 from shardrec_sharding._index_cache import IndexCache
 from shardrec_sharding.strategies._bucketize import RowBucketizer
@@ -96,8 +97,15 @@ class RowBlockSharding:
         return pooled_lookup(self.lookup, dist_input)
 
     def output_dist(self, local: Tensor, dist_input: DistInput) -> Awaitable[Tensor]:
+        # the fused segment lookup's backward reads the reduce-scatter's gradient in two row
+        # pieces where they lie (no copy into one tensor: session 12, docs/bench/sharded.md)
+        pieces = gradient_pieces(local)
         pending = reduce_scatter_pooled(
-            self.env, local, dist_input.batch_size_per_rank, codecs=self.qcomm_codecs
+            self.env,
+            local,
+            dist_input.batch_size_per_rank,
+            codecs=self.qcomm_codecs,
+            gradient_sink=None if pieces is None else pieces.put,
         )
         lengths = dist_input.lengths
         if lengths is None:
