@@ -13,8 +13,8 @@ default_row (D,) float32 what unknown ids read in evaluation (UnknownIdPolicy.DE
 
 plus scalar counters (`get_extra_state`). A native LRU / LFU table's training steps touch a
 byte per slot instead of `last_seen` (`stamps.py`), folded into `last_seen` before it is read
-(the attribute is a property that does it) or saved. The `IdSlotMap` index is rebuilt from `slot_ids` /
-`occupied` after a load, so its layout never has to be saved.
+(the attribute is a property that does it) or saved. The `IdSlotMap` index is rebuilt from
+`slot_ids` / `occupied` after a load, so its layout never has to be saved.
 
 One training call (`map_ids(ids, training=True)`) is one step `s`:
 
