@@ -759,41 +759,24 @@ int64_t sr_idmap_fill_rows(float *s, int64_t stride, int64_t width, const int64_
 /* The pass itself, for sr_idmap_find_touch_pending (the touch into last_seen, int64 per slot)
  * and sr_idmap_find_stamp_pending (s12-dynres: the touch into a byte per slot); inlined into
  * each with the other array NULL, so each loop carries only its own touch. */
-/* The stamped pass's distance: with the touch a byte per slot (its lines stay cached), the L1's
- * miss buffers are the probe's alone, so its buckets are prefetched 64 ids ahead into L1
- * (prefetcht0) instead of 32 into L2: the pass alone, caches flushed, 8 tables x 40,960 ids,
- * 2.66 -> 2.26 ms (95% full), 1.94 -> 1.54 ms (50%); 128 ahead: as 64 (docs/bench/dynamic.md,
- * s12-dynres). The last_seen touch keeps SR_IDMAP_FIND_AHEAD and prefetcht2. */
-#define SR_IDMAP_STAMP_AHEAD 64
-
-/* A bucket line of the pass, fetched ahead: into L1 for the stamped pass, L2 otherwise. */
-#define SR_IDMAP_PASS_PREFETCH(p, l1) \
-    do { \
-        if (l1) \
-            __builtin_prefetch((p), 0, 3); \
-        else \
-            __builtin_prefetch((p), 0, 1); \
-    } while (0)
-
 static inline int64_t sr_idmap_find_pending_pass(int64_t *buckets, int64_t num_buckets,
                                                  const int64_t *ids, int64_t n, int64_t *out,
                                                  int64_t *last_seen, uint8_t *stamps,
                                                  uint8_t stamp, int64_t *counts, int64_t step,
-                                                 int64_t *uniq, int64_t *ucounts,
-                                                 const int64_t dist, const int l1) {
+                                                 int64_t *uniq, int64_t *ucounts) {
     const uint64_t mask = (uint64_t)num_buckets - 1;
     int64_t u = 0;
-    uint64_t ring[SR_IDMAP_STAMP_AHEAD]; /* home buckets of ids[i .. i + dist), hashed once */
-    for (int64_t j = 0; j < dist && j < n; j++) {
+    uint64_t ring[SR_IDMAP_FIND_AHEAD]; /* home buckets of ids[i .. i + FIND_AHEAD), hashed once */
+    for (int64_t j = 0; j < SR_IDMAP_FIND_AHEAD && j < n; j++) {
         ring[j] = sr_idmap_mix((uint64_t)ids[j]) & mask;
-        SR_IDMAP_PASS_PREFETCH(buckets + 2 * ring[j], l1);
+        __builtin_prefetch(buckets + 2 * ring[j], 0, 1);
     }
     for (int64_t i = 0; i < n; i++) {
-        uint64_t h = ring[i & (dist - 1)];
-        if (i + dist < n) {
-            const uint64_t ahead = sr_idmap_mix((uint64_t)ids[i + dist]) & mask;
-            ring[i & (dist - 1)] = ahead;
-            SR_IDMAP_PASS_PREFETCH(buckets + 2 * ahead, l1);
+        uint64_t h = ring[i & (SR_IDMAP_FIND_AHEAD - 1)];
+        if (i + SR_IDMAP_FIND_AHEAD < n) {
+            const uint64_t ahead = sr_idmap_mix((uint64_t)ids[i + SR_IDMAP_FIND_AHEAD]) & mask;
+            ring[i & (SR_IDMAP_FIND_AHEAD - 1)] = ahead;
+            __builtin_prefetch(buckets + 2 * ahead, 0, 1);
         }
         const int64_t key = ids[i];
         int64_t *b = buckets + 2 * h;
@@ -829,7 +812,7 @@ int64_t sr_idmap_find_touch_pending(int64_t *buckets, int64_t num_buckets, const
                                     int64_t *counts, int64_t step, int64_t *uniq,
                                     int64_t *ucounts) {
     return sr_idmap_find_pending_pass(buckets, num_buckets, ids, n, out, last_seen, NULL, 0,
-                                      counts, step, uniq, ucounts, SR_IDMAP_FIND_AHEAD, 0);
+                                      counts, step, uniq, ucounts);
 }
 
 /* ---- s12-dynres: the LRU touch into a byte per slot ---------------------------------------- */
@@ -844,8 +827,7 @@ int64_t sr_idmap_find_stamp_pending(int64_t *buckets, int64_t num_buckets, const
                                     int64_t n, int64_t *out, uint8_t *stamps, int64_t stamp,
                                     int64_t *counts, int64_t *uniq, int64_t *ucounts) {
     return sr_idmap_find_pending_pass(buckets, num_buckets, ids, n, out, NULL, stamps,
-                                      (uint8_t)stamp, counts, 0, uniq, ucounts,
-                                      SR_IDMAP_STAMP_AHEAD, 1);
+                                      (uint8_t)stamp, counts, 0, uniq, ucounts);
 }
 
 /* For each of the n slots with stamps[i] != 0: last_seen[i] = base + stamps[i], and the stamp
