@@ -580,12 +580,17 @@ float sr_idmap_kth_f32(const float *x, int64_t n, int64_t k, float *tmp) {
 
 static inline void sr_idmap_prefetch_meta(int64_t s, const int64_t *slot_ids,
                                           const uint8_t *occupied, const int64_t *last_seen,
-                                          const int64_t *counts) {
+                                          const int64_t *counts, const uint8_t *stamps) {
+    if (stamps) __builtin_prefetch(stamps + s, 1, 0);
     __builtin_prefetch(slot_ids + s, 1, 0);
     __builtin_prefetch(occupied + s, 1, 0);
     __builtin_prefetch(last_seen + s, 1, 0);
     __builtin_prefetch(counts + s, 1, 0);
 }
+
+/* stamps (every writer below; NULL when the table keeps none): the slot's byte of
+ * sr_idmap_find_stamp_pending becomes 0, so a later sr_idmap_stamps_sync leaves the last_seen
+ * written here alone (s12-dynres). */
 
 /* For each of slots[0..k), in one pass: its id leaves the map (as sr_idmap_erase) and its
  * slot_ids, occupied, last_seen and counts become 0. The slot's metadata lines and then its
@@ -593,13 +598,13 @@ static inline void sr_idmap_prefetch_meta(int64_t s, const int64_t *slot_ids,
  * Returns the number of ids removed. */
 int64_t sr_idmap_free_slots(int64_t *buckets, int64_t num_buckets, const int64_t *slots,
                             int64_t k, int64_t *slot_ids, uint8_t *occupied, int64_t *last_seen,
-                            int64_t *counts) {
+                            int64_t *counts, uint8_t *stamps) {
     const uint64_t mask = (uint64_t)num_buckets - 1;
     int64_t removed = 0;
     for (int64_t i = 0; i < k; i++) {
         if (i + 2 * SR_IDMAP_PREFETCH < k)
             sr_idmap_prefetch_meta(slots[i + 2 * SR_IDMAP_PREFETCH], slot_ids, occupied,
-                                   last_seen, counts);
+                                   last_seen, counts, stamps);
         if (i + SR_IDMAP_PREFETCH < k) {
             const uint64_t id = (uint64_t)slot_ids[slots[i + SR_IDMAP_PREFETCH]];
             __builtin_prefetch(buckets + 2 * (sr_idmap_mix(id) & mask), 1, 0);
@@ -610,6 +615,7 @@ int64_t sr_idmap_free_slots(int64_t *buckets, int64_t num_buckets, const int64_t
         occupied[s] = 0;
         last_seen[s] = 0;
         counts[s] = 0;
+        if (stamps) stamps[s] = 0;
         removed += sr_idmap_erase_one(buckets, mask, id);
     }
     return removed;
@@ -621,12 +627,12 @@ int64_t sr_idmap_free_slots(int64_t *buckets, int64_t num_buckets, const int64_t
 int64_t sr_idmap_admit_slots(int64_t *buckets, int64_t num_buckets, const int64_t *ids,
                              const int64_t *slots, const int64_t *occurrences, int64_t k,
                              int64_t step, int64_t *slot_ids, uint8_t *occupied,
-                             int64_t *last_seen, int64_t *counts) {
+                             int64_t *last_seen, int64_t *counts, uint8_t *stamps) {
     const uint64_t mask = (uint64_t)num_buckets - 1;
     for (int64_t i = 0; i < k; i++) {
         if (i + SR_IDMAP_PREFETCH < k) {
             sr_idmap_prefetch_meta(slots[i + SR_IDMAP_PREFETCH], slot_ids, occupied, last_seen,
-                                   counts);
+                                   counts, stamps);
             const uint64_t ahead = sr_idmap_mix((uint64_t)ids[i + SR_IDMAP_PREFETCH]) & mask;
             __builtin_prefetch(buckets + 2 * ahead, 1, 0);
         }
@@ -636,6 +642,7 @@ int64_t sr_idmap_admit_slots(int64_t *buckets, int64_t num_buckets, const int64_
         occupied[s] = 1;
         last_seen[s] = step;
         counts[s] = occurrences[i];
+        if (stamps) stamps[s] = 0;
     }
     return k;
 }
@@ -651,7 +658,7 @@ int64_t sr_idmap_admit_slots(int64_t *buckets, int64_t num_buckets, const int64_
 int64_t sr_idmap_replace_slots(int64_t *buckets, int64_t num_buckets, const int64_t *slots,
                                const int64_t *ids, const int64_t *occurrences, int64_t k,
                                int64_t step, int64_t *slot_ids, uint8_t *occupied,
-                               int64_t *last_seen, int64_t *counts) {
+                               int64_t *last_seen, int64_t *counts, uint8_t *stamps) {
     const uint64_t mask = (uint64_t)num_buckets - 1;
     for (int64_t i = 0; i < k; i++) {
         /* the victim's slot_ids entry two distances ahead, then its old id's bucket */
@@ -674,6 +681,7 @@ int64_t sr_idmap_replace_slots(int64_t *buckets, int64_t num_buckets, const int6
         occupied[s] = 1;
         last_seen[s] = step;
         counts[s] = occurrences[i];
+        if (stamps) stamps[s] = 0;
     }
     return k;
 }
@@ -748,10 +756,14 @@ int64_t sr_idmap_fill_rows(float *s, int64_t stride, int64_t width, const int64_
  * 2.99 ms (50%). A pending entry written into a prefetched line finds it in L2. */
 #define SR_IDMAP_FIND_AHEAD 32
 
-int64_t sr_idmap_find_touch_pending(int64_t *buckets, int64_t num_buckets, const int64_t *ids,
-                                    int64_t n, int64_t *out, int64_t *last_seen,
-                                    int64_t *counts, int64_t step, int64_t *uniq,
-                                    int64_t *ucounts) {
+/* The pass itself, for sr_idmap_find_touch_pending (the touch into last_seen, int64 per slot)
+ * and sr_idmap_find_stamp_pending (s12-dynres: the touch into a byte per slot); inlined into
+ * each with the other array NULL, so each loop carries only its own touch. */
+static inline int64_t sr_idmap_find_pending_pass(int64_t *buckets, int64_t num_buckets,
+                                                 const int64_t *ids, int64_t n, int64_t *out,
+                                                 int64_t *last_seen, uint8_t *stamps,
+                                                 uint8_t stamp, int64_t *counts, int64_t step,
+                                                 int64_t *uniq, int64_t *ucounts) {
     const uint64_t mask = (uint64_t)num_buckets - 1;
     int64_t u = 0;
     uint64_t ring[SR_IDMAP_FIND_AHEAD]; /* home buckets of ids[i .. i + FIND_AHEAD), hashed once */
@@ -789,9 +801,62 @@ int64_t sr_idmap_find_touch_pending(int64_t *buckets, int64_t num_buckets, const
         }
         out[i] = slot;
         if (last_seen) last_seen[slot] = step;
+        if (stamps) stamps[slot] = stamp;
         if (counts) counts[slot] += 1;
     }
     return u;
+}
+
+int64_t sr_idmap_find_touch_pending(int64_t *buckets, int64_t num_buckets, const int64_t *ids,
+                                    int64_t n, int64_t *out, int64_t *last_seen,
+                                    int64_t *counts, int64_t step, int64_t *uniq,
+                                    int64_t *ucounts) {
+    return sr_idmap_find_pending_pass(buckets, num_buckets, ids, n, out, last_seen, NULL, 0,
+                                      counts, step, uniq, ucounts);
+}
+
+/* ---- s12-dynres: the LRU touch into a byte per slot ---------------------------------------- */
+
+/* sr_idmap_find_touch_pending with the touch written as stamps[slot] = stamp (1..255: the step
+ * less a base the caller keeps, `dynamic/stamps.py`) instead of last_seen[slot] = step: a
+ * byte per slot is 1/8 of last_seen's lines (a 100k table: 1,563 lines instead of 12,500,
+ * of which a resident step touched ~10,400), few enough to stay in L2 through the pass. The
+ * caller folds the stamps into last_seen (sr_idmap_stamps_sync) before anything reads it.
+ * Returns u, as sr_idmap_find_touch_pending. */
+int64_t sr_idmap_find_stamp_pending(int64_t *buckets, int64_t num_buckets, const int64_t *ids,
+                                    int64_t n, int64_t *out, uint8_t *stamps, int64_t stamp,
+                                    int64_t *counts, int64_t *uniq, int64_t *ucounts) {
+    return sr_idmap_find_pending_pass(buckets, num_buckets, ids, n, out, NULL, stamps,
+                                      (uint8_t)stamp, counts, 0, uniq, ucounts);
+}
+
+/* For each of the n slots with stamps[i] != 0: last_seen[i] = base + stamps[i], and the stamp
+ * becomes 0. Eight stamps are tested at a time (most words of a resident table's stamps are
+ * set, a stream table's few). Returns the number of slots written. */
+int64_t sr_idmap_stamps_sync(uint8_t *stamps, int64_t n, int64_t *last_seen, int64_t base) {
+    int64_t written = 0, i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t word;
+        __builtin_memcpy(&word, stamps + i, 8);
+        if (!word) continue;
+        for (int64_t j = i; j < i + 8; j++) {
+            const uint8_t s = stamps[j];
+            if (s) {
+                last_seen[j] = base + s;
+                written++;
+            }
+        }
+        __builtin_memset(stamps + i, 0, 8);
+    }
+    for (; i < n; i++) {
+        const uint8_t s = stamps[i];
+        if (s) {
+            last_seen[i] = base + s;
+            stamps[i] = 0;
+            written++;
+        }
+    }
+    return written;
 }
 
 /* Removes the pending entries of ids (an id whose entry has a real slot, or none, is left

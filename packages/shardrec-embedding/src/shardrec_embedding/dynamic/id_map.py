@@ -55,15 +55,20 @@ def _library() -> ctypes.CDLL | None:
                 "sr_idmap_find_touch_pending",
                 (_PTR, _I64, _PTR, _I64, _PTR, _PTR, _PTR, _I64, _PTR, _PTR),
             ),
+            (
+                "sr_idmap_find_stamp_pending",
+                (_PTR, _I64, _PTR, _I64, _PTR, _PTR, _I64, _PTR, _PTR, _PTR),
+            ),
+            ("sr_idmap_stamps_sync", (_PTR, _I64, _PTR, _I64)),
             ("sr_idmap_drop_pending", (_PTR, _I64, _PTR, _I64)),
-            ("sr_idmap_free_slots", (_PTR, _I64, _PTR, _I64, _PTR, _PTR, _PTR, _PTR)),
+            ("sr_idmap_free_slots", (_PTR, _I64, _PTR, _I64, _PTR, _PTR, _PTR, _PTR, _PTR)),
             (
                 "sr_idmap_admit_slots",
-                (_PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _PTR, _PTR, _PTR, _PTR),
+                (_PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _PTR, _PTR, _PTR, _PTR, _PTR),
             ),
             (
                 "sr_idmap_replace_slots",
-                (_PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _PTR, _PTR, _PTR, _PTR),
+                (_PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _PTR, _PTR, _PTR, _PTR, _PTR),
             ),
             ("sr_idmap_find_touch", (_PTR, _I64, _PTR, _I64, _PTR, _PTR, _PTR, _I64)),
             ("sr_idmap_lru_pick", (_PTR, _PTR, _I64, _I64, _I64, _I64, _PTR)),
@@ -221,6 +226,7 @@ class IdSlotMap:
         *,
         pending: bool = False,
         out: Tensor | None = None,
+        stamps: tuple[Tensor, int] | None = None,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """`find_touch` and `distinct_missing` in one pass: `(slots (N,), uniq (U,),
         occurrences (U,))`, where `slots[i] = -2 - j` marks an occurrence of the missing id
@@ -232,7 +238,11 @@ class IdSlotMap:
         (`drop_pending`), the map must not be read otherwise.
 
         out: where the slots go (a contiguous CPU int64 `(N,)` tensor, e.g. a span of a
-        remapped KJT's values: no copy after), else a new tensor."""
+        remapped KJT's values: no copy after), else a new tensor.
+
+        stamps (native and pending only; `last_seen` then None): `(bytes (C,) uint8, stamp)`:
+        each id found gets `bytes[slot] = stamp` instead of a `last_seen` write
+        (`dynamic/stamps.py`)."""
         ids = _ids(ids, "IdSlotMap.find_touch_missing")
         if out is not None:
             _check_out(out, ids.numel(), "IdSlotMap.find_touch_missing")
@@ -248,6 +258,13 @@ class IdSlotMap:
         out = torch.empty_like(ids) if out is None else out
         uniq = torch.empty_like(ids)
         occurrences = torch.empty_like(ids)
+        if stamps is not None:
+            assert last_seen is None and pending and self.can_pend(n)
+            marks, stamp = stamps
+            return (
+                out,
+                *self._stamp_pass(ids, out, marks, stamp, counts, uniq, occurrences),
+            )
         native = (
             self._lib.sr_idmap_find_touch_pending  # missing ids entered as pending on the way
             if pending and self.can_pend(n)
@@ -270,6 +287,33 @@ class IdSlotMap:
         if u < 0:
             raise MemoryError(f"IdSlotMap.find_touch_missing: no memory for {n} ids' scratch set")
         return out, uniq[:u], occurrences[:u]
+
+    def _stamp_pass(
+        self,
+        ids: Tensor,
+        out: Tensor,
+        marks: Tensor,
+        stamp: int,
+        counts: Tensor | None,
+        uniq: Tensor,
+        occurrences: Tensor,
+    ) -> tuple[Tensor, Tensor]:
+        assert self._lib is not None and marks.dtype is torch.uint8 and marks.is_contiguous()
+        u = int(
+            self._lib.sr_idmap_find_stamp_pending(
+                self._buckets.data_ptr(),
+                self.num_buckets,
+                ids.data_ptr(),
+                ids.numel(),
+                out.data_ptr(),
+                marks.data_ptr(),
+                stamp,
+                None if counts is None else counts.data_ptr(),
+                uniq.data_ptr(),
+                occurrences.data_ptr(),
+            )
+        )
+        return uniq[:u], occurrences[:u]
 
     def can_pend(self, n: int) -> bool:
         """Whether `find_touch_missing(pending=True)` of `n` ids enters them as pending: the
@@ -329,9 +373,17 @@ class IdSlotMap:
             self._keys, self._slots = keys, values[order]
         self._size += ids.numel()
 
-    def free_slots(self, slots: Tensor, meta: tuple[Tensor, Tensor, Tensor, Tensor]) -> None:
+    def free_slots(
+        self,
+        slots: Tensor,
+        meta: tuple[Tensor, Tensor, Tensor, Tensor],
+        *,
+        stamps: Tensor | None = None,
+    ) -> None:
         """Native only: each of `slots` (occupied) loses its id from the map, and its
-        `(slot_ids, occupied, last_seen, counts)` entries are zeroed, in one pass."""
+        `(slot_ids, occupied, last_seen, counts)` entries are zeroed, in one pass (and its
+        byte of `stamps`, when given: `dynamic/stamps.py`; so in `admit_slots` and
+        `replace_slots`)."""
         assert self._lib is not None
         slots = slots.contiguous()
         removed = int(
@@ -341,6 +393,7 @@ class IdSlotMap:
                 slots.data_ptr(),
                 slots.numel(),
                 *(t.data_ptr() for t in meta),
+                None if stamps is None else stamps.data_ptr(),
             )
         )
         self._size -= removed
@@ -352,6 +405,8 @@ class IdSlotMap:
         occurrences: Tensor,
         step: int,
         meta: tuple[Tensor, Tensor, Tensor, Tensor],
+        *,
+        stamps: Tensor | None = None,
     ) -> None:
         """Native only: `insert(ids, slots)`, and each slot's `(slot_ids, occupied, last_seen,
         counts)` become `(id, True, step, occurrences)`, in one pass."""
@@ -373,6 +428,7 @@ class IdSlotMap:
                 ids.numel(),
                 step,
                 *(t.data_ptr() for t in meta),
+                None if stamps is None else stamps.data_ptr(),
             )
         )
         if done != ids.numel():
@@ -386,6 +442,8 @@ class IdSlotMap:
         occurrences: Tensor,
         step: int,
         meta: tuple[Tensor, Tensor, Tensor, Tensor],
+        *,
+        stamps: Tensor | None = None,
     ) -> None:
         """Native only: `free_slots(slots)` then `admit_slots(ids, slots, ...)` in one call (each
         of the occupied `slots` loses its id and takes `ids[i]`; the map size is unchanged)."""
@@ -402,6 +460,7 @@ class IdSlotMap:
                 ids.numel(),
                 step,
                 *(t.data_ptr() for t in meta),
+                None if stamps is None else stamps.data_ptr(),
             )
         )
         if done != ids.numel():

@@ -11,8 +11,10 @@ sketch     (2, W) int64  count-min sketch of not-yet-admitted ids (THRESHOLD onl
 default_row (D,) float32 what unknown ids read in evaluation (UnknownIdPolicy.DEFAULT_ROW)
 ```
 
-plus scalar counters (`get_extra_state`). The `IdSlotMap` index is rebuilt from `slot_ids` /
-`occupied` after a load, so its layout never has to be saved.
+plus scalar counters (`get_extra_state`). A native LRU / LFU table's training steps touch a
+byte per slot instead of `last_seen` (`stamps.py`), folded into `last_seen` before it is read
+(the attribute is a property that does it) or saved. The `IdSlotMap` index is rebuilt from
+`slot_ids` / `occupied` after a load, so its layout never has to be saved.
 
 One training call (`map_ids(ids, training=True)`) is one step `s`:
 
@@ -44,6 +46,7 @@ from shardrec_embedding.dynamic.config import (
 from shardrec_embedding.dynamic.hashing import mix64, uniform01
 from shardrec_embedding.dynamic.id_map import IdMapBackend, IdSlotMap, _library
 from shardrec_embedding.dynamic.in_flight import InFlightSlots
+from shardrec_embedding.dynamic.stamps import RecentStamps
 
 __all__ = ["COUNTERS", "EVICTION_SAMPLE", "DynamicTable", "ResetHook"]
 
@@ -82,7 +85,6 @@ class DynamicTable(nn.Module):
 
     slot_ids: Tensor
     occupied: Tensor
-    last_seen: Tensor
     counts: Tensor
     free_slots: Tensor
     sketch: Tensor
@@ -102,6 +104,14 @@ class DynamicTable(nn.Module):
         self.config = config
         self.capacity = capacity
         self.map = IdSlotMap(config.num_buckets(capacity), backend=backend)
+        # LRU / LFU on the native map: the find pass's touch as a byte per slot (stamps.py);
+        # TTL reads last_seen every step (its sweep), so it keeps the direct touch
+        self._recent = (
+            RecentStamps(capacity)
+            if self.map.backend == "native"
+            and config.eviction in (EvictionPolicy.LRU, EvictionPolicy.LFU)
+            else None
+        )
         self.register_buffer("slot_ids", torch.zeros(capacity, dtype=torch.int64))
         self.register_buffer("occupied", torch.zeros(capacity, dtype=torch.bool))
         self.register_buffer("last_seen", torch.zeros(capacity, dtype=torch.int64))
@@ -118,6 +128,24 @@ class DynamicTable(nn.Module):
         # Slots of batches whose backward has not run: deferred resets, holds (in_flight.py).
         self.in_flight = InFlightSlots(self._run_reset_hooks, lambda: self._counters["steps"])
         self.register_state_dict_pre_hook(_flush_before_save)  # type: ignore[no-untyped-call]  # untyped in torch's stubs
+
+    @property
+    def last_seen(self) -> Tensor:
+        """`(C,)` int64: the training step each slot was last seen (a buffer; the steps'
+        stamps folded in first: `stamps.py`)."""
+        buffer = self._buffers.get("last_seen")
+        if buffer is None:  # not registered yet (nn.Module's checks while __init__ runs)
+            raise AttributeError("last_seen")
+        recent = self.__dict__.get("_recent")
+        if recent is not None and recent.dirty:
+            recent.sync(buffer)
+        return buffer
+
+    def _last_seen_unsynced(self) -> Tensor:
+        """The `last_seen` buffer as it is (the find pass's stamps not folded in)."""
+        buffer = self._buffers["last_seen"]
+        assert buffer is not None
+        return buffer
 
     # ---- public API -------------------------------------------------------------------------
 
@@ -270,6 +298,8 @@ class DynamicTable(nn.Module):
         self._map_stale = True
 
     def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
+        if self._recent is not None:
+            self._recent.discard()  # the loaded last_seen replaces every touch
         super()._load_from_state_dict(*args, **kwargs)
         self._map_stale = True
         self.in_flight.drop_resets()
@@ -298,13 +328,19 @@ class DynamicTable(nn.Module):
         # The native map enters the missing ids as pending on the way (no dedup set): each
         # gets its slot in the insertion below or is dropped here, also when a step fails.
         pending = self.map.can_pend(ids.numel())
+        recent = self._recent if pending else None
         slots, uniq, occurrences = self.map.find_touch_missing(
             ids,
-            None if policy is EvictionPolicy.NONE else self.last_seen,
+            None if policy is EvictionPolicy.NONE or recent is not None else self.last_seen,
             self.counts if policy is EvictionPolicy.LFU else None,
             step,
             pending=pending,
             out=out,
+            stamps=(
+                None
+                if recent is None
+                else (recent.stamps, recent.stamp_for(step, self._last_seen_unsynced()))
+            ),
         )
         admitted = c["admissions"]
         done = False
@@ -348,7 +384,9 @@ class DynamicTable(nn.Module):
             new_slots = self._allocate(take)
             new_counts = occurrences[chosen]
             if self.map.backend == "native":  # the same writes in one pass
-                self.map.admit_slots(new_ids, new_slots, new_counts, step, self._slot_meta())
+                self.map.admit_slots(
+                    new_ids, new_slots, new_counts, step, self._slot_meta(), stamps=self._stamps()
+                )
             else:
                 self.map.insert(new_ids, new_slots)
                 self.slot_ids[new_slots] = new_ids
@@ -376,7 +414,14 @@ class DynamicTable(nn.Module):
         take = victims.numel()
         c["rejections"] += need - take
         chosen: Tensor | slice = slice(0, take) if picked is None else picked[:take]
-        self.map.replace_slots(victims, uniq[chosen], occurrences[chosen], step, self._slot_meta())
+        self.map.replace_slots(
+            victims,
+            uniq[chosen],
+            occurrences[chosen],
+            step,
+            self._slot_meta(),
+            stamps=self._stamps(),
+        )
         self.free_slots[:take] = victims
         c["evictions"] += take
         c["admissions"] += take
@@ -430,7 +475,7 @@ class DynamicTable(nn.Module):
             return
         c = self._counters
         if self.map.backend == "native":  # the same writes in one pass
-            self.map.free_slots(slots, self._slot_meta())
+            self.map.free_slots(slots, self._slot_meta(), stamps=self._stamps())
         else:
             self.map.erase(self.slot_ids[slots])
             self.occupied[slots] = False
@@ -448,10 +493,15 @@ class DynamicTable(nn.Module):
             hook(slots)
 
     def _slot_meta(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """`(slot_ids, occupied, last_seen, counts)` for the native writers (contiguous)."""
-        meta = (self.slot_ids, self.occupied, self.last_seen, self.counts)
+        """`(slot_ids, occupied, last_seen, counts)` for the native writers (contiguous;
+        last_seen unsynced: the writers clear the stamps of the slots they write)."""
+        meta = (self.slot_ids, self.occupied, self._last_seen_unsynced(), self.counts)
         assert all(t.is_contiguous() and t.device.type == "cpu" for t in meta)
         return meta
+
+    def _stamps(self) -> Tensor | None:
+        """The byte-per-slot touches the native writers clear (None: the table keeps none)."""
+        return None if self._recent is None else self._recent.stamps
 
     def _window(self, cursor_name: str, width: int) -> tuple[Tensor, Tensor, Tensor | int]:
         """The next `width` slots from a cursor (wrapping): their `(occupied, last_seen)` and
@@ -570,3 +620,5 @@ def _flush_before_save(module: nn.Module, prefix: str, keep_vars: bool) -> None:
     """A saved table has the rows of its freed slots reset (no deferred reset pending)."""
     assert isinstance(module, DynamicTable)
     module.in_flight.flush_resets()
+    if module._recent is not None:
+        module._recent.sync(module._last_seen_unsynced())  # state_dict reads the buffers
