@@ -8,7 +8,7 @@ from torch import nn
 
 from shardrec_embedding import DynamicTableConfig, EmbeddingBagCollection, EmbeddingBagConfig
 from shardrec_planner import EmbeddingShardingPlanner, EmbeddingTableSharder, Topology
-from shardrec_planner.dynamic_storage import PER_SLOT_BYTES, dynamic_bytes_per_row
+from shardrec_planner.dynamic_storage import PER_SLOT_BYTES, STAMP_BYTES, dynamic_bytes_per_row
 from shardrec_planner.enumerators import EmbeddingEnumerator
 from shardrec_planner.report import format_report
 
@@ -30,15 +30,20 @@ class _Model(nn.Module):
 @pytest.mark.parametrize(
     ("dynamic", "expected"),
     [
-        # 35 B of per-slot state; 16384 buckets x 16 B (load factor 0.5)
-        (DynamicTableConfig(), PER_SLOT_BYTES + 16 * 16384 / ROWS),
+        # 33 B of per-slot state; 16384 buckets x 16 B (load factor 0.5); no eviction: no stamp
+        (DynamicTableConfig(eviction="NONE"), PER_SLOT_BYTES + 16 * 16384 / ROWS),
+        # TTL reads last_seen directly: no stamp either
+        (DynamicTableConfig(eviction="TTL", ttl_steps=5), PER_SLOT_BYTES + 16 * 16384 / ROWS),
+        # LRU (the default) and LFU: plus the one-byte recent-step stamp per slot
+        (DynamicTableConfig(), PER_SLOT_BYTES + STAMP_BYTES + 16 * 16384 / ROWS),
+        (DynamicTableConfig(eviction="LFU"), PER_SLOT_BYTES + STAMP_BYTES + 16 * 16384 / ROWS),
         # plus the THRESHOLD sketch: 2 x 8192 cells x 8 B
         (
             DynamicTableConfig(admission="THRESHOLD", admission_threshold=2),
-            PER_SLOT_BYTES + (16 * 16384 + 2 * 8 * 8192) / ROWS,
+            PER_SLOT_BYTES + STAMP_BYTES + (16 * 16384 + 2 * 8 * 8192) / ROWS,
         ),
     ],
-    ids=["always", "threshold"],
+    ids=["none", "ttl", "lru", "lfu", "threshold"],
 )
 def test_bytes_per_slot_formula(dynamic: DynamicTableConfig, expected: float) -> None:
     assert dynamic_bytes_per_row([_config(dynamic)], "t") == pytest.approx(expected)
