@@ -355,3 +355,35 @@ def test_lengths_and_offsets_as_python_lists_equal_the_tensor_form() -> None:
 def test_lengths_list_of_non_ints_names_the_value(bad: object) -> None:
     with pytest.raises(TypeError, match="lengths must hold ints"):
         JaggedTensor(values=torch.tensor([1.0, 2.0, 3.0]), lengths=bad)  # type: ignore[arg-type]
+
+
+# --- session 12 (s12-badinput) ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int16, torch.uint8])
+def test_narrow_integer_lengths_work_as_int32(dtype: torch.dtype) -> None:
+    # TorchRec accepts them; no cumsum kernel takes them, and offsets in their own dtype would
+    # overflow (uint8 lengths [200, 100] end at 300): they are widened to int32.
+    values = torch.arange(310)
+    lengths = torch.tensor([100, 5, 100, 5], dtype=dtype)
+    got = KeyedJaggedTensor(keys=["a", "b"], values=values, lengths=lengths)
+    want = KeyedJaggedTensor(keys=["a", "b"], values=values, lengths=lengths.long())
+    assert got.lengths().dtype == torch.int32
+    assert got.offsets().tolist() == want.offsets().tolist() == [0, 100, 105, 205, 210]
+    assert got.length_per_key() == [105, 105]
+    for key in ("a", "b"):
+        assert [t.tolist() for t in got[key].to_dense()] == [
+            t.tolist() for t in want[key].to_dense()
+        ]
+    offsets = torch.tensor([0, 100, 105], dtype=dtype)
+    jt = JaggedTensor(values=values, offsets=offsets)
+    assert jt.offsets().dtype == torch.int32
+    assert jt.lengths().tolist() == [100, 5]
+
+
+def test_uint8_lengths_past_255_in_total_do_not_wrap() -> None:
+    kjt_ = KeyedJaggedTensor(
+        keys=["a"], values=torch.arange(300), lengths=torch.tensor([200, 100], dtype=torch.uint8)
+    )
+    assert kjt_.offsets().tolist() == [0, 200, 300]
+    assert [len(t) for t in kjt_["a"].to_dense()] == [200, 100]
