@@ -387,3 +387,17 @@ def test_uint8_lengths_past_255_in_total_do_not_wrap() -> None:
     )
     assert kjt_.offsets().tolist() == [0, 200, 300]
     assert [len(t) for t in kjt_["a"].to_dense()] == [200, 100]
+
+
+def test_keyed_tensors_of_different_batch_sizes_are_named() -> None:
+    # torch.cat would name only "tensor number 1" of one of its calls.
+    with pytest.raises(ValueError, match=r"key 'b' has shape \(3, 2\) but the first has \(2, 1\)"):
+        KeyedTensor.from_tensor_list(["a", "b"], [torch.ones(2, 1), torch.ones(3, 2)])
+    kts = [
+        KeyedTensor(keys=["a"], length_per_key=[1], values=torch.ones(2, 1)),
+        KeyedTensor(keys=["b"], length_per_key=[1], values=torch.ones(3, 1)),
+    ]
+    with pytest.raises(ValueError, match=r"keyed_tensors\[1\] has shape \(3, 1\).*\(2, 1\)"):
+        KeyedTensor.regroup(kts, [["a", "b"]])
+    # A group that reads one input only is still fine.
+    assert KeyedTensor.regroup(kts, [["b"]])[0].shape == (3, 1)
