@@ -7,8 +7,6 @@ group's segments are looked up together by one `batched_lookup` call.
 
 from __future__ import annotations
 
-import bisect
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -209,16 +207,12 @@ class TablePlan:
         keys = features.keys()
         feature_index = self.feature_indices(keys)
         offset_per_key = features.offset_per_key()
-        derived = features.lengths_or_none() is None
-        lengths = features.lengths()
         if check_ids:
             self.check_ids(values, offset_per_key, feature_index)
-            if derived:
-                check_derived_lengths(features, lengths)
         return KJTInput(
             values=values,
             weights=weights,
-            lengths=lengths,
+            lengths=features.lengths(),
             offset_per_key=offset_per_key,
             feature_index=feature_index,
             num_keys=len(keys),
@@ -284,21 +278,3 @@ def _sample_major(run: torch.Tensor, batch: int) -> torch.Tensor:
     if run.shape[0] == 1:
         return run[0]
     return torch.stack(run.unbind(0), dim=1).view(batch, run.shape[0] * run.shape[2])
-
-
-def check_derived_lengths(features: KeyedJaggedTensor, lengths: torch.Tensor) -> None:
-    """A KJT built from offsets has its per-key bounds checked at its first read, but not a
-    decrease inside one key (a full pass, left to ``validate()``): its lengths come out
-    negative, and the lookups would return rows for the wrong bags (or fail inside a torch
-    kernel). One reduction over the ``F * B`` lengths, per batch."""
-    if lengths.numel() == 0 or int(lengths.min()) >= 0:
-        return
-    i = int((lengths < 0).nonzero()[0, 0])
-    offsets = features.offsets()
-    starts = [0, *itertools.accumulate(features.stride_per_key())]
-    k = bisect.bisect_right(starts, i) - 1
-    raise ValueError(
-        f"offsets decrease at index {i + 1} ({int(offsets[i])} -> {int(offsets[i + 1])}), "
-        f"in feature {features.keys()[k]!r} sample {i - starts[k]}: offsets must be "
-        "non-decreasing (offsets[i] is where bag i starts in values)"
-    )
