@@ -385,3 +385,30 @@ def test_batch_of_only_empty_bags_changes_nothing() -> None:
     assert out.shape == (2, 20) and not bool(out.any())
     _loss(out).backward()
     _assert_same_weights(m, _Loaded(before))
+
+
+@pytest.mark.parametrize(
+    "optimizer",
+    [
+        EmbOptimType.EXACT_ROWWISE_ADAGRAD,
+        EmbOptimType.EXACT_ADAGRAD,
+        EmbOptimType.EXACT_SGD,
+        EmbOptimType.ADAM,
+    ],
+)
+def test_zero_batch_trains_nothing_then_the_next_batch_trains(optimizer: EmbOptimType) -> None:
+    # Session 12: a zero batch (no samples) raised IndexError in the fused backward.
+    spec = FusedOptimSpec(optimizer=optimizer, learning_rate=0.1)
+    fused = FusedEmbeddingBagCollection(_tables(), spec)
+    before = {k: v.clone() for k, v in fused.state_dict().items()}
+    keys = ["f4", "f1", "f2", "f3"]
+    empty = torch.zeros(0, dtype=torch.int64)
+    out = fused(KeyedJaggedTensor(keys=keys, values=empty, lengths=empty))
+    assert out.values().shape == (0, 20)
+    out.values().sum().backward()
+    assert all(torch.equal(before[k], v) for k, v in fused.state_dict().items())
+    batch = _batch(torch.Generator().manual_seed(0), 3, weighted=False, dup=False)
+    fused(batch).values().sum().backward()
+    assert not torch.equal(
+        before["embedding_bags.t1.weight"], fused.state_dict()["embedding_bags.t1.weight"]
+    )

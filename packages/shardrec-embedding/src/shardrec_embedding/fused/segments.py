@@ -133,7 +133,7 @@ class _SegmentLookup(torch.autograd.Function):
         presorted: tuple[Presorted | None, ...] | None = ctx.presorted  # type: ignore[attr-defined]
         ctx.presorted = None  # type: ignore[attr-defined]
         # ids per KJT key: a group's sort holds one entry per (segment, id)
-        per_key = offsets[:: max(batch, 1)].diff().tolist() if batch else []
+        per_key = _ids_per_key(plan, offsets, batch)
         with torch.no_grad(), torch.profiler.record_function("fused.native_segment_backward"):
             for g, module in enumerate(plan.groups):
                 reads = [r for r in plan.reads if r.group == g]
@@ -143,6 +143,14 @@ class _SegmentLookup(torch.autograd.Function):
                 entries = sum(per_key[r.key] for r in reads)
                 _update(module, reads, values, offsets, batch, grad, entries)
         return (None, None, None, None, *([None] * (len(ctx.needs_input_grad) - 4)))  # type: ignore[attr-defined]
+
+
+def _ids_per_key(plan: _Plan, offsets: Tensor, batch: int) -> list[int]:
+    """Ids per KJT key; a zero batch holds none (its offsets cannot be strided per key)."""
+    if batch == 0:
+        return [0] * (max((r.key for r in plan.reads), default=-1) + 1)
+    out: list[int] = offsets[::batch].diff().tolist()
+    return out
 
 
 def _pool(plan: _Plan, values: Tensor, offsets: Tensor, batch: int) -> Tensor:
@@ -229,7 +237,7 @@ def _presort(
 ) -> tuple[Presorted | None, ...]:
     """Per group, its update's bucket sort started on a helper thread (rowwise Adagrad and
     Adagrad groups of at least PRESORT_MIN_IDS ids), or None (sorted in backward)."""
-    per_key = offsets[:: max(batch, 1)].diff().tolist() if batch else []
+    per_key = _ids_per_key(plan, offsets, batch)
     out: list[Presorted | None] = []
     for g, module in enumerate(plan.groups):
         reads = [r for r in plan.reads if r.group == g]
