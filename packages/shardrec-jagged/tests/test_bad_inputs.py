@@ -401,3 +401,16 @@ def test_keyed_tensors_of_different_batch_sizes_are_named() -> None:
         KeyedTensor.regroup(kts, [["a", "b"]])
     # A group that reads one input only is still fine.
     assert KeyedTensor.regroup(kts, [["b"]])[0].shape == (3, 1)
+
+
+def test_from_dense_weights_must_match_their_bag() -> None:
+    # Sizes [2, 1] against [1, 2]: same total, so the concatenation paired bag 0's second
+    # value with bag 1's weight silently.
+    with pytest.raises(
+        ValueError, match=r"weights\[0\] has shape \(1,\) but values\[0\] has \(2,\)"
+    ):
+        JaggedTensor.from_dense(
+            [torch.tensor([1, 2]), torch.tensor([3])], weights=[torch.ones(1), torch.ones(2)]
+        )
+    jt = JaggedTensor.from_dense([torch.tensor([1, 2])], weights=[torch.tensor([0.5, 2.0])])
+    assert jt.weights().tolist() == [0.5, 2.0]
