@@ -412,3 +412,24 @@ def test_zero_batch_trains_nothing_then_the_next_batch_trains(optimizer: EmbOpti
     assert not torch.equal(
         before["embedding_bags.t1.weight"], fused.state_dict()["embedding_bags.t1.weight"]
     )
+
+
+@pytest.mark.parametrize(
+    ("lr", "error", "match"),
+    [
+        (float("nan"), ValueError, r"learning rate must be finite, got nan"),
+        (float("inf"), ValueError, r"learning rate must be finite, got inf"),
+        (-0.5, ValueError, r"learning rate must be >= 0, got -0\.5"),
+        ("fast", TypeError, r"param_groups\[0\]\[\"lr\"\] must be a number, got 'fast'"),
+    ],
+)
+def test_bad_learning_rate_set_on_param_groups(lr: object, error: type, match: str) -> None:
+    # A scheduler (or the user) writes param_groups; the next fused backward refuses it by name.
+    fused = FusedEmbeddingBagCollection(
+        _tables(), FusedOptimSpec(optimizer=EmbOptimType.EXACT_SGD, learning_rate=0.1)
+    )
+    for group in fused.fused_optimizer.param_groups:
+        group["lr"] = lr
+    batch = _batch(torch.Generator().manual_seed(0), 3, weighted=False, dup=False)
+    with pytest.raises(error, match=match):
+        fused(batch).values().sum().backward()
