@@ -414,3 +414,16 @@ def test_from_dense_weights_must_match_their_bag() -> None:
         )
     jt = JaggedTensor.from_dense([torch.tensor([1, 2])], weights=[torch.tensor([0.5, 2.0])])
     assert jt.weights().tolist() == [0.5, 2.0]
+
+
+def test_decrease_inside_a_key_is_refused_by_to_dict() -> None:
+    # Session 12: to_dict read every offset anyway, and handed key 'a' a negative length (its
+    # first bag cut short) without a word.
+    inside = kjt(lengths=None, offsets=torch.tensor([0, 2, 1, 3, 4]))  # inside key 'a'
+    assert inside.length_per_key() == [1, 3]  # the first read sees per-key bounds only
+    with pytest.raises(ValueError, match=r"offsets decrease at index 2 \(2 -> 1\)"):
+        inside.to_dict()
+    with pytest.raises(ValueError, match=r"offsets decrease at index 2 \(2 -> 1\)"):
+        inside["a"]
+    fine = kjt(lengths=None, offsets=torch.tensor([0, 1, 1, 3, 4]))
+    assert [t.tolist() for t in fine["a"].to_dense()] == [[0], []]
