@@ -102,6 +102,24 @@ def test_init_bounds_ordered() -> None:
         )
 
 
+@pytest.mark.parametrize(
+    ("field", "bound", "error", "match"),
+    [
+        # torch's uniform_ failed on these at module construction ("to is out of bounds")
+        ("weight_init_max", math.inf, ValueError, r"weight_init_max must be finite, got inf"),
+        ("weight_init_min", -math.inf, ValueError, r"weight_init_min must be finite, got -inf"),
+        ("weight_init_max", math.nan, ValueError, r"weight_init_max must be finite, got nan"),
+        ("weight_init_max", "0.1", TypeError, r"weight_init_max must be a number, got '0.1'"),
+    ],
+)
+def test_init_bounds_finite_numbers(
+    field: str, bound: object, error: type[Exception], match: str
+) -> None:
+    kwargs: dict[str, object] = {field: bound}
+    with pytest.raises(error, match=match):
+        cfg.EmbeddingBagConfig(num_embeddings=4, embedding_dim=2, name="t", **kwargs)  # type: ignore[arg-type]  # the bad input under test
+
+
 def test_virtual_table_fields_are_carried_and_checked() -> None:
     c = cfg.EmbeddingBagConfig(
         num_embeddings=120, embedding_dim=2, name="t", total_num_buckets=12, use_virtual_table=True

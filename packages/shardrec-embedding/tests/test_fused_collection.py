@@ -385,3 +385,51 @@ def test_batch_of_only_empty_bags_changes_nothing() -> None:
     assert out.shape == (2, 20) and not bool(out.any())
     _loss(out).backward()
     _assert_same_weights(m, _Loaded(before))
+
+
+@pytest.mark.parametrize(
+    "optimizer",
+    [
+        EmbOptimType.EXACT_ROWWISE_ADAGRAD,
+        EmbOptimType.EXACT_ADAGRAD,
+        EmbOptimType.EXACT_SGD,
+        EmbOptimType.ADAM,
+    ],
+)
+def test_zero_batch_trains_nothing_then_the_next_batch_trains(optimizer: EmbOptimType) -> None:
+    # Session 12: a zero batch (no samples) raised IndexError in the fused backward.
+    spec = FusedOptimSpec(optimizer=optimizer, learning_rate=0.1)
+    fused = FusedEmbeddingBagCollection(_tables(), spec)
+    before = {k: v.clone() for k, v in fused.state_dict().items()}
+    keys = ["f4", "f1", "f2", "f3"]
+    empty = torch.zeros(0, dtype=torch.int64)
+    out = fused(KeyedJaggedTensor(keys=keys, values=empty, lengths=empty))
+    assert out.values().shape == (0, 20)
+    out.values().sum().backward()
+    assert all(torch.equal(before[k], v) for k, v in fused.state_dict().items())
+    batch = _batch(torch.Generator().manual_seed(0), 3, weighted=False, dup=False)
+    fused(batch).values().sum().backward()
+    assert not torch.equal(
+        before["embedding_bags.t1.weight"], fused.state_dict()["embedding_bags.t1.weight"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("lr", "error", "match"),
+    [
+        (float("nan"), ValueError, r"learning rate must be finite, got nan"),
+        (float("inf"), ValueError, r"learning rate must be finite, got inf"),
+        (-0.5, ValueError, r"learning rate must be >= 0, got -0\.5"),
+        ("fast", TypeError, r"param_groups\[0\]\[\"lr\"\] must be a number, got 'fast'"),
+    ],
+)
+def test_bad_learning_rate_set_on_param_groups(lr: object, error: type, match: str) -> None:
+    # A scheduler (or the user) writes param_groups; the next fused backward refuses it by name.
+    fused = FusedEmbeddingBagCollection(
+        _tables(), FusedOptimSpec(optimizer=EmbOptimType.EXACT_SGD, learning_rate=0.1)
+    )
+    for group in fused.fused_optimizer.param_groups:
+        group["lr"] = lr
+    batch = _batch(torch.Generator().manual_seed(0), 3, weighted=False, dup=False)
+    with pytest.raises(error, match=match):
+        fused(batch).values().sum().backward()

@@ -66,3 +66,42 @@ def test_longer_values_buffer_looks_up_like_the_exact_one() -> None:
     longer = ec(KeyedJaggedTensor(["a"], values, lengths=lengths))["a"]
     assert torch.equal(longer.values(), exact.values())
     assert torch.equal(longer.lengths(), exact.lengths())
+
+
+# --- session 12 (s12-badinput): offsets that decrease inside one key --------------------------
+# A KJT's first read checks its per-key bounds only; a decrease inside one key came out as a
+# negative length: EmbeddingCollection returned rows for the wrong bags, and the torch path of
+# EmbeddingBagCollection failed inside torch ("Expected i < index_size").
+
+
+def _decreasing() -> KeyedJaggedTensor:
+    # key "a": bags [0, 2) and [2, 1): offsets[2] = 1 < offsets[1] = 2
+    return KeyedJaggedTensor.from_offsets_sync(
+        keys=["a", "b"], values=torch.tensor([1, 2, 3, 4]), offsets=torch.tensor([0, 2, 1, 3, 4])
+    )
+
+
+def test_collection_refuses_offsets_that_decrease_inside_a_key() -> None:
+    with pytest.raises(ValueError, match=r"offsets decrease at index 2 \(2 -> 1\).*'a' sample 1"):
+        _ec()(_decreasing())
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_bag_collection_refuses_offsets_that_decrease_inside_a_key(
+    native: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not native:
+        monkeypatch.setattr(
+            "shardrec_embedding.embedding_bag_collection.native_applies", lambda *a: False
+        )
+    with pytest.raises(ValueError, match=r"offsets decrease at index 2 \(2 -> 1\)"):
+        _ebc()(_decreasing())
+
+
+def test_increasing_offsets_still_look_up() -> None:
+    kjt = KeyedJaggedTensor.from_offsets_sync(
+        keys=["a"], values=torch.tensor([1, 2, 3]), offsets=torch.tensor([0, 2, 2, 3])
+    )
+    out = _ec()(kjt)["a"]
+    assert out.lengths().tolist() == [2, 0, 1]
+    assert out.values().shape == (3, 4)

@@ -355,3 +355,75 @@ def test_lengths_and_offsets_as_python_lists_equal_the_tensor_form() -> None:
 def test_lengths_list_of_non_ints_names_the_value(bad: object) -> None:
     with pytest.raises(TypeError, match="lengths must hold ints"):
         JaggedTensor(values=torch.tensor([1.0, 2.0, 3.0]), lengths=bad)  # type: ignore[arg-type]
+
+
+# --- session 12 (s12-badinput) ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int16, torch.uint8])
+def test_narrow_integer_lengths_work_as_int32(dtype: torch.dtype) -> None:
+    # TorchRec accepts them; no cumsum kernel takes them, and offsets in their own dtype would
+    # overflow (uint8 lengths [200, 100] end at 300): they are widened to int32.
+    values = torch.arange(310)
+    lengths = torch.tensor([100, 5, 100, 5], dtype=dtype)
+    got = KeyedJaggedTensor(keys=["a", "b"], values=values, lengths=lengths)
+    want = KeyedJaggedTensor(keys=["a", "b"], values=values, lengths=lengths.long())
+    assert got.lengths().dtype == torch.int32
+    assert got.offsets().tolist() == want.offsets().tolist() == [0, 100, 105, 205, 210]
+    assert got.length_per_key() == [105, 105]
+    for key in ("a", "b"):
+        assert [t.tolist() for t in got[key].to_dense()] == [
+            t.tolist() for t in want[key].to_dense()
+        ]
+    offsets = torch.tensor([0, 100, 105], dtype=dtype)
+    jt = JaggedTensor(values=values, offsets=offsets)
+    assert jt.offsets().dtype == torch.int32
+    assert jt.lengths().tolist() == [100, 5]
+
+
+def test_uint8_lengths_past_255_in_total_do_not_wrap() -> None:
+    kjt_ = KeyedJaggedTensor(
+        keys=["a"], values=torch.arange(300), lengths=torch.tensor([200, 100], dtype=torch.uint8)
+    )
+    assert kjt_.offsets().tolist() == [0, 200, 300]
+    assert [len(t) for t in kjt_["a"].to_dense()] == [200, 100]
+
+
+def test_keyed_tensors_of_different_batch_sizes_are_named() -> None:
+    # torch.cat would name only "tensor number 1" of one of its calls.
+    with pytest.raises(ValueError, match=r"key 'b' has shape \(3, 2\) but the first has \(2, 1\)"):
+        KeyedTensor.from_tensor_list(["a", "b"], [torch.ones(2, 1), torch.ones(3, 2)])
+    kts = [
+        KeyedTensor(keys=["a"], length_per_key=[1], values=torch.ones(2, 1)),
+        KeyedTensor(keys=["b"], length_per_key=[1], values=torch.ones(3, 1)),
+    ]
+    with pytest.raises(ValueError, match=r"keyed_tensors\[1\] has shape \(3, 1\).*\(2, 1\)"):
+        KeyedTensor.regroup(kts, [["a", "b"]])
+    # A group that reads one input only is still fine.
+    assert KeyedTensor.regroup(kts, [["b"]])[0].shape == (3, 1)
+
+
+def test_from_dense_weights_must_match_their_bag() -> None:
+    # Sizes [2, 1] against [1, 2]: same total, so the concatenation paired bag 0's second
+    # value with bag 1's weight silently.
+    with pytest.raises(
+        ValueError, match=r"weights\[0\] has shape \(1,\) but values\[0\] has \(2,\)"
+    ):
+        JaggedTensor.from_dense(
+            [torch.tensor([1, 2]), torch.tensor([3])], weights=[torch.ones(1), torch.ones(2)]
+        )
+    jt = JaggedTensor.from_dense([torch.tensor([1, 2])], weights=[torch.tensor([0.5, 2.0])])
+    assert jt.weights().tolist() == [0.5, 2.0]
+
+
+def test_decrease_inside_a_key_is_refused_by_to_dict() -> None:
+    # Session 12: to_dict read every offset anyway, and handed key 'a' a negative length (its
+    # first bag cut short) without a word.
+    inside = kjt(lengths=None, offsets=torch.tensor([0, 2, 1, 3, 4]))  # inside key 'a'
+    assert inside.length_per_key() == [1, 3]  # the first read sees per-key bounds only
+    with pytest.raises(ValueError, match=r"offsets decrease at index 2 \(2 -> 1\)"):
+        inside.to_dict()
+    with pytest.raises(ValueError, match=r"offsets decrease at index 2 \(2 -> 1\)"):
+        inside["a"]
+    fine = kjt(lengths=None, offsets=torch.tensor([0, 1, 1, 3, 4]))
+    assert [t.tolist() for t in fine["a"].to_dense()] == [[0], []]

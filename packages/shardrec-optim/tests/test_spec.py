@@ -77,6 +77,12 @@ def test_fused_params_keeps_lookup_keys() -> None:
         ({"optimizer": "exact_row_wise_adagrad", "weight_decay": 0.1}, "weight_decay_mode"),
         ({"optimizer": "adam", "beta2": 1.0}, "beta2.*1.0"),
         ({"optimizer": "adam", "eps": float("nan")}, "eps.*nan"),
+        # eps=0: a row looked up with a zero gradient updates by 0 / 0 (session 12).
+        ({"optimizer": "exact_row_wise_adagrad", "eps": 0.0}, "eps=0.0 for EXACT_ROWWISE_ADAGRAD"),
+        ({"optimizer": "exact_adagrad", "eps": 0}, "eps=0.0 for EXACT_ADAGRAD.*eps > 0"),
+        ({"optimizer": "adam", "eps": 0.0}, "eps=0.0 for ADAM"),
+        ({"optimizer": "partial_row_wise_lamb", "eps": 0.0}, "eps=0.0 for PARTIAL_ROWWISE_LAMB"),
+        ({"optimizer": "exact_sgd", "eps": 0.0}, "eps=0.0 is not supported by optimizer EXACT_SGD"),
         ({"optimizer": "exact_row_wise_adagrad", "weight_decay_mode": "l3"}, "'l3'"),
     ],
 )

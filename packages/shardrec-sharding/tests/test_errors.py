@@ -123,6 +123,10 @@ def bad_input(ctx: RankContext, kind: str, plan_kind: str) -> str:
             features = KeyedJaggedTensor(
                 ["user", "item"], torch.tensor([-4, 2, 3]), lengths=torch.tensor([1, 1, 1, 0])
             )
+        elif kind == "offsets-decrease":  # session 12: a decrease inside key 'user'
+            features = KeyedJaggedTensor.from_offsets_sync(
+                ["user", "item"], torch.tensor([1, 2, 3, 1]), offsets=torch.tensor([0, 2, 1, 3, 4])
+            )
         elif kind == "missing-feature":
             features = KeyedJaggedTensor(["user"], torch.tensor([1]), lengths=torch.tensor([1, 0]))
         elif kind == "weights":
@@ -146,6 +150,7 @@ def bad_input(ctx: RankContext, kind: str, plan_kind: str) -> str:
         ("id-too-large", IndexError, "feature 'item' id 6 is out of range for table 'products'"),
         ("id-negative", IndexError, "feature 'user' id -4 is out of range for table 'users'"),
         ("missing-feature", ValueError, "lacks feature(s) ['item']"),
+        ("offsets-decrease", ValueError, "offsets decrease at index 2 (2 -> 1), in feature 'user'"),
         ("weights", ValueError, "unweighted but the KeyedJaggedTensor carries weights"),
         ("not-a-kjt", TypeError, "takes a KeyedJaggedTensor, got dict"),
     ],

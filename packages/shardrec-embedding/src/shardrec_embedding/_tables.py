@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -24,6 +26,7 @@ __all__ = [
     "WeightsDevice",
     "build_packed_modules",
     "check_features",
+    "check_offsets_of",
     "group_weights",
     "materialize_and_init",
     "module_weight",
@@ -212,6 +215,7 @@ def check_features(
             f"{owner}: variable batch size per feature (stride_per_key "
             f"{features.stride_per_key()}) is not supported by unsharded modules"
         )
+    check_offsets_of(features)
     return values, weights
 
 
@@ -250,3 +254,28 @@ def tables_on_meta(modules: nn.ModuleDict) -> bool:
         weight = module.weight
         return isinstance(weight, torch.Tensor) and weight.device.type == "meta"
     return False
+
+
+def check_offsets_of(features: KeyedJaggedTensor) -> None:
+    """Refuse a KJT built from offsets that decrease inside one key, naming the offset.
+
+    Its first read checks the per-key bounds only (a full pass is left to ``validate()``), so
+    such offsets came out as negative lengths: rows for the wrong bags, or a failure inside a
+    torch kernel. Runs while the KJT has no lengths yet (built from offsets alone, the case
+    that needs it); one comparison over the offsets, per batch. Call before ``lengths()``."""
+    if features.lengths_or_none() is not None:
+        return
+    offsets = features.offsets()
+    if offsets.numel() < 2:
+        return
+    drop = offsets[1:] < offsets[:-1]
+    if not bool(drop.any()):
+        return
+    i = int(drop.nonzero()[0, 0])
+    starts = [0, *itertools.accumulate(features.stride_per_key())]
+    k = bisect.bisect_right(starts, i) - 1
+    raise ValueError(
+        f"offsets decrease at index {i + 1} ({int(offsets[i])} -> {int(offsets[i + 1])}), "
+        f"in feature {features.keys()[k]!r} sample {i - starts[k]}: offsets must be "
+        "non-decreasing (offsets[i] is where bag i starts in values)"
+    )

@@ -208,6 +208,17 @@ class BaseEmbeddingConfig:
                 )
             self.dynamic.validate(self.name, self.num_embeddings)
         low, high = self.get_weight_init_min(), self.get_weight_init_max()
+        for field_name, bound in (("weight_init_min", low), ("weight_init_max", high)):
+            if isinstance(bound, bool) or not isinstance(bound, int | float):
+                raise TypeError(
+                    f"table {self.name!r}: {field_name} must be a number, got {bound!r}"
+                )
+            if not math.isfinite(bound):
+                # torch's uniform_ fails on it ("to is out of bounds for float") at construction
+                raise ValueError(
+                    f"table {self.name!r}: {field_name} must be finite, got {bound}; pass a "
+                    "finite bound or None (the default, +-sqrt(1 / num_embeddings))"
+                )
         if not low <= high:
             raise ValueError(
                 f"table {self.name!r}: weight_init_min {low} must not exceed weight_init_max {high}"

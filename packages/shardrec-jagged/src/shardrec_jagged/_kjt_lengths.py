@@ -4,7 +4,8 @@ on the host (one small device-to-host copy), so also where their contents are ch
 A values buffer longer than the bags use is accepted (its tail is unused); a shorter one, a
 negative length (given lengths), and offsets that do not start at 0 or that decrease between
 keys raise here, named as what they are. A decrease inside one key's offsets is left to
-``validate()`` (a full pass over the offsets).
+``validate()`` (a full pass over the offsets), and to the readers that hand out per-key bags
+(``to_dict``, ``__getitem__``: ``_kjt_ops.check_offsets_alone``) and the lookup modules.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import torch.fx
 from shardrec_jagged import _kernels
 from shardrec_jagged._kjt_device import empty_like_or_none
 from shardrec_jagged._kjt_layout import used_part
-from shardrec_jagged._validation import check_segments
+from shardrec_jagged._validation import check_segments, validate_offsets
 from shardrec_jagged.jagged_tensor import JaggedTensor
 
 if TYPE_CHECKING:
@@ -198,6 +198,26 @@ def kjt_empty_like(kjt: KeyedJaggedTensor, device: torch.device | None) -> Keyed
     )
 
 
+def _symbolic(t: torch.Tensor) -> bool:
+    """True where contents cannot be read: meta tensors, tracing, torch.compile."""
+    return (
+        not isinstance(t, torch.Tensor)
+        or t.is_meta
+        or torch.compiler.is_compiling()
+        or bool(torch.fx._symbolic_trace.is_fx_symbolic_tracing())
+    )
+
+
+def check_offsets_alone(kjt: KeyedJaggedTensor) -> None:
+    """For a KJT built from offsets alone, before its lengths are derived: its first read
+    checked each key's bounds only, and a decrease inside a key would come out as a negative
+    length in the key's JaggedTensor. One pass over the offsets (the JaggedTensors handed out
+    read them all anyway); the error names the offset."""
+    given = kjt._offsets
+    if kjt._lengths is None and given is not None and not _symbolic(given):
+        validate_offsets(given, kjt._values.size(0))
+
+
 def kjt_to_dict(kjt: KeyedJaggedTensor, compute_offsets: bool) -> dict[str, JaggedTensor]:
     """Key -> JaggedTensor, views into ``kjt`` (the caller caches it)."""
     keys = kjt._keys
@@ -205,6 +225,7 @@ def kjt_to_dict(kjt: KeyedJaggedTensor, compute_offsets: bool) -> dict[str, Jagg
     if n_keys == 0:
         return {}
     lpk = kjt.length_per_key()
+    check_offsets_alone(kjt)
     values = used_part(kjt._values, lpk).split_with_sizes(lpk)
     w = kjt._weights
     weights: Sequence[torch.Tensor | None] = (

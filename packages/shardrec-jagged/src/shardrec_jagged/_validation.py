@@ -89,7 +89,8 @@ def as_index_tensor(
 
 def check_index_tensor(t: torch.Tensor, name: str) -> torch.Tensor:
     """``lengths``/``offsets`` must be 1-D integer tensors. An empty one of any dtype or shape
-    (``torch.tensor([])`` is float) is accepted as TorchRec does, and returned 1-D."""
+    (``torch.tensor([])`` is float) is accepted as TorchRec does, and returned 1-D; a narrow
+    integer one (int8, int16, uint8) is returned as int32."""
     check_tensor(t, name)
     if t.dtype not in _INDEX_DTYPES and t.numel() > 0:
         raise JaggedDtypeError(
@@ -100,6 +101,10 @@ def check_index_tensor(t: torch.Tensor, name: str) -> torch.Tensor:
         if t.numel() == 0:
             return t.reshape(0)
         raise ValueError(f"{name} must be 1-D, got shape {tuple(t.shape)}; pass {name}.flatten()")
+    if t.dtype is not torch.int64 and t.dtype is not torch.int32 and t.numel() > 0:
+        # int8 / int16 / uint8 lengths (TorchRec accepts them): no cumsum kernel takes them, and
+        # offsets in their dtype would overflow (uint8 lengths [200, 100] end at 300). Widen.
+        return t.to(torch.int32)
     return t
 
 

@@ -139,6 +139,14 @@ class JaggedTensor(JaggedParts, metaclass=ProxyableMeta):
             raise ValueError(
                 f"from_dense got {len(values)} value tensors but {len(weights)} weight tensors"
             )
+        if weights is not None:
+            for i, (v, w) in enumerate(zip(values, weights, strict=True)):
+                if v.dim() == 0 or w.dim() == 0 or w.size(0) != v.size(0):
+                    # concatenated, the weights would pair with another bag's values
+                    raise ValueError(
+                        f"from_dense: weights[{i}] has shape {tuple(w.shape)} but values[{i}] "
+                        f"has {tuple(v.shape)}; each bag needs one weight per value"
+                    )
         if len(values) == 0:
             return JaggedTensor.empty(is_weighted=weights is not None)
         values_t = torch.cat(list(values), dim=0)

@@ -462,7 +462,10 @@ class KeyedJaggedTensor(JaggedParts, metaclass=ProxyableMeta):
             raise UnknownKeyError(f"unknown key {key!r}; this KeyedJaggedTensor has {self._keys}")
         opk = self._offset_per_key or self.offset_per_key()
         lopk = self._lengths_offset_per_key or self.lengths_offset_per_key()
-        lengths = self._lengths if self._lengths is not None else self.lengths()
+        lengths = self._lengths
+        if lengths is None:
+            _kjt_ops.check_offsets_alone(self)
+            lengths = self.lengths()
         start, end = opk[index], opk[index + 1]
         w = self._weights
         return JaggedTensor._unchecked(

@@ -80,6 +80,8 @@ class KeyedTensor(ScriptKeyedTensor, metaclass=ProxyableMeta):
         """Concatenate ``tensors`` (one per key) along ``cat_dim``."""
         if len(keys) != len(tensors):
             raise ValueError(f"from_tensor_list got {len(keys)} keys but {len(tensors)} tensors")
+        for key, t in zip(keys, tensors, strict=True):
+            _check_same_outside(tensors[0], t, cat_dim, f"tensor of key {key!r}")
         return KeyedTensor(
             keys=keys,
             length_per_key=[t.shape[key_dim] for t in tensors],
@@ -142,6 +144,17 @@ class KeyedTensor(ScriptKeyedTensor, metaclass=ProxyableMeta):
         return kt_str(self._keys, [self[k] for k in self._keys])
 
 
+def _check_same_outside(first: torch.Tensor, t: torch.Tensor, dim: int, what: str) -> None:
+    """``t`` matches ``first`` in every dimension but ``dim`` (the batch size, for pooled
+    embeddings): named here rather than by ``torch.cat``'s "tensor number 1"."""
+    a, b = first.shape, t.shape
+    if a[:dim] != b[:dim] or a[dim + 1 :] != b[dim + 1 :]:
+        raise ValueError(
+            f"{what} has shape {tuple(t.shape)} but the first has {tuple(first.shape)}; they "
+            f"must agree in every dimension but {dim} (the same batch size)"
+        )
+
+
 def regroup_tensors(
     keyed_tensors: Sequence[KeyedTensor], groups: Sequence[Sequence[str]]
 ) -> list[torch.Tensor]:
@@ -175,7 +188,15 @@ def regroup_tensors(
     for group in groups:
         pieces = [parts[t][i] for t, i in (where[k] for k in group)]
         if pieces:
-            out.append(torch.cat(pieces, dim=key_dim))
+            try:
+                out.append(torch.cat(pieces, dim=key_dim))
+            except RuntimeError:
+                # Name the input (torch names "tensor number 1" of this cat); checked only on
+                # failure, so the hot path pays nothing.
+                for t, kt in enumerate(keyed_tensors):
+                    first = keyed_tensors[0]._values
+                    _check_same_outside(first, kt._values, key_dim, f"keyed_tensors[{t}]")
+                raise
         else:
             out.append(keyed_tensors[0]._values.narrow(key_dim, 0, 0))
     return out

@@ -13,6 +13,7 @@ param_groups: [{"params": [...], "lr": ...}]  -- the lr backward reads, so sched
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any, Protocol, runtime_checkable
 
@@ -105,8 +106,19 @@ class FusedEmbeddingOptimizer(FusedOptimizer):
     @property
     def learning_rate(self) -> float:
         """The learning rate the next backward applies (`param_groups[0]["lr"]`)."""
-        lr = float(self.param_groups[0]["lr"])
-        if not lr >= 0:
+        raw = self.param_groups[0]["lr"]
+        try:
+            lr = float(raw)
+        except (TypeError, ValueError):
+            raise TypeError(
+                f'param_groups[0]["lr"] must be a number, got {raw!r}; set a float'
+            ) from None
+        if not math.isfinite(lr):
+            raise ValueError(
+                f'learning rate must be finite, got {lr} (param_groups[0]["lr"], set by you or '
+                "an LR scheduler)"
+            )
+        if lr < 0:
             raise ValueError(f"learning rate must be >= 0, got {lr}")
         return lr
 

@@ -104,6 +104,14 @@ class FusedOptimSpec:
                     f"{self.optimizer.name}; it reads: "
                     f"{', '.join(['learning_rate', *sorted(supported)])}"
                 )
+        if "eps" in supported and self.eps == 0:
+            # fbgemm accepts it, then a row looked up with a zero gradient (a weight-0 id, a
+            # masked bag) updates by 0 / (sqrt(0) + 0) = NaN and stays NaN.
+            raise ValueError(
+                f"eps=0.0 for {self.optimizer.name}: its update divides by sqrt(state) + eps, so "
+                "a row looked up with a zero gradient would become NaN; pass eps > 0 (the "
+                "default is 1e-8)"
+            )
         if (
             self.optimizer in (EmbOptimType.EXACT_ROWWISE_ADAGRAD, EmbOptimType.ROWWISE_ADAGRAD)
             and self.weight_decay > 0

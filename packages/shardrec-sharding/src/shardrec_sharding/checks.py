@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
+from shardrec_embedding._tables import check_offsets_of
 from shardrec_jagged import KeyedJaggedTensor
 from shardrec_sharding.layout import Segment
 
@@ -78,6 +79,7 @@ class FeatureChecker:
             )
         if features.variable_stride_per_key():
             self._check_inverse_indices(features)
+        check_offsets_of(features)  # from_offsets_sync offsets that decrease inside a key
         self.feature_positions(features)
         if self._check_ids:
             self._check_range(features)

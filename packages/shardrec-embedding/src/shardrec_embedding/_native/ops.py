@@ -119,7 +119,11 @@ def _check_layout(values: Tensor, offsets: Tensor, keys: Sequence[int], batch: i
     if first < 0 or last > values.numel():
         raise ValueError(f"offsets span [{first}, {last}] outside the {values.numel()} values")
     if offsets.numel() > 1 and bool((offsets[1:] < offsets[:-1]).any()):
-        raise ValueError("offsets decrease somewhere: lengths must be non-negative")
+        i = int((offsets[1:] < offsets[:-1]).nonzero()[0, 0]) + 1
+        raise ValueError(
+            f"offsets decrease at index {i} ({int(offsets[i - 1])} -> {int(offsets[i])}), that "
+            f"is lengths[{i - 1}] < 0: lengths must be >= 0 (offsets non-decreasing)"
+        )
 
 
 def _range_error(

@@ -176,7 +176,7 @@ class _SegmentLookup(torch.autograd.Function):
         presorted: tuple[Presorted | None, ...] | None = ctx.presorted  # type: ignore[attr-defined]
         ctx.presorted = None  # type: ignore[attr-defined]
         # ids per KJT key: a group's sort holds one entry per (segment, id)
-        per_key = offsets[:: max(batch, 1)].diff().tolist() if batch else []
+        per_key = _ids_per_key(plan, offsets, batch)
         with torch.no_grad(), torch.profiler.record_function("fused.native_segment_backward"):
             for g, module in enumerate(plan.groups):
                 reads = [r for r in plan.reads if r.group == g]
@@ -217,6 +217,14 @@ def _whole_or_pieces(
     # rows of one piece at row stride W (a copy only if autograd gave them otherwise)
     first, rest = (p.to(torch.float32).contiguous() for p in (first, rest))
     return first, GradientPiece(split=split, rows=rest)
+
+
+def _ids_per_key(plan: _Plan, offsets: Tensor, batch: int) -> list[int]:
+    """Ids per KJT key; a zero batch holds none (its offsets cannot be strided per key)."""
+    if batch == 0:
+        return [0] * (max((r.key for r in plan.reads), default=-1) + 1)
+    out: list[int] = offsets[::batch].diff().tolist()
+    return out
 
 
 def _pool(plan: _Plan, values: Tensor, offsets: Tensor, batch: int) -> Tensor:
@@ -305,7 +313,7 @@ def _presort(
 ) -> tuple[Presorted | None, ...]:
     """Per group, its update's bucket sort started on a helper thread (rowwise Adagrad and
     Adagrad groups of at least PRESORT_MIN_IDS ids), or None (sorted in backward)."""
-    per_key = offsets[:: max(batch, 1)].diff().tolist() if batch else []
+    per_key = _ids_per_key(plan, offsets, batch)
     out: list[Presorted | None] = []
     for g, module in enumerate(plan.groups):
         reads = [r for r in plan.reads if r.group == g]
