@@ -82,11 +82,21 @@ def _rank_hbm_text(label: str, per_rank_hbm: Sequence[float]) -> str:
     return f"{label} HBM: {_gb(value)} GB on {'ranks' if len(ranks) > 1 else 'rank'} {ranks}"
 
 
-def _kernel_storage_lines(best_plan: Sequence[ShardingOption]) -> list[str]:
+def _kernel_storage_lines(plan: Any, best_plan: Sequence[ShardingOption]) -> list[str]:
+    """Per kernel, the summed storage of its tables: from the plan's own stats when it has them
+    (our search: device memory, HBM on accelerators, DDR on cpu), else from the placed options
+    (TorchRec's loop; reading `best_plan` of our search would enumerate the model again)."""
     totals: dict[str, Storage] = {}
-    for option in best_plan:
-        kernel = option.compute_kernel
-        totals[kernel] = totals.get(kernel, Storage(hbm=0, ddr=0, ssd=0)) + option.total_storage
+    stats = getattr(plan, "stats", None)
+    if stats is not None:
+        accel = stats.compute_device != "cpu"
+        for t in stats.tables:
+            add = Storage(hbm=t.memory_bytes if accel else 0, ddr=0 if accel else t.memory_bytes)
+            totals[t.compute_kernel] = totals.get(t.compute_kernel, Storage(hbm=0, ddr=0)) + add
+    else:
+        for option in best_plan:
+            kernel = option.compute_kernel
+            totals[kernel] = totals.get(kernel, Storage(hbm=0, ddr=0)) + option.total_storage
     if not totals:
         return []
     lines = [_row("Compute Kernels Total Estimated Memory (weights + optimizer + IO + pipeline):")]
@@ -166,7 +176,7 @@ class EmbeddingStats:
         lines.append(_row(f"Top HBM Memory Usage Estimation: {top_hbm / _GB:.3f} GB"))
         for label in ("Max", "Min"):
             lines.append(_row(_rank_hbm_text(label, [h for h, _, _ in per_rank])))
-        lines.extend(_kernel_storage_lines(best_plan))
+        lines.extend(_kernel_storage_lines(sharding_plan, best_plan))
         lines.append(
             _row(
                 f"Compute Kernel Constraints: Hardcoded: {hardcoded}, "
