@@ -76,8 +76,9 @@ def _random_kjt(seed: int, variable: bool) -> tuple[KeyedJaggedTensor, list[int]
 def _row_pos(seed: int, features: int, m: int) -> list[torch.Tensor]:
     g = seeded_generator("bucketize-pos", seed)
     return [
-        torch.cat([torch.zeros(1, dtype=torch.int64), torch.randint(0, 60, (m,), generator=g)])
-        .cumsum(0)
+        torch.cat(
+            [torch.zeros(1, dtype=torch.int64), torch.randint(0, 60, (m,), generator=g)]
+        ).cumsum(0)
         for _ in range(features)
     ]
 
@@ -94,7 +95,9 @@ CASES = [
 
 
 @pytest.mark.parametrize(("seed", "m", "variable", "rows", "keep"), CASES)
-def test_matches_the_documented_rule(seed: int, m: int, variable: bool, rows: bool, keep: bool) -> None:  # fmt: skip
+def test_matches_the_documented_rule(
+    seed: int, m: int, variable: bool, rows: bool, keep: bool
+) -> None:
     kjt, feature_of_bag = _random_kjt(seed, variable)
     features = len(kjt.keys())
     g = seeded_generator("bucketize-sizes", seed)
@@ -146,7 +149,9 @@ def test_matches_fbgemm(seed: int) -> None:
 
 
 def test_empty_and_unweighted() -> None:
-    kjt = KeyedJaggedTensor(["a"], torch.zeros(0, dtype=torch.int64), lengths=torch.zeros(2, dtype=torch.int64))
+    kjt = KeyedJaggedTensor(
+        ["a"], torch.zeros(0, dtype=torch.int64), lengths=torch.zeros(2, dtype=torch.int64)
+    )
     out, permute = bucketize_kjt_before_all2all(kjt, 3, torch.tensor([4]))
     assert out.keys() == ["a"] * 3 and out.lengths().tolist() == [0] * 6
     assert out.weights_or_none() is None and permute is None

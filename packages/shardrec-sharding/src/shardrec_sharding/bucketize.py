@@ -27,6 +27,7 @@ from shardrec_jagged import KeyedJaggedTensor
 
 __all__ = ["bucketize_kjt_before_all2all"]
 
+
 def _outside(ids: Tensor, m: int) -> tuple[Tensor, Tensor]:
     """Bucket `u % m` and new id `u // m` (as int64) of ids read as unsigned 64-bit `u`.
 
