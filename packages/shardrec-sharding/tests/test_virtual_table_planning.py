@@ -25,7 +25,9 @@ from shardrec_planner import (
     PlannerError,
     Topology,
 )
+from shardrec_planner.cache_params import KeyValueParams
 from shardrec_planner.embedding_stats import EmbeddingStats
+from shardrec_planner.kernel_choice import runs_virtual_tiered
 from shardrec_planner.offload_scaleup import EmbeddingOffloadScaleupProposer
 from shardrec_sharding import EmbeddingBagCollectionSharder, EmbeddingCollectionSharder
 
@@ -118,6 +120,33 @@ def test_default_search_plans_virtual_kernel(pooled: bool) -> None:
         spec = plan.plan["coll"]["v0"].sharding_spec
         assert spec is not None
         assert [s.shard_sizes for s in spec.shards] == [[2048, 16]] * 2
+        # ... and the sharded modules run it on the raw-id tier.
+        assert runs_virtual_tiered(plan.plan["coll"]["v0"])
+
+
+@pytest.mark.parametrize("kernel", VIRTUAL)
+def test_l1_cache_bounds_the_device_storage(kernel: str) -> None:
+    # TorchRec's rule: a key-value / virtual shard holds on the device the smaller of
+    # max_l1_cache_size MB and the table's rows at the cache load factor; nothing in DDR.
+    constraints = {
+        f"v{i}": ParameterConstraints(
+            sharding_types=["row_wise"],
+            compute_kernels=[kernel],
+            key_value_params=KeyValueParams(max_l1_cache_size=128),
+        )
+        for i in range(2)
+    }
+    planner = EmbeddingShardingPlanner(
+        topology=CUDA, proposer=EmbeddingOffloadScaleupProposer(), constraints=constraints
+    )
+    planner.plan(_model(pooled=False), [_sharder(False)])
+    stats = planner._stats[0]
+    assert isinstance(stats, EmbeddingStats)
+    line = next(x for x in stats._stats_table if f"   {kernel}: HBM: " in x)
+    hbm = float(line.split("HBM: ")[1].split(" GB")[0])
+    ddr = float(line.split("DDR: ")[1].split(" GB")[0])
+    assert 0.5 <= hbm < 0.51  # 2 tables x 2 shards x 128 MB, plus the ids in flight
+    assert ddr == 0.0
 
 
 @pytest.mark.parametrize("pooled", [True, False])
