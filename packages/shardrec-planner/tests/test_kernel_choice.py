@@ -43,7 +43,12 @@ MAPPED = ["fused_uvm", "fused_uvm_caching", "key_value"]
 def test_sharder_kernels_are_torchrecs() -> None:
     # TorchRec's embedding sharders: dense for data_parallel; fused, plus the UVM and key-value
     # kernels on cuda, for every other type.
-    for st in ("table_wise", "row_wise", "column_wise", "table_row_wise", "grid_shard"):
+    # On cuda also the virtual-table kernels, on the sharding types that run them.
+    virtual = ["ssd_virtual_table", "dram_virtual_table"]
+    for st in ("table_wise", "row_wise", "column_wise", "table_column_wise"):
+        assert sharded_kernels(st, "cpu") == ["fused"]
+        assert sharded_kernels(st, "cuda") == ["fused", *MAPPED, *virtual]
+    for st in ("table_row_wise", "grid_shard"):
         assert sharded_kernels(st, "cpu") == ["fused"]
         assert sharded_kernels(st, "cuda") == ["fused", *MAPPED]
     for device in ("cpu", "cuda"):

@@ -184,3 +184,18 @@ def test_sharding_plan_takes_its_dict_positionally_as_torchrec() -> None:
     assert planned.stats is not None and planned == ShardingPlan(planned.plan)
     with pytest.raises(TypeError):
         ShardingPlan({}, None)  # type: ignore[misc]  # stats stays keyword-only
+
+
+def test_shard_dims_equal_torchrecs_lists() -> None:
+    # TorchRec's ShardMetadata holds lists (`shard.shard_offsets == [0, 0]` in its tests); ours
+    # stay immutable tuples that compare equal to the lists and to tuples of the same ints.
+    from shardrec_planner.shard_metadata import ShardMetadata
+
+    m = ShardMetadata(shard_offsets=[4, 0], shard_sizes=(4, 8), placement="rank:1/cpu")
+    as_list = [4, 0]
+    assert m.shard_offsets == as_list and as_list == m.shard_offsets  # both sides
+    assert m.shard_offsets == (4, 0) and m.shard_sizes == [4, 8]
+    assert m.shard_offsets != [4, 1] and m.shard_offsets != [4, 0, 0]
+    assert not (m.shard_offsets != [4, 0])  # noqa: SIM202  # __ne__ itself
+    assert hash(m.shard_offsets) == hash((4, 0)) and len({m, m}) == 1
+    assert ShardMetadata.from_dict(m.to_dict()) == m

@@ -59,6 +59,8 @@ def test_kernel_lists_are_torchrecs(sharder) -> None:  # type: ignore[no-untyped
         "fused_uvm",
         "fused_uvm_caching",
         "key_value",
+        "ssd_virtual_table",
+        "dram_virtual_table",
     ]
     assert sharder.compute_kernels("row_wise", "cpu") == ["fused"]
 

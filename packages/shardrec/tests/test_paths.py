@@ -251,6 +251,8 @@ shardrec.distributed.mc_modules  shardrec_sharding.mc  ManagedCollisionCollectio
     ShardedManagedCollisionCollection
 shardrec.distributed.mc_embeddingbag  shardrec_sharding.mc
     ManagedCollisionEmbeddingBagCollectionSharder ShardedManagedCollisionEmbeddingBagCollection
+shardrec.distributed.embedding_sharding  shardrec_sharding  EmbeddingShardingInfo
+shardrec.distributed.embedding_sharding  shardrec_sharding.bucketize  bucketize_kjt_before_all2all
 shardrec.distributed.mc_embedding  shardrec_sharding.mc  ManagedCollisionEmbeddingCollectionSharder
     ShardedManagedCollisionEmbeddingCollection
 shardrec.distributed.mc_embedding_modules  shardrec_sharding.mc

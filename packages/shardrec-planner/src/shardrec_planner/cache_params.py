@@ -76,6 +76,9 @@ class KeyValueParams:
     ssd_rocksdb_shards: int | None = None
     gather_ssd_cache_stats: bool | None = None
     l2_cache_size: int | None = None
+    max_l1_cache_size: int | None = None
+    """MB: the most a key-value / virtual table's device cache takes per shard; the storage
+    estimate counts the smaller of it and the table's rows at the cache load factor."""
     ps_hosts: tuple[tuple[str, int], ...] | None = None
     ps_client_thread_num: int | None = None
     ps_max_key_per_request: int | None = None

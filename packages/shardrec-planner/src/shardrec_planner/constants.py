@@ -33,6 +33,9 @@ DDR_MEM_BW: float = 51 * _GIB / _MS_PER_S  # bytes/ms
 HBM_TO_DDR_MEM_BW: float = 32 * _GIB / _MS_PER_S  # bytes/ms
 SSD_MEM_BW: float = 2 * _GIB / _MS_PER_S  # bytes/ms (one NVMe drive)
 UVM_CACHING_RATIO: float = 0.2
+KV_CACHING_RATIO: float = 0.2
+"""The share of a key-value / virtual table's rows its device (L1) cache holds in the storage
+estimate, unless the sharder's `fused_params['cache_load_factor']` says otherwise (TorchRec's)."""
 BATCH_SIZE: int = 512
 
 # TorchRec's empirical factors (its perf model multiplies by them).

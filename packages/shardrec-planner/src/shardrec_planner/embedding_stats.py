@@ -7,7 +7,11 @@ lines, the first a row of `#`) and writes it to this module's logger at INFO:
 - how many proposals were evaluated, how many could be placed, how long planning took;
 - per rank: estimated device memory (HBM on accelerators, DDR on cpu), host memory (DDR) and
   step time, and the tables placed there;
-- the largest per-rank HBM estimate ("Top HBM Memory Usage Estimation: <GB> GB");
+- the largest per-rank HBM estimate ("Top HBM Memory Usage Estimation: <GB> GB"), and the
+  largest and smallest with the ranks within 1 MB of each ("Max HBM: <GB> GB on ranks [..]",
+  "Min HBM: ...", TorchRec's rule);
+- per compute kernel, the placed options' summed storage estimates, one line each under
+  "Compute Kernels Total Estimated Memory" ("<kernel>: HBM: <GB> GB, DDR: <GB> GB, SSD: <GB> GB");
 - how many tables had their compute kernel fixed by a constraint ("Hardcoded") and how many
   were left to the planner ("Auto-selected").
 
@@ -22,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from shardrec_planner.constraints import ParameterConstraints
-from shardrec_planner.planner_types import ShardingOption
+from shardrec_planner.planner_types import ShardingOption, Storage
 from shardrec_planner.topology import Topology
 
 logger = logging.getLogger(__name__)
@@ -64,6 +68,43 @@ def _per_rank_from_options(
             if shard.perf is not None:
                 totals[shard.rank][2] += shard.perf.total
     return [(h, d, p) for h, d, p in totals]
+
+
+def _gb(n: float) -> float:
+    return round(n / _GB, 3)
+
+
+def _rank_hbm_text(label: str, per_rank_hbm: Sequence[float]) -> str:
+    """`<label> HBM: <GB> GB on ranks [..]`: the max or min per-rank HBM and the ranks within
+    1 MB of it (TorchRec's rule)."""
+    value = (max if label == "Max" else min)(per_rank_hbm, default=0.0)
+    ranks = [r for r, h in enumerate(per_rank_hbm) if abs(h - value) <= 1024**2]
+    return f"{label} HBM: {_gb(value)} GB on {'ranks' if len(ranks) > 1 else 'rank'} {ranks}"
+
+
+def _kernel_storage_lines(plan: Any, best_plan: Sequence[ShardingOption]) -> list[str]:
+    """Per kernel, the summed storage of its tables: from the plan's own stats when it has them
+    (our search: device memory, HBM on accelerators, DDR on cpu), else from the placed options
+    (TorchRec's loop; reading `best_plan` of our search would enumerate the model again)."""
+    totals: dict[str, Storage] = {}
+    stats = getattr(plan, "stats", None)
+    if stats is not None:
+        accel = stats.compute_device != "cpu"
+        for t in stats.tables:
+            add = Storage(hbm=t.memory_bytes if accel else 0, ddr=0 if accel else t.memory_bytes)
+            totals[t.compute_kernel] = totals.get(t.compute_kernel, Storage(hbm=0, ddr=0)) + add
+    else:
+        for option in best_plan:
+            kernel = option.compute_kernel
+            totals[kernel] = totals.get(kernel, Storage(hbm=0, ddr=0)) + option.total_storage
+    if not totals:
+        return []
+    lines = [_row("Compute Kernels Total Estimated Memory (weights + optimizer + IO + pipeline):")]
+    for kernel, s in totals.items():
+        lines.append(
+            _row(f"   {kernel}: HBM: {_gb(s.hbm)} GB, DDR: {_gb(s.ddr)} GB, SSD: {_gb(s.ssd)} GB")
+        )
+    return lines
 
 
 def _tables_per_rank(plan: Any, world: int) -> list[list[str]]:
@@ -133,6 +174,9 @@ class EmbeddingStats:
             )
         top_hbm = max((h for h, _, _ in per_rank), default=0.0)
         lines.append(_row(f"Top HBM Memory Usage Estimation: {top_hbm / _GB:.3f} GB"))
+        for label in ("Max", "Min"):
+            lines.append(_row(_rank_hbm_text(label, [h for h, _, _ in per_rank])))
+        lines.extend(_kernel_storage_lines(sharding_plan, best_plan))
         lines.append(
             _row(
                 f"Compute Kernel Constraints: Hardcoded: {hardcoded}, "

@@ -87,7 +87,8 @@ VIRTUAL_TABLE_KERNELS: frozenset[EmbeddingComputeKernel] = frozenset(
 )
 """Among them, the raw-id tier kernels a hand-written plan may name for a table placed as
 `VIRTUAL_TABLE_SHARDING_TYPES` allows (a dynamic table's rows behind a cache:
-`kernel_choice.runs_virtual_tiered`); the planner's search still never picks them."""
+`kernel_choice.runs_virtual_tiered`); sharders offer them on cuda (`kernel_choice.sharded_kernels`)
+and the planner's search picks them only where a constraint names them."""
 
 VIRTUAL_TIER_SHARDING_TYPES: tuple[ShardingType, ...] = (
     ShardingType.TABLE_WISE,

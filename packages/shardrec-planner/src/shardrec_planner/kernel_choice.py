@@ -71,12 +71,26 @@ _CUDA_EXTRA = (
 )
 
 
+_CUDA_VIRTUAL = (
+    EmbeddingComputeKernel.SSD_VIRTUAL_TABLE,
+    EmbeddingComputeKernel.DRAM_VIRTUAL_TABLE,
+)
+
+
 def sharded_kernels(sharding_type: str, compute_device_type: str) -> list[str]:
-    """TorchRec's kernel list of an embedding sharder for one sharding type and device."""
-    if ShardingType(sharding_type) is ShardingType.DATA_PARALLEL:
+    """TorchRec's kernel list of an embedding sharder for one sharding type and device.
+
+    On cuda TorchRec also offers `ssd_virtual_table` and `dram_virtual_table` for every type but
+    data_parallel; we offer them on the types that run them (`VIRTUAL_TABLE_SHARDING_TYPES`), so
+    a plan never holds a pair the sharded module refuses. The enumerator lists them only where a
+    constraint names them (`enumerators.GUARDED_COMPUTE_KERNELS`), as TorchRec's does."""
+    st = ShardingType(sharding_type)
+    if st is ShardingType.DATA_PARALLEL:
         return [EmbeddingComputeKernel.DENSE.value]
-    extra = [k.value for k in _CUDA_EXTRA] if compute_device_type == "cuda" else []
-    return [EmbeddingComputeKernel.FUSED.value, *extra]
+    if compute_device_type != "cuda":
+        return [EmbeddingComputeKernel.FUSED.value]
+    virtual = [k.value for k in _CUDA_VIRTUAL if st in VIRTUAL_TABLE_SHARDING_TYPES[k]]
+    return [EmbeddingComputeKernel.FUSED.value, *(k.value for k in _CUDA_EXTRA), *virtual]
 
 
 def executed_kernel(kernel: str) -> EmbeddingComputeKernel:

@@ -28,7 +28,13 @@ from shardrec_planner.disk_tier import (
     undominated,
     virtual_tier_estimate,
 )
-from shardrec_planner.enums import TORCHREC_ONLY_KERNELS, EmbeddingComputeKernel, ShardingType
+from shardrec_planner.enums import (
+    TORCHREC_ONLY_KERNELS,
+    VIRTUAL_TABLE_KERNELS,
+    VIRTUAL_TABLE_SHARDING_TYPES,
+    EmbeddingComputeKernel,
+    ShardingType,
+)
 from shardrec_planner.errors import PlannerError
 from shardrec_planner.estimator import UVM_KERNELS, Workload, estimate_shards
 from shardrec_planner.geometry import (
@@ -236,6 +242,21 @@ def _offered(sharder_kernels: Sequence[str], compute_device: str) -> list[Embedd
     return kernels
 
 
+def _virtual_asked(
+    st: ShardingType, sharder_kernels: Sequence[str], wanted: Sequence[object] | None
+) -> list[EmbeddingComputeKernel]:
+    """The virtual-table kernels the sharder offers for `st` (TorchRec's sharders: on cuda) and
+    a constraint names (TorchRec guards them: never chosen unasked), on a type that runs them
+    (`VIRTUAL_TABLE_SHARDING_TYPES`)."""
+    if not wanted:
+        return []
+    return [
+        k
+        for k in sorted(VIRTUAL_TABLE_KERNELS)
+        if k in wanted and k.value in sharder_kernels and st in VIRTUAL_TABLE_SHARDING_TYPES[k]
+    ]
+
+
 _ROW_SPLIT = {
     ShardingType.ROW_WISE: "world",
     ShardingType.TABLE_ROW_WISE: "local",
@@ -313,13 +334,14 @@ def table_options(
     candidates: list[tuple[ShardingType, EmbeddingComputeKernel, bool]] = []
     kernel_conflicts: list[str] = []
     for st in types:
-        # kernels shardrec does not run (quantized, virtual tables) are ignored
+        # kernels shardrec does not run (quantized) are ignored; virtual tables where asked
         kernels = _offered(sharder_kernels.get(st.value, []), topology.compute_device)
         if kernel_wanted is not None:
             kernels = [k for k in kernels if k in kernel_wanted]
         tier_ok = tiered_layout(st, EmbeddingComputeKernel.KEY_VALUE, topology.compute_device)
         beside = tier_ok and (auto_tier if kernel_wanted is None else True)
         kernels = _kernels_for(kernels, topology.compute_device, beside)
+        kernels += _virtual_asked(st, sharder_kernels.get(st.value, []), kernel_wanted)
         if not kernels:
             kernel_conflicts.append(f"{st.value} offers {list(sharder_kernels.get(st.value, []))}")
             continue

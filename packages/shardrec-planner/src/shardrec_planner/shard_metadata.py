@@ -18,6 +18,23 @@ def placement(compute_device: str, rank: int, local_world_size: int) -> str:
     return f"rank:{rank}/{compute_device}"
 
 
+class ShardDims(tuple[int, ...]):
+    """A shard's offsets or sizes: an immutable tuple of ints that also equals the list of the
+    same ints, as TorchRec's `ShardMetadata` holds lists (`shard.shard_offsets == [0, 0]`)."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, list):
+            return tuple(self) == tuple(other)
+        return tuple.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = tuple.__hash__
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ShardMetadata:
     """One shard of a 2-d table: rows `[o0, o0 + s0)` and columns `[o1, o1 + s1)` on one rank."""
@@ -27,8 +44,8 @@ class ShardMetadata:
     placement: str
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "shard_offsets", tuple(int(v) for v in self.shard_offsets))
-        object.__setattr__(self, "shard_sizes", tuple(int(v) for v in self.shard_sizes))
+        object.__setattr__(self, "shard_offsets", ShardDims(int(v) for v in self.shard_offsets))
+        object.__setattr__(self, "shard_sizes", ShardDims(int(v) for v in self.shard_sizes))
         if len(self.shard_offsets) != len(self.shard_sizes):
             raise ValueError(
                 f"shard_offsets {list(self.shard_offsets)} and shard_sizes "

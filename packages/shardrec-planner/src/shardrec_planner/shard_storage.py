@@ -34,7 +34,8 @@ from typing import Any
 
 import torch
 
-from shardrec_planner.constants import BIGINT_DTYPE, UVM_CACHING_RATIO
+from shardrec_planner.cache_params import KeyValueParams
+from shardrec_planner.constants import BIGINT_DTYPE, KV_CACHING_RATIO, UVM_CACHING_RATIO
 from shardrec_planner.constraints import ParameterConstraints
 from shardrec_planner.dynamic_storage import module_dynamic_bytes_per_row
 from shardrec_planner.enums import EmbeddingComputeKernel, ShardingType
@@ -336,8 +337,14 @@ def calculate_shard_storages(
     count_ephemeral_storage_cost: bool = False,
     is_inference: bool = False,
     multipass_prefetch_max_pass: int | None = None,
+    key_value_params: KeyValueParams | None = None,
+    kv_cache_load_factor: float = KV_CACHING_RATIO,
 ) -> list[Storage]:
-    """The storage of each shard of `tensor` (module docstring); one `Storage` per shard."""
+    """The storage of each shard of `tensor` (module docstring); one `Storage` per shard.
+
+    A key-value or virtual-table kernel's shard holds no rows in DDR and, on the device, its L1
+    cache: the smaller of `key_value_params.max_l1_cache_size` MB (0 when unset) and the whole
+    table's rows at `kv_cache_load_factor` (TorchRec's rule)."""
     input_sizes, output_sizes = _calculate_shard_io_sizes(
         sharding_type,
         batch_sizes,
@@ -378,6 +385,12 @@ def calculate_shard_storages(
     ddr_specific = _calculate_storage_specific_sizes(
         ddr, tensor.shape, shard_sizes, sharding_type, optimizer_class, is_inference
     )
+    if compute_kernel in _KEY_VALUE_KERNELS:
+        l1 = (key_value_params.max_l1_cache_size if key_value_params else None) or 0
+        rows, dim = int(tensor.shape[0]), int(tensor.shape[1])
+        cache = math.ceil(rows * kv_cache_load_factor * tensor.element_size() * dim)
+        hbm_specific = [min(l1 * 1024 * 1024, cache) for _ in hbm_specific]
+        ddr_specific = [0 for _ in ddr_specific]
     storages = []
     for inp, out, h, d in zip(input_sizes, output_sizes, hbm_specific, ddr_specific, strict=True):
         hbm_size = 0
@@ -529,6 +542,7 @@ class EmbeddingStorageEstimator(OptionEstimator):
     def estimate_option(self, option: ShardingOption, got: OptionInputs) -> None:
         sharder, ratio = got.sharder, got.caching_ratio
         num_poolings, batch_sizes = got.num_poolings, got.batch_sizes
+        c = self._constraints.get(option.name) if self._constraints else None
         mpp = option.cache_params.multipass_prefetch_config if option.cache_params else None
         if mpp is None:
             mpp = _fused_param(sharder, "multipass_prefetch_config")
@@ -552,6 +566,8 @@ class EmbeddingStorageEstimator(OptionEstimator):
             count_ephemeral_storage_cost=self._run_embedding_at_peak_memory,
             is_inference=self._is_inference,
             multipass_prefetch_max_pass=getattr(mpp, "num_passes", None),
+            key_value_params=c.key_value_params if c is not None else None,
+            kv_cache_load_factor=_fused_param(sharder, "cache_load_factor") or KV_CACHING_RATIO,
         )
         map_bytes = mc_bytes_per_row(option.module[1], option.name)
         # a dynamic table's id map and metadata: host memory whatever the device (dynamic_storage)
