@@ -1,0 +1,77 @@
+"""`StepUndo`: what one training step of a `DynamicTable` changed, to take it back.
+
+A sharded collection maps a batch's exchanged ids with every owner's map before the ranks learn
+whether any owner's map raised (`shardrec_sharding._dynamic_exchange`). When one did, every map
+that mapped the batch returns to its state before it (`DynamicTable.rollback_step`), so that
+training continues as if the batch had never been seen. The record is built only when the
+caller asks for it (`DynamicTable.start_undo`), and holds, in the order things happened:
+
+- the scalar counters and cursors (a dict copy);
+- the per-slot metadata `(slot_ids, occupied, last_seen, counts)` of every slot *before* the
+  step wrote it (evicted, expired and admitted slots: a handful per step), restored in reverse;
+- the regions of the free stack the step overwrote;
+- the sketch increments of the admission (undone by subtracting them);
+- whole copies of only what the find pass touches in place for every found id: the byte
+  stamps (`stamps.py`, 1 byte a slot), or `last_seen` where the pass writes it directly (TTL,
+  the torch backend), and `counts` for LFU;
+- how many deferred resets were queued (`in_flight.py`): the step's own are dropped. A record
+  defers the step's resets even when the table does not, and runs them at `commit`, so a
+  rolled-back step never reset a row (no row copies needed).
+
+The native map's index is not undone entry by entry: it is rebuilt from `slot_ids` /
+`occupied` (the load path), which gives the same id -> slot answers.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+__all__ = ["StepUndo"]
+
+
+class StepUndo:
+    """The undo record of one training step (module docstring); filled by `DynamicTable`."""
+
+    def __init__(self, counters: dict[str, int], deferred: int, forced_defer: bool) -> None:
+        self.counters = dict(counters)
+        self.deferred = deferred
+        self.forced_defer = forced_defer
+        self.slots: list[tuple[Tensor, Tensor, Tensor, Tensor, Tensor]] = []
+        self.free_stack: list[tuple[int, Tensor]] = []
+        self.sketch: list[tuple[int, Tensor, Tensor]] = []
+        self.stamps: tuple[Tensor, int, bool] | None = None
+        self.last_seen: Tensor | None = None
+        self.counts: Tensor | None = None
+        self.started = False
+        """Whether the step began changing the table (a record of a step never run is empty)."""
+
+    def save_slots(self, slots: Tensor, meta: tuple[Tensor, Tensor, Tensor, Tensor]) -> None:
+        """Keep `slots`' metadata `(slot_ids, occupied, last_seen (raw), counts)` before a write."""
+        slots = slots.clone()
+        self.slots.append((slots, *(t[slots] for t in meta)))  # type: ignore[arg-type]  # 5-tuple
+
+    def save_free_stack(self, free_slots: Tensor, start: int, end: int) -> None:
+        """Keep the free stack's entries `[start, end)` before a write."""
+        self.free_stack.append((start, free_slots[start:end].clone()))
+
+    def restore(
+        self,
+        meta: tuple[Tensor, Tensor, Tensor, Tensor],
+        free_slots: Tensor,
+        sketch: Tensor,
+    ) -> None:
+        """Write every kept value back (the counters and the stamps' owner are the table's)."""
+        slot_ids, occupied, last_seen, counts = meta
+        for row, cells, added in reversed(self.sketch):
+            sketch[row].index_add_(0, cells, -added)
+        for start, old in reversed(self.free_stack):
+            free_slots[start : start + old.numel()] = old
+        for slots, ids, occ, seen, cnt in reversed(self.slots):
+            slot_ids[slots] = ids
+            occupied[slots] = occ
+            last_seen[slots] = seen
+            counts[slots] = cnt
+        if self.last_seen is not None:
+            last_seen.copy_(self.last_seen)
+        if self.counts is not None:
+            counts.copy_(self.counts)
