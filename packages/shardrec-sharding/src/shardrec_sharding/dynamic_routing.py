@@ -329,14 +329,24 @@ class ShardedDynamicTables(DynamicTables):
         assert lens is not None
         failure: tuple[int, BaseException] | None = None
         found: list[Tensor] = []
+        parts = [self._part(name) for name in names]
         for t, ids in enumerate(by_table(received, recv, counts)):
+            if training:  # taken back on every rank if any owner's map fails (undo.py)
+                parts[t].start_undo()
             try:
-                found.append(self._part(names[t]).map_local(ids, training=training))
+                found.append(parts[t].map_local(ids, training=training))
             except Exception as e:  # flagged back, re-raised on every rank
                 failure = failure or (t, e)
                 found.append(torch.full_like(ids, -1))
         partitioned = [t for t, p in enumerate(plan.parts.tolist()) if p]
-        back = exchange_back(env, owner, names, found, partitioned, counts, packed, failure)
+        try:
+            back = exchange_back(env, owner, names, found, partitioned, counts, packed, failure)
+        except BaseException:
+            for part in parts:  # the batch was not seen: every map as before it
+                part.rollback_step()
+            raise
+        for part in parts:
+            part.commit_step()
         slots = back[packed.where] if partitioned else back
         out: dict[str, Tensor] = {}
         at = 0
