@@ -3,7 +3,9 @@ every rank raise, instead of leaving the others waiting in the way-back exchange
 own error (a note names the table and its rank), the others a `DynamicMapError` (a
 `PeerError`) naming the table, the owner rank and the cause; the failing map is left consistent (the
 pending ids it entered are dropped, as on one rank), and the ranks stay in step: the next
-batches train on both. Also: a rank refusing its batch (float ids) makes the other raise, with
+batches train on both, and every map is as before the failed batch (a twin module that never
+saw it gives the same maps, outputs, weights and optimizer state, bit for bit). Also: a rank
+refusing its batch (float ids) makes the other raise, with
 no extra collective on the good path (the flags ride in the id exchange's headers)."""
 
 from __future__ import annotations

@@ -259,7 +259,8 @@ class ShardedDynamicTables(DynamicTables):
         maps each table's received ids with that table, in table order, as the per-table
         path does (the same decisions and slots). On more than one rank, a rank's refusal of
         its batch (`precheck`) or an owner's failing map makes every rank raise
-        (`_dynamic_exchange`)."""
+        (`_dynamic_exchange`), every map taken back to its state before the batch
+        (`shardrec_embedding.dynamic.undo`)."""
         if self._env.world_size > 1:
             for name, slots in self._exchange_map(features, training=training, owner=owner).items():
                 self._part(name)._premapped = slots
