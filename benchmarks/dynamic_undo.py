@@ -8,8 +8,9 @@ A sharded collection's owner maps each table's exchanged ids with `start_undo()`
 the 100k table of benchmarks/dynamic_sharded.py on 2 ranks; 40,960 ids: 2 ranks x batch 2048 x
 20 ids / 2 parts), LRU on the native map, pre-filled to 50% or 95%, with Zipf(1.05) ids over
 the resident ids ("resident": few new ids) or over 2^40 ("stream": every step admits and
-evicts). Two identical tables take the same ids; their steps alternate (plain, recorded) so
-load bursts hit both alike; median process-CPU microseconds per step and the ratio.
+evicts). Two identical tables take the same ids, step after step; which of them records and which
+runs first cycle, so that load bursts, caches and memory placement favour neither; median
+process-CPU microseconds per step and the ratio.
 Reports only; asserts nothing. Results: docs/bench/dynamic.md ("Undo record").
 """
 
@@ -46,15 +47,18 @@ def _zipf(rng: np.random.Generator, n: int, pool: np.ndarray) -> torch.Tensor:
 def run(capacity: int, ids: int, occupancy: float, regime: str, steps: int) -> tuple[float, float]:
     rng = np.random.default_rng(0)
     resident = rng.integers(-(2**62), 2**62, size=int(capacity * occupancy))
-    plain, recorded = _table(capacity), _table(capacity)
+    tables = [_table(capacity), _table(capacity)]
     fill = torch.from_numpy(resident)
-    for t in (plain, recorded):
+    for t in tables:
         t.map_ids(fill, training=True)
     pool = resident if regime == "resident" else rng.integers(0, 2**40, size=1 << 22)
     times: dict[str, list[float]] = {"plain": [], "recorded": []}
-    for _ in range(steps):
+    for step in range(steps):
         batch = _zipf(rng, ids, pool)
-        for name, table in (("plain", plain), ("recorded", recorded)):
+        # which table records, and which runs first, cycle: neither table's memory placement
+        # nor the order favours one side
+        roles = [("recorded", tables[step % 2]), ("plain", tables[1 - step % 2])]
+        for name, table in roles if step % 4 < 2 else roles[::-1]:
             table.in_flight.flush_resets()
             start = time.process_time()
             if name == "recorded":
@@ -63,7 +67,7 @@ def run(capacity: int, ids: int, occupancy: float, regime: str, steps: int) -> t
             if name == "recorded":
                 table.commit_step()
             times[name].append(time.process_time() - start)
-    assert torch.equal(plain.slot_ids, recorded.slot_ids)  # the same decisions
+    assert torch.equal(tables[0].slot_ids, tables[1].slot_ids)  # the same decisions
     return statistics.median(times["plain"]) * 1e6, statistics.median(times["recorded"]) * 1e6
 
 

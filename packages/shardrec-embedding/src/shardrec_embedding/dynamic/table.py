@@ -141,8 +141,8 @@ class DynamicTable(nn.Module):
         recent = self.__dict__.get("_recent")
         if recent is not None and recent.dirty:
             undo = self.__dict__.get("_undo")
-            if undo is not None and undo.started:  # the sync folds in this step's touches
-                undo.save_slots(torch.nonzero(recent.stamps).reshape(-1), self._slot_meta())
+            if undo is not None and undo.started and undo.last_seen is None:
+                undo.last_seen = buffer.clone()  # the sync folds in this step's touches
             recent.sync(buffer)
         return buffer
 
@@ -215,13 +215,17 @@ class DynamicTable(nn.Module):
         back (`undo.py`); end the record with `commit_step` or `rollback_step`. Its freed
         slots' resets wait for `commit_step` (none runs for a rolled-back step)."""
         flight = self.in_flight
-        self._undo = StepUndo(self._counters, len(flight._deferred), not flight.defer_resets)
+        # plain attribute writes (nn.Module.__setattr__ costs microseconds a step)
+        self.__dict__["_undo"] = StepUndo(
+            self._counters, len(flight._deferred), not flight.defer_resets
+        )
         flight.defer_resets = True
 
     def commit_step(self) -> None:
         """Keep the recorded step (`start_undo`): drop its record, run its resets when the
         table does not defer them."""
-        undo, self._undo = self._undo, None
+        undo = self.__dict__.pop("_undo", None)
+        self.__dict__["_undo"] = None
         if undo is not None and undo.forced_defer:
             self.in_flight.defer_resets = False
             self.in_flight.flush_resets()
@@ -230,7 +234,8 @@ class DynamicTable(nn.Module):
         """Return the table to exactly its state before the recorded step (`start_undo`):
         slots, metadata, stamps, counts, free stack, sketch, counters, cursors, queued resets,
         the id index. A record of a step that never ran here (another kind of map) is dropped."""
-        undo, self._undo = self._undo, None
+        undo = self.__dict__.pop("_undo", None)
+        self.__dict__["_undo"] = None
         if undo is None:
             return
         flight = self.in_flight
@@ -408,7 +413,11 @@ class DynamicTable(nn.Module):
         policy = self.config.eviction
         if self._recent is not None:
             r = self._recent
-            undo.stamps = (r.stamps.clone(), r.base, r.dirty)
+            # one copy buffer per table, reused step after step (no allocation)
+            copy = self.__dict__.get("_stamps_copy")
+            if copy is None or copy.numel() != r.stamps.numel():
+                copy = self.__dict__["_stamps_copy"] = torch.empty_like(r.stamps)
+            undo.stamps = (copy.copy_(r.stamps), r.base, r.dirty)
         if direct_touch and policy is not EvictionPolicy.NONE:
             undo.last_seen = self._last_seen_unsynced().clone()
         if policy is EvictionPolicy.LFU:
@@ -441,7 +450,7 @@ class DynamicTable(nn.Module):
             new_slots = self._allocate(take)
             new_counts = occurrences[chosen]
             if self._undo is not None:
-                self._undo.save_slots(new_slots, self._slot_meta())
+                self._undo.save_fresh(new_slots)
             if self.map.backend == "native":  # the same writes in one pass
                 self.map.admit_slots(
                     new_ids, new_slots, new_counts, step, self._slot_meta(), stamps=self._stamps()

@@ -7,13 +7,15 @@ training continues as if the batch had never been seen. The record is built only
 caller asks for it (`DynamicTable.start_undo`), and holds, in the order things happened:
 
 - the scalar counters and cursors (a dict copy);
-- the per-slot metadata `(slot_ids, occupied, last_seen, counts)` of every slot *before* the
-  step wrote it (evicted, expired and admitted slots: a handful per step), restored in reverse;
+- the per-slot metadata `(slot_ids, occupied, last_seen, counts)` of every slot the step
+  freed (evicted, expired), *before* it wrote them, restored in reverse; of the free slots an
+  admission took, only which they were (a free slot's metadata is all zero);
 - the regions of the free stack the step overwrote;
 - the sketch increments of the admission (undone by subtracting them);
 - whole copies of only what the find pass touches in place for every found id: the byte
   stamps (`stamps.py`, 1 byte a slot), or `last_seen` where the pass writes it directly (TTL,
-  the torch backend), and `counts` for LFU;
+  the torch backend), and `counts` for LFU; with stamps, `last_seen` is copied too, but only
+  when an eviction's scan folds the step's stamps into it (the first such fold of the step);
 - how many deferred resets were queued (`in_flight.py`): the step's own are dropped. A record
   defers the step's resets even when the table does not, and runs them at `commit`, so a
   rolled-back step never reset a row (no row copies needed).
@@ -36,7 +38,7 @@ class StepUndo:
         self.counters = dict(counters)
         self.deferred = deferred
         self.forced_defer = forced_defer
-        self.slots: list[tuple[Tensor, Tensor, Tensor, Tensor, Tensor]] = []
+        self.slots: list[tuple[Tensor, Tensor, Tensor, Tensor, Tensor] | Tensor] = []
         self.free_stack: list[tuple[int, Tensor]] = []
         self.sketch: list[tuple[int, Tensor, Tensor]] = []
         self.stamps: tuple[Tensor, int, bool] | None = None
@@ -49,6 +51,11 @@ class StepUndo:
         """Keep `slots`' metadata `(slot_ids, occupied, last_seen (raw), counts)` before a write."""
         slots = slots.clone()
         self.slots.append((slots, *(t[slots] for t in meta)))  # type: ignore[arg-type]  # 5-tuple
+
+    def save_fresh(self, slots: Tensor) -> None:
+        """Note `slots` before an admission writes them: free slots, whose metadata is all
+        zero (a freed slot is zeroed, one above the high-water mark never written)."""
+        self.slots.append(slots.clone())
 
     def save_free_stack(self, free_slots: Tensor, start: int, end: int) -> None:
         """Keep the free stack's entries `[start, end)` before a write."""
@@ -66,7 +73,12 @@ class StepUndo:
             sketch[row].index_add_(0, cells, -added)
         for start, old in reversed(self.free_stack):
             free_slots[start : start + old.numel()] = old
-        for slots, ids, occ, seen, cnt in reversed(self.slots):
+        for saved in reversed(self.slots):
+            if isinstance(saved, Tensor):  # free slots an admission took
+                for t in meta:
+                    t[saved] = 0
+                continue
+            slots, ids, occ, seen, cnt = saved
             slot_ids[slots] = ids
             occupied[slots] = occ
             last_seen[slots] = seen
