@@ -11,7 +11,7 @@ import random
 import pytest
 import torch
 
-from shardrec_embedding.dynamic import DynamicTableConfig
+from shardrec_embedding.dynamic import DynamicTableConfig, undo
 from shardrec_embedding.dynamic.id_map import idmap_native_available
 from shardrec_embedding.dynamic.table import COUNTERS, DynamicTable
 
@@ -65,7 +65,9 @@ class _Injected(Exception):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("fields", POLICIES, ids=lambda f: "-".join(map(str, f.values())))
 @pytest.mark.parametrize("defer", [True, False], ids=["deferred", "immediate"])
-def test_rolled_back_steps_leave_the_never_saw_it_state(backend, fields, defer):  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("whole", [undo.WHOLE, 10**9], ids=["copies", "gathers"])
+def test_rolled_back_steps_leave_the_never_saw_it_state(backend, fields, defer, whole, monkeypatch):  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(undo, "WHOLE", whole)  # freed slots' metadata gathered, or copied whole
     rng = random.Random(f"undo-{backend}-{fields}-{defer}")
     pool = [rng.randrange(-(2**63), 2**63) for _ in range(80)]
     probe = torch.tensor(pool)

@@ -142,7 +142,8 @@ class DynamicTable(nn.Module):
         if recent is not None and recent.dirty:
             undo = self.__dict__.get("_undo")
             if undo is not None and undo.started and undo.last_seen is None:
-                undo.last_seen = buffer.clone()  # the sync folds in this step's touches
+                # the sync folds in this step's touches
+                undo.last_seen = undo.copy("last_seen_before", buffer)
             recent.sync(buffer)
         return buffer
 
@@ -216,8 +217,9 @@ class DynamicTable(nn.Module):
         slots' resets wait for `commit_step` (none runs for a rolled-back step)."""
         flight = self.in_flight
         # plain attribute writes (nn.Module.__setattr__ costs microseconds a step)
+        buffers = self.__dict__.setdefault("_undo_buffers", {})
         self.__dict__["_undo"] = StepUndo(
-            self._counters, len(flight._deferred), not flight.defer_resets
+            self._counters, len(flight._deferred), not flight.defer_resets, buffers
         )
         flight.defer_resets = True
 
@@ -413,15 +415,11 @@ class DynamicTable(nn.Module):
         policy = self.config.eviction
         if self._recent is not None:
             r = self._recent
-            # one copy buffer per table, reused step after step (no allocation)
-            copy = self.__dict__.get("_stamps_copy")
-            if copy is None or copy.numel() != r.stamps.numel():
-                copy = self.__dict__["_stamps_copy"] = torch.empty_like(r.stamps)
-            undo.stamps = (copy.copy_(r.stamps), r.base, r.dirty)
+            undo.stamps = (undo.copy("stamps", r.stamps), r.base, r.dirty)
         if direct_touch and policy is not EvictionPolicy.NONE:
-            undo.last_seen = self._last_seen_unsynced().clone()
+            undo.last_seen = undo.copy("last_seen_before", self._last_seen_unsynced())
         if policy is EvictionPolicy.LFU:
-            undo.counts = self.counts.clone()
+            undo.counts = undo.copy("counts_before", self.counts)
 
     def _insert_new(self, uniq: Tensor, occurrences: Tensor, step: int) -> Tensor:
         """Admission, eviction and insertion of the distinct missing ids `uniq` (in order of

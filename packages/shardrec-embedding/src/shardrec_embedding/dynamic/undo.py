@@ -31,14 +31,31 @@ from torch import Tensor
 __all__ = ["StepUndo"]
 
 
-class StepUndo:
-    """The undo record of one training step (module docstring); filled by `DynamicTable`."""
+WHOLE = 8
+"""A write to at least capacity / WHOLE slots copies the four metadata arrays whole (a
+sequential copy into reused buffers) instead of gathering the slots' entries."""
 
-    def __init__(self, counters: dict[str, int], deferred: int, forced_defer: bool) -> None:
+
+class StepUndo:
+    """The undo record of one training step (module docstring); filled by `DynamicTable`.
+
+    buffers: the table's copy buffers, reused record after record (no allocation a step).
+    """
+
+    def __init__(
+        self,
+        counters: dict[str, int],
+        deferred: int,
+        forced_defer: bool,
+        buffers: dict[str, Tensor],
+    ) -> None:
         self.counters = dict(counters)
         self.deferred = deferred
         self.forced_defer = forced_defer
-        self.slots: list[tuple[Tensor, Tensor, Tensor, Tensor, Tensor] | Tensor] = []
+        self._buffers = buffers
+        self.slots: list[tuple[str, tuple[Tensor, ...]]] = []
+        """In order: ("slots", (slots, ids, occupied, last_seen, counts)) before a free,
+        ("fresh", (slots,)) before an admission, ("whole", the four arrays) copied whole."""
         self.free_stack: list[tuple[int, Tensor]] = []
         self.sketch: list[tuple[int, Tensor, Tensor]] = []
         self.stamps: tuple[Tensor, int, bool] | None = None
@@ -46,16 +63,34 @@ class StepUndo:
         self.counts: Tensor | None = None
         self.started = False
         """Whether the step began changing the table (a record of a step never run is empty)."""
+        self._whole = False
+
+    def copy(self, name: str, t: Tensor) -> Tensor:
+        """`t` copied into the reused buffer `name`."""
+        buffer = self._buffers.get(name)
+        if buffer is None or buffer.shape != t.shape or buffer.dtype != t.dtype:
+            buffer = self._buffers[name] = t.new_empty(t.shape)
+        return buffer.copy_(t)
 
     def save_slots(self, slots: Tensor, meta: tuple[Tensor, Tensor, Tensor, Tensor]) -> None:
         """Keep `slots`' metadata `(slot_ids, occupied, last_seen (raw), counts)` before a write."""
+        if self._whole:
+            return  # the whole copy taken earlier in this step covers it
+        if slots.numel() * WHOLE >= meta[0].numel():
+            names = ("slot_ids", "occupied", "last_seen", "counts")
+            self.slots.append(
+                ("whole", tuple(self.copy(n, t) for n, t in zip(names, meta, strict=True)))
+            )
+            self._whole = True
+            return
         slots = slots.clone()
-        self.slots.append((slots, *(t[slots] for t in meta)))  # type: ignore[arg-type]  # 5-tuple
+        self.slots.append(("slots", (slots, *(t[slots] for t in meta))))
 
     def save_fresh(self, slots: Tensor) -> None:
         """Note `slots` before an admission writes them: free slots, whose metadata is all
         zero (a freed slot is zeroed, one above the high-water mark never written)."""
-        self.slots.append(slots.clone())
+        if not self._whole:
+            self.slots.append(("fresh", (slots.clone(),)))
 
     def save_free_stack(self, free_slots: Tensor, start: int, end: int) -> None:
         """Keep the free stack's entries `[start, end)` before a write."""
@@ -73,16 +108,19 @@ class StepUndo:
             sketch[row].index_add_(0, cells, -added)
         for start, old in reversed(self.free_stack):
             free_slots[start : start + old.numel()] = old
-        for saved in reversed(self.slots):
-            if isinstance(saved, Tensor):  # free slots an admission took
+        for kind, saved in reversed(self.slots):
+            if kind == "whole":
+                for t, old in zip(meta, saved, strict=True):
+                    t.copy_(old)
+            elif kind == "fresh":  # free slots an admission took
                 for t in meta:
-                    t[saved] = 0
-                continue
-            slots, ids, occ, seen, cnt = saved
-            slot_ids[slots] = ids
-            occupied[slots] = occ
-            last_seen[slots] = seen
-            counts[slots] = cnt
+                    t[saved[0]] = 0
+            else:
+                slots, ids, occ, seen, cnt = saved
+                slot_ids[slots] = ids
+                occupied[slots] = occ
+                last_seen[slots] = seen
+                counts[slots] = cnt
         if self.last_seen is not None:
             last_seen.copy_(self.last_seen)
         if self.counts is not None:
