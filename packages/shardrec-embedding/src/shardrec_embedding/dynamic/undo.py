@@ -53,7 +53,7 @@ class StepUndo:
         self.deferred = deferred
         self.forced_defer = forced_defer
         self._buffers = buffers
-        self.slots: list[tuple[str, tuple[Tensor, ...]]] = []
+        self.slots: list[tuple[str, tuple[Tensor | None, ...]]] = []
         """In order: ("slots", (slots, ids, occupied, last_seen, counts)) before a free,
         ("fresh", (slots,)) before an admission, ("whole", the four arrays) copied whole."""
         self.free_stack: list[tuple[int, Tensor]] = []
@@ -77,9 +77,17 @@ class StepUndo:
         if self._whole:
             return  # the whole copy taken earlier in this step covers it
         if slots.numel() * WHOLE >= meta[0].numel():
+            # last_seen / counts already copied whole (the find pass's) need no second copy
+            skip = {"last_seen": self.last_seen is not None, "counts": self.counts is not None}
             names = ("slot_ids", "occupied", "last_seen", "counts")
             self.slots.append(
-                ("whole", tuple(self.copy(n, t) for n, t in zip(names, meta, strict=True)))
+                (
+                    "whole",
+                    tuple(
+                        None if skip.get(n) else self.copy(n, t)
+                        for n, t in zip(names, meta, strict=True)
+                    ),
+                )
             )
             self._whole = True
             return
@@ -111,10 +119,13 @@ class StepUndo:
         for kind, saved in reversed(self.slots):
             if kind == "whole":
                 for t, old in zip(meta, saved, strict=True):
-                    t.copy_(old)
+                    if old is not None:
+                        t.copy_(old)
             elif kind == "fresh":  # free slots an admission took
+                fresh = saved[0]
+                assert fresh is not None
                 for t in meta:
-                    t[saved[0]] = 0
+                    t[fresh] = 0
             else:
                 slots, ids, occ, seen, cnt = saved
                 slot_ids[slots] = ids
