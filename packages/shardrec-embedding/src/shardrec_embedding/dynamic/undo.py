@@ -111,27 +111,25 @@ class StepUndo:
         sketch: Tensor,
     ) -> None:
         """Write every kept value back (the counters and the stamps' owner are the table's)."""
-        slot_ids, occupied, last_seen, counts = meta
+        last_seen, counts = meta[2], meta[3]
         for row, cells, added in reversed(self.sketch):
             sketch[row].index_add_(0, cells, -added)
         for start, old in reversed(self.free_stack):
             free_slots[start : start + old.numel()] = old
         for kind, saved in reversed(self.slots):
             if kind == "whole":
-                for t, old in zip(meta, saved, strict=True):
-                    if old is not None:
-                        t.copy_(old)
+                for t, whole in zip(meta, saved, strict=True):
+                    if whole is not None:
+                        t.copy_(whole)
             elif kind == "fresh":  # free slots an admission took
                 fresh = saved[0]
                 assert fresh is not None
                 for t in meta:
                     t[fresh] = 0
             else:
-                slots, ids, occ, seen, cnt = saved
-                slot_ids[slots] = ids
-                occupied[slots] = occ
-                last_seen[slots] = seen
-                counts[slots] = cnt
+                slots, *olds = [t for t in saved if t is not None]  # none is None here
+                for t, old in zip(meta, olds, strict=True):
+                    t[slots] = old
         if self.last_seen is not None:
             last_seen.copy_(self.last_seen)
         if self.counts is not None:
