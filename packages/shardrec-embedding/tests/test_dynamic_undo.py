@@ -129,3 +129,8 @@ def test_rollback_without_a_record_or_a_step_changes_nothing() -> None:
     table.start_undo()
     table.commit_step()
     assert _state(table, probe) == before
+    table.start_undo()
+    table.map_ids(torch.arange(100, 140), training=False)  # unknown reads, rolled back
+    assert table.stats()["unknown_reads"] == 40
+    table.rollback_step()
+    assert _state(table, probe) == before

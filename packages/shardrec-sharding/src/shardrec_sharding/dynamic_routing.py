@@ -332,8 +332,7 @@ class ShardedDynamicTables(DynamicTables):
         found: list[Tensor] = []
         parts = [self._part(name) for name in names]
         for t, ids in enumerate(by_table(received, recv, counts)):
-            if training:  # taken back on every rank if any owner's map fails (undo.py)
-                parts[t].start_undo()
+            parts[t].start_undo()  # taken back on every rank if any owner's map fails (undo.py)
             try:
                 found.append(parts[t].map_local(ids, training=training))
             except Exception as e:  # flagged back, re-raised on every rank

@@ -194,6 +194,8 @@ class DynamicTable(nn.Module):
         """`map_ids` of checked ids into `out`; the number of -1 written."""
         self._sync_map()
         if not training:
+            if self._undo is not None:  # rolled back: the unknown-read count (undo.py)
+                self._undo.started = True
             self.in_flight.flush_resets()
             self.map.find(ids, out=out)
             unknown = int((out < 0).sum())
