@@ -28,6 +28,10 @@ One training call (`map_ids(ids, training=True)`) is one step `s`:
 
 A freed slot's row and optimizer state are reset by the reset hooks the owning collection
 registered (`add_reset_hook`), so a new id never inherits another's vector or momentum.
+
+A step can be taken back: `start_undo()` before it records what it changes, `rollback_step()`
+returns the table to exactly its state before it, `commit_step()` keeps it (`undo.py`; a
+sharded collection does this when an owner's map fails on any rank).
 """
 
 from __future__ import annotations
