@@ -259,7 +259,8 @@ class ShardedDynamicTables(DynamicTables):
         maps each table's received ids with that table, in table order, as the per-table
         path does (the same decisions and slots). On more than one rank, a rank's refusal of
         its batch (`precheck`) or an owner's failing map makes every rank raise
-        (`_dynamic_exchange`)."""
+        (`_dynamic_exchange`), every map taken back to its state before the batch
+        (`shardrec_embedding.dynamic.undo`)."""
         if self._env.world_size > 1:
             for name, slots in self._exchange_map(features, training=training, owner=owner).items():
                 self._part(name)._premapped = slots
@@ -329,14 +330,23 @@ class ShardedDynamicTables(DynamicTables):
         assert lens is not None
         failure: tuple[int, BaseException] | None = None
         found: list[Tensor] = []
+        parts = [self._part(name) for name in names]
         for t, ids in enumerate(by_table(received, recv, counts)):
+            parts[t].start_undo()  # taken back on every rank if any owner's map fails (undo.py)
             try:
-                found.append(self._part(names[t]).map_local(ids, training=training))
+                found.append(parts[t].map_local(ids, training=training))
             except Exception as e:  # flagged back, re-raised on every rank
                 failure = failure or (t, e)
                 found.append(torch.full_like(ids, -1))
         partitioned = [t for t, p in enumerate(plan.parts.tolist()) if p]
-        back = exchange_back(env, owner, names, found, partitioned, counts, packed, failure)
+        try:
+            back = exchange_back(env, owner, names, found, partitioned, counts, packed, failure)
+        except BaseException:
+            for part in parts:  # the batch was not seen: every map as before it
+                part.rollback_step()
+            raise
+        for part in parts:
+            part.commit_step()
         slots = back[packed.where] if partitioned else back
         out: dict[str, Tensor] = {}
         at = 0

@@ -28,6 +28,10 @@ One training call (`map_ids(ids, training=True)`) is one step `s`:
 
 A freed slot's row and optimizer state are reset by the reset hooks the owning collection
 registered (`add_reset_hook`), so a new id never inherits another's vector or momentum.
+
+A step can be taken back: `start_undo()` before it records what it changes, `rollback_step()`
+returns the table to exactly its state before it, `commit_step()` keeps it (`undo.py`; a
+sharded collection does this when an owner's map fails on any rank).
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from shardrec_embedding.dynamic.hashing import mix64, uniform01
 from shardrec_embedding.dynamic.id_map import IdMapBackend, IdSlotMap, _library
 from shardrec_embedding.dynamic.in_flight import InFlightSlots
 from shardrec_embedding.dynamic.stamps import RecentStamps
+from shardrec_embedding.dynamic.undo import StepUndo
 
 __all__ = ["COUNTERS", "EVICTION_SAMPLE", "DynamicTable", "ResetHook"]
 
@@ -125,6 +130,7 @@ class DynamicTable(nn.Module):
         self._counters = dict.fromkeys(COUNTERS, 0)
         self._map_stale = False
         self._reset_hooks: list[ResetHook] = []
+        self._undo: StepUndo | None = None  # the current step's undo record (undo.py)
         # Slots of batches whose backward has not run: deferred resets, holds (in_flight.py).
         self.in_flight = InFlightSlots(self._run_reset_hooks, lambda: self._counters["steps"])
         self.register_state_dict_pre_hook(_flush_before_save)  # type: ignore[no-untyped-call]  # untyped in torch's stubs
@@ -138,6 +144,10 @@ class DynamicTable(nn.Module):
             raise AttributeError("last_seen")
         recent = self.__dict__.get("_recent")
         if recent is not None and recent.dirty:
+            undo = self.__dict__.get("_undo")
+            if undo is not None and undo.started and undo.last_seen is None:
+                # the sync folds in this step's touches
+                undo.last_seen = undo.copy("last_seen_before", buffer)
             recent.sync(buffer)
         return buffer
 
@@ -188,6 +198,8 @@ class DynamicTable(nn.Module):
         """`map_ids` of checked ids into `out`; the number of -1 written."""
         self._sync_map()
         if not training:
+            if self._undo is not None:  # rolled back: the unknown-read count (undo.py)
+                self._undo.started = True
             self.in_flight.flush_resets()
             self.map.find(ids, out=out)
             unknown = int((out < 0).sum())
@@ -204,6 +216,50 @@ class DynamicTable(nn.Module):
         self._sync_map()
         self._free(slots[self.occupied[slots]])
         self.in_flight.flush_resets()
+
+    def start_undo(self) -> None:
+        """Record what the next training `map_ids` changes, so that `rollback_step` can take it
+        back (`undo.py`); end the record with `commit_step` or `rollback_step`. Its freed
+        slots' resets wait for `commit_step` (none runs for a rolled-back step)."""
+        flight = self.in_flight
+        # plain attribute writes (nn.Module.__setattr__ costs microseconds a step)
+        buffers = self.__dict__.setdefault("_undo_buffers", {})
+        self.__dict__["_undo"] = StepUndo(
+            self._counters, len(flight._deferred), not flight.defer_resets, buffers
+        )
+        flight.defer_resets = True
+
+    def commit_step(self) -> None:
+        """Keep the recorded step (`start_undo`): drop its record, run its resets when the
+        table does not defer them."""
+        undo = self.__dict__.pop("_undo", None)
+        self.__dict__["_undo"] = None
+        if undo is not None and undo.forced_defer:
+            self.in_flight.defer_resets = False
+            self.in_flight.flush_resets()
+
+    def rollback_step(self) -> None:
+        """Return the table to exactly its state before the recorded step (`start_undo`):
+        slots, metadata, stamps, counts, free stack, sketch, counters, cursors, queued resets,
+        the id index. A record of a step that never ran here (another kind of map) is dropped."""
+        undo = self.__dict__.pop("_undo", None)
+        self.__dict__["_undo"] = None
+        if undo is None:
+            return
+        flight = self.in_flight
+        if undo.forced_defer:
+            flight.defer_resets = False
+        while len(flight._deferred) > undo.deferred:
+            flight._deferred.pop()
+        if not undo.started:
+            return
+        undo.restore(self._slot_meta(), self.free_slots, self.sketch)
+        if undo.stamps is not None:
+            assert self._recent is not None
+            stamps, self._recent.base, self._recent.dirty = undo.stamps
+            self._recent.stamps.copy_(stamps)
+        self._counters = dict(undo.counters)
+        self._map_stale = True  # the index is rebuilt from slot_ids / occupied
 
     def items(self) -> tuple[Tensor, Tensor]:
         """`(ids, slots)` of every occupied slot, in slot order (for checkpoints)."""
@@ -329,6 +385,8 @@ class DynamicTable(nn.Module):
         # gets its slot in the insertion below or is dropped here, also when a step fails.
         pending = self.map.can_pend(ids.numel())
         recent = self._recent if pending else None
+        if self._undo is not None:
+            self._start_record(self._undo, direct_touch=recent is None)
         slots, uniq, occurrences = self.map.find_touch_missing(
             ids,
             None if policy is EvictionPolicy.NONE or recent is not None else self.last_seen,
@@ -357,6 +415,18 @@ class DynamicTable(nn.Module):
                 self.map.drop_pending(uniq)
         return self.map.fill_missing(slots, slot_of)
 
+    def _start_record(self, undo: StepUndo, *, direct_touch: bool) -> None:
+        """Copy what the find pass writes in place for every found id (`undo.py`)."""
+        undo.started = True
+        policy = self.config.eviction
+        if self._recent is not None:
+            r = self._recent
+            undo.stamps = (undo.copy("stamps", r.stamps), r.base, r.dirty)
+        if direct_touch and policy is not EvictionPolicy.NONE:
+            undo.last_seen = undo.copy("last_seen_before", self._last_seen_unsynced())
+        if policy is EvictionPolicy.LFU:
+            undo.counts = undo.copy("counts_before", self.counts)
+
     def _insert_new(self, uniq: Tensor, occurrences: Tensor, step: int) -> Tensor:
         """Admission, eviction and insertion of the distinct missing ids `uniq` (in order of
         first appearance, seen `occurrences` times): their new slots, -1 where rejected."""
@@ -383,6 +453,8 @@ class DynamicTable(nn.Module):
             new_ids = uniq[chosen]
             new_slots = self._allocate(take)
             new_counts = occurrences[chosen]
+            if self._undo is not None:
+                self._undo.save_fresh(new_slots)
             if self.map.backend == "native":  # the same writes in one pass
                 self.map.admit_slots(
                     new_ids, new_slots, new_counts, step, self._slot_meta(), stamps=self._stamps()
@@ -414,6 +486,9 @@ class DynamicTable(nn.Module):
         take = victims.numel()
         c["rejections"] += need - take
         chosen: Tensor | slice = slice(0, take) if picked is None else picked[:take]
+        if self._undo is not None:
+            self._undo.save_slots(victims, self._slot_meta())
+            self._undo.save_free_stack(self.free_slots, 0, take)
         self.map.replace_slots(
             victims,
             uniq[chosen],
@@ -440,6 +515,8 @@ class DynamicTable(nn.Module):
             for row, salt in enumerate(_SKETCH_SALTS):
                 cells = mix64(uniq ^ (salt + cfg.admission_seed)) & (width - 1)
                 self.sketch[row].index_add_(0, cells, occurrences)
+                if self._undo is not None:
+                    self._undo.sketch.append((row, cells, occurrences.clone()))
                 value = self.sketch[row][cells]
                 estimate = value if estimate is None else torch.minimum(estimate, value)
             assert estimate is not None
@@ -474,6 +551,9 @@ class DynamicTable(nn.Module):
         if slots.numel() == 0:
             return
         c = self._counters
+        if self._undo is not None:
+            self._undo.save_slots(slots, self._slot_meta())
+            self._undo.save_free_stack(self.free_slots, c["n_free"], c["n_free"] + slots.numel())
         if self.map.backend == "native":  # the same writes in one pass
             self.map.free_slots(slots, self._slot_meta(), stamps=self._stamps())
         else:
