@@ -1,175 +1,176 @@
-"""`bucketize_kjt_before_all2all` against a naive loop of the documented rule, and against
-fbgemm's `block_bucketize_sparse_features` (the op TorchRec 1.8 calls) where it is installed,
-on random KJTs: negative and out-of-range ids, weights, empty bags, row bounds, variable batch."""
+"""Row bucketization against a naive loop: the ordering of ids by destination rank (two ways)
+and the whole split (two ways of finding an id's row block).
+
+`_partition` (running counts per destination, up to `_PARTITION_MAX_WORLD` ranks) and `_sort`
+(stable sort, any world) must give the same per (rank, bag) counts and the same sent order:
+each rank's ids in (segment, bag) order. The reference walks the ids one by one.
+"""
 
 from __future__ import annotations
+
+import itertools
+import types
+from typing import Any, cast
 
 import pytest
 import torch
 
+from shardrec_collectives import ShardingEnv
 from shardrec_jagged import KeyedJaggedTensor
-from shardrec_sharding.bucketize import bucketize_kjt_before_all2all
-from shardrec_testing import seeded_generator
-
-U64 = 1 << 64
-
-
-def _naive(
-    lengths: list[int], ids: list[int], weights: list[float] | None, feature_of_bag: list[int],
-    m: int, sizes: list[int], row_pos: list[list[int]] | None, keep: bool,
-) -> tuple[list[int], list[int], list[float] | None, list[int], list[int]]:  # fmt: skip
-    """Per bucket, per bag, in order: the documented rule one id at a time."""
-    out: list[list[list[tuple[int, float | None, int, int]]]] = [
-        [[] for _ in lengths] for _ in range(m)
-    ]
-    i = 0
-    for b, n in enumerate(lengths):
-        t = feature_of_bag[b]
-        for j in range(n):
-            u = ids[i] % U64
-            if row_pos is not None and u < row_pos[t][-1]:
-                p = max(k for k in range(m) if row_pos[t][k] <= u)
-                new = u - row_pos[t][p]
-            elif row_pos is None and u < sizes[t] * m:
-                p, new = divmod(u, sizes[t])
-            else:
-                p, new = u % m, u // m
-            new = ids[i] if keep else (new - U64 if new >= 1 << 63 else new)
-            out[p][b].append((new, None if weights is None else weights[i], j, i))
-            i += 1
-    flat = [x for bucket in out for bag in bucket for x in bag]
-    permute = [0] * len(flat)
-    for k, x in enumerate(flat):
-        permute[x[3]] = k
-    return (
-        [len(bag) for bucket in out for bag in bucket],
-        [x[0] for x in flat],
-        None if weights is None else [float(x[1]) for x in flat],  # type: ignore[arg-type]
-        [x[2] for x in flat],
-        permute,
-    )
+from shardrec_sharding.layout import Segment, Shard
+from shardrec_sharding.strategies._bucketize import (
+    _PARTITION_MAX_WORLD,
+    RowBucketizer,
+    _partition,
+    _scatter,
+    _sort,
+)
+from shardrec_testing import random_lengths, seeded_generator
 
 
-def _random_kjt(seed: int, variable: bool) -> tuple[KeyedJaggedTensor, list[int]]:
-    g = seeded_generator("bucketize", seed)
-    keys = ["f0", "f1", "f2"][: 1 + seed % 3]
-    strides = [int(torch.randint(0, 4, (1,), generator=g)) for _ in keys]
-    stride = int(torch.randint(0, 4, (1,), generator=g))
-    per_key = strides if variable else [stride] * len(keys)
-    bags = sum(per_key)
-    lengths = torch.randint(0, 4, (bags,), generator=g)
-    n = int(lengths.sum())
-    ids = torch.randint(-40, 200, (n,), generator=g)
-    ids[torch.rand(n, generator=g) < 0.1] = -(2**63)  # the extreme
-    weights = torch.rand(n, generator=g)
-    feature_of_bag = [t for t, s in enumerate(per_key) for _ in range(s)]
-    if variable:
-        kjt = KeyedJaggedTensor(
-            keys, ids, weights=weights, lengths=lengths,
-            stride_per_key_per_rank=[[s] for s in strides],
-        )  # fmt: skip
-    else:
-        kjt = KeyedJaggedTensor(keys, ids, weights=weights, lengths=lengths, stride=stride)
-    return kjt, feature_of_bag
-
-
-def _row_pos(seed: int, features: int, m: int) -> list[torch.Tensor]:
-    g = seeded_generator("bucketize-pos", seed)
-    return [
-        torch.cat(
-            [torch.zeros(1, dtype=torch.int64), torch.randint(0, 60, (m,), generator=g)]
-        ).cumsum(0)
-        for _ in range(features)
-    ]
+def _reference(dest: list[int], lengths: list[int], world: int) -> tuple[list[int], list[int]]:
+    """(counts destination-major, order: segment-major positions in sent order)."""
+    bags = len(lengths)
+    counts = [0] * (world * bags)
+    bag_of = [b for b, n in enumerate(lengths) for _ in range(n)]
+    for d, b in zip(dest, bag_of, strict=True):
+        counts[d * bags + b] += 1
+    order = [i for d in range(world) for i, x in enumerate(dest) if x == d]
+    return counts, order
 
 
 CASES = [
-    (seed, m, variable, rows, keep)
-    for seed in range(12)
-    for m in (1, 2, 3, 5)
-    for variable in (False, True)
-    for rows in (False, True)
-    for keep in (False, True)
-    if (seed + m + variable + rows + keep) % 3 == 0
+    # (world, bags, max length, name)
+    (1, 6, 4, "one rank"),
+    (2, 0, 3, "no bags"),
+    (2, 5, 0, "only empty bags"),
+    (2, 40, 5, "two ranks"),
+    (3, 33, 6, "three ranks"),
+    (4, 57, 3, "four ranks"),
 ]
 
 
-@pytest.mark.parametrize(("seed", "m", "variable", "rows", "keep"), CASES)
-def test_matches_the_documented_rule(
-    seed: int, m: int, variable: bool, rows: bool, keep: bool
+@pytest.mark.parametrize(("world", "bags", "max_length", "name"), CASES)
+@pytest.mark.parametrize("seed", range(4))
+def test_partition_and_sort_match_the_reference(
+    world: int, bags: int, max_length: int, name: str, seed: int
 ) -> None:
-    kjt, feature_of_bag = _random_kjt(seed, variable)
-    features = len(kjt.keys())
-    g = seeded_generator("bucketize-sizes", seed)
-    sizes = torch.randint(1, 50, (features,), generator=g)
-    row_pos = _row_pos(seed, features, m) if rows else None
-    for pos in (False, True):
-        out, permute = bucketize_kjt_before_all2all(
-            kjt, m, sizes, output_permute=True, bucketize_pos=pos,
-            block_bucketize_row_pos=row_pos, keep_original_indices=keep,
-        )  # fmt: skip
-        lengths, ids, weights, positions, perm = _naive(
-            kjt.lengths().tolist(), kjt.values().tolist(), kjt.weights().tolist(),
-            feature_of_bag, m, sizes.tolist(),
-            None if row_pos is None else [p.tolist() for p in row_pos], keep,
-        )  # fmt: skip
-        assert out.keys() == list(kjt.keys()) * m
-        assert out.lengths().tolist() == lengths
-        assert out.values().tolist() == ids
-        assert out.weights().tolist() == (positions if pos else weights)
-        assert permute is not None and permute.tolist() == perm
-        if variable:
-            assert out.stride_per_key_per_rank() == kjt.stride_per_key_per_rank() * m
-        else:
-            assert out.stride() == kjt.stride()
+    g = seeded_generator("bucketize", name, seed)
+    lengths = random_lengths(bags, max_length, g) if bags else torch.zeros(0, dtype=torch.int64)
+    n = int(lengths.sum())
+    dest = torch.randint(0, world, (n,), generator=g)
+    if seed == 3 and n:
+        dest.fill_(world - 1)  # every id to the last rank
+    counts, order = _reference(dest.tolist(), lengths.tolist(), world)
+    values = torch.randint(0, 1000, (n,), generator=g)
+
+    sort_counts, sort_order = _sort(dest, lengths, world)
+    assert sort_counts.tolist() == counts
+    assert sort_order.tolist() == order
+
+    assert world <= _PARTITION_MAX_WORLD
+    part_counts, place = _partition(dest, lengths, world)
+    assert part_counts.tolist() == counts
+    assert _scatter(values, place).tolist() == values[order].tolist()
+    assert _scatter(torch.arange(n), place).tolist() == order
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_matches_fbgemm(seed: int) -> None:
-    pytest.importorskip("fbgemm_gpu")
-    kjt, _ = _random_kjt(seed, variable=False)
-    m = 2 + seed % 3
-    sizes = torch.randint(1, 50, (len(kjt.keys()),), generator=seeded_generator("fb", seed))
-    for row_pos in (None, _row_pos(seed, len(kjt.keys()), m)):
-        lengths, ids, weights, pos, permute = torch.ops.fbgemm.block_bucketize_sparse_features(
-            kjt.lengths(), kjt.values(), bucketize_pos=True, sequence=True, block_sizes=sizes,
-            my_size=m, weights=kjt.weights(), block_bucketize_pos=row_pos,
-        )  # fmt: skip
-        out, ours = bucketize_kjt_before_all2all(
-            kjt, m, sizes, output_permute=True, block_bucketize_row_pos=row_pos
+def _tables(world: int, rows: list[int], uniform: bool) -> list[Any]:
+    """Tables split into row blocks over `world` ranks: TorchRec's row_wise blocks
+    (`ceil(rows / world)`, the last shorter) or uneven ones (then `_blocks` is None)."""
+    tables = []
+    for i, n in enumerate(rows):
+        if uniform:
+            block = -(-n // world)
+            bounds = [min(k * block, n) for k in range(world + 1)]
+        else:  # quadratic cut points: blocks of growing size
+            bounds = [0, *((n * k * k) // (world * world) for k in range(1, world)), n]
+        shards = tuple(
+            Shard(rank=(r + i) % world, row_offset=a, rows=b - a, col_offset=0, cols=4)
+            for r, (a, b) in enumerate(itertools.pairwise(bounds))
         )
-        assert torch.equal(out.lengths(), lengths)
-        assert torch.equal(out.values(), ids)
-        assert torch.equal(out.weights(), weights)
-        assert ours is not None and torch.equal(ours, permute)
-        with_pos, _ = bucketize_kjt_before_all2all(
-            kjt, m, sizes, bucketize_pos=True, block_bucketize_row_pos=row_pos
+        tables.append(
+            types.SimpleNamespace(
+                name=f"t{i}",
+                shards=shards,
+                config=types.SimpleNamespace(num_embeddings=n),
+            )
         )
-        assert torch.equal(with_pos.weights(), pos)
+    return tables
 
 
-def test_empty_and_unweighted() -> None:
-    kjt = KeyedJaggedTensor(
-        ["a"], torch.zeros(0, dtype=torch.int64), lengths=torch.zeros(2, dtype=torch.int64)
+def _naive(
+    tables: list[Any], segments: list[Segment], kjt: KeyedJaggedTensor, world: int
+) -> list[tuple[list[int], list[int], list[float]]]:
+    """Per rank (lengths segment-major, ids, weights) by walking every id."""
+    table_of = {t.name: t for t in tables}
+    batch = kjt.stride()
+    per_key = kjt.to_dict()
+    out: list[tuple[list[int], list[int], list[float]]] = [([], [], []) for _ in range(world)]
+    for s in segments:
+        jt = per_key[s.feature]
+        ids, weights = jt.values().tolist(), jt.weights().tolist()
+        offsets = jt.offsets().tolist()
+        for b in range(batch):
+            counts = [0] * world
+            for i in range(offsets[b], offsets[b + 1]):
+                shard = next(
+                    x
+                    for x in table_of[s.table].shards
+                    if x.row_offset <= ids[i] < x.row_offset + x.rows
+                )
+                counts[shard.rank] += 1
+                out[shard.rank][1].append(ids[i] - shard.row_offset)
+                out[shard.rank][2].append(weights[i])
+            for r in range(world):
+                out[r][0].append(counts[r])
+    return out
+
+
+@pytest.mark.parametrize("uniform", [True, False])
+@pytest.mark.parametrize("world", [1, 2, 3, 5])
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_row_bucketizer_against_a_naive_walk(uniform: bool, world: int, dtype: torch.dtype) -> None:
+    g = seeded_generator("row-bucketizer", uniform, world, str(dtype))
+    rows = [7, 10, 3, 16]
+    tables = _tables(world, rows, uniform)
+    # a feature read by two tables (segments 2 and 3), and one key not read at all
+    reads = [("t0", "f0"), ("t1", "f1"), ("t2", "f2"), ("t3", "f2")]
+    segments = [
+        Segment(index=j, table=t, feature=f, name=f"{f}@{t}", dim=4)
+        for j, (t, f) in enumerate(reads)
+    ]
+    batch = 6
+    keys = ["f0", "f1", "f2", "unread"]
+    lengths = random_lengths(len(keys) * batch, 4, g)
+    per_key = lengths.view(len(keys), batch).sum(1).tolist()
+    limits = [7, 10, 3, 5]  # f2's ids index t2 (3 rows) and t3
+    values = torch.cat(
+        [torch.randint(0, m, (n,), generator=g) for m, n in zip(limits, per_key, strict=True)]
+    ).to(dtype)
+    weights = torch.rand(values.numel(), generator=g)
+    kjt = KeyedJaggedTensor(keys, values, weights=weights, lengths=lengths, stride=batch)
+    env = ShardingEnv.from_local(world, 0)
+    bucketizer = RowBucketizer(segments, cast(Any, tables), env)
+    assert (bucketizer._blocks is not None) == (uniform or world == 1)
+    feature_pos = {k: i for i, k in enumerate(keys)}
+    per_rank, order = bucketizer(kjt, feature_pos)
+    expected = _naive(tables, segments, kjt, world)
+    for got, (want_lengths, want_ids, want_weights) in zip(per_rank, expected, strict=True):
+        assert got.keys() == [s.name for s in segments]
+        assert got.lengths().tolist() == want_lengths
+        assert got.values().dtype == dtype
+        assert got.values().tolist() == want_ids
+        assert torch.equal(got.weights(), torch.tensor(want_weights))
+    # `order`: segment-major position of each sent id (weights tell the ids apart)
+    offsets = kjt.offset_per_key()
+    segment_major = torch.cat(
+        [
+            weights[offsets[feature_pos[s.feature]] : offsets[feature_pos[s.feature] + 1]]
+            for s in segments
+        ]
     )
-    out, permute = bucketize_kjt_before_all2all(kjt, 3, torch.tensor([4]))
-    assert out.keys() == ["a"] * 3 and out.lengths().tolist() == [0] * 6
-    assert out.weights_or_none() is None and permute is None
-
-
-def test_bad_input_named() -> None:
-    kjt = KeyedJaggedTensor(["a", "b"], torch.tensor([1, 2]), lengths=torch.tensor([1, 1]))
-    with pytest.raises(ValueError, match="block_sizes has 1 entries for 2 features"):
-        bucketize_kjt_before_all2all(kjt, 2, torch.tensor([4]))
-    with pytest.raises(ValueError, match="num_buckets must be an int >= 1, got 0"):
-        bucketize_kjt_before_all2all(kjt, 0, torch.tensor([4, 4]))
-    with pytest.raises(ValueError, match="block_sizes must be >= 1"):
-        bucketize_kjt_before_all2all(kjt, 2, torch.tensor([4, 0]))
-    with pytest.raises(ValueError, match="total_num_blocks"):
-        bucketize_kjt_before_all2all(kjt, 2, torch.tensor([4, 4]), torch.tensor([2, 2]))
-    with pytest.raises(ValueError, match=r"block_bucketize_row_pos\[1\] has 2 bounds"):
-        bounds = [torch.tensor([0, 1, 2]), torch.tensor([0, 1])]
-        bucketize_kjt_before_all2all(kjt, 2, torch.tensor([4, 4]), block_bucketize_row_pos=bounds)
-    floats = KeyedJaggedTensor(["a"], torch.tensor([1.0]), lengths=torch.tensor([1]))
-    with pytest.raises(ValueError, match="ids must be integers"):
-        bucketize_kjt_before_all2all(floats, 2, torch.tensor([4]))
+    assert order is not None
+    assert torch.equal(torch.cat([r.weights() for r in per_rank]), segment_major[order])
+    _, without = bucketizer(kjt, feature_pos, with_order=False)
+    assert without is None
