@@ -17,6 +17,7 @@ from shardrec_collectives import (
     variable_batch_pooled_all_to_all,
     variable_batch_reduce_scatter_pooled,
 )
+from shardrec_collectives.reduce_scatter import GradientSink
 from shardrec_testing import RankContext, RankPool, assert_close, seeded_generator
 
 WORLD_SIZES = [1, 2, 3, 4]
@@ -121,6 +122,30 @@ def check_reduce_scatter_sink(ctx: RankContext) -> int:
         else:
             assert got == []
             assert torch.equal(partial.grad, plain.grad)
+    return 4
+
+
+def check_reduce_scatter_backward_is_split(ctx: RankContext) -> int:
+    """The gradient exchange is launched by the output's backward and waited for by
+    `partial`'s (two autograd nodes, as the pooled all-to-all's): the backward of what the
+    forward computed between the launch and the wait (a dense arch) runs before `partial`
+    gets its gradient, on the pair path (with and without a sink) and the general one."""
+    env, world, me = env_of(ctx), ctx.world_size, ctx.rank
+    dim = 2
+    for case in range(4):
+        b = batches(world, case)
+        sinks: list[GradientSink | None] = [None, lambda *pieces: None]
+        for sink in sinks:
+            partial = rand("part", case, me, shape=(sum(b), dim)).requires_grad_(True)
+            dense = rand("dense", case, me, shape=(b[me], dim)).requires_grad_(True)
+            order: list[str] = []
+            partial.register_hook(lambda g, into=order: into.append("partial"))
+            dense.register_hook(lambda g, into=order: into.append("dense"))
+            launched = reduce_scatter_pooled(env, partial, b, gradient_sink=sink)
+            between = dense * 2.0
+            (launched.wait() + between).sum().backward()
+            assert order == ["dense", "partial"], order
+            assert dense.grad is not None and torch.equal(dense.grad, torch.full_like(dense, 2.0))
     return 4
 
 
@@ -272,6 +297,7 @@ def check_vb_reduce_scatter(ctx: RankContext) -> int:
         check_pooled_all_to_all,
         check_reduce_scatter,
         check_reduce_scatter_sink,
+        check_reduce_scatter_backward_is_split,
         check_all_gather,
         check_vb_pooled_all_to_all,
         check_vb_reduce_scatter,
