@@ -38,8 +38,9 @@ def reduce_scatter_pooled(
     partial: `(sum_s B_s, D)`, rows of rank 0's samples first (same D on every rank).
     Sends: every rank's rows to their owner, summed on the way.
     Receives: `(B_rank, D)`, the sum over ranks of `partial[rows of this rank]`.
-    Backward: all-gather of the gradient (every rank's partial sum got the same gradient).
-    Uneven batches are padded to the largest.
+    Backward: all-gather of the gradient (every rank's partial sum got the same gradient),
+    launched by the result's backward and waited for by `partial`'s (two autograd nodes,
+    `_primitives.split_linked`; with codecs, one blocking node). Uneven batches are padded to the largest.
     codecs: quantize each rank's chunk before it is sent (forward) and the gradient before it
         is gathered (backward), summing the decoded chunks in float32 (`qcomm.
         linked_reduce_scatter`; every rank passes the same); None: exact.
@@ -97,7 +98,9 @@ def _pair_reduce_scatter(
     mine` is `mine + theirs` bit for bit): no new 6.8 MB result a step at the benchmark's shape.
     With a `sink` (`reduce_scatter_pooled`'s `gradient_sink`), the backward receives the other
     rank's gradient into a buffer of its own and hands both pieces to the sink: no `full`, no
-    copy of the own gradient (session 12, s12-rowwise).
+    copy of the own gradient (session 12, s12-rowwise). Either backward is launched by the
+    received tensor's backward node and waited for (the sink called) by `send`'s, so the
+    autograd engine runs other backward work while it travels (session 12, s12-rsplit).
     """
     rank, other = env.rank, 1 - env.rank
     at = [0, counts[0]]
