@@ -40,7 +40,8 @@ def reduce_scatter_pooled(
     Receives: `(B_rank, D)`, the sum over ranks of `partial[rows of this rank]`.
     Backward: all-gather of the gradient (every rank's partial sum got the same gradient),
     launched by the result's backward and waited for by `partial`'s (two autograd nodes,
-    `_primitives.split_linked`; with codecs, one blocking node). Uneven batches are padded to the largest.
+    `_primitives.split_linked`; with codecs, one blocking node). Uneven batches are padded
+    to the largest.
     codecs: quantize each rank's chunk before it is sent (forward) and the gradient before it
         is gathered (backward), summing the decoded chunks in float32 (`qcomm.
         linked_reduce_scatter`; every rank passes the same); None: exact.
