@@ -10,6 +10,7 @@ import torch
 
 from shardrec_collectives import (
     ShardingEnv,
+    _primitives,
     all_gather_pooled,
     pooled_all_to_all,
     pooled_all_to_all_flat,
@@ -17,6 +18,7 @@ from shardrec_collectives import (
     variable_batch_pooled_all_to_all,
     variable_batch_reduce_scatter_pooled,
 )
+from shardrec_collectives.reduce_scatter import GradientSink
 from shardrec_testing import RankContext, RankPool, assert_close, seeded_generator
 
 WORLD_SIZES = [1, 2, 3, 4]
@@ -121,6 +123,45 @@ def check_reduce_scatter_sink(ctx: RankContext) -> int:
         else:
             assert got == []
             assert torch.equal(partial.grad, plain.grad)
+    return 4
+
+
+def check_reduce_scatter_backward_is_split(ctx: RankContext) -> int:
+    """The gradient exchange is launched by the output's backward and waited for by
+    `partial`'s (two autograd nodes, as the pooled all-to-all's): the backward of what the
+    forward computed between the launch and the wait (a dense arch) runs before the wait, on
+    the pair path (with and without a sink) and the general one."""
+    env, world, me = env_of(ctx), ctx.world_size, ctx.rank
+    dim = 2
+    order: list[str] = []
+    wait = _primitives.Pending.wait
+
+    def recorded_wait(self: _primitives.Pending) -> torch.Tensor:
+        order.append("wait")
+        return wait(self)
+
+    _primitives.Pending.wait = recorded_wait  # type: ignore[method-assign]  # observe the waits
+    try:
+        for case in range(4):
+            b = batches(world, case)
+            sinks: list[GradientSink | None] = [None, lambda *pieces: order.append("sink")]
+            for sink in sinks:
+                partial = rand("part", case, me, shape=(sum(b), dim)).requires_grad_(True)
+                dense = rand("dense", case, me, shape=(b[me], dim)).requires_grad_(True)
+                partial.register_hook(lambda g: order.append("partial"))
+                dense.register_hook(lambda g: order.append("dense"))
+                launched = reduce_scatter_pooled(env, partial, b, gradient_sink=sink)
+                between = dense * 2.0
+                total = (launched.wait() + between).sum()
+                order.clear()
+                total.backward()
+                pair = sink is not None and world == 2 and env.backend == "gloo"
+                want = (
+                    ["dense", "wait", "sink", "partial"] if pair else ["dense", "wait", "partial"]
+                )
+                assert order == want, order
+    finally:
+        _primitives.Pending.wait = wait  # type: ignore[method-assign]  # restored
     return 4
 
 
@@ -272,6 +313,7 @@ def check_vb_reduce_scatter(ctx: RankContext) -> int:
         check_pooled_all_to_all,
         check_reduce_scatter,
         check_reduce_scatter_sink,
+        check_reduce_scatter_backward_is_split,
         check_all_gather,
         check_vb_pooled_all_to_all,
         check_vb_reduce_scatter,

@@ -9,8 +9,9 @@ Every public collective follows one pattern:
 2. At `wait()`, wait for the work and connect the received tensor to the input in the autograd
    graph with `link`, whose backward runs the reverse collective on the gradient (synchronously:
    backward of one collective is one blocking call; the autograd engine visits them in the same
-   order on every rank because every rank builds the same graph). `linked_all_to_all` splits
-   that backward in two nodes (`_split_linked`): the reverse all-to-all is launched by the
+   order on every rank because every rank builds the same graph). `linked_all_to_all` and
+   `linked_reduce_scatter_v` (and the two-rank pair reduce-scatter of `reduce_scatter_pooled`)
+   split that backward in two nodes (`split_linked`): the reverse collective is launched by the
    received tensor's backward and waited for by a node created at launch time, so the
    backward of what the forward computed between launch and wait overlaps it.
 
@@ -301,7 +302,7 @@ class _Launched(torch.autograd.Function):
         slot: _ReverseSlot = ctx.slot  # type: ignore[attr-defined]  # set in forward
         if slot.pending is None:
             raise RuntimeError(
-                "linked_all_to_all: the reverse all-to-all was not launched before its wait; "
+                "split_linked: the reverse collective was not launched before its wait; "
                 "the received tensor's backward must run first (is it part of the loss?)"
             )
         source_grad = slot.pending.wait()
@@ -337,7 +338,7 @@ class _Arrived(torch.autograd.Function):
         return grad.new_empty((0,)), None, None, None
 
 
-def _split_linked(
+def split_linked(
     env: ShardingEnv,
     send: torch.Tensor,
     pending: Pending,
@@ -374,6 +375,8 @@ def _split_linked(
             received.untyped_storage().data_ptr() == send.untyped_storage().data_ptr()
         ):
             received = received.clone()  # one rank: the "received" tensor is the input itself
+        elif received._base is not None:
+            received = received.clone()  # a view (an uneven reduce-scatter's cut): see `link`
         with torch.enable_grad():
             out: torch.Tensor = _Arrived.apply(token, [received], reverse_async, slot)  # type: ignore[no-untyped-call]  # as above
         done.append(out)
@@ -387,17 +390,18 @@ def linked_all_to_all(
 ) -> Callable[[], torch.Tensor]:
     """Launch `all_to_all` of `send` now; the returned function waits for it and links the
     result to `send` (backward: the reverse all-to-all of the gradient, launched by the
-    result's backward and waited for by `send`'s: `_split_linked`)."""
+    result's backward and waited for by `send`'s: `split_linked`)."""
     pending = all_to_all(env, send.detach(), in_splits, out_splits)
-    return _split_linked(env, send, pending, lambda g: all_to_all(env, g, out_splits, in_splits))
+    return split_linked(env, send, pending, lambda g: all_to_all(env, g, out_splits, in_splits))
 
 
 def linked_reduce_scatter_v(
     env: ShardingEnv, send: torch.Tensor, counts: Sequence[int]
 ) -> Callable[[], torch.Tensor]:
-    """`reduce_scatter_v` of `send` launched now, linked on wait (backward: `all_gather_v`)."""
+    """`reduce_scatter_v` of `send` launched now, linked on wait (backward: `all_gather_v`,
+    launched by the result's backward and waited for by `send`'s: `split_linked`)."""
     pending = reduce_scatter_v(env, send.detach(), counts)
-    return _linked(env, send, pending, lambda g: all_gather_v(env, g, counts).wait())
+    return split_linked(env, send, pending, lambda g: all_gather_v(env, g, counts))
 
 
 def linked_all_gather_v(

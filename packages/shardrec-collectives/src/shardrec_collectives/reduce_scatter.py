@@ -38,8 +38,10 @@ def reduce_scatter_pooled(
     partial: `(sum_s B_s, D)`, rows of rank 0's samples first (same D on every rank).
     Sends: every rank's rows to their owner, summed on the way.
     Receives: `(B_rank, D)`, the sum over ranks of `partial[rows of this rank]`.
-    Backward: all-gather of the gradient (every rank's partial sum got the same gradient).
-    Uneven batches are padded to the largest.
+    Backward: all-gather of the gradient (every rank's partial sum got the same gradient),
+    launched by the result's backward and waited for by `partial`'s (two autograd nodes,
+    `_primitives.split_linked`; with codecs, one blocking node). Uneven batches are padded
+    to the largest.
     codecs: quantize each rank's chunk before it is sent (forward) and the gradient before it
         is gathered (backward), summing the decoded chunks in float32 (`qcomm.
         linked_reduce_scatter`; every rank passes the same); None: exact.
@@ -97,7 +99,9 @@ def _pair_reduce_scatter(
     mine` is `mine + theirs` bit for bit): no new 6.8 MB result a step at the benchmark's shape.
     With a `sink` (`reduce_scatter_pooled`'s `gradient_sink`), the backward receives the other
     rank's gradient into a buffer of its own and hands both pieces to the sink: no `full`, no
-    copy of the own gradient (session 12, s12-rowwise).
+    copy of the own gradient (session 12, s12-rowwise). Either backward is launched by the
+    received tensor's backward node and waited for (the sink called) by `send`'s, so the
+    autograd engine runs other backward work while it travels (session 12, s12-rsplit).
     """
     rank, other = env.rank, 1 - env.rank
     at = [0, counts[0]]
@@ -106,25 +110,19 @@ def _pair_reduce_scatter(
     splits = [0, 0]
     out_splits, in_splits = list(splits), list(splits)
     out_splits[other], in_splits[other] = counts[rank], counts[other]
-    pending = prim.all_to_all(env, to_other, in_splits, out_splits)
-    grad = prim.needs_grad(env, send)
+    pending = _PairSum(prim.all_to_all(env, to_other, in_splits, out_splits), mine)
 
-    def pieces(g: torch.Tensor) -> torch.Tensor:
-        """Backward with a sink: the other rank's gradient received, both rows handed over."""
+    def pieces(g: torch.Tensor) -> prim.Pending:
+        """Backward with a sink: the other rank's gradient launched; both rows handed over
+        on wait."""
         assert sink is not None
-        theirs = prim.all_to_all(env, g, out_splits, in_splits).wait()
-        own_rows, their_rows = g.view(-1, dim), theirs.view(-1, dim)
-        if rank == 0:
-            sink(counts[0] // dim, own_rows, their_rows)
-        else:
-            sink(counts[0] // dim, their_rows, own_rows)
-        return g.new_zeros(()).expand(sum(counts))
+        return _Pieces(prim.all_to_all(env, g, out_splits, in_splits), g, rank, dim, counts, sink)
 
-    def gather(g: torch.Tensor) -> torch.Tensor:
-        """Backward: every rank's gradient in rank order (`all_gather_v`'s result)."""
+    def gather(g: torch.Tensor) -> prim.Pending:
+        """Backward: every rank's gradient in rank order (`all_gather_v`'s result) on wait."""
         full = g.new_empty(sum(counts))
         # Launched first, its work tracked (`_held`); the own gradient is copied while gloo
-        # moves the other's, then waited for (as `all_gather_v(...).wait()` is).
+        # moves the other's, which the waiting node waits for (as `all_gather_v` is).
         work = track(
             dist.all_to_all_single(
                 full[at[other] : at[other] + counts[other]],
@@ -136,15 +134,64 @@ def _pair_reduce_scatter(
             )
         )
         full[at[rank] : at[rank] + counts[rank]].copy_(g)
-        if work is not None:
-            work.wait()
-        return full
+        return prim.Pending(full, work)
 
-    def finish() -> torch.Tensor:
-        theirs = pending.wait()  # a fresh buffer of this rank's chunk: summed in place
-        return prim.link(send, theirs.add_(mine), gather if sink is None else pieces, grad)
+    # The backward in two nodes (session 12, s12-rsplit): the gradient exchange is launched by
+    # the received tensor's backward and waited for by `send`'s (`prim.split_linked`), so the
+    # backward of what ran between this launch and the wait (a DLRM's dense arch) overlaps it.
+    return prim.split_linked(env, send, pending, gather if sink is None else pieces)
 
-    return finish
+
+class _PairSum(prim.Pending):
+    """The other rank's chunk for this rank, received into a fresh buffer: on wait, summed in
+    place with this rank's own chunk (`mine`, read where it lies)."""
+
+    def __init__(self, received: prim.Pending, mine: torch.Tensor) -> None:
+        super().__init__(received.output, received.work)
+        self._received = received
+        self._mine: torch.Tensor | None = mine
+
+    def wait(self) -> torch.Tensor:
+        theirs = self._received.wait()
+        if self._mine is not None:
+            theirs.add_(self._mine)  # float addition commutes exactly: `mine + theirs` bit for bit
+            self._mine = None
+        self.work = None
+        return theirs
+
+
+class _Pieces(prim.Pending):
+    """The pair path's backward with a sink: the other rank's gradient in flight; on wait, this
+    rank's gradient `own` and the received one go to `sink` in row order, and `partial` gets
+    zeros (a zero-stride expanded scalar: `reduce_scatter_pooled`'s contract)."""
+
+    def __init__(
+        self,
+        received: prim.Pending,
+        own: torch.Tensor,
+        rank: int,
+        dim: int,
+        counts: Sequence[int],
+        sink: GradientSink,
+    ) -> None:
+        super().__init__(received.output, received.work)
+        self._received = received
+        self._own = own
+        self._rank = rank
+        self._dim = dim
+        self._counts = list(counts)
+        self._sink = sink
+
+    def wait(self) -> torch.Tensor:
+        theirs = self._received.wait()
+        self.work = None
+        own_rows, their_rows = self._own.view(-1, self._dim), theirs.view(-1, self._dim)
+        split = self._counts[0] // self._dim
+        if self._rank == 0:
+            self._sink(split, own_rows, their_rows)
+        else:
+            self._sink(split, their_rows, own_rows)
+        return self._own.new_zeros(()).expand(sum(self._counts))
 
 
 def variable_batch_reduce_scatter_pooled(
