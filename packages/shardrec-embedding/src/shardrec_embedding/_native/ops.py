@@ -6,9 +6,8 @@ copy (docs/design/native-kernels.md). The ops are `torch.library.custom_op`s wit
 (meta) implementations, so `torch.export`, fx and `torch.compile` see one opaque op, and an
 autograd formula giving each table its dense gradient, as `nn.EmbeddingBag` does.
 
-Segments (output order) are described by three int lists: `segment_tables[s]` indexes
-`weights`, `segment_keys[s]` is the KJT key the segment reads, `segment_means[s]` is 1 for
-MEAN pooling. Bag `(s, b)` is `values[offsets[key * B + b] : offsets[key * B + b + 1]]`.
+Segment `s` (output order) reads table `segment_tables[s]` for KJT key `segment_keys[s]`
+(`segment_means[s]`: 1 for MEAN); its bag `b` is `values[offsets[key*B+b]:offsets[key*B+b+1]]`.
 """
 
 from __future__ import annotations

@@ -42,13 +42,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from shardrec_embedding.dynamic.config import (
-    AdmissionPolicy,
-    DynamicTableConfig,
-    EvictionPolicy,
-)
+from shardrec_embedding.dynamic.config import AdmissionPolicy, DynamicTableConfig, EvictionPolicy
+from shardrec_embedding.dynamic.eviction import EVICTION_SAMPLE, evict_for, ttl_sweep
 from shardrec_embedding.dynamic.hashing import mix64, uniform01
-from shardrec_embedding.dynamic.id_map import IdMapBackend, IdSlotMap, _library
+from shardrec_embedding.dynamic.id_map import IdMapBackend, IdSlotMap
 from shardrec_embedding.dynamic.in_flight import InFlightSlots
 from shardrec_embedding.dynamic.stamps import RecentStamps
 from shardrec_embedding.dynamic.undo import StepUndo
@@ -57,9 +54,6 @@ __all__ = ["COUNTERS", "EVICTION_SAMPLE", "DynamicTable", "ResetHook"]
 
 ResetHook = Callable[[Tensor], None]
 """Called with the `(k,)` int64 slots just freed: reset their rows / optimizer state."""
-
-EVICTION_SAMPLE = 8
-"""An eviction needing k slots scans windows of max(EVICTION_SAMPLE * k, scan_per_step) slots."""
 
 COUNTERS = (
     "steps",
@@ -404,7 +398,7 @@ class DynamicTable(nn.Module):
         done = False
         try:
             if self.config.eviction is EvictionPolicy.TTL:
-                self._ttl_sweep(step)
+                ttl_sweep(self, step)
             if uniq.numel() == 0:
                 done = True
                 return 0
@@ -583,110 +577,9 @@ class DynamicTable(nn.Module):
         """The byte-per-slot touches the native writers clear (None: the table keeps none)."""
         return None if self._recent is None else self._recent.stamps
 
-    def _window(self, cursor_name: str, width: int) -> tuple[Tensor, Tensor, Tensor | int]:
-        """The next `width` slots from a cursor (wrapping): their `(occupied, last_seen)` and
-        where they are: the first slot (a contiguous window, read as views) or the slots."""
-        start = self._counters[cursor_name]
-        self._counters[cursor_name] = (start + width) % self.capacity
-        if start + width <= self.capacity:
-            end = start + width
-            return self.occupied[start:end], self.last_seen[start:end], start
-        slots = torch.arange(start, start + width) % self.capacity
-        return self.occupied[slots], self.last_seen[slots], slots
-
-    @staticmethod
-    def _slots_where(ok: Tensor, where: Tensor | int) -> Tensor:
-        if isinstance(where, int):
-            return torch.nonzero(ok).reshape(-1) + where
-        return where[ok]
-
-    def _ttl_sweep(self, step: int) -> None:
-        ttl = self.config.ttl_steps
-        assert ttl is not None
-        width = min(self.capacity, self.config.scan_per_step)
-        occupied, seen, where = self._window("ttl_cursor", width)
-        expired = occupied & (step - seen > ttl) & (seen < self.in_flight.protect_below(step))
-        self._free(self._slots_where(expired, where))
-
     def _evict_for(self, k: int, step: int) -> Tensor:
         """Up to `k` victims by the eviction policy, in eviction order (not freed yet)."""
-        policy = self.config.eviction
-        width = min(self.capacity, max(EVICTION_SAMPLE * k, self.config.scan_per_step))
-        victims: list[Tensor] = []
-        scanned = 0
-        below = self.in_flight.protect_below(step)  # slots of held (in-flight) steps stay
-        while k > 0 and scanned < self.capacity:
-            part = min(width, self.capacity - scanned)
-            occupied, seen, where = self._window("evict_cursor", part)
-            scanned += part
-            if policy is not EvictionPolicy.LFU and self.map.backend == "native":
-                pick = self._native_pick(occupied, seen, where, step, k, below)
-                if pick is not None:
-                    victims.append(pick)
-                    k -= pick.numel()
-                    continue
-            ok = occupied & (seen < below)
-            if policy is EvictionPolicy.TTL:
-                assert self.config.ttl_steps is not None
-                ok &= step - seen > self.config.ttl_steps
-            cand = self._slots_where(ok, where)
-            if cand.numel() == 0:
-                continue
-            cand_seen = seen[ok]
-            if policy is EvictionPolicy.LFU:
-                order = torch.argsort(cand_seen, stable=True)
-                cand = cand[order]
-                pick = cand[torch.argsort(self.counts[cand], stable=True)][:k]
-            else:
-                # (last seen, place in the window) as one distinct key: the k smallest in
-                # key order by a partial selection instead of a full sort.
-                key = cand_seen * cand.numel() + torch.arange(cand.numel())
-                if 8 * k < cand.numel():  # a few victims out of many: partial selection
-                    pick = cand[torch.topk(key, k, largest=False, sorted=True).indices]
-                else:
-                    pick = cand[torch.argsort(key)[:k]]
-            victims.append(pick)
-            k -= pick.numel()
-        if len(victims) == 1:
-            return victims[0]
-        return torch.cat(victims) if victims else torch.empty(0, dtype=torch.int64)
-
-    def _native_pick(
-        self,
-        occupied: Tensor,
-        seen: Tensor,
-        where: Tensor | int,
-        step: int,
-        k: int,
-        below: int | None = None,
-    ) -> Tensor | None:
-        """The LRU / TTL victims of one window by the native counting selection (the same
-        slots in the same order as the torch selection below), or None to use that. below:
-        only slots last seen before it (held steps: `in_flight.py`; default `step`)."""
-        lib = _library()
-        assert lib is not None
-        occupied, seen = occupied.contiguous(), seen.contiguous()
-        out = torch.empty(min(k, seen.numel()), dtype=torch.int64)
-        ttl = self.config.ttl_steps if self.config.eviction is EvictionPolicy.TTL else None
-        if below is not None and below < step:
-            if ttl is not None:
-                return None  # the kernel ages TTL rows from its step: the torch selection
-            step = below
-        got = int(
-            lib.sr_idmap_lru_pick(
-                occupied.data_ptr(),
-                seen.data_ptr(),
-                seen.numel(),
-                step,
-                -1 if ttl is None else ttl,
-                k,
-                out.data_ptr(),
-            )
-        )
-        if got < 0:
-            return None
-        pos = out[:got]
-        return pos + where if isinstance(where, int) else where[pos]
+        return evict_for(self, k, step)
 
     def extra_repr(self) -> str:
         cfg = self.config
